@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Idempotent set-up: Debian packages, the project venv (.venv) with the CPU torch 2.13.0,
+# and the CMake build in build/ (build-asan/ with COMMLENS_SANITIZE=1).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+APT_PACKAGES="cmake ninja-build g++ llvm-14-dev llvm-14-tools libfmt-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libzstd-dev libtinfo-dev unzip"
+missing=""
+for p in $APT_PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing Debian packages:$missing"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+PY=.venv/bin/python
+if [ ! -x "$PY" ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+# Pin torch exactly: a bare 'torch' or a range would let pip fetch a CUDA build.
+if ! "$PY" -c "import torch, pytest, lit, numpy; assert torch.__version__.startswith('2.13.0')" 2>/dev/null; then
+  echo "setup: installing torch==2.13.0 (CPU), pytest, lit, numpy into .venv"
+  "$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0" pytest lit numpy
+fi
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+printf '%s\n%s\n' "$ROOT/python" "$ROOT" > "$SITE/commlens-dev.pth"
+
+BUILD=build; SAN=OFF
+if [ "${COMMLENS_SANITIZE:-0}" = 1 ]; then BUILD=build-asan; SAN=ON; fi
+WERROR=OFF; [ "${CI:-}" = true ] && WERROR=ON
+if [ ! -f "$BUILD/build.ninja" ] || [ "$(cat "$BUILD/.config" 2>/dev/null)" != "$SAN $WERROR" ]; then
+  TORCH_PREFIX="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython3_EXECUTABLE="$ROOT/$PY" \
+    -DCOMMLENS_SANITIZE=$SAN -DCOMMLENS_WERROR=$WERROR >/dev/null
+  echo "$SAN $WERROR" > "$BUILD/.config"
+fi
+cmake --build "$BUILD" -- --quiet
