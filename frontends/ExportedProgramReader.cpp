@@ -1,0 +1,623 @@
+#include "frontends/ExportedProgramReader.h"
+
+#include "ir/Error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+
+namespace commlens {
+namespace {
+
+using json = nlohmann::json;
+
+/// Decoding failure at a JSON path; converted to llvm::Error at the API boundary.
+struct ParseError {
+  std::string message;
+};
+
+/// A JSON node together with its path, so every error names where it happened.
+class JsonRef {
+public:
+  JsonRef(const json &j, std::string path) : j_(&j), path_(std::move(path)) {}
+
+  const json &raw() const { return *j_; }
+  const std::string &path() const { return path_; }
+
+  [[noreturn]] void fail(const std::string &what) const { throw ParseError{fmt::format("{}: {}", path_, what)}; }
+
+  JsonRef field(const char *name) const {
+    if (!j_->is_object())
+      fail("expected an object");
+    auto it = j_->find(name);
+    if (it == j_->end())
+      fail(fmt::format("missing required field '{}'", name));
+    return JsonRef(*it, child(name));
+  }
+  bool has(const char *name) const { return j_->is_object() && j_->contains(name) && !(*j_)[name].is_null(); }
+  std::optional<JsonRef> optField(const char *name) const {
+    if (!has(name))
+      return std::nullopt;
+    return JsonRef((*j_)[name], child(name));
+  }
+  JsonRef at(size_t i) const { return JsonRef((*j_)[i], fmt::format("{}[{}]", path_, i)); }
+  size_t size() const { return j_->size(); }
+
+  std::vector<JsonRef> items() const {
+    if (!j_->is_array())
+      fail("expected an array");
+    std::vector<JsonRef> out;
+    for (size_t i = 0; i < j_->size(); ++i)
+      out.push_back(at(i));
+    return out;
+  }
+  std::vector<std::pair<std::string, JsonRef>> members() const {
+    if (!j_->is_object())
+      fail("expected an object");
+    std::vector<std::pair<std::string, JsonRef>> out;
+    for (auto it = j_->begin(); it != j_->end(); ++it)
+      out.emplace_back(it.key(), JsonRef(it.value(), child(it.key())));
+    return out;
+  }
+  /// The single key of a union object ({"as_tensor": {...}}).
+  std::pair<std::string, JsonRef> variant() const {
+    if (!j_->is_object() || j_->size() != 1)
+      fail("expected an object with exactly one variant key");
+    auto it = j_->begin();
+    return {it.key(), JsonRef(it.value(), child(it.key()))};
+  }
+
+  int64_t asInt() const {
+    if (!j_->is_number_integer())
+      fail("expected an integer");
+    return j_->get<int64_t>();
+  }
+  bool asBool() const {
+    if (!j_->is_boolean())
+      fail("expected a boolean");
+    return j_->get<bool>();
+  }
+  double asFloat() const {
+    if (j_->is_number())
+      return j_->get<double>();
+    if (j_->is_string()) { // the serializer writes non-finite floats as strings
+      const auto &s = j_->get_ref<const std::string &>();
+      if (s == "Infinity" || s == "inf")
+        return std::numeric_limits<double>::infinity();
+      if (s == "-Infinity" || s == "-inf")
+        return -std::numeric_limits<double>::infinity();
+      if (s == "NaN" || s == "nan")
+        return std::numeric_limits<double>::quiet_NaN();
+    }
+    fail("expected a number");
+  }
+  std::string asString() const {
+    if (!j_->is_string())
+      fail("expected a string");
+    return j_->get<std::string>();
+  }
+
+private:
+  std::string child(const std::string &name) const { return path_.empty() ? name : path_ + "." + name; }
+  const json *j_;
+  std::string path_;
+};
+
+ScalarType decodeScalarType(const JsonRef &r) {
+  // Export schema numbering (torch/_export/serde/schema.py), not c10's.
+  switch (r.asInt()) {
+  case 0: return ScalarType::Unknown;
+  case 1: return ScalarType::Byte;
+  case 2: return ScalarType::Char;
+  case 3: return ScalarType::Short;
+  case 4: return ScalarType::Int;
+  case 5: return ScalarType::Long;
+  case 6: return ScalarType::Half;
+  case 7: return ScalarType::Float;
+  case 8: return ScalarType::Double;
+  case 9: return ScalarType::ComplexHalf;
+  case 10: return ScalarType::ComplexFloat;
+  case 11: return ScalarType::ComplexDouble;
+  case 12: return ScalarType::Bool;
+  case 13: return ScalarType::BFloat16;
+  case 28: return ScalarType::UInt16;
+  case 29: return ScalarType::Float8_e4m3fn;
+  case 30: return ScalarType::Float8_e5m2;
+  case 31: return ScalarType::Float8_e4m3fnuz;
+  case 32: return ScalarType::Float8_e5m2fnuz;
+  case 33: return ScalarType::Float8_e8m0fnu;
+  case 34: return ScalarType::UInt32;
+  case 35: return ScalarType::UInt64;
+  default: r.fail(fmt::format("unknown scalar type {}", r.asInt()));
+  }
+}
+
+Layout decodeLayout(const JsonRef &r) {
+  int64_t v = r.asInt();
+  if (v < 0 || v > 7)
+    r.fail(fmt::format("unknown layout {}", v));
+  return static_cast<Layout>(v); // schema order matches ours
+}
+
+MemoryFormat decodeMemoryFormat(const JsonRef &r) {
+  int64_t v = r.asInt();
+  if (v < 0 || v > 4)
+    r.fail(fmt::format("unknown memory format {}", v));
+  return static_cast<MemoryFormat>(v);
+}
+
+Device decodeDevice(const JsonRef &r) {
+  Device d;
+  d.type = r.field("type").asString();
+  if (auto idx = r.optField("index"))
+    d.index = idx->asInt();
+  return d;
+}
+
+SymInt decodeSymInt(const JsonRef &r) {
+  auto [kind, v] = r.variant();
+  if (kind == "as_int")
+    return SymInt::concrete(v.asInt());
+  if (kind == "as_expr") {
+    SymInt s;
+    s.expr = v.field("expr_str").asString();
+    s.hasHint = false;
+    if (auto hint = v.optField("hint")) {
+      if (hint->raw().is_number_integer()) { // older files: a bare int
+        s.hint = hint->asInt();
+        s.hasHint = true;
+      } else {
+        auto [hk, hv] = hint->variant();
+        if (hk == "as_int") {
+          s.hint = hv.asInt();
+          s.hasHint = true;
+        }
+      }
+    }
+    return s;
+  }
+  r.fail(fmt::format("unknown SymInt variant '{}'", kind));
+}
+
+TensorMeta decodeTensorMeta(const JsonRef &r) {
+  TensorMeta m;
+  m.dtype = decodeScalarType(r.field("dtype"));
+  for (const JsonRef &s : r.field("sizes").items())
+    m.sizes.push_back(decodeSymInt(s));
+  m.requiresGrad = r.field("requires_grad").asBool();
+  m.device = decodeDevice(r.field("device"));
+  for (const JsonRef &s : r.field("strides").items())
+    m.strides.push_back(decodeSymInt(s));
+  m.storageOffset = decodeSymInt(r.field("storage_offset"));
+  m.layout = decodeLayout(r.field("layout"));
+  return m;
+}
+
+class ProgramDecoder {
+public:
+  ProgramDecoder(ExportedProgram &program) : program_(program), graph_(program.graph) {}
+
+  void decode(const JsonRef &root) {
+    JsonRef version = root.field("schema_version");
+    program_.schemaVersion.major = static_cast<int>(version.field("major").asInt());
+    program_.schemaVersion.minor = static_cast<int>(version.field("minor").asInt());
+    if (program_.schemaVersion.major != kSupportedSchemaMajor)
+      throw ParseError{fmt::format("unsupported export schema version {}.{} (commlens reads major version {})",
+                                   program_.schemaVersion.major, program_.schemaVersion.minor,
+                                   kSupportedSchemaMajor)};
+    if (auto tv = root.optField("torch_version"))
+      program_.torchVersion = tv->asString();
+    if (auto verifiers = root.optField("verifiers"))
+      for (const JsonRef &v : verifiers->items())
+        program_.verifiers.push_back(v.asString());
+    if (auto ranges = root.optField("range_constraints"))
+      for (const auto &[sym, rc] : ranges->members()) {
+        std::optional<int64_t> lo, hi;
+        if (auto v = rc.optField("min_val"))
+          lo = v->asInt();
+        if (auto v = rc.optField("max_val"))
+          hi = v->asInt();
+        program_.rangeConstraints.emplace_back(sym, lo, hi);
+      }
+
+    JsonRef gm = root.field("graph_module");
+    JsonRef g = gm.field("graph");
+    tensorValues_ = g.field("tensor_values");
+    symIntValues_ = g.optField("sym_int_values");
+    decodeInputs(g.field("inputs"), gm.field("signature").field("input_specs"));
+    for (const JsonRef &n : g.field("nodes").items())
+      decodeNode(n);
+    decodeOutputs(g.field("outputs"), gm.field("signature").field("output_specs"));
+  }
+
+private:
+  Value *define(const std::string &name, ValueKind kind, const JsonRef &where) {
+    if (graph_.lookupValue(name))
+      where.fail(fmt::format("value '{}' is defined twice", name));
+    Value *v = graph_.createValue(name, kind);
+    if (kind == ValueKind::Tensor) {
+      if (!tensorValues_->has(name.c_str()))
+        where.fail(fmt::format("tensor '{}' has no entry in graph.tensor_values", name));
+      v->setMeta(decodeTensorMeta(tensorValues_->field(name.c_str())));
+    } else if (kind == ValueKind::SymInt && symIntValues_ && symIntValues_->has(name.c_str())) {
+      v->setSymbol(decodeSymInt(symIntValues_->field(name.c_str())));
+    }
+    return v;
+  }
+
+  Value *use(const std::string &name, const JsonRef &where) {
+    Value *v = graph_.lookupValue(name);
+    if (!v)
+      where.fail(fmt::format("reference to undefined value '{}'", name));
+    return v;
+  }
+
+  Value *useTensor(const JsonRef &tensorArg) { return use(tensorArg.field("name").asString(), tensorArg); }
+
+  SymIntArg decodeSymIntArg(const JsonRef &r) {
+    auto [kind, v] = r.variant();
+    if (kind == "as_int")
+      return SymIntArg{nullptr, v.asInt()};
+    if (kind == "as_name")
+      return SymIntArg{use(v.asString(), v), 0};
+    r.fail(fmt::format("unknown SymInt argument variant '{}'", kind));
+  }
+
+  Value *decodeOptionalTensor(const JsonRef &r) {
+    auto [kind, v] = r.variant();
+    if (kind == "as_tensor")
+      return useTensor(v);
+    if (kind == "as_none")
+      return nullptr;
+    r.fail(fmt::format("unknown optional tensor variant '{}'", kind));
+  }
+
+  Argument decodeArgument(const JsonRef &r) {
+    auto [kind, v] = r.variant();
+    if (kind == "as_none")
+      return NoneArg{};
+    if (kind == "as_tensor")
+      return useTensor(v);
+    if (kind == "as_tensors") {
+      TensorList list;
+      for (const JsonRef &t : v.items())
+        list.push_back(useTensor(t));
+      return list;
+    }
+    if (kind == "as_optional_tensor") {
+      Value *t = decodeOptionalTensor(v);
+      return t ? Argument(t) : Argument(NoneArg{});
+    }
+    if (kind == "as_optional_tensors") {
+      OptionalTensorList list;
+      for (const JsonRef &t : v.items())
+        list.items.push_back(decodeOptionalTensor(t));
+      return list;
+    }
+    if (kind == "as_int")
+      return v.asInt();
+    if (kind == "as_ints") {
+      IntList list;
+      for (const JsonRef &i : v.items())
+        list.push_back(i.asInt());
+      return list;
+    }
+    if (kind == "as_float")
+      return v.asFloat();
+    if (kind == "as_floats") {
+      FloatList list;
+      for (const JsonRef &f : v.items())
+        list.push_back(f.asFloat());
+      return list;
+    }
+    if (kind == "as_bool")
+      return v.asBool();
+    if (kind == "as_bools") {
+      BoolList list;
+      for (const JsonRef &b : v.items())
+        list.push_back(b.asBool());
+      return list;
+    }
+    if (kind == "as_string")
+      return v.asString();
+    if (kind == "as_strings") {
+      StringList list;
+      for (const JsonRef &s : v.items())
+        list.push_back(s.asString());
+      return list;
+    }
+    if (kind == "as_sym_int")
+      return decodeSymIntArg(v);
+    if (kind == "as_sym_ints") {
+      SymIntList list;
+      for (const JsonRef &s : v.items())
+        list.push_back(decodeSymIntArg(s));
+      return list;
+    }
+    if (kind == "as_sym_bool") {
+      auto [bk, bv] = v.variant();
+      if (bk == "as_bool")
+        return SymBoolArg{nullptr, bv.asBool()};
+      if (bk == "as_name")
+        return SymBoolArg{use(bv.asString(), bv), false};
+      v.fail(fmt::format("unknown SymBool argument variant '{}'", bk));
+    }
+    if (kind == "as_sym_float") {
+      auto [fk, fv] = v.variant();
+      if (fk == "as_float")
+        return SymFloatArg{nullptr, fv.asFloat()};
+      if (fk == "as_name")
+        return SymFloatArg{use(fv.asString(), fv), 0};
+      v.fail(fmt::format("unknown SymFloat argument variant '{}'", fk));
+    }
+    if (kind == "as_scalar_type")
+      return decodeScalarType(v);
+    if (kind == "as_memory_format")
+      return decodeMemoryFormat(v);
+    if (kind == "as_layout")
+      return decodeLayout(v);
+    if (kind == "as_device")
+      return decodeDevice(v);
+    if (kind == "as_complex")
+      return ComplexArg{v.field("real").asFloat(), v.field("imag").asFloat()};
+    static const char *kKnownUnsupported[] = {"as_graph",         "as_custom_obj",    "as_operator",
+                                              "as_nested_tensors", "as_int_lists",     "as_string_to_argument",
+                                              "as_float_lists",   "as_sym_bools",     "as_sym_floats"};
+    for (const char *k : kKnownUnsupported)
+      if (kind == k)
+        r.fail(fmt::format("argument variant '{}' is not supported by commlens", kind));
+    r.fail(fmt::format("unknown argument variant '{}'", kind));
+  }
+
+  void decodeInputs(const JsonRef &inputs, const JsonRef &specs) {
+    std::vector<JsonRef> args = inputs.items();
+    std::vector<JsonRef> specList = specs.items();
+    if (args.size() != specList.size())
+      specs.fail(fmt::format("{} input specs for {} graph inputs", specList.size(), args.size()));
+    for (size_t i = 0; i < args.size(); ++i) {
+      auto [specKind, spec] = specList[i].variant();
+      InputSpec in;
+      auto [argKind, arg] = args[i].variant();
+      auto defineArg = [&]() -> Value * {
+        if (argKind == "as_tensor")
+          return define(arg.field("name").asString(), ValueKind::Tensor, arg);
+        if (argKind == "as_sym_int")
+          return define(arg.field("as_name").asString(), ValueKind::SymInt, arg);
+        if (argKind == "as_custom_obj")
+          return define(arg.field("name").asString(), ValueKind::CustomObj, arg);
+        if (argKind == "as_none" || argKind == "as_int" || argKind == "as_float" || argKind == "as_bool" ||
+            argKind == "as_string")
+          return nullptr; // constant inputs carry no value
+        args[i].fail(fmt::format("unsupported graph input variant '{}'", argKind));
+      };
+      if (specKind == "user_input") {
+        in.kind = InputKind::UserInput;
+        in.value = defineArg();
+        in.target = in.value ? in.value->name() : std::string();
+      } else if (specKind == "parameter") {
+        in.kind = InputKind::Parameter;
+        in.value = defineArg();
+        in.target = spec.field("parameter_name").asString();
+      } else if (specKind == "buffer") {
+        in.kind = InputKind::Buffer;
+        in.value = defineArg();
+        in.target = spec.field("buffer_name").asString();
+        if (auto p = spec.optField("persistent"))
+          in.persistent = p->asBool();
+      } else if (specKind == "tensor_constant") {
+        in.kind = InputKind::TensorConstant;
+        in.value = defineArg();
+        in.target = spec.field("tensor_constant_name").asString();
+      } else if (specKind == "custom_obj") {
+        in.kind = InputKind::CustomObj;
+        in.value = defineArg();
+        in.target = spec.field("custom_obj_name").asString();
+      } else if (specKind == "token") {
+        in.kind = InputKind::Token;
+        in.value = define(spec.field("arg").field("name").asString(), ValueKind::Token, spec);
+      } else if (specKind == "constant_input") {
+        in.kind = InputKind::ConstantInput;
+        in.target = spec.field("name").asString();
+      } else {
+        specList[i].fail(fmt::format("unknown input spec variant '{}'", specKind));
+      }
+      graph_.inputs().push_back(std::move(in));
+    }
+  }
+
+  void decodeOutputs(const JsonRef &outputs, const JsonRef &specs) {
+    std::vector<JsonRef> args = outputs.items();
+    std::vector<JsonRef> specList = specs.items();
+    if (args.size() != specList.size())
+      specs.fail(fmt::format("{} output specs for {} graph outputs", specList.size(), args.size()));
+    static const std::pair<const char *, OutputKind> kKinds[] = {
+        {"user_output", OutputKind::UserOutput},
+        {"loss_output", OutputKind::LossOutput},
+        {"buffer_mutation", OutputKind::BufferMutation},
+        {"gradient_to_parameter", OutputKind::GradientToParameter},
+        {"gradient_to_user_input", OutputKind::GradientToUserInput},
+        {"user_input_mutation", OutputKind::UserInputMutation},
+        {"token", OutputKind::Token},
+        {"parameter_mutation", OutputKind::ParameterMutation}};
+    for (size_t i = 0; i < args.size(); ++i) {
+      auto [specKind, spec] = specList[i].variant();
+      OutputSpec out;
+      bool known = false;
+      for (const auto &[n, k] : kKinds)
+        if (specKind == n) {
+          out.kind = k;
+          known = true;
+        }
+      if (!known)
+        specList[i].fail(fmt::format("unknown output spec variant '{}'", specKind));
+      for (const char *targetField : {"buffer_name", "parameter_name", "user_input_name"})
+        if (auto t = spec.optField(targetField))
+          out.target = t->asString();
+      if (out.kind == OutputKind::Token)
+        out.value = NoneArg{};
+      else
+        out.value = decodeArgument(args[i]);
+      graph_.outputs().push_back(std::move(out));
+    }
+  }
+
+  Argument defineOutput(const JsonRef &r) {
+    auto [kind, v] = r.variant();
+    if (kind == "as_tensor")
+      return define(v.field("name").asString(), ValueKind::Tensor, v);
+    if (kind == "as_tensors") {
+      TensorList list;
+      for (const JsonRef &t : v.items())
+        list.push_back(define(t.field("name").asString(), ValueKind::Tensor, t));
+      return list;
+    }
+    if (kind == "as_optional_tensors") {
+      OptionalTensorList list;
+      for (const JsonRef &t : v.items()) {
+        auto [tk, tv] = t.variant();
+        list.items.push_back(tk == "as_tensor" ? define(tv.field("name").asString(), ValueKind::Tensor, tv) : nullptr);
+      }
+      return list;
+    }
+    if (kind == "as_none")
+      return NoneArg{};
+    if (kind == "as_sym_int")
+      return SymIntArg{define(v.field("as_name").asString(), ValueKind::SymInt, v), 0};
+    if (kind == "as_sym_bool")
+      return SymBoolArg{define(v.field("as_name").asString(), ValueKind::SymBool, v), false};
+    if (kind == "as_sym_float")
+      return SymFloatArg{define(v.field("as_name").asString(), ValueKind::SymFloat, v), 0};
+    r.fail(fmt::format("unsupported node output variant '{}'", kind));
+  }
+
+  void decodeNode(const JsonRef &n) {
+    std::string target = n.field("target").asString();
+    std::string name;
+    if (auto nm = n.optField("name"))
+      name = nm->asString();
+    llvm::StringMap<std::string> metadata;
+    for (const auto &[k, v] : n.field("metadata").members())
+      metadata[k] = v.asString();
+
+    // Scope first, so that argument errors can name the module.
+    llvm::SmallVector<ModuleStackEntry, 4> stack;
+    if (auto it = metadata.find("nn_module_stack"); it != metadata.end()) {
+      auto parsed = parseModuleStack(it->second);
+      if (!parsed)
+        n.fail(fmt::format("metadata.nn_module_stack: {}", takeMessage(parsed.takeError())));
+      stack = std::move(*parsed);
+    }
+    ModuleScope *scope = graph_.scopes().getOrCreate(stack);
+    llvm::SmallVector<unsigned, 4> callPath;
+    for (const ModuleStackEntry &e : stack)
+      if (!e.path.empty())
+        callPath.push_back(e.callIndex);
+
+    try {
+      llvm::SmallVector<NamedArgument, 4> inputs;
+      for (const JsonRef &in : n.field("inputs").items()) {
+        NamedArgument a;
+        a.name = in.field("name").asString();
+        a.value = decodeArgument(in.field("arg"));
+        if (auto kind = in.optField("kind"))
+          a.keyword = kind->asInt() == 2;
+        inputs.push_back(std::move(a));
+      }
+      llvm::SmallVector<Argument, 1> outputs;
+      for (const JsonRef &out : n.field("outputs").items())
+        outputs.push_back(defineOutput(out));
+      if (name.empty()) { // older minors have no Node.name: use the first result's name
+        for (const Argument &o : outputs)
+          for (Value *v : o.tensors())
+            if (name.empty())
+              name = v->name();
+        if (name.empty())
+          name = fmt::format("node{}", graph_.numNodes());
+      }
+      Node *node = graph_.appendNode(name, target, std::move(inputs), std::move(outputs), std::move(metadata));
+      node->setScope(scope, std::move(callPath));
+    } catch (ParseError &e) {
+      e.message += fmt::format(" (node '{}' {} in {})", name.empty() ? "?" : name, target, scope->displayName());
+      throw;
+    }
+  }
+
+  ExportedProgram &program_;
+  Graph &graph_;
+  std::optional<JsonRef> tensorValues_;
+  std::optional<JsonRef> symIntValues_;
+};
+
+llvm::Expected<json> parseJsonText(llvm::StringRef text, llvm::StringRef recordName) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::parse_error &e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> keep the tail
+    if (auto p = what.find("] "); p != std::string::npos)
+      what = what.substr(p + 2);
+    return makeError("{}: invalid JSON: {}", recordName.str(), what);
+  }
+}
+
+} // namespace
+
+llvm::Expected<llvm::SmallVector<ModuleStackEntry, 4>> parseModuleStack(llvm::StringRef text) {
+  llvm::SmallVector<ModuleStackEntry, 4> out;
+  llvm::SmallVector<llvm::StringRef, 8> entries;
+  text.split(entries, ';', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef entry : entries) {
+    llvm::SmallVector<llvm::StringRef, 3> parts;
+    entry.split(parts, ',');
+    if (parts.size() != 3)
+      return makeError("malformed entry '{}' (expected key,path,type)", entry.str());
+    ModuleStackEntry e;
+    e.path = parts[1].str();
+    e.type = parts[2].str();
+    auto [key, call] = parts[0].rsplit('@');
+    unsigned idx = 0;
+    if (!call.empty() && key != parts[0] && call.getAsInteger(10, idx))
+      return makeError("malformed call index in key '{}'", parts[0].str());
+    e.callIndex = idx;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+llvm::Expected<std::unique_ptr<ExportedProgram>> parseExportedProgram(llvm::StringRef modelJson,
+                                                                      llvm::StringRef recordName) {
+  auto doc = parseJsonText(modelJson, recordName);
+  if (!doc)
+    return doc.takeError();
+  auto program = std::make_unique<ExportedProgram>();
+  try {
+    ProgramDecoder(*program).decode(JsonRef(*doc, ""));
+  } catch (const ParseError &e) {
+    return makeError("{}: {}", recordName.str(), e.message);
+  }
+  return program;
+}
+
+llvm::Error parseWeightsConfig(llvm::StringRef configJson, ExportedProgram &program, llvm::StringRef recordName) {
+  auto doc = parseJsonText(configJson, recordName);
+  if (!doc)
+    return doc.takeError();
+  try {
+    JsonRef root(*doc, "");
+    for (const auto &[fqn, payload] : root.field("config").members()) {
+      WeightInfo w;
+      w.fqn = fqn;
+      w.record = payload.field("path_name").asString();
+      w.isParameter = payload.field("is_param").asBool();
+      if (auto meta = payload.optField("tensor_meta"))
+        w.meta = decodeTensorMeta(*meta);
+      program.weights.push_back(std::move(w));
+    }
+  } catch (const ParseError &e) {
+    return makeError("{}: {}", recordName.str(), e.message);
+  }
+  return llvm::Error::success();
+}
+
+} // namespace commlens

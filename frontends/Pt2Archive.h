@@ -1,0 +1,31 @@
+// Read access to the records of a `torch.export.save` archive (a PyTorchStreamWriter zip with
+// one root folder). Backed by LibTorch's stream reader; this header exposes no torch types.
+#pragma once
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace commlens {
+
+class Pt2Archive {
+public:
+  /// Opens the zip; fails with a one-line message when it is not a readable archive.
+  static llvm::Expected<std::unique_ptr<Pt2Archive>> open(llvm::StringRef path);
+  ~Pt2Archive();
+
+  /// Record names relative to the archive's root folder.
+  std::vector<std::string> records() const;
+  bool hasRecord(llvm::StringRef name) const;
+  llvm::Expected<std::string> read(llvm::StringRef name) const;
+
+private:
+  struct Impl;
+  explicit Pt2Archive(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace commlens

@@ -1,0 +1,129 @@
+#include "ir/Graph.h"
+
+#include <fmt/format.h>
+
+namespace commlens {
+
+OpName OpName::parse(llvm::StringRef target) {
+  OpName op;
+  llvm::StringRef rest = target;
+  if (rest.consume_front("torch.ops.")) {
+    auto [ns, tail] = rest.split('.');
+    auto [name, overload] = tail.rsplit('.');
+    if (!ns.empty() && !name.empty() && !overload.empty()) {
+      op.ns = ns.str();
+      op.name = name.str();
+      op.overload = overload.str();
+      return op;
+    }
+  } else if (rest.contains("::")) {
+    auto [ns, tail] = rest.split("::");
+    auto [name, overload] = tail.split('.');
+    op.ns = ns.str();
+    op.name = name.str();
+    op.overload = overload.empty() ? "default" : overload.str();
+    return op;
+  }
+  op.name = target.str();
+  return op;
+}
+
+std::string OpName::str() const {
+  if (ns.empty())
+    return name;
+  return fmt::format("{}::{}.{}", ns, name, overload);
+}
+
+const Argument *Node::input(llvm::StringRef argName) const {
+  for (const NamedArgument &a : inputs_)
+    if (a.name == argName)
+      return &a.value;
+  return nullptr;
+}
+
+llvm::SmallVector<Value *, 4> Node::results() const {
+  llvm::SmallVector<Value *, 4> out;
+  for (const Argument &a : outputs_) {
+    if (a.is<SymIntArg>() && a.get<SymIntArg>().value)
+      out.push_back(a.get<SymIntArg>().value);
+    else if (a.is<SymBoolArg>() && a.get<SymBoolArg>().value)
+      out.push_back(a.get<SymBoolArg>().value);
+    else if (a.is<SymFloatArg>() && a.get<SymFloatArg>().value)
+      out.push_back(a.get<SymFloatArg>().value);
+    else
+      for (Value *v : a.tensors())
+        out.push_back(v);
+  }
+  return out;
+}
+
+llvm::SmallVector<Value *, 4> Node::operands() const {
+  llvm::SmallVector<Value *, 4> out;
+  for (const NamedArgument &na : inputs_) {
+    const Argument &a = na.value;
+    if (a.is<SymIntArg>() && a.get<SymIntArg>().value)
+      out.push_back(a.get<SymIntArg>().value);
+    else if (a.is<SymIntList>()) {
+      for (const SymIntArg &s : a.get<SymIntList>())
+        if (s.value)
+          out.push_back(s.value);
+    } else
+      for (Value *v : a.tensors())
+        out.push_back(v);
+  }
+  return out;
+}
+
+Value *Graph::createValue(llvm::StringRef name, ValueKind kind) {
+  assert(!valuesByName_.count(name) && "value names are unique");
+  values_.push_back(std::make_unique<Value>());
+  Value *v = values_.back().get();
+  v->name_ = name.str();
+  v->kind_ = kind;
+  valuesByName_[name] = v;
+  return v;
+}
+
+Value *Graph::lookupValue(llvm::StringRef name) const {
+  auto it = valuesByName_.find(name);
+  return it == valuesByName_.end() ? nullptr : it->second;
+}
+
+Node *Graph::appendNode(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> inputs,
+                        llvm::SmallVector<Argument, 1> outputs, llvm::StringMap<std::string> metadata) {
+  nodes_.push_back(std::make_unique<Node>());
+  Node *n = nodes_.back().get();
+  n->name_ = name.str();
+  n->op_ = OpName::parse(target);
+  n->opString_ = n->op_.str();
+  n->inputs_ = std::move(inputs);
+  n->outputs_ = std::move(outputs);
+  n->metadata_ = std::move(metadata);
+  n->index_ = static_cast<unsigned>(nodes_.size() - 1);
+  n->scope_ = scopes_.root();
+  for (Value *v : n->results())
+    v->producer_ = n;
+  return n;
+}
+
+const InputSpec *Graph::parameter(llvm::StringRef fqn) const {
+  for (const InputSpec &s : inputs_)
+    if (s.kind == InputKind::Parameter && s.target == fqn)
+      return &s;
+  return nullptr;
+}
+
+llvm::StringRef name(InputKind k) {
+  static constexpr const char *kNames[] = {"user_input", "parameter", "buffer", "tensor_constant",
+                                           "custom_obj", "token", "constant_input"};
+  return kNames[static_cast<size_t>(k)];
+}
+
+llvm::StringRef name(OutputKind k) {
+  static constexpr const char *kNames[] = {"user_output", "loss_output", "buffer_mutation",
+                                           "gradient_to_parameter", "gradient_to_user_input",
+                                           "user_input_mutation", "token", "parameter_mutation"};
+  return kNames[static_cast<size_t>(k)];
+}
+
+} // namespace commlens

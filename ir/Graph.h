@@ -1,0 +1,173 @@
+// The commlens program graph: values, nodes in execution order, the graph signature and the
+// module-scope tree. Owned by ExportedProgram; no LibTorch types.
+#pragma once
+
+#include "ir/Argument.h"
+#include "ir/ModuleScopeTree.h"
+#include "ir/Types.h"
+
+#include "llvm/ADT/StringMap.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace commlens {
+
+class Node;
+
+enum class ValueKind : uint8_t { Tensor, SymInt, SymBool, SymFloat, CustomObj, Token };
+
+class Value {
+public:
+  const std::string &name() const { return name_; }
+  ValueKind kind() const { return kind_; }
+  /// Set for tensors.
+  const std::optional<TensorMeta> &meta() const { return meta_; }
+  void setMeta(TensorMeta m) { meta_ = std::move(m); }
+  /// For symbolic scalars: the expression and hint.
+  const SymInt &symbol() const { return symbol_; }
+  void setSymbol(SymInt s) { symbol_ = std::move(s); }
+  /// Null for graph inputs.
+  Node *producer() const { return producer_; }
+
+private:
+  friend class Graph;
+  std::string name_;
+  ValueKind kind_ = ValueKind::Tensor;
+  std::optional<TensorMeta> meta_;
+  SymInt symbol_;
+  Node *producer_ = nullptr;
+};
+
+/// An operator name split as the dispatcher spells it: "aten::mm.default".
+struct OpName {
+  std::string ns, name, overload;
+  /// Parses "torch.ops.aten.mm.default" or "aten::mm.default"; anything else (python
+  /// callables such as "_operator.getitem") keeps the whole text as `name` with `ns` empty.
+  static OpName parse(llvm::StringRef target);
+  std::string str() const;
+  bool operator==(const OpName &) const = default;
+};
+
+class Node {
+public:
+  const std::string &name() const { return name_; }
+  const OpName &op() const { return op_; }
+  const std::string &opString() const { return opString_; }
+  llvm::ArrayRef<NamedArgument> inputs() const { return inputs_; }
+  llvm::MutableArrayRef<NamedArgument> inputs() { return inputs_; }
+  const Argument *input(llvm::StringRef argName) const;
+  /// Results, shaped as in the schema: a tensor, a tensor list, None, a symbolic int...
+  llvm::ArrayRef<Argument> outputs() const { return outputs_; }
+  /// Every value this node produces, flattened.
+  llvm::SmallVector<Value *, 4> results() const;
+  /// Every value this node reads, flattened, in argument order.
+  llvm::SmallVector<Value *, 4> operands() const;
+  ModuleScope *scope() const { return scope_; }
+  /// Call index per level of `scope()`'s ancestry below the root (outermost first).
+  llvm::ArrayRef<unsigned> callPath() const { return callPath_; }
+  void setScope(ModuleScope *s, llvm::SmallVector<unsigned, 4> callPath) {
+    scope_ = s;
+    callPath_ = std::move(callPath);
+  }
+  /// Position in the graph's node list, maintained by Graph.
+  unsigned index() const { return index_; }
+  const llvm::StringMap<std::string> &metadata() const { return metadata_; }
+
+private:
+  friend class Graph;
+  std::string name_;
+  OpName op_;
+  std::string opString_;
+  llvm::SmallVector<NamedArgument, 4> inputs_;
+  llvm::SmallVector<Argument, 1> outputs_;
+  ModuleScope *scope_ = nullptr;
+  llvm::SmallVector<unsigned, 4> callPath_;
+  llvm::StringMap<std::string> metadata_;
+  unsigned index_ = 0;
+};
+
+enum class InputKind : uint8_t { UserInput, Parameter, Buffer, TensorConstant, CustomObj, Token, ConstantInput };
+llvm::StringRef name(InputKind k);
+
+struct InputSpec {
+  InputKind kind = InputKind::UserInput;
+  Value *value = nullptr;    // null for constant inputs
+  std::string target;        // parameter / buffer / constant FQN, or the user input's name
+  bool persistent = true;    // buffers
+};
+
+enum class OutputKind : uint8_t {
+  UserOutput, LossOutput, BufferMutation, GradientToParameter, GradientToUserInput,
+  UserInputMutation, Token, ParameterMutation
+};
+llvm::StringRef name(OutputKind k);
+
+struct OutputSpec {
+  OutputKind kind = OutputKind::UserOutput;
+  Argument value;
+  std::string target;
+};
+
+class Graph {
+public:
+  Graph() = default;
+  Graph(const Graph &) = delete;
+  Graph &operator=(const Graph &) = delete;
+
+  /// Creates a value; names are unique within the graph.
+  Value *createValue(llvm::StringRef name, ValueKind kind);
+  Value *lookupValue(llvm::StringRef name) const;
+
+  /// Appends a node; `outputs` reference values created beforehand, whose producer becomes it.
+  Node *appendNode(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> inputs,
+                   llvm::SmallVector<Argument, 1> outputs, llvm::StringMap<std::string> metadata = {});
+
+  llvm::ArrayRef<std::unique_ptr<Node>> nodes() const { return nodes_; }
+  size_t numNodes() const { return nodes_.size(); }
+
+  std::vector<InputSpec> &inputs() { return inputs_; }
+  const std::vector<InputSpec> &inputs() const { return inputs_; }
+  std::vector<OutputSpec> &outputs() { return outputs_; }
+  const std::vector<OutputSpec> &outputs() const { return outputs_; }
+  ModuleScopeTree &scopes() { return scopes_; }
+  const ModuleScopeTree &scopes() const { return scopes_; }
+
+  /// Input spec of a parameter by FQN, or null.
+  const InputSpec *parameter(llvm::StringRef fqn) const;
+
+private:
+  std::vector<std::unique_ptr<Value>> values_;
+  llvm::StringMap<Value *> valuesByName_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<InputSpec> inputs_;
+  std::vector<OutputSpec> outputs_;
+  ModuleScopeTree scopes_;
+};
+
+struct SchemaVersion {
+  int major = 0, minor = 0;
+};
+
+/// Metadata of a weight record of the archive (the bytes are never read).
+struct WeightInfo {
+  std::string fqn;
+  std::string record; // e.g. "weight_0"; tied weights share a record
+  bool isParameter = true;
+  TensorMeta meta;
+};
+
+/// A loaded program: the graph plus what the archive says about it.
+struct ExportedProgram {
+  Graph graph;
+  SchemaVersion schemaVersion;
+  std::string torchVersion;
+  std::vector<std::string> verifiers;
+  std::vector<WeightInfo> weights;
+  /// Symbol ranges, e.g. "s0" -> [2, 1024]; absent bounds are unbounded.
+  std::vector<std::tuple<std::string, std::optional<int64_t>, std::optional<int64_t>>> rangeConstraints;
+};
+
+} // namespace commlens

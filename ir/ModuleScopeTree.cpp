@@ -1,0 +1,80 @@
+#include "ir/ModuleScopeTree.h"
+
+namespace commlens {
+
+unsigned ModuleScope::depth() const {
+  unsigned d = 0;
+  for (const ModuleScope *p = parent_; p; p = p->parent_)
+    ++d;
+  return d;
+}
+
+bool ModuleScope::isAncestorOf(const ModuleScope *other) const {
+  for (const ModuleScope *p = other ? other->parent_ : nullptr; p; p = p->parent_)
+    if (p == this)
+      return true;
+  return false;
+}
+
+ModuleScopeTree::ModuleScopeTree() {
+  storage_.push_back(std::make_unique<ModuleScope>());
+  root_ = storage_.back().get();
+  root_->numCalls_ = 1;
+  order_.push_back(root_);
+  setName(root_);
+}
+
+void ModuleScopeTree::setRootType(llvm::StringRef type) {
+  root_->type_ = type.str();
+  // Every display name starts with the root's class name.
+  for (ModuleScope *s : order_)
+    setName(s);
+}
+
+void ModuleScopeTree::setName(ModuleScope *s) {
+  llvm::StringRef rootType = root_->type_;
+  llvm::StringRef rootClass = rootType.rsplit('.').second.empty() ? rootType : rootType.rsplit('.').second;
+  if (rootClass.empty())
+    rootClass = "Module";
+  s->displayName_ = s->path_.empty() ? rootClass.str() : rootClass.str() + "." + s->path_;
+}
+
+ModuleScope *ModuleScopeTree::getOrCreate(llvm::ArrayRef<ModuleStackEntry> stack) {
+  ModuleScope *cur = root_;
+  for (const ModuleStackEntry &e : stack) {
+    if (e.path.empty()) { // the root itself
+      if (root_->type_.empty() && !e.type.empty())
+        setRootType(e.type);
+      continue;
+    }
+    auto key = std::make_pair(static_cast<const ModuleScope *>(cur), e.path);
+    auto it = byParentAndPath_.find(key);
+    ModuleScope *next;
+    if (it != byParentAndPath_.end()) {
+      next = it->second;
+    } else {
+      storage_.push_back(std::make_unique<ModuleScope>());
+      next = storage_.back().get();
+      next->path_ = e.path;
+      next->type_ = e.type;
+      next->parent_ = cur;
+      next->forwardIndex_ = static_cast<unsigned>(order_.size());
+      cur->children_.push_back(next);
+      order_.push_back(next);
+      byParentAndPath_.emplace(key, next);
+      setName(next);
+    }
+    next->numCalls_ = std::max(next->numCalls_, e.callIndex + 1);
+    cur = next;
+  }
+  return cur;
+}
+
+ModuleScope *ModuleScopeTree::lookup(llvm::StringRef displayOrPath) const {
+  for (ModuleScope *s : order_)
+    if (s->displayName_ == displayOrPath || (!s->path_.empty() && s->path_ == displayOrPath))
+      return s;
+  return nullptr;
+}
+
+} // namespace commlens

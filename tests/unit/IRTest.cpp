@@ -1,0 +1,102 @@
+#include "ir/Graph.h"
+#include "ir/IRPrinter.h"
+
+#include <gtest/gtest.h>
+
+using namespace commlens;
+
+namespace {
+
+TensorMeta f32(std::initializer_list<int64_t> sizes) {
+  TensorMeta m;
+  for (int64_t s : sizes)
+    m.sizes.push_back(SymInt::concrete(s));
+  return m;
+}
+
+} // namespace
+
+TEST(OpName, ParsesTorchOpsTargets) {
+  OpName op = OpName::parse("torch.ops.aten.mm.default");
+  EXPECT_EQ(op.ns, "aten");
+  EXPECT_EQ(op.name, "mm");
+  EXPECT_EQ(op.overload, "default");
+  EXPECT_EQ(op.str(), "aten::mm.default");
+  EXPECT_EQ(OpName::parse("torch.ops._c10d_functional.all_reduce.default").str(), "_c10d_functional::all_reduce.default");
+  EXPECT_EQ(OpName::parse("aten::add.Tensor").str(), "aten::add.Tensor");
+  EXPECT_EQ(OpName::parse("aten::relu").str(), "aten::relu.default");
+  // Python callables keep their text.
+  EXPECT_EQ(OpName::parse("_operator.getitem").str(), "_operator.getitem");
+}
+
+TEST(TensorMeta, NumelBytesAndText) {
+  TensorMeta m = f32({2, 4, 8});
+  EXPECT_EQ(m.numel(), 64);
+  EXPECT_EQ(m.nbytes(), 256); // 64 elements x 4 bytes
+  m.dtype = ScalarType::BFloat16;
+  EXPECT_EQ(m.nbytes(), 128);
+  m.sizes[0] = SymInt{2, "s0", true};
+  EXPECT_EQ(m.str(), "bf16[s0=2, 4, 8]");
+  EXPECT_EQ(torchName(ScalarType::Float), "torch.float32");
+  EXPECT_EQ(scalarTypeFromShortName("i64"), ScalarType::Long);
+}
+
+TEST(ModuleScopeTree, NamesLikeCommDebugModeAndKeepsForwardOrder) {
+  ModuleScopeTree tree;
+  ModuleScope *wq = tree.getOrCreate({{"", "__main__.Transformer", 0},
+                                      {"layers.0", "m.Block", 0},
+                                      {"layers.0.attention.wq", "torch.nn.modules.linear.Linear", 0}});
+  ModuleScope *emb = tree.getOrCreate({{"", "__main__.Transformer", 0}, {"tok_embeddings", "E", 0}});
+  ModuleScope *wq2 = tree.getOrCreate({{"", "__main__.Transformer", 0},
+                                       {"layers.0", "m.Block", 0},
+                                       {"layers.0.attention.wq", "torch.nn.modules.linear.Linear", 1}});
+  EXPECT_EQ(wq, wq2);
+  EXPECT_EQ(wq->numCalls(), 2u);
+  EXPECT_EQ(tree.root()->displayName(), "Transformer");
+  EXPECT_EQ(wq->displayName(), "Transformer.layers.0.attention.wq");
+  EXPECT_EQ(wq->depth(), 2u);
+  ASSERT_EQ(tree.inForwardOrder().size(), 4u);
+  EXPECT_EQ(tree.inForwardOrder()[1]->path(), "layers.0");
+  EXPECT_EQ(tree.inForwardOrder()[3], emb);
+  EXPECT_TRUE(tree.root()->isAncestorOf(wq));
+  EXPECT_FALSE(emb->isAncestorOf(wq));
+  EXPECT_EQ(tree.lookup("Transformer.tok_embeddings"), emb);
+  EXPECT_EQ(tree.lookup("layers.0.attention.wq"), wq);
+}
+
+TEST(IRPrinter, PrintsAStableReadableGraph) {
+  ExportedProgram p;
+  p.torchVersion = "2.13.0+cpu";
+  p.schemaVersion = {8, 20};
+  p.verifiers = {"TRAINING"};
+  Graph &g = p.graph;
+  Value *w = g.createValue("p_fc_weight", ValueKind::Tensor);
+  w->setMeta(f32({16, 8}));
+  Value *x = g.createValue("x", ValueKind::Tensor);
+  x->setMeta(f32({2, 8}));
+  g.inputs().push_back({InputKind::Parameter, w, "fc.weight", true});
+  g.inputs().push_back({InputKind::UserInput, x, "x", true});
+  g.scopes().setRootType("__main__.Net");
+  ModuleScope *fc = g.scopes().getOrCreate({{"fc", "torch.nn.modules.linear.Linear", 1}});
+  Value *y = g.createValue("linear", ValueKind::Tensor);
+  y->setMeta(f32({2, 16}));
+  Node *n = g.appendNode("linear", "torch.ops.aten.linear.default",
+                         {{"input", x, false}, {"weight", w, false}, {"alpha", 0.5, true}, {"dims", IntList{0, -1}, false}},
+                         {y});
+  n->setScope(fc, {1});
+  g.outputs().push_back({OutputKind::UserOutput, y, ""});
+  EXPECT_EQ(y->producer(), n);
+  EXPECT_EQ(n->operands().size(), 2u);
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printProgram(os, p);
+  EXPECT_EQ(os.str(), "program torch 2.13.0+cpu schema 8.20 dialect TRAINING\n"
+                      "scope Net : __main__.Net\n"
+                      "scope Net.fc : torch.nn.modules.linear.Linear\n"
+                      "input %p_fc_weight : f32[16, 8] parameter \"fc.weight\"\n"
+                      "input %x : f32[2, 8] user_input \"x\"\n"
+                      "%linear : f32[2, 16] = aten::linear.default(input=%x, weight=%p_fc_weight, alpha=0.5, "
+                      "dims=[0, -1]) @Net.fc#1\n"
+                      "output user_output %linear\n");
+}

@@ -1,0 +1,130 @@
+// The commlens command-line tool.
+#include "frontends/Pt2Loader.h"
+#include "ir/Error.h"
+#include "ir/IRPrinter.h"
+#include "reports/InspectReport.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+using namespace commlens;
+
+namespace {
+
+constexpr const char *kUsage = R"(usage: commlens <command> [options]
+
+commands:
+  inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
+      module tree in forward order with node counts, parameters, parameter execution order
+)";
+
+/// Exit codes: 0 success, 1 a comparison found differences, 2 bad input or usage.
+constexpr int kExitBadInput = 2;
+
+int fail(const std::string &message) {
+  llvm::errs() << "commlens: error: " << message << "\n";
+  return kExitBadInput;
+}
+
+/// Writes to -o FILE or stdout.
+int emit(const std::string &text, const std::string &outPath) {
+  if (outPath.empty()) {
+    llvm::outs() << text;
+    return 0;
+  }
+  std::ofstream out(outPath, std::ios::binary);
+  if (!out || !(out << text))
+    return fail(fmt::format("{}: cannot write file", outPath));
+  return 0;
+}
+
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::string> flags;
+  std::vector<std::pair<std::string, std::string>> options;
+
+  bool flag(const char *name) const { return std::find(flags.begin(), flags.end(), name) != flags.end(); }
+  std::string option(const char *name) const {
+    for (const auto &[k, v] : options)
+      if (k == name)
+        return v;
+    return {};
+  }
+};
+
+/// Splits argv into positionals, known flags and known options (which take a value).
+llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initializer_list<const char *> flags,
+                               std::initializer_list<const char *> options) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.size() > 1 && arg[0] == '-') {
+      std::string key = arg, value;
+      bool inlineValue = false;
+      if (auto eq = arg.find('='); eq != std::string::npos) {
+        key = arg.substr(0, eq);
+        value = arg.substr(eq + 1);
+        inlineValue = true;
+      }
+      if (std::find_if(flags.begin(), flags.end(), [&](const char *f) { return key == f; }) != flags.end() &&
+          !inlineValue) {
+        a.flags.push_back(key);
+        continue;
+      }
+      if (std::find_if(options.begin(), options.end(), [&](const char *o) { return key == o; }) != options.end()) {
+        if (!inlineValue) {
+          if (i + 1 >= argc)
+            return makeError("option {} needs a value", key);
+          value = argv[++i];
+        }
+        a.options.emplace_back(key, value);
+        continue;
+      }
+      return makeError("unknown option '{}'", arg);
+    }
+    a.positional.push_back(arg);
+  }
+  return a;
+}
+
+int runInspect(int argc, char **argv) {
+  auto args = parseArgs(argc, argv, 2, {"--json", "--print-ir"}, {"-o"});
+  if (!args)
+    return fail(takeMessage(args.takeError()));
+  if (args->positional.size() != 1)
+    return fail("inspect takes one MODEL.pt2 argument");
+  const std::string &path = args->positional[0];
+  auto program = loadPt2(path);
+  if (!program)
+    return fail(fmt::format("{}: {}", path, takeMessage(program.takeError())));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (args->flag("--print-ir")) {
+    printProgram(os, **program);
+  } else {
+    InspectReport report = InspectReport::build(**program);
+    if (args->flag("--json"))
+      os << report.toJson(**program);
+    else
+      report.printText(os, **program);
+  }
+  return emit(os.str(), args->option("-o"));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
+    (argc < 2 ? llvm::errs() : llvm::outs()) << kUsage;
+    return argc < 2 ? kExitBadInput : 0;
+  }
+  std::string command = argv[1];
+  if (command == "inspect")
+    return runInspect(argc, argv);
+  return fail(fmt::format("unknown command '{}' (see commlens --help)", command));
+}
