@@ -7,11 +7,13 @@
 namespace commlens {
 namespace {
 
-/// c10 messages carry a backtrace and several lines; keep the first line of the reason.
+/// c10 messages carry a backtrace, several lines and advice; keep the first sentence.
 std::string firstLine(const c10::Error &e) {
   std::string msg = e.what_without_backtrace();
-  if (auto nl = msg.find('\n'); nl != std::string::npos)
-    msg.resize(nl);
+  if (auto end = msg.find_first_of("\n"); end != std::string::npos)
+    msg.resize(end);
+  if (auto end = msg.find(". "); end != std::string::npos)
+    msg.resize(end);
   return msg;
 }
 
@@ -44,6 +46,8 @@ llvm::Expected<std::unique_ptr<Pt2Archive>> Pt2Archive::open(llvm::StringRef pat
     impl->reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path.str());
   } catch (const c10::Error &e) {
     std::string why = firstLine(e);
+    if (why.find("hasRecord(\"version\")") != std::string::npos)
+      return archiveError("zip archive without a version record: not a torch.export.save archive");
     if (why.find("not in a subdirectory") != std::string::npos)
       return archiveError("zip archive without a root folder (torch.export archives from torch <= 2.7 are not supported)");
     return archiveError("broken zip archive: " + why);
