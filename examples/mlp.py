@@ -1,0 +1,72 @@
+"""Small MLP examples (and a single Linear) for commlens.
+
+Factories (all keyword-only, all return ``(model, (x,))``):
+
+* ``linear(batch, seq, in_dim, out_dim, bias)``: one ``nn.Linear`` as the root.
+* ``mlp(batch, seq, dim, hidden, bias)``: ``w1`` -> relu -> ``w2``.
+* ``stacked_mlp(n_layers, ...)``: a ``layers`` ModuleList of ``MLP`` blocks,
+  applied one after the other.
+
+The input is a float tensor of shape ``[batch, seq, dim]``.  ``device="meta"``
+builds the model and the input without allocating memory.
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from examples._common import resolve_dtype
+
+
+class MLP(nn.Module):
+    def __init__(self, dim, hidden, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=bias, device=device, dtype=dtype)
+        self.w2 = nn.Linear(hidden, dim, bias=bias, device=device, dtype=dtype)
+
+    def forward(self, x):
+        return self.w2(F.relu(self.w1(x)))
+
+
+class StackedMLP(nn.Module):
+    def __init__(self, n_layers, dim, hidden, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            MLP(dim, hidden, bias=bias, device=device, dtype=dtype)
+            for _ in range(n_layers)
+        )
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _input(batch, seq, dim, device, dtype):
+    if device == "meta":
+        return torch.empty(batch, seq, dim, device="meta", dtype=dtype)
+    return torch.randn(batch, seq, dim, device=device, dtype=dtype)
+
+
+def linear(*, batch=2, seq=8, in_dim=16, out_dim=32, bias=True,
+           device="cpu", dtype="float32", seed=0):
+    dtype = resolve_dtype(dtype)
+    torch.manual_seed(seed)
+    model = nn.Linear(in_dim, out_dim, bias=bias, device=device, dtype=dtype)
+    return model, (_input(batch, seq, in_dim, device, dtype),)
+
+
+def mlp(*, batch=2, seq=8, dim=16, hidden=32, bias=True,
+        device="cpu", dtype="float32", seed=0):
+    dtype = resolve_dtype(dtype)
+    torch.manual_seed(seed)
+    model = MLP(dim, hidden, bias=bias, device=device, dtype=dtype)
+    return model, (_input(batch, seq, dim, device, dtype),)
+
+
+def stacked_mlp(*, n_layers=3, batch=2, seq=8, dim=16, hidden=32, bias=True,
+                device="cpu", dtype="float32", seed=0):
+    dtype = resolve_dtype(dtype)
+    torch.manual_seed(seed)
+    model = StackedMLP(n_layers, dim, hidden, bias=bias, device=device, dtype=dtype)
+    return model, (_input(batch, seq, dim, device, dtype),)

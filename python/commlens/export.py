@@ -1,0 +1,231 @@
+"""Export a model factory with ``torch.export`` and describe exported programs.
+
+CLI::
+
+    python -m commlens.export MODULE:FACTORY[(k=v, ...)] -o model.pt2 [--describe desc.json]
+
+The factory returns ``(model, args)`` or ``(model, args, kwargs)``.  The model
+is exported non-strict (``torch.export.export(model, args, kwargs,
+strict=False)``) in whatever mode the factory left it (``nn.Module`` default:
+training mode, so ``aten.dropout`` nodes are kept) and written with
+``torch.export.save``.  One summary line goes to stdout.
+
+Meta-device models (``device="meta"``) export and save directly in torch 2.13:
+``torch.export.save`` stores meta parameters as meta tensors (no data, the
+archive stays small) and ``torch.export.load`` gives back a program whose
+state_dict tensors are on ``meta``.  No weights are materialised, so a
+70B-shaped model exports on a laptop.
+
+:func:`describe` computes, from a model and its exported program, the JSON
+facts that ``commlens inspect --json`` must reproduce.
+"""
+
+import argparse
+import json
+import sys
+import time
+from collections import OrderedDict
+
+from commlens._errors import CommlensError, cli_main
+from commlens._factory import call_model_factory
+
+
+def export_model(model, args, kwargs=None):
+    import torch
+
+    return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
+
+
+def _module_type(mod_or_str):
+    return mod_or_str if isinstance(mod_or_str, str) else (
+        f"{type(mod_or_str).__module__}.{type(mod_or_str).__qualname__}"
+    )
+
+
+def describe(model, exported_program):
+    """Return a JSON-able description of ``exported_program`` (exported from ``model``).
+
+    Keys (all lists are in a deterministic order):
+
+    ``root``
+        ``type(model).__name__``; the prefix of every module name, as in
+        CommDebugMode / ModTracker (root class name + ``.`` + attribute path,
+        e.g. ``Transformer.layers.0.attention.wq``; the root itself is just
+        ``Transformer``).
+
+    ``modules``
+        One entry per module that owns at least one ``call_function`` node,
+        in **forward order** = order of first appearance in the graph: walk
+        ``exported_program.graph.nodes`` in order; for every node with
+        ``op == "call_function"`` take its ``meta["nn_module_stack"]`` (an
+        ordered mapping outermost -> innermost of ``key -> (path, type)``);
+        each ``path`` not seen before is appended, outer before inner.  A
+        node without ``nn_module_stack`` (or with an empty one) is treated as
+        belonging to the root only.  Modules that produce no ATen node (e.g.
+        an ``nn.Identity``) do not appear.  Fields:
+
+        * ``fqn``: root class name, plus ``.`` + ``path`` unless ``path`` is "".
+        * ``path``: the attribute path (``""`` for the root).
+        * ``type``: the type string recorded in ``nn_module_stack``
+          (``module.qualname``, e.g. ``torch.nn.modules.linear.Linear``).
+        * ``own_nodes``: number of ``call_function`` nodes whose *innermost*
+          stack entry is this module.
+        * ``inclusive_nodes``: number of ``call_function`` nodes whose stack
+          contains this module anywhere (the root's count is therefore the
+          total number of ``call_function`` nodes; parents include children).
+
+        Placeholders, ``get_attr`` and ``output`` nodes are never counted.
+        A module called twice contributes both calls to the same ``path``.
+
+    ``total_call_function_nodes``
+        Number of ``call_function`` nodes in the graph.
+
+    ``parameters``
+        ``[{"fqn": path, "shape": [...], "dtype": "float32", "requires_grad": bool}]``
+        from ``model.named_parameters()`` (registration order; a tied
+        parameter appears once, under its first name).
+
+    ``parameter_aliases``
+        ``{alias_path: canonical_path}`` for parameters reachable under more
+        than one name (``named_parameters(remove_duplicate=False)``), e.g.
+        ``{"lm_head.weight": "tok_embeddings.weight"}`` for tied GPT-2.
+
+    ``buffers``
+        Same as ``parameters`` (without ``requires_grad``) from ``model.named_buffers()``.
+
+    ``parameter_first_use``
+        Canonical parameter paths in order of first use: walk the graph in
+        node order; for each ``call_function`` node look at its inputs in
+        ``node.all_input_nodes`` order; an input that is a placeholder the
+        graph signature maps to a parameter (``inputs_to_parameters``) is
+        translated to its canonical path (aliases resolved) and appended if
+        not already listed.  Parameters never used by any node are left out.
+
+    ``user_inputs``
+        Placeholder names of the user inputs, in signature order.
+    """
+    import torch
+
+    graph = exported_program.graph
+    root = type(model).__name__
+
+    def fqn_of(path):
+        return root if path == "" else f"{root}.{path}"
+
+    modules = OrderedDict()  # path -> dict
+    total = 0
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        total += 1
+        stack = node.meta.get("nn_module_stack") or {}
+        paths = []
+        for _key, value in stack.items():
+            path, mtype = value[0], value[1]
+            mtype = _module_type(mtype)
+            if path not in modules:
+                modules[path] = {"fqn": fqn_of(path), "path": path, "type": mtype,
+                                 "own_nodes": 0, "inclusive_nodes": 0}
+            if path not in paths:
+                paths.append(path)
+        if not paths:
+            if "" not in modules:
+                modules[""] = {"fqn": root, "path": "", "type": _module_type(model),
+                               "own_nodes": 0, "inclusive_nodes": 0}
+            paths = [""]
+        elif "" not in paths and "" in modules:
+            # a stack that does not start at the root still lies inside it
+            paths.insert(0, "")
+        for p in paths:
+            modules[p]["inclusive_nodes"] += 1
+        modules[paths[-1]]["own_nodes"] += 1
+
+    canonical = {}
+    for name, p in model.named_parameters():
+        canonical[id(p)] = name
+    aliases = {}
+    alias_to_canonical = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        alias_to_canonical[name] = canonical[id(p)]
+        if canonical[id(p)] != name:
+            aliases[name] = canonical[id(p)]
+
+    sig = exported_program.graph_signature
+    placeholder_to_param = dict(sig.inputs_to_parameters)
+    first_use = []
+    seen = set()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        for inp in node.all_input_nodes:
+            if inp.op == "placeholder" and inp.name in placeholder_to_param:
+                target = placeholder_to_param[inp.name]
+                target = alias_to_canonical.get(target, target)
+                if target not in seen:
+                    seen.add(target)
+                    first_use.append(target)
+
+    def dt(t):
+        return str(t.dtype).replace("torch.", "")
+
+    return {
+        "format": "commlens-describe",
+        "version": 1,
+        "root": root,
+        "modules": list(modules.values()),
+        "total_call_function_nodes": total,
+        "parameters": [
+            {"fqn": n, "shape": list(p.shape), "dtype": dt(p), "requires_grad": bool(p.requires_grad)}
+            for n, p in model.named_parameters()
+        ],
+        "parameter_aliases": aliases,
+        "buffers": [
+            {"fqn": n, "shape": list(b.shape), "dtype": dt(b)} for n, b in model.named_buffers()
+        ],
+        "parameter_first_use": first_use,
+        "user_inputs": [s.arg.name for s in sig.input_specs
+                        if s.kind == torch.export.graph_signature.InputKind.USER_INPUT
+                        and hasattr(s.arg, "name")],
+    }
+
+
+@cli_main
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m commlens.export",
+        description="torch.export a model factory (non-strict) and save it as .pt2",
+    )
+    parser.add_argument("factory", help="MODULE:FACTORY or MODULE:FACTORY(key=literal, ...)")
+    parser.add_argument("-o", "--output", required=True, help="output .pt2 path")
+    parser.add_argument("--describe", metavar="JSON",
+                        help="also write commlens.export.describe() output to this file")
+    ns = parser.parse_args(argv)
+    import torch
+
+    model, args, kwargs = call_model_factory(ns.factory)
+    t0 = time.time()
+    try:
+        ep = export_model(model, args, kwargs)
+    except Exception as err:  # noqa: BLE001
+        raise CommlensError(ns.factory, f"torch.export failed: {type(err).__name__}: {err}") from None
+    try:
+        torch.export.save(ep, ns.output)
+    except OSError as err:
+        raise CommlensError(ns.output, f"cannot write: {err.strerror or err}") from None
+    if ns.describe:
+        with open(ns.describe, "w") as f:
+            json.dump(describe(model, ep), f, indent=2)
+            f.write("\n")
+    n_nodes = sum(1 for n in ep.graph.nodes if n.op == "call_function")
+    n_params = sum(p.numel() for p in model.parameters())
+    devices = sorted({str(p.device) for p in model.parameters()}) or ["none"]
+    print(f"commlens: exported {ns.factory} ({type(model).__name__}, {n_params} parameters "
+          f"on {','.join(devices)}, {n_nodes} ops) to {ns.output} in {time.time() - t0:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    # run the imported module's main so classes (e.g. Plan) have one identity
+    from commlens.export import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,608 @@
+"""Measure the collectives DTensor issues, per module, with ``CommDebugMode``.
+
+CLI::
+
+    python -m commlens.measure MODULE:FACTORY --plan PLAN [--backend fake|gloo|nccl]
+        [--phase forward|backward|both] [--world-size N] [--noise-level K]
+        [--device meta] -o measured.json [--counts counts.json]
+
+``PLAN`` is a commlens-plan JSON file or a plan factory spec
+(``examples.plans:mlp_tp(tp=4)``).  ``-o`` receives CommDebugMode's own
+``generate_json_dump(file_name=..., noise_level=K)`` output (default K=3);
+``--counts`` (default ``<stem of -o>.counts.json``) receives the flat
+commlens-counts file described in ``docs/plan-format.md``.
+
+What one measurement does (every rank, identically):
+
+1. build a **fresh** model with the factory (never reuse a model that ran
+   under CommDebugMode), check the plan's patterns against it;
+2. ``init_device_mesh(device_type, mesh_shape, mesh_dim_names=...)``;
+3. set ``requires_grad=False`` on ``frozen`` parameters;
+4. ``parallelize_module(model, mesh[dim] or mesh, styles, src_data_rank=...)``
+   for every parallelize step, in order;
+5. replace parameters/buffers named in ``placements`` by
+   ``distribute_tensor(t, mesh_or_submesh, placements)``; same for user inputs
+   in ``inputs`` (then ``requires_grad_`` where asked);
+6. in **one fresh** ``CommDebugMode`` (inside ``loss_parallel()`` when the plan
+   says so): ``out = model(*args, **kwargs)``; for phase ``backward``/``both``
+   also ``loss = <plan loss>(out)`` and ``loss.backward()``.
+
+Phase ``forward`` never runs backward (backward sections are empty); phase
+``backward`` runs everything but empties the forward sections of the counts
+file (the JSON dump stays CommDebugMode's unfiltered output).
+
+Backends:
+
+* ``fake`` (default): one process, ``dist.init_process_group("fake",
+  store=FakeStore(), rank=0, world_size=N)``; any world size, no GPU.
+  Collectives are not executed but are counted exactly like real ones.
+  Meta-device models work (DTensor + CommDebugMode only need shapes), so a
+  70B-shaped Llama needs no real memory: use the factory's ``device="meta"``
+  or ``--device meta``.  A plan with ``device_type="cuda"`` builds a CUDA
+  DeviceMesh on the fake process group even without a GPU; the model and
+  inputs are then moved to ``meta`` (CPU tensors cannot live on a CUDA mesh),
+  which reproduces the CUDA-only behaviour (``_dtensor.shard_dim_alltoall``
+  for Shard->Shard instead of the CPU all-gather fallback).
+* ``gloo``: real collectives between N local CPU processes (spawned with
+  ``torch.multiprocessing``, rendezvous through a FileStore in a temp dir), or
+  the processes of an enclosing ``torchrun`` when ``RANK``/``WORLD_SIZE`` are
+  set.  Every rank measures; rank 0 writes the files after checking that all
+  ranks counted the same.  Needs a real (non-meta) model and
+  ``device_type="cpu"``.
+* ``nccl``: run under torchrun, one process per GPU; ``LOCAL_RANK`` selects
+  the GPU, the model and inputs are moved there.  Single node, 8 GPUs::
+
+      torchrun --standalone --nproc-per-node 8 -m commlens.measure \\
+          'examples.llama:llama' --plan llama_tp8.json --backend nccl -o measured.json
+
+  Multi-node (run on every node, same ``--rdzv-endpoint``)::
+
+      torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\
+          --rdzv-endpoint HOST0:29500 --rdzv-id commlens -m commlens.measure \\
+          'examples.llama:llama' --plan llama_2x8.json --backend nccl -o measured.json
+
+  The plan's mesh shape product must equal ``WORLD_SIZE``.
+
+Python API: :func:`measure` (in-process for ``fake``; it calls
+``dist.destroy_process_group()`` afterwards so several measurements can run in
+one process).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import warnings
+
+from commlens._errors import CommlensError, cli_main
+from commlens.plan import Loss, Plan, PlanError, check_against_model, resolve_plan, to_json
+
+BACKENDS = ("fake", "gloo", "nccl")
+PHASES = ("forward", "backward", "both")
+COUNTS_FORMAT = "commlens-counts"
+COUNTS_VERSION = 1
+
+
+# --------------------------------------------------------------------------
+# one measurement inside an initialised process group
+# --------------------------------------------------------------------------
+
+
+def _model_from(model_spec):
+    from commlens._factory import call_model_factory
+
+    return call_model_factory(model_spec)
+
+
+def _spec_name(model_spec):
+    if isinstance(model_spec, str):
+        return model_spec
+    return getattr(model_spec, "__module__", "?") + ":" + getattr(model_spec, "__qualname__", repr(model_spec))
+
+
+def _submesh(mesh, dims):
+    if dims is None:
+        return mesh
+    dims = tuple(dims)
+    if tuple(mesh.mesh_dim_names or ()) == dims:
+        return mesh
+    return mesh[dims[0]] if len(dims) == 1 else mesh[dims]
+
+
+def _placement_target(mesh, spec):
+    """(mesh_or_submesh, placements) for a Plan placement spec."""
+    if isinstance(spec, dict):
+        return _submesh(mesh, tuple(spec)), tuple(spec.values())
+    return mesh, tuple(spec)
+
+
+def _to_device(obj, device):
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, obj)
+
+
+def _make_targets(loss, logits, args):
+    import torch
+
+    if loss.targets.startswith("input:"):
+        t = args[int(loss.targets.split(":")[1])]
+        if isinstance(t, torch.distributed.tensor.DTensor):
+            t = t.full_tensor()
+        return t
+    shape = tuple(logits.shape[:-1])
+    classes = logits.shape[-1]
+    device = logits.device
+    if device.type == "meta":
+        return torch.empty(shape, dtype=torch.long, device="meta")
+    gen = torch.Generator().manual_seed(loss.seed)
+    return torch.randint(0, classes, shape, generator=gen).to(device)
+
+
+def _compute_loss(plan, out, args):
+    import torch
+    import torch.nn.functional as F
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.utils._pytree import tree_leaves
+
+    loss = plan.loss if isinstance(plan.loss, Loss) else Loss(kind=plan.loss)
+    leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+    if not leaves:
+        raise CommlensError("plan", "the model output contains no tensor to compute a loss from")
+    if loss.kind == "sum":
+        total = None
+        for t in leaves:
+            s = t.sum()
+            total = s if total is None else total + s
+        return total
+    logits = leaves[0]
+    targets = _make_targets(loss, logits, args)
+    if isinstance(logits, DTensor) and not plan.loss_parallel and not isinstance(targets, DTensor):
+        targets = DTensor.from_local(targets, logits.device_mesh,
+                                     [Replicate()] * logits.device_mesh.ndim, run_check=False)
+    return F.cross_entropy(logits.flatten(0, -2), targets.flatten(),
+                           reduction=loss.reduction, ignore_index=loss.ignore_index)
+
+
+def counts_from_comm_mode(comm_mode, phase):
+    """Flat per-module counts, modules in CommDebugMode order.
+
+    Order: ``Global``, then every module in the order its first forward
+    pre-hook ran (``advanced_module_tracker.module_helper_dict``), then any
+    other key of ``comm_module_counts``.  Every module that ran forward is
+    listed, with empty dicts when it issued nothing.  Counts include
+    descendants (CommDebugMode's own aggregation); op names are
+    ``str(OpOverloadPacket)`` (e.g. ``c10d_functional.all_reduce``), keys sorted.
+    """
+    tracker = comm_mode.advanced_module_tracker
+    order = list(tracker.module_helper_dict)
+    for fqn in comm_mode.comm_module_counts:
+        if fqn not in order:
+            order.append(fqn)
+    modules = []
+    for fqn in order:
+        entry = comm_mode.comm_module_counts.get(fqn, {})
+        fw = {str(op): n for op, n in entry.get("forward", {}).items() if n}
+        bw = {str(op): n for op, n in entry.get("backward", {}).items() if n}
+        if phase == "forward":
+            bw = {}
+        elif phase == "backward":
+            fw = {}
+        modules.append({"fqn": fqn, "forward": dict(sorted(fw.items())),
+                        "backward": dict(sorted(bw.items()))})
+    return modules
+
+
+def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=None,
+                     noise_level=3, plan_subject="plan", model_device=None):
+    """Run one measurement in the current (initialised) process group.
+
+    Returns the list of per-module counts.  ``model_device`` overrides the
+    device the model and inputs are moved to (``None``: leave them).
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
+    import fnmatch
+    import contextlib
+
+    world = dist.get_world_size()
+    if math.prod(plan.mesh_shape) != world:
+        raise PlanError(plan_subject, f"mesh shape {tuple(plan.mesh_shape)} has "
+                        f"{math.prod(plan.mesh_shape)} devices but the world size is {world}")
+    model, args, kwargs = _model_from(model_spec)
+    model_name = _spec_name(model_spec)
+    check_against_model(plan, model, plan_subject, args, kwargs)
+
+    if model_device is not None:
+        model = model.to(model_device)
+        args = _to_device(args, model_device)
+        kwargs = _to_device(kwargs, model_device)
+    if backend != "fake":
+        devs = {p.device.type for p in model.parameters()}
+        if "meta" in devs:
+            raise CommlensError(model_name, f"meta-device models need --backend fake (not {backend})")
+
+    mesh = init_device_mesh(plan.device_type, tuple(plan.mesh_shape),
+                            mesh_dim_names=None if plan.mesh_dim_names is None
+                            else tuple(plan.mesh_dim_names))
+
+    for name, p in model.named_parameters():
+        if any(fnmatch.fnmatchcase(name, pat) for pat in plan.frozen):
+            p.requires_grad_(False)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for dim, styles in plan.parallelize_steps():
+            target = mesh if dim is None else _submesh(mesh, (dim,))
+            parallelize_module(model, target, styles, src_data_rank=plan.src_data_rank)
+
+    if plan.placements:
+        named = dict(model.named_parameters())
+        named_bufs = dict(model.named_buffers())
+        for pattern, spec in plan.placements.items():
+            sub, pls = _placement_target(mesh, spec)
+            for fqn in list(named) + list(named_bufs):
+                if not fnmatch.fnmatchcase(fqn, pattern):
+                    continue
+                owner_path, _, leaf = fqn.rpartition(".")
+                owner = model.get_submodule(owner_path) if owner_path else model
+                t = named.get(fqn, named_bufs.get(fqn))
+                if isinstance(t, DTensor):
+                    raise PlanError(plan_subject, f"placements[{pattern!r}]: {fqn} is already a "
+                                    f"DTensor {t.placements} after parallelize_module")
+                dt = distribute_tensor(t.detach(), sub, pls, src_data_rank=plan.src_data_rank)
+                if fqn in named:
+                    owner.register_parameter(leaf, torch.nn.Parameter(dt, requires_grad=t.requires_grad))
+                else:
+                    owner.register_buffer(leaf, dt)
+
+    args = list(args)
+    keys = list(dict.fromkeys(list(plan.input_placements) + list(plan.inputs_requires_grad)))
+    for key in keys:
+        t = args[key] if isinstance(key, int) else kwargs[key]
+        if not isinstance(t, torch.Tensor):
+            raise PlanError(plan_subject, f"input {key!r} is not a tensor")
+        if key in plan.input_placements:
+            sub, pls = _placement_target(mesh, plan.input_placements[key])
+            t = distribute_tensor(t.detach(), sub, pls, src_data_rank=plan.src_data_rank)
+        if key in plan.inputs_requires_grad:
+            if not (t.is_floating_point() or t.is_complex()):
+                raise PlanError(plan_subject, f"input {key!r} has dtype {t.dtype} and cannot require grad")
+            t = t.detach().requires_grad_(True)
+        if isinstance(key, int):
+            args[key] = t
+        else:
+            kwargs[key] = t
+    args = tuple(args)
+
+    comm_mode = CommDebugMode()
+    ctx = loss_parallel() if plan.loss_parallel else contextlib.nullcontext()
+    with ctx, comm_mode, warnings.catch_warnings():
+        # "Full backward hook is firing when gradients are computed with
+        # respect to module outputs since no inputs require gradients" comes
+        # from CommDebugMode's global backward pre-hook; it is expected here.
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        out = model(*args, **kwargs)
+        if phase != "forward":
+            loss = _compute_loss(plan, out, args)
+            loss.backward()
+    if json_dump is not None:
+        comm_mode.generate_json_dump(file_name=json_dump, noise_level=noise_level)
+    return counts_from_comm_mode(comm_mode, phase)
+
+
+def _counts_doc(modules, *, backend, world_size, phase, model, plan, plan_source):
+    import torch
+
+    return {
+        "format": COUNTS_FORMAT,
+        "version": COUNTS_VERSION,
+        "source": "measure",
+        "backend": backend,
+        "world_size": world_size,
+        "phase": phase,
+        "model": model,
+        "plan": plan_source,
+        "mesh": {"shape": list(plan.mesh_shape),
+                 "dim_names": None if plan.mesh_dim_names is None else list(plan.mesh_dim_names),
+                 "device_type": plan.device_type},
+        "torch_version": torch.__version__,
+        "modules": modules,
+    }
+
+
+def format_counts(doc):
+    """JSON text of a counts document: header fields one per line, then one
+    line per module."""
+    head = {k: v for k, v in doc.items() if k not in ("modules", "rank")}
+    lines = ["{"]
+    for k, v in head.items():
+        lines.append(f"  {json.dumps(k)}: {json.dumps(v)},")
+    lines.append('  "modules": [')
+    mods = [f"    {json.dumps(m)}" for m in doc["modules"]]
+    lines.append(",\n".join(mods))
+    lines.append("  ]")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------
+# backends
+# --------------------------------------------------------------------------
+
+
+def _check_args(plan, backend, phase, world_size, subject):
+    if backend not in BACKENDS:
+        raise CommlensError(subject, f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})")
+    if phase not in PHASES:
+        raise CommlensError(subject, f"unknown phase {phase!r} (expected one of {', '.join(PHASES)})")
+    ws = math.prod(plan.mesh_shape) if world_size is None else int(world_size)
+    if math.prod(plan.mesh_shape) != ws:
+        raise PlanError(subject, f"mesh shape {tuple(plan.mesh_shape)} has {math.prod(plan.mesh_shape)} "
+                        f"devices but the world size is {ws}")
+    return ws
+
+
+def _fake_model_device(plan, device):
+    import torch
+
+    if device is not None:
+        return device
+    if plan.device_type == "cuda" and not torch.cuda.is_available():
+        return "meta"
+    return None
+
+
+def _measure_fake(model_spec, plan, phase, ws, json_dump, noise_level, subject, device):
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise CommlensError("measure", "a default process group is already initialised; "
+                            "the fake backend needs its own (call dist.destroy_process_group())")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=ws)
+    try:
+        return _run_measurement(model_spec, plan, phase, "fake", json_dump=json_dump,
+                                noise_level=noise_level, plan_subject=subject,
+                                model_device=_fake_model_device(plan, device))
+    finally:
+        dist.destroy_process_group()
+
+
+def _gloo_worker(rank, world_size, store_path, jobs, noise_level, out_dir):
+    """Spawned gloo rank: run every job (model_spec, plan_json, subject, phase,
+    json_dump) in order in one process group; write rank<r>.json."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from commlens.plan import from_json
+
+    result = {"rank": rank, "results": []}
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank,
+                                world_size=world_size, timeout=datetime.timedelta(seconds=300))
+        try:
+            for model_spec, plan_json, subject, phase, json_dump in jobs:
+                plan = from_json(plan_json, subject)
+                result["results"].append(_run_measurement(
+                    model_spec, plan, phase, "gloo", json_dump=json_dump if rank == 0 else None,
+                    noise_level=noise_level, plan_subject=subject))
+        finally:
+            dist.destroy_process_group()
+    except CommlensError as err:
+        result["error"] = str(err)
+    except Exception as err:  # noqa: BLE001 - reported by the parent
+        import traceback
+
+        result["exception"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+def _collect(results, subjects):
+    """Check every rank succeeded and counted the same; return rank 0's results."""
+    for r in results:
+        if "error" in r:
+            subj, _, msg = r["error"].partition(": ")
+            raise CommlensError(subj, msg)
+    for r in results:
+        if "exception" in r:
+            raise RuntimeError(f"rank {r['rank']} failed: {r['exception']}")
+    first = results[0]["results"]
+    for r in results[1:]:
+        for i, (a, b) in enumerate(zip(first, r["results"])):
+            if a != b:
+                raise CommlensError(subjects[i], f"rank {r['rank']} counted different collectives than rank 0")
+    return first
+
+
+def _measure_gloo_spawn(jobs, ws, noise_level):
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="commlens-gloo-") as tmp:
+        store = os.path.join(tmp, "store")
+        mp.start_processes(_gloo_worker, nprocs=ws, join=True, start_method="spawn",
+                           args=(ws, store, jobs, noise_level, tmp))
+        results = []
+        for r in range(ws):
+            with open(os.path.join(tmp, f"rank{r}.json")) as f:
+                results.append(json.load(f))
+    return _collect(results, [j[2] for j in jobs])
+
+
+def _measure_torchrun(jobs, backend, noise_level):
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from commlens.plan import from_json
+
+    rank = int(os.environ["RANK"])
+    device = None
+    if backend == "nccl":
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=600))
+    try:
+        result = {"rank": rank, "results": []}
+        try:
+            for model_spec, plan_json, subject, phase, json_dump in jobs:
+                plan = from_json(plan_json, subject)
+                result["results"].append(_run_measurement(
+                    model_spec, plan, phase, backend, json_dump=json_dump if rank == 0 else None,
+                    noise_level=noise_level, plan_subject=subject, model_device=device))
+        except CommlensError as err:
+            result["error"] = str(err)
+        except Exception as err:  # noqa: BLE001
+            result["exception"] = f"{type(err).__name__}: {err}"
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, result)
+        return _collect(gathered, [j[2] for j in jobs]), rank
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_many(cases, backend="fake", phase="both", world_size=None, *, noise_level=3,
+                 device=None, return_documents=False):
+    """Measure several ``(model_spec, plan[, phase[, json_dump]])`` cases.
+
+    All plans must have the same world size.  ``fake`` runs them one after the
+    other in this process (a fresh fake process group each); ``gloo`` runs them
+    all in **one** set of spawned processes (one process group, a fresh model,
+    mesh and CommDebugMode per case), which saves the process start-up cost;
+    under torchrun (``gloo``/``nccl``) the current processes run them.
+    Returns a list of per-module count dicts (see :func:`measure`).
+    """
+    if backend not in BACKENDS:
+        raise CommlensError("measure", f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})")
+    if device is not None and backend != "fake":
+        raise CommlensError("measure", "--device is only supported with the fake backend")
+    prepared = []
+    for case in cases:
+        case = tuple(case)
+        model_spec, plan_in = case[0], case[1]
+        case_phase = case[2] if len(case) > 2 and case[2] is not None else phase
+        json_dump = case[3] if len(case) > 3 else None
+        plan_source = plan_in if isinstance(plan_in, str) else getattr(plan_in, "source", None)
+        subject = plan_source or "plan"
+        plan = resolve_plan(plan_in)
+        ws = _check_args(plan, backend, case_phase, world_size, subject)
+        if backend == "gloo" and plan.device_type != "cpu":
+            raise PlanError(subject, f"the gloo backend needs device_type 'cpu' (plan has {plan.device_type!r})")
+        if backend == "nccl" and plan.device_type != "cuda":
+            raise PlanError(subject, f"the nccl backend needs device_type 'cuda' (plan has {plan.device_type!r})")
+        if backend != "fake" and not isinstance(model_spec, str):
+            raise CommlensError(_spec_name(model_spec), f"the {backend} backend needs a MODULE:FACTORY spec string")
+        prepared.append((model_spec, plan, plan_source, subject, case_phase, json_dump, ws))
+    sizes = {p[6] for p in prepared}
+    if len(sizes) > 1:
+        raise CommlensError("measure", f"all cases must have the same world size (got {sorted(sizes)})")
+    ws = sizes.pop() if sizes else 0
+    rank = 0
+    if backend == "fake":
+        results = [
+            _measure_fake(m, plan, ph, ws, jd, noise_level, subj, device)
+            for m, plan, _src, subj, ph, jd, _ws in prepared
+        ]
+    else:
+        jobs = [(m, to_json(plan), subj, ph, jd) for m, plan, _src, subj, ph, jd, _ws in prepared]
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            if int(os.environ["WORLD_SIZE"]) != ws:
+                subj = prepared[0][3]
+                raise PlanError(subj, f"mesh shape {tuple(prepared[0][1].mesh_shape)} has {ws} "
+                                f"devices but the world size is {os.environ['WORLD_SIZE']}")
+            results, rank = _measure_torchrun(jobs, backend, noise_level)
+        elif backend == "gloo":
+            results = _measure_gloo_spawn(jobs, ws, noise_level)
+        else:
+            raise CommlensError("measure", "the nccl backend must run under torchrun "
+                                "(RANK/WORLD_SIZE not set); see python -m commlens.measure --help")
+    out = []
+    for (m, plan, src, _subj, ph, _jd, _ws), modules in zip(prepared, results):
+        if return_documents:
+            doc = _counts_doc(modules, backend=backend, world_size=ws, phase=ph,
+                              model=_spec_name(m), plan=plan, plan_source=src)
+            doc["rank"] = rank
+            out.append(doc)
+        else:
+            out.append({e["fqn"]: {"forward": e["forward"], "backward": e["backward"]} for e in modules})
+    return out
+
+
+def measure(model_spec_or_factory, plan, backend="fake", phase="both", world_size=None,
+            *, json_dump=None, noise_level=3, device=None, return_document=False):
+    """Measure one model under one plan; return the per-module counts.
+
+    ``model_spec_or_factory``: ``"MODULE:FACTORY(...)"`` or (fake backend) a
+    zero-argument callable returning ``(model, args[, kwargs])``.  ``plan``: a
+    :class:`commlens.plan.Plan`, a plan JSON path, or a plan factory spec.
+
+    Returns ``{"Global": {"forward": {op: n}, "backward": {op: n}}, "MLP.w1": ...}``
+    in CommDebugMode's module order or, with ``return_document=True``, the
+    whole commlens-counts document (plus ``"rank"``).  ``json_dump``: path for
+    CommDebugMode's ``generate_json_dump`` (rank 0).  ``device="meta"`` moves
+    the fresh model and inputs to meta (fake backend only).
+    """
+    return measure_many([(model_spec_or_factory, plan, phase, json_dump)], backend=backend,
+                        phase=phase, world_size=world_size, noise_level=noise_level,
+                        device=device, return_documents=return_document)[0]
+
+
+@cli_main
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m commlens.measure",
+        description="Run a parallelised model once under CommDebugMode and write per-module collective counts.",
+        epilog=__doc__.split("Backends:")[1].split("Python API")[0] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("factory", help="model factory MODULE:FACTORY or MODULE:FACTORY(key=literal, ...)")
+    parser.add_argument("--plan", required=True, help="plan JSON file or MODULE:PLAN_FACTORY(...) spec")
+    parser.add_argument("--backend", default="fake", choices=BACKENDS)
+    parser.add_argument("--phase", default="both", choices=PHASES)
+    parser.add_argument("--world-size", type=int, default=None,
+                        help="must equal the product of the mesh shape (default: that product)")
+    parser.add_argument("--noise-level", type=int, default=3, help="generate_json_dump noise level (0-3)")
+    parser.add_argument("--device", choices=("meta",), default=None,
+                        help="move the fresh model and inputs to this device (fake backend)")
+    parser.add_argument("-o", "--output", required=True, help="CommDebugMode JSON dump path")
+    parser.add_argument("--counts", help="counts JSON path (default: <stem of -o>.counts.json)")
+    ns = parser.parse_args(argv)
+    counts_path = ns.counts
+    if counts_path is None:
+        stem = ns.output[:-5] if ns.output.endswith(".json") else ns.output
+        counts_path = stem + ".counts.json"
+    doc = measure(ns.factory, ns.plan, backend=ns.backend, phase=ns.phase, world_size=ns.world_size,
+                  json_dump=os.path.abspath(ns.output), noise_level=ns.noise_level, device=ns.device,
+                  return_document=True)
+    if doc.get("rank", 0) != 0:
+        return 0
+    doc.pop("rank", None)
+    try:
+        with open(counts_path, "w") as f:
+            f.write(format_counts(doc))
+    except OSError as err:
+        raise CommlensError(counts_path, f"cannot write counts: {err.strerror or err}") from None
+    total = doc["modules"][0]
+    fw = sum(total["forward"].values())
+    bw = sum(total["backward"].values())
+    print(f"commlens: measured {ns.factory} with {ns.plan} ({ns.backend}, world size "
+          f"{doc['world_size']}, phase {ns.phase}): {fw} forward + {bw} backward collectives; "
+          f"wrote {ns.output} and {counts_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    from commlens.measure import main as _main
+
+    sys.exit(_main())

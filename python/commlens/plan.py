@@ -1,0 +1,825 @@
+"""Sharding plans: the :class:`Plan` dataclass and its JSON format.
+
+A *plan factory* (e.g. ``examples.plans:mlp_tp(tp=4)``) returns a
+:class:`Plan` holding the device mesh description and the very
+``parallelize_plan`` dict of ``ParallelStyle`` objects a user would pass to
+``torch.distributed.tensor.parallel.parallelize_module``.  This module turns
+that into versioned JSON (``{"format": "commlens-plan", "version": 1, ...}``,
+documented in ``docs/plan-format.md``) by reading the style objects' fields,
+and :func:`load` rebuilds equal style objects.
+
+CLI::
+
+    python -m commlens.plan MODULE:PLAN_FACTORY[(k=v, ...)] -o plan.json
+    python -m commlens.plan --check plan.json [--model MODULE:FACTORY]
+
+Errors raise :class:`commlens.CommlensError` (subclass :class:`PlanError`);
+the CLI prints ``commlens: error: <file or spec>: <what>`` and exits 2.
+"""
+
+import argparse
+import dataclasses
+import fnmatch
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch.distributed.tensor import Partial, Placement, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    PrepareModuleInputOutput,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+)
+from torch.distributed.tensor.parallel.style import ParallelStyle
+
+from commlens._errors import CommlensError, cli_main
+
+FORMAT = "commlens-plan"
+VERSION = 1
+
+
+class PlanError(CommlensError):
+    """An invalid plan (bad JSON, unknown style, bad placement, ...)."""
+
+
+# --------------------------------------------------------------------------
+# Python representation
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Loss:
+    """How the scalar for ``.backward()`` is made from the model output.
+
+    * ``kind="sum"``: the sum over all output tensors (pytree leaves) of
+      ``t.sum()``.
+    * ``kind="cross_entropy"``: ``F.cross_entropy(logits.flatten(0, -2),
+      targets.flatten(), reduction=..., ignore_index=...)`` where ``logits``
+      is the first output tensor (shape ``[..., C]``).  ``targets`` says how
+      the integer targets are made:
+
+      - ``"random"``: ``torch.randint(0, C, logits.shape[:-1])`` drawn from a
+        ``torch.Generator`` seeded with ``seed`` (on CPU, then moved to the
+        logits' device; on ``meta`` an empty tensor of that shape), where ``C``
+        is the *global* class count;
+      - ``"input:K"``: the K-th positional user input (e.g. the token ids).
+    """
+
+    kind: str = "sum"
+    targets: str = "random"
+    seed: int = 0
+    reduction: str = "mean"
+    ignore_index: int = -100
+
+    @classmethod
+    def sum(cls):
+        return cls(kind="sum")
+
+    @classmethod
+    def cross_entropy(cls, targets="random", seed=0, reduction="mean", ignore_index=-100):
+        return cls(kind="cross_entropy", targets=targets, seed=seed,
+                   reduction=reduction, ignore_index=ignore_index)
+
+
+@dataclass
+class Plan:
+    """What a plan factory returns.
+
+    ``parallelize_plan`` is either a dict ``{fqn_pattern: ParallelStyle}``
+    (applied with ``parallelize_module`` on the mesh dim ``tp_mesh_dim``, or on
+    the whole mesh if that is 1-D and ``tp_mesh_dim`` is None), or a list of
+    ``(mesh_dim_name, dict)`` pairs applied in order, one ``parallelize_module``
+    call each.
+
+    ``placements`` maps parameter/buffer FQN patterns (fnmatch, matched
+    against ``named_parameters()`` / ``named_buffers()`` paths) to explicit
+    DTensor placements, applied with ``distribute_tensor`` after
+    ``parallelize_module``.  ``input_placements`` does the same for user inputs,
+    keyed by position (int) or keyword name (str).  A placement value is a
+    tuple with one ``Placement`` per mesh dim of the whole mesh, or a dict
+    ``{mesh_dim_name: Placement}`` meaning the sub-mesh of those dims (in that
+    order).
+
+    ``inputs_requires_grad`` lists user inputs (position or keyword name)
+    that get ``requires_grad_(True)``.  ``frozen`` lists parameter FQN
+    patterns set to ``requires_grad=False`` before parallelisation.
+    ``loss_parallel=True`` runs forward, loss and backward inside
+    ``torch.distributed.tensor.parallel.loss_parallel()``.
+    ``src_data_rank`` is passed to ``parallelize_module``.  ``name`` and
+    ``source`` (the factory spec the plan came from) are informational.
+    """
+
+    mesh_shape: tuple
+    parallelize_plan: Any = field(default_factory=dict)
+    mesh_dim_names: tuple | None = None
+    device_type: str = "cpu"
+    tp_mesh_dim: str | None = None
+    placements: dict = field(default_factory=dict)
+    input_placements: dict = field(default_factory=dict)
+    inputs_requires_grad: tuple = ()
+    frozen: tuple = ()
+    loss: Loss = field(default_factory=Loss)
+    loss_parallel: bool = False
+    src_data_rank: int | None = 0
+    name: str | None = None
+    source: str | None = None
+
+    @property
+    def world_size(self):
+        return math.prod(self.mesh_shape)
+
+    def parallelize_steps(self):
+        """``[(mesh_dim_name_or_None, {pattern: style})]`` in application order."""
+        pp = self.parallelize_plan
+        if isinstance(pp, dict):
+            return [(self.tp_mesh_dim, pp)] if pp else []
+        return [(dim, dict(d)) for dim, d in pp]
+
+
+# --------------------------------------------------------------------------
+# Placements <-> strings
+# --------------------------------------------------------------------------
+
+_REDUCE_OPS = ("sum", "avg", "max", "min", "product")
+_SHARD_RE = re.compile(r"^(?:Shard|S)\(\s*(?:dim\s*=\s*)?(-?\d+)\s*\)$")
+_PARTIAL_RE = re.compile(r"^(?:Partial|P)\(\s*(?:reduce_op\s*=\s*)?['\"]?([a-z_]*)['\"]?\s*\)$")
+
+
+def placement_to_str(p, where="placement"):
+    """Canonical string: ``Shard(d)``, ``Replicate()``, ``Partial(op)``."""
+    if type(p) is Shard:
+        return f"Shard({p.dim})"
+    if type(p) is Replicate:
+        return "Replicate()"
+    if type(p) is Partial:
+        return f"Partial({p.reduce_op})"
+    raise PlanError(where, f"unsupported placement {p!r} (only Shard, Replicate, Partial)")
+
+
+def placement_from_str(s, subject="plan", where=""):
+    """Parse ``Shard(0)``/``S(0)``/``Shard(dim=0)``, ``Replicate()``/``R``,
+    ``Partial()``/``Partial(sum)``/``P(max)``."""
+    loc = f" at {where}" if where else ""
+    if not isinstance(s, str):
+        raise PlanError(subject, f"bad placement {json.dumps(s)}{loc}: expected a string")
+    text = s.strip()
+    m = _SHARD_RE.match(text)
+    if m:
+        return Shard(int(m.group(1)))
+    if text in ("Replicate()", "R", "Replicate"):
+        return Replicate()
+    m = _PARTIAL_RE.match(text)
+    if m:
+        op = m.group(1) or "sum"
+        if op not in _REDUCE_OPS:
+            raise PlanError(subject, f"bad placement {s!r}{loc}: unknown reduce op {op!r} "
+                            f"(expected one of {', '.join(_REDUCE_OPS)})")
+        return Partial(op)
+    if text in ("P", "Partial"):
+        return Partial()
+    raise PlanError(subject, f"bad placement {s!r}{loc} (expected Shard(d), Replicate() or Partial(op))")
+
+
+def _opt_pl_to_json(p, where):
+    return None if p is None else placement_to_str(p, where)
+
+
+def _opt_pl_from_json(v, subject, where):
+    return None if v is None else placement_from_str(v, subject, where)
+
+
+def _tuple_to_json(t, where):
+    if t is None:
+        return None
+    return [_opt_pl_to_json(p, where) for p in t]
+
+
+def _tuple_from_json(v, subject, where, allow_none_items=True):
+    if v is None:
+        return None
+    if isinstance(v, str):  # a single placement is accepted and wrapped
+        v = [v]
+    if not isinstance(v, list):
+        raise PlanError(subject, f"bad placement list at {where}: expected a list")
+    out = []
+    for i, item in enumerate(v):
+        if item is None and allow_none_items:
+            out.append(None)
+        else:
+            out.append(placement_from_str(item, subject, f"{where}[{i}]"))
+    return tuple(out)
+
+
+def _dict_to_json(d, where):
+    return {k: _opt_pl_to_json(p, where) for k, p in d.items()}
+
+
+def _dict_from_json(v, subject, where):
+    if not isinstance(v, dict):
+        raise PlanError(subject, f"bad placement dict at {where}: expected an object")
+    return {k: _opt_pl_from_json(p, subject, f"{where}.{k}") for k, p in v.items()}
+
+
+# --------------------------------------------------------------------------
+# ParallelStyle <-> JSON
+# --------------------------------------------------------------------------
+
+# For every supported class: the instance attributes (as set by the installed
+# torch/distributed/tensor/parallel/style.py) and how each one is encoded.
+#   "pl1"   : 1-tuple (or tuple) of Placement        -> list of strings
+#   "pltup" : None or tuple of (Placement | None)     -> null or list
+#   "pldict": dict str -> Placement                   -> object
+#   "bool"  : bool
+#   "style" : a nested style object
+_STYLE_FIELDS = {
+    "ColwiseParallel": (ColwiseParallel, [
+        ("input_layouts", "pl1"), ("output_layouts", "pl1"),
+        ("desired_input_layouts", "pl1"), ("use_local_output", "bool"),
+    ]),
+    "RowwiseParallel": (RowwiseParallel, [
+        ("input_layouts", "pl1"), ("output_layouts", "pl1"),
+        ("use_local_output", "bool"),
+        # desired_input_layouts is only set by RowwiseParallel._apply
+        # (Shard(-1) for Linear, Replicate() for Embedding); serialised only
+        # when present on the object.
+        ("desired_input_layouts", "pl1?"),
+    ]),
+    "SequenceParallel": (SequenceParallel, [
+        ("sequence_sharding", "pl1"), ("use_local_output", "bool"),
+    ]),
+    "PrepareModuleInput": (PrepareModuleInput, [
+        ("input_layouts", "pltup"), ("desired_input_layouts", "pltup"),
+        ("input_kwarg_layouts", "pldict"), ("desired_input_kwarg_layouts", "pldict"),
+        ("use_local_output", "bool"), ("with_kwargs", "bool"),
+    ]),
+    "PrepareModuleOutput": (PrepareModuleOutput, [
+        ("output_layouts", "pltup"), ("desired_output_layouts", "pltup"),
+        ("use_local_output", "bool"),
+    ]),
+    "PrepareModuleInputOutput": (PrepareModuleInputOutput, [
+        ("prepare_module_input", "style"), ("prepare_module_output", "style"),
+    ]),
+}
+_CLASS_TO_NAME = {cls: name for name, (cls, _) in _STYLE_FIELDS.items()}
+
+
+def style_to_json(style, where="style"):
+    """Encode a ParallelStyle by reading its instance attributes."""
+    name = _CLASS_TO_NAME.get(type(style))
+    if name is None:
+        raise PlanError(where, f"unsupported parallel style class {type(style).__module__}."
+                        f"{type(style).__qualname__}")
+    _, fields = _STYLE_FIELDS[name]
+    out = {"style": name}
+    attrs = vars(style)
+    for fname, kind in fields:
+        if kind == "pl1?":
+            if fname not in attrs:
+                continue
+            kind = "pl1"
+        val = getattr(style, fname)
+        w = f"{where}.{fname}"
+        if kind in ("pl1", "pltup"):
+            out[fname] = _tuple_to_json(val, w)
+        elif kind == "pldict":
+            out[fname] = _dict_to_json(val, w)
+        elif kind == "bool":
+            out[fname] = bool(val)
+        elif kind == "style":
+            out[fname] = style_to_json(val, w)
+    # src_data_rank is a class attribute that parallelize_module overwrites;
+    # it is recorded plan-wide (Plan.src_data_rank), not per style.
+    return out
+
+
+def style_from_json(obj, subject="plan", where="style"):
+    """Rebuild a ParallelStyle whose fields equal the encoded ones."""
+    if not isinstance(obj, dict):
+        raise PlanError(subject, f"bad style at {where}: expected an object")
+    name = obj.get("style")
+    if name not in _STYLE_FIELDS:
+        raise PlanError(subject, f"unknown parallel style {name!r} at {where} "
+                        f"(known: {', '.join(_STYLE_FIELDS)})")
+    cls, fields = _STYLE_FIELDS[name]
+    known = {f for f, _ in fields}
+    unknown = sorted(set(obj) - known - {"style"})
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} for {name} at {where}")
+    values = {}
+    for fname, kind in fields:
+        if fname not in obj:
+            continue
+        v = obj[fname]
+        w = f"{where}.{fname}"
+        if kind in ("pl1", "pl1?"):
+            t = _tuple_from_json(v, subject, w, allow_none_items=False)
+            if t is None:
+                raise PlanError(subject, f"bad placement list at {w}: must not be null")
+            values[fname] = t
+        elif kind == "pltup":
+            values[fname] = _tuple_from_json(v, subject, w)
+        elif kind == "pldict":
+            values[fname] = _dict_from_json(v, subject, w)
+        elif kind == "bool":
+            if not isinstance(v, bool):
+                raise PlanError(subject, f"bad value at {w}: expected true or false")
+            values[fname] = v
+        elif kind == "style":
+            values[fname] = style_from_json(v, subject, w)
+    style = _construct(cls, name, values, subject, where)
+    # Set every given field verbatim, so fields that constructors normalise
+    # (e.g. desired_input_layouts, with_kwargs) come back exactly.
+    for fname, val in values.items():
+        setattr(style, fname, val)
+    return style
+
+
+def _construct(cls, name, values, subject, where):
+    one = lambda t: None if t is None else t[0]  # noqa: E731
+    try:
+        if name in ("ColwiseParallel", "RowwiseParallel"):
+            return cls(
+                input_layouts=one(values.get("input_layouts")),
+                output_layouts=one(values.get("output_layouts")),
+                use_local_output=values.get("use_local_output", True),
+            )
+        if name == "SequenceParallel":
+            seq = values.get("sequence_sharding", (Shard(1),))
+            if len(seq) != 1 or type(seq[0]) is not Shard:
+                raise PlanError(subject, f"bad value at {where}.sequence_sharding: expected [\"Shard(d)\"]")
+            return cls(sequence_dim=seq[0].dim, use_local_output=values.get("use_local_output", False))
+        if name == "PrepareModuleInput":
+            with_kwargs = values.get("with_kwargs", bool(values.get("input_kwarg_layouts")))
+            return cls(
+                input_layouts=values.get("input_layouts"),
+                desired_input_layouts=values.get("desired_input_layouts"),
+                input_kwarg_layouts=values.get("input_kwarg_layouts", {}) if with_kwargs else None,
+                desired_input_kwarg_layouts=values.get("desired_input_kwarg_layouts"),
+                use_local_output=values.get("use_local_output", False),
+            )
+        if name == "PrepareModuleOutput":
+            if "output_layouts" not in values or "desired_output_layouts" not in values:
+                raise PlanError(subject, f"{name} at {where} needs output_layouts and desired_output_layouts")
+            return cls(
+                output_layouts=values["output_layouts"],
+                desired_output_layouts=values["desired_output_layouts"],
+                use_local_output=values.get("use_local_output", True),
+            )
+        if name == "PrepareModuleInputOutput":
+            pin = values.get("prepare_module_input")
+            pout = values.get("prepare_module_output")
+            if not isinstance(pin, PrepareModuleInput) or not isinstance(pout, PrepareModuleOutput):
+                raise PlanError(subject, f"{name} at {where} needs prepare_module_input "
+                                "(PrepareModuleInput) and prepare_module_output (PrepareModuleOutput)")
+            return cls(
+                input_layouts=pin.input_layouts,
+                desired_input_layouts=pin.desired_input_layouts,
+                input_kwarg_layouts=pin.input_kwarg_layouts if pin.with_kwargs else None,
+                desired_input_kwarg_layouts=pin.desired_input_kwarg_layouts,
+                use_local_input=pin.use_local_output,
+                output_layouts=pout.output_layouts,
+                desired_output_layouts=pout.desired_output_layouts,
+                use_local_output=pout.use_local_output,
+            )
+    except PlanError:
+        raise
+    except (AssertionError, ValueError, TypeError) as err:
+        raise PlanError(subject, f"invalid {name} at {where}: {err}") from None
+    raise AssertionError(name)
+
+
+def style_fields(style):
+    """Instance fields of a style, nested styles expanded (for equality tests)."""
+    out = {"__class__": type(style).__name__}
+    for k, v in vars(style).items():
+        out[k] = style_fields(v) if isinstance(v, ParallelStyle) else v
+    return out
+
+
+# --------------------------------------------------------------------------
+# Plan <-> JSON
+# --------------------------------------------------------------------------
+
+
+def _placement_spec_to_json(value, where):
+    if isinstance(value, dict):
+        return {"mesh_dims": list(value.keys()),
+                "placements": [placement_to_str(p, where) for p in value.values()]}
+    if isinstance(value, Placement):
+        value = (value,)
+    return {"mesh_dims": None, "placements": [placement_to_str(p, where) for p in value]}
+
+
+def _placement_spec_from_json(v, subject, where):
+    if not isinstance(v, dict) or "placements" not in v:
+        raise PlanError(subject, f"bad placement spec at {where}: expected {{\"mesh_dims\": ..., \"placements\": [...]}}")
+    unknown = sorted(set(v) - {"mesh_dims", "placements"})
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
+    pls = _tuple_from_json(v["placements"], subject, f"{where}.placements", allow_none_items=False)
+    dims = v.get("mesh_dims")
+    if dims is None:
+        return pls
+    if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
+        raise PlanError(subject, f"bad mesh_dims at {where}: expected a list of mesh dim names")
+    if len(dims) != len(pls):
+        raise PlanError(subject, f"bad placement spec at {where}: {len(dims)} mesh_dims but {len(pls)} placements")
+    return dict(zip(dims, pls))
+
+
+def _input_key_to_json(k):
+    return str(k)
+
+
+def _input_key_from_json(k):
+    return int(k) if re.fullmatch(r"\d+", k) else k
+
+
+def to_json(plan, source=None):
+    """Encode a :class:`Plan` as a JSON-able dict (canonical key order)."""
+    if not isinstance(plan, Plan):
+        raise PlanError(source or "plan", f"plan factory returned {type(plan).__name__}, not commlens.plan.Plan")
+    source = source or plan.source
+    subject = source or "plan"
+    validate(plan, subject)
+    steps = []
+    for dim, pp in plan.parallelize_steps():
+        entries = []
+        for pattern, style in pp.items():
+            entries.append({"fqn": pattern, **style_to_json(style, f"{subject}: {pattern!r}")})
+        steps.append({"mesh_dim": dim, "plan": entries})
+    inputs = {}
+    keys = list(dict.fromkeys(list(plan.input_placements) + list(plan.inputs_requires_grad)))
+    for k in keys:
+        inputs[_input_key_to_json(k)] = {
+            "requires_grad": k in plan.inputs_requires_grad,
+            "placements": (_placement_spec_to_json(plan.input_placements[k], subject)
+                           if k in plan.input_placements else None),
+        }
+    loss = plan.loss if isinstance(plan.loss, Loss) else Loss(kind=plan.loss)
+    if loss.kind == "sum":
+        loss_json = {"kind": "sum"}
+    else:
+        loss_json = {"kind": loss.kind, "targets": loss.targets, "seed": loss.seed,
+                     "reduction": loss.reduction, "ignore_index": loss.ignore_index}
+    out = {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": plan.name,
+        "source": source,
+        "mesh": {
+            "shape": list(plan.mesh_shape),
+            "dim_names": None if plan.mesh_dim_names is None else list(plan.mesh_dim_names),
+            "device_type": plan.device_type,
+        },
+        "parallelize": steps,
+        "src_data_rank": plan.src_data_rank,
+        "placements": {k: _placement_spec_to_json(v, subject) for k, v in plan.placements.items()},
+        "inputs": inputs,
+        "frozen": list(plan.frozen),
+        "loss": loss_json,
+        "loss_parallel": bool(plan.loss_parallel),
+    }
+    return out
+
+
+def _format(obj, indent=0):
+    """JSON text: objects one key per line (2-space indent); lists whose items
+    are all scalars on one line."""
+    pad, inner = "  " * indent, "  " * (indent + 1)
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        items = [f"{inner}{json.dumps(k)}: {_format(v, indent + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list):
+        if all(not isinstance(v, (dict, list)) for v in obj):
+            return "[" + ", ".join(json.dumps(v) for v in obj) + "]"
+        items = [f"{inner}{_format(v, indent + 1)}" for v in obj]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return json.dumps(obj)
+
+
+def dumps(plan, source=None):
+    """Canonical JSON text of a plan (deterministic; ends with a newline)."""
+    return _format(to_json(plan, source)) + "\n"
+
+
+_TOP_FIELDS = ("format", "version", "name", "source", "mesh", "parallelize", "src_data_rank",
+               "placements", "inputs", "frozen", "loss", "loss_parallel")
+
+
+def from_json(obj, subject="plan"):
+    """Decode a plan dict (as produced by :func:`to_json`) into a :class:`Plan`."""
+    if not isinstance(obj, dict):
+        raise PlanError(subject, "not a commlens plan (top level is not a JSON object)")
+    if obj.get("format") != FORMAT:
+        raise PlanError(subject, f"not a commlens plan (format is {obj.get('format')!r}, expected {FORMAT!r})")
+    if obj.get("version") != VERSION:
+        raise PlanError(subject, f"unsupported plan version {obj.get('version')!r} (this commlens reads version {VERSION})")
+    unknown = sorted(set(obj) - set(_TOP_FIELDS))
+    if unknown:
+        raise PlanError(subject, f"unknown top-level field {unknown[0]!r}")
+    mesh = obj.get("mesh")
+    if not isinstance(mesh, dict) or "shape" not in mesh:
+        raise PlanError(subject, "missing mesh.shape")
+    shape = mesh["shape"]
+    if (not isinstance(shape, list) or not shape
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)):
+        raise PlanError(subject, f"bad mesh.shape {json.dumps(shape)}: expected a non-empty list of positive ints")
+    names = mesh.get("dim_names")
+    steps = []
+    for i, step in enumerate(obj.get("parallelize") or []):
+        if not isinstance(step, dict) or not isinstance(step.get("plan", []), list):
+            raise PlanError(subject, f"bad parallelize[{i}]: expected {{\"mesh_dim\": ..., \"plan\": [...]}}")
+        pp = {}
+        for j, entry in enumerate(step.get("plan", [])):
+            where = f"parallelize[{i}].plan[{j}]"
+            if not isinstance(entry, dict) or not isinstance(entry.get("fqn"), str):
+                raise PlanError(subject, f"bad {where}: expected an object with a string \"fqn\"")
+            body = {k: v for k, v in entry.items() if k != "fqn"}
+            pp[entry["fqn"]] = style_from_json(body, subject, f"{where} ({entry['fqn']!r})")
+        steps.append((step.get("mesh_dim"), pp))
+    if len(steps) == 1:
+        tp_dim, parallelize_plan = steps[0]
+    elif not steps:
+        tp_dim, parallelize_plan = None, {}
+    else:
+        tp_dim, parallelize_plan = None, steps
+    placements = {}
+    for k, v in (obj.get("placements") or {}).items():
+        placements[k] = _placement_spec_from_json(v, subject, f"placements[{k!r}]")
+    input_placements, requires_grad = {}, []
+    for k, v in (obj.get("inputs") or {}).items():
+        key = _input_key_from_json(k)
+        if not isinstance(v, dict):
+            raise PlanError(subject, f"bad inputs[{k!r}]: expected an object")
+        unknown = sorted(set(v) - {"requires_grad", "placements"})
+        if unknown:
+            raise PlanError(subject, f"unknown field {unknown[0]!r} at inputs[{k!r}]")
+        if v.get("requires_grad"):
+            requires_grad.append(key)
+        if v.get("placements") is not None:
+            input_placements[key] = _placement_spec_from_json(v["placements"], subject, f"inputs[{k!r}].placements")
+    loss_obj = obj.get("loss") or {"kind": "sum"}
+    if not isinstance(loss_obj, dict):
+        raise PlanError(subject, "bad loss: expected an object")
+    unknown = sorted(set(loss_obj) - {f.name for f in dataclasses.fields(Loss)})
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} in loss")
+    loss = Loss(**loss_obj)
+    plan = Plan(
+        mesh_shape=tuple(shape),
+        mesh_dim_names=None if names is None else tuple(names),
+        device_type=mesh.get("device_type", "cpu"),
+        parallelize_plan=parallelize_plan,
+        tp_mesh_dim=tp_dim,
+        placements=placements,
+        input_placements=input_placements,
+        inputs_requires_grad=tuple(requires_grad),
+        frozen=tuple(obj.get("frozen") or ()),
+        loss=loss,
+        loss_parallel=bool(obj.get("loss_parallel", False)),
+        src_data_rank=obj.get("src_data_rank", 0),
+        name=obj.get("name"),
+        source=obj.get("source"),
+    )
+    validate(plan, subject)
+    return plan
+
+
+def load(path):
+    """Read a plan JSON file into a :class:`Plan` (styles rebuilt)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as err:
+        raise PlanError(path, f"cannot read plan: {err.strerror or err}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PlanError(path, f"invalid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    return from_json(obj, str(path))
+
+
+def save(plan, path, source=None):
+    text = dumps(plan, source)
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as err:
+        raise PlanError(path, f"cannot write plan: {err.strerror or err}") from None
+    return text
+
+
+# --------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------
+
+_LOSS_KINDS = ("sum", "cross_entropy")
+_REDUCTIONS = ("mean", "sum")
+
+
+def _mesh_dim_names_of(plan):
+    return tuple(plan.mesh_dim_names) if plan.mesh_dim_names is not None else None
+
+
+def _check_mesh_dim(plan, dim, subject, what):
+    names = _mesh_dim_names_of(plan)
+    if dim is None:
+        if len(plan.mesh_shape) != 1:
+            raise PlanError(subject, f"{what} needs a mesh dim name: the mesh is "
+                            f"{len(plan.mesh_shape)}-D {tuple(plan.mesh_shape)}")
+        return
+    if names is None or dim not in names:
+        raise PlanError(subject, f"mesh dim {dim!r} ({what}) is not in the mesh "
+                        f"(dim names: {list(names) if names else 'none'})")
+
+
+def validate(plan, subject="plan"):
+    """Model-independent checks; raise :class:`PlanError` on the first problem."""
+    shape = tuple(plan.mesh_shape)
+    if not shape or not all(isinstance(s, int) and s > 0 for s in shape):
+        raise PlanError(subject, f"bad mesh shape {shape}")
+    names = _mesh_dim_names_of(plan)
+    if names is not None:
+        if len(names) != len(shape):
+            raise PlanError(subject, f"mesh has {len(shape)} dims but {len(names)} dim names")
+        if len(set(names)) != len(names):
+            raise PlanError(subject, f"duplicate mesh dim names {list(names)}")
+    if plan.device_type not in ("cpu", "cuda"):
+        raise PlanError(subject, f"bad device_type {plan.device_type!r} (expected 'cpu' or 'cuda')")
+    pp = plan.parallelize_plan
+    if not isinstance(pp, (dict, list, tuple)):
+        raise PlanError(subject, "parallelize_plan must be a dict or a list of (mesh_dim, dict)")
+    for dim, d in plan.parallelize_steps():
+        _check_mesh_dim(plan, dim, subject, "parallelize_plan")
+        if not isinstance(d, dict):
+            raise PlanError(subject, "each parallelize_plan must be a dict {fqn_pattern: ParallelStyle}")
+        for pattern, style in d.items():
+            if not isinstance(pattern, str):
+                raise PlanError(subject, f"plan key {pattern!r} is not a string")
+            if not isinstance(style, ParallelStyle):
+                raise PlanError(subject, f"plan entry {pattern!r} is {type(style).__name__}, not a ParallelStyle")
+            if type(style) not in _CLASS_TO_NAME:
+                raise PlanError(subject, f"unsupported parallel style class {type(style).__module__}."
+                                f"{type(style).__qualname__} for {pattern!r}")
+    for table, label in ((plan.placements, "placements"), (plan.input_placements, "input_placements")):
+        for key, spec in table.items():
+            where = f"{label}[{key!r}]"
+            if isinstance(spec, dict):
+                for dim, p in spec.items():
+                    _check_mesh_dim(plan, dim, subject, where)
+                    placement_to_str(p, subject)
+            else:
+                spec = (spec,) if isinstance(spec, Placement) else tuple(spec)
+                if len(spec) != len(shape):
+                    raise PlanError(subject, f"{where} has {len(spec)} placements for a "
+                                    f"{len(shape)}-D mesh")
+                for p in spec:
+                    placement_to_str(p, subject)
+    loss = plan.loss if isinstance(plan.loss, Loss) else Loss(kind=plan.loss)
+    if loss.kind not in _LOSS_KINDS:
+        raise PlanError(subject, f"unknown loss kind {loss.kind!r} (expected one of {', '.join(_LOSS_KINDS)})")
+    if loss.kind == "cross_entropy":
+        if loss.reduction not in _REDUCTIONS:
+            raise PlanError(subject, f"bad loss reduction {loss.reduction!r} (expected mean or sum)")
+        if not (loss.targets == "random" or re.fullmatch(r"input:\d+", str(loss.targets))):
+            raise PlanError(subject, f"bad loss targets {loss.targets!r} (expected 'random' or 'input:K')")
+    if plan.loss_parallel:
+        if loss.kind != "cross_entropy":
+            raise PlanError(subject, "loss_parallel needs loss kind 'cross_entropy'")
+
+
+def match_modules(model, pattern):
+    """FQN paths of the submodules ``parallelize_module`` applies ``pattern`` to
+    (token-by-token fnmatch against ``named_children()``; ``""`` is the root)."""
+    if pattern == "":
+        return [""]
+    out = []
+
+    def walk(mod, prefix, tokens):
+        token, rest = tokens[0], tokens[1:]
+        for name, child in mod.named_children():
+            if fnmatch.fnmatch(name, token):
+                path = f"{prefix}{name}"
+                if rest:
+                    walk(child, path + ".", rest)
+                else:
+                    out.append(path)
+
+    walk(model, "", pattern.split("."))
+    return out
+
+
+def check_against_model(plan, model, subject="plan", args=(), kwargs=None):
+    """Checks that need the (unparallelised) model and its example inputs."""
+    root = type(model).__name__
+    for _dim, pp in plan.parallelize_steps():
+        for pattern in pp:
+            if not match_modules(model, pattern):
+                raise PlanError(subject, f"plan pattern {pattern!r} matches no module of {root}")
+    params = [n for n, _ in model.named_parameters()]
+    tensors = params + [n for n, _ in model.named_buffers()]
+    for pattern in plan.placements:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in tensors):
+            raise PlanError(subject, f"placements pattern {pattern!r} matches no parameter or buffer of {root}")
+    for pattern in plan.frozen:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in params):
+            raise PlanError(subject, f"frozen pattern {pattern!r} matches no parameter of {root}")
+    kwargs = kwargs or {}
+    for key in list(plan.input_placements) + list(plan.inputs_requires_grad):
+        if isinstance(key, int):
+            if key >= len(args):
+                raise PlanError(subject, f"input {key} does not exist (the model takes {len(args)} positional inputs)")
+        elif key not in kwargs:
+            raise PlanError(subject, f"input {key!r} is not a keyword input of the model")
+    loss = plan.loss
+    if isinstance(loss, Loss) and loss.kind == "cross_entropy" and loss.targets.startswith("input:"):
+        k = int(loss.targets.split(":")[1])
+        if k >= len(args):
+            raise PlanError(subject, f"loss targets {loss.targets!r}: the model takes {len(args)} positional inputs")
+
+
+# --------------------------------------------------------------------------
+# Resolution and CLI
+# --------------------------------------------------------------------------
+
+
+def resolve_plan(plan_or_path_or_spec):
+    """Accept a :class:`Plan`, a JSON file path, or a plan factory spec."""
+    import os
+
+    from commlens._factory import call_factory
+
+    p = plan_or_path_or_spec
+    if isinstance(p, Plan):
+        validate(p)
+        return p
+    if isinstance(p, (str, os.PathLike)):
+        s = os.fspath(p)
+        if os.path.exists(s) or s.endswith(".json") or ":" not in s:
+            return load(s)
+        plan = call_factory(s)
+        if not isinstance(plan, Plan):
+            raise PlanError(s, f"plan factory returned {type(plan).__name__}, not commlens.plan.Plan")
+        validate(plan, s)
+        return plan
+    raise PlanError(repr(p), "expected a Plan, a plan JSON path or a MODULE:PLAN_FACTORY spec")
+
+
+@cli_main
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m commlens.plan",
+        description="Serialise a plan factory (returning commlens.plan.Plan) to commlens-plan JSON.",
+    )
+    parser.add_argument("factory", nargs="?", help="MODULE:PLAN_FACTORY or MODULE:PLAN_FACTORY(key=literal, ...)")
+    parser.add_argument("-o", "--output", help="output JSON path (default: stdout)")
+    parser.add_argument("--check", metavar="PLAN_JSON", help="load and validate a plan JSON file instead")
+    parser.add_argument("--model", metavar="MODULE:FACTORY",
+                        help="also check the plan's patterns against this model")
+    ns = parser.parse_args(argv)
+    from commlens._factory import call_factory, call_model_factory
+
+    if ns.check:
+        plan, subject = load(ns.check), ns.check
+    else:
+        if not ns.factory:
+            parser.error("a plan factory spec (or --check PLAN_JSON) is required")
+        plan, subject = call_factory(ns.factory), ns.factory
+        if not isinstance(plan, Plan):
+            raise PlanError(ns.factory, f"plan factory returned {type(plan).__name__}, not commlens.plan.Plan")
+    if ns.model:
+        model, args, kwargs = call_model_factory(ns.model)
+        check_against_model(plan, model, subject, args, kwargs)
+    if ns.check:
+        print(f"commlens: {ns.check}: ok")
+        return 0
+    text = dumps(plan, source=ns.factory)
+    if ns.output:
+        try:
+            with open(ns.output, "w") as f:
+                f.write(text)
+        except OSError as err:
+            raise PlanError(ns.output, f"cannot write plan: {err.strerror or err}") from None
+        n = sum(len(d) for _, d in plan.parallelize_steps())
+        print(f"commlens: wrote {ns.output} ({n} plan entries, mesh {tuple(plan.mesh_shape)}"
+              f"{'' if plan.mesh_dim_names is None else ' ' + str(tuple(plan.mesh_dim_names))}, "
+              f"{plan.device_type})")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    # run the imported module's main so classes (e.g. Plan) have one identity
+    from commlens.plan import main as _main
+
+    sys.exit(_main())
