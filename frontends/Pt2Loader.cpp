@@ -4,7 +4,37 @@
 #include "frontends/Pt2Archive.h"
 #include "ir/Error.h"
 
+#include <map>
+
 namespace commlens {
+namespace {
+
+/// Tied parameters are separate placeholders that the archive stores once: a parameter whose
+/// weight record and layout equal an earlier parameter's is an alias of it.
+void markTiedParameters(ExportedProgram &program) {
+  std::map<std::string, const WeightInfo *> byFqn;
+  for (const WeightInfo &w : program.weights)
+    byFqn[w.fqn] = &w;
+  std::vector<std::pair<const WeightInfo *, std::string>> seen;
+  for (InputSpec &in : program.graph.inputs()) {
+    if (in.kind != InputKind::Parameter)
+      continue;
+    auto it = byFqn.find(in.target);
+    if (it == byFqn.end())
+      continue;
+    const WeightInfo &w = *it->second;
+    for (const auto &[earlier, fqn] : seen)
+      if (earlier->record == w.record && earlier->meta.sizes == w.meta.sizes &&
+          earlier->meta.strides == w.meta.strides && earlier->meta.storageOffset == w.meta.storageOffset) {
+        in.aliasOf = fqn;
+        break;
+      }
+    if (in.aliasOf.empty())
+      seen.emplace_back(&w, in.target);
+  }
+}
+
+} // namespace
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
   auto archive = Pt2Archive::open(path);
@@ -42,6 +72,7 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
       return err;
     break;
   }
+  markTiedParameters(**program);
   return program;
 }
 

@@ -97,6 +97,8 @@ struct InputSpec {
   Value *value = nullptr;    // null for constant inputs
   std::string target;        // parameter / buffer / constant FQN, or the user input's name
   bool persistent = true;    // buffers
+  /// For a parameter that is the same tensor as an earlier one (tied weights): that one's FQN.
+  std::string aliasOf;
 };
 
 enum class OutputKind : uint8_t {

@@ -45,7 +45,13 @@ InspectReport InspectReport::build(const ExportedProgram &program) {
     for (Value *v : n->operands())
       firstUse.try_emplace(v, n.get());
   }
+  llvm::StringMap<const Value *> aliasValue;
   for (const InputSpec &in : g.inputs()) {
+    if (in.kind == InputKind::Parameter && !in.aliasOf.empty()) {
+      r.aliases.emplace_back(in.target, in.aliasOf);
+      aliasValue[in.aliasOf] = in.value;
+      continue;
+    }
     if (in.kind == InputKind::Parameter || in.kind == InputKind::Buffer) {
       TensorRow row{in.target, in.value, in.value ? firstUse.lookup(in.value) : nullptr};
       (in.kind == InputKind::Parameter ? r.parameters : r.buffers).push_back(row);
@@ -57,6 +63,11 @@ InspectReport InspectReport::build(const ExportedProgram &program) {
       r.userInputs.push_back(in.value);
     }
   }
+  // A tied parameter is first used where any of its names is.
+  for (TensorRow &p : r.parameters)
+    if (const Value *alias = aliasValue.lookup(p.fqn))
+      if (const Node *use = firstUse.lookup(alias); use && (!p.firstUse || use->index() < p.firstUse->index()))
+        p.firstUse = use;
   for (const TensorRow &p : r.parameters)
     if (p.firstUse)
       r.parameterExecutionOrder.push_back(&p);
@@ -81,6 +92,8 @@ void InspectReport::printText(llvm::raw_ostream &os, const ExportedProgram &prog
     os << fmt::format("  {:<48} {:<16} {:<9} first use: {}\n", p.fqn, shapeString(p.value), dtypeName(p.value),
                       p.firstUse ? fmt::format("{} in {}", p.firstUse->name(), p.firstUse->scope()->displayName())
                                  : std::string("unused"));
+  for (const auto &[alias, target] : aliases)
+    os << fmt::format("  {:<48} tied to {}\n", alias, target);
   if (!buffers.empty()) {
     os << "\nbuffers\n";
     for (const TensorRow &b : buffers)
@@ -133,6 +146,10 @@ std::string InspectReport::toJson(const ExportedProgram &program) const {
   };
   j["parameters"] = tensorRows(parameters);
   j["buffers"] = tensorRows(buffers);
+  json tied = json::object();
+  for (const auto &[alias, target] : aliases)
+    tied[alias] = target;
+  j["parameter_aliases"] = tied;
   json inputs = json::array();
   for (const Value *v : userInputs)
     inputs.push_back({{"name", v->name()}, {"shape", shapeJson(v)}, {"dtype", dtypeName(v)}});

@@ -25,7 +25,8 @@ struct InspectReport {
   };
 
   std::vector<ModuleRow> modules;        // forward order
-  std::vector<TensorRow> parameters;     // signature order
+  std::vector<TensorRow> parameters;     // signature order, tied parameters once
+  std::vector<std::pair<std::string, std::string>> aliases; // tied name -> canonical name
   std::vector<TensorRow> buffers;        // signature order
   std::vector<const TensorRow *> parameterExecutionOrder;
   std::vector<const Value *> userInputs;

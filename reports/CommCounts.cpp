@@ -1,0 +1,382 @@
+#include "reports/CommCounts.h"
+
+#include "ir/Error.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace commlens {
+
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+llvm::StringRef phaseName(CommPhase phase) { return phase == CommPhase::Forward ? "forward" : "backward"; }
+
+llvm::StringRef formatName(CountsFormat format) {
+  return format == CountsFormat::CommDebugModeTree ? "commdebugmode-tree" : "commlens-counts";
+}
+
+int64_t ModuleCounts::count(CommPhase p, llvm::StringRef key) const {
+  auto it = phase(p).find(key);
+  return it == phase(p).end() ? 0 : it->second.count;
+}
+
+int64_t ModuleCounts::total(CommPhase p) const {
+  int64_t n = 0;
+  for (const auto &[key, cell] : phase(p))
+    n += cell.count;
+  return n;
+}
+
+const ModuleCounts *CommCounts::find(llvm::StringRef fqn) const {
+  auto it = index_.find(fqn);
+  return it == index_.end() ? nullptr : &modules_[it->second];
+}
+
+ModuleCounts *CommCounts::find(llvm::StringRef fqn) {
+  auto it = index_.find(fqn);
+  return it == index_.end() ? nullptr : &modules_[it->second];
+}
+
+llvm::Expected<ModuleCounts *> CommCounts::addModule(llvm::StringRef fqn, unsigned depth, llvm::StringRef moduleType) {
+  if (index_.count(fqn))
+    return makeError("duplicate module '{}'", fqn.str());
+  if (depth > 0 && (modules_.empty() || modules_.back().depth + 1 < depth))
+    return makeError("module '{}' at depth {} has no parent", fqn.str(), depth);
+  index_[fqn] = modules_.size();
+  ModuleCounts &m = modules_.emplace_back();
+  m.fqn = fqn.str();
+  m.moduleType = moduleType.str();
+  m.depth = depth;
+  return &m;
+}
+
+int64_t CommCounts::total(CommPhase p) const {
+  if (const ModuleCounts *global = find("Global"))
+    return global->total(p);
+  int64_t n = 0;
+  for (const ModuleCounts &m : modules_)
+    if (m.depth == 0)
+      n += m.total(p);
+  return n;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Writers
+
+void writeCells(const ModuleCounts &m, CommPhase p, ordered_json &counts, ordered_json *approx) {
+  for (const auto &[key, cell] : m.phase(p)) {
+    if (cell.count != 0 || !cell.approximate)
+      counts.push_back({key, cell.count});
+    if (cell.approximate && approx)
+      approx->push_back(key);
+  }
+}
+
+ordered_json approximateList(const ModuleCounts &m, CommPhase p) {
+  ordered_json list = ordered_json::array();
+  for (const auto &[key, cell] : m.phase(p))
+    if (cell.approximate)
+      list.push_back(key);
+  return list;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers: a JSON value with its dotted path; failures throw ParseError with a one-line message.
+
+struct ParseError {
+  std::string message;
+};
+
+struct JsonRef {
+  const json &v;
+  std::string path;
+
+  [[noreturn]] void fail(const std::string &what) const {
+    throw ParseError{path.empty() ? what : fmt::format("{}: {}", path, what)};
+  }
+  std::string childPath(const std::string &key) const { return path.empty() ? key : path + "." + key; }
+  bool has(const char *key) const { return v.is_object() && v.contains(key); }
+  JsonRef operator[](const char *key) const {
+    if (!v.is_object())
+      fail("expected an object");
+    auto it = v.find(key);
+    if (it == v.end())
+      fail(fmt::format("missing required field '{}'", key));
+    return {*it, childPath(key)};
+  }
+  JsonRef at(size_t i) const { return {v[i], fmt::format("{}[{}]", path, i)}; }
+  const json &array() const {
+    if (!v.is_array())
+      fail(fmt::format("expected an array, got {}", describe()));
+    return v;
+  }
+  const json &object() const {
+    if (!v.is_object())
+      fail(fmt::format("expected an object, got {}", describe()));
+    return v;
+  }
+  std::string string() const {
+    if (!v.is_string())
+      fail(fmt::format("expected a string, got {}", describe()));
+    return v.get<std::string>();
+  }
+  int64_t count() const {
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+      fail(fmt::format("expected a non-negative integer count, got {}", describe()));
+    return v.get<int64_t>();
+  }
+  std::string describe() const {
+    std::string s = v.dump();
+    if (s.size() > 40)
+      s = s.substr(0, 37) + "...";
+    return s;
+  }
+};
+
+std::string keyPath(const JsonRef &obj, const std::string &key) {
+  // Keys with dots or brackets would make the dotted path ambiguous: quote them.
+  bool plain = key.find_first_of(".[]\"' ") == std::string::npos && !key.empty();
+  return plain ? obj.childPath(key) : fmt::format("{}[{}]", obj.path, json(key).dump());
+}
+
+void setCount(ModuleCounts &m, CommPhase p, const std::string &key, int64_t n, const JsonRef &where) {
+  auto [it, inserted] = m.phase(p).try_emplace(key, CommCell{n, false});
+  if (!inserted)
+    where.fail(fmt::format("duplicate collective '{}'", key));
+}
+
+void readApproximate(ModuleCounts &m, const JsonRef &module) {
+  for (CommPhase p : kCommPhases) {
+    std::string field = fmt::format("approximate_{}", phaseName(p).str());
+    if (!module.has(field.c_str()))
+      continue;
+    JsonRef list = module[field.c_str()];
+    list.array();
+    for (size_t i = 0; i < list.v.size(); ++i)
+      m.phase(p)[list.at(i).string()].approximate = true;
+  }
+}
+
+std::string moduleTypeOf(const JsonRef &module) {
+  if (!module.has("module_type"))
+    return {};
+  return module["module_type"].string();
+}
+
+void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth) {
+  node.object();
+  std::string fqn = node["fqn"].string();
+  ModuleCounts scratch;
+  scratch.fqn = fqn;
+  scratch.moduleType = moduleTypeOf(node);
+  for (CommPhase p : kCommPhases) {
+    std::string field = fmt::format("collectives_{}", phaseName(p).str());
+    JsonRef list = node[field.c_str()];
+    list.array();
+    for (size_t i = 0; i < list.v.size(); ++i) {
+      JsonRef pair = list.at(i);
+      if (!pair.v.is_array() || pair.v.size() != 2)
+        pair.fail(fmt::format("expected an [op, count] pair, got {}", pair.describe()));
+      setCount(scratch, p, pair.at(0).string(), pair.at(1).count(), pair);
+    }
+  }
+  readApproximate(scratch, node);
+  JsonRef children = node["children"];
+  children.array();
+
+  if (const ModuleCounts *first = counts.find(fqn)) {
+    // A module called more than once appears once per call, each time with the same counts.
+    if (first->phases != scratch.phases)
+      node.fail(fmt::format("module '{}' appears twice with different collective counts", fqn));
+  } else {
+    auto added = counts.addModule(fqn, depth, scratch.moduleType);
+    if (!added)
+      node.fail(takeMessage(added.takeError()));
+    (*added)->phases = std::move(scratch.phases);
+  }
+  for (size_t i = 0; i < children.v.size(); ++i)
+    readTreeModule(counts, children.at(i), depth + 1);
+}
+
+/// Depth of a flat-file module: one below the nearest earlier module whose fqn is a dotted
+/// prefix of it, else one below "Global" when that came first, else 0.
+unsigned flatDepth(const CommCounts &counts, const std::string &fqn) {
+  if (fqn == "Global")
+    return 0;
+  for (size_t end = fqn.size(); end > 0;) {
+    size_t dot = fqn.rfind('.', end - 1);
+    if (dot == std::string::npos || dot == 0)
+      break;
+    if (const ModuleCounts *parent = counts.find(llvm::StringRef(fqn).take_front(dot)))
+      return parent->depth + 1;
+    end = dot;
+  }
+  return counts.find("Global") ? 1 : 0;
+}
+
+void readFlat(CommCounts &counts, const JsonRef &doc) {
+  JsonRef version = doc["version"];
+  if (!version.v.is_number_integer())
+    version.fail(fmt::format("expected an integer, got {}", version.describe()));
+  if (version.v.get<int64_t>() != 1)
+    version.fail(fmt::format("unsupported commlens-counts version {} (commlens reads version 1)", version.v.dump()));
+  JsonRef modules = doc["modules"];
+  modules.array();
+  for (size_t i = 0; i < modules.v.size(); ++i) {
+    JsonRef module = modules.at(i);
+    module.object();
+    std::string fqn = module["fqn"].string();
+    if (counts.find(fqn))
+      module["fqn"].fail(fmt::format("duplicate module '{}'", fqn));
+    // Pre-order with dotted-prefix parents; a module whose parent is not the previous one or an
+    // ancestor of it would break tree order, so its depth is capped at previous depth + 1.
+    unsigned depth = flatDepth(counts, fqn);
+    if (!counts.modules().empty())
+      depth = std::min(depth, counts.modules().back().depth + 1);
+    else
+      depth = 0;
+    auto added = counts.addModule(fqn, depth, moduleTypeOf(module));
+    if (!added)
+      module.fail(takeMessage(added.takeError()));
+    ModuleCounts &m = **added;
+    for (CommPhase p : kCommPhases) {
+      JsonRef cells = module[phaseName(p).data()];
+      cells.object();
+      for (auto it = cells.v.begin(); it != cells.v.end(); ++it) {
+        JsonRef value{it.value(), keyPath(cells, it.key())};
+        setCount(m, p, it.key(), value.count(), value);
+      }
+    }
+    readApproximate(m, module);
+  }
+}
+
+} // namespace
+
+std::string CommCounts::toCountsJson() const {
+  ordered_json doc;
+  doc["format"] = "commlens-counts";
+  doc["version"] = 1;
+  ordered_json mods = ordered_json::array();
+  for (const ModuleCounts &m : modules_) {
+    ordered_json entry;
+    entry["fqn"] = m.fqn;
+    if (!m.moduleType.empty())
+      entry["module_type"] = m.moduleType;
+    for (CommPhase p : kCommPhases) {
+      ordered_json cells = ordered_json::object();
+      for (const auto &[key, cell] : m.phase(p))
+        if (cell.count != 0 || !cell.approximate)
+          cells[key] = cell.count;
+      entry[phaseName(p).str()] = cells;
+    }
+    for (CommPhase p : kCommPhases)
+      if (ordered_json list = approximateList(m, p); !list.empty())
+        entry[fmt::format("approximate_{}", phaseName(p).str())] = list;
+    mods.push_back(std::move(entry));
+  }
+  doc["modules"] = std::move(mods);
+  return doc.dump(1) + "\n";
+}
+
+std::string CommCounts::toTreeJson() const {
+  // Pre-order with depths -> nested children, via a stack of open nodes.
+  std::vector<ordered_json> stack;
+  std::vector<ordered_json> roots;
+  auto close = [&] {
+    ordered_json node = std::move(stack.back());
+    stack.pop_back();
+    if (stack.empty())
+      roots.push_back(std::move(node));
+    else
+      stack.back()["children"].push_back(std::move(node));
+  };
+  for (const ModuleCounts &m : modules_) {
+    while (stack.size() > m.depth)
+      close();
+    ordered_json node;
+    node["fqn"] = m.fqn;
+    node["module_type"] = m.moduleType;
+    node["parameters"] = ordered_json::array();
+    node["children"] = ordered_json::array();
+    for (CommPhase p : kCommPhases) {
+      ordered_json list = ordered_json::array();
+      writeCells(m, p, list, nullptr);
+      node[fmt::format("collectives_{}", phaseName(p).str())] = list;
+    }
+    for (CommPhase p : kCommPhases)
+      if (ordered_json list = approximateList(m, p); !list.empty())
+        node[fmt::format("approximate_{}", phaseName(p).str())] = list;
+    stack.push_back(std::move(node));
+  }
+  while (!stack.empty())
+    close();
+  if (roots.size() == 1)
+    return roots[0].dump(4) + "\n";
+  // Several roots: wrap them in a "Global" root like CommDebugMode's.
+  ordered_json global;
+  global["fqn"] = "Global";
+  global["module_type"] = "";
+  global["parameters"] = ordered_json::array();
+  global["children"] = std::move(roots);
+  global["collectives_forward"] = ordered_json::array();
+  global["collectives_backward"] = ordered_json::array();
+  return global.dump(4) + "\n";
+}
+
+llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
+  json doc;
+  try {
+    doc = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error &e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> keep the tail
+    if (auto p = what.find("] "); p != std::string::npos)
+      what = what.substr(p + 2);
+    return makeError("invalid JSON: {}", what);
+  }
+  CommCounts counts;
+  try {
+    JsonRef root{doc, ""};
+    if (!doc.is_object())
+      return makeError("unknown format: expected a JSON object (a CommDebugMode generate_json_dump tree or a "
+                       "commlens-counts file), got {}",
+                       root.describe());
+    if (doc.contains("format")) {
+      JsonRef format = root["format"];
+      if (!format.v.is_string() || format.v.get<std::string>() != "commlens-counts")
+        return makeError("format: unknown format {} (expected \"commlens-counts\")", format.describe());
+      counts.format = CountsFormat::CommlensCounts;
+      readFlat(counts, root);
+    } else if (doc.contains("fqn")) {
+      counts.format = CountsFormat::CommDebugModeTree;
+      readTreeModule(counts, root, 0);
+    } else {
+      return makeError("unknown format: neither a CommDebugMode generate_json_dump tree (no 'fqn') nor a "
+                       "commlens-counts file (no 'format')");
+    }
+  } catch (const ParseError &e) {
+    return makeError("{}", e.message);
+  }
+  return counts;
+}
+
+llvm::Expected<CommCounts> loadCommCounts(llvm::StringRef path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    if (buffer.getError() == std::errc::is_a_directory)
+      return makeError("{}: is a directory", path.str());
+    return makeError("{}: cannot open file", path.str());
+  }
+  auto counts = parseCommCounts((*buffer)->getBuffer());
+  if (!counts)
+    return makeError("{}: {}", path.str(), takeMessage(counts.takeError()));
+  return counts;
+}
+
+} // namespace commlens
