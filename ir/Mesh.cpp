@@ -1,0 +1,134 @@
+#include "ir/Mesh.h"
+
+#include "ir/Error.h"
+
+#include <fmt/format.h>
+
+namespace commlens {
+
+int64_t DeviceMesh::size() const {
+  int64_t n = 1;
+  for (int64_t s : shape)
+    n *= s;
+  return n;
+}
+
+std::optional<unsigned> DeviceMesh::dimIndex(llvm::StringRef name) const {
+  for (unsigned i = 0; i < dimNames.size(); ++i)
+    if (dimNames[i] == name)
+      return i;
+  return std::nullopt;
+}
+
+DeviceMesh DeviceMesh::subMesh(unsigned dim) const {
+  DeviceMesh m;
+  m.shape = {shape[dim]};
+  if (dim < dimNames.size())
+    m.dimNames = {dimNames[dim]};
+  m.deviceType = deviceType;
+  return m;
+}
+
+std::string DeviceMesh::str() const {
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i)
+    dims += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1)
+    dims += ",";
+  std::string out = fmt::format("DeviceMesh(({}), '{}'", dims, deviceType == MeshDeviceType::Cuda ? "cuda" : "cpu");
+  bool named = false;
+  for (const std::string &n : dimNames)
+    named |= !n.empty();
+  if (named) {
+    std::string names;
+    for (size_t i = 0; i < dimNames.size(); ++i)
+      names += fmt::format("{}'{}'", i ? ", " : "", dimNames[i]);
+    if (dimNames.size() == 1)
+      names += ",";
+    out += fmt::format(", mesh_dim_names=({})", names);
+  }
+  return out + ")";
+}
+
+llvm::StringRef name(ReduceOp op) {
+  static constexpr const char *kNames[] = {"sum", "avg", "max", "min", "product"};
+  return kNames[static_cast<size_t>(op)];
+}
+
+std::string Placement::str() const {
+  switch (kind) {
+  case Kind::Replicate: return "R";
+  case Kind::Shard: return fmt::format("S({})", dim);
+  case Kind::Partial: return fmt::format("P({})", name(reduceOp).str());
+  case Kind::StridedShard: return fmt::format("_S({},{})", dim, splitFactor);
+  case Kind::MaskPartial: return fmt::format("MP({})", name(reduceOp).str());
+  }
+  return "?";
+}
+
+std::string Placement::torchStr() const {
+  switch (kind) {
+  case Kind::Replicate: return "Replicate()";
+  case Kind::Shard: return fmt::format("Shard(dim={})", dim);
+  case Kind::Partial: return fmt::format("Partial({})", name(reduceOp).str());
+  case Kind::StridedShard: return fmt::format("_StridedShard(dim={}, sf={})", dim, splitFactor);
+  case Kind::MaskPartial: return fmt::format("MaskPartial({})", name(reduceOp).str());
+  }
+  return "?";
+}
+
+llvm::Expected<Placement> Placement::parse(llvm::StringRef text) {
+  llvm::StringRef t = text.trim();
+  auto reduceOf = [&](llvm::StringRef arg) -> std::optional<ReduceOp> {
+    arg = arg.trim().trim("'\"");
+    arg.consume_front("reduce_op=");
+    arg = arg.trim("'\"");
+    if (arg.empty() || arg == "sum")
+      return ReduceOp::Sum;
+    for (ReduceOp op : {ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min, ReduceOp::Product})
+      if (arg == name(op))
+        return op;
+    return std::nullopt;
+  };
+  auto call = [&](llvm::StringRef head, llvm::StringRef &arg) {
+    if (!t.startswith(head) || !t.endswith(")"))
+      return false;
+    llvm::StringRef rest = t.drop_front(head.size());
+    if (!rest.consume_front("("))
+      return false;
+    arg = rest.drop_back().trim();
+    return true;
+  };
+  llvm::StringRef arg;
+  if (t == "R" || t == "Replicate()" || t == "Replicate")
+    return Placement::replicate();
+  if (call("S", arg) || call("Shard", arg)) {
+    arg.consume_front("dim=");
+    int64_t d;
+    if (!arg.trim().getAsInteger(10, d))
+      return Placement::shard(d);
+  } else if (call("P", arg) || call("Partial", arg)) {
+    if (auto op = reduceOf(arg))
+      return Placement::partial(*op);
+  } else if (t == "P" || t == "Partial") {
+    return Placement::partial();
+  }
+  return makeError("bad placement '{}' (expected Shard(d), Replicate() or Partial(op))", text.str());
+}
+
+std::string str(llvm::ArrayRef<Placement> placements) {
+  std::string out = "[";
+  for (size_t i = 0; i < placements.size(); ++i)
+    out += (i ? ", " : "") + placements[i].str();
+  return out + "]";
+}
+
+Placements normalized(llvm::ArrayRef<Placement> placements, int64_t rank) {
+  Placements out(placements.begin(), placements.end());
+  for (Placement &p : out)
+    if ((p.kind == Placement::Kind::Shard || p.kind == Placement::Kind::StridedShard) && p.dim < 0)
+      p.dim += rank;
+  return out;
+}
+
+} // namespace commlens

@@ -1,0 +1,68 @@
+// Device meshes and DTensor placements, as plain data (no LibTorch).
+#pragma once
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string>
+
+namespace commlens {
+
+/// The device type changes which collectives DTensor issues (e.g. Shard->Shard is an
+/// all-to-all on CUDA but an all_gather plus a local chunk on CPU).
+enum class MeshDeviceType : uint8_t { Cpu, Cuda };
+
+struct DeviceMesh {
+  llvm::SmallVector<int64_t, 2> shape;
+  llvm::SmallVector<std::string, 2> dimNames; // empty names allowed when unnamed
+  MeshDeviceType deviceType = MeshDeviceType::Cpu;
+
+  size_t ndim() const { return shape.size(); }
+  int64_t size() const;
+  /// Index of a named mesh dim.
+  std::optional<unsigned> dimIndex(llvm::StringRef name) const;
+  /// The 1-D sub-mesh of one dim, as `mesh["tp"]` gives it.
+  DeviceMesh subMesh(unsigned dim) const;
+  std::string str() const; // "DeviceMesh((2, 4), 'cpu', mesh_dim_names=('dp', 'tp'))"
+};
+
+enum class ReduceOp : uint8_t { Sum, Avg, Max, Min, Product };
+llvm::StringRef name(ReduceOp op);
+
+/// One mesh dim's placement of a tensor.
+struct Placement {
+  enum class Kind : uint8_t { Replicate, Shard, Partial, StridedShard, MaskPartial };
+  Kind kind = Kind::Replicate;
+  int64_t dim = 0;          // Shard / StridedShard: the tensor dim
+  int64_t splitFactor = 1;  // StridedShard
+  ReduceOp reduceOp = ReduceOp::Sum; // Partial / MaskPartial
+
+  static Placement replicate() { return {}; }
+  static Placement shard(int64_t d) { return {Kind::Shard, d, 1, ReduceOp::Sum}; }
+  static Placement partial(ReduceOp op = ReduceOp::Sum) { return {Kind::Partial, 0, 1, op}; }
+
+  bool isReplicate() const { return kind == Kind::Replicate; }
+  bool isShard() const { return kind == Kind::Shard; }
+  bool isShard(int64_t d) const { return kind == Kind::Shard && dim == d; }
+  bool isPartial() const { return kind == Kind::Partial || kind == Kind::MaskPartial; }
+  bool operator==(const Placement &) const = default;
+
+  /// Short form: "R", "S(0)", "P(sum)", "_S(0,2)", "MP(sum)".
+  std::string str() const;
+  /// torch's repr: "Replicate()", "Shard(dim=0)", "Partial(sum)".
+  std::string torchStr() const;
+  /// Parses the short form, torch's repr or the constructor form ("Shard(0)", "Partial()").
+  static llvm::Expected<Placement> parse(llvm::StringRef text);
+};
+
+/// A placement per mesh dim.
+using Placements = llvm::SmallVector<Placement, 2>;
+std::string str(llvm::ArrayRef<Placement> placements); // "[S(0), R]"
+
+/// Normalises negative shard dims against a tensor rank.
+Placements normalized(llvm::ArrayRef<Placement> placements, int64_t rank);
+
+} // namespace commlens
