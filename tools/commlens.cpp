@@ -3,6 +3,7 @@
 #include "ir/Error.h"
 #include "ir/IRPrinter.h"
 #include "reports/InspectReport.h"
+#include "tools/CompareCommand.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -21,6 +22,8 @@ constexpr const char *kUsage = R"(usage: commlens <command> [options]
 commands:
   inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
       module tree in forward order with node counts, parameters, parameter execution order
+  compare PREDICTED MEASURED [--json] [--phase forward|backward|both] [-o FILE]
+      predicted vs measured collectives per module, collective and phase; exit 1 if any differ
 )";
 
 /// Exit codes: 0 success, 1 a comparison found differences, 2 bad input or usage.
@@ -126,5 +129,7 @@ int main(int argc, char **argv) {
   std::string command = argv[1];
   if (command == "inspect")
     return runInspect(argc, argv);
+  if (command == "compare")
+    return runCompare(argc, argv);
   return fail(fmt::format("unknown command '{}' (see commlens --help)", command));
 }

@@ -1,0 +1,284 @@
+// CommCounts loaders (CommDebugMode tree, commlens-counts), writers and CompareReport on small
+// hand-written documents.
+#include "ir/Error.h"
+#include "reports/CommCounts.h"
+#include "reports/CompareReport.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+using namespace commlens;
+
+namespace {
+
+constexpr CommPhase FW = CommPhase::Forward;
+constexpr CommPhase BW = CommPhase::Backward;
+constexpr const char *AR = "c10d_functional.all_reduce";
+constexpr const char *AG = "c10d_functional.all_gather_into_tensor";
+constexpr const char *RS = "c10d_functional.reduce_scatter_tensor";
+
+// The shape of a real CommDebugMode dump (MLP, w1 Colwise, w2 Rowwise, tp=4, input requiring
+// grad), trimmed: operations_* and parameters are ignored by the loader.
+constexpr const char *kTree = R"j({
+  "fqn": "Global", "module_type": "", "parameters": [],
+  "children": [{
+    "fqn": "MLP", "module_type": "class '__main__.MLP'", "parameters": [],
+    "children": [
+      {"fqn": "MLP.w1", "module_type": "class 'torch.nn.modules.linear.Linear'",
+       "parameters": [["weight", "(Shard(dim=0),)"]], "children": [],
+       "collectives_forward": [], "collectives_backward": [["c10d_functional.all_reduce", 1]],
+       "operations_forward": [{"name": "aten.mm.default"}], "operations_backward": []},
+      {"fqn": "MLP.w2", "module_type": "class 'torch.nn.modules.linear.Linear'", "parameters": [],
+       "children": [], "collectives_forward": [["c10d_functional.all_reduce", 1]],
+       "collectives_backward": []}
+    ],
+    "collectives_forward": [["c10d_functional.all_reduce", 1]],
+    "collectives_backward": [["c10d_functional.all_reduce", 1]]
+  }],
+  "collectives_forward": [["c10d_functional.all_reduce", 1]],
+  "collectives_backward": [["c10d_functional.all_reduce", 1]],
+  "some_future_key": {"ignored": true}
+})j";
+
+constexpr const char *kFlat = R"({
+  "format": "commlens-counts", "version": 1, "source": "measure", "world_size": 4,
+  "modules": [
+    {"fqn": "Global", "forward": {"c10d_functional.all_reduce": 1}, "backward": {"c10d_functional.all_reduce": 1}},
+    {"fqn": "MLP", "forward": {"c10d_functional.all_reduce": 1}, "backward": {"c10d_functional.all_reduce": 1}},
+    {"fqn": "MLP.w1", "forward": {}, "backward": {"c10d_functional.all_reduce": 1}},
+    {"fqn": "MLP.w2", "forward": {"c10d_functional.all_reduce": 1}, "backward": {}}
+  ]
+})";
+
+CommCounts parseOk(const std::string &text) {
+  auto c = parseCommCounts(text);
+  if (!c) {
+    ADD_FAILURE() << takeMessage(c.takeError());
+    return {};
+  }
+  return std::move(*c);
+}
+
+std::string parseError(const std::string &text) {
+  auto c = parseCommCounts(text);
+  if (c)
+    return "(parsed)";
+  return takeMessage(c.takeError());
+}
+
+void expectMlp(const CommCounts &c) {
+  ASSERT_EQ(c.modules().size(), 4u);
+  EXPECT_EQ(c.modules()[0].fqn, "Global");
+  EXPECT_EQ(c.modules()[1].fqn, "MLP");
+  EXPECT_EQ(c.modules()[2].fqn, "MLP.w1");
+  EXPECT_EQ(c.modules()[3].fqn, "MLP.w2");
+  EXPECT_EQ(c.modules()[0].depth, 0u);
+  EXPECT_EQ(c.modules()[1].depth, 1u);
+  EXPECT_EQ(c.modules()[2].depth, 2u);
+  EXPECT_EQ(c.modules()[3].depth, 2u);
+  EXPECT_EQ(c.find("MLP.w1")->count(FW, AR), 0);
+  EXPECT_EQ(c.find("MLP.w1")->count(BW, AR), 1);
+  EXPECT_EQ(c.find("MLP.w2")->count(FW, AR), 1);
+  EXPECT_EQ(c.find("MLP.w2")->count(BW, AR), 0);
+  EXPECT_EQ(c.total(FW), 1);
+  EXPECT_EQ(c.total(BW), 1);
+  EXPECT_EQ(c.find("MLP.w3"), nullptr);
+}
+
+TEST(CommCounts, LoadsCommDebugModeTree) {
+  CommCounts c = parseOk(kTree);
+  EXPECT_EQ(c.format, CountsFormat::CommDebugModeTree);
+  expectMlp(c);
+  EXPECT_EQ(c.find("MLP.w2")->moduleType, "class 'torch.nn.modules.linear.Linear'");
+  EXPECT_FALSE(c.find("MLP.w2")->phase(FW).at(AR).approximate);
+}
+
+TEST(CommCounts, LoadsFlatCounts) {
+  CommCounts c = parseOk(kFlat);
+  EXPECT_EQ(c.format, CountsFormat::CommlensCounts);
+  expectMlp(c);
+}
+
+TEST(CommCounts, FlatDepthFollowsDottedPrefixes) {
+  CommCounts c = parseOk(R"({"format": "commlens-counts", "version": 1, "modules": [
+    {"fqn": "Global", "forward": {}, "backward": {}},
+    {"fqn": "T", "forward": {}, "backward": {}},
+    {"fqn": "T.layers.0", "forward": {}, "backward": {}},
+    {"fqn": "T.layers.0.attn", "forward": {}, "backward": {}},
+    {"fqn": "T.layers.1", "forward": {}, "backward": {}},
+    {"fqn": "T.norm", "forward": {}, "backward": {}}]})");
+  std::vector<unsigned> depths;
+  for (const ModuleCounts &m : c.modules())
+    depths.push_back(m.depth);
+  EXPECT_EQ(depths, (std::vector<unsigned>{0, 1, 2, 3, 2, 2}));
+}
+
+TEST(CommCounts, RepeatedModuleCallsAppearOnce) {
+  // A module called twice is listed twice by CommDebugMode, with the same counts.
+  CommCounts c = parseOk(R"({"fqn": "Global", "children": [
+      {"fqn": "M", "children": [], "collectives_forward": [["c10d_functional.all_reduce", 2]], "collectives_backward": []},
+      {"fqn": "M", "children": [], "collectives_forward": [["c10d_functional.all_reduce", 2]], "collectives_backward": []}],
+    "collectives_forward": [["c10d_functional.all_reduce", 2]], "collectives_backward": []})");
+  ASSERT_EQ(c.modules().size(), 2u);
+  EXPECT_EQ(c.find("M")->count(FW, AR), 2);
+  EXPECT_EQ(parseError(R"({"fqn": "Global", "children": [
+      {"fqn": "M", "children": [], "collectives_forward": [["c10d_functional.all_reduce", 2]], "collectives_backward": []},
+      {"fqn": "M", "children": [], "collectives_forward": [], "collectives_backward": []}],
+    "collectives_forward": [], "collectives_backward": []})"),
+            "children[1]: module 'M' appears twice with different collective counts");
+}
+
+TEST(CommCounts, ApproximateCells) {
+  CommCounts c = parseOk(R"({"fqn": "Global", "children": [],
+    "collectives_forward": [["c10d_functional.all_reduce", 3]], "collectives_backward": [],
+    "approximate_forward": ["c10d_functional.all_reduce"],
+    "approximate_backward": ["c10d_functional.reduce_scatter_tensor"]})");
+  const ModuleCounts *g = c.find("Global");
+  EXPECT_EQ(g->phase(FW).at(AR), (CommCell{3, true}));
+  EXPECT_EQ(g->phase(BW).at(RS), (CommCell{0, true}));
+}
+
+TEST(CommCounts, Errors) {
+  EXPECT_EQ(parseError("{\"fqn\": "), "invalid JSON: parse error at line 1, column 9: syntax error while parsing "
+                                      "value - unexpected end of input; expected '[', '{', or a literal");
+  EXPECT_EQ(parseError("[1, 2]"), "unknown format: expected a JSON object (a CommDebugMode generate_json_dump tree "
+                                  "or a commlens-counts file), got [1,2]");
+  EXPECT_EQ(parseError("{\"a\": 1}"), "unknown format: neither a CommDebugMode generate_json_dump tree (no 'fqn') "
+                                      "nor a commlens-counts file (no 'format')");
+  EXPECT_EQ(parseError(R"({"format": "commlens-plan", "version": 1})"),
+            "format: unknown format \"commlens-plan\" (expected \"commlens-counts\")");
+  EXPECT_EQ(parseError(R"({"format": "commlens-counts", "version": 2, "modules": []})"),
+            "version: unsupported commlens-counts version 2 (commlens reads version 1)");
+  EXPECT_EQ(parseError(R"({"format": "commlens-counts", "version": 1})"), "missing required field 'modules'");
+  EXPECT_EQ(parseError(R"({"format": "commlens-counts", "version": 1, "modules": [{"fqn": "G", "forward": {}}]})"),
+            "modules[0]: missing required field 'backward'");
+  EXPECT_EQ(parseError(R"({"format": "commlens-counts", "version": 1, "modules": [
+              {"fqn": "G", "forward": {"c10d_functional.all_reduce": -1}, "backward": {}}]})"),
+            "modules[0].forward[\"c10d_functional.all_reduce\"]: expected a non-negative integer count, got -1");
+  EXPECT_EQ(parseError(R"({"format": "commlens-counts", "version": 1, "modules": [
+              {"fqn": "G", "forward": {}, "backward": {}}, {"fqn": "G", "forward": {}, "backward": {}}]})"),
+            "modules[1].fqn: duplicate module 'G'");
+  EXPECT_EQ(parseError(R"({"fqn": "Global", "children": [], "collectives_forward": []})"),
+            "missing required field 'collectives_backward'");
+  EXPECT_EQ(parseError(R"({"fqn": "Global", "children": [{"fqn": "A", "children": [],
+              "collectives_forward": [["c10d_functional.all_reduce", "2"]], "collectives_backward": []}],
+              "collectives_forward": [], "collectives_backward": []})"),
+            "children[0].collectives_forward[0][1]: expected a non-negative integer count, got \"2\"");
+  EXPECT_EQ(parseError(R"({"fqn": "Global", "children": [], "collectives_forward": [["x"]], "collectives_backward": []})"),
+            "collectives_forward[0]: expected an [op, count] pair, got [\"x\"]");
+  EXPECT_EQ(parseError(R"({"fqn": "Global", "children": [], "collectives_backward": [],
+              "collectives_forward": [["c10d_functional.all_reduce", 1], ["c10d_functional.all_reduce", 1]]})"),
+            "collectives_forward[1]: duplicate collective 'c10d_functional.all_reduce'");
+  EXPECT_EQ(parseError(R"({"fqn": 3, "children": []})"), "fqn: expected a string, got 3");
+}
+
+TEST(CommCounts, LoadFileNamesTheFile) {
+  auto missing = loadCommCounts("/nonexistent/x.json");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(takeMessage(missing.takeError()), "/nonexistent/x.json: cannot open file");
+  std::string path = ::testing::TempDir() + "commcounts_bad.json";
+  std::ofstream(path) << "{\"fqn\": \"Global\"}";
+  auto bad = loadCommCounts(path);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(takeMessage(bad.takeError()), path + ": missing required field 'collectives_forward'");
+}
+
+TEST(CommCounts, WritersRoundTrip) {
+  CommCounts c = parseOk(kTree);
+  c.find("MLP.w2")->phase(BW)[RS] = CommCell{0, true};
+  c.find("MLP.w2")->phase(FW)[AR].approximate = true;
+  CommCounts flat = parseOk(c.toCountsJson());
+  CommCounts tree = parseOk(c.toTreeJson());
+  EXPECT_EQ(flat.format, CountsFormat::CommlensCounts);
+  EXPECT_EQ(tree.format, CountsFormat::CommDebugModeTree);
+  for (const CommCounts *other : {&flat, &tree}) {
+    ASSERT_EQ(other->modules().size(), c.modules().size());
+    for (size_t i = 0; i < c.modules().size(); ++i) {
+      EXPECT_EQ(other->modules()[i].fqn, c.modules()[i].fqn);
+      EXPECT_EQ(other->modules()[i].depth, c.modules()[i].depth);
+      EXPECT_EQ(other->modules()[i].phases, c.modules()[i].phases) << c.modules()[i].fqn;
+    }
+  }
+}
+
+TEST(CompareReport, IdenticalAcrossFormats) {
+  CompareReport r = CompareReport::build(parseOk(kTree), parseOk(kFlat));
+  EXPECT_TRUE(r.identical());
+  ASSERT_EQ(r.cells.size(), 6u); // Global fw+bw, MLP fw+bw, w1 bw, w2 fw
+  EXPECT_EQ(r.predictedTotal, 2);
+  EXPECT_EQ(r.measuredTotal, 2);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  r.printText(os);
+  EXPECT_EQ(os.str(), "module      collective                  phase     predicted  measured  diff\n"
+                      "Global      c10d_functional.all_reduce  forward           1         1     0\n"
+                      "Global      c10d_functional.all_reduce  backward          1         1     0\n"
+                      "  MLP       c10d_functional.all_reduce  forward           1         1     0\n"
+                      "  MLP       c10d_functional.all_reduce  backward          1         1     0\n"
+                      "    MLP.w1  c10d_functional.all_reduce  backward          1         1     0\n"
+                      "    MLP.w2  c10d_functional.all_reduce  forward           1         1     0\n"
+                      "summary: 6 cells, 0 differ; predicted 2 collectives, measured 2 (forward+backward)\n");
+}
+
+TEST(CompareReport, DifferencesAndModuleOrder) {
+  CommCounts measured = parseOk(kFlat);
+  CommCounts predicted = parseOk(R"({"format": "commlens-counts", "version": 1, "modules": [
+    {"fqn": "Global", "forward": {"c10d_functional.all_reduce": 1, "c10d_functional.all_gather_into_tensor": 1},
+     "backward": {"c10d_functional.all_reduce": 1}},
+    {"fqn": "MLP", "forward": {"c10d_functional.all_reduce": 1, "c10d_functional.all_gather_into_tensor": 1},
+     "backward": {"c10d_functional.all_reduce": 1}},
+    {"fqn": "MLP.w1", "forward": {"c10d_functional.all_gather_into_tensor": 1}, "backward": {},
+     "approximate_forward": ["c10d_functional.all_gather_into_tensor"]},
+    {"fqn": "MLP.act", "forward": {}, "backward": {"c10d_functional.all_reduce": 1}},
+    {"fqn": "MLP.w2", "forward": {"c10d_functional.all_reduce": 1}, "backward": {}}]})");
+  CompareReport r = CompareReport::build(predicted, measured);
+  EXPECT_FALSE(r.identical());
+  EXPECT_EQ(r.numDiffering(), 5u);
+  EXPECT_EQ(r.numApproximate(), 1u);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  r.printText(os);
+  EXPECT_EQ(os.str(),
+            "module       collective                              phase     predicted  measured  diff\n"
+            "Global       c10d_functional.all_gather_into_tensor  forward           1         0    +1  MISMATCH\n"
+            "Global       c10d_functional.all_reduce              forward           1         1     0\n"
+            "Global       c10d_functional.all_reduce              backward          1         1     0\n"
+            "  MLP        c10d_functional.all_gather_into_tensor  forward           1         0    +1  MISMATCH\n"
+            "  MLP        c10d_functional.all_reduce              forward           1         1     0\n"
+            "  MLP        c10d_functional.all_reduce              backward          1         1     0\n"
+            "    MLP.w1   c10d_functional.all_gather_into_tensor  forward          ~1         0    +1  MISMATCH\n"
+            "    MLP.w1   c10d_functional.all_reduce              backward          0         1    -1  MISMATCH\n"
+            "    MLP.act  c10d_functional.all_reduce              backward          1         0    +1  MISMATCH\n"
+            "    MLP.w2   c10d_functional.all_reduce              forward           1         1     0\n"
+            "~: approximate prediction (depends on ops commlens does not model)\n"
+            "summary: 10 cells, 5 differ, 1 approximate; predicted 3 collectives, measured 2 (forward+backward)\n");
+
+  CompareReport fw = CompareReport::build(predicted, measured, CommPhase::Forward);
+  EXPECT_EQ(fw.cells.size(), 6u);
+  EXPECT_EQ(fw.numDiffering(), 3u);
+  EXPECT_EQ(fw.summaryLine(), "summary: 6 cells, 3 differ, 1 approximate; predicted 2 collectives, measured 1 (forward)");
+  CompareReport bw = CompareReport::build(predicted, measured, CommPhase::Backward);
+  EXPECT_EQ(bw.numDiffering(), 2u);
+  EXPECT_EQ(bw.numApproximate(), 0u);
+}
+
+TEST(CompareReport, Json) {
+  CommCounts measured = parseOk(kTree);
+  CommCounts predicted = parseOk(kTree);
+  predicted.find("MLP.w2")->phase(FW)[AR] = CommCell{2, true};
+  CompareReport r = CompareReport::build(predicted, measured, CommPhase::Forward);
+  r.predictedPath = "p.json";
+  r.measuredPath = "m.json";
+  std::string j = r.toJson();
+  EXPECT_NE(j.find("\"format\": \"commlens-compare\""), std::string::npos);
+  EXPECT_NE(j.find("\"module\": \"MLP.w2\",\n      \"depth\": 2,\n      \"collective\": \"c10d_functional.all_reduce\","
+                   "\n      \"phase\": \"forward\",\n      \"predicted\": 2,\n      \"measured\": 1,\n      \"diff\": 1,"
+                   "\n      \"approximate\": true,\n      \"match\": false"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"differ\": 1"), std::string::npos);
+}
+
+} // namespace
