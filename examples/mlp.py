@@ -2,7 +2,10 @@
 
 Factories (all keyword-only, all return ``(model, (x,))``):
 
-* ``linear(batch, seq, in_dim, out_dim, bias)``: one ``nn.Linear`` as the root.
+* ``linear(batch, seq, in_dim, out_dim, bias, input_dim)``: one ``nn.Linear``
+  as the root; ``input_dim`` (default ``in_dim``) is the last dim of the
+  example input, e.g. ``in_dim // tp`` for a RowwiseParallel Linear whose
+  input is this rank's Shard(-1) slice.
 * ``mlp(batch, seq, dim, hidden, bias)``: ``w1`` -> relu -> ``w2``.
 * ``stacked_mlp(n_layers, ...)``: a ``layers`` ModuleList of ``MLP`` blocks,
   applied one after the other.
@@ -48,12 +51,13 @@ def _input(batch, seq, dim, device, dtype):
     return torch.randn(batch, seq, dim, device=device, dtype=dtype)
 
 
-def linear(*, batch=2, seq=8, in_dim=16, out_dim=32, bias=True,
+def linear(*, batch=2, seq=8, in_dim=16, out_dim=32, bias=True, input_dim=None,
            device="cpu", dtype="float32", seed=0):
     dtype = resolve_dtype(dtype)
     torch.manual_seed(seed)
     model = nn.Linear(in_dim, out_dim, bias=bias, device=device, dtype=dtype)
-    return model, (_input(batch, seq, in_dim, device, dtype),)
+    x_dim = in_dim if input_dim is None else input_dim
+    return model, (_input(batch, seq, x_dim, device, dtype),)
 
 
 def mlp(*, batch=2, seq=8, dim=16, hidden=32, bias=True,

@@ -202,6 +202,11 @@ def main(argv=None):
     ns = parser.parse_args(argv)
     import torch
 
+    import os
+
+    parent = os.path.dirname(os.path.abspath(ns.output))
+    if not os.path.isdir(parent):
+        raise CommlensError(ns.output, f"cannot write: directory {parent} does not exist")
     model, args, kwargs = call_model_factory(ns.factory)
     t0 = time.time()
     try:
@@ -210,8 +215,8 @@ def main(argv=None):
         raise CommlensError(ns.factory, f"torch.export failed: {type(err).__name__}: {err}") from None
     try:
         torch.export.save(ep, ns.output)
-    except OSError as err:
-        raise CommlensError(ns.output, f"cannot write: {err.strerror or err}") from None
+    except (OSError, RuntimeError) as err:
+        raise CommlensError(ns.output, f"cannot write: {getattr(err, 'strerror', None) or err}") from None
     if ns.describe:
         with open(ns.describe, "w") as f:
             json.dump(describe(model, ep), f, indent=2)

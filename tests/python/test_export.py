@@ -1,0 +1,152 @@
+"""Export of every example model, and commlens.export.describe()."""
+
+import json
+
+import pytest
+import torch
+
+from commlens._factory import call_model_factory
+from commlens.export import describe, export_model
+from conftest import error_lines
+
+EXAMPLES = [
+    "examples.mlp:linear",
+    "examples.mlp:mlp",
+    "examples.mlp:mlp(bias=False)",
+    "examples.mlp:stacked_mlp(n_layers=2)",
+    "examples.gpt2:gpt2(n_layers=1, attn='matmul')",
+    "examples.gpt2:gpt2(n_layers=1, attn='sdpa', dropout=0.1)",
+    "examples.llama:llama(n_layers=1)",
+]
+
+
+def _export_roundtrip(spec, tmp_path):
+    model, args, kwargs = call_model_factory(spec)
+    ep = export_model(model, args, kwargs)
+    path = tmp_path / "model.pt2"
+    torch.export.save(ep, str(path))
+    loaded = torch.export.load(str(path))
+    return model, args, ep, loaded
+
+
+@pytest.mark.parametrize("spec", EXAMPLES)
+def test_export_loads_back_and_describe_is_consistent(spec, tmp_path):
+    model, args, ep, loaded = _export_roundtrip(spec, tmp_path)
+    desc = describe(model, ep)
+    # describe() reads only what survives serialisation
+    assert describe(model, loaded) == desc
+    json.dumps(desc)  # JSON-able
+    # the loaded program computes what the model computes
+    torch.manual_seed(0)
+    expected = model(*args)
+    torch.manual_seed(0)
+    torch.testing.assert_close(loaded.module()(*args), expected)
+
+    mods = desc["modules"]
+    root = type(model).__name__
+    assert mods[0]["fqn"] == root and mods[0]["path"] == ""
+    assert mods[0]["inclusive_nodes"] == desc["total_call_function_nodes"]
+    assert desc["total_call_function_nodes"] == sum(1 for n in ep.graph.nodes if n.op == "call_function")
+    assert sum(m["own_nodes"] for m in mods) == desc["total_call_function_nodes"]
+    # inclusive = own + inclusive of the modules whose nearest listed ancestor
+    # is this one (ModuleList containers own no node and are not listed)
+    paths = {m["path"] for m in mods}
+
+    def nearest_parent(path):
+        while path:
+            path = path.rpartition(".")[0]
+            if path in paths:
+                return path
+        return None
+
+    for m in mods:
+        kids = [c for c in mods if c["path"] and nearest_parent(c["path"]) == m["path"]]
+        assert m["inclusive_nodes"] == m["own_nodes"] + sum(c["inclusive_nodes"] for c in kids)
+    assert [p["fqn"] for p in desc["parameters"]] == [n for n, _ in model.named_parameters()]
+    assert sorted(desc["parameter_first_use"]) == sorted(p["fqn"] for p in desc["parameters"])
+
+
+def test_describe_mlp_by_hand(tmp_path):
+    # MLP.forward = w2(relu(w1(x))): in export's training IR one aten.linear per
+    # Linear and one aten.relu owned by the MLP itself.
+    model, _, ep, _ = _export_roundtrip("examples.mlp:mlp(dim=16, hidden=32)", tmp_path)
+    d = describe(model, ep)
+    assert [(m["fqn"], m["type"], m["own_nodes"], m["inclusive_nodes"]) for m in d["modules"]] == [
+        ("MLP", "examples.mlp.MLP", 1, 3),
+        ("MLP.w1", "torch.nn.modules.linear.Linear", 1, 1),
+        ("MLP.w2", "torch.nn.modules.linear.Linear", 1, 1),
+    ]
+    assert d["total_call_function_nodes"] == 3
+    assert [(p["fqn"], p["shape"]) for p in d["parameters"]] == [
+        ("w1.weight", [32, 16]), ("w1.bias", [32]), ("w2.weight", [16, 32]), ("w2.bias", [16])]
+    # aten.linear(input, weight, bias): weight before bias, w1 before w2
+    assert d["parameter_first_use"] == ["w1.weight", "w1.bias", "w2.weight", "w2.bias"]
+    assert d["parameter_aliases"] == {} and d["buffers"] == [] and d["user_inputs"] == ["x"]
+
+
+def test_describe_gpt2_tied_and_forward_order(tmp_path):
+    model, _, ep, _ = _export_roundtrip("examples.gpt2:gpt2(n_layers=1, attn='matmul')", tmp_path)
+    d = describe(model, ep)
+    assert d["parameter_aliases"] == {"lm_head.weight": "tok_embeddings.weight"}
+    assert "lm_head.weight" not in [p["fqn"] for p in d["parameters"]]
+    # forward order as written in GPT2.forward / Block.forward / Attention.forward
+    # (the ModuleList "layers" runs no forward of its own and owns no node)
+    assert [m["path"] for m in d["modules"]] == [
+        "", "tok_embeddings", "pos_embeddings", "dropout", "layers.0", "layers.0.attn_norm",
+        "layers.0.attn", "layers.0.attn.wq", "layers.0.attn.wk", "layers.0.attn.wv",
+        "layers.0.attn.attn_dropout", "layers.0.attn.wo", "layers.0.attn.resid_dropout",
+        "layers.0.mlp_norm", "layers.0.mlp", "layers.0.mlp.w1", "layers.0.mlp.w2",
+        "layers.0.mlp.dropout", "norm", "lm_head"]
+    assert d["parameter_first_use"][:3] == ["tok_embeddings.weight", "pos_embeddings.weight",
+                                            "layers.0.attn_norm.weight"]
+    assert d["parameter_first_use"][-2:] == ["norm.weight", "norm.bias"]
+
+
+def test_describe_llama_order_and_buffer(tmp_path):
+    model, _, ep, _ = _export_roundtrip("examples.llama:llama(n_layers=1, dim=64, n_heads=8, n_kv_heads=4, seq=8)", tmp_path)
+    d = describe(model, ep)
+    # feed_forward: w2(silu(w1(x)) * w3(x)) evaluates w1, then w3, then w2
+    assert [m["path"] for m in d["modules"]] == [
+        "", "tok_embeddings", "layers.0", "layers.0.attention_norm", "layers.0.attention",
+        "layers.0.attention.wq", "layers.0.attention.wk", "layers.0.attention.wv",
+        "layers.0.attention.wo", "layers.0.ffn_norm", "layers.0.feed_forward",
+        "layers.0.feed_forward.w1", "layers.0.feed_forward.w3", "layers.0.feed_forward.w2",
+        "norm", "output"]
+    assert d["modules"][3]["type"] == "torch.nn.modules.normalization.RMSNorm"
+    # rope: [max_seq=seq=8, head_dim/2 = 64/8/2 = 4, (cos, sin)]
+    assert d["buffers"] == [{"fqn": "rope", "shape": [8, 4, 2], "dtype": "float32"}]
+    shapes = {p["fqn"]: p["shape"] for p in d["parameters"]}
+    assert shapes["layers.0.attention.wk.weight"] == [4 * 8, 64]  # n_kv_heads * head_dim
+    assert shapes["layers.0.attention.wq.weight"] == [64, 64]
+    assert all(not p["fqn"].endswith("bias") for p in d["parameters"])
+
+
+def test_export_meta_model(tmp_path):
+    """A meta-device model exports and saves without data; loads back on meta."""
+    model, args, ep, loaded = _export_roundtrip("examples.llama:llama(n_layers=2, device='meta')", tmp_path)
+    assert all(t.device.type == "meta" for t in loaded.state_dict.values())
+    assert describe(model, loaded) == describe(model, ep)
+    assert (tmp_path / "model.pt2").stat().st_size < 1_000_000
+
+
+def test_export_cli(cli, tmp_path):
+    out, desc = tmp_path / "m.pt2", tmp_path / "d.json"
+    r = cli("commlens.export", "examples.mlp:stacked_mlp(n_layers=2)", "-o", out, "--describe", desc)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1
+    # 2 layers x (w1, w2 with bias) = 2 * (32*16 + 32 + 16*32 + 16) = 2144 parameters
+    # nodes: per layer linear, relu, linear = 6
+    assert lines[0].startswith(f"commlens: exported examples.mlp:stacked_mlp(n_layers=2) "
+                               f"(StackedMLP, 2144 parameters on cpu, 6 ops) to {out} in ")
+    ep = torch.export.load(str(out))
+    assert sum(1 for n in ep.graph.nodes if n.op == "call_function") == 6
+    d = json.loads(desc.read_text())
+    assert d["format"] == "commlens-describe" and d["root"] == "StackedMLP"
+
+
+def test_export_cli_unwritable(cli, tmp_path):
+    r = cli("commlens.export", "examples.mlp:mlp", "-o", tmp_path / "nodir" / "m.pt2")
+    assert r.returncode == 2
+    lines = error_lines(r.stderr)
+    assert lines == [f"commlens: error: {tmp_path}/nodir/m.pt2: cannot write: directory {tmp_path}/nodir does not exist"]

@@ -1,0 +1,343 @@
+"""Plan JSON: round trips, exact encoding, placement strings, and errors."""
+
+import json
+
+import pytest
+from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    PrepareModuleInputOutput,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+)
+
+from commlens import CommlensError
+from commlens._factory import call_factory
+from commlens.plan import (
+    Loss,
+    Plan,
+    PlanError,
+    dumps,
+    from_json,
+    load,
+    match_modules,
+    placement_from_str,
+    style_fields,
+    style_from_json,
+    style_to_json,
+    to_json,
+)
+from conftest import error_lines
+
+EXAMPLE_PLANS = [
+    "examples.plans:linear_colwise(tp=2)",
+    "examples.plans:linear_rowwise(tp=8, output='shard', input_requires_grad=True)",
+    "examples.plans:mlp_tp(tp=4, input_requires_grad=True)",
+    "examples.plans:mlp_tp(tp=4, frozen=('w1.*',))",
+    "examples.plans:stacked_mlp_tp(tp=8)",
+    "examples.plans:mlp_2d(dp=2, tp=4)",
+    "examples.plans:gpt2_tp(tp=4)",
+    "examples.plans:gpt2_tp(tp=4, dp=2, loss='sum')",
+    "examples.plans:gpt2_tp_loss_parallel(tp=4)",
+    "examples.plans:gpt2_tp_sp(tp=8, loss_parallel=True)",
+    "examples.plans:llama_tp(tp=4)",
+    "examples.plans:llama_tp(tp=4, sp=False, device_type='cuda')",
+    "examples.plans:llama_tp(tp=2, loss_parallel=True)",
+    "examples.plans:llama_2d(dp=2, tp=4)",
+]
+
+
+def _plan_fields(plan):
+    """Everything in a Plan, styles expanded to their instance fields."""
+    steps = [(dim, {k: style_fields(v) for k, v in d.items()}) for dim, d in plan.parallelize_steps()]
+    return dict(
+        steps=steps, mesh_shape=tuple(plan.mesh_shape),
+        mesh_dim_names=None if plan.mesh_dim_names is None else tuple(plan.mesh_dim_names),
+        device_type=plan.device_type, placements=plan.placements,
+        input_placements=plan.input_placements, inputs_requires_grad=tuple(plan.inputs_requires_grad),
+        frozen=tuple(plan.frozen), loss=plan.loss, loss_parallel=plan.loss_parallel,
+        src_data_rank=plan.src_data_rank, name=plan.name)
+
+
+def _roundtrip(plan, source=None):
+    text = dumps(plan, source)
+    loaded = from_json(json.loads(text), "test")
+    assert dumps(loaded) == text  # serialise -> load -> serialise is identical
+    assert _plan_fields(loaded) == _plan_fields(plan)  # loaded objects' fields equal the originals'
+    return text, loaded
+
+
+@pytest.mark.parametrize("spec", EXAMPLE_PLANS)
+def test_example_plans_roundtrip(spec, tmp_path):
+    plan = call_factory(spec)
+    text, _ = _roundtrip(plan, spec)
+    path = tmp_path / "plan.json"
+    path.write_text(text)
+    assert dumps(load(str(path))) == text
+
+
+NON_DEFAULT_STYLES = {
+    "colwise": ColwiseParallel(input_layouts=Shard(0), output_layouts=Replicate(), use_local_output=False),
+    "rowwise": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False),
+    "sequence": SequenceParallel(sequence_dim=0, use_local_output=True),
+    "prep_in": PrepareModuleInput(
+        input_layouts=(Shard(0), None), desired_input_layouts=(Replicate(), None),
+        input_kwarg_layouts={"mask": Shard(1)}, desired_input_kwarg_layouts={"mask": Replicate()},
+        use_local_output=True),
+    "prep_in_single": PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate()),
+    "prep_out": PrepareModuleOutput(output_layouts=(Partial("avg"), None),
+                                    desired_output_layouts=(Replicate(), None), use_local_output=False),
+    "prep_inout": PrepareModuleInputOutput(
+        input_layouts=Shard(0), desired_input_layouts=Replicate(),
+        input_kwarg_layouts={"y": Shard(0)}, desired_input_kwarg_layouts={"y": Replicate()},
+        use_local_input=True, output_layouts=(Replicate(), None),
+        desired_output_layouts=(Shard(0), None), use_local_output=False),
+}
+
+
+@pytest.mark.parametrize("key", sorted(NON_DEFAULT_STYLES))
+def test_style_roundtrip_non_default(key):
+    style = NON_DEFAULT_STYLES[key]
+    enc = style_to_json(style)
+    back = style_from_json(json.loads(json.dumps(enc)))
+    assert type(back) is type(style)
+    assert style_fields(back) == style_fields(style)
+    assert style_to_json(back) == enc
+
+
+def test_rowwise_desired_input_layouts_kept_when_present():
+    # RowwiseParallel._apply sets desired_input_layouts (Replicate for nn.Embedding)
+    style = RowwiseParallel(input_layouts=Replicate())
+    style.desired_input_layouts = (Replicate(),)
+    enc = style_to_json(style)
+    assert enc["desired_input_layouts"] == ["Replicate()"]
+    assert style_fields(style_from_json(enc)) == style_fields(style)
+    assert "desired_input_layouts" not in style_to_json(RowwiseParallel())
+
+
+def test_style_encoding_exact():
+    # Field names and defaults from torch/distributed/tensor/parallel/style.py:
+    # ColwiseParallel: input (Replicate(),), output (Shard(-1),), desired input (Replicate(),)
+    assert style_to_json(ColwiseParallel()) == {
+        "style": "ColwiseParallel", "input_layouts": ["Replicate()"], "output_layouts": ["Shard(-1)"],
+        "desired_input_layouts": ["Replicate()"], "use_local_output": True}
+    # RowwiseParallel: input (Shard(-1),), output (Replicate(),)
+    assert style_to_json(RowwiseParallel(output_layouts=Shard(1))) == {
+        "style": "RowwiseParallel", "input_layouts": ["Shard(-1)"], "output_layouts": ["Shard(1)"],
+        "use_local_output": True}
+    # SequenceParallel: sequence_sharding = (Shard(sequence_dim),), use_local_output False
+    assert style_to_json(SequenceParallel()) == {
+        "style": "SequenceParallel", "sequence_sharding": ["Shard(1)"], "use_local_output": False}
+    assert style_to_json(NON_DEFAULT_STYLES["prep_in"]) == {
+        "style": "PrepareModuleInput", "input_layouts": ["Shard(0)", None],
+        "desired_input_layouts": ["Replicate()", None], "input_kwarg_layouts": {"mask": "Shard(1)"},
+        "desired_input_kwarg_layouts": {"mask": "Replicate()"}, "use_local_output": True,
+        "with_kwargs": True}
+    assert style_to_json(PrepareModuleInput()) == {
+        "style": "PrepareModuleInput", "input_layouts": None, "desired_input_layouts": None,
+        "input_kwarg_layouts": {}, "desired_input_kwarg_layouts": {}, "use_local_output": False,
+        "with_kwargs": False}
+    assert style_to_json(NON_DEFAULT_STYLES["prep_out"]) == {
+        "style": "PrepareModuleOutput", "output_layouts": ["Partial(avg)", None],
+        "desired_output_layouts": ["Replicate()", None], "use_local_output": False}
+    enc = style_to_json(NON_DEFAULT_STYLES["prep_inout"])
+    assert enc["style"] == "PrepareModuleInputOutput"
+    assert enc["prepare_module_input"]["use_local_output"] is True  # = use_local_input
+    assert enc["prepare_module_output"]["desired_output_layouts"] == ["Shard(0)", None]
+
+
+def test_full_plan_roundtrip_all_features():
+    plan = Plan(
+        mesh_shape=(2, 4), mesh_dim_names=("dp", "tp"), device_type="cuda",
+        parallelize_plan=[("tp", {k: v for k, v in NON_DEFAULT_STYLES.items()}),
+                          ("dp", {"head": ColwiseParallel()})],
+        placements={"w1.weight": (Replicate(), Shard(0)), "layers.*.bias": {"tp": Partial("max")}},
+        input_placements={0: {"dp": Shard(0)}, "mask": (Replicate(), Replicate())},
+        inputs_requires_grad=(0, "extra"), frozen=("emb.*", "norm.weight"),
+        loss=Loss.cross_entropy(targets="input:1", seed=7, reduction="sum", ignore_index=3),
+        loss_parallel=True, src_data_rank=None, name="everything")
+    text, loaded = _roundtrip(plan, "my.spec:f(a=1)")
+    obj = json.loads(text)
+    assert obj["parallelize"][1] == {"mesh_dim": "dp", "plan": [{"fqn": "head", **style_to_json(ColwiseParallel())}]}
+    assert obj["placements"] == {
+        "w1.weight": {"mesh_dims": None, "placements": ["Replicate()", "Shard(0)"]},
+        "layers.*.bias": {"mesh_dims": ["tp"], "placements": ["Partial(max)"]}}
+    assert obj["inputs"] == {
+        "0": {"requires_grad": True, "placements": {"mesh_dims": ["dp"], "placements": ["Shard(0)"]}},
+        "mask": {"requires_grad": False, "placements": {"mesh_dims": None, "placements": ["Replicate()", "Replicate()"]}},
+        "extra": {"requires_grad": True, "placements": None}}
+    assert obj["loss"] == {"kind": "cross_entropy", "targets": "input:1", "seed": 7,
+                           "reduction": "sum", "ignore_index": 3}
+    assert obj["source"] == "my.spec:f(a=1)" and obj["src_data_rank"] is None
+
+
+def test_mlp_plan_json_exact():
+    obj = to_json(call_factory("examples.plans:mlp_tp(tp=4, input_requires_grad=True)"))
+    assert obj == {
+        "format": "commlens-plan", "version": 1, "name": "mlp_tp", "source": None,
+        "mesh": {"shape": [4], "dim_names": ["tp"], "device_type": "cpu"},
+        "parallelize": [{"mesh_dim": "tp", "plan": [
+            {"fqn": "w1", "style": "ColwiseParallel", "input_layouts": ["Replicate()"],
+             "output_layouts": ["Shard(-1)"], "desired_input_layouts": ["Replicate()"],
+             "use_local_output": True},
+            {"fqn": "w2", "style": "RowwiseParallel", "input_layouts": ["Shard(-1)"],
+             "output_layouts": ["Replicate()"], "use_local_output": True}]}],
+        "src_data_rank": 0, "placements": {},
+        "inputs": {"0": {"requires_grad": True, "placements": None}},
+        "frozen": [], "loss": {"kind": "sum"}, "loss_parallel": False}
+
+
+@pytest.mark.parametrize("text, placement", [
+    ("Shard(0)", Shard(0)), ("S(2)", Shard(2)), ("Shard(dim=-1)", Shard(-1)), ("Shard( 1 )", Shard(1)),
+    ("Replicate()", Replicate()), ("R", Replicate()),
+    ("Partial()", Partial()), ("P", Partial()), ("Partial(sum)", Partial("sum")),
+    ("P(max)", Partial("max")), ("Partial(reduce_op='avg')", Partial("avg")),
+])
+def test_placement_strings(text, placement):
+    p = placement_from_str(text)
+    assert type(p) is type(placement) and p == placement
+
+
+@pytest.mark.parametrize("text, message", [
+    ("Shard(x)", "t: bad placement 'Shard(x)' at w (expected Shard(d), Replicate() or Partial(op))"),
+    ("Replicated", "t: bad placement 'Replicated' at w (expected Shard(d), Replicate() or Partial(op))"),
+    ("Partial(mean)", "t: bad placement 'Partial(mean)' at w: unknown reduce op 'mean' "
+                      "(expected one of sum, avg, max, min, product)"),
+    (3, "t: bad placement 3 at w: expected a string"),
+])
+def test_placement_string_errors(text, message):
+    with pytest.raises(PlanError) as info:
+        placement_from_str(text, "t", "w")
+    assert str(info.value) == message
+
+
+def test_match_modules_like_parallelize_module():
+    model, _ = call_factory("examples.gpt2:gpt2(n_layers=3)")
+    assert match_modules(model, "layers.*.attn.wq") == ["layers.0.attn.wq", "layers.1.attn.wq", "layers.2.attn.wq"]
+    assert match_modules(model, "layers.[02].mlp") == ["layers.0.mlp", "layers.2.mlp"]
+    assert match_modules(model, "") == [""]
+    assert match_modules(model, "layers.*.attn.w9") == []
+
+
+class MyColwise(ColwiseParallel):
+    pass
+
+
+def test_unsupported_style_subclass():
+    plan = Plan(mesh_shape=(2,), parallelize_plan={"w1": MyColwise()})
+    with pytest.raises(PlanError) as info:
+        dumps(plan, "examples.plans:custom")
+    assert str(info.value) == ("examples.plans:custom: unsupported parallel style class "
+                               "test_plan.MyColwise for 'w1'")
+
+
+def _write_plan(tmp_path, mutate):
+    obj = to_json(call_factory("examples.plans:mlp_tp(tp=4)"))
+    mutate(obj)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def _set_style(name):
+    def f(obj):
+        obj["parallelize"][0]["plan"][0]["style"] = name
+    return f
+
+
+def _set_input_layout(value):
+    def f(obj):
+        obj["parallelize"][0]["plan"][0]["input_layouts"] = [value]
+    return f
+
+
+def _set_mesh_dim(value):
+    def f(obj):
+        obj["parallelize"][0]["mesh_dim"] = value
+    return f
+
+
+KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
+         "PrepareModuleOutput, PrepareModuleInputOutput")
+
+LOAD_ERRORS = [
+    (_set_style("FooParallel"),
+     "unknown parallel style 'FooParallel' at parallelize[0].plan[0] ('w1') (known: " + KNOWN + ")"),
+    (_set_input_layout("Shard(x)"),
+     "bad placement 'Shard(x)' at parallelize[0].plan[0] ('w1').input_layouts[0] "
+     "(expected Shard(d), Replicate() or Partial(op))"),
+    (_set_mesh_dim("dp"), "mesh dim 'dp' (parallelize_plan) is not in the mesh (dim names: ['tp'])"),
+    (lambda o: o.update(version=2), "unsupported plan version 2 (this commlens reads version 1)"),
+    (lambda o: o.update(format="other"), "not a commlens plan (format is 'other', expected 'commlens-plan')"),
+    (lambda o: o.update(bogus=1), "unknown top-level field 'bogus'"),
+    (lambda o: o["parallelize"][0]["plan"][0].update(colour="red"),
+     "unknown field 'colour' for ColwiseParallel at parallelize[0].plan[0] ('w1')"),
+    (lambda o: o.update(mesh={"shape": [2, 2], "dim_names": ["dp", "tp"], "device_type": "cpu"},
+                        placements={"w1.weight": {"mesh_dims": None, "placements": ["Shard(0)"]}}),
+     "placements['w1.weight'] has 1 placements for a 2-D mesh"),
+    (lambda o: o.update(loss={"kind": "mse"}), "unknown loss kind 'mse' (expected one of sum, cross_entropy)"),
+    (lambda o: o.update(loss_parallel=True), "loss_parallel needs loss kind 'cross_entropy'"),
+]
+
+
+@pytest.mark.parametrize("mutate, message", LOAD_ERRORS)
+def test_load_errors(tmp_path, mutate, message):
+    path = _write_plan(tmp_path, mutate)
+    with pytest.raises(PlanError) as info:
+        load(str(path))
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_load_invalid_json(tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text('{"format": ')
+    with pytest.raises(CommlensError) as info:
+        load(str(path))
+    assert str(info.value) == f"{path}: invalid JSON: Expecting value at line 1 column 12"
+
+
+def test_mesh_dim_errors_from_factory_plan():
+    plan = Plan(mesh_shape=(2, 2), mesh_dim_names=("dp", "tp"), parallelize_plan={"w1": ColwiseParallel()})
+    with pytest.raises(PlanError) as info:
+        dumps(plan, "spec")
+    assert str(info.value) == "spec: parallelize_plan needs a mesh dim name: the mesh is 2-D (2, 2)"
+    plan.tp_mesh_dim = "model"
+    with pytest.raises(PlanError) as info:
+        dumps(plan, "spec")
+    assert str(info.value) == "spec: mesh dim 'model' (parallelize_plan) is not in the mesh (dim names: ['dp', 'tp'])"
+
+
+# ------------------------------------------------------------------ CLI (exit 2)
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_plan_check_cli_errors(cli, tmp_path, index):
+    mutate, message = LOAD_ERRORS[index]
+    path = _write_plan(tmp_path, mutate)
+    r = cli("commlens.plan", "--check", path, cwd=tmp_path)
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == [f"commlens: error: {path}: {message}"]
+
+
+def test_plan_check_pattern_matches_no_module(cli, tmp_path):
+    def mutate(obj):
+        obj["parallelize"][0]["plan"][1]["fqn"] = "w3"
+    path = _write_plan(tmp_path, mutate)
+    r = cli("commlens.plan", "--check", path, "--model", "examples.mlp:mlp", cwd=tmp_path)
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == [f"commlens: error: {path}: plan pattern 'w3' matches no module of MLP"]
+
+
+def test_plan_cli_writes_and_checks(cli, tmp_path):
+    out = tmp_path / "p.json"
+    spec = "examples.plans:gpt2_tp_sp(tp=2)"
+    r = cli("commlens.plan", spec, "-o", out, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    # 2 embeddings + 10 per-layer patterns (attn_norm, attn, wq, wk, wv, wo, mlp_norm,
+    # mlp, w1, w2) + norm + lm_head = 14 entries
+    assert r.stdout == f"commlens: wrote {out} (14 plan entries, mesh (2,) ('tp',), cpu)\n"
+    assert out.read_text() == dumps(call_factory(spec), spec)
+    r = cli("commlens.plan", "--check", out, "--model", "examples.gpt2:gpt2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"commlens: {out}: ok\n"
