@@ -100,7 +100,7 @@ size_t CompareReport::numApproximate() const {
 
 std::string CompareReport::summaryLine() const {
   size_t approx = numApproximate();
-  return fmt::format("summary: {} cells, {} differ{}; predicted {} collectives, measured {} ({})", cells.size(),
+  return fmt::format("summary: {} cells, {} differ{}; collectives predicted {}, measured {} ({})", cells.size(),
                      numDiffering(), approx ? fmt::format(", {} approximate", approx) : "", predictedTotal,
                      measuredTotal, phasesLabel(phases));
 }

@@ -219,7 +219,7 @@ TEST(CompareReport, IdenticalAcrossFormats) {
                       "  MLP       c10d_functional.all_reduce  backward          1         1     0\n"
                       "    MLP.w1  c10d_functional.all_reduce  backward          1         1     0\n"
                       "    MLP.w2  c10d_functional.all_reduce  forward           1         1     0\n"
-                      "summary: 6 cells, 0 differ; predicted 2 collectives, measured 2 (forward+backward)\n");
+                      "summary: 6 cells, 0 differ; collectives predicted 2, measured 2 (forward+backward)\n");
 }
 
 TEST(CompareReport, DifferencesAndModuleOrder) {
@@ -253,12 +253,12 @@ TEST(CompareReport, DifferencesAndModuleOrder) {
             "    MLP.act  c10d_functional.all_reduce              backward          1         0    +1  MISMATCH\n"
             "    MLP.w2   c10d_functional.all_reduce              forward           1         1     0\n"
             "~: approximate prediction (depends on ops commlens does not model)\n"
-            "summary: 10 cells, 5 differ, 1 approximate; predicted 3 collectives, measured 2 (forward+backward)\n");
+            "summary: 10 cells, 5 differ, 1 approximate; collectives predicted 3, measured 2 (forward+backward)\n");
 
   CompareReport fw = CompareReport::build(predicted, measured, CommPhase::Forward);
   EXPECT_EQ(fw.cells.size(), 6u);
   EXPECT_EQ(fw.numDiffering(), 3u);
-  EXPECT_EQ(fw.summaryLine(), "summary: 6 cells, 3 differ, 1 approximate; predicted 2 collectives, measured 1 (forward)");
+  EXPECT_EQ(fw.summaryLine(), "summary: 6 cells, 3 differ, 1 approximate; collectives predicted 2, measured 1 (forward)");
   CompareReport bw = CompareReport::build(predicted, measured, CommPhase::Backward);
   EXPECT_EQ(bw.numDiffering(), 2u);
   EXPECT_EQ(bw.numApproximate(), 0u);
