@@ -168,6 +168,9 @@ struct ExportedProgram {
   std::string torchVersion;
   std::vector<std::string> verifiers;
   std::vector<WeightInfo> weights;
+  /// Attribute paths of the modules the exporter recorded (module_call_graph), including
+  /// modules that produced no node, e.g. containers; "" is the root.
+  std::vector<std::string> modulePaths;
   /// Symbol ranges, e.g. "s0" -> [2, 1024]; absent bounds are unbounded.
   std::vector<std::tuple<std::string, std::optional<int64_t>, std::optional<int64_t>>> rangeConstraints;
 };

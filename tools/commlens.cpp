@@ -1,4 +1,5 @@
 // The commlens command-line tool.
+#include "frontends/PlanReader.h"
 #include "frontends/Pt2Loader.h"
 #include "ir/Error.h"
 #include "ir/IRPrinter.h"
@@ -22,6 +23,8 @@ constexpr const char *kUsage = R"(usage: commlens <command> [options]
 commands:
   inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
       module tree in forward order with node counts, parameters, parameter execution order
+  check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
+      validates a plan against the model and lists the modules each style applies to
   compare PREDICTED MEASURED [--json] [--phase forward|backward|both] [-o FILE]
       predicted vs measured collectives per module, collective and phase; exit 1 if any differ
 )";
@@ -119,6 +122,45 @@ int runInspect(int argc, char **argv) {
   return emit(os.str(), args->option("-o"));
 }
 
+int runCheckPlan(int argc, char **argv) {
+  auto args = parseArgs(argc, argv, 2, {}, {"--plan", "--world-size"});
+  if (!args)
+    return fail(takeMessage(args.takeError()));
+  if (args->positional.size() != 1 || args->option("--plan").empty())
+    return fail("check-plan takes MODEL.pt2 and --plan PLAN.json");
+  const std::string &modelPath = args->positional[0];
+  std::string planPath = args->option("--plan");
+  std::optional<int64_t> worldSize;
+  if (std::string ws = args->option("--world-size"); !ws.empty()) {
+    int64_t n;
+    if (llvm::StringRef(ws).getAsInteger(10, n) || n < 1)
+      return fail(fmt::format("--world-size needs a positive integer, got '{}'", ws));
+    worldSize = n;
+  }
+  auto program = loadPt2(modelPath);
+  if (!program)
+    return fail(fmt::format("{}: {}", modelPath, takeMessage(program.takeError())));
+  auto plan = readPlanFile(planPath);
+  if (!plan)
+    return fail(fmt::format("{}: {}", planPath, takeMessage(plan.takeError())));
+  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, worldSize))
+    return fail(fmt::format("{}: {}", planPath, takeMessage(std::move(err))));
+  llvm::outs() << "plan " << (plan->name.empty() ? planPath : plan->name) << " on " << plan->mesh.str() << "\n";
+  const Graph &g = (*program)->graph;
+  for (const ParallelizeStep &step : plan->steps) {
+    llvm::outs() << "parallelize on mesh dim "
+                 << (step.meshDim ? plan->mesh.dimNames[*step.meshDim] : std::string("(whole mesh)")) << "\n";
+    for (const ParallelStyle &style : step.styles) {
+      llvm::outs() << fmt::format("  {:<28} {:<26}", style.pattern, name(style.kind).str());
+      for (const ModuleScope *s : g.scopes().inForwardOrder())
+        if (matchesModulePath(style.pattern, s->path()))
+          llvm::outs() << ' ' << s->displayName();
+      llvm::outs() << "\n";
+    }
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -129,6 +171,8 @@ int main(int argc, char **argv) {
   std::string command = argv[1];
   if (command == "inspect")
     return runInspect(argc, argv);
+  if (command == "check-plan")
+    return runCheckPlan(argc, argv);
   if (command == "compare")
     return runCompare(argc, argv);
   return fail(fmt::format("unknown command '{}' (see commlens --help)", command));

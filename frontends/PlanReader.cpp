@@ -1,0 +1,326 @@
+#include "frontends/PlanReader.h"
+
+#include "frontends/JsonRef.h"
+#include "ir/Error.h"
+
+#include <fnmatch.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace commlens {
+namespace {
+
+void rejectUnknownKeys(const JsonRef &obj, std::initializer_list<const char *> known) {
+  for (const auto &[key, value] : obj.members()) {
+    bool ok = false;
+    for (const char *k : known)
+      ok |= key == k;
+    if (!ok)
+      obj.fail(fmt::format("unknown key '{}'", key));
+  }
+}
+
+Placement decodePlacement(const JsonRef &r) {
+  auto p = Placement::parse(r.asString());
+  if (!p)
+    r.fail(takeMessage(p.takeError()));
+  return *p;
+}
+
+OptionalPlacements decodePlacementList(const JsonRef &r) {
+  OptionalPlacements out;
+  for (const JsonRef &item : r.items())
+    out.push_back(item.raw().is_null() ? std::nullopt : std::optional<Placement>(decodePlacement(item)));
+  return out;
+}
+
+std::optional<OptionalPlacements> optionalPlacementList(const JsonRef &style, const char *field) {
+  if (auto f = style.optField(field))
+    return decodePlacementList(*f);
+  return std::nullopt;
+}
+
+std::map<std::string, std::optional<Placement>> decodeKwargLayouts(const JsonRef &r) {
+  std::map<std::string, std::optional<Placement>> out;
+  for (const auto &[k, v] : r.members())
+    out[k] = v.raw().is_null() ? std::nullopt : std::optional<Placement>(decodePlacement(v));
+  return out;
+}
+
+bool boolOr(const JsonRef &r, const char *field, bool fallback) {
+  auto f = r.optField(field);
+  return f ? f->asBool() : fallback;
+}
+
+ParallelStyle decodeStyle(const JsonRef &r, const std::string &pattern) {
+  static const std::pair<const char *, ParallelStyle::Kind> kKinds[] = {
+      {"ColwiseParallel", ParallelStyle::Kind::Colwise},
+      {"RowwiseParallel", ParallelStyle::Kind::Rowwise},
+      {"SequenceParallel", ParallelStyle::Kind::Sequence},
+      {"PrepareModuleInput", ParallelStyle::Kind::PrepareModuleInput},
+      {"PrepareModuleOutput", ParallelStyle::Kind::PrepareModuleOutput},
+      {"PrepareModuleInputOutput", ParallelStyle::Kind::PrepareModuleInputOutput}};
+  std::string cls = r.field("style").asString();
+  ParallelStyle s;
+  s.pattern = pattern;
+  bool known = false;
+  for (const auto &[n, k] : kKinds)
+    if (cls == n) {
+      s.kind = k;
+      known = true;
+    }
+  if (!known)
+    r.fail(fmt::format("unknown parallel style '{}'", cls));
+  // Missing fields take the constructor defaults (docs/plan-format.md, "Styles").
+  switch (s.kind) {
+  case ParallelStyle::Kind::Colwise:
+    rejectUnknownKeys(r, {"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
+    s.inputLayouts = optionalPlacementList(r, "input_layouts").value_or(OptionalPlacements{Placement::replicate()});
+    s.outputLayouts = optionalPlacementList(r, "output_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
+    s.desiredInputLayouts = OptionalPlacements{Placement::replicate()};
+    s.useLocalOutput = boolOr(r, "use_local_output", true);
+    break;
+  case ParallelStyle::Kind::Rowwise:
+    rejectUnknownKeys(r, {"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
+    s.inputLayouts = optionalPlacementList(r, "input_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
+    s.outputLayouts = optionalPlacementList(r, "output_layouts").value_or(OptionalPlacements{Placement::replicate()});
+    s.desiredInputLayouts = optionalPlacementList(r, "desired_input_layouts"); // set per module type at apply time
+    s.useLocalOutput = boolOr(r, "use_local_output", true);
+    break;
+  case ParallelStyle::Kind::Sequence: {
+    rejectUnknownKeys(r, {"fqn", "style", "sequence_sharding", "use_local_output"});
+    auto seq = optionalPlacementList(r, "sequence_sharding").value_or(OptionalPlacements{Placement::shard(1)});
+    if (seq.size() != 1 || !seq[0])
+      r.fail("sequence_sharding must hold one placement");
+    s.sequenceSharding = *seq[0];
+    s.useLocalOutput = boolOr(r, "use_local_output", false);
+    break;
+  }
+  case ParallelStyle::Kind::PrepareModuleInput:
+    rejectUnknownKeys(r, {"fqn", "style", "input_layouts", "desired_input_layouts", "input_kwarg_layouts",
+                          "desired_input_kwarg_layouts", "use_local_output", "with_kwargs"});
+    s.inputLayouts = optionalPlacementList(r, "input_layouts");
+    s.desiredInputLayouts = optionalPlacementList(r, "desired_input_layouts");
+    if (auto f = r.optField("input_kwarg_layouts"))
+      s.inputKwargLayouts = decodeKwargLayouts(*f);
+    if (auto f = r.optField("desired_input_kwarg_layouts"))
+      s.desiredInputKwargLayouts = decodeKwargLayouts(*f);
+    s.useLocalOutput = boolOr(r, "use_local_output", false);
+    s.withKwargs = boolOr(r, "with_kwargs", !s.inputKwargLayouts.empty());
+    break;
+  case ParallelStyle::Kind::PrepareModuleOutput:
+    rejectUnknownKeys(r, {"fqn", "style", "output_layouts", "desired_output_layouts", "use_local_output"});
+    s.outputLayouts = decodePlacementList(r.field("output_layouts"));
+    s.desiredOutputLayouts = decodePlacementList(r.field("desired_output_layouts"));
+    s.useLocalOutput = boolOr(r, "use_local_output", true);
+    break;
+  case ParallelStyle::Kind::PrepareModuleInputOutput: {
+    rejectUnknownKeys(r, {"fqn", "style", "prepare_module_input", "prepare_module_output"});
+    ParallelStyle in = decodeStyle(r.field("prepare_module_input"), pattern);
+    ParallelStyle out = decodeStyle(r.field("prepare_module_output"), pattern);
+    if (in.kind != ParallelStyle::Kind::PrepareModuleInput || out.kind != ParallelStyle::Kind::PrepareModuleOutput)
+      r.fail("prepare_module_input/prepare_module_output must be PrepareModuleInput/PrepareModuleOutput");
+    s.inputLayouts = in.inputLayouts;
+    s.desiredInputLayouts = in.desiredInputLayouts;
+    s.inputKwargLayouts = in.inputKwargLayouts;
+    s.desiredInputKwargLayouts = in.desiredInputKwargLayouts;
+    s.withKwargs = in.withKwargs;
+    s.useLocalInput = in.useLocalOutput;
+    s.outputLayouts = out.outputLayouts;
+    s.desiredOutputLayouts = out.desiredOutputLayouts;
+    s.useLocalOutput = out.useLocalOutput;
+    break;
+  }
+  }
+  return s;
+}
+
+unsigned meshDimByName(const DeviceMesh &mesh, const JsonRef &r) {
+  std::string dimName = r.asString();
+  if (auto idx = mesh.dimIndex(dimName))
+    return *idx;
+  std::string names;
+  for (const std::string &n : mesh.dimNames)
+    names += (names.empty() ? "'" : ", '") + n + "'";
+  r.fail(fmt::format("mesh dim '{}' is not in the mesh (dim names: [{}])", dimName, names));
+}
+
+PlacementSpec decodePlacementSpec(const DeviceMesh &mesh, const JsonRef &r) {
+  PlacementSpec spec;
+  if (auto dims = r.optField("mesh_dims"))
+    for (const JsonRef &d : dims->items())
+      spec.meshDims.push_back(meshDimByName(mesh, d));
+  for (const JsonRef &p : r.field("placements").items())
+    spec.placements.push_back(decodePlacement(p));
+  size_t want = spec.meshDims.empty() ? mesh.ndim() : spec.meshDims.size();
+  if (spec.placements.size() != want)
+    r.fail(fmt::format("{} placements for {} mesh dims", spec.placements.size(), want));
+  return spec;
+}
+
+ShardingPlan decodePlan(const JsonRef &root) {
+  if (root.field("format").asString() != "commlens-plan")
+    root.field("format").fail("not a commlens plan (expected \"commlens-plan\")");
+  if (root.field("version").asInt() != 1)
+    root.field("version").fail(fmt::format("unsupported plan version {} (commlens reads version 1)",
+                                           root.field("version").asInt()));
+  rejectUnknownKeys(root, {"format", "version", "name", "source", "mesh", "parallelize", "src_data_rank",
+                           "placements", "inputs", "frozen", "loss", "loss_parallel"});
+  ShardingPlan plan;
+  if (auto n = root.optField("name"))
+    plan.name = n->asString();
+  if (auto s = root.optField("source"))
+    plan.source = s->asString();
+
+  JsonRef mesh = root.field("mesh");
+  for (const JsonRef &d : mesh.field("shape").items()) {
+    int64_t size = d.asInt();
+    if (size < 1)
+      d.fail("mesh sizes must be positive");
+    plan.mesh.shape.push_back(size);
+  }
+  if (plan.mesh.shape.empty())
+    mesh.field("shape").fail("the mesh needs at least one dim");
+  if (auto names = mesh.optField("dim_names")) {
+    for (const JsonRef &n : names->items())
+      plan.mesh.dimNames.push_back(n.asString());
+    if (plan.mesh.dimNames.size() != plan.mesh.shape.size())
+      names->fail(fmt::format("{} dim names for a {}-D mesh", plan.mesh.dimNames.size(), plan.mesh.shape.size()));
+  } else if (plan.mesh.shape.size() > 1) {
+    mesh.fail("an N-D mesh needs dim_names");
+  }
+  std::string device = mesh.field("device_type").asString();
+  if (device != "cpu" && device != "cuda")
+    mesh.field("device_type").fail(fmt::format("device type '{}' (expected \"cpu\" or \"cuda\")", device));
+  plan.mesh.deviceType = device == "cuda" ? MeshDeviceType::Cuda : MeshDeviceType::Cpu;
+
+  for (const JsonRef &step : root.field("parallelize").items()) {
+    ParallelizeStep s;
+    if (auto dim = step.optField("mesh_dim"))
+      s.meshDim = meshDimByName(plan.mesh, *dim);
+    else if (plan.mesh.ndim() > 1)
+      step.fail("mesh_dim may be null only on a 1-D mesh");
+    for (const JsonRef &entry : step.field("plan").items())
+      s.styles.push_back(decodeStyle(entry, entry.field("fqn").asString()));
+    plan.steps.push_back(std::move(s));
+  }
+  if (auto r = root.optField("src_data_rank"))
+    plan.srcDataRank = r->asInt();
+  else
+    plan.srcDataRank.reset();
+  if (auto placements = root.optField("placements"))
+    for (const auto &[pattern, spec] : placements->members())
+      plan.placements.emplace_back(pattern, decodePlacementSpec(plan.mesh, spec));
+  if (auto inputs = root.optField("inputs"))
+    for (const auto &[key, setting] : inputs->members()) {
+      InputSetting in;
+      in.key = key;
+      in.requiresGrad = boolOr(setting, "requires_grad", false);
+      if (auto p = setting.optField("placements"))
+        in.placements = decodePlacementSpec(plan.mesh, *p);
+      plan.inputs.push_back(std::move(in));
+    }
+  if (auto frozen = root.optField("frozen"))
+    for (const JsonRef &f : frozen->items())
+      plan.frozen.push_back(f.asString());
+  if (auto loss = root.optField("loss")) {
+    std::string kind = loss->field("kind").asString();
+    if (kind == "sum") {
+      plan.loss.kind = LossSpec::Kind::Sum;
+    } else if (kind == "cross_entropy") {
+      plan.loss.kind = LossSpec::Kind::CrossEntropy;
+      if (auto t = loss->optField("targets"))
+        plan.loss.targets = t->asString();
+      if (auto r = loss->optField("reduction"))
+        plan.loss.reduction = r->asString();
+      if (auto i = loss->optField("ignore_index"))
+        plan.loss.ignoreIndex = i->asInt();
+    } else {
+      loss->field("kind").fail(fmt::format("unknown loss '{}' (expected \"sum\" or \"cross_entropy\")", kind));
+    }
+  }
+  if (auto lp = root.optField("loss_parallel"))
+    plan.lossParallel = lp->asBool();
+  if (plan.lossParallel && plan.loss.kind != LossSpec::Kind::CrossEntropy)
+    root.field("loss_parallel").fail("loss_parallel requires the cross_entropy loss");
+  return plan;
+}
+
+bool anyMatch(llvm::StringRef pattern, const std::vector<std::string> &names) {
+  for (const std::string &n : names)
+    if (fnmatch(pattern.str().c_str(), n.c_str(), 0) == 0)
+      return true;
+  return false;
+}
+
+} // namespace
+
+llvm::Expected<ShardingPlan> parsePlan(llvm::StringRef text) {
+  auto doc = parseJsonText(text, "plan");
+  if (!doc)
+    return doc.takeError();
+  try {
+    return decodePlan(JsonRef(*doc, ""));
+  } catch (const ParseError &e) {
+    return makeError("{}", e.message);
+  }
+}
+
+llvm::Expected<ShardingPlan> readPlanFile(llvm::StringRef path) {
+  std::ifstream in(path.str(), std::ios::binary);
+  if (!in)
+    return makeError("cannot open file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parsePlan(buffer.str());
+}
+
+llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProgram &program,
+                                    std::optional<int64_t> worldSize) {
+  const Graph &g = program.graph;
+  if (worldSize && *worldSize != plan.mesh.size())
+    return makeError("mesh shape {} has {} devices but the world size is {}", plan.mesh.str(), plan.mesh.size(),
+                     *worldSize);
+  std::set<std::string> paths(program.modulePaths.begin(), program.modulePaths.end());
+  for (const ModuleScope *s : g.scopes().inForwardOrder())
+    paths.insert(s->path());
+  const std::string &rootName = g.scopes().root()->displayName();
+  for (const ParallelizeStep &step : plan.steps)
+    for (const ParallelStyle &style : step.styles) {
+      bool matched = false;
+      for (const std::string &p : paths)
+        matched |= matchesModulePath(style.pattern, p);
+      if (!matched)
+        return makeError("plan pattern '{}' matches no module of {}", style.pattern, rootName);
+    }
+  std::vector<std::string> params, tensors;
+  for (const InputSpec &in : g.inputs()) {
+    if (in.kind == InputKind::Parameter)
+      params.push_back(in.target);
+    if (in.kind == InputKind::Parameter || in.kind == InputKind::Buffer)
+      tensors.push_back(in.target);
+  }
+  for (const auto &[pattern, spec] : plan.placements)
+    if (!anyMatch(pattern, tensors))
+      return makeError("placement pattern '{}' matches no parameter or buffer of {}", pattern, rootName);
+  for (const std::string &pattern : plan.frozen)
+    if (!anyMatch(pattern, params))
+      return makeError("frozen pattern '{}' matches no parameter of {}", pattern, rootName);
+  std::vector<std::string> userInputs;
+  for (const InputSpec &in : g.inputs())
+    if (in.kind == InputKind::UserInput)
+      userInputs.push_back(in.target);
+  for (const InputSetting &in : plan.inputs) {
+    unsigned index;
+    bool positional = !llvm::StringRef(in.key).getAsInteger(10, index);
+    bool known = positional ? index < userInputs.size()
+                            : std::find(userInputs.begin(), userInputs.end(), in.key) != userInputs.end();
+    if (!known)
+      return makeError("plan input '{}' is not an input of {} ({} user inputs)", in.key, rootName, userInputs.size());
+  }
+  return llvm::Error::success();
+}
+
+} // namespace commlens

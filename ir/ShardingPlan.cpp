@@ -1,0 +1,29 @@
+#include "ir/ShardingPlan.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+#include <fnmatch.h>
+
+namespace commlens {
+
+llvm::StringRef name(ParallelStyle::Kind k) {
+  static constexpr const char *kNames[] = {"ColwiseParallel",    "RowwiseParallel",     "SequenceParallel",
+                                           "PrepareModuleInput", "PrepareModuleOutput", "PrepareModuleInputOutput"};
+  return kNames[static_cast<size_t>(k)];
+}
+
+bool matchesModulePath(llvm::StringRef pattern, llvm::StringRef path) {
+  if (pattern.empty() || path.empty())
+    return pattern.empty() && path.empty();
+  llvm::SmallVector<llvm::StringRef, 8> want, have;
+  pattern.split(want, '.');
+  path.split(have, '.');
+  if (want.size() != have.size())
+    return false;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (fnmatch(want[i].str().c_str(), have[i].str().c_str(), 0) != 0)
+      return false;
+  return true;
+}
+
+} // namespace commlens

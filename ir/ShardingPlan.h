@@ -1,0 +1,78 @@
+// A sharding plan as commlens analyses it: the device mesh, the tensor-parallel styles applied
+// by each parallelize_module step, explicit DTensor placements, which inputs require grad, the
+// loss. Mirrors docs/plan-format.md (format "commlens-plan", version 1).
+#pragma once
+
+#include "ir/Mesh.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace commlens {
+
+/// A placement list where torch allows None entries ("leave this input alone").
+using OptionalPlacements = std::vector<std::optional<Placement>>;
+
+struct ParallelStyle {
+  enum class Kind : uint8_t {
+    Colwise, Rowwise, Sequence, PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput
+  };
+  Kind kind = Kind::Colwise;
+  std::string pattern; // the plan key, matched as parallelize_module matches it
+
+  // Field names follow torch/distributed/tensor/parallel/style.py.
+  std::optional<OptionalPlacements> inputLayouts, desiredInputLayouts;
+  std::map<std::string, std::optional<Placement>> inputKwargLayouts, desiredInputKwargLayouts;
+  std::optional<OptionalPlacements> outputLayouts, desiredOutputLayouts;
+  std::optional<Placement> sequenceSharding; // SequenceParallel
+  bool useLocalOutput = true;
+  bool useLocalInput = false; // PrepareModuleInputOutput: the input half's use_local_output
+  bool withKwargs = false;
+};
+llvm::StringRef name(ParallelStyle::Kind k);
+
+/// One parallelize_module(model, mesh[meshDim], plan) call.
+struct ParallelizeStep {
+  std::optional<unsigned> meshDim; // none: the whole (1-D) mesh
+  std::vector<ParallelStyle> styles; // in plan order: hooks registered earlier run first
+};
+
+/// Placements on the whole mesh or on the sub-mesh of some dims.
+struct PlacementSpec {
+  std::vector<unsigned> meshDims; // empty: the whole mesh, one placement per dim
+  Placements placements;
+};
+
+struct InputSetting {
+  std::string key; // "0", "1", ... or a keyword name
+  bool requiresGrad = false;
+  std::optional<PlacementSpec> placements;
+};
+
+struct LossSpec {
+  enum class Kind : uint8_t { Sum, CrossEntropy };
+  Kind kind = Kind::Sum;
+  std::string targets = "random";
+  std::string reduction = "mean";
+  int64_t ignoreIndex = -100;
+};
+
+struct ShardingPlan {
+  std::string name, source;
+  DeviceMesh mesh;
+  std::vector<ParallelizeStep> steps;
+  std::optional<int64_t> srcDataRank = 0;
+  std::vector<std::pair<std::string, PlacementSpec>> placements; // param/buffer pattern -> spec
+  std::vector<InputSetting> inputs;
+  std::vector<std::string> frozen; // parameter patterns
+  LossSpec loss;
+  bool lossParallel = false;
+};
+
+/// parallelize_module's matching: the pattern and the path split on '.', each token fnmatch'ed
+/// against the attribute name at that level ("" is the root module itself).
+bool matchesModulePath(llvm::StringRef pattern, llvm::StringRef path);
+
+} // namespace commlens
