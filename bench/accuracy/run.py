@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+"""commlens accuracy corpus: predicted vs measured collectives over example models x plans x
+meshes x phases.
+
+    .venv/bin/python bench/accuracy/run.py [--subset ci|full] [--jobs N] [--only REGEX]
+        [--work-dir out/accuracy] [--commlens build/commlens] [--strict]
+
+For every configuration (model factory spec, plan factory spec, phase):
+
+1. the model is exported (``torch.export``, non-strict, as ``python -m commlens.export`` does)
+   and the plan serialised (as ``python -m commlens.plan`` does), both cached under
+   ``WORK/models/`` and ``WORK/plans/``, keyed by the spec and the sources they come from;
+2. the truth is measured with ``commlens.measure`` (fake process group, in-process, CommDebugMode)
+   from the cached plan JSON: ``WORK/measured/CONFIG.counts.json``;
+3. ``commlens predict MODEL.pt2 --plan PLAN.json --phase P --format json -o
+   WORK/predicted/CONFIG.json`` and, when that succeeds, ``commlens compare PREDICTED MEASURED
+   --phase P --json``.
+
+One line per configuration::
+
+    CONFIG  measured=<collectives>  predicted=<collectives or ->  exact | DIFF (k cells) |
+        no prediction | predict error: <line> | ...
+
+and last ``exact: N/M configs, K/L cells``: M counts every configuration, L every cell (module x
+collective x phase, non-zero on either side) of every configuration, where a configuration
+without a prediction contributes its measured cells, none exact. ``WORK/results.json`` holds
+the same per configuration.
+
+``no prediction``: ``commlens predict`` does not exist (``unknown command``) or exits 2 with an
+error (``predict error: <its error line>``; ``--strict`` counts that as a failure). Exit status:
+0 when every configuration was measured and every prediction made is exact; 1 otherwise
+(a DIFF, a measure/export/compare error, a crashed predictor); 2 on usage errors.
+"""
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+for _p in (str(ROOT / "python"), str(ROOT)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+SUMMARY_RE = re.compile(r"^exact: (\d+)/(\d+) configs, (\d+)/(\d+) cells$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    name: str
+    model: str  # MODULE:FACTORY(...) spec
+    plan: str  # MODULE:PLAN_FACTORY(...) spec
+    phase: str  # forward | backward | both
+    ci: bool = False
+
+
+MLP = "examples.mlp:mlp"
+STACKED = "examples.mlp:stacked_mlp"
+GPT2 = "examples.gpt2:gpt2"
+GPT2_SDPA = "examples.gpt2:gpt2(attn='sdpa')"
+LLAMA = "examples.llama:llama"
+P = "examples.plans:"
+
+CONFIGS = [
+    # MLP: w1 Colwise, w2 Rowwise; input with and without requires_grad; 1-D and 2-D meshes
+    Config("mlp-tp-tp2-forward", MLP, P + "mlp_tp(tp=2)", "forward", ci=True),
+    Config("mlp-tp-tp4-grad-both", MLP, P + "mlp_tp(tp=4, input_requires_grad=True)", "both", ci=True),
+    Config("mlp-tp-tp4-both", MLP, P + "mlp_tp(tp=4)", "both"),
+    Config("mlp-tp-tp8-grad-backward", MLP, P + "mlp_tp(tp=8, input_requires_grad=True)", "backward"),
+    Config("mlp-2d-dp2xtp2-grad-both", MLP, P + "mlp_2d(dp=2, tp=2, input_requires_grad=True)", "both", ci=True),
+    Config("mlp-2d-dp4xtp2-forward", MLP, P + "mlp_2d(dp=4, tp=2)", "forward"),
+    # a root Linear, Colwise. (linear_rowwise is not here: its example input is the local
+    # Shard(-1) slice, so the unparallelised model does not run, let alone export.)
+    Config("linear-colwise-tp4-grad-both", "examples.mlp:linear",
+           P + "linear_colwise(tp=4, input_requires_grad=True)", "both"),
+    # stacked MLP blocks (layers.*)
+    Config("stacked_mlp-tp-tp2-forward", STACKED, P + "stacked_mlp_tp(tp=2)", "forward"),
+    Config("stacked_mlp-tp-tp4-grad-both", STACKED, P + "stacked_mlp_tp(tp=4, input_requires_grad=True)", "both",
+           ci=True),
+    Config("stacked_mlp-tp-tp8-backward", STACKED, P + "stacked_mlp_tp(tp=8)", "backward"),
+    # GPT-2, explicit matmul attention: TP, TP+SP (PrepareModuleInput on attn/mlp), loss_parallel, 2-D
+    Config("gpt2-tp-tp4-both", GPT2, P + "gpt2_tp(tp=4)", "both", ci=True),
+    Config("gpt2-tp-tp2-forward", GPT2, P + "gpt2_tp(tp=2)", "forward"),
+    Config("gpt2-tp_sp-tp4-both", GPT2, P + "gpt2_tp_sp(tp=4)", "both", ci=True),
+    Config("gpt2-tp_sp-tp8-backward", GPT2, P + "gpt2_tp_sp(tp=8)", "backward"),
+    Config("gpt2-tp_loss_parallel-tp4-both", GPT2, P + "gpt2_tp_loss_parallel(tp=4)", "both", ci=True),
+    Config("gpt2-tp-dp2xtp2-both", GPT2, P + "gpt2_tp(tp=2, dp=2)", "both"),
+    # GPT-2, scaled_dot_product_attention
+    Config("gpt2_sdpa-tp-tp4-both", GPT2_SDPA, P + "gpt2_tp(tp=4)", "both", ci=True),
+    Config("gpt2_sdpa-tp_sp-tp2-both", GPT2_SDPA, P + "gpt2_tp_sp(tp=2)", "both"),
+    Config("gpt2_sdpa-tp_sp_loss_parallel-tp4-both", GPT2_SDPA, P + "gpt2_tp_sp(tp=4, loss_parallel=True)", "both"),
+    Config("gpt2_sdpa-tp_loss_parallel-tp8-forward", GPT2_SDPA, P + "gpt2_tp_loss_parallel(tp=8)", "forward"),
+    # Llama (torchtitan plan): with SP, without SP (PrepareModuleInput Replicate -> Replicate), 2-D
+    Config("llama-tp_sp-tp4-both", LLAMA, P + "llama_tp(tp=4)", "both", ci=True),
+    Config("llama-tp_sp-tp2-forward", LLAMA, P + "llama_tp(tp=2)", "forward"),
+    Config("llama-tp_sp-tp8-backward", LLAMA, P + "llama_tp(tp=8)", "backward"),
+    Config("llama-tp-tp4-both", LLAMA, P + "llama_tp(tp=4, sp=False)", "both", ci=True),
+    Config("llama-tp-tp8-both", LLAMA, P + "llama_tp(tp=8, sp=False)", "both"),
+    Config("llama-tp_sp_loss_parallel-tp4-both", LLAMA, P + "llama_tp(tp=4, loss_parallel=True)", "both"),
+    Config("llama-tp_sp-dp2xtp2-both", LLAMA, P + "llama_2d(dp=2, tp=2)", "both", ci=True),
+    Config("llama-tp-dp2xtp4-forward", LLAMA, P + "llama_2d(dp=2, tp=4, sp=False)", "forward"),
+]
+
+
+def select(subset, only=None):
+    configs = [c for c in CONFIGS if subset == "full" or c.ci]
+    if only:
+        configs = [c for c in configs if re.search(only, c.name)]
+    return configs
+
+
+# ------------------------------------------------------------------------------------------
+# caches
+
+
+def _sources_digest(paths):
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(str(p.relative_to(ROOT)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _slug(spec):
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", spec).strip("_")[:80]
+
+
+def _cache_path(directory, spec, digest, suffix):
+    key = hashlib.sha256((spec + "\0" + digest).encode()).hexdigest()[:12]
+    return directory / f"{_slug(spec)}-{key}{suffix}"
+
+
+def _model_digest():
+    import torch
+
+    files = sorted((ROOT / "examples").glob("*.py")) + [ROOT / "python/commlens/export.py",
+                                                        ROOT / "python/commlens/_factory.py"]
+    return _sources_digest(files) + torch.__version__
+
+
+def _plan_digest():
+    files = [ROOT / "examples/plans.py", ROOT / "python/commlens/plan.py"]
+    return _sources_digest(files)
+
+
+def _write_atomic(path, write):
+    tmp = path.with_name(f".tmp{os.getpid()}-{path.name}")  # keeps the suffix (torch.export.save wants .pt2)
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def ensure_export(spec, work):
+    """Cached torch.export of a model factory spec; returns the .pt2 path."""
+    path = _cache_path(work / "models", spec, _model_digest(), ".pt2")
+    if path.exists():
+        return path
+    import torch
+
+    from commlens._factory import call_model_factory
+    from commlens.export import export_model
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made = call_model_factory(spec)
+    model, args = made[0], made[1]
+    kwargs = made[2] if len(made) > 2 else None
+    ep = export_model(model, args, kwargs)
+    _write_atomic(path, lambda tmp: torch.export.save(ep, str(tmp)))
+    return path
+
+
+def ensure_plan(spec, work):
+    """Cached commlens-plan JSON of a plan factory spec; returns its path."""
+    path = _cache_path(work / "plans", spec, _plan_digest(), ".json")
+    if path.exists():
+        return path
+    from commlens.plan import dumps, resolve_plan
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = dumps(resolve_plan(spec), source=spec)
+    _write_atomic(path, lambda tmp: tmp.write_text(text))
+    return path
+
+
+# ------------------------------------------------------------------------------------------
+# one configuration
+
+
+def _phases(phase):
+    return ["forward", "backward"] if phase == "both" else [phase]
+
+
+def _measured_cells(doc, phase):
+    """Non-zero cells and total collectives (Global) of a commlens-counts document."""
+    cells = 0
+    total = 0
+    for m in doc["modules"]:
+        for p in _phases(phase):
+            cells += sum(1 for n in m[p].values() if n)
+    glob = next((m for m in doc["modules"] if m["fqn"] == "Global"), None)
+    if glob is not None:
+        total = sum(sum(glob[p].values()) for p in _phases(phase))
+    return cells, total
+
+
+def _error_line(stderr):
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("commlens: error:"):
+            return line
+    return lines[-1] if lines else "(no output)"
+
+
+def run_config(cfg, work, commlens):
+    """Measure, predict and compare one configuration; returns a JSON-able result dict."""
+    r = {"name": cfg.name, "model": cfg.model, "plan": cfg.plan, "phase": cfg.phase,
+         "status": None, "measured": None, "predicted": None, "cells": 0, "exact_cells": 0,
+         "differ_cells": 0, "error": None}
+    t0 = time.time()
+    try:
+        plan_path = ensure_plan(cfg.plan, work)
+        model_path = ensure_export(cfg.model, work)
+    except Exception as err:  # noqa: BLE001 - reported per configuration
+        r.update(status="export error", error=f"{type(err).__name__}: {err}".splitlines()[0])
+        return r
+
+    measured_path = work / "measured" / f"{cfg.name}.counts.json"
+    measured_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        from commlens.measure import measure
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            doc = measure(cfg.model, str(plan_path), backend="fake", phase=cfg.phase, return_document=True)
+        doc.pop("rank", None)
+        measured_path.write_text(json.dumps(doc, indent=1) + "\n")
+    except Exception as err:  # noqa: BLE001
+        r.update(status="measure error", error=f"{type(err).__name__}: {err}".splitlines()[0],
+                 traceback=traceback.format_exc())
+        return r
+    cells, total = _measured_cells(doc, cfg.phase)
+    r.update(measured=total, cells=cells, measured_file=str(measured_path))
+
+    predicted_path = work / "predicted" / f"{cfg.name}.json"
+    predicted_path.parent.mkdir(parents=True, exist_ok=True)
+    if predicted_path.exists():
+        predicted_path.unlink()
+    p = subprocess.run([commlens, "predict", str(model_path), "--plan", str(plan_path), "--phase", cfg.phase,
+                        "--format", "json", "-o", str(predicted_path)],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        line = _error_line(p.stderr)
+        if "unknown command" in p.stderr:
+            r.update(status="no prediction")
+        elif p.returncode == 2 and line.startswith("commlens: error:"):
+            r.update(status="predict error", error=line)
+        else:
+            r.update(status="predict crashed", error=f"exit {p.returncode}: {line}")
+        return r
+
+    c = subprocess.run([commlens, "compare", str(predicted_path), str(measured_path), "--phase", cfg.phase,
+                        "--json"], capture_output=True, text=True, timeout=600)
+    if c.returncode not in (0, 1):
+        r.update(status="compare error", error=_error_line(c.stderr))
+        return r
+    cmp = json.loads(c.stdout)
+    summary = cmp["summary"]
+    r.update(predicted=summary["predicted_collectives"], cells=summary["cells"],
+             differ_cells=summary["differ"], exact_cells=summary["cells"] - summary["differ"],
+             approximate_cells=summary["approximate"], predicted_file=str(predicted_path),
+             status="exact" if c.returncode == 0 else "DIFF",
+             diffs=[cell for cell in cmp["cells"] if not cell["match"]])
+    r["seconds"] = round(time.time() - t0, 2)
+    return r
+
+
+def format_line(r, width):
+    predicted = "-" if r["predicted"] is None else str(r["predicted"])
+    measured = "?" if r["measured"] is None else str(r["measured"])
+    status = r["status"]
+    if status == "DIFF":
+        status = f"DIFF ({r['differ_cells']} cells)"
+    elif r["error"]:
+        status = f"{status}: {r['error']}"
+    return f"{r['name']:<{width}}  measured={measured:<4}  predicted={predicted:<4}  {status}"
+
+
+def is_failure(r, strict):
+    if r["status"] in ("exact", "no prediction"):
+        return False
+    if r["status"] == "predict error":
+        return strict
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# driver
+
+
+def _worker_init():
+    warnings.simplefilter("ignore")
+
+
+def _run_one(args):
+    cfg, work, commlens = args
+    return run_config(cfg, work, commlens)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="bench/accuracy/run.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--subset", choices=("ci", "full"), default="full")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--only", metavar="REGEX", help="run only configurations whose name matches (re.search)")
+    parser.add_argument("--work-dir", default=str(ROOT / "out" / "accuracy"))
+    parser.add_argument("--commlens", default=None,
+                        help="the commlens CLI (default: $COMMLENS_BUILD/commlens or build/commlens)")
+    parser.add_argument("--strict", action="store_true", help="count predict errors as failures")
+    parser.add_argument("--list", action="store_true", help="list the configurations and exit")
+    ns = parser.parse_args(argv)
+    configs = select(ns.subset, ns.only)
+    if ns.list:
+        for c in configs:
+            print(f"{c.name}  {c.model}  {c.plan}  {c.phase}")
+        return 0
+    if not configs:
+        parser.error("no configuration selected")
+    if ns.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    commlens = ns.commlens or str(pathlib.Path(os.environ.get("COMMLENS_BUILD", ROOT / "build")) / "commlens")
+    if not pathlib.Path(commlens).exists():
+        print(f"commlens: error: {commlens}: not built (run scripts/setup.sh)", file=sys.stderr)
+        return 2
+    work = pathlib.Path(ns.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+
+    width = max(len(c.name) for c in configs)
+    tasks = [(c, work, commlens) for c in configs]
+    results = []
+
+    def report(r):
+        results.append(r)
+        print(format_line(r, width), flush=True)
+
+    t0 = time.time()
+    if ns.jobs == 1:
+        warnings.simplefilter("ignore")
+        for t in tasks:
+            report(_run_one(t))
+    else:
+        import multiprocessing as mp
+
+        # Exports first, once per model, so that workers do not race to write the same file.
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(min(ns.jobs, len(tasks)), initializer=_worker_init) as pool:
+            models = sorted({c.model for c in configs})
+            pool.map(_export_only, [(m, work) for m in models])
+            for r in pool.imap(_run_one, tasks):
+                report(r)
+
+    exact_configs = sum(1 for r in results if r["status"] == "exact")
+    cells = sum(r["cells"] for r in results)
+    exact_cells = sum(r["exact_cells"] for r in results)
+    (work / "results.json").write_text(json.dumps(
+        {"subset": ns.subset, "seconds": round(time.time() - t0, 1), "configs": results}, indent=1) + "\n")
+    print(f"exact: {exact_configs}/{len(results)} configs, {exact_cells}/{cells} cells")
+    return 1 if any(is_failure(r, ns.strict) for r in results) else 0
+
+
+def _export_only(args):
+    spec, work = args
+    try:
+        ensure_export(spec, work)
+    except Exception:  # noqa: BLE001 - reported again by run_config
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
