@@ -1,0 +1,485 @@
+#include "passes/RedistributePlanner.h"
+
+#include "ir/Error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace commlens {
+
+llvm::StringRef name(RedistributeAction a) {
+  switch (a) {
+  case RedistributeAction::AllReduce: return "all_reduce";
+  case RedistributeAction::ReduceScatter: return "reduce_scatter";
+  case RedistributeAction::AllGather: return "all_gather";
+  case RedistributeAction::ShardDimAllToAll: return "shard_dim_alltoall";
+  case RedistributeAction::AllGatherChunk: return "all_gather+chunk";
+  case RedistributeAction::LocalChunk: return "local_chunk";
+  case RedistributeAction::LocalPartition: return "local_partition";
+  case RedistributeAction::SkippedSize1: return "skipped_size1";
+  }
+  return "?";
+}
+
+llvm::StringRef commDebugOpKey(RedistributeAction a) {
+  switch (a) {
+  case RedistributeAction::AllReduce: return "c10d_functional.all_reduce";
+  case RedistributeAction::ReduceScatter: return "c10d_functional.reduce_scatter_tensor";
+  case RedistributeAction::AllGather:
+  case RedistributeAction::AllGatherChunk: return "c10d_functional.all_gather_into_tensor";
+  case RedistributeAction::ShardDimAllToAll: return "_dtensor.shard_dim_alltoall";
+  case RedistributeAction::LocalChunk:
+  case RedistributeAction::LocalPartition:
+  case RedistributeAction::SkippedSize1: return "";
+  }
+  return "";
+}
+
+namespace {
+
+std::string dimsStr(llvm::ArrayRef<unsigned> dims) {
+  std::string out;
+  for (size_t i = 0; i < dims.size(); ++i)
+    out += (i ? "+" : "") + std::to_string(dims[i]);
+  return out;
+}
+
+std::string shapeStr(llvm::ArrayRef<int64_t> shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+} // namespace
+
+std::string RedistributeStep::str() const {
+  std::string what = opKey().empty() ? name(action).str() : opKey().str();
+  if (action == RedistributeAction::AllGatherChunk)
+    what += " (+ local chunk: CPU has no all-to-all)";
+  std::string out = fmt::format("{} on mesh dim {}: {} -> {}", what, dimsStr(meshDims), src.str(), dst.str());
+  if (isCollective())
+    out += fmt::format(", group {}, {} B in, {} B out", groupSize, inputBytes, outputBytes);
+  out += fmt::format(", local {} -> {}", shapeStr(localShapeBefore), shapeStr(localShapeAfter));
+  return out;
+}
+
+llvm::SmallVector<const RedistributeStep *, 4> RedistributePlan::collectives() const {
+  llvm::SmallVector<const RedistributeStep *, 4> out;
+  for (const RedistributeStep &s : steps)
+    if (s.isCollective())
+      out.push_back(&s);
+  return out;
+}
+
+int64_t RedistributePlan::totalInputBytes() const {
+  int64_t n = 0;
+  for (const RedistributeStep &s : steps)
+    n += s.inputBytes;
+  return n;
+}
+
+std::string RedistributePlan::str() const {
+  if (steps.empty())
+    return "  (no steps)\n";
+  std::string out;
+  for (const RedistributeStep &s : steps)
+    out += "  " + s.str() + "\n";
+  return out;
+}
+
+namespace {
+
+using Shape = llvm::SmallVector<int64_t, 4>;
+
+/// Rank-0 chunk of `size` split n ways with torch.chunk semantics: ceil(size / n).
+int64_t chunk0(int64_t size, int64_t n) { return n <= 0 ? size : (size + n - 1) / n; }
+
+bool isShardLike(const Placement &p) {
+  return p.kind == Placement::Kind::Shard || p.kind == Placement::Kind::StridedShard;
+}
+
+/// Placement equality on the fields that matter for each kind (the IR's operator== also compares
+/// fields a kind does not use).
+bool same(const Placement &a, const Placement &b) {
+  if (a.kind != b.kind)
+    return false;
+  switch (a.kind) {
+  case Placement::Kind::Replicate: return true;
+  case Placement::Kind::Shard: return a.dim == b.dim;
+  case Placement::Kind::StridedShard: return a.dim == b.dim && a.splitFactor == b.splitFactor;
+  case Placement::Kind::Partial:
+  case Placement::Kind::MaskPartial: return a.reduceOp == b.reduceOp;
+  }
+  return false;
+}
+bool same(llvm::ArrayRef<Placement> a, llvm::ArrayRef<Placement> b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!same(a[i], b[i]))
+      return false;
+  return true;
+}
+
+/// One planned transform (DTensor's _TransformInfo / _FlattenedTransformInfo).
+struct Transform {
+  llvm::SmallVector<unsigned, 2> meshDims;
+  Placement src, dst;
+  Shape logicalShape;
+};
+
+/// DTensor's `_comm_type_key`: which collective family a step belongs to, for merging.
+enum class CommType { None, AllReduce, ReduceScatter, AllGather, AllToAll };
+CommType commType(const Transform &t) {
+  if (t.src.isPartial() && t.dst.isReplicate())
+    return CommType::AllReduce;
+  if (t.src.isPartial() && isShardLike(t.dst))
+    return CommType::ReduceScatter;
+  if (isShardLike(t.src) && t.dst.isReplicate())
+    return CommType::AllGather;
+  if (isShardLike(t.src) && isShardLike(t.dst))
+    return CommType::AllToAll;
+  return CommType::None;
+}
+bool mergeableComm(CommType c) {
+  return c == CommType::AllReduce || c == CommType::ReduceScatter || c == CommType::AllGather;
+}
+bool isSumOrAvg(const Placement &p) { return p.reduceOp == ReduceOp::Sum || p.reduceOp == ReduceOp::Avg; }
+/// `are_placements_mergeable`: identical (src, dst), or sum/avg Partials with the same dst.
+bool placementsMergeable(const Transform &a, const Transform &b) {
+  if (same(a.src, b.src) && same(a.dst, b.dst))
+    return true;
+  if (!same(a.dst, b.dst))
+    return false;
+  return a.src.isPartial() && b.src.isPartial() && isSumOrAvg(a.src) && isSumOrAvg(b.src);
+}
+
+/// The greedy planner (`generate_greedy_transform_infos`).
+llvm::SmallVector<Transform, 4> greedyTransforms(const DeviceMesh &mesh, const Shape &global,
+                                                 llvm::ArrayRef<Placement> src, llvm::ArrayRef<Placement> dst) {
+  llvm::SmallVector<Transform, 4> out;
+  unsigned ndim = mesh.ndim();
+  if (ndim == 1) {
+    if (!same(src[0], dst[0]))
+      out.push_back({{0}, src[0], dst[0], global});
+    return out;
+  }
+  // Logical shape seen at each mesh dim: the source's sharding on earlier mesh dims applied, with
+  // the chunk sizes of the planning rank (rank 0 here: coordinate 0 on every mesh dim).
+  llvm::SmallVector<Shape, 4> logical{global};
+  for (unsigned i = 0; i < ndim; ++i) {
+    Shape cur = logical[i];
+    if (src[i].isShard()) {
+      if (i + 1 < ndim) {
+        cur[src[i].dim] = chunk0(cur[src[i].dim], mesh.shape[i]);
+        logical.push_back(cur);
+      }
+    } else {
+      logical.push_back(cur);
+    }
+  }
+  Placements current(src.begin(), src.end());
+  int64_t numShards = 1;
+  for (unsigned i = 0; i < ndim; ++i)
+    if (isShardLike(src[i]))
+      numShards *= mesh.shape[i];
+  if (numShards > 1) {
+    // Inner to outer: replicate mesh dims whose target Shard(d) sits under a different nesting of
+    // tensor dim d than the current placements have.
+    for (unsigned m = ndim; m-- > 0;) {
+      Placement target = dst[m];
+      if (target.isShard()) {
+        llvm::SmallVector<unsigned, 2> curSharding, tgtSharding;
+        for (unsigned i = 0; i < m; ++i) {
+          if (current[i].isShard(target.dim))
+            curSharding.push_back(i);
+          if (dst[i].isShard(target.dim))
+            tgtSharding.push_back(i);
+        }
+        if (curSharding != tgtSharding)
+          target = Placement::replicate();
+      }
+      if (!same(current[m], target)) {
+        out.push_back({{m}, current[m], target, logical[m]});
+        current[m] = target;
+      }
+    }
+  }
+  // Outer to inner: whatever is left.
+  for (unsigned m = 0; m < ndim; ++m) {
+    if (!same(current[m], dst[m])) {
+      out.push_back({{m}, current[m], dst[m], logical[m]});
+      current[m] = dst[m];
+    }
+  }
+  return out;
+}
+
+bool hasFlattened(const RedistributeOptions &options, llvm::ArrayRef<unsigned> sortedDims) {
+  for (const auto &group : options.flattenedDims) {
+    llvm::SmallVector<unsigned, 2> g(group.begin(), group.end());
+    llvm::sort(g);
+    if (llvm::ArrayRef<unsigned>(g) == sortedDims)
+      return true;
+  }
+  return false;
+}
+
+/// `_optimize_transform_infos`: merge runs of consecutive same-kind collectives into one
+/// collective over a user-created flattened mesh. Never reorders.
+llvm::SmallVector<Transform, 4> mergeFlattened(const DeviceMesh &mesh, llvm::SmallVector<Transform, 4> in,
+                                               const RedistributeOptions &options) {
+  bool named = llvm::any_of(mesh.dimNames, [](const std::string &n) { return !n.empty(); });
+  if (in.size() < 2 || options.disableTransformOptimization || options.flattenedDims.empty() || !named)
+    return in;
+  llvm::SmallVector<Transform, 4> out;
+  size_t i = 0;
+  while (i < in.size()) {
+    CommType key = commType(in[i]);
+    if (!mergeableComm(key)) {
+      out.push_back(in[i++]);
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < in.size() && mergeableComm(commType(in[j])) && placementsMergeable(in[j], in[i]))
+      ++j;
+    llvm::ArrayRef<Transform> group(in.data() + i, j - i);
+    auto tryMerge = [&]() -> std::optional<Transform> {
+      if (group.size() < 2)
+        return std::nullopt;
+      llvm::SmallVector<unsigned, 2> dims, sorted;
+      for (const Transform &t : group)
+        dims.push_back(t.meshDims.front());
+      sorted = dims;
+      llvm::sort(sorted);
+      if (key == CommType::ReduceScatter && dims != sorted)
+        return std::nullopt; // reduce_scatter must run outer to inner
+      if (key == CommType::AllGather && !std::equal(dims.begin(), dims.end(), sorted.rbegin()))
+        return std::nullopt; // all_gather must run inner to outer
+      if (!hasFlattened(options, sorted))
+        return std::nullopt;
+      const Transform *outermost = &group.front();
+      int64_t groupSize = 1;
+      for (const Transform &t : group)
+        groupSize *= mesh.shape[t.meshDims.front()];
+      if (key == CommType::AllGather || key == CommType::ReduceScatter) {
+        int64_t d = key == CommType::AllGather ? group.front().src.dim : group.front().dst.dim;
+        for (const Transform &t : group) // first maximum, as Python's max()
+          if (t.logicalShape[d] > outermost->logicalShape[d])
+            outermost = &t;
+        if (key == CommType::ReduceScatter && outermost->logicalShape[d] % groupSize != 0)
+          return std::nullopt; // uneven: no merge
+      }
+      Transform merged{sorted, group.front().src, group.front().dst, outermost->logicalShape};
+      if (merged.src.isPartial()) {
+        int64_t avgScale = 1;
+        for (const Transform &t : group)
+          if (t.src.reduceOp == ReduceOp::Avg)
+            avgScale *= mesh.shape[t.meshDims.front()];
+        if (avgScale > 1) // sum/avg mix runs as a sum and divides afterwards
+          merged.src = Placement::partial(ReduceOp::Sum);
+      }
+      return merged;
+    };
+    if (std::optional<Transform> merged = tryMerge())
+      out.push_back(std::move(*merged));
+    else
+      out.append(group.begin(), group.end());
+    i = j;
+  }
+  return out;
+}
+
+int64_t numel(llvm::ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t s : shape)
+    n *= s;
+  return n;
+}
+
+llvm::Error checkNoMixedPartials(llvm::ArrayRef<Placement> placements, llvm::StringRef which) {
+  std::set<ReduceOp> ops;
+  for (const Placement &p : placements)
+    if (p.isPartial())
+      ops.insert(p.reduceOp);
+  if (ops.size() > 1 && ops != std::set<ReduceOp>{ReduceOp::Sum, ReduceOp::Avg})
+    return makeError("mixed Partial reduce ops in {} placements {} (DTensor raises ValueError; only sum with avg may mix)",
+                     which.str(), str(placements));
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const TensorMeta &meta,
+                                                  llvm::ArrayRef<Placement> srcIn,
+                                                  llvm::ArrayRef<Placement> dstIn,
+                                                  const RedistributeOptions &options) {
+  unsigned ndim = mesh.ndim();
+  if (ndim == 0)
+    return makeError("redistribute: the device mesh has no dims");
+  for (int64_t s : mesh.shape)
+    if (s < 1)
+      return makeError("redistribute: bad mesh shape (a dim of size {})", s);
+  if (srcIn.size() != ndim || dstIn.size() != ndim)
+    return makeError("redistribute: {} source and {} target placements for a {}-D mesh", srcIn.size(), dstIn.size(),
+                     ndim);
+  int64_t rank = meta.rank();
+  Placements src = normalized(srcIn, rank), dst = normalized(dstIn, rank);
+  for (const Placements *ps : {&src, &dst})
+    for (const Placement &p : *ps)
+      if (isShardLike(p) && (p.dim < 0 || p.dim >= rank))
+        return makeError("redistribute: {} is out of range for a rank-{} tensor", p.str(), rank);
+
+  // Cases that take DTensor's graph-based (Dijkstra) planner: not modelled.
+  for (const Placements *ps : {&src, &dst})
+    for (const Placement &p : *ps)
+      if (p.kind == Placement::Kind::StridedShard)
+        return makeError("redistribute {} -> {}: _StridedShard placements use DTensor's graph-based planner, "
+                         "which commlens does not model",
+                         str(src), str(dst));
+  if (options.srcShardOrder)
+    for (const ShardOrderEntry &e : *options.srcShardOrder)
+      for (size_t k = 1; k < e.meshDims.size(); ++k)
+        if (e.meshDims[k - 1] >= e.meshDims[k])
+          return makeError("redistribute {} -> {}: a non-default shard order (tensor dim {} over mesh dims {}) uses "
+                           "DTensor's graph-based planner, which commlens does not model",
+                           str(src), str(dst), e.tensorDim, dimsStr(e.meshDims));
+  if (options.forceMinCostPlan)
+    return makeError("redistribute {} -> {}: use_min_cost_redistribution_plan() selects DTensor's graph-based "
+                     "planner, which commlens does not model",
+                     str(src), str(dst));
+
+  if (llvm::Error e = checkNoMixedPartials(src, "source"))
+    return e;
+  if (llvm::Error e = checkNoMixedPartials(dst, "target"))
+    return e;
+
+  RedistributePlan plan;
+  if (same(src, dst))
+    return plan;
+
+  Shape global;
+  for (const SymInt &s : meta.sizes)
+    global.push_back(s.hint);
+
+  llvm::SmallVector<Transform, 4> transforms = greedyTransforms(mesh, global, src, dst);
+  transforms = mergeFlattened(mesh, std::move(transforms), options);
+
+  // Rank 0's local shape under the source placements (default shard order: mesh dims in order).
+  Shape local = global;
+  for (unsigned i = 0; i < ndim; ++i)
+    if (src[i].isShard())
+      local[src[i].dim] = chunk0(local[src[i].dim], mesh.shape[i]);
+
+  int64_t elem = elementSize(meta.dtype);
+  for (const Transform &t : transforms) {
+    RedistributeStep step;
+    step.meshDims = t.meshDims;
+    step.src = t.src;
+    step.dst = t.dst;
+    step.logicalShape = t.logicalShape;
+    step.localShapeBefore = local;
+    int64_t n = 1;
+    for (unsigned m : t.meshDims)
+      n *= mesh.shape[m];
+    step.groupSize = n;
+    const Placement &cur = t.src, &tgt = t.dst;
+    auto stepName = [&] { return fmt::format("{} -> {} on mesh dim {}", cur.str(), tgt.str(), dimsStr(t.meshDims)); };
+
+    if (n == 1) {
+      step.action = RedistributeAction::SkippedSize1;
+    } else if (tgt.isReplicate()) {
+      if (cur.isPartial()) {
+        step.action = RedistributeAction::AllReduce;
+        step.inputBytes = step.outputBytes = numel(local) * elem;
+      } else { // Shard(d) -> Replicate: pad to the full chunk of the logical size, all_gather, unpad
+        int64_t d = cur.dim, logicalSize = t.logicalShape[d];
+        step.action = RedistributeAction::AllGather;
+        Shape padded = local;
+        if (logicalSize % n != 0)
+          padded[d] = chunk0(logicalSize, n);
+        step.inputBytes = numel(padded) * elem;
+        step.outputBytes = step.inputBytes * n;
+        local[d] = logicalSize;
+      }
+    } else if (tgt.isShard()) {
+      int64_t d = tgt.dim;
+      if (cur.isPartial()) { // reduce_scatter; uneven: every chunk padded to the full chunk size
+        step.action = RedistributeAction::ReduceScatter;
+        Shape in = local;
+        if (local[d] % n != 0)
+          in[d] = chunk0(local[d], n) * n;
+        step.inputBytes = numel(in) * elem;
+        step.outputBytes = step.inputBytes / n;
+        local[d] = in[d] / n;
+      } else if (cur.isReplicate()) {
+        step.action = RedistributeAction::LocalChunk;
+        local[d] = chunk0(local[d], n);
+      } else { // Shard(a) -> Shard(b), a != b
+        int64_t a = cur.dim, b = d;
+        int64_t logicalA = t.logicalShape[a], logicalB = t.logicalShape[b];
+        Shape padded = local;
+        bool padA = logicalA % n != 0, padB = logicalB % n != 0;
+        if (padA)
+          padded[a] = chunk0(logicalA, n);
+        if (padB)
+          padded[b] = chunk0(logicalB, n) * n;
+        step.inputBytes = numel(padded) * elem;
+        if (mesh.deviceType == MeshDeviceType::Cuda) {
+          step.action = RedistributeAction::ShardDimAllToAll;
+          step.outputBytes = step.inputBytes;
+        } else {
+          step.action = RedistributeAction::AllGatherChunk;
+          step.outputBytes = step.inputBytes * n;
+        }
+        local = padded;
+        local[a] = padA ? logicalA : padded[a] * n;
+        local[b] = padded[b] / n;
+      }
+    } else { // target is Partial
+      if (cur.isReplicate()) {
+        if (tgt.kind == Placement::Kind::Partial && tgt.reduceOp == ReduceOp::Product)
+          return makeError("redistribute {} -> {}: Replicate to Partial(product) conversion is not supported "
+                           "(DTensor raises ValueError at {})",
+                           str(src), str(dst), stepName());
+        step.action = RedistributeAction::LocalPartition;
+      } else if (isShardLike(cur)) {
+        return makeError("redistribute {} -> {}: redistribute from {} to {} not supported yet (DTensor raises "
+                         "RuntimeError at {})",
+                         str(src), str(dst), cur.str(), tgt.str(), stepName());
+      } else {
+        return makeError("redistribute {} -> {}: redistribution from one partial type ({}) to another ({}) is "
+                         "unsupported (DTensor raises AssertionError at {})",
+                         str(src), str(dst), cur.str(), tgt.str(), stepName());
+      }
+    }
+    step.localShapeAfter = local;
+    plan.steps.push_back(std::move(step));
+  }
+  return plan;
+}
+
+std::optional<std::string> userRedistributeRefusal(llvm::ArrayRef<Placement> srcIn, llvm::ArrayRef<Placement> dst,
+                                                   int64_t tensorRank) {
+  Placements src = tensorRank >= 0 ? normalized(srcIn, tensorRank) : Placements(srcIn.begin(), srcIn.end());
+  for (size_t i = 0; i < dst.size() && i < src.size(); ++i)
+    if (dst[i].isPartial() && !same(src[i], dst[i]))
+      return fmt::format("Can not redistribute from {} to {}, redistributing to Partial is for internal use only!",
+                         src[i].str(), dst[i].str());
+  return std::nullopt;
+}
+
+Placements redistributeBackwardTarget(llvm::ArrayRef<Placement> gradPlacements, llvm::ArrayRef<Placement> forwardSrc) {
+  Placements out;
+  for (size_t i = 0; i < forwardSrc.size(); ++i) {
+    const Placement &target = forwardSrc[i];
+    bool gradShardOrRep = i < gradPlacements.size() && (isShardLike(gradPlacements[i]) || gradPlacements[i].isReplicate());
+    out.push_back(gradShardOrRep && target.isPartial() ? Placement::replicate() : target);
+  }
+  return out;
+}
+
+} // namespace commlens
