@@ -20,6 +20,11 @@ def run_cli(module, *args, cwd=None, timeout=300):
     )
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "gloo: spawns real gloo process groups (~15 s); deselect with -m 'not gloo'")
+
+
 @pytest.fixture
 def cli():
     return run_cli

@@ -1,0 +1,264 @@
+"""commlens.measure against counts derived by hand from DTensor's rules.
+
+Notation: R = Replicate(), S(d) = Shard(d), P = Partial(sum).  tp = mesh size.
+AR = c10d_functional.all_reduce, AG = c10d_functional.all_gather_into_tensor,
+RS = c10d_functional.reduce_scatter_tensor (CommDebugMode keys native funcol
+ops under the legacy c10d_functional names).
+
+Shared facts (torch 2.13, torch/distributed/tensor/parallel/style.py,
+_api.py, _ops/_matrix_ops.py):
+
+* nn.Linear on a 3-D DTensor input is decomposed before DTensor sees it:
+  ``t(W)``, ``view(x, [B*S, K])``, ``addmm(b, x2d, Wt)``, ``view`` back.
+* mm/addmm strategies for ``mk,kn->mn`` (one mesh dim):
+  [R|R,R], [P|S(1),S(0)], [S(0)|S(0),R], [S(1)|R,S(1)]  ([out|lhs,rhs]);
+  addmm's bias must match the output placement (R -> P is a local divide).
+* ``from_local`` / ``to_local`` never communicate in forward.  The backward of
+  ``from_local(x, p)`` redistributes the incoming grad to ``p`` (a Partial
+  grad to R = one AR); it exists only if ``x`` requires grad.
+* ``Redistribute`` backward sends the grad back to the forward *source*
+  placements, except that a Partial source becomes R.
+* The loss is ``sum()`` of the (local) output; its grad is a plain tensor.
+* CommDebugMode attributes a forward collective to the module whose forward
+  (including TP input/output hooks) is running, a backward collective to the
+  module whose backward pre-hook fired last, and adds it to every ancestor
+  and to "Global".
+"""
+
+import json
+
+import pytest
+
+from commlens import CommlensError
+from commlens.measure import measure, measure_many
+from commlens.plan import PlanError
+from conftest import error_lines
+
+AR = "c10d_functional.all_reduce"
+AG = "c10d_functional.all_gather_into_tensor"
+RS = "c10d_functional.reduce_scatter_tensor"
+
+
+def expect(modules, phase="both"):
+    """modules: [(fqn, forward, backward)] in forward order -> measure()'s dict."""
+    out = {}
+    for fqn, fw, bw in modules:
+        out[fqn] = {"forward": {} if phase == "backward" else dict(fw),
+                    "backward": {} if phase == "forward" else dict(bw)}
+    return out
+
+
+# ---------------------------------------------------------------- derivations
+
+def colwise_linear(rg):
+    # Root nn.Linear(16, 32) with ColwiseParallel(); x: plain [2, 8, 16].
+    # forward: input hook from_local(x, (R,)); input_layouts == desired (R,) so
+    #   no redistribute.  W -> S(0) (Wt = t(W) -> S(1)), bias -> S(0).
+    #   addmm(bias S(0), x R, Wt S(1)) matches [S(1)|R,S(1)] (bias broadcast to
+    #   output dim 1 -> S(0) as given): no comm.  Output view -> S(2).
+    #   Output hook: (S(2),) != (S(-1),) -> redistribute to Shard(-1), which
+    #   normalises to S(2) == current: no comm.  Forward: 0.
+    # backward: to_local grad -> DTensor S(2); grad Wt = mm(x^T R, g S(1)) ->
+    #   [S(1)|R,S(1)], grad bias = sum over rows of S(1) -> S(0): no comm.
+    #   If x requires grad: grad x = mm(g S(1), Wt^T S(0)) -> [P|S(1),S(0)] = P;
+    #   from_local backward: P -> R = 1 AR, during Linear's backward.
+    return [("Global", {}, {AR: 1} if rg else {}),
+            ("Linear", {}, {AR: 1} if rg else {})]
+
+
+def rowwise_linear(rg, output="replicate"):
+    # Root nn.Linear(16, 32) with RowwiseParallel(output_layouts=R or S(1));
+    # x: plain local shard [2, 8, 16/tp].
+    # forward: input hook from_local(x, (S(-1),)); input_layouts == desired
+    #   (Shard(-1),): no redistribute.  W -> S(1) (Wt -> S(0)), bias -> R.
+    #   addmm(bias, x S(1), Wt S(0)) -> [P|S(1),S(0)], bias R -> P local: no comm.
+    #   Output P.  Output hook: P -> R = 1 AR   (or P -> S(1) = 1 RS).
+    # backward: to_local grad -> DTensor with the output placements.
+    #   replicate: Redistribute backward, source P -> target R: R -> R, no comm.
+    #   shard:     grad S(1) -> R (source P normalised to R) = 1 AG.
+    #   Then grad is R: grad Wt = mm(x^T S(0), g R) -> [S(0)|S(0),R]; grad x =
+    #   mm(g R, Wt^T S(1)) -> [S(1)|R,S(1)] = S(1) -> view S(2), equal to the
+    #   from_local placement: no comm.  So requires_grad changes nothing.
+    if output == "replicate":
+        fw, bw = {AR: 1}, {}
+    else:
+        fw, bw = {RS: 1}, {AG: 1}
+    return [("Global", fw, bw), ("Linear", fw, bw)]
+
+
+def mlp(rg):
+    # MLP: w1 ColwiseParallel, relu on the local S(-1) shard, w2 RowwiseParallel.
+    # forward: w1 as colwise_linear (0); w2 as rowwise_linear: 1 AR in w2's
+    #   output hook.
+    # backward: w2 as rowwise_linear (0; its input grad S(2) matches
+    #   from_local(S(-1))); relu backward is local; w1 as colwise_linear: 1 AR
+    #   only when x requires grad, in w1's backward.
+    return [("Global", {AR: 1}, {AR: 1} if rg else {}),
+            ("MLP", {AR: 1}, {AR: 1} if rg else {}),
+            ("MLP.w1", {}, {AR: 1} if rg else {}),
+            ("MLP.w2", {AR: 1}, {})]
+
+
+def cases(tp):
+    out = []
+    for rg in (False, True):
+        out.append((f"colwise-rg{int(rg)}", "examples.mlp:linear",
+                    f"examples.plans:linear_colwise(tp={tp}, input_requires_grad={rg})", colwise_linear(rg)))
+        out.append((f"rowwise-rg{int(rg)}", f"examples.mlp:linear(input_dim={16 // tp})",
+                    f"examples.plans:linear_rowwise(tp={tp}, input_requires_grad={rg})", rowwise_linear(rg)))
+        out.append((f"rowwise-shard-rg{int(rg)}", f"examples.mlp:linear(input_dim={16 // tp})",
+                    f"examples.plans:linear_rowwise(tp={tp}, output='shard', input_requires_grad={rg})",
+                    rowwise_linear(rg, "shard")))
+        out.append((f"mlp-rg{int(rg)}", "examples.mlp:mlp",
+                    f"examples.plans:mlp_tp(tp={tp}, input_requires_grad={rg})", mlp(rg)))
+    return out
+
+
+FAKE_CASES = cases(4)
+
+
+@pytest.mark.parametrize("phase", ["forward", "backward", "both"])
+@pytest.mark.parametrize("name, model, plan, modules", FAKE_CASES, ids=[c[0] for c in FAKE_CASES])
+def test_fake_matches_hand_derivation(name, model, plan, modules, phase):
+    assert measure(model, plan, backend="fake", phase=phase) == expect(modules, phase)
+
+
+def test_fake_world_size_8():
+    # The derivations do not depend on tp.
+    assert measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=8, input_requires_grad=True)") == expect(mlp(True))
+
+
+def test_2d_mesh_tp_only_on_tp_dim():
+    # (dp=2, tp=2) mesh, TP on the "tp" sub-mesh only: same counts as 1-D TP.
+    assert measure("examples.mlp:mlp", "examples.plans:mlp_2d(dp=2, tp=2, input_requires_grad=True)") == expect(mlp(True))
+
+
+def test_frozen_w1_has_no_effect_on_input_grad_allreduce():
+    # Freezing w1's parameters removes only local param-grad mm's; the input
+    # grad still flows through w1 (x requires grad): counts unchanged.
+    got = measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=4, input_requires_grad=True, frozen=('w1.*',))")
+    assert got == expect(mlp(True))
+
+
+def test_measure_with_plan_object_and_callable_factory():
+    from examples.mlp import mlp as mlp_factory
+    from examples.plans import mlp_tp
+
+    got = measure(lambda: mlp_factory(dim=32, hidden=64), mlp_tp(tp=2, input_requires_grad=True))
+    assert got == expect(mlp(True))
+
+
+@pytest.mark.gloo
+def test_gloo_matches_fake(tmp_path):
+    """Real collectives among 2 spawned CPU processes (one spawn for all cases;
+    about 15 s on 2 cores).  Every rank measures; ranks must agree; rank 0
+    writes the CommDebugMode dump."""
+    gloo_cases = cases(2)
+    jobs = [(model, plan) for _, model, plan, _ in gloo_cases]
+    dump = tmp_path / "gloo-mlp.json"
+    jobs[-1] = jobs[-1] + ("both", str(dump))  # mlp-rg1
+    fake = measure_many([j[:2] for j in jobs], backend="fake")
+    gloo = measure_many(jobs, backend="gloo")
+    assert gloo == fake
+    assert gloo == [expect(modules) for *_, modules in gloo_cases]
+    tree = json.loads(dump.read_text())
+    assert tree["collectives_forward"] == [[AR, 1]] and tree["collectives_backward"] == [[AR, 1]]
+
+
+# ---------------------------------------------------------------- CLI
+
+def test_measure_cli_fake(cli, tmp_path):
+    out = tmp_path / "measured.json"
+    r = cli("commlens.measure", "examples.mlp:mlp",
+            "--plan", "examples.plans:mlp_tp(tp=4, input_requires_grad=True)", "-o", out, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "commlens: measured examples.mlp:mlp with examples.plans:mlp_tp(tp=4, input_requires_grad=True) "
+        f"(fake, world size 4, phase both): 1 forward + 1 backward collectives; wrote {out} and "
+        f"{tmp_path / 'measured.counts.json'}"]
+    counts = json.loads((tmp_path / "measured.counts.json").read_text())
+    assert counts["format"] == "commlens-counts" and counts["version"] == 1
+    assert (counts["source"], counts["backend"], counts["world_size"], counts["phase"]) == ("measure", "fake", 4, "both")
+    assert counts["mesh"] == {"shape": [4], "dim_names": ["tp"], "device_type": "cpu"}
+    assert counts["modules"] == [{"fqn": f, "forward": fw, "backward": bw} for f, fw, bw in mlp(True)]
+    dump = json.loads(out.read_text())  # CommDebugMode.generate_json_dump
+    assert dump["fqn"] == "Global"
+    assert [c["fqn"] for c in dump["children"]] == ["MLP"]
+    assert [c["fqn"] for c in dump["children"][0]["children"]] == ["MLP.w1", "MLP.w2"]
+    assert dump["collectives_forward"] == [[AR, 1]] and dump["collectives_backward"] == [[AR, 1]]
+
+
+def test_measure_cli_plan_file_phase_forward(cli, tmp_path):
+    from commlens.plan import save
+    from examples.plans import mlp_tp
+
+    plan = tmp_path / "plan.json"
+    save(mlp_tp(tp=2, input_requires_grad=True), str(plan))
+    r = cli("commlens.measure", "examples.mlp:mlp", "--plan", plan, "--phase", "forward",
+            "--noise-level", "0", "-o", tmp_path / "m.json", "--counts", tmp_path / "c.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    counts = json.loads((tmp_path / "c.json").read_text())
+    assert counts["phase"] == "forward" and counts["plan"] == str(plan)
+    assert counts["modules"] == [{"fqn": f, "forward": fw, "backward": {}} for f, fw, _ in mlp(True)]
+    dump = json.loads((tmp_path / "m.json").read_text())
+    assert dump["collectives_backward"] == []  # backward never ran
+    assert dump["operations_forward"] == []  # noise level 0: counts only
+
+
+# ---------------------------------------------------------------- errors
+
+def test_world_size_mismatch_api():
+    with pytest.raises(PlanError) as info:
+        measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=4)", world_size=8)
+    assert str(info.value) == "examples.plans:mlp_tp(tp=4): mesh shape (4,) has 4 devices but the world size is 8"
+
+
+def test_pattern_matches_no_module_api():
+    with pytest.raises(PlanError) as info:
+        measure("examples.mlp:mlp", "examples.plans:stacked_mlp_tp(tp=2)")
+    assert str(info.value) == ("examples.plans:stacked_mlp_tp(tp=2): plan pattern 'layers.*.w1' "
+                               "matches no module of MLP")
+
+
+def test_meta_model_on_fake_backend():
+    # shapes are all DTensor needs: a meta-device model counts the same
+    got = measure("examples.mlp:mlp(device='meta')", "examples.plans:mlp_tp(tp=4, input_requires_grad=True)")
+    assert got == expect(mlp(True))
+    got = measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=4, input_requires_grad=True)", device="meta")
+    assert got == expect(mlp(True))
+
+
+def test_cuda_plan_rejected_by_gloo():
+    with pytest.raises(CommlensError) as info:
+        measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=2, device_type='cuda')", backend="gloo")
+    assert str(info.value) == ("examples.plans:mlp_tp(tp=2, device_type='cuda'): the gloo backend needs "
+                               "device_type 'cpu' (plan has 'cuda')")
+
+
+def test_nccl_needs_torchrun():
+    with pytest.raises(CommlensError) as info:
+        measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=2, device_type='cuda')", backend="nccl")
+    assert str(info.value) == ("measure: the nccl backend must run under torchrun (RANK/WORLD_SIZE not set); "
+                               "see python -m commlens.measure --help")
+
+
+def test_measure_cli_world_size_error(cli, tmp_path):
+    r = cli("commlens.measure", "examples.mlp:mlp", "--plan", "examples.plans:mlp_tp(tp=4)",
+            "--world-size", "8", "-o", tmp_path / "m.json", cwd=tmp_path)
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == [
+        "commlens: error: examples.plans:mlp_tp(tp=4): mesh shape (4,) has 4 devices but the world size is 8"]
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_measure_cli_pattern_error(cli, tmp_path):
+    plan = tmp_path / "plan.json"
+    from commlens.plan import dumps
+    from examples.plans import mlp_tp
+
+    obj = json.loads(dumps(mlp_tp(tp=2)))
+    obj["parallelize"][0]["plan"][0]["fqn"] = "fc*"
+    plan.write_text(json.dumps(obj))
+    r = cli("commlens.measure", "examples.mlp:mlp", "--plan", plan, "-o", tmp_path / "m.json", cwd=tmp_path)
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == [f"commlens: error: {plan}: plan pattern 'fc*' matches no module of MLP"]
