@@ -220,14 +220,14 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
     model_name = _spec_name(model_spec)
     check_against_model(plan, model, plan_subject, args, kwargs)
 
-    if model_device is not None:
-        model = model.to(model_device)
-        args = _to_device(args, model_device)
-        kwargs = _to_device(kwargs, model_device)
     if backend != "fake":
         devs = {p.device.type for p in model.parameters()}
         if "meta" in devs:
             raise CommlensError(model_name, f"meta-device models need --backend fake (not {backend})")
+    if model_device is not None:
+        model = model.to(model_device)
+        args = _to_device(args, model_device)
+        kwargs = _to_device(kwargs, model_device)
 
     mesh = init_device_mesh(plan.device_type, tuple(plan.mesh_shape),
                             mesh_dim_names=None if plan.mesh_dim_names is None

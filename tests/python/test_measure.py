@@ -140,6 +140,56 @@ def test_frozen_w1_has_no_effect_on_input_grad_allreduce():
     assert got == expect(mlp(True))
 
 
+def test_dtensor_input_leaf_keeps_partial_grad():
+    # Plan input placement (R,): x becomes a DTensor leaf (distribute_tensor,
+    # outside CommDebugMode) that requires grad.  w1's input hook sees a
+    # DTensor: no from_local, and (R,) == desired (R,): no redistribute.
+    # forward: as mlp(): 1 AR in w2's output hook.
+    # backward: w1's input grad is P (as in colwise_linear) and flows straight
+    #   into x's AccumulateGrad, which does not redistribute: 0 collectives
+    #   (a plain x would cost 1 AR in from_local's backward).
+    from examples.plans import mlp_tp
+    from torch.distributed.tensor import Replicate
+
+    plan = mlp_tp(tp=4, input_requires_grad=True)
+    plan.input_placements = {0: (Replicate(),)}
+    assert measure("examples.mlp:mlp", plan) == expect(mlp(False))
+
+
+def test_explicit_parameter_placements():
+    # Only w1 gets a style (Colwise, use_local_output=False -> DTensor S(2)
+    # output); w2 stays a plain nn.Linear whose parameters the plan places
+    # explicitly: weight S(1), bias R (what RowwiseParallel would do, minus
+    # its hooks).
+    # forward: w1 as colwise_linear: 0.  relu(S(2)) -> S(2).  w2: t(W S(1)) ->
+    #   S(0); view h -> S(1); addmm(bias R, S(1), S(0)) -> [P|S(1),S(0)], bias
+    #   R -> P locally: 0.  The output stays P (no output hook).
+    # backward: sum(P) -> P scalar; its seed ones_like follows DTensor's
+    #   create-like rule (P -> R), sum/view backward keep R; addmm backward with
+    #   grad R: grad h = mm(R, S(1)) -> S(1), grad Wt = mm(S(0), R) -> S(0):
+    #   0.  x needs no grad: no from_local backward.  Total 0 everywhere.
+    from commlens.plan import Plan
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    plan = Plan(mesh_shape=(4,), parallelize_plan={"w1": ColwiseParallel(use_local_output=False)},
+                placements={"w2.weight": (Shard(1),), "w2.bias": (Replicate(),)})
+    assert measure("examples.mlp:mlp", plan) == expect([
+        ("Global", {}, {}), ("MLP", {}, {}), ("MLP.w1", {}, {}), ("MLP.w2", {}, {})])
+
+
+def test_explicit_placement_of_already_distributed_parameter():
+    from examples.plans import mlp_tp
+    from torch.distributed.tensor import Replicate
+
+    plan = mlp_tp(tp=4)
+    plan.placements = {"w2.b*": (Replicate(),)}
+    with pytest.raises(PlanError) as info:
+        measure("examples.mlp:mlp", plan)
+    assert str(info.value) == ("plan: placements['w2.b*']: w2.bias is already a DTensor (Replicate(),) "
+                               "after parallelize_module")
+
+
 def test_measure_with_plan_object_and_callable_factory():
     from examples.mlp import mlp as mlp_factory
     from examples.plans import mlp_tp
