@@ -262,6 +262,7 @@ std::string CommCounts::toCountsJson() const {
   ordered_json doc;
   doc["format"] = "commlens-counts";
   doc["version"] = 1;
+  doc["phase"] = onlyPhase ? phaseName(*onlyPhase).str() : "both";
   ordered_json mods = ordered_json::array();
   for (const ModuleCounts &m : modules_) {
     ordered_json entry;
@@ -316,17 +317,21 @@ std::string CommCounts::toTreeJson() const {
   }
   while (!stack.empty())
     close();
-  if (roots.size() == 1)
-    return roots[0].dump(4) + "\n";
-  // Several roots: wrap them in a "Global" root like CommDebugMode's.
-  ordered_json global;
-  global["fqn"] = "Global";
-  global["module_type"] = "";
-  global["parameters"] = ordered_json::array();
-  global["children"] = std::move(roots);
-  global["collectives_forward"] = ordered_json::array();
-  global["collectives_backward"] = ordered_json::array();
-  return global.dump(4) + "\n";
+  ordered_json root;
+  if (roots.size() == 1) {
+    root = std::move(roots[0]);
+  } else {
+    // Several roots (or none): wrap them in a "Global" root like CommDebugMode's.
+    root["fqn"] = "Global";
+    root["module_type"] = "";
+    root["parameters"] = ordered_json::array();
+    root["children"] = std::move(roots);
+    root["collectives_forward"] = ordered_json::array();
+    root["collectives_backward"] = ordered_json::array();
+  }
+  if (onlyPhase)
+    root["phase"] = phaseName(*onlyPhase).str();
+  return root.dump(4) + "\n";
 }
 
 llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
@@ -347,6 +352,16 @@ llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
       return makeError("unknown format: expected a JSON object (a CommDebugMode generate_json_dump tree or a "
                        "commlens-counts file), got {}",
                        root.describe());
+    if (doc.contains("phase")) {
+      JsonRef phase = root["phase"];
+      std::string value = phase.v.is_string() ? phase.v.get<std::string>() : "";
+      if (value == "forward")
+        counts.onlyPhase = CommPhase::Forward;
+      else if (value == "backward")
+        counts.onlyPhase = CommPhase::Backward;
+      else if (value != "both")
+        phase.fail(fmt::format("expected \"forward\", \"backward\" or \"both\", got {}", phase.describe()));
+    }
     if (doc.contains("format")) {
       JsonRef format = root["format"];
       if (!format.v.is_string() || format.v.get<std::string>() != "commlens-counts")

@@ -14,7 +14,8 @@
 //    unknown keys are ignored; a module called twice appears twice with the same counts.
 //  * the flat counts file: {"format": "commlens-counts", "version": 1, "modules": [{"fqn",
 //    "forward": {op: count}, "backward": {op: count}}, ...], ...}.
-// Both may carry, per module, "approximate_forward" / "approximate_backward": [op, ...], the
+// Both may carry a top-level "phase" ("forward", "backward" or "both": which phases were run),
+// and, per module, "approximate_forward" / "approximate_backward": [op, ...], the
 // collective keys whose counts are approximate (a key listed there without a count is an
 // approximate 0).
 #pragma once
@@ -26,6 +27,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,9 @@ llvm::StringRef formatName(CountsFormat format); // "commdebugmode-tree" / "comm
 class CommCounts {
 public:
   CountsFormat format = CountsFormat::CommlensCounts;
+  /// From an optional top-level "phase": "forward" / "backward" (the file holds only that
+  /// phase's counts, like `commlens.measure --phase`); nullopt for "both" or no "phase".
+  std::optional<CommPhase> onlyPhase;
 
   const std::vector<ModuleCounts> &modules() const { return modules_; }
   const ModuleCounts *find(llvm::StringRef fqn) const;

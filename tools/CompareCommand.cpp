@@ -75,6 +75,15 @@ int runCompare(int argc, char **argv) {
   if (!measured)
     return fail(takeMessage(measured.takeError()));
 
+  // A file that holds one phase only (its "phase", e.g. `commlens.measure --phase forward`)
+  // cannot be compared in the other phase: its empty sections would read as zero collectives.
+  for (const auto &[path, counts] : {std::pair{positional[0], &*predicted}, std::pair{positional[1], &*measured}}) {
+    if (counts->onlyPhase && phase != counts->onlyPhase) {
+      llvm::StringRef only = phaseName(*counts->onlyPhase);
+      return fail(fmt::format("{}: holds {} counts only (\"phase\": \"{}\"); compare with --phase {}", path,
+                              only.str(), only.str(), only.str()));
+    }
+  }
   CompareReport report = CompareReport::build(*predicted, *measured, phase);
   report.predictedPath = positional[0];
   report.measuredPath = positional[1];

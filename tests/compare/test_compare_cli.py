@@ -231,6 +231,23 @@ def test_bad_counts_file(run_commlens, dumps, tmp_path):
                 f'{path}: modules[3].forward["{AR}"]: expected a non-negative integer count, got 1.5')
 
 
+def test_one_phase_counts_file(run_commlens, dumps, tmp_path):
+    # `commlens.measure --phase backward` empties the forward sections and says so in "phase".
+    def backward_only(doc):
+        doc["phase"] = "backward"
+        for m in doc["modules"]:
+            m["forward"] = {}
+    path = edit_json(dumps / "mlp_grad.counts.json", tmp_path / "bw.counts.json", backward_only)
+    r = run_commlens("compare", dumps / "mlp_grad.json", path, "--phase", "backward")
+    assert r.returncode == 0
+    assert r.stdout.splitlines()[-1] == "summary: 3 cells, 0 differ; collectives predicted 1, measured 1 (backward)"
+    for phase in ([], ["--phase", "both"], ["--phase", "forward"]):
+        r = run_commlens("compare", dumps / "mlp_grad.json", path, *phase)
+        assert (r.returncode, r.stdout) == (2, "")
+        assert r.stderr == (f'commlens: error: {path}: holds backward counts only ("phase": "backward"); '
+                            "compare with --phase backward\n")
+
+
 def test_usage_errors(run_commlens, dumps):
     r = run_commlens("compare", dumps / "mlp_grad.json")
     assert (r.returncode, r.stdout, r.stderr) == (2, "", "commlens: error: compare takes two arguments: PREDICTED MEASURED\n")

@@ -185,6 +185,24 @@ TEST(CommCounts, LoadFileNamesTheFile) {
   EXPECT_EQ(takeMessage(bad.takeError()), path + ": missing required field 'collectives_forward'");
 }
 
+TEST(CommCounts, PhaseField) {
+  EXPECT_EQ(parseOk(kFlat).onlyPhase, std::nullopt);
+  EXPECT_EQ(parseOk(R"({"format": "commlens-counts", "version": 1, "phase": "both", "modules": []})").onlyPhase,
+            std::nullopt);
+  EXPECT_EQ(parseOk(R"({"format": "commlens-counts", "version": 1, "phase": "forward", "modules": []})").onlyPhase,
+            CommPhase::Forward);
+  EXPECT_EQ(parseOk(R"({"fqn": "Global", "phase": "backward", "children": [], "collectives_forward": [],
+                        "collectives_backward": []})")
+                .onlyPhase,
+            CommPhase::Backward);
+  EXPECT_EQ(parseError(R"({"format": "commlens-counts", "version": 1, "phase": "sideways", "modules": []})"),
+            "phase: expected \"forward\", \"backward\" or \"both\", got \"sideways\"");
+  CommCounts c = parseOk(kTree);
+  c.onlyPhase = CommPhase::Backward;
+  EXPECT_EQ(parseOk(c.toCountsJson()).onlyPhase, CommPhase::Backward);
+  EXPECT_EQ(parseOk(c.toTreeJson()).onlyPhase, CommPhase::Backward);
+}
+
 TEST(CommCounts, WritersRoundTrip) {
   CommCounts c = parseOk(kTree);
   c.find("MLP.w2")->phase(BW)[RS] = CommCell{0, true};
