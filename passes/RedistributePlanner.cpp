@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 namespace commlens {
@@ -311,12 +312,10 @@ llvm::Error checkNoMixedPartials(llvm::ArrayRef<Placement> placements, llvm::Str
   return llvm::Error::success();
 }
 
-} // namespace
-
-llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const TensorMeta &meta,
-                                                  llvm::ArrayRef<Placement> srcIn,
-                                                  llvm::ArrayRef<Placement> dstIn,
-                                                  const RedistributeOptions &options) {
+/// Checks the mesh and placement counts and returns the placements with shard dims normalised.
+llvm::Expected<std::pair<Placements, Placements>> validated(const DeviceMesh &mesh, const TensorMeta &meta,
+                                                           llvm::ArrayRef<Placement> srcIn,
+                                                           llvm::ArrayRef<Placement> dstIn) {
   unsigned ndim = mesh.ndim();
   if (ndim == 0)
     return makeError("redistribute: the device mesh has no dims");
@@ -332,6 +331,38 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
     for (const Placement &p : *ps)
       if (isShardLike(p) && (p.dim < 0 || p.dim >= rank))
         return makeError("redistribute: {} is out of range for a rank-{} tensor", p.str(), rank);
+  return std::make_pair(std::move(src), std::move(dst));
+}
+
+llvm::Error checkShardOrder(const Placements &src, const Placements &dst, const RedistributeOptions &options) {
+  if (options.srcShardOrder)
+    for (const ShardOrderEntry &e : *options.srcShardOrder)
+      for (size_t k = 1; k < e.meshDims.size(); ++k)
+        if (e.meshDims[k - 1] >= e.meshDims[k])
+          return makeError("redistribute {} -> {}: a non-default shard order (tensor dim {} over mesh dims {}) uses "
+                           "DTensor's graph-based planner, which commlens does not model",
+                           str(src), str(dst), e.tensorDim, dimsStr(e.meshDims));
+  return llvm::Error::success();
+}
+
+Shape globalShape(const TensorMeta &meta) {
+  Shape global;
+  for (const SymInt &s : meta.sizes)
+    global.push_back(s.hint);
+  return global;
+}
+
+} // namespace
+
+llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const TensorMeta &meta,
+                                                  llvm::ArrayRef<Placement> srcIn,
+                                                  llvm::ArrayRef<Placement> dstIn,
+                                                  const RedistributeOptions &options) {
+  auto checked = validated(mesh, meta, srcIn, dstIn);
+  if (!checked)
+    return checked.takeError();
+  Placements &src = checked->first, &dst = checked->second;
+  unsigned ndim = mesh.ndim();
 
   // Cases that take DTensor's graph-based (Dijkstra) planner: not modelled.
   for (const Placements *ps : {&src, &dst})
@@ -340,13 +371,8 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
         return makeError("redistribute {} -> {}: _StridedShard placements use DTensor's graph-based planner, "
                          "which commlens does not model",
                          str(src), str(dst));
-  if (options.srcShardOrder)
-    for (const ShardOrderEntry &e : *options.srcShardOrder)
-      for (size_t k = 1; k < e.meshDims.size(); ++k)
-        if (e.meshDims[k - 1] >= e.meshDims[k])
-          return makeError("redistribute {} -> {}: a non-default shard order (tensor dim {} over mesh dims {}) uses "
-                           "DTensor's graph-based planner, which commlens does not model",
-                           str(src), str(dst), e.tensorDim, dimsStr(e.meshDims));
+  if (llvm::Error e = checkShardOrder(src, dst, options))
+    return e;
   if (options.forceMinCostPlan)
     return makeError("redistribute {} -> {}: use_min_cost_redistribution_plan() selects DTensor's graph-based "
                      "planner, which commlens does not model",
@@ -361,10 +387,7 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
   if (same(src, dst))
     return plan;
 
-  Shape global;
-  for (const SymInt &s : meta.sizes)
-    global.push_back(s.hint);
-
+  Shape global = globalShape(meta);
   llvm::SmallVector<Transform, 4> transforms = greedyTransforms(mesh, global, src, dst);
   transforms = mergeFlattened(mesh, std::move(transforms), options);
 
@@ -480,6 +503,86 @@ Placements redistributeBackwardTarget(llvm::ArrayRef<Placement> gradPlacements, 
     out.push_back(gradShardOrRep && target.isPartial() ? Placement::replicate() : target);
   }
   return out;
+}
+
+llvm::Expected<double> redistributeCost(const DeviceMesh &mesh, const TensorMeta &meta, llvm::ArrayRef<Placement> srcIn,
+                                        llvm::ArrayRef<Placement> dstIn, int64_t devicesPerHost,
+                                        const RedistributeOptions &options) {
+  auto checked = validated(mesh, meta, srcIn, dstIn);
+  if (!checked)
+    return checked.takeError();
+  Placements &src = checked->first, &dst = checked->second;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (llvm::all_of(src, [](const Placement &p) { return p.isReplicate(); }))
+    return 0.0;
+  if (same(src, dst))
+    return 0.0;
+  // A _StridedShard spec has no shard_order (it encodes one), and redistribute_cost bails.
+  for (const Placements *ps : {&src, &dst})
+    for (const Placement &p : *ps)
+      if (p.kind == Placement::Kind::StridedShard)
+        return kInf;
+  if (llvm::Error e = checkShardOrder(src, dst, options))
+    return e;
+  if (options.forceMinCostPlan)
+    return makeError("redistribute {} -> {}: use_min_cost_redistribution_plan() selects DTensor's graph-based "
+                     "planner, which commlens does not model",
+                     str(src), str(dst));
+
+  // MeshTopoInfo.build_from_mesh: walk mesh dims innermost first; once the devices covered exceed
+  // one host, that dim and every outer one are inter-host.
+  if (devicesPerHost <= 0)
+    devicesPerHost = mesh.deviceType == MeshDeviceType::Cuda ? 8 : 1;
+  unsigned ndim = mesh.ndim();
+  llvm::SmallVector<double, 4> bandwidth(ndim, 87.7), latency(ndim, 0.6);
+  int64_t total = 1;
+  for (unsigned m = ndim; m-- > 0;) {
+    total *= mesh.shape[m];
+    if (total > devicesPerHost) {
+      bandwidth[m] *= 0.22;
+      latency[m] = 2.7;
+    }
+  }
+  // Same operation order as the Python, so the doubles match bit for bit.
+  auto ring = [&](double bytesGb, unsigned m, double hopsPerDevice) {
+    double n = static_cast<double>(mesh.shape[m]);
+    double hops = hopsPerDevice * (n - 1);
+    double lat = 6.6 + hops * latency[m];
+    double bw = (bytesGb * hops / n) / bandwidth[m];
+    return lat + bw * 1e6;
+  };
+
+  int64_t numShards = 1;
+  for (unsigned m = 0; m < ndim; ++m)
+    if (isShardLike(src[m]))
+      numShards *= mesh.shape[m];
+  int64_t bytes = elementSize(meta.dtype) * numel(globalShape(meta));
+  double commBytesGb = static_cast<double>(bytes) / static_cast<double>(numShards) / 1024 / 1024 / 1024;
+
+  double cost = 0.0;
+  for (const Transform &t : greedyTransforms(mesh, globalShape(meta), src, dst)) {
+    const Placement &cur = t.src, &tgt = t.dst;
+    unsigned m = t.meshDims.front();
+    double n = static_cast<double>(mesh.shape[m]);
+    double step = 0.0;
+    if (cur.isShard() && tgt.isReplicate()) {
+      commBytesGb *= n;
+      step = ring(commBytesGb, m, 1);
+    } else if (cur.isShard() && tgt.isShard()) {
+      step = ring(commBytesGb, m, 1) + 1.0;
+    } else if (cur.isPartial() && tgt.isReplicate()) {
+      step = ring(commBytesGb, m, 2);
+    } else if (cur.isPartial() && tgt.isShard()) {
+      step = ring(commBytesGb, m, 1);
+      commBytesGb /= n;
+    } else if ((cur.isShard() && tgt.isPartial()) || (cur.isPartial() && tgt.isPartial())) {
+      return kInf;
+    } else if (cur.isReplicate() && tgt.isShard()) {
+      commBytesGb /= n;
+    }
+    cost += step;
+  }
+  return cost;
 }
 
 } // namespace commlens

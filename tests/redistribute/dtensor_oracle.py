@@ -7,6 +7,8 @@ case per line on stdin (same format as redistribute_driver), writes one JSON ans
    "collectives": [{"op", "mesh_dims", "input_bytes"}...],   # in issue order (TorchDispatchMode)
    "comm_counts": {"c10d_functional.all_reduce": 1, ...}}    # CommDebugMode.get_comm_counts()
   {"ok": false, "error": "...", "user_refusal": ...}
+plus "cost": redistribute_cost(src spec, dst spec) as a string, with num_devices_per_host forced to
+the case's "devices_per_host" (default 1, what torch.cpu.device_count() gives).
 
 World size 8, rank 0; smaller meshes use ranks 0..n-1. A case with "device": "cuda" runs on a CPU
 mesh with shard_dim_alltoall's CPU fallback switched off (its only device-type branch), so the
@@ -21,9 +23,10 @@ from collections import Counter
 import torch
 import torch.distributed as dist
 import torch.distributed.tensor._collective_utils as collective_utils
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.device_mesh import _mesh_resources, DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+from torch.distributed.tensor._collective_utils import MeshTopoInfo, redistribute_cost
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._redistribute import redistribute_local_tensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.debug import CommDebugMode
@@ -109,6 +112,20 @@ def run_case(case):
     except Exception as e:  # noqa: BLE001 - invalid source placements
         return {"ok": False, "error": f"setup: {type(e).__name__}: {e}", "user_refusal": None}
 
+    dst_n = [Shard(p.dim % len(shape)) if isinstance(p, Shard) else p for p in dst]
+    target = DTensorSpec(mesh, tuple(dst_n), tensor_meta=dt._spec.tensor_meta)
+    per_host = case.get("devices_per_host", 1)
+    saved_per_host = _mesh_resources.num_devices_per_host
+    _mesh_resources.num_devices_per_host = lambda device_type: per_host
+    MeshTopoInfo.build_from_mesh.cache_clear()
+    try:
+        answer["cost"] = repr(float(redistribute_cost(dt._spec, target)))
+    except Exception as e:  # noqa: BLE001
+        answer["cost"] = f"error: {type(e).__name__}: {e}"
+    finally:
+        _mesh_resources.num_devices_per_host = saved_per_host
+        MeshTopoInfo.build_from_mesh.cache_clear()
+
     saved = collective_utils.local_tensor_mode
     if case.get("device") == "cuda":
         collective_utils.local_tensor_mode = lambda: object()
@@ -123,8 +140,6 @@ def run_case(case):
                     raise
                 answer["user_refusal"] = str(e)
                 # What op dispatch would do (no user-facing check there).
-                dst_n = [Shard(p.dim % len(shape)) if isinstance(p, Shard) else p for p in dst]
-                target = DTensorSpec(mesh, tuple(dst_n), tensor_meta=dt._spec.tensor_meta)
                 redistribute_local_tensor(dt._local_tensor, dt._spec, target)
                 answer["path"] = "internal"
     except Exception as e:  # noqa: BLE001 - DTensor refuses the redistribution

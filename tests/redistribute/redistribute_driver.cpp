@@ -7,10 +7,13 @@
 //
 // Answer: {"ok":true,"user_refusal":null|"...","collectives":[{"op","mesh_dims","src","dst",
 // "group_size","input_bytes","output_bytes"}...],"steps":[{"action","mesh_dims","src","dst"}...],
-// "trace":"..."} or {"ok":false,"error":"..."}.
+// "cost":"<redistribute_cost>","trace":"..."} or {"ok":false,"error":"...","cost":...}.
+// An optional "devices_per_host" feeds redistributeCost.
 #include "passes/RedistributePlanner.h"
 
 #include "ir/Error.h"
+
+#include <fmt/format.h>
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -94,10 +97,19 @@ llvm::json::Value run(llvm::StringRef text) {
   if (std::optional<std::string> r = userRedistributeRefusal(*src, *dst, meta.rank()))
     refusal = *r;
 
+  // redistribute_cost, as a string ("inf" is not JSON); null where it errors.
+  llvm::json::Value cost = nullptr;
+  int64_t devicesPerHost = o->getInteger("devices_per_host").getValueOr(0);
+  if (llvm::Expected<double> c = redistributeCost(mesh, meta, *src, *dst, devicesPerHost, options))
+    cost = fmt::format("{:.17g}", *c);
+  else
+    llvm::consumeError(c.takeError());
+
   llvm::Expected<RedistributePlan> plan = planRedistribute(mesh, meta, *src, *dst, options);
   if (!plan) {
     llvm::json::Object out = fail(takeMessage(plan.takeError()));
     out["user_refusal"] = std::move(refusal);
+    out["cost"] = std::move(cost);
     return out;
   }
   llvm::json::Array collectives, steps;
@@ -118,6 +130,7 @@ llvm::json::Value run(llvm::StringRef text) {
   }
   return llvm::json::Object{{"ok", true},
                             {"user_refusal", std::move(refusal)},
+                            {"cost", std::move(cost)},
                             {"collectives", std::move(collectives)},
                             {"steps", std::move(steps)},
                             {"trace", plan->str()}};

@@ -10,6 +10,7 @@ Partial targets. "cuda" cases force shard_dim_alltoall's non-CPU branch (see dte
 
 import itertools
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -45,15 +46,17 @@ def _groups():
     groups.append(("1d-4-10x6-bf16", {"mesh": [4], "shape": [10, 6], "dtype": "bf16"}, _pairs(P1, 1)))
     groups.append(("1d-4-cuda", {"mesh": [4], "shape": [10, 6], "device": "cuda"}, _pairs(P1, 1)))
     groups.append(("1d-4-3d-tensor", {"mesh": [4], "shape": [4, 6, 9]}, _pairs(["R", "S(0)", "S(1)", "S(2)", "S(-1)", "P(sum)"], 1)))
-    for mesh in ([2, 2], [2, 4], [1, 4], [4, 1]):
+    # devices_per_host (redistribute_cost's topology): 4 makes mesh dim 1 of (2, 4) intra-host.
+    for mesh, per_host in (([2, 2], 2), ([2, 4], 4), ([1, 4], 1), ([4, 1], 2)):
         for shape in ([16, 8], [10, 6]):
-            groups.append((f"2d-{'x'.join(map(str, mesh))}-{'x'.join(map(str, shape))}", {"mesh": mesh, "shape": shape}, _pairs(P2, 2)))
+            base = {"mesh": mesh, "shape": shape, "devices_per_host": per_host}
+            groups.append((f"2d-{'x'.join(map(str, mesh))}-{'x'.join(map(str, shape))}", base, _pairs(P2, 2)))
     for mesh in ([2, 2], [2, 4]):
         groups.append((f"2d-{'x'.join(map(str, mesh))}-cuda", {"mesh": mesh, "shape": [10, 6], "device": "cuda"}, _pairs(P3, 2)))
     for shape in ([16, 8], [10, 6], [6, 16]):
         base = {"mesh": [2, 4], "shape": shape, "names": ["a", "b"], "flatten": [[0, 1]]}
         groups.append((f"2d-2x4-flat-{'x'.join(map(str, shape))}", base, _pairs(P2_FLAT, 2)))
-    groups.append(("3d-2x2x2-6x10", {"mesh": [2, 2, 2], "shape": [6, 10]}, _pairs(P3, 3)))
+    groups.append(("3d-2x2x2-6x10", {"mesh": [2, 2, 2], "shape": [6, 10], "devices_per_host": 4}, _pairs(P3, 3)))
     groups.append(("3d-2x1x4-8x12", {"mesh": [2, 1, 4], "shape": [8, 12]}, _pairs(P3, 3, every=3)))
     names3 = ["a", "b", "c"]
     groups.append(
@@ -76,7 +79,7 @@ def _cases():
     cases = []
     for gid, base, pairs in GROUPS:
         for src, dst in pairs:
-            cases.append((gid, {"dtype": "f32", **base, "src": src, "dst": dst}))
+            cases.append((gid, {"dtype": "f32", "devices_per_host": 1, **base, "src": src, "dst": dst}))
     return cases
 
 
@@ -104,6 +107,14 @@ def results():
     return by_group
 
 
+def _same_cost(pred, obs):
+    try:
+        a, b = float(pred), float(obs)
+    except (TypeError, ValueError):
+        return False
+    return a == b or math.isclose(a, b, rel_tol=1e-12)
+
+
 def _compare(case, pred, obs):
     """A list of human-readable mismatches for one case (empty when they agree)."""
     label = f"{case['mesh']} {case.get('device', 'cpu')} {case['shape']} {case['src']} -> {case['dst']}"
@@ -111,6 +122,8 @@ def _compare(case, pred, obs):
     setup_failed = not obs["ok"] and obs["error"].startswith("setup:")  # no such DTensor can exist
     if not setup_failed and pred.get("user_refusal") != obs.get("user_refusal"):
         problems.append(f"{label}: user refusal {pred.get('user_refusal')!r} vs DTensor {obs.get('user_refusal')!r}")
+    if "cost" in obs and not _same_cost(pred.get("cost"), obs["cost"]):
+        problems.append(f"{label}: redistribute_cost {pred.get('cost')} vs DTensor {obs['cost']}")
     if pred["ok"] != obs["ok"]:
         problems.append(f"{label}: planner {'ok' if pred['ok'] else pred['error']!r} vs DTensor {'ok' if obs['ok'] else obs['error']!r}")
         return problems

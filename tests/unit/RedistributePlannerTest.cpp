@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 using namespace commlens;
 
 namespace {
@@ -378,4 +380,38 @@ TEST(RedistributePlanner, TraceListsLocalSteps) {
   std::string text = p.str();
   EXPECT_NE(text.find("c10d_functional.all_gather_into_tensor on mesh dim 0: S(0) -> R"), std::string::npos) << text;
   EXPECT_NE(text.find("local_chunk on mesh dim 1: R -> S(0)"), std::string::npos) << text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// redistribute_cost (what sharding propagation minimises).
+
+TEST(RedistributePlanner, RedistributeCostMatchesDTensorModel) {
+  constexpr double kGb = 1024.0 * 1024.0 * 1024.0;
+  const double interBw = 87.7 * 0.22; // every mesh dim of size > 1 is "inter-host" at 1 device/host
+  auto cost = [](const DeviceMesh &m, const TensorMeta &t, Placements src, Placements dst, int64_t perHost) {
+    llvm::Expected<double> c = redistributeCost(m, t, src, dst, perHost);
+    if (!c) {
+      ADD_FAILURE() << takeMessage(c.takeError());
+      return -1.0;
+    }
+    return *c;
+  };
+  // f32[16, 8] = 512 B on (2,), S(0) -> R: bytes = 512 / 2 shards = 256 B, all_gather doubles it
+  // to 512 B; ring: 6.6 + 1 hop x 2.7 us + (512 B x 1/2) / (87.7 x 0.22 GB/s).
+  EXPECT_DOUBLE_EQ(cost(mesh({2}), tensor({16, 8}), {S(0)}, {R()}, 1), 6.6 + 2.7 + (512 / kGb * 1 / 2) / interBw * 1e6);
+  EXPECT_NEAR(cost(mesh({2}), tensor({16, 8}), {S(0)}, {R()}, 1), 9.312357135850606, 1e-12);
+  // S(0) -> S(1): all_gather cost of the unchanged 256 B plus the 1.0 all-to-all penalty.
+  EXPECT_NEAR(cost(mesh({2}), tensor({16, 8}), {S(0)}, {S(1)}, 1), 10.306178567925302, 1e-12);
+  // Mesh (1, 4), [P, S(0)] -> [R, R]: all_gather on dim 1 (128 B -> 512 B, 3 hops) plus the
+  // size-1 dim's P -> R: no collective runs, yet it still costs the 6.6 us base latency.
+  EXPECT_NEAR(cost(mesh({1, 4}), tensor({16, 8}), {P(), S(0)}, {R(), R()}, 1), 21.318535703775908, 1e-12);
+  // Topology: (2, 4) with 4 devices per host: dim 1 intra-host (0.6 us/hop, 87.7 GB/s), dim 0
+  // inter-host. [P, P] -> [R, R] = two all_reduces of 512 B (2(n-1) hops each).
+  EXPECT_NEAR(cost(mesh({2, 4}), tensor({16, 8}), {P(), P()}, {R(), R()}, 4), 22.232869981362605, 1e-12);
+  // All-Replicate sources cost 0 whatever the target; S -> P and P(a) -> P(b) are infinite.
+  EXPECT_EQ(cost(mesh({2}), tensor({16, 8}), {R()}, {P()}, 1), 0.0);
+  EXPECT_TRUE(std::isinf(cost(mesh({2}), tensor({16, 8}), {S(0)}, {P()}, 1)));
+  EXPECT_TRUE(std::isinf(cost(mesh({2}), tensor({16, 8}), {P()}, {P(ReduceOp::Max)}, 1)));
+  Placement strided{Placement::Kind::StridedShard, 0, 2, ReduceOp::Sum};
+  EXPECT_TRUE(std::isinf(cost(mesh({2, 2}), tensor({16, 8}), {strided, S(0)}, {R(), R()}, 1)));
 }
