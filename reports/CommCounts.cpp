@@ -68,13 +68,13 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Writers
 
-void writeCells(const ModuleCounts &m, CommPhase p, ordered_json &counts, ordered_json *approx) {
-  for (const auto &[key, cell] : m.phase(p)) {
+/// [[op, count], ...] as CommDebugMode writes them; an approximate 0 lives only in approximate_*.
+ordered_json pairList(const ModuleCounts &m, CommPhase p) {
+  ordered_json pairs = ordered_json::array();
+  for (const auto &[key, cell] : m.phase(p))
     if (cell.count != 0 || !cell.approximate)
-      counts.push_back({key, cell.count});
-    if (cell.approximate && approx)
-      approx->push_back(key);
-  }
+      pairs.push_back({key, cell.count});
+  return pairs;
 }
 
 ordered_json approximateList(const ModuleCounts &m, CommPhase p) {
@@ -305,11 +305,8 @@ std::string CommCounts::toTreeJson() const {
     node["module_type"] = m.moduleType;
     node["parameters"] = ordered_json::array();
     node["children"] = ordered_json::array();
-    for (CommPhase p : kCommPhases) {
-      ordered_json list = ordered_json::array();
-      writeCells(m, p, list, nullptr);
-      node[fmt::format("collectives_{}", phaseName(p).str())] = list;
-    }
+    for (CommPhase p : kCommPhases)
+      node[fmt::format("collectives_{}", phaseName(p).str())] = pairList(m, p);
     for (CommPhase p : kCommPhases)
       if (ordered_json list = approximateList(m, p); !list.empty())
         node[fmt::format("approximate_{}", phaseName(p).str())] = list;
