@@ -88,7 +88,7 @@ CONFIGS = [
     Config("stacked_mlp-tp-tp8-backward", STACKED, P + "stacked_mlp_tp(tp=8)", "backward"),
     # GPT-2, explicit matmul attention: TP, TP+SP (PrepareModuleInput on attn/mlp), loss_parallel, 2-D
     Config("gpt2-tp-tp4-both", GPT2, P + "gpt2_tp(tp=4)", "both", ci=True),
-    Config("gpt2-tp-tp2-forward", GPT2, P + "gpt2_tp(tp=2)", "forward"),
+    Config("gpt2-tp-tp2-forward", GPT2, P + "gpt2_tp(tp=2)", "forward", ci=True),
     Config("gpt2-tp_sp-tp4-both", GPT2, P + "gpt2_tp_sp(tp=4)", "both", ci=True),
     Config("gpt2-tp_sp-tp8-backward", GPT2, P + "gpt2_tp_sp(tp=8)", "backward"),
     Config("gpt2-tp_loss_parallel-tp4-both", GPT2, P + "gpt2_tp_loss_parallel(tp=4)", "both", ci=True),
@@ -100,7 +100,7 @@ CONFIGS = [
     Config("gpt2_sdpa-tp_loss_parallel-tp8-forward", GPT2_SDPA, P + "gpt2_tp_loss_parallel(tp=8)", "forward"),
     # Llama (torchtitan plan): with SP, without SP (PrepareModuleInput Replicate -> Replicate), 2-D
     Config("llama-tp_sp-tp4-both", LLAMA, P + "llama_tp(tp=4)", "both", ci=True),
-    Config("llama-tp_sp-tp2-forward", LLAMA, P + "llama_tp(tp=2)", "forward"),
+    Config("llama-tp_sp-tp2-forward", LLAMA, P + "llama_tp(tp=2)", "forward", ci=True),
     Config("llama-tp_sp-tp8-backward", LLAMA, P + "llama_tp(tp=8)", "backward"),
     Config("llama-tp-tp4-both", LLAMA, P + "llama_tp(tp=4, sp=False)", "both", ci=True),
     Config("llama-tp-tp8-both", LLAMA, P + "llama_tp(tp=8, sp=False)", "both"),
