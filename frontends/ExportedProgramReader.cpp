@@ -101,7 +101,7 @@ TensorMeta decodeTensorMeta(const JsonRef &r) {
 
 class ProgramDecoder {
 public:
-  ProgramDecoder(ExportedProgram &program) : program_(program), graph_(program.graph) {}
+  ProgramDecoder(ExportedProgram &program) : program_(program), graph_(program.graph()) {}
 
   void decode(const JsonRef &root) {
     JsonRef version = root.field("schema_version");

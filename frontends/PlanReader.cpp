@@ -279,7 +279,7 @@ llvm::Expected<ShardingPlan> readPlanFile(llvm::StringRef path) {
 
 llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProgram &program,
                                     std::optional<int64_t> worldSize) {
-  const Graph &g = program.graph;
+  const Graph &g = program.graph();
   if (worldSize && *worldSize != plan.mesh.size())
     return makeError("mesh shape {} has {} devices but the world size is {}", plan.mesh.str(), plan.mesh.size(),
                      *worldSize);

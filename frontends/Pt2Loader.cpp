@@ -16,7 +16,7 @@ void markTiedParameters(ExportedProgram &program) {
   for (const WeightInfo &w : program.weights)
     byFqn[w.fqn] = &w;
   std::vector<std::pair<const WeightInfo *, std::string>> seen;
-  for (InputSpec &in : program.graph.inputs()) {
+  for (InputSpec &in : program.graph().inputs()) {
     if (in.kind != InputKind::Parameter)
       continue;
     auto it = byFqn.find(in.target);

@@ -84,6 +84,16 @@ Value *Graph::createValue(llvm::StringRef name, ValueKind kind) {
   return v;
 }
 
+Value *Graph::createUniqueValue(llvm::StringRef hint, ValueKind kind) {
+  if (!valuesByName_.count(hint))
+    return createValue(hint, kind);
+  std::string name;
+  do
+    name = fmt::format("{}_{}", hint.str(), ++uniqueCounter_);
+  while (valuesByName_.count(name));
+  return createValue(name, kind);
+}
+
 Value *Graph::lookupValue(llvm::StringRef name) const {
   auto it = valuesByName_.find(name);
   return it == valuesByName_.end() ? nullptr : it->second;
@@ -100,7 +110,7 @@ Node *Graph::appendNode(llvm::StringRef name, llvm::StringRef target, llvm::Smal
   n->outputs_ = std::move(outputs);
   n->metadata_ = std::move(metadata);
   n->index_ = static_cast<unsigned>(nodes_.size() - 1);
-  n->scope_ = scopes_.root();
+  n->scope_ = scopes_->root();
   for (Value *v : n->results())
     v->producer_ = n;
   return n;

@@ -115,12 +115,17 @@ struct OutputSpec {
 
 class Graph {
 public:
-  Graph() = default;
+  /// A graph with a fresh module-scope tree, or one sharing `scopes` (a rewritten graph keeps
+  /// the scopes of the graph it came from).
+  explicit Graph(std::shared_ptr<ModuleScopeTree> scopes = std::make_shared<ModuleScopeTree>())
+      : scopes_(std::move(scopes)) {}
   Graph(const Graph &) = delete;
   Graph &operator=(const Graph &) = delete;
 
   /// Creates a value; names are unique within the graph.
   Value *createValue(llvm::StringRef name, ValueKind kind);
+  /// Creates a value named `hint`, or `hint_1`, `hint_2`, ... when taken.
+  Value *createUniqueValue(llvm::StringRef hint, ValueKind kind);
   Value *lookupValue(llvm::StringRef name) const;
 
   /// Appends a node; `outputs` reference values created beforehand, whose producer becomes it.
@@ -134,8 +139,9 @@ public:
   const std::vector<InputSpec> &inputs() const { return inputs_; }
   std::vector<OutputSpec> &outputs() { return outputs_; }
   const std::vector<OutputSpec> &outputs() const { return outputs_; }
-  ModuleScopeTree &scopes() { return scopes_; }
-  const ModuleScopeTree &scopes() const { return scopes_; }
+  ModuleScopeTree &scopes() { return *scopes_; }
+  const ModuleScopeTree &scopes() const { return *scopes_; }
+  const std::shared_ptr<ModuleScopeTree> &sharedScopes() const { return scopes_; }
 
   /// Input spec of a parameter by FQN, or null.
   const InputSpec *parameter(llvm::StringRef fqn) const;
@@ -146,7 +152,8 @@ private:
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<InputSpec> inputs_;
   std::vector<OutputSpec> outputs_;
-  ModuleScopeTree scopes_;
+  std::shared_ptr<ModuleScopeTree> scopes_;
+  unsigned uniqueCounter_ = 0;
 };
 
 struct SchemaVersion {
@@ -163,7 +170,10 @@ struct WeightInfo {
 
 /// A loaded program: the graph plus what the archive says about it.
 struct ExportedProgram {
-  Graph graph;
+  Graph &graph() { return *graph_; }
+  const Graph &graph() const { return *graph_; }
+  /// Passes may replace the graph with a rewritten one (sharing the module-scope tree).
+  void replaceGraph(std::unique_ptr<Graph> g) { graph_ = std::move(g); }
   SchemaVersion schemaVersion;
   std::string torchVersion;
   std::vector<std::string> verifiers;
@@ -173,6 +183,9 @@ struct ExportedProgram {
   std::vector<std::string> modulePaths;
   /// Symbol ranges, e.g. "s0" -> [2, 1024]; absent bounds are unbounded.
   std::vector<std::tuple<std::string, std::optional<int64_t>, std::optional<int64_t>>> rangeConstraints;
+
+private:
+  std::unique_ptr<Graph> graph_ = std::make_unique<Graph>();
 };
 
 } // namespace commlens

@@ -53,12 +53,14 @@ void printSymInt(llvm::raw_ostream &os, const SymIntArg &s) {
     os << s.constant;
 }
 
-void printResult(llvm::raw_ostream &os, const Value *v) {
+void printResult(llvm::raw_ostream &os, const Value *v, const ValueAnnotator &annotate) {
   printValueRef(os, v);
   if (v->meta())
     os << " : " << v->meta()->str();
   else if (v->kind() == ValueKind::SymInt)
     os << " : SymInt(" << v->symbol().str() << ')';
+  if (annotate)
+    os << annotate(*v);
 }
 
 } // namespace
@@ -113,18 +115,18 @@ void printArgument(llvm::raw_ostream &os, const Argument &arg) {
       arg.storage());
 }
 
-void printNode(llvm::raw_ostream &os, const Node &node) {
+void printNode(llvm::raw_ostream &os, const Node &node, const ValueAnnotator &annotate) {
   bool first = true;
   for (const Argument &out : node.outputs()) {
     if (!first)
       os << ", ";
     first = false;
     if (out.is<Value *>())
-      printResult(os, out.tensor());
+      printResult(os, out.tensor(), annotate);
     else if (out.is<TensorList>())
-      printList(os, out.get<TensorList>(), [&](Value *v) { printResult(os, v); });
+      printList(os, out.get<TensorList>(), [&](Value *v) { printResult(os, v, annotate); });
     else if (out.is<SymIntArg>() && out.get<SymIntArg>().value)
-      printResult(os, out.get<SymIntArg>().value);
+      printResult(os, out.get<SymIntArg>().value, annotate);
     else
       printArgument(os, out);
   }
@@ -148,17 +150,17 @@ void printNode(llvm::raw_ostream &os, const Node &node) {
   }
 }
 
-void printGraph(llvm::raw_ostream &os, const Graph &graph) {
+void printGraph(llvm::raw_ostream &os, const Graph &graph, const ValueAnnotator &annotate) {
   for (const ModuleScope *s : graph.scopes().inForwardOrder())
     os << "scope " << s->displayName() << " : " << (s->type().empty() ? "?" : s->type()) << '\n';
   for (const InputSpec &in : graph.inputs()) {
     os << "input ";
     if (in.value)
-      printResult(os, in.value);
+      printResult(os, in.value, annotate);
     os << ' ' << name(in.kind) << ' ' << quote(in.target) << '\n';
   }
   for (const auto &n : graph.nodes()) {
-    printNode(os, *n);
+    printNode(os, *n, annotate);
     os << '\n';
   }
   for (const OutputSpec &out : graph.outputs()) {
@@ -176,7 +178,7 @@ void printProgram(llvm::raw_ostream &os, const ExportedProgram &program) {
   for (const std::string &v : program.verifiers)
     os << " dialect " << v;
   os << '\n';
-  printGraph(os, program.graph);
+  printGraph(os, program.graph());
 }
 
 } // namespace commlens

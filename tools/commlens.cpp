@@ -3,6 +3,8 @@
 #include "frontends/Pt2Loader.h"
 #include "ir/Error.h"
 #include "ir/IRPrinter.h"
+#include "passes/PassManager.h"
+#include "reports/PredictionReport.h"
 #include "reports/InspectReport.h"
 #include "tools/CompareCommand.h"
 
@@ -23,6 +25,9 @@ constexpr const char *kUsage = R"(usage: commlens <command> [options]
 commands:
   inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
       module tree in forward order with node counts, parameters, parameter execution order
+  predict MODEL.pt2 --plan PLAN.json [--phase forward] [--format table|json] [--noise-level N]
+          [-o FILE] [--print-after=PASS[,PASS]] [--allow-unsupported] [--world-size N]
+      predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
   check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
       validates a plan against the model and lists the modules each style applies to
   compare PREDICTED MEASURED [--json] [--phase forward|backward|both] [-o FILE]
@@ -122,6 +127,69 @@ int runInspect(int argc, char **argv) {
   return emit(os.str(), args->option("-o"));
 }
 
+int runPredict(int argc, char **argv) {
+  auto args = parseArgs(argc, argv, 2, {"--allow-unsupported"},
+                        {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size"});
+  if (!args)
+    return fail(takeMessage(args.takeError()));
+  if (args->positional.size() != 1 || args->option("--plan").empty())
+    return fail("predict takes MODEL.pt2 and --plan PLAN.json");
+  std::string phase = args->option("--phase").empty() ? "forward" : args->option("--phase");
+  if (phase != "forward" && phase != "backward" && phase != "both")
+    return fail(fmt::format("--phase must be forward, backward or both, got '{}'", phase));
+  if (phase != "forward")
+    return fail(fmt::format("--phase {}: backward prediction is not implemented yet", phase));
+  std::string format = args->option("--format").empty() ? "table" : args->option("--format");
+  if (format != "table" && format != "json")
+    return fail(fmt::format("--format must be table or json, got '{}'", format));
+  int noise = 0;
+  if (std::string n = args->option("--noise-level"); !n.empty() && (llvm::StringRef(n).getAsInteger(10, noise) || noise < 0))
+    return fail(fmt::format("--noise-level needs a non-negative integer, got '{}'", n));
+  std::optional<int64_t> worldSize;
+  if (std::string ws = args->option("--world-size"); !ws.empty()) {
+    int64_t n;
+    if (llvm::StringRef(ws).getAsInteger(10, n) || n < 1)
+      return fail(fmt::format("--world-size needs a positive integer, got '{}'", ws));
+    worldSize = n;
+  }
+  const std::string &modelPath = args->positional[0];
+  std::string planPath = args->option("--plan");
+  auto program = loadPt2(modelPath);
+  if (!program)
+    return fail(fmt::format("{}: {}", modelPath, takeMessage(program.takeError())));
+  auto plan = readPlanFile(planPath);
+  if (!plan)
+    return fail(fmt::format("{}: {}", planPath, takeMessage(plan.takeError())));
+  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, worldSize))
+    return fail(fmt::format("{}: {}", planPath, takeMessage(std::move(err))));
+
+  PassManager pm;
+  buildForwardPipeline(pm);
+  if (std::string printAfter = args->option("--print-after"); !printAfter.empty()) {
+    llvm::StringSet<> names;
+    llvm::SmallVector<llvm::StringRef, 4> parts;
+    llvm::StringRef(printAfter).split(parts, ',');
+    std::vector<std::string> known = pm.names();
+    for (llvm::StringRef p : parts) {
+      if (std::find(known.begin(), known.end(), p.str()) == known.end())
+        return fail(fmt::format("--print-after: unknown pass '{}' (passes: {})", p.str(), fmt::join(known, ", ")));
+      names.insert(p);
+    }
+    pm.printAfter(std::move(names), llvm::errs());
+  }
+  PassContext ctx{**program, &*plan, PassOptions{args->flag("--allow-unsupported")}, {}};
+  if (llvm::Error err = pm.run(ctx))
+    return fail(fmt::format("{}: {}", modelPath, takeMessage(std::move(err))));
+  PredictionReport report = PredictionReport::build(**program, *plan, ctx.state, true, false);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (format == "json")
+    os << report.toJson();
+  else
+    report.printTable(os, noise);
+  return emit(os.str(), args->option("-o"));
+}
+
 int runCheckPlan(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {}, {"--plan", "--world-size"});
   if (!args)
@@ -146,7 +214,7 @@ int runCheckPlan(int argc, char **argv) {
   if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, worldSize))
     return fail(fmt::format("{}: {}", planPath, takeMessage(std::move(err))));
   llvm::outs() << "plan " << (plan->name.empty() ? planPath : plan->name) << " on " << plan->mesh.str() << "\n";
-  const Graph &g = (*program)->graph;
+  const Graph &g = (*program)->graph();
   for (const ParallelizeStep &step : plan->steps) {
     llvm::outs() << "parallelize on mesh dim "
                  << (step.meshDim ? plan->mesh.dimNames[*step.meshDim] : std::string("(whole mesh)")) << "\n";
@@ -171,6 +239,8 @@ int main(int argc, char **argv) {
   std::string command = argv[1];
   if (command == "inspect")
     return runInspect(argc, argv);
+  if (command == "predict")
+    return runPredict(argc, argv);
   if (command == "check-plan")
     return runCheckPlan(argc, argv);
   if (command == "compare")

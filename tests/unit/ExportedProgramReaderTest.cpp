@@ -81,7 +81,7 @@ TEST(ExportedProgramReader, ReadsGraphSignatureScopesAndShapes) {
   EXPECT_EQ(std::get<1>(prog.rangeConstraints[0]), 2);
   EXPECT_FALSE(std::get<2>(prog.rangeConstraints[0]).has_value());
 
-  const Graph &g = prog.graph;
+  const Graph &g = prog.graph();
   ASSERT_EQ(g.inputs().size(), 2u);
   EXPECT_EQ(g.inputs()[0].kind, InputKind::Parameter);
   EXPECT_EQ(g.inputs()[0].target, "fc.weight");

@@ -69,7 +69,7 @@ TEST(IRPrinter, PrintsAStableReadableGraph) {
   p.torchVersion = "2.13.0+cpu";
   p.schemaVersion = {8, 20};
   p.verifiers = {"TRAINING"};
-  Graph &g = p.graph;
+  Graph &g = p.graph();
   Value *w = g.createValue("p_fc_weight", ValueKind::Tensor);
   w->setMeta(f32({16, 8}));
   Value *x = g.createValue("x", ValueKind::Tensor);

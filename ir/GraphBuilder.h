@@ -1,0 +1,43 @@
+// Builds a rewritten copy of a graph: passes copy the nodes they keep, emit replacements for
+// the ones they rewrite, and bind old values to new ones. The new graph shares the module-scope
+// tree, so scopes (and CommDebugMode names) survive every pass.
+#pragma once
+
+#include "ir/Graph.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <memory>
+
+namespace commlens {
+
+class GraphBuilder {
+public:
+  /// Starts a graph holding `src`'s inputs (same names and metadata).
+  explicit GraphBuilder(const Graph &src);
+
+  /// The new value an old value maps to (itself mapped through bind()).
+  Value *map(const Value *old) const;
+  Argument map(const Argument &old) const;
+  /// From now on, uses of `old` read `replacement`.
+  void bind(const Value *old, Value *replacement) { map_[old] = replacement; }
+
+  /// Copies `node` with mapped arguments and fresh results of the same names and metadata.
+  Node *copy(const Node &node);
+  /// A fresh tensor value named after `hint` (uniquified).
+  Value *tensor(llvm::StringRef hint, TensorMeta meta);
+  /// Appends a node in the scope and call of `origin`.
+  Node *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> inputs, llvm::SmallVector<Argument, 1> outputs,
+             const Node &origin);
+
+  Graph &graph() { return *dst_; }
+  /// Maps the source's outputs and hands the graph over.
+  std::unique_ptr<Graph> finish();
+
+private:
+  const Graph &src_;
+  std::unique_ptr<Graph> dst_;
+  llvm::DenseMap<const Value *, Value *> map_;
+};
+
+} // namespace commlens

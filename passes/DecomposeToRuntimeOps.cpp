@@ -1,0 +1,389 @@
+#include "passes/DecomposeToRuntimeOps.h"
+
+#include "ir/Error.h"
+#include "ir/GraphBuilder.h"
+
+#include <numeric>
+
+namespace commlens {
+
+llvm::SmallVector<SymInt, 4> contiguousStrides(llvm::ArrayRef<int64_t> sizes) {
+  llvm::SmallVector<SymInt, 4> strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = SymInt::concrete(stride);
+    stride *= std::max<int64_t>(sizes[i], 1);
+  }
+  return strides;
+}
+
+namespace {
+
+llvm::SmallVector<int64_t, 4> hints(llvm::ArrayRef<SymInt> s) {
+  llvm::SmallVector<int64_t, 4> out;
+  for (const SymInt &x : s)
+    out.push_back(x.hint);
+  return out;
+}
+
+TensorMeta withShape(const TensorMeta &like, llvm::ArrayRef<int64_t> sizes,
+                     std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt) {
+  TensorMeta m = like;
+  m.sizes.clear();
+  for (int64_t s : sizes)
+    m.sizes.push_back(SymInt::concrete(s));
+  if (strides) {
+    m.strides.clear();
+    for (int64_t s : *strides)
+      m.strides.push_back(SymInt::concrete(s));
+  } else {
+    m.strides = contiguousStrides(sizes);
+  }
+  m.storageOffset = SymInt::concrete(0);
+  return m;
+}
+
+} // namespace
+
+bool isContiguous(const TensorMeta &meta) {
+  int64_t expected = 1;
+  for (size_t i = meta.sizes.size(); i-- > 0;) {
+    int64_t size = meta.sizes[i].hint;
+    if (size == 1)
+      continue;
+    if (meta.strides[i].hint != expected)
+      return false;
+    expected *= size;
+  }
+  return true;
+}
+
+std::optional<llvm::SmallVector<int64_t, 4>> viewStrides(const TensorMeta &meta, llvm::ArrayRef<int64_t> newSizes) {
+  auto oldShape = hints(meta.sizes);
+  auto oldStride = hints(meta.strides);
+  llvm::SmallVector<int64_t, 4> newStride(newSizes.size(), 1);
+  if (oldShape.empty())
+    return newStride;
+  int64_t numel = std::accumulate(oldShape.begin(), oldShape.end(), int64_t{1}, std::multiplies<>());
+  if (numel == 0)
+    return llvm::SmallVector<int64_t, 4>(contiguousStrides(newSizes).size(), 1);
+  // Walk chunks of dims that are contiguous with each other; each chunk must map onto a run of
+  // new dims with the same element count (ATen's computeStride).
+  int64_t viewD = static_cast<int64_t>(newSizes.size()) - 1;
+  int64_t chunkBaseStride = oldStride.back();
+  int64_t tensorNumel = 1, viewNumel = 1;
+  for (int64_t d = static_cast<int64_t>(oldShape.size()) - 1; d >= 0; --d) {
+    tensorNumel *= oldShape[d];
+    if (d == 0 || (oldShape[d - 1] != 1 && oldStride[d - 1] != tensorNumel * chunkBaseStride)) {
+      while (viewD >= 0 && (viewNumel < tensorNumel || newSizes[viewD] == 1)) {
+        newStride[viewD] = viewNumel * chunkBaseStride;
+        viewNumel *= newSizes[viewD];
+        --viewD;
+      }
+      if (viewNumel != tensorNumel)
+        return std::nullopt;
+      if (d > 0) {
+        chunkBaseStride = oldStride[d - 1];
+        tensorNumel = viewNumel = 1;
+      }
+    }
+  }
+  if (viewD != -1)
+    return std::nullopt;
+  return newStride;
+}
+
+namespace {
+
+/// Emits the runtime ops of one exported node.
+class Decomposer {
+public:
+  Decomposer(GraphBuilder &b) : b_(b) {}
+
+  llvm::Error rewrite(const Node &n) {
+    n_ = &n;
+    llvm::StringRef op = n.opString();
+    if (op == "aten::linear.default")
+      return linear();
+    if (op == "aten::matmul.default") {
+      Value *out = matmul(in("self"), in("other"), *result(0)->meta(), result(0)->name());
+      b_.bind(n.results()[0], out);
+      return llvm::Error::success();
+    }
+    if (op == "aten::layer_norm.default")
+      return layerNorm();
+    if (op == "aten::rms_norm.default")
+      return rmsNorm();
+    if (op == "aten::dropout.default")
+      return dropout();
+    if (op == "aten::softmax.int" || op == "aten::log_softmax.int")
+      return softmax(op == "aten::log_softmax.int" ? "aten::_log_softmax.default" : "aten::_softmax.default");
+    if (op == "aten::reshape.default" || op == "aten::flatten.using_ints") {
+      b_.bind(n.results()[0], reshape(in("self"), hints(result(0)->meta()->sizes), result(0)->name()));
+      return llvm::Error::success();
+    }
+    if (op == "aten::contiguous.default") {
+      Value *x = in("self");
+      if (isContiguous(*x->meta()))
+        b_.bind(n.results()[0], x);
+      else
+        b_.bind(n.results()[0], unary("aten::clone.default", x, withShape(*x->meta(), hints(x->meta()->sizes)),
+                                      result(0)->name(), {{"memory_format", MemoryFormat::Contiguous, true}}));
+      return llvm::Error::success();
+    }
+    if (op == "aten::type_as.default") {
+      Value *x = in("self");
+      const TensorMeta &other = *in("other")->meta();
+      if (x->meta()->dtype == other.dtype)
+        b_.bind(n.results()[0], x);
+      else
+        b_.bind(n.results()[0], unary("aten::_to_copy.default", x, *result(0)->meta(), result(0)->name(),
+                                      {{"dtype", other.dtype, true}}));
+      return llvm::Error::success();
+    }
+    if (op == "aten::scaled_dot_product_attention.default")
+      return sdpa();
+    b_.copy(n);
+    return llvm::Error::success();
+  }
+
+private:
+  Value *in(llvm::StringRef name) const {
+    const Argument *a = n_->input(name);
+    return a && a->isTensor() ? b_.map(a->tensor()) : nullptr;
+  }
+  const Value *result(unsigned i) const { return n_->results()[i]; }
+
+  Value *emit1(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, const TensorMeta &meta,
+               llvm::StringRef name) {
+    Value *out = b_.tensor(name, meta);
+    b_.emit(op, std::move(args), {out}, *n_);
+    return out;
+  }
+  Value *unary(llvm::StringRef op, Value *x, const TensorMeta &meta, llvm::StringRef name,
+               llvm::SmallVector<NamedArgument, 4> extra = {}) {
+    llvm::SmallVector<NamedArgument, 4> args{{"self", x, false}};
+    args.append(extra.begin(), extra.end());
+    return emit1(op, std::move(args), meta, name);
+  }
+  std::string tmp(llvm::StringRef what) const { return n_->name() + "_" + what.str(); }
+
+  Value *t(Value *w) {
+    auto s = hints(w->meta()->sizes);
+    auto st = hints(w->meta()->strides);
+    std::reverse(s.begin(), s.end());
+    std::reverse(st.begin(), st.end());
+    return unary("aten::t.default", w, withShape(*w->meta(), s, llvm::ArrayRef<int64_t>(st)), tmp("t"));
+  }
+
+  /// reshape: a view when the strides allow it, else clone + _unsafe_view.
+  Value *reshape(Value *x, llvm::ArrayRef<int64_t> sizes, llvm::StringRef name) {
+    if (auto st = viewStrides(*x->meta(), sizes))
+      return emit1("aten::view.default", {{"self", x, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
+                   withShape(*x->meta(), sizes, llvm::ArrayRef<int64_t>(*st)), name);
+    Value *c = unary("aten::clone.default", x, withShape(*x->meta(), hints(x->meta()->sizes)), tmp("clone"),
+                     {{"memory_format", MemoryFormat::Contiguous, true}});
+    return emit1("aten::_unsafe_view.default", {{"self", c, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
+                 withShape(*x->meta(), sizes), name);
+  }
+
+  Value *mm(Value *a, Value *b, llvm::StringRef name) {
+    int64_t m = a->meta()->sizes[0].hint, k = b->meta()->sizes[1].hint;
+    return emit1("aten::mm.default", {{"self", a, false}, {"mat2", b, false}}, withShape(*a->meta(), {m, k}), name);
+  }
+
+  /// at::matmul's dispatch for the ranks our models use (ATen LinearAlgebra.cpp _matmul_impl).
+  Value *matmul(Value *a, Value *b, const TensorMeta &outMeta, llvm::StringRef outName) {
+    const TensorMeta &am = *a->meta(), &bm = *b->meta();
+    auto outSizes = hints(outMeta.sizes);
+    int64_t da = am.rank(), db = bm.rank();
+    if (da == 2 && db == 2)
+      return mm(a, b, outName);
+    if (da >= 3 && db == 2) { // fold the batch dims of a into rows: reshape, mm, _unsafe_view
+      int64_t rows = 1;
+      for (int64_t i = 0; i + 1 < da; ++i)
+        rows *= am.sizes[i].hint;
+      Value *flat = reshape(a, {rows, am.sizes.back().hint}, tmp("view"));
+      Value *prod = mm(flat, b, tmp("mm"));
+      return emit1("aten::_unsafe_view.default", {{"self", prod, false}, {"size", IntList(outSizes), false}},
+                   outMeta, outName);
+    }
+    // Batched: expand both to the broadcast batch shape, fold batches, bmm, _unsafe_view.
+    auto as = hints(am.sizes), bs = hints(bm.sizes);
+    llvm::SmallVector<int64_t, 4> batch(outSizes.begin(), outSizes.end() - 2);
+    int64_t nb = std::accumulate(batch.begin(), batch.end(), int64_t{1}, std::multiplies<>());
+    auto fold = [&](Value *x, llvm::ArrayRef<int64_t> sizes, llvm::StringRef tag) {
+      llvm::SmallVector<int64_t, 4> expanded(batch);
+      expanded.push_back(sizes[sizes.size() - 2]);
+      expanded.push_back(sizes.back());
+      // expand computes stride 0 for broadcast dims and keeps the others.
+      auto st = hints(x->meta()->strides);
+      llvm::SmallVector<int64_t, 4> est(expanded.size(), 0);
+      for (size_t i = 0; i < expanded.size(); ++i) {
+        int64_t src = static_cast<int64_t>(i) - static_cast<int64_t>(expanded.size() - sizes.size());
+        if (src >= 0 && sizes[src] == expanded[i])
+          est[i] = st[src];
+      }
+      Value *e = emit1("aten::expand.default", {{"self", x, false}, {"size", IntList(expanded), false}},
+                       withShape(*x->meta(), expanded, llvm::ArrayRef<int64_t>(est)), tmp(("expand" + tag).str()));
+      return reshape(e, {nb, sizes[sizes.size() - 2], sizes.back()}, tmp(("view" + tag).str()));
+    };
+    Value *fa = fold(a, as, "");
+    Value *fb = fold(b, bs, "_1");
+    int64_t m = as[as.size() - 2], p = bs.back();
+    Value *prod = emit1("aten::bmm.default", {{"self", fa, false}, {"mat2", fb, false}}, withShape(am, {nb, m, p}),
+                        tmp("bmm"));
+    return emit1("aten::_unsafe_view.default", {{"self", prod, false}, {"size", IntList(outSizes), false}},
+                 outMeta, outName);
+  }
+
+  llvm::Error linear() {
+    Value *x = in("input"), *w = in("weight"), *bias = in("bias");
+    const Value *out = result(0);
+    int64_t dim = x->meta()->rank();
+    if (dim == 2 && bias) {
+      Value *wt = t(w);
+      b_.bind(out, emit1("aten::addmm.default", {{"self", bias, false}, {"mat1", x, false}, {"mat2", wt, false}},
+                         *out->meta(), out->name()));
+      return llvm::Error::success();
+    }
+    if (bias && isContiguous(*x->meta()) && (dim == 3 || bias->meta()->rank() == 1)) {
+      // _flatten_nd_linear: reshape to 2-D, addmm, view back.
+      auto sizes = hints(x->meta()->sizes);
+      int64_t rows = 1;
+      for (int64_t i = 0; i + 1 < dim; ++i)
+        rows *= sizes[i];
+      Value *flat = reshape(x, {rows, sizes.back()}, tmp("view"));
+      Value *wt = t(w);
+      int64_t n = w->meta()->sizes[0].hint;
+      Value *prod = emit1("aten::addmm.default", {{"self", bias, false}, {"mat1", flat, false}, {"mat2", wt, false}},
+                          withShape(*x->meta(), {rows, n}), tmp("addmm"));
+      b_.bind(out, emit1("aten::view.default", {{"self", prod, false}, {"size", IntList(hints(out->meta()->sizes)), false}},
+                         *out->meta(), out->name()));
+      return llvm::Error::success();
+    }
+    Value *wt = t(w);
+    if (!bias) {
+      b_.bind(out, matmul(x, wt, *out->meta(), out->name()));
+      return llvm::Error::success();
+    }
+    // matmul then an out-of-place add (the bias is a tensor subclass under DTensor).
+    Value *prod = matmul(x, wt, *out->meta(), tmp("matmul"));
+    b_.bind(out, emit1("aten::add.Tensor", {{"self", prod, false}, {"other", bias, false}}, *out->meta(), out->name()));
+    return llvm::Error::success();
+  }
+
+  llvm::Error layerNorm() {
+    Value *x = in("input");
+    const TensorMeta &xm = *x->meta();
+    auto normalized = n_->input("normalized_shape")->asIntList().value_or(IntList{});
+    auto statSizes = hints(xm.sizes);
+    for (size_t i = 0; i < normalized.size() && i < statSizes.size(); ++i)
+      statSizes[statSizes.size() - 1 - i] = 1;
+    TensorMeta stat = withShape(xm, statSizes);
+    stat.dtype = xm.dtype;
+    const Value *out = result(0);
+    Value *y = b_.tensor(out->name(), *out->meta());
+    Value *mean = b_.tensor(tmp("mean"), stat), *rstd = b_.tensor(tmp("rstd"), stat);
+    llvm::SmallVector<NamedArgument, 4> args{{"input", x, false}, {"normalized_shape", IntList(normalized), false}};
+    args.push_back({"weight", in("weight") ? Argument(in("weight")) : Argument(NoneArg{}), false});
+    args.push_back({"bias", in("bias") ? Argument(in("bias")) : Argument(NoneArg{}), false});
+    args.push_back({"eps", n_->input("eps") ? *n_->input("eps") : Argument(1e-5), false});
+    b_.emit("aten::native_layer_norm.default", std::move(args), {y, mean, rstd}, *n_);
+    b_.bind(out, y);
+    return llvm::Error::success();
+  }
+
+  llvm::Error rmsNorm() {
+    // CPU composite path of torch 2.13: pow, mean.dim(keepdim), add_(eps), rsqrt, mul, mul(weight).
+    Value *x = in("input");
+    const TensorMeta &xm = *x->meta();
+    auto normalized = n_->input("normalized_shape")->asIntList().value_or(IntList{});
+    IntList dims;
+    for (size_t i = 0; i < normalized.size(); ++i)
+      dims.push_back(-1 - static_cast<int64_t>(normalized.size() - 1 - i));
+    auto statSizes = hints(xm.sizes);
+    for (size_t i = 0; i < normalized.size() && i < statSizes.size(); ++i)
+      statSizes[statSizes.size() - 1 - i] = 1;
+    double eps = 1.1920928955078125e-07; // torch.finfo(float32).eps, the default when eps is None
+    if (const Argument *e = n_->input("eps"); e && e->is<double>())
+      eps = e->get<double>();
+    Value *sq = emit1("aten::pow.Tensor_Scalar", {{"self", x, false}, {"exponent", int64_t{2}, false}}, withShape(xm, hints(xm.sizes)), tmp("pow"));
+    Value *mean = emit1("aten::mean.dim", {{"self", sq, false}, {"dim", dims, false}, {"keepdim", true, false}},
+                        withShape(xm, statSizes), tmp("mean"));
+    Value *shifted = emit1("aten::add_.Scalar", {{"self", mean, false}, {"other", eps, false}}, withShape(xm, statSizes), tmp("add"));
+    Value *r = unary("aten::rsqrt.default", shifted, withShape(xm, statSizes), tmp("rsqrt"));
+    const Value *out = result(0);
+    Value *weight = in("weight");
+    Value *scaled = emit1("aten::mul.Tensor", {{"self", x, false}, {"other", r, false}},
+                          weight ? withShape(xm, hints(xm.sizes)) : *out->meta(), weight ? tmp("mul") : out->name());
+    if (weight)
+      scaled = emit1("aten::mul.Tensor", {{"self", scaled, false}, {"other", weight, false}}, *out->meta(), out->name());
+    b_.bind(out, scaled);
+    return llvm::Error::success();
+  }
+
+  llvm::Error dropout() {
+    Value *x = in("input");
+    const Argument *p = n_->input("p");
+    const Argument *train = n_->input("train");
+    double prob = p && p->is<double>() ? p->get<double>() : 0.5;
+    bool training = !train || !train->is<bool>() || train->get<bool>();
+    if (prob == 0.0 || !training) { // at::dropout returns its input
+      b_.bind(result(0), x);
+      return llvm::Error::success();
+    }
+    // CPU path: a Bernoulli mask scaled in place, then multiplied in.
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
+    Value *mask = unary("aten::empty_like.default", x, m, tmp("mask"));
+    Value *drawn = emit1("aten::bernoulli_.float", {{"self", mask, false}, {"p", 1.0 - prob, false}}, m, tmp("bernoulli"));
+    Value *scaled = emit1("aten::div_.Scalar", {{"self", drawn, false}, {"other", 1.0 - prob, false}}, m, tmp("div"));
+    b_.bind(result(0), emit1("aten::mul.Tensor", {{"self", x, false}, {"other", scaled, false}}, *result(0)->meta(),
+                             result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  llvm::Error softmax(llvm::StringRef runtimeOp) {
+    Value *x = in("self");
+    int64_t dim = n_->input("dim")->asInt().value_or(-1);
+    b_.bind(result(0), emit1(runtimeOp, {{"self", x, false}, {"dim", dim, false}, {"half_to_float", false, false}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  llvm::Error sdpa() {
+    // On CPU the math-free flash kernel serves SDPA (ATen picks it for CPU tensors).
+    Value *q = in("query"), *k = in("key"), *v = in("value");
+    const Value *out = result(0);
+    auto qs = hints(q->meta()->sizes);
+    llvm::SmallVector<int64_t, 4> lseSizes(qs.begin(), qs.end() - 1);
+    TensorMeta lse = withShape(*q->meta(), lseSizes);
+    lse.dtype = ScalarType::Float;
+    Value *y = b_.tensor(out->name(), *out->meta());
+    Value *logsumexp = b_.tensor(tmp("logsumexp"), lse);
+    llvm::SmallVector<NamedArgument, 4> args{{"query", q, false}, {"key", k, false}, {"value", v, false}};
+    for (const char *name : {"dropout_p", "is_causal", "attn_mask", "scale"})
+      if (const Argument *a = n_->input(name))
+        args.push_back({name, b_.map(*a), true});
+    b_.emit("aten::_scaled_dot_product_flash_attention_for_cpu.default", std::move(args), {y, logsumexp}, *n_);
+    b_.bind(out, y);
+    return llvm::Error::success();
+  }
+
+  GraphBuilder &b_;
+  const Node *n_ = nullptr;
+};
+
+} // namespace
+
+llvm::Error DecomposeToRuntimeOps::run(PassContext &ctx) {
+  GraphBuilder builder(ctx.program.graph());
+  Decomposer d(builder);
+  for (const auto &n : ctx.program.graph().nodes())
+    if (llvm::Error err = d.rewrite(*n))
+      return err;
+  ctx.program.replaceGraph(builder.finish());
+  return llvm::Error::success();
+}
+
+} // namespace commlens

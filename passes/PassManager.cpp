@@ -1,0 +1,43 @@
+#include "passes/PassManager.h"
+
+#include "ir/IRPrinter.h"
+#include "passes/ApplyShardingPlan.h"
+#include "passes/DecomposeToRuntimeOps.h"
+#include "passes/ShardingPropagation.h"
+
+namespace commlens {
+
+std::vector<std::string> PassManager::names() const {
+  std::vector<std::string> out;
+  for (const auto &p : passes_)
+    out.push_back(p->name().str());
+  return out;
+}
+
+llvm::Error PassManager::run(PassContext &ctx) {
+  for (const auto &pass : passes_) {
+    if (llvm::Error err = pass->run(ctx))
+      return err;
+    if (printStream_ && printAfter_.count(pass->name())) {
+      *printStream_ << "// -----// IR after " << pass->name() << " //----- //\n";
+      printAnnotatedGraph(*printStream_, ctx.program.graph(), ctx.state);
+    }
+  }
+  return llvm::Error::success();
+}
+
+void buildForwardPipeline(PassManager &pm) {
+  pm.add(std::make_unique<DecomposeToRuntimeOps>());
+  pm.add(std::make_unique<ApplyShardingPlan>());
+  pm.add(std::make_unique<ShardingPropagation>());
+}
+
+void printAnnotatedGraph(llvm::raw_ostream &os, const Graph &graph, const PredictionState &state) {
+  printGraph(os, graph, [&](const Value &v) -> std::string {
+    if (const DTensorLayout *l = state.layout(&v))
+      return " {" + str(l->placements).substr(1, str(l->placements).size() - 2) + "}";
+    return "";
+  });
+}
+
+} // namespace commlens

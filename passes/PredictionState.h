@@ -1,0 +1,59 @@
+// Analysis results the prediction passes build up: which values are DTensors with which
+// placements, and every collective, with the op, argument and module that caused it.
+#pragma once
+
+#include "ir/Graph.h"
+#include "ir/Mesh.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace commlens {
+
+/// A value that is a DTensor: its placements on the plan's DTensor mesh, and where they came
+/// from (Shardy-style provenance, shown as the "why" of collectives).
+struct DTensorLayout {
+  Placements placements;
+  std::string origin;
+};
+
+enum class Phase : uint8_t { Forward, Backward };
+
+struct CollectiveRecord {
+  std::string opKey;               // as CommDebugMode prints it
+  Phase phase = Phase::Forward;
+  const ModuleScope *module = nullptr; // the module CommDebugMode charges
+  const Node *node = nullptr;      // the runtime op (or plan boundary op) that caused it
+  std::string argument;            // which operand was redistributed
+  llvm::SmallVector<unsigned, 2> meshDims; // dims of the full mesh
+  Placement src, dst;              // this step's placement change
+  Placements fromPlacements, toPlacements; // the whole redistribution it belongs to
+  int64_t bytesPerRank = 0;        // bytes handed to the collective on one rank
+  std::string why;
+  bool approximate = false;
+};
+
+struct PredictionState {
+  /// The mesh DTensors live on: the plan's mesh, or the sub-mesh its styles use.
+  DeviceMesh dtensorMesh;
+  /// Dims of the plan's full mesh that dtensorMesh's dims are.
+  llvm::SmallVector<unsigned, 2> dtensorMeshDims;
+  llvm::DenseMap<const Value *, DTensorLayout> dtensors;
+  std::vector<CollectiveRecord> collectives;
+  /// Values whose placements depend on an op modelled approximately (--allow-unsupported).
+  llvm::DenseMap<const Value *, bool> approximate;
+  std::vector<std::string> warnings;
+
+  const DTensorLayout *layout(const Value *v) const {
+    auto it = dtensors.find(v);
+    return it == dtensors.end() ? nullptr : &it->second;
+  }
+};
+
+/// Prints the graph with each DTensor value's placements after its type (`{S(0)}`).
+void printAnnotatedGraph(llvm::raw_ostream &os, const Graph &graph, const PredictionState &state);
+
+} // namespace commlens

@@ -1,0 +1,241 @@
+#include "passes/ShardingPropagation.h"
+
+#include "ir/Error.h"
+#include "passes/RedistributePlanner.h"
+#include "passes/ShardingRules.h"
+
+namespace commlens {
+namespace {
+
+std::optional<Placement> placementArg(const Node &n, llvm::StringRef name) {
+  const Argument *a = n.input(name);
+  if (!a || !a->is<std::string>())
+    return std::nullopt;
+  auto p = Placement::parse(a->get<std::string>());
+  if (!p) {
+    llvm::consumeError(p.takeError());
+    return std::nullopt;
+  }
+  return *p;
+}
+
+bool boolArg(const Node &n, llvm::StringRef name) {
+  const Argument *a = n.input(name);
+  return a && a->is<bool>() && a->get<bool>();
+}
+
+std::string where(const Node &n) { return fmt::format("node '{}' {} in {}", n.name(), n.opString(), n.scope()->displayName()); }
+
+class Propagator {
+public:
+  explicit Propagator(PassContext &ctx) : ctx_(ctx), state_(ctx.state), mesh_(ctx.state.dtensorMesh) {}
+
+  llvm::Error run() {
+    for (const auto &n : ctx_.program.graph().nodes()) {
+      node_ = n.get();
+      llvm::Error err = n->op().ns == "commlens" ? boundary(*n) : atenOp(*n);
+      if (err)
+        return err;
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  /// Replicates `placements` to the DTensor mesh's rank (one entry per mesh dim).
+  Placements onMesh(Placement p) const { return Placements(mesh_.ndim(), p); }
+
+  bool approximate(const Value *v) const { return state_.approximate.lookup(v); }
+
+  llvm::Error redistribute(const Value *v, const Placements &from, const Placements &to, const Node &n,
+                           llvm::StringRef argument, const std::string &why, bool approx) {
+    auto plan = planRedistribute(mesh_, *v->meta(), from, to);
+    if (!plan)
+      return makeError("{}: cannot redistribute '{}' from {} to {}: {}", where(n), argument.str(), str(from), str(to),
+                       takeMessage(plan.takeError()));
+    for (const RedistributeStep *step : plan->collectives()) {
+      CollectiveRecord r;
+      r.opKey = step->opKey().str();
+      r.module = n.scope();
+      r.node = &n;
+      r.argument = argument.str();
+      for (unsigned d : step->meshDims)
+        r.meshDims.push_back(state_.dtensorMeshDims[d]);
+      r.src = step->src;
+      r.dst = step->dst;
+      r.fromPlacements = normalized(from, v->meta()->rank());
+      r.toPlacements = normalized(to, v->meta()->rank());
+      r.bytesPerRank = step->inputBytes;
+      r.why = why;
+      r.approximate = approx;
+      state_.collectives.push_back(std::move(r));
+    }
+    return llvm::Error::success();
+  }
+
+  void setDTensor(const Value *v, Placements p, std::string origin, bool approx) {
+    state_.dtensors[v] = DTensorLayout{normalized(p, v->meta() ? v->meta()->rank() : 0), std::move(origin)};
+    if (approx)
+      state_.approximate[v] = true;
+  }
+
+  /// The plan's boundary ops: what the styles' hooks do at module entry and exit.
+  llvm::Error boundary(const Node &n) {
+    const Value *x = n.input("self")->tensor();
+    const Value *out = n.results()[0];
+    const DTensorLayout *in = state_.layout(x);
+    bool approx = approximate(x);
+    std::string module = n.input("module") ? n.input("module")->get<std::string>() : n.scope()->displayName();
+    llvm::StringRef op = n.op().name;
+    if (op == "annotate") {
+      std::optional<Placement> layout = placementArg(n, "layout"), desired = placementArg(n, "desired");
+      Placements current = in ? in->placements : onMesh(*layout);
+      std::string origin = in ? in->origin : fmt::format("from_local({}) at the input of {}", layout->str(), module);
+      Placements result = current;
+      if (desired && !(layout == desired)) { // torch compares the layouts unnormalised
+        if (auto refusal = userRedistributeRefusal(current, onMesh(*desired), x->meta()->rank()))
+          return makeError("{}: {}", where(n), *refusal);
+        std::string why = fmt::format("{} redistributes {} from {} to {}", module, x->name(), str(current),
+                                      str(onMesh(*desired)));
+        if (llvm::Error err = redistribute(x, current, onMesh(*desired), n, x->name(), why, approx))
+          return err;
+        result = onMesh(*desired);
+        origin = why;
+      }
+      if (!boolArg(n, "use_local_output"))
+        setDTensor(out, result, origin, approx);
+      return llvm::Error::success();
+    }
+    if (op == "sequence_parallel_input") {
+      Placement sharding = *placementArg(n, "sharding");
+      Placements target = normalized(onMesh(sharding), x->meta()->rank());
+      if (!in) {
+        setDTensor(out, onMesh(sharding), fmt::format("from_local({}) at the input of {}", sharding.str(), module), approx);
+        return llvm::Error::success();
+      }
+      if (in->placements != onMesh(sharding)) {
+        std::string why = fmt::format("SequenceParallel on {} redistributes {} from {} to {}", module, x->name(),
+                                      str(in->placements), str(target));
+        if (llvm::Error err = redistribute(x, in->placements, target, n, x->name(), why, approx))
+          return err;
+        setDTensor(out, target, why, approx);
+      } else {
+        setDTensor(out, in->placements, in->origin, approx);
+      }
+      return llvm::Error::success();
+    }
+    if (op == "redistribute_output") {
+      if (!in)
+        return makeError("{}: the output of {} is not a DTensor (the style's output hook would fail)", where(n), module);
+      Placements result = in->placements;
+      std::string origin = in->origin;
+      if (std::optional<Placement> layout = placementArg(n, "layout"); layout && in->placements != onMesh(*layout)) {
+        std::string why = fmt::format("{} redistributes its output {} from {} to {}", module, x->name(),
+                                      str(in->placements), str(onMesh(*layout)));
+        if (llvm::Error err = redistribute(x, in->placements, onMesh(*layout), n, x->name(), why, approx))
+          return err;
+        result = onMesh(*layout);
+        origin = why;
+      }
+      if (!boolArg(n, "use_local_output"))
+        setDTensor(out, result, origin, approx);
+      return llvm::Error::success();
+    }
+    return makeError("{}: unknown commlens boundary op", where(n));
+  }
+
+  llvm::Error atenOp(const Node &n) {
+    llvm::SmallVector<const Value *, 4> tensors;
+    llvm::SmallVector<std::optional<DTensorSpec>, 4> specs;
+    bool anyDTensor = false, approx = false;
+    for (Value *v : n.operands()) {
+      if (v->kind() != ValueKind::Tensor)
+        continue;
+      tensors.push_back(v);
+      if (const DTensorLayout *l = state_.layout(v)) {
+        specs.push_back(DTensorSpec{l->placements, *v->meta()});
+        anyDTensor = true;
+        approx |= approximate(v);
+      } else {
+        specs.push_back(std::nullopt);
+      }
+    }
+    if (!anyDTensor)
+      return llvm::Error::success(); // plain local tensors: no DTensor dispatch, no communication
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (!specs[i] && tensors[i]->meta() && tensors[i]->meta()->numel() != 1)
+        return makeError("{}: mixes DTensor and plain torch.Tensor operands ('{}' is a plain tensor); DTensor "
+                         "would raise here",
+                         where(n), tensors[i]->name());
+    const ShardingRules &rules = ShardingRules::get();
+    if (!rules.supports(n.opString())) {
+      if (!ctx_.options.allowUnsupported)
+        return makeError("unsupported op {} at node '{}' in {} (no DTensor sharding rule in commlens)", n.opString(),
+                         n.name(), n.scope()->displayName());
+      return replicateUnsupported(n, tensors, specs);
+    }
+    auto decision = rules.decide(n, specs, mesh_);
+    if (!decision) {
+      std::string msg = takeMessage(decision.takeError());
+      if (!ctx_.options.allowUnsupported)
+        return makeError("{}: {}", where(n), msg);
+      return replicateUnsupported(n, tensors, specs);
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (!specs[i] || i >= decision->operandPlacements.size() || !decision->operandPlacements[i])
+        continue;
+      Placements want = normalized(*decision->operandPlacements[i], tensors[i]->meta()->rank());
+      Placements have = normalized(specs[i]->placements, tensors[i]->meta()->rank());
+      if (want == have)
+        continue;
+      std::string why = fmt::format("{} needs {} as {} (has {}): {}", n.opString(), tensors[i]->name(), str(want),
+                                    str(have), decision->why);
+      if (llvm::Error err = redistribute(tensors[i], have, want, n, operandName(n, tensors[i]), why, approx))
+        return err;
+    }
+    auto results = n.results();
+    for (size_t i = 0; i < results.size() && i < decision->resultPlacements.size(); ++i)
+      if (decision->resultPlacements[i] && results[i]->kind() == ValueKind::Tensor)
+        setDTensor(results[i], *decision->resultPlacements[i], fmt::format("{} ({})", n.opString(), decision->why),
+                   approx);
+    return llvm::Error::success();
+  }
+
+  /// --allow-unsupported: the op's DTensor operands are replicated first and its results are
+  /// replicated; every count from here on that depends on them is approximate.
+  llvm::Error replicateUnsupported(const Node &n, llvm::ArrayRef<const Value *> tensors,
+                                   llvm::ArrayRef<std::optional<DTensorSpec>> specs) {
+    state_.warnings.push_back(fmt::format("unsupported op {} at node '{}' in {}: operands replicated, counts "
+                                          "that depend on it are approximate",
+                                          n.opString(), n.name(), n.scope()->displayName()));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (!specs[i] || specs[i]->placements == onMesh(Placement::replicate()))
+        continue;
+      if (llvm::Error err = redistribute(tensors[i], specs[i]->placements, onMesh(Placement::replicate()), n,
+                                         operandName(n, tensors[i]), "replicated for an unsupported op", true))
+        return err;
+    }
+    for (Value *r : n.results())
+      if (r->kind() == ValueKind::Tensor)
+        setDTensor(r, onMesh(Placement::replicate()), "unsupported op, assumed replicated", true);
+    return llvm::Error::success();
+  }
+
+  static std::string operandName(const Node &n, const Value *v) {
+    for (const NamedArgument &a : n.inputs())
+      for (Value *t : a.value.tensors())
+        if (t == v)
+          return a.name.empty() ? v->name() : a.name;
+    return v->name();
+  }
+
+  PassContext &ctx_;
+  PredictionState &state_;
+  const DeviceMesh &mesh_;
+  const Node *node_ = nullptr;
+};
+
+} // namespace
+
+llvm::Error ShardingPropagation::run(PassContext &ctx) { return Propagator(ctx).run(); }
+
+} // namespace commlens

@@ -1,0 +1,187 @@
+#include "reports/PredictionReport.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <functional>
+#include <map>
+
+namespace commlens {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char *kGlobal = "Global";
+
+std::string moduleType(const ModuleScope &s) { return fmt::format("class '{}'", s.type()); }
+
+CommPhase commPhase(Phase p) { return p == Phase::Forward ? CommPhase::Forward : CommPhase::Backward; }
+
+/// Scopes in CommDebugMode's tree order: depth-first, children in order of first execution.
+void preOrder(const ModuleScope *s, std::vector<const ModuleScope *> &out) {
+  out.push_back(s);
+  for (const ModuleScope *c : s->children())
+    preOrder(c, out);
+}
+
+std::string placementsRepr(const Placements &p) {
+  std::string out = "(";
+  for (const Placement &x : p)
+    out += x.torchStr() + ",";
+  return out + ")";
+}
+
+json recordJson(const CollectiveRecord &r) {
+  json j = {{"op", r.opKey},
+            {"mesh_dims", std::vector<unsigned>(r.meshDims.begin(), r.meshDims.end())},
+            {"src", r.src.str()},
+            {"dst", r.dst.str()},
+            {"from", str(r.fromPlacements)},
+            {"to", str(r.toPlacements)},
+            {"bytes_per_rank", r.bytesPerRank},
+            {"aten_op", r.node ? r.node->opString() : ""},
+            {"node", r.node ? r.node->name() : ""},
+            {"argument", r.argument},
+            {"module", r.module ? r.module->displayName() : kGlobal},
+            {"why", r.why}};
+  if (r.approximate)
+    j["approximate"] = true;
+  return j;
+}
+
+} // namespace
+
+PredictionReport PredictionReport::build(const ExportedProgram &program, const ShardingPlan &plan,
+                                         const PredictionState &state, bool forward, bool backward) {
+  PredictionReport r;
+  r.program = &program;
+  r.plan = &plan;
+  r.state = &state;
+  r.forward = forward;
+  r.backward = backward;
+  std::vector<const ModuleScope *> order;
+  preOrder(program.graph().scopes().root(), order);
+  (void)llvm::cantFail(r.counts.addModule(kGlobal, 0));
+  for (const ModuleScope *s : order)
+    (void)llvm::cantFail(r.counts.addModule(s->displayName(), s->depth() + 1, moduleType(*s)));
+  for (const CollectiveRecord &c : state.collectives) {
+    if ((c.phase == Phase::Forward && !forward) || (c.phase == Phase::Backward && !backward))
+      continue;
+    auto bump = [&](llvm::StringRef fqn) {
+      CommCell &cell = r.counts.find(fqn)->phase(commPhase(c.phase))[c.opKey];
+      ++cell.count;
+      cell.approximate |= c.approximate;
+    };
+    bump(kGlobal);
+    for (const ModuleScope *s = c.module; s; s = s->parent())
+      bump(s->displayName());
+  }
+  return r;
+}
+
+void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
+  std::map<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
+  for (const CollectiveRecord &c : state->collectives)
+    own[c.module].push_back(&c);
+  std::vector<const ModuleScope *> order;
+  preOrder(program->graph().scopes().root(), order);
+
+  auto section = [&](const ModuleCounts &m, unsigned indent, CommPhase phase, const ModuleScope *scope) {
+    const CommCellMap &cells = m.phase(phase);
+    bool wanted = phase == CommPhase::Forward ? forward : backward;
+    if (!wanted)
+      return;
+    std::string pad(indent, ' ');
+    os << pad << (phase == CommPhase::Forward ? "FORWARD PASS" : "BACKWARD PASS") << "\n";
+    for (const auto &[key, cell] : cells)
+      os << pad << "  *" << key << ": " << cell.count << (cell.approximate ? " (approximate)" : "") << "\n";
+    if (noiseLevel >= 1 && scope)
+      for (const CollectiveRecord *c : own[scope])
+        if (commPhase(c->phase) == phase)
+          os << pad << "  **" << c->opKey << " on mesh dim " << c->meshDims.front() << ": " << str(c->fromPlacements)
+             << " -> " << str(c->toPlacements) << ", " << c->bytesPerRank << " B/rank, " << c->node->opString()
+             << " '" << c->argument << "' (" << c->why << ")\n";
+  };
+  const ModuleCounts *global = counts.find(kGlobal);
+  os << "Global\n";
+  section(*global, 2, CommPhase::Forward, nullptr);
+  section(*global, 2, CommPhase::Backward, nullptr);
+  for (const ModuleScope *s : order) {
+    const ModuleCounts &m = *counts.find(s->displayName());
+    std::string pad(2 * (s->depth() + 1), ' ');
+    os << pad << s->displayName() << "\n";
+    if (noiseLevel >= 1) {
+      os << pad << "*module type: " << moduleType(*s) << "\n";
+      std::string prefix = s->path().empty() ? "" : s->path() + ".";
+      bool header = false;
+      for (const InputSpec &in : program->graph().inputs()) {
+        if (in.kind != InputKind::Parameter || !llvm::StringRef(in.target).startswith(prefix) ||
+            llvm::StringRef(in.target).drop_front(prefix.size()).contains('.'))
+          continue;
+        const DTensorLayout *l = in.value ? state->layout(in.value) : nullptr;
+        if (!l)
+          continue;
+        if (!header)
+          os << pad << "*Parameter List\n";
+        header = true;
+        os << pad << " *" << llvm::StringRef(in.target).drop_front(prefix.size()) << ": " << placementsRepr(l->placements)
+           << "\n";
+      }
+    }
+    section(m, pad.size() + 2, CommPhase::Forward, s);
+    section(m, pad.size() + 2, CommPhase::Backward, s);
+  }
+  for (const std::string &w : state->warnings)
+    os << "warning: " << w << "\n";
+}
+
+std::string PredictionReport::toJson() const {
+  std::map<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
+  for (const CollectiveRecord &c : state->collectives)
+    own[c.module].push_back(&c);
+  auto cellsJson = [&](const ModuleCounts &m, CommPhase p, json &node, const char *key) {
+    json list = json::array(), approx = json::array();
+    for (const auto &[op, cell] : m.phase(p)) {
+      list.push_back({op, cell.count});
+      if (cell.approximate)
+        approx.push_back(op);
+    }
+    node[key] = list;
+    if (!approx.empty())
+      node[std::string("approximate_") + (p == CommPhase::Forward ? "forward" : "backward")] = approx;
+  };
+  std::function<json(const ModuleScope *)> moduleJson = [&](const ModuleScope *s) {
+    const ModuleCounts &m = *counts.find(s->displayName());
+    json node = {{"fqn", s->displayName()}, {"module_type", moduleType(*s)}, {"parameters", json::array()}};
+    json children = json::array();
+    for (const ModuleScope *c : s->children())
+      children.push_back(moduleJson(c));
+    node["children"] = children;
+    cellsJson(m, CommPhase::Forward, node, "collectives_forward");
+    cellsJson(m, CommPhase::Backward, node, "collectives_backward");
+    node["operations_forward"] = json::array();
+    node["operations_backward"] = json::array();
+    json fwd = json::array(), bwd = json::array();
+    for (const CollectiveRecord *c : own[s])
+      (c->phase == Phase::Forward ? fwd : bwd).push_back(recordJson(*c));
+    node["collectives_forward_detail"] = fwd;
+    node["collectives_backward_detail"] = bwd;
+    return node;
+  };
+  const ModuleCounts &global = *counts.find(kGlobal);
+  json root = {{"fqn", kGlobal}, {"module_type", ""}, {"parameters", json::array()}};
+  root["children"] = json::array({moduleJson(program->graph().scopes().root())});
+  cellsJson(global, CommPhase::Forward, root, "collectives_forward");
+  cellsJson(global, CommPhase::Backward, root, "collectives_backward");
+  root["operations_forward"] = json::array();
+  root["operations_backward"] = json::array();
+  root["commlens"] = {{"source", "predict"},
+                      {"phases", forward && backward ? "both" : (forward ? "forward" : "backward")},
+                      {"mesh", plan->mesh.str()},
+                      {"warnings", state->warnings}};
+  return root.dump(2) + "\n";
+}
+
+} // namespace commlens

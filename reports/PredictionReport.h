@@ -1,0 +1,36 @@
+// The prediction report: collective counts per module and phase, aggregated the way
+// CommDebugMode aggregates them (a collective counts for its module, every ancestor and
+// "Global"), as CommDebugMode's tracing table or its generate_json_dump tree, extended with one
+// record per collective (op key, mesh dims, placements, bytes per rank, the op, operand and
+// module that caused it, and why).
+#pragma once
+
+#include "passes/PredictionState.h"
+#include "reports/CommCounts.h"
+
+#include "ir/Graph.h"
+#include "ir/ShardingPlan.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace commlens {
+
+struct PredictionReport {
+  const ExportedProgram *program = nullptr;
+  const ShardingPlan *plan = nullptr;
+  const PredictionState *state = nullptr;
+  bool forward = true, backward = false;
+  CommCounts counts;
+
+  static PredictionReport build(const ExportedProgram &program, const ShardingPlan &plan, const PredictionState &state,
+                                bool forward, bool backward);
+  /// CommDebugMode's tracing table (noise 0: counts; 1: + module types, parameter placements and
+  /// one line per collective with its cause).
+  void printTable(llvm::raw_ostream &os, int noiseLevel) const;
+  /// CommDebugMode's generate_json_dump tree with "collectives_*_detail" records per module.
+  std::string toJson() const;
+};
+
+} // namespace commlens
