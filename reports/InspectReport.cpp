@@ -30,7 +30,7 @@ std::string dtypeName(const Value *v) { return v && v->meta() ? torchName(v->met
 } // namespace
 
 InspectReport InspectReport::build(const ExportedProgram &program) {
-  const Graph &g = program.graph;
+  const Graph &g = program.graph();
   InspectReport r;
   llvm::DenseMap<const ModuleScope *, size_t> rowOf;
   for (const ModuleScope *s : g.scopes().inForwardOrder()) {
@@ -106,7 +106,7 @@ void InspectReport::printText(llvm::raw_ostream &os, const ExportedProgram &prog
   for (size_t i = 0; i < parameterExecutionOrder.size(); ++i)
     os << fmt::format("  {:>4}  {}\n", i, parameterExecutionOrder[i]->fqn);
   os << fmt::format("\ntotals: {} nodes, {} modules, {} parameters ({} elements, {} bytes), {} buffers\n",
-                    program.graph.numNodes(), modules.size(), parameters.size(), parameterNumel, parameterBytes,
+                    program.graph().numNodes(), modules.size(), parameters.size(), parameterNumel, parameterBytes,
                     buffers.size());
 }
 
@@ -158,7 +158,7 @@ std::string InspectReport::toJson(const ExportedProgram &program) const {
   for (const TensorRow *p : parameterExecutionOrder)
     execOrder.push_back(p->fqn);
   j["parameter_execution_order"] = execOrder;
-  j["totals"] = {{"nodes", program.graph.numNodes()},   {"modules", modules.size()},
+  j["totals"] = {{"nodes", program.graph().numNodes()},   {"modules", modules.size()},
                  {"parameters", parameters.size()},     {"parameter_numel", parameterNumel},
                  {"parameter_bytes", parameterBytes},   {"buffers", buffers.size()}};
   return j.dump(2) + "\n";
