@@ -1,0 +1,239 @@
+// Pointwise ops (torch 2.13 `_ops/_pointwise_ops.py`, `_random_ops.py`, `_tensor_ops.py`
+// `_to_copy`): single-dim strategies. Per mesh dim, for a call whose tensor operands broadcast
+// to `common_shape`:
+//   for each dim i of common_shape: [S(i) | per operand: S(i mapped through broadcasting) or R
+//   when that operand is broadcast along i]            (sharding placeholders)
+//   + the op family's extra Partial rules, kept only when their length equals
+//     outputs + tensor operands (Python scalars are not operands).
+// Rule 0 is the implicit all-Replicate rule. Pointwise ops accept uneven sharding when the
+// operand already has that placement (allow_uneven_sharding=True).
+#include "passes/rules/RuleEngine.h"
+
+namespace commlens::rules {
+
+namespace {
+
+using RP = RulePlacement;
+using Rules = std::vector<SingleDimRule>;
+
+enum class Family : uint8_t {
+  Plain,          ///< no Partial rule
+  Additive,       ///< add/sub
+  Mul,            ///< mul.Tensor
+  Div,            ///< div.Tensor
+  ScalarLinear,   ///< mul.Scalar / div.Scalar
+  NonDecreasing,  ///< relu, exp, tanh, sigmoid, ...
+  Neg,            ///< neg
+  AllPartial,     ///< to.dtype, positive
+  MaxPreserving,  ///< maximum, clamp_min.Tensor
+  MinPreserving,  ///< minimum, clamp_max.Tensor
+};
+
+Rules extraRules(Family f) {
+  auto P = [](ReduceOp op) { return RP::P(op); };
+  const ReduceOp S = ReduceOp::Sum, A = ReduceOp::Avg, MX = ReduceOp::Max, MN = ReduceOp::Min;
+  Rules unaryLinear = {{P(S), P(S)}, {P(A), P(A)}};
+  Rules monotoneBinary = {{P(MX), P(MX), RP::R()}, {P(MX), RP::R(), P(MX)}, {P(MN), P(MN), RP::R()}, {P(MN), RP::R(), P(MN)}};
+  Rules r;
+  switch (f) {
+  case Family::Plain: break;
+  case Family::Additive:
+    r = {{P(S), P(S), P(S)}, {P(A), P(A), P(A)}, {P(A), P(A), RP::R()}, {P(MX), P(MX), RP::R()},
+         {P(MN), P(MN), RP::R()}, {P(A), RP::R(), P(A)}};
+    break;
+  case Family::Mul:
+    r = unaryLinear;
+    r.insert(r.end(), {{P(S), P(S), RP::R()}, {P(A), P(A), RP::R()}, {P(S), RP::R(), P(S)}, {P(A), RP::R(), P(A)}});
+    break;
+  case Family::Div:
+    r = unaryLinear;
+    r.insert(r.end(), {{P(S), P(S), RP::R()}, {P(A), P(A), RP::R()}});
+    break;
+  case Family::ScalarLinear: r = unaryLinear; break;
+  case Family::NonDecreasing: r = {{P(MX), P(MX)}, {P(MN), P(MN)}}; break;
+  case Family::Neg:
+    r = unaryLinear;
+    r.insert(r.end(), {{P(MN), P(MX)}, {P(MX), P(MN)}});
+    break;
+  case Family::AllPartial: r = {{P(S), P(S)}, {P(A), P(A)}, {P(MX), P(MX)}, {P(MN), P(MN)}}; break;
+  case Family::MaxPreserving:
+    r = monotoneBinary;
+    r.push_back({P(MX), P(MX), P(MX)});
+    break;
+  case Family::MinPreserving:
+    r = monotoneBinary;
+    r.push_back({P(MN), P(MN), P(MN)});
+    break;
+  }
+  return r;
+}
+
+const llvm::StringMap<Family> &families() {
+  static const llvm::StringMap<Family> m = [] {
+    llvm::StringMap<Family> m;
+    auto both = [&](std::initializer_list<const char *> names, Family f) {
+      for (const char *n : names)
+        m[n] = f;
+    };
+    both({"aten::add.Tensor", "aten::add_.Tensor", "aten::sub.Tensor", "aten::sub_.Tensor"}, Family::Additive);
+    both({"aten::mul.Tensor", "aten::mul_.Tensor"}, Family::Mul);
+    both({"aten::div.Tensor", "aten::div_.Tensor"}, Family::Div);
+    both({"aten::mul.Scalar", "aten::mul_.Scalar", "aten::div.Scalar", "aten::div_.Scalar"}, Family::ScalarLinear);
+    both({"aten::relu.default", "aten::relu_.default", "aten::exp.default", "aten::exp_.default",
+          "aten::tanh.default", "aten::tanh_.default", "aten::sigmoid.default", "aten::sigmoid_.default",
+          "aten::erf.default", "aten::erf_.default", "aten::floor.default", "aten::ceil.default",
+          "aten::round.default", "aten::trunc.default", "aten::sign.default", "aten::expm1.default",
+          "aten::atan.default", "aten::asinh.default", "aten::sinh.default"},
+         Family::NonDecreasing);
+    both({"aten::neg.default", "aten::neg_.default"}, Family::Neg);
+    both({"aten::to.dtype", "aten::positive.default"}, Family::AllPartial);
+    both({"aten::maximum.default", "aten::clamp_min.Tensor", "aten::fmax.default"}, Family::MaxPreserving);
+    both({"aten::minimum.default", "aten::clamp_max.Tensor", "aten::fmin.default"}, Family::MinPreserving);
+    // Tag-discovered pointwise ops without Partial rules (clone too: its single-dim pointwise
+    // strategy takes precedence over propagate_single_input_strategy in 2.13).
+    both({"aten::gelu.default", "aten::silu.default", "aten::silu_.default",
+          "aten::rsqrt.default", "aten::rsqrt_.default", "aten::sqrt.default", "aten::sqrt_.default",
+          "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor", "aten::pow_.Scalar", "aten::where.self",
+          "aten::masked_fill.Scalar", "aten::masked_fill_.Scalar",
+          "aten::add.Scalar", "aten::add_.Scalar", "aten::sub.Scalar", "aten::sub_.Scalar", "aten::rsub.Scalar",
+          "aten::lt.Scalar", "aten::lt.Tensor", "aten::le.Scalar", "aten::le.Tensor", "aten::gt.Scalar",
+          "aten::gt.Tensor", "aten::ge.Scalar", "aten::ge.Tensor", "aten::eq.Scalar", "aten::eq.Tensor",
+          "aten::ne.Scalar", "aten::ne.Tensor", "aten::log.default", "aten::log1p.default", "aten::sin.default",
+          "aten::cos.default", "aten::abs.default", "aten::reciprocal.default", "aten::clamp.default",
+          "aten::logical_not.default", "aten::logical_and.default", "aten::logical_or.default",
+          "aten::bitwise_or.Tensor", "aten::bitwise_and.Tensor", "aten::bitwise_not.default",
+          "aten::clone.default", "aten::sigmoid_backward.default", "aten::threshold_backward.default",
+          "aten::gelu_backward.default", "aten::silu_backward.default", "aten::tanh_backward.default",
+          "aten::native_dropout_backward.default", "aten::lerp.Scalar",
+          "aten::addcmul.default", "aten::addcdiv.default", "aten::hardtanh.default", "aten::leaky_relu.default",
+          "aten::elu.default", "aten::softplus.default", "aten::mish.default", "aten::square.default"},
+         Family::Plain);
+    return m;
+  }();
+  return m;
+}
+
+bool isInplaceName(llvm::StringRef op) {
+  // "aten::add_.Tensor": base name ends with '_'
+  llvm::StringRef base = op.split("::").second.split('.').first;
+  return base.endswith("_") && !base.startswith("__");
+}
+
+/// torch.broadcast_shapes over the call's tensor operands.
+llvm::Expected<llvm::SmallVector<int64_t, 4>> broadcastShape(const OpCall &call) {
+  llvm::SmallVector<int64_t, 4> common;
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    auto s = call.shape(i);
+    if (s.size() > common.size())
+      common.insert(common.begin(), s.size() - common.size(), 1);
+    for (size_t k = 0; k < s.size(); ++k) {
+      int64_t &c = common[common.size() - s.size() + k];
+      if (c == 1)
+        c = s[k];
+      else if (s[k] != 1 && s[k] != c)
+        return call.error("operand shapes do not broadcast");
+    }
+  }
+  return common;
+}
+
+/// infer_broadcast_dims_map: common dim -> operand dim, -1 where the operand is broadcast.
+llvm::SmallVector<int64_t, 4> broadcastMap(llvm::ArrayRef<int64_t> common, llvm::ArrayRef<int64_t> shape) {
+  int64_t cn = static_cast<int64_t>(common.size()), in = static_cast<int64_t>(shape.size());
+  llvm::SmallVector<int64_t, 4> m(cn, -1);
+  for (int64_t idx = -1; idx >= -in; --idx)
+    if (shape[in + idx] == common[cn + idx])
+      m[cn + idx] = in + idx;
+  return m;
+}
+
+llvm::Expected<llvm::SmallVector<Candidate, 8>> pointwiseRule(const OpCall &call) {
+  auto it = families().find(call.op);
+  Family fam = it == families().end() ? Family::Plain : it->second;
+  auto common = broadcastShape(call);
+  if (!common)
+    return common.takeError();
+  unsigned nOut = 1;
+  Rules rules;
+  for (size_t i = 0; i < common->size(); ++i) {
+    SingleDimRule r(nOut, RP::ph(static_cast<int64_t>(i)));
+    for (size_t k = 0; k < call.inputs.size(); ++k) {
+      auto m = broadcastMap(*common, call.shape(k));
+      r.push_back(m[i] >= 0 ? RP::ph(m[i]) : RP::R());
+    }
+    rules.push_back(std::move(r));
+  }
+  for (SingleDimRule &r : extraRules(fam))
+    if (r.size() == nOut + call.inputs.size())
+      rules.push_back(std::move(r));
+  ExpandOptions opts;
+  opts.numOutputs = nOut;
+  opts.allowUneven = true;
+  opts.inplace = isInplaceName(call.op);
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+/// _to_copy: [S(i) | S(i)] per dim, then [P(op) | P(op)] for every reduce op that commutes with
+/// the dtype cast (sum, avg, min, max, product order).
+llvm::Expected<llvm::SmallVector<Candidate, 8>> toCopyRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand");
+  Rules rules;
+  for (int64_t i = 0; i < call.rank(0); ++i)
+    rules.push_back({RP::ph(i), RP::ph(i)});
+  ScalarType src = call.inputs[0].meta.dtype;
+  std::optional<ScalarType> dst;
+  if (const Argument *a = call.arg("dtype", 1); a && a->is<ScalarType>())
+    dst = a->get<ScalarType>();
+  auto isFloat = [](ScalarType t) {
+    switch (t) {
+    case ScalarType::Half: case ScalarType::Float: case ScalarType::Double: case ScalarType::BFloat16:
+    case ScalarType::Float8_e4m3fn: case ScalarType::Float8_e5m2: case ScalarType::Float8_e4m3fnuz:
+    case ScalarType::Float8_e5m2fnuz: case ScalarType::Float8_e8m0fnu:
+      return true;
+    default: return false;
+    }
+  };
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product}) {
+    bool needsReduce = false;
+    if (dst && *dst != src) {
+      if (*dst == ScalarType::Bool)
+        needsReduce = true;
+      else if (op == ReduceOp::Max || op == ReduceOp::Min)
+        needsReduce = false;
+      else
+        needsReduce = isFloat(src) && !isFloat(*dst);
+    }
+    if (!needsReduce)
+      rules.push_back({RP::P(op), RP::P(op)});
+  }
+  ExpandOptions opts;
+  opts.allowUneven = true;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+/// In-place random ops and native_dropout: [S(i) x (outputs + 1)] per dim; no Partial rule.
+llvm::Expected<llvm::SmallVector<Candidate, 8>> randomRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand");
+  unsigned nOut = static_cast<unsigned>(call.results.size());
+  Rules rules;
+  for (int64_t i = 0; i < call.rank(0); ++i)
+    rules.push_back(SingleDimRule(nOut + 1, RP::ph(i)));
+  ExpandOptions opts;
+  opts.numOutputs = nOut;
+  opts.allowUneven = true;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+} // namespace
+
+void registerPointwiseRules(RuleTable &t) {
+  for (const auto &e : families())
+    t[e.getKey()] = pointwiseRule;
+  t["aten::_to_copy.default"] = toCopyRule;
+  t["aten::native_dropout.default"] = randomRule;
+  t["aten::bernoulli.default"] = randomRule;
+}
+
+} // namespace commlens::rules

@@ -1,0 +1,425 @@
+#include "passes/rules/RuleEngine.h"
+
+#include "passes/RedistributePlanner.h"
+
+#include <cmath>
+#include <set>
+
+namespace commlens::rules {
+
+// ------------------------------------------------------------------ OpCall
+
+const Argument *OpCall::arg(llvm::StringRef name, unsigned pos) const {
+  llvm::ArrayRef<NamedArgument> ins = node->inputs();
+  for (const NamedArgument &na : ins)
+    if (na.name == name)
+      return &na.value;
+  if (pos < ins.size() && !ins[pos].keyword)
+    return &ins[pos].value;
+  return nullptr;
+}
+
+std::optional<int64_t> OpCall::intArg(llvm::StringRef name, unsigned pos) const {
+  const Argument *a = arg(name, pos);
+  if (!a || a->isNone())
+    return std::nullopt;
+  return a->asInt();
+}
+
+std::optional<IntList> OpCall::intListArg(llvm::StringRef name, unsigned pos) const {
+  const Argument *a = arg(name, pos);
+  if (!a || a->isNone())
+    return std::nullopt;
+  if (auto l = a->asIntList())
+    return l;
+  if (auto i = a->asInt())
+    return IntList{*i};
+  return std::nullopt;
+}
+
+static llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m) {
+  llvm::SmallVector<int64_t, 4> out;
+  for (const SymInt &s : m.sizes)
+    out.push_back(s.hint);
+  return out;
+}
+
+llvm::SmallVector<int64_t, 4> OpCall::shape(unsigned i) const { return sizesOf(inputs[i].meta); }
+
+llvm::SmallVector<int64_t, 4> OpCall::resultShape(unsigned i) const {
+  if (i < results.size() && results[i]->meta())
+    return sizesOf(*results[i]->meta());
+  return {};
+}
+
+// ------------------------------------------------------------------ Candidate
+
+double Candidate::totalCost() const {
+  double s = 0;
+  for (double c : costs)
+    s += c;
+  return s;
+}
+
+std::string Candidate::str() const {
+  std::string s = "[";
+  for (size_t i = 0; i < outputs.size(); ++i)
+    s += (i ? ", " : "") + (outputs[i] ? commlens::str(*outputs[i]) : std::string("None"));
+  s += " | ";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    s += (i ? ", " : "") + commlens::str(inputs[i]);
+  return s + "]";
+}
+
+// ------------------------------------------------------------------ cost model
+
+namespace {
+
+struct Topo {
+  llvm::SmallVector<int64_t, 2> devices;
+  llvm::SmallVector<double, 2> bandwidth, latency;
+};
+
+// MeshTopoInfo.build_from_mesh: devices per host is the device handle's device_count(), which is
+// 1 for "cpu"; for CUDA we assume an 8-GPU host.
+Topo buildTopo(const DeviceMesh &mesh) {
+  Topo t;
+  size_t n = mesh.ndim();
+  t.devices.assign(n, 1);
+  t.bandwidth.assign(n, 87.7);
+  t.latency.assign(n, 0.6);
+  int64_t perHost = mesh.deviceType == MeshDeviceType::Cpu ? 1 : 8;
+  int64_t total = 1;
+  for (size_t k = n; k-- > 0;) {
+    t.devices[k] = mesh.shape[k];
+    total *= mesh.shape[k];
+    if (total > perHost) {
+      t.bandwidth[k] *= 0.22;
+      t.latency[k] = 2.7;
+    }
+  }
+  return t;
+}
+
+double ringCost(double bytesGb, const Topo &t, unsigned d, int64_t hopsFactor) {
+  double n = static_cast<double>(t.devices[d]);
+  double hops = hopsFactor * (n - 1);
+  double latency = 6.6 + hops * t.latency[d];
+  double bw = (bytesGb * hops / n) / t.bandwidth[d];
+  return latency + bw * 1e6;
+}
+
+bool isShardLike(const Placement &p) { return p.kind == Placement::Kind::Shard || p.kind == Placement::Kind::StridedShard; }
+
+} // namespace
+
+double specRedistributeCost(const DeviceMesh &mesh, const TensorMeta &meta, llvm::ArrayRef<Placement> current,
+                        llvm::ArrayRef<Placement> target) {
+  bool replicated = llvm::all_of(current, [](const Placement &p) { return p.isReplicate(); });
+  if (replicated)
+    return 0.0;
+  if (llvm::ArrayRef<Placement>(current) == target)
+    return 0.0;
+  // _StridedShard specs carry no shard order in 2.13's cost path: infinite cost.
+  for (const Placement &p : current)
+    if (p.kind == Placement::Kind::StridedShard)
+      return kInfCost;
+  for (const Placement &p : target)
+    if (p.kind == Placement::Kind::StridedShard)
+      return kInfCost;
+  Topo topo = buildTopo(mesh);
+  int64_t numShards = 1;
+  for (size_t k = 0; k < current.size(); ++k)
+    if (isShardLike(current[k]))
+      numShards *= mesh.shape[k];
+  double bytes = static_cast<double>(elementSize(meta.dtype));
+  for (const SymInt &s : meta.sizes)
+    bytes *= static_cast<double>(s.hint);
+  double commGb = bytes / static_cast<double>(numShards) / 1024.0 / 1024.0 / 1024.0;
+
+  llvm::Expected<RedistributePlan> plan = planRedistribute(mesh, meta, current, target);
+  if (!plan) {
+    llvm::consumeError(plan.takeError());
+    return kInfCost; // S->P, P(a)->P(b) and friends: DTensor prices them at infinity
+  }
+  double cost = 0.0;
+  for (const RedistributeStep &step : plan->steps) {
+    const Placement &cur = step.src, &tgt = step.dst;
+    unsigned d = step.meshDim();
+    if (cur == tgt)
+      continue;
+    double n = static_cast<double>(topo.devices[d]);
+    if (cur.isShard() && tgt.isReplicate()) {
+      commGb *= n;
+      cost += ringCost(commGb, topo, d, 1);
+    } else if (cur.isShard() && tgt.isShard()) {
+      cost += ringCost(commGb, topo, d, 1) + 1.0;
+    } else if (cur.isPartial() && tgt.isReplicate()) {
+      cost += ringCost(commGb, topo, d, 2);
+    } else if (cur.isPartial() && tgt.isShard()) {
+      cost += ringCost(commGb, topo, d, 1);
+      commGb /= n;
+    } else if (cur.isShard() && tgt.isPartial()) {
+      return kInfCost;
+    } else if (cur.isPartial() && tgt.isPartial()) {
+      return kInfCost;
+    } else if (cur.isReplicate() && tgt.isShard()) {
+      commGb /= n;
+    }
+  }
+  return cost;
+}
+
+void assignCosts(const OpCall &call, Candidate &c) {
+  c.costs.clear();
+  for (size_t i = 0; i < call.inputs.size(); ++i)
+    c.costs.push_back(specRedistributeCost(*call.mesh, call.inputs[i].meta, call.inputs[i].placements, c.inputs[i]));
+}
+
+llvm::StringRef name(SelectReason r) {
+  switch (r) {
+  case SelectReason::Only: return "only candidate";
+  case SelectReason::NegativeCost: return "negative cost";
+  case SelectReason::NoRedistribute: return "no redistribution";
+  case SelectReason::ZeroCost: return "zero cost";
+  case SelectReason::MinCost: return "minimum cost";
+  }
+  return "?";
+}
+
+size_t selectMinCost(const OpCall &call, llvm::ArrayRef<Candidate> cands, SelectReason *reason) {
+  auto setReason = [&](SelectReason r) {
+    if (reason)
+      *reason = r;
+  };
+  if (cands.size() == 1) {
+    setReason(SelectReason::Only);
+    return 0;
+  }
+  int negative = -1, noRedistribute = -1, zero = -1;
+  llvm::SmallVector<double, 8> costs;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    double c = cands[i].totalCost();
+    costs.push_back(c);
+    if (c < 0) {
+      if (negative == -1 || c < costs[negative])
+        negative = static_cast<int>(i);
+    } else if (c == 0) {
+      bool needs = false;
+      for (size_t k = 0; k < call.inputs.size(); ++k)
+        if (call.inputs[k].placements != cands[i].inputs[k]) {
+          needs = true;
+          break;
+        }
+      if (!needs)
+        noRedistribute = static_cast<int>(i); // the last one wins, as in DTensor
+      else if (zero == -1)
+        zero = static_cast<int>(i);
+    }
+  }
+  if (negative != -1) {
+    setReason(SelectReason::NegativeCost);
+    return negative;
+  }
+  if (noRedistribute != -1) {
+    setReason(SelectReason::NoRedistribute);
+    return noRedistribute;
+  }
+  if (zero != -1) {
+    setReason(SelectReason::ZeroCost);
+    return zero;
+  }
+  setReason(SelectReason::MinCost);
+  size_t best = 0;
+  for (size_t i = 1; i < costs.size(); ++i)
+    if (costs[i] < costs[best])
+      best = i;
+  return best;
+}
+
+// ------------------------------------------------------------------ shardability
+
+bool isShardable(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<Placement> placements, const DeviceMesh &mesh) {
+  llvm::SmallVector<int64_t, 4> numShards(shape.size(), 1);
+  for (size_t k = 0; k < placements.size(); ++k) {
+    const Placement &p = placements[k];
+    if (!isShardLike(p))
+      continue;
+    if (p.dim < 0 || p.dim >= static_cast<int64_t>(shape.size()))
+      return false;
+    numShards[p.dim] *= mesh.shape[k];
+    int64_t lower = numShards[p.dim] * (p.kind == Placement::Kind::StridedShard ? p.splitFactor : 1);
+    if (shape[p.dim] < lower)
+      return false;
+  }
+  return true;
+}
+
+bool isEvenlyShardableOnDim(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<Placement> placements,
+                            const DeviceMesh &mesh, int64_t dim) {
+  int64_t n = 1;
+  for (size_t k = 0; k < placements.size(); ++k)
+    if (isShardLike(placements[k]) && placements[k].dim == dim)
+      n *= mesh.shape[k];
+  return shape[dim] % n == 0;
+}
+
+// ------------------------------------------------------------------ single-dim expansion
+
+namespace {
+
+/// (kind, reduce op) pairs of the Partial placements of one spec; mixed ones are skipped unless
+/// they are exactly {sum, avg} of the same kind.
+bool hasMixedPartial(llvm::ArrayRef<Placement> ps) {
+  std::set<std::pair<int, int>> kinds;
+  for (const Placement &p : ps)
+    if (p.isPartial())
+      kinds.insert({static_cast<int>(p.kind), static_cast<int>(p.reduceOp)});
+  if (kinds.size() <= 1)
+    return false;
+  std::set<int> types, ops;
+  for (auto &[t, o] : kinds) {
+    types.insert(t);
+    ops.insert(o);
+  }
+  std::set<int> sumAvg = {static_cast<int>(ReduceOp::Sum), static_cast<int>(ReduceOp::Avg)};
+  return !(types.size() == 1 && ops == sumAvg);
+}
+
+} // namespace
+
+llvm::SmallVector<Candidate, 8> expandSingleDim(const OpCall &call, std::vector<SingleDimRule> rules,
+                                                const ExpandOptions &opts) {
+  const DeviceMesh &mesh = *call.mesh;
+  size_t nOut = opts.numOutputs, nIn = call.inputs.size();
+  if (opts.insertReplicate) {
+    bool hasAllReplicate = false;
+    for (const SingleDimRule &r : rules)
+      if (llvm::all_of(r, [](const RulePlacement &rp) {
+            return rp.kind == RulePlacement::Kind::None ||
+                   (rp.kind == RulePlacement::Kind::Concrete && rp.p.isReplicate());
+          }))
+        hasAllReplicate = true;
+    if (!hasAllReplicate)
+      rules.insert(rules.begin(), SingleDimRule(nOut + nIn, RulePlacement::R()));
+  }
+  // Placeholders are filled with the sharding kinds the inputs use (only plain Shard here:
+  // _StridedShard inputs are refused before rules run); without a sharded input they vanish.
+  bool anyShard = false;
+  for (const OpInput &in : call.inputs)
+    for (const Placement &p : in.placements)
+      anyShard |= p.isShard();
+  std::vector<llvm::SmallVector<std::optional<Placement>, 6>> perDim;
+  for (const SingleDimRule &r : rules) {
+    bool hasPh = llvm::any_of(r, [](const RulePlacement &rp) { return rp.kind == RulePlacement::Kind::Placeholder; });
+    if (hasPh && opts.fillPlaceholders && !anyShard)
+      continue;
+    llvm::SmallVector<std::optional<Placement>, 6> row;
+    for (const RulePlacement &rp : r) {
+      switch (rp.kind) {
+      case RulePlacement::Kind::None: row.push_back(std::nullopt); break;
+      case RulePlacement::Kind::Concrete: row.push_back(rp.p); break;
+      case RulePlacement::Kind::Placeholder: row.push_back(Placement::shard(rp.dim)); break;
+      }
+    }
+    perDim.push_back(std::move(row));
+  }
+
+  llvm::SmallVector<Candidate, 8> out;
+  size_t nd = mesh.ndim(), nr = perDim.size();
+  if (nr == 0)
+    return out;
+  llvm::SmallVector<size_t, 2> idx(nd, 0);
+  while (true) {
+    // Build one combination: slot s, mesh dim k -> perDim[idx[k]][s].
+    size_t nSlots = nOut + nIn;
+    llvm::SmallVector<std::optional<Placements>, 6> slots(nSlots);
+    for (size_t s = 0; s < nSlots; ++s) {
+      if (!perDim[idx[0]][s])
+        continue; // None (masked output) on mesh dim 0 decides the slot
+      Placements ps;
+      for (size_t k = 0; k < nd; ++k)
+        ps.push_back(perDim[idx[k]][s].value_or(Placement::replicate()));
+      slots[s] = std::move(ps);
+    }
+    bool ok = true;
+    for (auto &s : slots)
+      if (s && hasMixedPartial(*s))
+        ok = false;
+    if (ok) {
+      Candidate c;
+      for (size_t s = 0; s < nOut; ++s)
+        c.outputs.push_back(slots[s]);
+      for (size_t s = nOut; s < nSlots; ++s)
+        c.inputs.push_back(slots[s].value_or(replicatePlacements(mesh)));
+      if (opts.inplace && nIn > 0) {
+        const Placements &self = call.inputs[0].placements;
+        if (c.inputs[0] != self || (nOut > 0 && c.outputs[0] && *c.outputs[0] != self))
+          ok = false;
+      }
+      for (size_t i = 0; ok && i < nIn; ++i) {
+        llvm::SmallVector<int64_t, 4> shape = call.shape(i);
+        if (!isShardable(shape, c.inputs[i], mesh) &&
+            !(opts.allowUneven && call.inputs[i].placements == c.inputs[i]))
+          ok = false;
+      }
+      if (ok) {
+        assignCosts(call, c);
+        out.push_back(std::move(c));
+      }
+    }
+    // next combination: last mesh dim varies fastest (itertools.product)
+    size_t k = nd;
+    while (k > 0) {
+      --k;
+      if (++idx[k] < nr)
+        break;
+      idx[k] = 0;
+      if (k == 0) {
+        k = nd + 1;
+        break;
+      }
+    }
+    if (k == nd + 1 || nd == 0)
+      break;
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ helpers
+
+int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
+
+Placements replicatePlacements(const DeviceMesh &mesh) { return Placements(mesh.ndim(), Placement::replicate()); }
+
+Placements unshardDim(llvm::ArrayRef<Placement> ps, int64_t dim) {
+  Placements out;
+  for (const Placement &p : ps)
+    out.push_back(isShardLike(p) && p.dim == dim ? Placement::replicate() : p);
+  return out;
+}
+
+Placements shiftAfterRemove(llvm::ArrayRef<Placement> ps, int64_t removed) {
+  Placements out;
+  for (Placement p : ps) {
+    if (isShardLike(p) && p.dim > removed)
+      --p.dim;
+    out.push_back(p);
+  }
+  return out;
+}
+
+bool isDimSharded(llvm::ArrayRef<Placement> ps, int64_t dim) {
+  return llvm::any_of(ps, [&](const Placement &p) { return isShardLike(p) && p.dim == dim; });
+}
+
+Candidate followCandidate(const OpCall &call, Placements in, Placements out) {
+  Candidate c;
+  c.inputs.push_back(std::move(in));
+  for (size_t i = 0; i < call.results.size(); ++i)
+    c.outputs.push_back(out);
+  assignCosts(call, c);
+  return c;
+}
+
+} // namespace commlens::rules

@@ -1,0 +1,221 @@
+"""Runs one ATen op on DTensors (fake process group, world size 4, rank 0) and prints what
+DTensor's sharding propagation chose and which collectives ran.
+
+Used by test_rules_oracle.py in a subprocess (one process group per process). Reads one JSON case
+per line on stdin (the rules_driver format, see tests/rules/rules_driver.cpp, without "outputs"),
+writes one JSON answer per line:
+
+  {"ok": true, "outputs": [{"shape": [...], "dtype": "f32"} | {"list": [...]}],   # global metas
+   "operands": [["S(0)"], null, ...],   # placements DTensor redistributes each tensor operand to
+                                         # (null for plain tensors)
+   "results": [["P(sum)"] | null, ...], # placements of each tensor result (lists flattened)
+   "collectives": 3}                     # CommDebugMode total for running the op
+  {"ok": false, "error": "...", "outputs": ...}
+
+Meshes of 2 ranks use ranks 0..1.
+"""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.distributed.tensor.debug import CommDebugMode
+from torch.distributed.tensor.placement_types import _StridedShard
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+WORLD = 4
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
+          "i64": torch.int64, "i32": torch.int32, "b8": torch.bool}
+SHORT = {v: k for k, v in DTYPES.items()}
+
+try:
+    from torch.distributed.tensor.placement_types import MaskPartial as _MaskPartial
+except ImportError:  # pragma: no cover
+    from torch.distributed.tensor.placement_types import _MaskPartial
+
+
+def parse_placement(text):
+    text = text.strip()
+    if text == "R":
+        return Replicate()
+    if text.startswith("S(") and text.endswith(")"):
+        return Shard(int(text[2:-1]))
+    if text.startswith("P(") and text.endswith(")"):
+        return Partial(text[2:-1] or "sum")
+    raise ValueError(f"bad placement {text!r}")
+
+
+def short(p):
+    if isinstance(p, _StridedShard):
+        return f"_S({p.dim},{p.split_factor})"
+    if isinstance(p, Shard):
+        return f"S({p.dim})"
+    if isinstance(p, Replicate):
+        return "R"
+    if isinstance(p, _MaskPartial):
+        return f"MP({p.reduce_op})"
+    if isinstance(p, Partial):
+        return f"P({p.reduce_op})"
+    return repr(p)
+
+
+_meshes = {}
+
+
+def mesh_of(shape):
+    key = tuple(shape)
+    if key not in _meshes:
+        n = 1
+        for s in shape:
+            n *= s
+        _meshes[key] = DeviceMesh("cpu", torch.arange(n).reshape(key))
+    return _meshes[key]
+
+
+def make_tensor(t, mesh):
+    shape = tuple(t["shape"])
+    dtype = DTYPES[t.get("dtype", "f32")]
+    pl = t.get("placements")
+    if dtype.is_floating_point:
+        full = torch.randn(shape, dtype=dtype)
+    elif dtype == torch.bool:
+        full = torch.zeros(shape, dtype=torch.bool)
+    else:
+        full = torch.zeros(shape, dtype=dtype)  # indices: all zeros are valid everywhere
+    if pl is None:
+        return full, full
+    placements = [parse_placement(p) for p in pl]
+    local_shape, _ = compute_local_shape_and_global_offset(shape, mesh, placements)
+    local = full.new_empty(local_shape)
+    if dtype.is_floating_point:
+        local.normal_()
+    else:
+        local.zero_()
+    d = DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(shape),
+                           stride=full.stride())
+    return d, full
+
+
+def build(case, mesh, meta_only):
+    args, kwargs = [], {}
+    metas = []
+    for a in case.get("args", []):
+        if "tensor" in a:
+            dt, full = make_tensor(a["tensor"], mesh)
+            v = full.to("meta") if meta_only else dt
+        elif "tensors" in a:
+            v = []
+            for t in a["tensors"]:
+                dt, full = make_tensor(t, mesh)
+                v.append(full.to("meta") if meta_only else dt)
+        elif "int" in a:
+            v = a["int"]
+        elif "ints" in a:
+            v = list(a["ints"])
+        elif "bool" in a:
+            v = a["bool"]
+        elif "float" in a:
+            v = a["float"]
+        elif "dtype" in a:
+            v = DTYPES[a["dtype"]]
+        else:
+            v = None
+        if a.get("keyword"):
+            kwargs[a["name"]] = v
+        else:
+            args.append(v)
+    return args, kwargs
+
+
+def out_meta(o):
+    if isinstance(o, torch.Tensor):
+        return {"shape": list(o.shape), "dtype": SHORT.get(o.dtype, "f32")}
+    if isinstance(o, (list, tuple)):
+        items = [out_meta(x) for x in o]
+        return items
+    return None
+
+
+def op_of(name):
+    ns, rest = name.split("::")
+    packet, overload = rest.split(".")
+    return getattr(getattr(getattr(torch.ops, ns), packet), overload)
+
+
+def run(case):
+    op = op_of(case["op"])
+    mesh = mesh_of(case["mesh"])
+    # global output metas, from a meta-device run
+    margs, mkwargs = build(case, mesh, True)
+    mout = op(*margs, **mkwargs)
+    if isinstance(mout, torch.Tensor):
+        outputs = [out_meta(mout)]
+    elif isinstance(op._schema.returns[0].type, torch.ListType):
+        outputs = [{"list": out_meta(mout)}]
+    else:
+        outputs = [out_meta(x) for x in mout]
+    answer = {"outputs": outputs}
+
+    args, kwargs = build(case, mesh, False)
+    dispatcher = DTensor._op_dispatcher
+    try:
+        info = dispatcher.unwrap_to_op_info(op, tuple(args), kwargs)
+        dispatcher.sharding_propagator.propagate(info)
+        os_ = info.output_sharding
+        schema = os_.redistribute_schema if os_.redistribute_schema is not None else info.schema
+        chosen = [list(map(short, s.placements)) for s in schema.args_spec]
+        # plain tensors (promoted to Replicate specs) report null, as the C++ decision does
+        flat_tensors = []
+        for a in args:
+            if isinstance(a, (list, tuple)):
+                flat_tensors.extend(x for x in a if isinstance(x, torch.Tensor))
+            elif isinstance(a, torch.Tensor):
+                flat_tensors.append(a)
+        flat_tensors.extend(v for v in kwargs.values() if isinstance(v, torch.Tensor))
+        operands = [c if isinstance(t, DTensor) else None for c, t in zip(chosen, flat_tensors)]
+        spec = os_.output_spec
+        results = []
+
+        def add(s):
+            if isinstance(s, (list, tuple)):
+                for x in s:
+                    add(x)
+            elif s is None:
+                results.append(None)
+            else:
+                results.append(list(map(short, s.placements)))
+
+        add(spec)
+        answer.update({"ok": True, "operands": operands, "results": results})
+    except Exception as e:  # DTensor refuses: the C++ side must error too
+        answer.update({"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]})
+        return answer
+    try:
+        with CommDebugMode() as comm:
+            op(*args, **kwargs)
+        answer["collectives"] = comm.get_total_counts()
+    except Exception as e:
+        answer["run_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    return answer
+
+
+def main():
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
+    torch.manual_seed(0)
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            ans = run(json.loads(line))
+        except Exception as e:
+            ans = {"ok": False, "error": f"oracle: {type(e).__name__}: {e}".splitlines()[0][:300]}
+        print(json.dumps(ans), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,495 @@
+// ShardingRules: per op family, decisions derived by hand from torch 2.13's DTensor rules (the
+// derivation is in the comment of each case). Notation [out | in0, in1, ...] per mesh dim.
+#include "passes/ShardingRules.h"
+
+#include "ir/Error.h"
+#include "ir/Graph.h"
+#include "passes/rules/RuleEngine.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+using namespace commlens;
+
+namespace {
+
+TensorMeta meta(std::vector<int64_t> sizes, ScalarType dt = ScalarType::Float) {
+  TensorMeta m;
+  m.dtype = dt;
+  for (int64_t s : sizes)
+    m.sizes.push_back(SymInt::concrete(s));
+  return m;
+}
+
+Placements pl(const std::vector<std::string> &texts) {
+  Placements out;
+  for (const std::string &t : texts) {
+    auto p = Placement::parse(t);
+    EXPECT_TRUE(static_cast<bool>(p)) << t;
+    if (p)
+      out.push_back(*p);
+    else
+      llvm::consumeError(p.takeError());
+  }
+  return out;
+}
+
+DeviceMesh mesh1(int64_t n) {
+  DeviceMesh m;
+  m.shape = {n};
+  return m;
+}
+
+DeviceMesh mesh2(int64_t a, int64_t b) {
+  DeviceMesh m;
+  m.shape = {a, b};
+  return m;
+}
+
+/// Builds one node with typed arguments and decides it.
+class Call {
+public:
+  explicit Call(std::string op) : op_(std::move(op)) {}
+
+  /// A DTensor operand (`placements` non-empty) or a plain tensor (empty).
+  Call &tensor(const std::string &name, std::vector<int64_t> shape, std::vector<std::string> placements,
+               ScalarType dt = ScalarType::Float) {
+    Value *v = g_.createValue("v" + std::to_string(n_++), ValueKind::Tensor);
+    v->setMeta(meta(shape, dt));
+    args_.push_back({name, Argument(v), false});
+    if (placements.empty())
+      specs_.push_back(std::nullopt);
+    else
+      specs_.push_back(DTensorSpec{pl(placements), meta(shape, dt)});
+    return *this;
+  }
+  Call &tensorP(const std::string &name, std::vector<int64_t> shape, Placements placements) {
+    Value *v = g_.createValue("v" + std::to_string(n_++), ValueKind::Tensor);
+    v->setMeta(meta(shape));
+    args_.push_back({name, Argument(v), false});
+    specs_.push_back(DTensorSpec{std::move(placements), meta(shape)});
+    return *this;
+  }
+  Call &arg(const std::string &name, Argument a, bool keyword = false) {
+    args_.push_back({name, std::move(a), keyword});
+    return *this;
+  }
+  Call &out(std::vector<int64_t> shape, ScalarType dt = ScalarType::Float) {
+    Value *v = g_.createValue("r" + std::to_string(n_++), ValueKind::Tensor);
+    v->setMeta(meta(shape, dt));
+    outs_.push_back(Argument(v));
+    return *this;
+  }
+  Call &outList(std::vector<std::vector<int64_t>> shapes) {
+    TensorList l;
+    for (auto &s : shapes) {
+      Value *v = g_.createValue("r" + std::to_string(n_++), ValueKind::Tensor);
+      v->setMeta(meta(s));
+      l.push_back(v);
+    }
+    outs_.push_back(Argument(l));
+    return *this;
+  }
+  llvm::Expected<ShardingDecision> decide(const DeviceMesh &mesh) {
+    Node *n = g_.appendNode("n", op_, args_, outs_);
+    return ShardingRules::get().decide(*n, specs_, mesh);
+  }
+
+private:
+  std::string op_;
+  Graph g_;
+  unsigned n_ = 0;
+  llvm::SmallVector<NamedArgument, 4> args_;
+  llvm::SmallVector<Argument, 1> outs_;
+  std::vector<std::optional<DTensorSpec>> specs_;
+};
+
+std::string s(const std::optional<Placements> &p) { return p ? str(*p) : "plain"; }
+
+/// "[in0; in1 -> out0; out1]" for compact assertions.
+std::string summary(const ShardingDecision &d) {
+  std::string r;
+  for (size_t i = 0; i < d.operandPlacements.size(); ++i)
+    r += (i ? "; " : "") + s(d.operandPlacements[i]);
+  r += " -> ";
+  for (size_t i = 0; i < d.resultPlacements.size(); ++i)
+    r += (i ? "; " : "") + s(d.resultPlacements[i]);
+  return r;
+}
+
+std::string decideSummary(Call &c, const DeviceMesh &mesh) {
+  auto d = c.decide(mesh);
+  if (!d)
+    return "error: " + takeMessage(d.takeError());
+  return summary(*d);
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- matrix ops
+
+TEST(MatrixRules, ColwiseMmKeepsShardedWeight) {
+  // mm(x R, W^T S(1)): candidates (after rule 0 [R|R,R]): [P|S1,S0], [S0|S0,R], [S1|R,S1],
+  // linearity [P|P,R], [P|R,P] (sum, avg). [S1|R,S1] needs no redistribution -> chosen.
+  Call c("aten::mm.default");
+  c.tensor("self", {32, 128}, {"R"}).tensor("mat2", {128, 64}, {"S(1)"}).out({32, 64});
+  EXPECT_EQ(decideSummary(c, mesh1(4)), "[R]; [S(1)] -> [S(1)]");
+}
+
+TEST(MatrixRules, RowwiseMmGivesPartial) {
+  // mm(x S(1), W^T S(0)): the contracting rule [P|S1,S0] matches as is -> P(sum), no comm.
+  Call c("aten::mm.default");
+  c.tensor("self", {32, 352}, {"S(1)"}).tensor("mat2", {352, 128}, {"S(0)"}).out({32, 128});
+  EXPECT_EQ(decideSummary(c, mesh1(4)), "[S(1)]; [S(0)] -> [P(sum)]");
+}
+
+TEST(MatrixRules, MmBothShardedOnRowsPicksCheapestGather) {
+  // mm(S(0), S(0)) on 4 ranks, [8,12]x[12,6]: no zero-cost candidate needs only local work?
+  // [S0|S0,R] costs an all-gather of mat2 (288 B), [R|R,R] gathers both, [P|S1,S0] needs an
+  // S0->S1 (all-gather + 1.0 penalty). The min-cost candidate is [S0|S0,R].
+  Call c("aten::mm.default");
+  c.tensor("self", {8, 12}, {"S(0)"}).tensor("mat2", {12, 6}, {"S(0)"}).out({8, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(4)), "[S(0)]; [R] -> [S(0)]");
+}
+
+TEST(MatrixRules, MmWithoutShardedInputsDropsPlaceholderRules) {
+  // mm(P, P): no input is sharded, so every placeholder rule vanishes; left: [R|R,R] and the
+  // linearity rules [P|P,R], [P|R,P]. The first zero-cost candidate that needs a redistribution
+  // is ... none (P->R costs an all-reduce); min cost: [P|P,R] all-reduces mat2 only (smaller).
+  Call c("aten::mm.default");
+  c.tensor("self", {16, 16}, {"P(sum)"}).tensor("mat2", {16, 4}, {"P(sum)"}).out({16, 4});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[P(sum)]; [R] -> [P(sum)]");
+}
+
+TEST(MatrixRules, AddmmRowwiseBiasIsPartialLocally) {
+  // addmm(bias R [6], x S(1), W^T S(0)): the contracting rule carries the bias as P (output P),
+  // R -> P costs 0 (local divide), so [P | P, S1, S0] is a zero-cost candidate that needs a
+  // (local) redistribution; no candidate is redistribution-free -> zero-cost pick.
+  Call c("aten::addmm.default");
+  c.tensor("self", {6}, {"R"}).tensor("mat1", {8, 12}, {"S(1)"}).tensor("mat2", {12, 6}, {"S(0)"}).out({8, 6});
+  auto d = c.decide(mesh1(4));
+  ASSERT_TRUE(static_cast<bool>(d)) << takeMessage(d.takeError());
+  EXPECT_EQ(summary(*d), "[P(sum)]; [S(1)]; [S(0)] -> [P(sum)]");
+  EXPECT_NE(d->why.find("zero cost"), std::string::npos) << d->why;
+}
+
+TEST(MatrixRules, AddmmColwiseBiasFollowsOutputShard) {
+  // addmm(bias S(0) [6], x R, W^T S(1)): rhs-free rule [S1 | S0 (bias dim 0 <- out dim 1), R, S1].
+  Call c("aten::addmm.default");
+  c.tensor("self", {6}, {"S(0)"}).tensor("mat1", {8, 12}, {"R"}).tensor("mat2", {12, 6}, {"S(1)"}).out({8, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(0)]; [R]; [S(1)] -> [S(1)]");
+}
+
+TEST(MatrixRules, BmmHeadShardedIsBatchRule) {
+  // bmm(S(0), S(0)): the batch rule [S0|S0,S0] matches.
+  Call c("aten::bmm.default");
+  c.tensor("self", {4, 6, 8}, {"S(0)"}).tensor("mat2", {4, 8, 6}, {"S(0)"}).out({4, 6, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(0)]; [S(0)] -> [S(0)]");
+}
+
+TEST(MatrixRules, MmOn2DMeshIsPerDimProduct) {
+  // (S(0), S(1)) x (R, S(1)): mesh dim 0 takes [S0|S0,R], dim 1 takes [S1|R,S1]... but input 0's
+  // dim-1 placement is S(1) (contracting) -> needs [P|S1,S0] there, mat2 S1 != S0. Candidates
+  // needing no redistribution: none; zero-cost needing a local one: none with R sources only.
+  // The cheapest: keep self (S0,S1), move mat2 (R,S1) -> (R,S0) (S1->S0 on dim 1) giving (S0,P).
+  Call c("aten::mm.default");
+  c.tensor("self", {8, 8}, {"S(0)", "S(1)"}).tensor("mat2", {8, 8}, {"R", "S(1)"}).out({8, 8});
+  auto d = c.decide(mesh2(2, 2));
+  ASSERT_TRUE(static_cast<bool>(d)) << takeMessage(d.takeError());
+  EXPECT_EQ(d->operandPlacements.size(), 2u);
+}
+
+// ---------------------------------------------------------------- view ops
+
+TEST(ViewRules, FlattenLeadingShardKeepsShard) {
+  // view [4,6,8] S(0) -> [24,8]: Flatten(InputDim0, InputDim1); Shard on the first flattened
+  // dim, 4 % 2 == 0 -> output S(0).
+  Call c("aten::view.default");
+  c.tensor("self", {4, 6, 8}, {"S(0)"}).arg("size", IntList{24, 8}).out({24, 8});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(0)] -> [S(0)]");
+}
+
+TEST(ViewRules, FlattenInnerShardIsStridedShardError) {
+  // view [4,6,8] S(1) -> [24,8]: 2.13 gives _StridedShard(0, split_factor=4): refused by name.
+  Call c("aten::view.default");
+  c.tensor("self", {4, 6, 8}, {"S(1)"}).arg("size", IntList{24, 8}).out({24, 8});
+  std::string r = decideSummary(c, mesh1(2));
+  EXPECT_NE(r.find("_StridedShard"), std::string::npos) << r;
+}
+
+TEST(ViewRules, ReshapeFlattenInnerShardReplicatesFirst) {
+  // reshape (non-strict): a Shard on a non-first flattened dim cannot stay -> input to R.
+  Call c("aten::reshape.default");
+  c.tensor("self", {4, 6, 8}, {"S(1)"}).arg("shape", IntList{24, 8}).out({24, 8});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[R] -> [R]");
+}
+
+TEST(ViewRules, UnflattenShardOnFirstPiece) {
+  // view [24,8] S(0) -> [4,6,8]: Split(InputDim0, (4,6), 0) is S-able when 4 % 2 == 0 -> S(0).
+  Call c("aten::view.default");
+  c.tensor("self", {24, 8}, {"S(0)"}).arg("size", IntList{4, 6, 8}).out({4, 6, 8});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(0)] -> [S(0)]");
+}
+
+TEST(ViewRules, StrictViewOfUnevenUnflattenErrors) {
+  // view [12,2] S(0) -> [3,4,2] on 2 ranks: first piece 3 % 2 != 0 -> strict views raise.
+  Call c("aten::view.default");
+  c.tensor("self", {12, 2}, {"S(0)"}).arg("size", IntList{3, 4, 2}).out({3, 4, 2});
+  std::string r = decideSummary(c, mesh1(2));
+  EXPECT_NE(r.find("Cannot unflatten unevenly sharded tensor"), std::string::npos) << r;
+}
+
+TEST(ViewRules, UnsafeViewPartialPassesThrough) {
+  // [2,16,128] P(sum) -> [32,128]: Partial is untouched by view rules.
+  Call c("aten::_unsafe_view.default");
+  c.tensor("self", {2, 16, 128}, {"P(sum)"}).arg("size", IntList{32, 128}).out({32, 128});
+  EXPECT_EQ(decideSummary(c, mesh1(4)), "[P(sum)] -> [P(sum)]");
+}
+
+TEST(ViewRules, TransposeAndTFollowTheShard) {
+  Call t("aten::t.default");
+  t.tensor("self", {128, 352}, {"S(1)"}).out({352, 128});
+  EXPECT_EQ(decideSummary(t, mesh1(4)), "[S(1)] -> [S(0)]");
+  Call tr("aten::transpose.int");
+  tr.tensor("self", {2, 8, 16, 4}, {"S(2)"}).arg("dim0", int64_t{1}).arg("dim1", int64_t{2}).out({2, 16, 8, 4});
+  EXPECT_EQ(decideSummary(tr, mesh1(2)), "[S(2)] -> [S(1)]");
+}
+
+TEST(ViewRules, ExpandBroadcastDimIsReplicated) {
+  // expand [1,6] S(1) -> [4,6]: dim 1 maps 1:1 -> S(1).
+  Call c("aten::expand.default");
+  c.tensor("self", {1, 6}, {"S(1)"}).arg("size", IntList{4, 6}).out({4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(1)] -> [S(1)]");
+}
+
+TEST(ViewRules, SqueezeAndUnsqueezeRenumber) {
+  Call u("aten::unsqueeze.default");
+  u.tensor("self", {4, 6}, {"S(1)"}).arg("dim", int64_t{0}).out({1, 4, 6});
+  EXPECT_EQ(decideSummary(u, mesh1(2)), "[S(1)] -> [S(2)]");
+  Call q("aten::squeeze.dim");
+  q.tensor("self", {4, 1, 6}, {"S(2)"}).arg("dim", int64_t{1}).out({4, 6});
+  EXPECT_EQ(decideSummary(q, mesh1(2)), "[S(2)] -> [S(1)]");
+}
+
+// ---------------------------------------------------------------- tensor ops
+
+TEST(TensorRules, SplitUnshardsTheSplitDim) {
+  // split(S(1), 3, dim=1): the split dim is unsharded (all-gather), pieces follow.
+  Call c("aten::split.Tensor");
+  c.tensor("self", {8, 6}, {"S(1)"}).arg("split_size", int64_t{3}).arg("dim", int64_t{1}).outList({{8, 3}, {8, 3}});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[R] -> [R]; [R]");
+}
+
+TEST(TensorRules, SliceAndSelect) {
+  // slice on dim 0 of S(0), end 4 < 8: unshard dim 0. A full slice keeps the shard.
+  Call a("aten::slice.Tensor");
+  a.tensor("self", {8, 6}, {"S(0)"}).arg("dim", int64_t{0}).arg("start", int64_t{0}).arg("end", int64_t{4}).out({4, 6});
+  EXPECT_EQ(decideSummary(a, mesh1(2)), "[R] -> [R]");
+  Call b("aten::slice.Tensor");
+  b.tensor("self", {8, 6}, {"S(0)"}).arg("dim", int64_t{0}).arg("start", int64_t{0}).arg("end", int64_t{INT64_MAX}).out({8, 6});
+  EXPECT_EQ(decideSummary(b, mesh1(2)), "[S(0)] -> [S(0)]");
+  // select dim 1 of S(2): shard dim shifts down.
+  Call c("aten::select.int");
+  c.tensor("self", {4, 6, 8}, {"S(2)"}).arg("dim", int64_t{1}).arg("index", int64_t{2}).out({4, 8});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(2)] -> [S(1)]");
+}
+
+TEST(TensorRules, CatFollowsFirstCheapestExemplar) {
+  // cat([S(0), R], dim=1): exemplars S(0) (from input 0) and R (from input 1). S(0): input 1
+  // R->S(0) is free (cost 0, needs a local chunk) -> first zero-cost candidate.
+  Call c("aten::cat.default");
+  c.tensor("t0", {4, 6}, {"S(0)"}).tensor("t1", {4, 2}, {"R"}).arg("dim", int64_t{1}).out({4, 8});
+  // (a TensorList argument in real graphs; operands are what matter here)
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(0)]; [S(0)] -> [S(0)]");
+}
+
+TEST(TensorRules, ContiguousKeepsPartialButCloneReduces) {
+  // contiguous: propagate_single_input_strategy, P stays P. clone: the single-dim pointwise
+  // strategy (no Partial rule) takes precedence in 2.13 -> P -> R (an all-reduce).
+  Call a("aten::contiguous.default");
+  a.tensor("self", {5, 6}, {"P(sum)"}).out({5, 6});
+  EXPECT_EQ(decideSummary(a, mesh1(2)), "[P(sum)] -> [P(sum)]");
+  Call b("aten::clone.default");
+  b.tensor("self", {5, 6}, {"P(sum)"}).out({5, 6});
+  EXPECT_EQ(decideSummary(b, mesh1(2)), "[R] -> [R]");
+}
+
+// ---------------------------------------------------------------- pointwise
+
+TEST(PointwiseRules, MulPartialByReplicateStaysPartial) {
+  // mul(P, R): _MUL_RULES [P|P,R] needs no redistribution.
+  Call c("aten::mul.Tensor");
+  c.tensor("self", {4, 6}, {"P(sum)"}).tensor("other", {4, 6}, {"R"}).out({4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[P(sum)]; [R] -> [P(sum)]");
+}
+
+TEST(PointwiseRules, MulPartialByPartialReducesOne) {
+  // mul(P, P): no [P|P,P] rule for mul; candidates [R|R,R] (2 all-reduces), [P|P,R], [P|R,P]
+  // (1 all-reduce each, same cost) -> first min: [P|P,R].
+  Call c("aten::mul.Tensor");
+  c.tensor("self", {4, 6}, {"P(sum)"}).tensor("other", {4, 6}, {"P(sum)"}).out({4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[P(sum)]; [R] -> [P(sum)]");
+}
+
+TEST(PointwiseRules, AddPartialWithScalarReduces) {
+  // add(P(sum), 2.0): one tensor operand, the additive rules all have 3 entries -> only R.
+  Call c("aten::add.Tensor");
+  c.tensor("self", {4, 6}, {"P(sum)"}).arg("other", 2.0).out({4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[R] -> [R]");
+}
+
+TEST(PointwiseRules, BroadcastOperandGetsMappedShard) {
+  // mul(x S(1) [2,16,128], w R [128]) (RMSNorm weight): rule for common dim 1 maps w to R
+  // (broadcast) -> [S1|S1,R] needs no redistribution.
+  Call c("aten::mul.Tensor");
+  c.tensor("self", {2, 16, 128}, {"S(1)"}).tensor("other", {128}, {"R"}).out({2, 16, 128});
+  EXPECT_EQ(decideSummary(c, mesh1(4)), "[S(1)]; [R] -> [S(1)]");
+}
+
+TEST(PointwiseRules, GeluOfPartialReduces) {
+  Call c("aten::gelu.default");
+  c.tensor("self", {4, 6}, {"P(sum)"}).out({4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[R] -> [R]");
+}
+
+TEST(PointwiseRules, ReluKeepsPartialMax) {
+  Call c("aten::relu.default");
+  c.tensor("self", {4, 6}, {"P(max)"}).out({4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[P(max)] -> [P(max)]");
+}
+
+TEST(PointwiseRules, ScalarPlainTensorIsReplicate) {
+  // A plain 0-dim tensor is a Replicate spec; its operand entry is "plain".
+  Call c("aten::mul.Tensor");
+  c.tensor("self", {4, 6}, {"S(0)"}).tensor("other", {}, {}).out({4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(0)]; plain -> [S(0)]");
+}
+
+TEST(PointwiseRules, MixedPlainTensorErrors) {
+  Call c("aten::add.Tensor");
+  c.tensor("self", {4, 6}, {"S(0)"}).tensor("other", {4, 6}, {}).out({4, 6});
+  std::string r = decideSummary(c, mesh1(2));
+  EXPECT_NE(r.find("mixed torch.Tensor and DTensor"), std::string::npos) << r;
+}
+
+TEST(PointwiseRules, InplaceKeepsSelf) {
+  // add_.Scalar on S(1): only candidates keeping self S(1).
+  Call c("aten::add_.Scalar");
+  c.tensor("self", {2, 16, 1}, {"S(1)"}).arg("other", 1e-6).out({2, 16, 1});
+  EXPECT_EQ(decideSummary(c, mesh1(4)), "[S(1)] -> [S(1)]");
+}
+
+TEST(PointwiseRules, ToCopyFloatToIntReducesSum) {
+  // _to_copy f32 -> i64 of P(sum): the sum rule is dropped (float->int does not commute) -> R;
+  // P(max) stays.
+  Call a("aten::_to_copy.default");
+  a.tensor("self", {4, 6}, {"P(sum)"}).arg("dtype", ScalarType::Long, true).out({4, 6}, ScalarType::Long);
+  EXPECT_EQ(decideSummary(a, mesh1(2)), "[R] -> [R]");
+  Call b("aten::_to_copy.default");
+  b.tensor("self", {4, 6}, {"P(max)"}).arg("dtype", ScalarType::Long, true).out({4, 6}, ScalarType::Long);
+  EXPECT_EQ(decideSummary(b, mesh1(2)), "[P(max)] -> [P(max)]");
+}
+
+// ---------------------------------------------------------------- reductions
+
+TEST(ReductionRules, SumOverShardedDimIsPartial) {
+  Call c("aten::sum.dim_IntList");
+  c.tensor("self", {4, 6, 8}, {"S(1)"}).arg("dim", IntList{1}).out({4, 8});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(1)] -> [P(sum)]");
+}
+
+TEST(ReductionRules, MeanUnevenReplicatesFirst) {
+  // mean over dim 0 (size 5) sharded on 2 ranks: not evenly sharded -> not linear -> R first.
+  Call c("aten::mean.dim");
+  c.tensor("self", {5, 6}, {"S(0)"}).arg("dim", IntList{0}).arg("keepdim", true).out({1, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[R] -> [R]");
+  Call e("aten::mean.dim");
+  e.tensor("self", {2, 16, 128}, {"S(1)"}).arg("dim", IntList{-1}).arg("keepdim", true).out({2, 16, 1});
+  EXPECT_EQ(decideSummary(e, mesh1(4)), "[S(1)] -> [S(1)]");
+}
+
+TEST(ReductionRules, MeanOfPartialSumReplicates) {
+  Call c("aten::mean.dim");
+  c.tensor("self", {4, 6}, {"P(sum)"}).arg("dim", IntList{1}).out({4});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[R] -> [R]");
+}
+
+TEST(ReductionRules, SoftmaxUnshardsItsDim) {
+  Call c("aten::_softmax.default");
+  c.tensor("self", {2, 4, 8, 8}, {"S(3)"}).arg("dim", int64_t{-1}).arg("half_to_float", false).out({2, 4, 8, 8});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[R] -> [R]");
+  Call h("aten::_softmax.default");
+  h.tensor("self", {2, 4, 8, 8}, {"S(1)"}).arg("dim", int64_t{-1}).arg("half_to_float", false).out({2, 4, 8, 8});
+  EXPECT_EQ(decideSummary(h, mesh1(2)), "[S(1)] -> [S(1)]");
+}
+
+TEST(ReductionRules, NllLossForwardReplicatesClassDim) {
+  Call c("aten::nll_loss_forward.default");
+  c.tensor("self", {8, 6}, {"S(1)"})
+      .tensor("target", {8}, {"R"}, ScalarType::Long)
+      .arg("weight", NoneArg{})
+      .arg("reduction", int64_t{1})
+      .arg("ignore_index", int64_t{-100})
+      .out({})
+      .out({});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[R]; [R] -> [R]; [R]");
+}
+
+// ---------------------------------------------------------------- norms, embedding
+
+TEST(NormRules, LayerNormSequenceParallel) {
+  // [S(1)x3 | S(1), R, R] matches as is (SP); a Partial input goes to R.
+  Call c("aten::native_layer_norm.default");
+  c.tensor("input", {2, 16, 64}, {"S(1)"}).arg("normalized_shape", IntList{64}).tensor("weight", {64}, {"R"})
+      .tensor("bias", {64}, {"R"}).arg("eps", 1e-5).out({2, 16, 64}).out({2, 16, 1}).out({2, 16, 1});
+  EXPECT_EQ(decideSummary(c, mesh1(4)), "[S(1)]; [R]; [R] -> [S(1)]; [S(1)]; [S(1)]");
+  Call p("aten::native_layer_norm.default");
+  p.tensor("input", {2, 16, 64}, {"P(sum)"}).arg("normalized_shape", IntList{64}).tensor("weight", {64}, {"R"})
+      .tensor("bias", {64}, {"R"}).arg("eps", 1e-5).out({2, 16, 64}).out({2, 16, 1}).out({2, 16, 1});
+  EXPECT_EQ(decideSummary(p, mesh1(4)), "[R]; [R]; [R] -> [R]; [R]; [R]");
+}
+
+TEST(EmbeddingRules, RowwiseWeightGivesMaskPartial) {
+  // weight S(0), ids R: [MaskP | S0, MaskP] costs 0 (ids R -> MaskP is local) -> zero-cost pick.
+  Call c("aten::embedding.default");
+  c.tensor("weight", {256, 128}, {"S(0)"}).tensor("indices", {2, 16}, {"R"}, ScalarType::Long).out({2, 16, 128});
+  EXPECT_EQ(decideSummary(c, mesh1(4)), "[S(0)]; [MP(sum)] -> [MP(sum)]");
+}
+
+TEST(EmbeddingRules, ColwiseWeightShardsLastDim) {
+  Call c("aten::embedding.default");
+  c.tensor("weight", {256, 128}, {"S(1)"}).tensor("indices", {2, 16}, {"R"}, ScalarType::Long).out({2, 16, 128});
+  EXPECT_EQ(decideSummary(c, mesh1(4)), "[S(1)]; [R] -> [S(2)]");
+}
+
+// ---------------------------------------------------------------- engine
+
+TEST(RuleEngine, CostModelMatchesDTensorFormulas) {
+  // 1-D CPU mesh of 4 (1 device per host -> inter-host): all_gather of a [8,12] f32 S(0):
+  // bytes/num_shards = 96 B, gathered x4 = 384 B; cost = 6.6 + 3*2.7 + (384e-9/2^30*1e9 ... )
+  DeviceMesh m = mesh1(4);
+  double c = rules::specRedistributeCost(m, meta({8, 12}), pl({"S(0)"}), pl({"R"}));
+  double gb = 384.0 / 1024 / 1024 / 1024;
+  double expect = 6.6 + 3 * 2.7 + (gb * 3 / 4) / (87.7 * 0.22) * 1e6;
+  EXPECT_NEAR(c, expect, 1e-9);
+  EXPECT_EQ(rules::specRedistributeCost(m, meta({8, 12}), pl({"R"}), pl({"P(sum)"})), 0.0);
+  EXPECT_TRUE(std::isinf(rules::specRedistributeCost(m, meta({8, 12}), pl({"S(0)"}), pl({"P(sum)"}))));
+}
+
+TEST(RuleEngine, UnsupportedOpNamesTheOp) {
+  Call c("aten::cumsum.default");
+  c.tensor("self", {4, 6}, {"S(0)"}).arg("dim", int64_t{1}).out({4, 6});
+  std::string r = decideSummary(c, mesh1(2));
+  EXPECT_NE(r.find("aten::cumsum.default"), std::string::npos) << r;
+  EXPECT_FALSE(ShardingRules::get().supports("aten::cumsum.default"));
+  EXPECT_TRUE(ShardingRules::get().supports("aten::addmm.default"));
+}
+
+TEST(RuleEngine, StridedShardOperandIsRefused) {
+  Call c("aten::relu.default");
+  c.tensorP("self", {8, 6}, Placements{Placement{Placement::Kind::StridedShard, 0, 2, ReduceOp::Sum}}).out({8, 6});
+  std::string r = decideSummary(c, mesh1(2));
+  EXPECT_NE(r.find("_StridedShard"), std::string::npos) << r;
+}
