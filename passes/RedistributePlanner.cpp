@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <set>
 
 namespace commlens {
@@ -312,6 +313,56 @@ llvm::Error checkNoMixedPartials(llvm::ArrayRef<Placement> placements, llvm::Str
   return llvm::Error::success();
 }
 
+/// Python's str() of a placement (the IR's short form writes _StridedShard as "_S(0,2)").
+std::string pyStr(const Placement &p) {
+  if (p.kind == Placement::Kind::StridedShard)
+    return fmt::format("_S({}, {})", p.dim, p.splitFactor);
+  return p.str();
+}
+
+/// Rank 0's size of a dim of `size` under _StridedShard(split_factor=sf) over n ranks: torch.chunk
+/// into sf pieces, each piece torch.chunk'ed n ways, rank 0 keeping the first chunk of every piece.
+int64_t stridedChunk0(int64_t size, int64_t n, int64_t sf) {
+  if (sf < 1)
+    sf = 1;
+  int64_t c1 = chunk0(size, sf), total = 0;
+  for (int64_t j = 0; j < sf; ++j) {
+    int64_t len = std::clamp<int64_t>(size - j * c1, 0, c1);
+    total += chunk0(len, n);
+  }
+  return total;
+}
+
+/// DTensorSpec._maybe_convert_StridedShard_to_shard_order succeeds: every split factor equals the
+/// product of the sizes of the mesh dims placed before it in some right-to-left order.
+bool stridedShardDecodable(const DeviceMesh &mesh, llvm::ArrayRef<Placement> placements) {
+  std::map<int64_t, llvm::SmallVector<unsigned, 4>> order; // tensor dim -> mesh dims in shard order
+  for (unsigned m = placements.size(); m-- > 0;) {
+    const Placement &p = placements[m];
+    if (!isShardLike(p))
+      continue;
+    auto &dims = order[p.dim];
+    int64_t sf = p.kind == Placement::Kind::StridedShard ? p.splitFactor : 1, acc = 1;
+    bool found = false;
+    for (size_t i = 0; i <= dims.size(); ++i) {
+      if (acc == sf) {
+        dims.insert(dims.begin() + i, m);
+        found = true;
+        break;
+      }
+      if (i < dims.size())
+        acc *= mesh.shape[dims[i]];
+    }
+    if (!found)
+      return false;
+  }
+  return true;
+}
+
+bool hasStrided(llvm::ArrayRef<Placement> placements) {
+  return llvm::any_of(placements, [](const Placement &p) { return p.kind == Placement::Kind::StridedShard; });
+}
+
 /// Checks the mesh and placement counts and returns the placements with shard dims normalised.
 llvm::Expected<std::pair<Placements, Placements>> validated(const DeviceMesh &mesh, const TensorMeta &meta,
                                                            llvm::ArrayRef<Placement> srcIn,
@@ -364,13 +415,14 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
   Placements &src = checked->first, &dst = checked->second;
   unsigned ndim = mesh.ndim();
 
-  // Cases that take DTensor's graph-based (Dijkstra) planner: not modelled.
-  for (const Placements *ps : {&src, &dst})
-    for (const Placement &p : *ps)
-      if (p.kind == Placement::Kind::StridedShard)
-        return makeError("redistribute {} -> {}: _StridedShard placements use DTensor's graph-based planner, "
-                         "which commlens does not model",
-                         str(src), str(dst));
+  // Cases that take DTensor's graph-based (Dijkstra) planner: not modelled. _StridedShard forces
+  // it, but DTensor falls back to the greedy planner when a _StridedShard's split factor does not
+  // decode into a shard order (the usual case: factors made by view ops, e.g. any sf > 1 on a 1-D
+  // mesh).
+  if ((hasStrided(src) || hasStrided(dst)) && stridedShardDecodable(mesh, src) && stridedShardDecodable(mesh, dst))
+    return makeError("redistribute {} -> {}: _StridedShard placements that decode into a shard order use DTensor's "
+                     "graph-based planner, which commlens does not model",
+                     str(src), str(dst));
   if (llvm::Error e = checkShardOrder(src, dst, options))
     return e;
   if (options.forceMinCostPlan)
@@ -390,12 +442,19 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
   Shape global = globalShape(meta);
   llvm::SmallVector<Transform, 4> transforms = greedyTransforms(mesh, global, src, dst);
   transforms = mergeFlattened(mesh, std::move(transforms), options);
+  for (const Transform &t : transforms)
+    if (t.meshDims.size() > 1 && (t.src.kind == Placement::Kind::StridedShard || t.dst.kind == Placement::Kind::StridedShard))
+      return makeError("redistribute {} -> {}: a _StridedShard step merged over a flattened mesh (DTensor asserts)",
+                       str(src), str(dst));
 
   // Rank 0's local shape under the source placements (default shard order: mesh dims in order).
   Shape local = global;
-  for (unsigned i = 0; i < ndim; ++i)
+  for (unsigned i = 0; i < ndim; ++i) {
     if (src[i].isShard())
       local[src[i].dim] = chunk0(local[src[i].dim], mesh.shape[i]);
+    else if (src[i].kind == Placement::Kind::StridedShard)
+      local[src[i].dim] = stridedChunk0(local[src[i].dim], mesh.shape[i], src[i].splitFactor);
+  }
 
   int64_t elem = elementSize(meta.dtype);
   for (const Transform &t : transforms) {
@@ -412,21 +471,49 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
     const Placement &cur = t.src, &tgt = t.dst;
     auto stepName = [&] { return fmt::format("{} -> {} on mesh dim {}", cur.str(), tgt.str(), dimsStr(t.meshDims)); };
 
+    // Shard(d) -> Replicate: pad to the full chunk of the logical size, all_gather, unpad.
+    auto shardGather = [&](int64_t d) -> bool {
+      int64_t logicalSize = t.logicalShape[d];
+      step.action = RedistributeAction::AllGather;
+      Shape padded = local;
+      if (logicalSize % n != 0)
+        padded[d] = chunk0(logicalSize, n);
+      else if (local[d] * n < logicalSize)
+        return false; // the gathered dim is shorter than the logical shape: torch._check fails
+      step.inputBytes = numel(padded) * elem;
+      step.outputBytes = step.inputBytes * n;
+      local[d] = logicalSize;
+      return true;
+    };
+    auto gatherCheckFailed = [&] {
+      // The greedy planner's logical shapes ignore a _StridedShard that an earlier step put on the
+      // same tensor dim, so the all_gather comes back short and DTensor's unpad check fails.
+      return makeError("redistribute {} -> {}: DTensor fails a torch._check at {}: the all_gather returns fewer "
+                       "elements than the planner's logical shape (greedy planner with a nested _StridedShard)",
+                       str(src), str(dst), stepName());
+    };
+    // _StridedShard -> Replicate: pad to rank 0's (largest) strided chunk, all_gather, reorder.
+    auto stridedGather = [&](const Placement &ss) {
+      int64_t logicalSize = t.logicalShape[ss.dim];
+      step.action = RedistributeAction::AllGather;
+      Shape padded = local;
+      padded[ss.dim] = stridedChunk0(logicalSize, n, ss.splitFactor);
+      step.inputBytes = numel(padded) * elem;
+      step.outputBytes = step.inputBytes * n;
+      local[ss.dim] = logicalSize;
+    };
+    bool curStrided = cur.kind == Placement::Kind::StridedShard;
+
     if (n == 1) {
       step.action = RedistributeAction::SkippedSize1;
     } else if (tgt.isReplicate()) {
       if (cur.isPartial()) {
         step.action = RedistributeAction::AllReduce;
         step.inputBytes = step.outputBytes = numel(local) * elem;
-      } else { // Shard(d) -> Replicate: pad to the full chunk of the logical size, all_gather, unpad
-        int64_t d = cur.dim, logicalSize = t.logicalShape[d];
-        step.action = RedistributeAction::AllGather;
-        Shape padded = local;
-        if (logicalSize % n != 0)
-          padded[d] = chunk0(logicalSize, n);
-        step.inputBytes = numel(padded) * elem;
-        step.outputBytes = step.inputBytes * n;
-        local[d] = logicalSize;
+      } else if (curStrided) {
+        stridedGather(cur);
+      } else if (!shardGather(cur.dim)) {
+        return gatherCheckFailed();
       }
     } else if (tgt.isShard()) {
       int64_t d = tgt.dim;
@@ -440,6 +527,9 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
         local[d] = in[d] / n;
       } else if (cur.isReplicate()) {
         step.action = RedistributeAction::LocalChunk;
+        local[d] = chunk0(local[d], n);
+      } else if (curStrided) { // via Replicate: all_gather, then a local chunk
+        stridedGather(cur);
         local[d] = chunk0(local[d], n);
       } else { // Shard(a) -> Shard(b), a != b
         int64_t a = cur.dim, b = d;
@@ -462,6 +552,20 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
         local[a] = padA ? logicalA : padded[a] * n;
         local[b] = padded[b] / n;
       }
+    } else if (tgt.kind == Placement::Kind::StridedShard) {
+      // Everything goes through Replicate: P all_reduces (no reduce_scatter), Shard and
+      // _StridedShard all_gather, then the strided split is local.
+      if (cur.isPartial()) {
+        step.action = RedistributeAction::AllReduce;
+        step.inputBytes = step.outputBytes = numel(local) * elem;
+      } else if (cur.isReplicate()) {
+        step.action = RedistributeAction::LocalChunk;
+      } else if (curStrided) {
+        stridedGather(cur);
+      } else if (!shardGather(cur.dim)) {
+        return gatherCheckFailed();
+      }
+      local[tgt.dim] = stridedChunk0(local[tgt.dim], n, tgt.splitFactor);
     } else { // target is Partial
       if (cur.isReplicate()) {
         if (tgt.kind == Placement::Kind::Partial && tgt.reduceOp == ReduceOp::Product)
@@ -491,7 +595,7 @@ std::optional<std::string> userRedistributeRefusal(llvm::ArrayRef<Placement> src
   for (size_t i = 0; i < dst.size() && i < src.size(); ++i)
     if (dst[i].isPartial() && !same(src[i], dst[i]))
       return fmt::format("Can not redistribute from {} to {}, redistributing to Partial is for internal use only!",
-                         src[i].str(), dst[i].str());
+                         pyStr(src[i]), pyStr(dst[i]));
   return std::nullopt;
 }
 

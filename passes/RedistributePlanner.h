@@ -17,10 +17,18 @@
 //      `_dtensor.shard_dim_alltoall` custom op on CUDA, but on a CPU mesh an all_gather plus a local
 //      chunk; R->S(d) a local chunk; R->P a local partition (sum: divide by n).
 //
-// Not modelled (planRedistribute returns an error naming the case instead of guessing):
-//   _StridedShard in source or target and non-default shard orders (both force DTensor's
-//   graph-based Dijkstra planner, whose choices depend on its topology cost model), and
-//   use_min_cost_redistribution_plan() (RedistributeOptions::forceMinCostPlan).
+// _StridedShard (from view ops or FSDP2+TP): DTensor tries its graph-based planner, but falls back
+// to the greedy one when a split factor does not decode into a shard order (any sf > 1 on a 1-D
+// mesh, or one that is not a product of later mesh dim sizes). That greedy fallback is modelled:
+// _S -> R / S(d) / _S all_gather (padded to rank 0's strided chunk) then a local reorder/split;
+// P -> _S all_reduce (not reduce_scatter) then a local split; S -> _S all_gather then split;
+// R -> _S local. Its logical shapes ignore _StridedShard nesting, so some N-D plans crash inside
+// DTensor (a torch._check in the unpad); planRedistribute reports those as errors too.
+//
+// Not modelled (planRedistribute returns an error naming the case instead of guessing): plans by
+// the graph-based Dijkstra planner, whose choice depends on its topology cost model and tie order:
+// _StridedShards that decode into a shard order, non-default shard orders, and
+// use_min_cost_redistribution_plan() (RedistributeOptions::forceMinCostPlan).
 //
 // Symbolic sizes are planned with their hints (DTensor's guard_or_true would treat an unknown
 // divisibility as uneven: padding never changes the count, only the bytes).
@@ -127,8 +135,9 @@ struct RedistributeOptions {
 /// be negative (normalised against the tensor rank). src == dst gives an empty plan.
 /// Errors (one line): malformed input; the unimplemented graph-planner cases above; and the
 /// combinations DTensor itself raises on when the step runs on a mesh dim of size > 1:
-/// Shard -> Partial, Partial(a) -> Partial(b), Replicate -> Partial(product), and mixed Partial
-/// reduce ops within one placement tuple (sum with avg is allowed).
+/// Shard -> Partial, Partial(a) -> Partial(b), Replicate -> Partial(product), mixed Partial
+/// reduce ops within one placement tuple (sum with avg is allowed), the nested-_StridedShard
+/// unpad crash, and a _StridedShard step merged over a flattened mesh (DTensor asserts).
 llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const TensorMeta &meta,
                                                   llvm::ArrayRef<Placement> src,
                                                   llvm::ArrayRef<Placement> dst,

@@ -27,7 +27,12 @@ from torch.distributed.device_mesh import _mesh_resources, DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor._collective_utils import MeshTopoInfo, redistribute_cost
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
-from torch.distributed.tensor._redistribute import redistribute_local_tensor
+from torch.distributed.tensor._redistribute import (
+    _gen_transform_infos,
+    DTensorRedistributePlanner,
+    redistribute_local_tensor,
+)
+from torch.distributed.tensor.placement_types import _StridedShard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d_collective_ops
@@ -42,6 +47,9 @@ COLLECTIVES.add(torch.ops._dtensor.shard_dim_alltoall)
 
 def parse_placement(text):
     text = text.strip()
+    if text.startswith("_S(") and text.endswith(")"):
+        dim, sf = text[3:-1].split(",")
+        return _StridedShard(int(dim), split_factor=int(sf))
     if text == "R":
         return Replicate()
     if text.startswith("S(") and text.endswith(")"):
@@ -82,6 +90,19 @@ class Recorder(TorchDispatchMode):
 
 _meshes = {}
 
+# Whether DTensor's graph-based planner produced the plan (commlens refuses those cases).
+_graph_used = [False]
+_graph_planner = DTensorRedistributePlanner.generate_graph_based_transform_infos
+
+
+def _spy_graph_planner(self, *args, **kwargs):
+    out = _graph_planner(self, *args, **kwargs)
+    _graph_used[0] = True
+    return out
+
+
+DTensorRedistributePlanner.generate_graph_based_transform_infos = _spy_graph_planner
+
 
 def get_mesh(shape, names, flatten):
     key = (tuple(shape), tuple(names) if names else None, tuple(tuple(g) for g in flatten or ()))
@@ -96,6 +117,14 @@ def get_mesh(shape, names, flatten):
     return _meshes[key]
 
 
+def _normalized(p, ndim):
+    if isinstance(p, _StridedShard):
+        return _StridedShard(p.dim % ndim, split_factor=p.split_factor)
+    if isinstance(p, Shard):
+        return Shard(p.dim % ndim)
+    return p
+
+
 def run_case(case):
     mesh, group_dims = get_mesh(case["mesh"], case.get("names"), case.get("flatten"))
     shape = tuple(case["shape"])
@@ -103,7 +132,7 @@ def run_case(case):
     dst = [parse_placement(p) for p in case["dst"]]
     answer = {"ok": True, "user_refusal": None}
     try:
-        src_n = [Shard(p.dim % len(shape)) if isinstance(p, Shard) else p for p in src]
+        src_n = [_normalized(p, len(shape)) for p in src]
         local_shape, _ = compute_local_shape_and_global_offset(shape, mesh, src_n)
         stride = torch.empty(shape).stride()
         dt = DTensor.from_local(
@@ -112,7 +141,9 @@ def run_case(case):
     except Exception as e:  # noqa: BLE001 - invalid source placements
         return {"ok": False, "error": f"setup: {type(e).__name__}: {e}", "user_refusal": None}
 
-    dst_n = [Shard(p.dim % len(shape)) if isinstance(p, Shard) else p for p in dst]
+    _gen_transform_infos.cache_clear()
+    _graph_used[0] = False
+    dst_n = [_normalized(p, len(shape)) for p in dst]
     target = DTensorSpec(mesh, tuple(dst_n), tensor_meta=dt._spec.tensor_meta)
     per_host = case.get("devices_per_host", 1)
     saved_per_host = _mesh_resources.num_devices_per_host
@@ -143,11 +174,13 @@ def run_case(case):
                 redistribute_local_tensor(dt._local_tensor, dt._spec, target)
                 answer["path"] = "internal"
     except Exception as e:  # noqa: BLE001 - DTensor refuses the redistribution
+        answer["graph_planner"] = _graph_used[0]
         answer["ok"] = False
         answer["error"] = f"{type(e).__name__}: {e}"
         return answer
     finally:
         collective_utils.local_tensor_mode = saved
+    answer["graph_planner"] = _graph_used[0]
     answer["collectives"] = rec.ops
     answer["comm_counts"] = {str(k): v for k, v in comm_mode.get_comm_counts().items()}
     # Cross-check: the recorder saw exactly what CommDebugMode counted.

@@ -34,6 +34,15 @@ llvm::Expected<Placements> placementsOf(const llvm::json::Object &o, llvm::Strin
     auto s = v.getAsString();
     if (!s)
       return makeError("'{}' entries must be strings", key.str());
+    llvm::StringRef text = *s;
+    if (text.consume_front("_S(") && text.consume_back(")")) { // _StridedShard: "_S(dim,split_factor)"
+      auto [d, sf] = text.split(',');
+      Placement p{Placement::Kind::StridedShard, 0, 1, ReduceOp::Sum};
+      if (d.trim().getAsInteger(10, p.dim) || sf.trim().getAsInteger(10, p.splitFactor))
+        return makeError("bad placement '{}'", s->str());
+      out.push_back(p);
+      continue;
+    }
     auto p = Placement::parse(*s);
     if (!p)
       return p.takeError();

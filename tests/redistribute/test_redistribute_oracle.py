@@ -58,6 +58,16 @@ def _groups():
         groups.append((f"2d-2x4-flat-{'x'.join(map(str, shape))}", base, _pairs(P2_FLAT, 2)))
     groups.append(("3d-2x2x2-6x10", {"mesh": [2, 2, 2], "shape": [6, 10], "devices_per_host": 4}, _pairs(P3, 3)))
     groups.append(("3d-2x1x4-8x12", {"mesh": [2, 1, 4], "shape": [8, 12]}, _pairs(P3, 3, every=3)))
+    # _StridedShard: split factors that do not decode into a shard order take the greedy planner
+    # (modelled); decodable ones (e.g. sf 1 on 1-D, [_S(0,2), S(0)] on (2, 2)) the graph planner
+    # (refused).
+    ss1 = ["R", "S(0)", "S(1)", "P(sum)", "_S(0,2)", "_S(0,3)", "_S(1,2)", "_S(0,1)"]
+    for shape in ([12, 8], [10, 6]):
+        groups.append((f"1d-4-strided-{'x'.join(map(str, shape))}", {"mesh": [4], "shape": shape}, _pairs(ss1, 1)))
+    groups.append(("1d-4-strided-cuda", {"mesh": [4], "shape": [12, 8], "device": "cuda"}, _pairs(ss1, 1)))
+    ss2 = ["R", "S(0)", "S(1)", "P(sum)", "_S(0,2)", "_S(0,3)", "_S(1,4)"]
+    for shape in ([24, 8], [10, 6]):
+        groups.append((f"2d-2x2-strided-{'x'.join(map(str, shape))}", {"mesh": [2, 2], "shape": shape}, _pairs(ss2, 2)))
     names3 = ["a", "b", "c"]
     groups.append(
         ("3d-2x2x2-flat12-8x8", {"mesh": [2, 2, 2], "shape": [8, 8], "names": names3, "flatten": [[1, 2]]}, _pairs(P3, 3, every=2))
@@ -124,6 +134,11 @@ def _compare(case, pred, obs):
         problems.append(f"{label}: user refusal {pred.get('user_refusal')!r} vs DTensor {obs.get('user_refusal')!r}")
     if "cost" in obs and not _same_cost(pred.get("cost"), obs["cost"]):
         problems.append(f"{label}: redistribute_cost {pred.get('cost')} vs DTensor {obs['cost']}")
+    if obs.get("graph_planner"):
+        # DTensor planned this with its graph-based (Dijkstra) planner: commlens must refuse it.
+        if pred["ok"] or "graph-based planner" not in pred["error"]:
+            problems.append(f"{label}: DTensor used its graph-based planner but the planner said {pred.get('error', 'ok')!r}")
+        return problems
     if pred["ok"] != obs["ok"]:
         problems.append(f"{label}: planner {'ok' if pred['ok'] else pred['error']!r} vs DTensor {'ok' if obs['ok'] else obs['error']!r}")
         return problems
@@ -162,6 +177,8 @@ def test_grid_covers_collectives_and_refusals(results):
                 seen[c["op"]] += 1
                 if len(c["mesh_dims"] or []) > 1:
                     seen["flattened"] += 1
+    graph = sum(1 for rows in results.values() for _, _, obs in rows if obs.get("graph_planner"))
+    assert graph > 0
     for key in (
         "c10d_functional.all_reduce",
         "c10d_functional.all_gather_into_tensor",

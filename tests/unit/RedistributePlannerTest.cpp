@@ -415,3 +415,44 @@ TEST(RedistributePlanner, RedistributeCostMatchesDTensorModel) {
   Placement strided{Placement::Kind::StridedShard, 0, 2, ReduceOp::Sum};
   EXPECT_TRUE(std::isinf(cost(mesh({2, 2}), tensor({16, 8}), {strided, S(0)}, {R(), R()}, 1)));
 }
+
+// ---------------------------------------------------------------------------------------------
+// _StridedShard: greedy fallback when the split factor does not decode into a shard order.
+
+TEST(RedistributePlanner, StridedShardGreedyFallback) {
+  Placement ss2{Placement::Kind::StridedShard, 0, 2, ReduceOp::Sum};
+  Placement ss3{Placement::Kind::StridedShard, 0, 3, ReduceOp::Sum};
+  // f32[12, 8], mesh (4,), _S(0, sf=2) -> R: sf 2 cannot be a product of "earlier" mesh dim sizes
+  // on a 1-D mesh, so DTensor falls back to greedy: one all_gather. Rank 0's rows: 12 split in 2
+  // pieces of 6, each chunked 4 ways -> 2 + 2 = 4 rows = 128 B in, 512 B out.
+  RedistributePlan p = plan(mesh({4}), tensor({12, 8}), {ss2}, {R()});
+  EXPECT_EQ(ops(p), (V{std::string(kAllGather) + "@0"}));
+  EXPECT_EQ(p.steps[0].inputBytes, 128);
+  EXPECT_EQ(p.steps[0].outputBytes, 512);
+  // _S -> S(1): through Replicate: the same one all_gather, then a local chunk (even on CUDA).
+  RedistributePlan q = plan(mesh({4}, MeshDeviceType::Cuda), tensor({12, 8}), {ss2}, {S(1)});
+  EXPECT_EQ(ops(q), (V{std::string(kAllGather) + "@0"}));
+  EXPECT_EQ(q.steps[0].localShapeAfter, (llvm::SmallVector<int64_t, 4>{12, 2}));
+  // P -> _S: all_reduce of the whole tensor (384 B), then a local strided split; no reduce_scatter.
+  RedistributePlan r = plan(mesh({4}), tensor({12, 8}), {P()}, {ss3});
+  EXPECT_EQ(ops(r), (V{std::string(kAllReduce) + "@0"}));
+  EXPECT_EQ(r.steps[0].inputBytes, 384);
+  // R -> _S: local.
+  EXPECT_EQ(plan(mesh({4}), tensor({12, 8}), {R()}, {ss2}).numCollectives(), 0u);
+  // 2-D: [_S(0, 3), R] -> [R, R] on (2, 2): 3 is no product of mesh sizes -> greedy, one gather.
+  EXPECT_EQ(ops(plan(mesh({2, 2}), tensor({12, 8}), {ss3, R()}, {R(), R()})), (V{std::string(kAllGather) + "@0"}));
+  // Decodable: _S(0, sf=1) on 1-D, or [_S(0, 2), S(0)] on (2, 2) (shard order: mesh dim 1 first)
+  // -> DTensor's graph planner: refused.
+  Placement ss1{Placement::Kind::StridedShard, 0, 1, ReduceOp::Sum};
+  EXPECT_NE(planError(mesh({4}), tensor({12, 8}), {ss1}, {R()}).find("graph-based planner"), std::string::npos);
+  EXPECT_NE(planError(mesh({2, 2}), tensor({12, 8}), {ss2, S(0)}, {R(), R()}).find("graph-based planner"),
+            std::string::npos);
+  // [S(0), R] -> [R, _S(0, 2)] on (2, 2), f32[24, 8]: the greedy plan splits dim 1 locally first
+  // (12 -> 6 rows) and then all_gathers mesh dim 0 expecting 24 rows from 2 x 6: DTensor's
+  // torch._check fails.
+  EXPECT_NE(planError(mesh({2, 2}), tensor({24, 8}), {S(0), R()}, {R(), ss2}).find("torch._check"), std::string::npos);
+  // S -> P stays an error for _StridedShard sources; the user API refusal prints torch's str().
+  EXPECT_NE(planError(mesh({4}), tensor({12, 8}), {ss2}, {P()}).find("not supported yet"), std::string::npos);
+  EXPECT_EQ(*userRedistributeRefusal({ss2}, {P()}),
+            "Can not redistribute from _S(0, 2) to P(sum), redistributing to Partial is for internal use only!");
+}
