@@ -149,12 +149,12 @@ private:
   void collectCalls() {
     std::map<std::pair<const ModuleScope *, unsigned>, size_t> index;
     for (const auto &n : graph_.nodes()) {
-      for (const ModuleScope *s = n->scope(); s && s->parent(); s = s->parent()) {
+      for (const ModuleScope *s = n->scope(); s; s = s->parent()) {
         auto styled = styles_.find(s);
         if (styled == styles_.end())
           continue;
-        unsigned depth = s->depth();
-        unsigned call = depth <= n->callPath().size() ? n->callPath()[depth - 1] : 0;
+        unsigned depth = s->depth(); // the root (plan key "") is called once, at depth 0
+        unsigned call = depth > 0 && depth <= n->callPath().size() ? n->callPath()[depth - 1] : 0;
         auto [it, fresh] = index.try_emplace({s, call}, calls_.size());
         if (fresh) {
           ModuleCall c;
@@ -183,7 +183,7 @@ private:
         graphOutputs.insert(v);
 
     for (ModuleCall &c : calls_) {
-      std::string prefix = c.scope->path() + ".";
+      std::string prefix = c.scope->path().empty() ? "" : c.scope->path() + ".";
       llvm::DenseSet<const Value *> seen;
       for (unsigned i = c.firstNode; i <= c.lastNode; ++i) {
         const Node &n = *graph_.nodes()[i];
@@ -195,10 +195,10 @@ private:
           if (v->producer() && c.nodes.count(v->producer()))
             continue;
           if (const InputSpec *spec = inputSpecOf.lookup(v))
-            if ((spec->kind == InputKind::Parameter || spec->kind == InputKind::Buffer ||
-                 spec->kind == InputKind::TensorConstant) &&
-                llvm::StringRef(spec->target).startswith(prefix))
-              continue; // the module's own state, not a forward argument
+            if (spec->kind == InputKind::Parameter ||
+                ((spec->kind == InputKind::Buffer || spec->kind == InputKind::TensorConstant) &&
+                 llvm::StringRef(spec->target).startswith(prefix)))
+              continue; // module state (parameters, own buffers), not a forward argument
           seen.insert(v);
           c.inputs.push_back(v);
         }
@@ -326,7 +326,44 @@ private:
     return llvm::Error::success();
   }
 
+  /// Tied parameters reach the graph through one placeholder, but parallelize_module gives each
+  /// module its own (it re-registers the parameters it distributes, which unties them). A use
+  /// in module M reads the tied name registered on M (or its nearest ancestor).
+  void untieParameters() {
+    std::map<std::string, std::vector<const InputSpec *>> groups; // canonical FQN -> members
+    for (const InputSpec &in : graph_.inputs())
+      if (in.kind == InputKind::Parameter && in.value)
+        groups[in.aliasOf.empty() ? in.target : in.aliasOf].push_back(&in);
+    for (auto &[canonical, members] : groups) {
+      if (members.size() < 2)
+        continue;
+      for (const InputSpec *m : members)
+        tiedGroup_[m->value] = members;
+    }
+  }
+
+  const Value *ownerOfUse(const Value *v, const ModuleScope *scope) const {
+    auto it = tiedGroup_.find(v);
+    if (it == tiedGroup_.end())
+      return v;
+    const InputSpec *best = nullptr;
+    size_t bestLen = 0;
+    for (const ModuleScope *s = scope; s; s = s->parent()) {
+      std::string prefix = s->path().empty() ? "" : s->path() + ".";
+      for (const InputSpec *m : it->second)
+        if (llvm::StringRef(m->target).startswith(prefix) && !llvm::StringRef(m->target).drop_front(prefix.size()).contains('.') &&
+            (!best || prefix.size() > bestLen)) {
+          best = m;
+          bestLen = prefix.size();
+        }
+      if (best)
+        break;
+    }
+    return best ? best->value : v;
+  }
+
   llvm::Error rewrite() {
+    untieParameters();
     GraphBuilder b(graph_);
     // Calls starting / ending at each node: outer calls open first and close last.
     std::multimap<unsigned, ModuleCall *> opening, closing;
@@ -359,7 +396,16 @@ private:
           b.bind(c->inputs[i], inputs[i]);
         open.push_back(std::move(saved));
       }
+      // Uses of a tied parameter read the copy registered on the using module.
+      std::vector<std::pair<const Value *, Value *>> untied;
+      for (Value *v : n->operands())
+        if (const Value *owner = ownerOfUse(v, n->scope()); owner != v) {
+          untied.emplace_back(v, b.map(v));
+          b.bind(v, b.map(owner));
+        }
       b.copy(*n);
+      for (const auto &[v, mapped] : untied)
+        b.bind(v, mapped);
       auto [cb, ce] = closing.equal_range(n->index());
       std::vector<ModuleCall *> ending;
       for (auto it = cb; it != ce; ++it)
@@ -395,6 +441,7 @@ private:
   std::map<const ModuleScope *, std::vector<const ParallelStyle *>> styles_;
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;
   std::vector<ModuleCall> calls_;
+  llvm::DenseMap<const Value *, std::vector<const InputSpec *>> tiedGroup_;
 };
 
 } // namespace

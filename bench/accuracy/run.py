@@ -107,6 +107,18 @@ CONFIGS = [
     Config("llama-tp_sp_loss_parallel-tp4-both", LLAMA, P + "llama_tp(tp=4, loss_parallel=True)", "both"),
     Config("llama-tp_sp-dp2xtp2-both", LLAMA, P + "llama_2d(dp=2, tp=2)", "both", ci=True),
     Config("llama-tp-dp2xtp4-forward", LLAMA, P + "llama_2d(dp=2, tp=4, sp=False)", "forward"),
+    # Forward phase of every plan family (issue 4: every forward config exact).
+    Config("linear-colwise-tp4-forward", "examples.mlp:linear", P + "linear_colwise(tp=4)", "forward"),
+    Config("stacked_mlp-tp-tp8-forward", STACKED, P + "stacked_mlp_tp(tp=8)", "forward"),
+    Config("gpt2-tp_sp-tp4-forward", GPT2, P + "gpt2_tp_sp(tp=4)", "forward", ci=True),
+    Config("gpt2-tp_sp-dp2xtp2-forward", GPT2, P + "gpt2_tp_sp(tp=2, dp=2)", "forward"),
+    Config("gpt2-tp_loss_parallel-tp4-forward", GPT2, P + "gpt2_tp_loss_parallel(tp=4)", "forward"),
+    Config("gpt2-tp_sp-tp4-cuda-forward", GPT2, P + "gpt2_tp_sp(tp=4, device_type='cuda')", "forward"),
+    Config("gpt2_sdpa-tp-tp4-forward", GPT2_SDPA, P + "gpt2_tp(tp=4)", "forward"),
+    Config("gpt2_sdpa-tp_sp-tp8-forward", GPT2_SDPA, P + "gpt2_tp_sp(tp=8)", "forward"),
+    Config("llama-tp-tp8-forward", LLAMA, P + "llama_tp(tp=8, sp=False)", "forward"),
+    Config("llama-tp_sp_loss_parallel-tp4-forward", LLAMA, P + "llama_tp(tp=4, loss_parallel=True)", "forward"),
+    Config("llama-tp_sp-dp2xtp2-forward", LLAMA, P + "llama_2d(dp=2, tp=2)", "forward", ci=True),
 ]
 
 
