@@ -2,6 +2,7 @@
 
 #include "ir/IRPrinter.h"
 #include "passes/ApplyShardingPlan.h"
+#include "passes/Autodiff.h"
 #include "passes/DecomposeToRuntimeOps.h"
 #include "passes/ShardingPropagation.h"
 
@@ -20,7 +21,8 @@ llvm::Error PassManager::run(PassContext &ctx) {
       return err;
     if (printStream_ && printAfter_.count(pass->name())) {
       *printStream_ << "// -----// IR after " << pass->name() << " //----- //\n";
-      printAnnotatedGraph(*printStream_, ctx.program.graph(), ctx.state);
+      bool backward = ctx.state.backward && (pass->name() == "autodiff" || pass->name() == "propagate-backward");
+      printAnnotatedGraph(*printStream_, backward ? *ctx.state.backward : ctx.program.graph(), ctx.state);
     }
   }
   return llvm::Error::success();
@@ -30,6 +32,17 @@ void buildForwardPipeline(PassManager &pm) {
   pm.add(std::make_unique<DecomposeToRuntimeOps>());
   pm.add(std::make_unique<ApplyShardingPlan>());
   pm.add(std::make_unique<ShardingPropagation>());
+}
+
+void buildPipeline(PassManager &pm, bool backward) {
+  if (!backward)
+    return buildForwardPipeline(pm);
+  pm.add(std::make_unique<DecomposeToRuntimeOps>());
+  pm.add(std::make_unique<ApplyShardingPlan>());
+  pm.add(std::make_unique<AppendLoss>());
+  pm.add(std::make_unique<ShardingPropagation>());
+  pm.add(std::make_unique<Autodiff>());
+  pm.add(std::make_unique<BackwardPropagation>());
 }
 
 void printAnnotatedGraph(llvm::raw_ostream &os, const Graph &graph, const PredictionState &state) {

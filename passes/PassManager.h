@@ -60,4 +60,8 @@ private:
 /// propagation with redistribution planning.
 void buildForwardPipeline(PassManager &pm);
 
+/// With `backward`: the forward pipeline plus the loss (appended to the forward graph before
+/// propagation), autodiff and backward propagation. Without: buildForwardPipeline.
+void buildPipeline(PassManager &pm, bool backward);
+
 } // namespace commlens

@@ -8,6 +8,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,15 @@ struct CollectiveRecord {
   bool approximate = false;
 };
 
+/// One autograd-visible step a plan boundary op took in forward (DTensor.from_local,
+/// DTensor.redistribute, DTensor.to_local): the backward pass replays its autograd Function.
+struct BoundaryStep {
+  enum class Kind : uint8_t { FromLocal, Redistribute, ToLocal };
+  Kind kind = Kind::FromLocal;
+  Placements from; ///< Redistribute: the source; ToLocal: the DTensor's placements
+  Placements to;   ///< FromLocal: the placements given; Redistribute: the target
+};
+
 struct PredictionState {
   /// The mesh DTensors live on: the plan's mesh, or the sub-mesh its styles use.
   DeviceMesh dtensorMesh;
@@ -46,6 +56,14 @@ struct PredictionState {
   /// Values whose placements depend on an op modelled approximately (--allow-unsupported).
   llvm::DenseMap<const Value *, bool> approximate;
   std::vector<std::string> warnings;
+  /// Per plan boundary node of the forward graph: the autograd steps it took, in order.
+  llvm::DenseMap<const Node *, llvm::SmallVector<BoundaryStep, 3>> boundarySteps;
+  /// The backward runtime ops in autograd-engine execution order (built by the autodiff pass).
+  /// Operands may be forward values (saved tensors); each node's scope is the module
+  /// CommDebugMode charges (null: Global only).
+  std::shared_ptr<Graph> backward;
+  /// The loss value the `loss` pass appended to the forward graph (null: no loss computed).
+  const Value *loss = nullptr;
 
   const DTensorLayout *layout(const Value *v) const {
     auto it = dtensors.find(v);

@@ -24,14 +24,41 @@ bool boolArg(const Node &n, llvm::StringRef name) {
   return a && a->is<bool>() && a->get<bool>();
 }
 
-std::string where(const Node &n) { return fmt::format("node '{}' {} in {}", n.name(), n.opString(), n.scope()->displayName()); }
+std::string scopeName(const Node &n) { return n.scope() ? n.scope()->displayName() : "Global"; }
+
+std::string where(const Node &n) { return fmt::format("node '{}' {} in {}", n.name(), n.opString(), scopeName(n)); }
+
+/// DTensor's _normalize_placements_for_grad: Partial becomes Replicate.
+Placements gradPlacements(const Placements &p) {
+  Placements out;
+  for (const Placement &x : p)
+    out.push_back(x.isPartial() ? Placement::replicate() : x);
+  return out;
+}
+
+std::optional<Placements> placementsArg(const Node &n, llvm::StringRef name) {
+  const Argument *a = n.input(name);
+  if (!a || !a->is<StringList>())
+    return std::nullopt;
+  Placements out;
+  for (const std::string &text : a->get<StringList>()) {
+    auto p = Placement::parse(text);
+    if (!p) {
+      llvm::consumeError(p.takeError());
+      return std::nullopt;
+    }
+    out.push_back(*p);
+  }
+  return out;
+}
 
 class Propagator {
 public:
-  explicit Propagator(PassContext &ctx) : ctx_(ctx), state_(ctx.state), mesh_(ctx.state.dtensorMesh) {}
+  Propagator(PassContext &ctx, const Graph &graph, Phase phase)
+      : ctx_(ctx), state_(ctx.state), mesh_(ctx.state.dtensorMesh), graph_(graph), phase_(phase) {}
 
   llvm::Error run() {
-    for (const auto &n : ctx_.program.graph().nodes()) {
+    for (const auto &n : graph_.nodes()) {
       node_ = n.get();
       llvm::Error err = n->op().ns == "commlens" ? boundary(*n) : atenOp(*n);
       if (err)
@@ -55,6 +82,7 @@ private:
     for (const RedistributeStep *step : plan->collectives()) {
       CollectiveRecord r;
       r.opKey = step->opKey().str();
+      r.phase = phase_;
       r.module = n.scope();
       r.node = &n;
       r.argument = argument.str();
@@ -84,11 +112,24 @@ private:
     const Value *out = n.results()[0];
     const DTensorLayout *in = state_.layout(x);
     bool approx = approximate(x);
-    std::string module = n.input("module") ? n.input("module")->get<std::string>() : n.scope()->displayName();
+    std::string module = n.input("module") ? n.input("module")->get<std::string>() : scopeName(n);
     llvm::StringRef op = n.op().name;
+    auto step = [&](BoundaryStep::Kind kind, Placements from, Placements to) {
+      state_.boundarySteps[&n].push_back(BoundaryStep{kind, std::move(from), std::move(to)});
+    };
+    if (op == "loss_targets") { // from_local(targets, Replicate) when the logits are a DTensor
+      if (const DTensorLayout *l = state_.layout(n.input("logits")->tensor()))
+        setDTensor(out, onMesh(Placement::replicate()), fmt::format("targets wrapped like the logits {}", str(l->placements)),
+                   approx);
+      return llvm::Error::success();
+    }
+    if (op == "from_local_backward" || op == "to_local_backward" || op == "redistribute_backward")
+      return boundaryBackward(n, op, x, out, in, approx);
     if (op == "annotate") {
       std::optional<Placement> layout = placementArg(n, "layout"), desired = placementArg(n, "desired");
       Placements current = in ? in->placements : onMesh(*layout);
+      if (!in)
+        step(BoundaryStep::Kind::FromLocal, {}, normalized(current, x->meta()->rank()));
       std::string origin = in ? in->origin : fmt::format("from_local({}) at the input of {}", layout->str(), module);
       Placements result = current;
       if (desired && !(layout == desired)) { // torch compares the layouts unnormalised
@@ -98,17 +139,22 @@ private:
                                       str(onMesh(*desired)));
         if (llvm::Error err = redistribute(x, current, onMesh(*desired), n, x->name(), why, approx))
           return err;
+        step(BoundaryStep::Kind::Redistribute, normalized(current, x->meta()->rank()),
+             normalized(onMesh(*desired), x->meta()->rank()));
         result = onMesh(*desired);
         origin = why;
       }
       if (!boolArg(n, "use_local_output"))
         setDTensor(out, result, origin, approx);
+      else
+        step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
       return llvm::Error::success();
     }
     if (op == "sequence_parallel_input") {
       Placement sharding = *placementArg(n, "sharding");
       Placements target = normalized(onMesh(sharding), x->meta()->rank());
       if (!in) {
+        step(BoundaryStep::Kind::FromLocal, {}, target);
         setDTensor(out, onMesh(sharding), fmt::format("from_local({}) at the input of {}", sharding.str(), module), approx);
         return llvm::Error::success();
       }
@@ -117,6 +163,7 @@ private:
                                       str(in->placements), str(target));
         if (llvm::Error err = redistribute(x, in->placements, target, n, x->name(), why, approx))
           return err;
+        step(BoundaryStep::Kind::Redistribute, in->placements, target);
         setDTensor(out, target, why, approx);
       } else {
         setDTensor(out, in->placements, in->origin, approx);
@@ -133,14 +180,58 @@ private:
                                       str(in->placements), str(onMesh(*layout)));
         if (llvm::Error err = redistribute(x, in->placements, onMesh(*layout), n, x->name(), why, approx))
           return err;
+        step(BoundaryStep::Kind::Redistribute, in->placements, normalized(onMesh(*layout), x->meta()->rank()));
         result = onMesh(*layout);
         origin = why;
       }
       if (!boolArg(n, "use_local_output"))
         setDTensor(out, result, origin, approx);
+      else
+        step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
       return llvm::Error::success();
     }
     return makeError("{}: unknown commlens boundary op", where(n));
+  }
+
+  /// The backward of the boundary steps (DTensor's autograd Functions, torch 2.13 `_api.py`,
+  /// `_redistribute.py`), placements given as a list argument `placements`:
+  ///   from_local_backward: the grad is redistributed to the from_local placements with Partial
+  ///     normalised to Replicate, then handed back as a plain tensor;
+  ///   to_local_backward: the plain grad is wrapped (from_local) with the forward placements,
+  ///     Partial normalised to Replicate;
+  ///   redistribute_backward: the grad goes back to the forward source placements, except that
+  ///     a Partial source with a Shard/Replicate grad stays Replicate.
+  llvm::Error boundaryBackward(const Node &n, llvm::StringRef op, const Value *x, const Value *out,
+                               const DTensorLayout *in, bool approx) {
+    std::optional<Placements> placements = placementsArg(n, "placements");
+    if (!placements)
+      return makeError("{}: missing placements", where(n));
+    int64_t rank = x->meta()->rank();
+    if (op == "to_local_backward") {
+      Placements target = gradPlacements(normalized(*placements, rank));
+      if (in) { // already a DTensor (not expected): keep it
+        setDTensor(out, in->placements, in->origin, approx);
+        return llvm::Error::success();
+      }
+      setDTensor(out, target, fmt::format("to_local backward wraps the gradient as {}", str(target)), approx);
+      return llvm::Error::success();
+    }
+    if (!in)
+      return llvm::Error::success(); // a plain gradient: nothing to redistribute
+    Placements have = normalized(in->placements, rank);
+    Placements target = op == "from_local_backward" ? gradPlacements(normalized(*placements, rank))
+                                                    : redistributeBackwardTarget(have, normalized(*placements, rank));
+    std::string module = n.input("module") ? n.input("module")->get<std::string>() : scopeName(n);
+    if (have != target) {
+      std::string why = fmt::format("{} backward of {}: gradient {} from {} to {}",
+                                    op == "from_local_backward" ? "from_local" : "redistribute", module, x->name(),
+                                    str(have), str(target));
+      if (llvm::Error err = redistribute(x, have, target, n, x->name(), why, approx))
+        return err;
+    }
+    if (op == "redistribute_backward")
+      setDTensor(out, target, in->origin, approx);
+    return llvm::Error::success();
   }
 
   llvm::Error atenOp(const Node &n) {
@@ -170,7 +261,7 @@ private:
     if (!rules.supports(n.opString())) {
       if (!ctx_.options.allowUnsupported)
         return makeError("unsupported op {} at node '{}' in {} (no DTensor sharding rule in commlens)", n.opString(),
-                         n.name(), n.scope()->displayName());
+                         n.name(), scopeName(n));
       return replicateUnsupported(n, tensors, specs);
     }
     auto decision = rules.decide(n, specs, mesh_);
@@ -206,7 +297,7 @@ private:
                                    llvm::ArrayRef<std::optional<DTensorSpec>> specs) {
     state_.warnings.push_back(fmt::format("unsupported op {} at node '{}' in {}: operands replicated, counts "
                                           "that depend on it are approximate",
-                                          n.opString(), n.name(), n.scope()->displayName()));
+                                          n.opString(), n.name(), scopeName(n)));
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (!specs[i] || specs[i]->placements == onMesh(Placement::replicate()))
         continue;
@@ -231,11 +322,21 @@ private:
   PassContext &ctx_;
   PredictionState &state_;
   const DeviceMesh &mesh_;
+  const Graph &graph_;
+  Phase phase_;
   const Node *node_ = nullptr;
 };
 
 } // namespace
 
-llvm::Error ShardingPropagation::run(PassContext &ctx) { return Propagator(ctx).run(); }
+llvm::Error ShardingPropagation::run(PassContext &ctx) {
+  return Propagator(ctx, ctx.program.graph(), Phase::Forward).run();
+}
+
+llvm::Error BackwardPropagation::run(PassContext &ctx) {
+  if (!ctx.state.backward)
+    return makeError("propagate-backward needs the autodiff pass first");
+  return Propagator(ctx, *ctx.state.backward, Phase::Backward).run();
+}
 
 } // namespace commlens

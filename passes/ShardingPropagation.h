@@ -16,4 +16,12 @@ public:
   llvm::Error run(PassContext &ctx) override;
 };
 
+/// The same walk over the backward runtime ops the autodiff pass built (PredictionState::backward),
+/// recording collectives as backward ones, charged to each node's scope (null: Global only).
+class BackwardPropagation : public Pass {
+public:
+  llvm::StringRef name() const override { return "propagate-backward"; }
+  llvm::Error run(PassContext &ctx) override;
+};
+
 } // namespace commlens

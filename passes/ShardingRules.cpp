@@ -22,6 +22,7 @@ const RuleTable &table() {
     registerTensorRules(t);
     registerReductionRules(t);
     registerNormEmbeddingRules(t);
+    registerBackwardRules(t);
     return t;
   }();
   return t;

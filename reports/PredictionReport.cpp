@@ -177,6 +177,7 @@ std::string PredictionReport::toJson() const {
   cellsJson(global, CommPhase::Backward, root, "collectives_backward");
   root["operations_forward"] = json::array();
   root["operations_backward"] = json::array();
+  root["phase"] = forward && backward ? "both" : (forward ? "forward" : "backward");
   root["commlens"] = {{"source", "predict"},
                       {"phases", forward && backward ? "both" : (forward ? "forward" : "backward")},
                       {"mesh", plan->mesh.str()},

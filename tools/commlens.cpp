@@ -137,8 +137,6 @@ int runPredict(int argc, char **argv) {
   std::string phase = args->option("--phase").empty() ? "forward" : args->option("--phase");
   if (phase != "forward" && phase != "backward" && phase != "both")
     return fail(fmt::format("--phase must be forward, backward or both, got '{}'", phase));
-  if (phase != "forward")
-    return fail(fmt::format("--phase {}: backward prediction is not implemented yet", phase));
   std::string format = args->option("--format").empty() ? "table" : args->option("--format");
   if (format != "table" && format != "json")
     return fail(fmt::format("--format must be table or json, got '{}'", format));
@@ -164,7 +162,7 @@ int runPredict(int argc, char **argv) {
     return fail(fmt::format("{}: {}", planPath, takeMessage(std::move(err))));
 
   PassManager pm;
-  buildForwardPipeline(pm);
+  buildPipeline(pm, phase != "forward");
   if (std::string printAfter = args->option("--print-after"); !printAfter.empty()) {
     llvm::StringSet<> names;
     llvm::SmallVector<llvm::StringRef, 4> parts;
@@ -177,10 +175,11 @@ int runPredict(int argc, char **argv) {
     }
     pm.printAfter(std::move(names), llvm::errs());
   }
-  PassContext ctx{**program, &*plan, PassOptions{args->flag("--allow-unsupported")}, {}};
+  PassContext ctx{**program, &*plan, PassOptions{args->flag("--allow-unsupported")}, PredictionState()};
   if (llvm::Error err = pm.run(ctx))
     return fail(fmt::format("{}: {}", modelPath, takeMessage(std::move(err))));
-  PredictionReport report = PredictionReport::build(**program, *plan, ctx.state, true, false);
+  PredictionReport report =
+      PredictionReport::build(**program, *plan, ctx.state, phase != "backward", phase != "forward");
   std::string text;
   llvm::raw_string_ostream os(text);
   if (format == "json")

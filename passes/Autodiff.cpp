@@ -1,0 +1,973 @@
+#include "passes/Autodiff.h"
+
+#include "ir/Error.h"
+#include "passes/DecomposeToRuntimeOps.h"
+
+#include "llvm/ADT/DenseSet.h"
+
+#include <map>
+#include <queue>
+
+namespace commlens {
+
+bool fnmatchWhole(llvm::StringRef p, llvm::StringRef t) {
+  if (p.empty())
+    return t.empty();
+  if (p.front() == '*') {
+    for (size_t i = 0; i <= t.size(); ++i)
+      if (fnmatchWhole(p.drop_front(), t.drop_front(i)))
+        return true;
+    return false;
+  }
+  if (t.empty())
+    return false;
+  if (p.front() == '[') {
+    size_t close = p.find(']', 1);
+    if (close != llvm::StringRef::npos) {
+      llvm::StringRef set = p.slice(1, close);
+      bool negate = !set.empty() && (set.front() == '!' || set.front() == '^');
+      if (negate)
+        set = set.drop_front();
+      bool hit = false;
+      for (size_t i = 0; i < set.size(); ++i) {
+        if (i + 2 < set.size() && set[i + 1] == '-') {
+          hit |= t.front() >= set[i] && t.front() <= set[i + 2];
+          i += 2;
+        } else {
+          hit |= t.front() == set[i];
+        }
+      }
+      return hit != negate && fnmatchWhole(p.drop_front(close + 1), t.drop_front());
+    }
+  }
+  if (p.front() != '?' && p.front() != t.front())
+    return false;
+  return fnmatchWhole(p.drop_front(), t.drop_front());
+}
+
+namespace {
+
+bool isFloating(ScalarType t) {
+  switch (t) {
+  case ScalarType::Half: case ScalarType::Float: case ScalarType::Double: case ScalarType::BFloat16:
+  case ScalarType::ComplexHalf: case ScalarType::ComplexFloat: case ScalarType::ComplexDouble:
+  case ScalarType::Float8_e4m3fn: case ScalarType::Float8_e5m2: case ScalarType::Float8_e4m3fnuz:
+  case ScalarType::Float8_e5m2fnuz:
+    return true;
+  default:
+    return false;
+  }
+}
+
+llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m) {
+  llvm::SmallVector<int64_t, 4> out;
+  for (const SymInt &s : m.sizes)
+    out.push_back(s.hint);
+  return out;
+}
+
+llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m) {
+  llvm::SmallVector<int64_t, 4> out;
+  for (const SymInt &s : m.strides)
+    out.push_back(s.hint);
+  if (out.size() != m.sizes.size()) { // unknown: contiguous
+    out.clear();
+    for (const SymInt &s : contiguousStrides(sizesOf(m)))
+      out.push_back(s.hint);
+  }
+  return out;
+}
+
+TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,
+                  std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt) {
+  TensorMeta m;
+  m.dtype = dtype;
+  m.device = device;
+  for (int64_t s : sizes)
+    m.sizes.push_back(SymInt::concrete(s));
+  if (strides)
+    for (int64_t s : *strides)
+      m.strides.push_back(SymInt::concrete(s));
+  else
+    m.strides = contiguousStrides(sizes);
+  m.storageOffset = SymInt::concrete(0);
+  return m;
+}
+
+std::string placementsText(const Placements &p) {
+  std::string out;
+  for (const Placement &x : p)
+    out += (out.empty() ? "" : ",") + x.str();
+  return out;
+}
+
+StringList placementsList(const Placements &p) {
+  StringList out;
+  for (const Placement &x : p)
+    out.push_back(x.str());
+  return out;
+}
+
+/// The tensor operands of a node (Node::operands() restricted to tensors).
+llvm::SmallVector<Value *, 4> tensorOperands(const Node &n) {
+  llvm::SmallVector<Value *, 4> out;
+  for (Value *v : n.operands())
+    if (v->kind() == ValueKind::Tensor)
+      out.push_back(v);
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------
+// loss
+// ------------------------------------------------------------------------------------------------
+
+class LossBuilder {
+public:
+  explicit LossBuilder(PassContext &ctx) : ctx_(ctx), g_(ctx.program.graph()) {}
+
+  llvm::Error run() {
+    std::vector<Value *> outs;
+    for (const OutputSpec &o : g_.outputs())
+      if (o.kind == OutputKind::UserOutput)
+        for (Value *v : o.value.tensors())
+          if (v && v->meta())
+            outs.push_back(v);
+    if (outs.empty())
+      return makeError("the model output contains no tensor to compute a loss from");
+    const LossSpec &loss = ctx_.plan->loss;
+    if (loss.kind == LossSpec::Kind::Sum) {
+      Value *total = nullptr;
+      for (Value *t : outs) {
+        Value *s = emit("aten::sum.default", {{"self", t, false}}, scalar(*t->meta()), "loss_sum");
+        total = total ? emit("aten::add.Tensor", {{"self", total, false}, {"other", s, false}}, scalar(*t->meta()),
+                             "loss_add")
+                      : s;
+      }
+      ctx_.state.loss = total;
+      return llvm::Error::success();
+    }
+    Value *logits = outs.front();
+    const TensorMeta &lm = *logits->meta();
+    if (lm.rank() < 2)
+      return makeError("cross_entropy loss needs logits of rank >= 2, got {}", lm.str());
+    auto sizes = sizesOf(lm);
+    int64_t classes = sizes.back(), rows = 1;
+    for (size_t i = 0; i + 1 < sizes.size(); ++i)
+      rows *= sizes[i];
+    Value *flat = logits;
+    if (lm.rank() > 2)
+      flat = emit("aten::view.default", {{"self", logits, false}, {"size", IntList{rows, classes}, false}},
+                  metaOf(lm.dtype, {rows, classes}, lm.device), "loss_logits");
+    // Targets: a plain int64 tensor of the logits' leading shape (random or a user input).
+    Value *targets = nullptr;
+    if (llvm::StringRef(loss.targets).startswith("input:")) {
+      unsigned k = 0;
+      llvm::StringRef(loss.targets).drop_front(6).getAsInteger(10, k);
+      unsigned idx = 0;
+      for (const InputSpec &in : g_.inputs())
+        if (in.kind == InputKind::UserInput) {
+          if (idx++ == k)
+            targets = in.value;
+        }
+      if (!targets)
+        return makeError("cross_entropy targets '{}': no such user input", loss.targets);
+    } else {
+      targets = g_.createUniqueValue("loss_targets", ValueKind::Tensor);
+      targets->setMeta(metaOf(ScalarType::Long, llvm::ArrayRef<int64_t>(sizes).drop_back(), lm.device));
+    }
+    // from_local(targets, Replicate) when the logits are a DTensor (decided at propagation).
+    Value *tdt = emit("commlens::loss_targets", {{"self", targets, false}, {"logits", logits, false},
+                                                 {"loss_parallel", ctx_.plan->lossParallel, false}},
+                      *targets->meta(), "loss_targets_dt");
+    Value *tflat = tdt;
+    if (targets->meta()->rank() != 1)
+      tflat = emit("aten::view.default", {{"self", tdt, false}, {"size", IntList{rows}, false}},
+                   metaOf(ScalarType::Long, {rows}, lm.device), "loss_targets_flat");
+    Value *logp = emit("aten::_log_softmax.default",
+                       {{"self", flat, false}, {"dim", int64_t(1), false}, {"half_to_float", false, false}},
+                       metaOf(lm.dtype, {rows, classes}, lm.device), "loss_log_softmax");
+    int64_t reduction = loss.reduction == "none" ? 0 : loss.reduction == "sum" ? 2 : 1;
+    Value *out = g_.createUniqueValue("loss", ValueKind::Tensor);
+    out->setMeta(reduction == 0 ? metaOf(lm.dtype, {rows}, lm.device) : scalar(lm));
+    Value *totalWeight = g_.createUniqueValue("loss_total_weight", ValueKind::Tensor);
+    totalWeight->setMeta(scalar(lm));
+    Node *n = g_.appendNode("loss", "aten::nll_loss_forward.default",
+                            {{"self", logp, false}, {"target", tflat, false}, {"weight", NoneArg{}, false},
+                             {"reduction", reduction, false}, {"ignore_index", loss.ignoreIndex, false}},
+                            {Argument(out), Argument(totalWeight)});
+    n->setScope(nullptr, {});
+    if (reduction == 0)
+      out = emit("aten::sum.default", {{"self", out, false}}, scalar(lm), "loss_sum");
+    ctx_.state.loss = out;
+    return llvm::Error::success();
+  }
+
+private:
+  static TensorMeta scalar(const TensorMeta &like) { return metaOf(like.dtype, {}, like.device); }
+
+  Value *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, TensorMeta meta, llvm::StringRef hint) {
+    Value *v = g_.createUniqueValue(hint, ValueKind::Tensor);
+    v->setMeta(std::move(meta));
+    Node *n = g_.appendNode(v->name(), op, std::move(args), {Argument(v)});
+    n->setScope(nullptr, {}); // outside every module: Global
+    return v;
+  }
+
+  PassContext &ctx_;
+  Graph &g_;
+};
+
+// ------------------------------------------------------------------------------------------------
+// autograd graph
+// ------------------------------------------------------------------------------------------------
+
+struct AGNode;
+struct Edge {
+  AGNode *node = nullptr;
+  unsigned slot = 0;
+  explicit operator bool() const { return node != nullptr; }
+};
+
+struct AGNode {
+  enum class Kind : uint8_t { Op, Boundary, HookIn, HookOut, Accumulate };
+  Kind kind = Kind::Op;
+  uint64_t seq = 0;
+  const Node *fwd = nullptr;           // Op, Boundary
+  BoundaryStep step;                   // Boundary
+  const ModuleScope *module = nullptr; // hooks
+  llvm::SmallVector<const Value *, 2> slots; // the forward value each input slot is the grad of
+  llvm::SmallVector<Edge, 4> next;     // Op: per tensor operand; others: per slot
+  const Value *leaf = nullptr;         // Accumulate
+  // engine state
+  unsigned deps = 0;
+  llvm::SmallVector<Value *, 2> buffer;
+  bool queued = false;
+};
+
+/// One module call: its node range in the forward graph, pre/post hook boundary nodes excluded
+/// from the body.
+struct Call {
+  const ModuleScope *scope = nullptr;
+  llvm::SmallVector<unsigned, 4> key;
+  unsigned first = 0, last = 0, bodyStart = 0;
+  llvm::DenseSet<const Node *> nodes;
+  std::vector<const Value *> inputs, outputs;
+};
+
+bool isPreHookOp(const Node &n) {
+  return n.op().ns == "commlens" && (n.op().name == "annotate" || n.op().name == "sequence_parallel_input");
+}
+
+class AutodiffBuilder {
+public:
+  explicit AutodiffBuilder(PassContext &ctx)
+      : ctx_(ctx), state_(ctx.state), fwd_(ctx.program.graph()),
+        bw_(std::make_shared<Graph>(ctx.program.graph().sharedScopes())) {}
+
+  llvm::Error run() {
+    markLeaves();
+    collectCalls();
+    if (llvm::Error err = record())
+      return err;
+    if (llvm::Error err = execute())
+      return err;
+    state_.backward = bw_;
+    return llvm::Error::success();
+  }
+
+private:
+  // ---- forward recording ----------------------------------------------------------------------
+
+  void markLeaves() {
+    unsigned userIndex = 0;
+    for (const InputSpec &in : fwd_.inputs()) {
+      if (!in.value || !in.value->meta() || !isFloating(in.value->meta()->dtype)) {
+        userIndex += in.kind == InputKind::UserInput;
+        continue;
+      }
+      if (in.kind == InputKind::Parameter) {
+        bool frozen = false;
+        for (const std::string &p : ctx_.plan->frozen)
+          frozen |= fnmatchWhole(p, in.target) || (!in.aliasOf.empty() && fnmatchWhole(p, in.aliasOf));
+        if (!frozen)
+          leaves_.insert(in.value);
+      } else if (in.kind == InputKind::UserInput) {
+        for (const InputSetting &s : ctx_.plan->inputs)
+          if ((s.key == std::to_string(userIndex) || s.key == in.target) && s.requiresGrad)
+            leaves_.insert(in.value);
+      }
+      userIndex += in.kind == InputKind::UserInput;
+    }
+    for (const InputSpec &in : fwd_.inputs())
+      if (in.value && (in.kind == InputKind::Parameter || in.kind == InputKind::Buffer ||
+                       in.kind == InputKind::TensorConstant))
+        state_values_.insert(in.value);
+  }
+
+  void collectCalls() {
+    std::map<std::pair<const ModuleScope *, llvm::SmallVector<unsigned, 4>>, size_t> index;
+    for (const auto &n : fwd_.nodes()) {
+      for (const ModuleScope *s = n->scope(); s; s = s->parent()) {
+        unsigned depth = s->depth();
+        llvm::SmallVector<unsigned, 4> key(n->callPath().begin(),
+                                           n->callPath().begin() + std::min<size_t>(depth, n->callPath().size()));
+        auto [it, fresh] = index.try_emplace({s, key}, calls_.size());
+        if (fresh) {
+          Call c;
+          c.scope = s;
+          c.key = key;
+          c.first = n->index();
+          calls_.push_back(std::move(c));
+        }
+        Call &c = calls_[it->second];
+        c.last = n->index();
+        c.nodes.insert(n.get());
+      }
+    }
+    llvm::DenseMap<const Value *, llvm::SmallVector<const Node *, 2>> users;
+    for (const auto &n : fwd_.nodes())
+      for (Value *v : n->operands())
+        users[v].push_back(n.get());
+    llvm::DenseSet<const Value *> graphOutputs;
+    for (const OutputSpec &o : fwd_.outputs())
+      for (Value *v : o.value.tensors())
+        graphOutputs.insert(v);
+    for (Call &c : calls_) {
+      c.bodyStart = c.first;
+      while (c.bodyStart < c.last) {
+        const Node &n = *fwd_.nodes()[c.bodyStart];
+        if (c.nodes.count(&n) && !(n.scope() == c.scope && isPreHookOp(n)))
+          break;
+        ++c.bodyStart;
+      }
+      llvm::DenseSet<const Value *> seen;
+      for (unsigned i = c.first; i <= c.last; ++i) {
+        const Node &n = *fwd_.nodes()[i];
+        if (!c.nodes.count(&n))
+          continue;
+        bool pre = i < c.bodyStart;
+        if (!pre)
+          for (Value *v : n.operands()) {
+            if (v->kind() != ValueKind::Tensor || seen.count(v) || state_values_.count(v))
+              continue;
+            const Node *p = v->producer();
+            if (p && c.nodes.count(p) && p->index() >= c.bodyStart)
+              continue;
+            seen.insert(v);
+            c.inputs.push_back(v);
+          }
+        for (Value *v : n.results()) {
+          if (v->kind() != ValueKind::Tensor)
+            continue;
+          bool escapes = graphOutputs.count(v);
+          for (const Node *u : users.lookup(v))
+            escapes |= !c.nodes.count(u);
+          if (escapes)
+            c.outputs.push_back(v);
+        }
+      }
+    }
+  }
+
+  Edge edgeOf(const Value *v) {
+    auto it = edges_.find(v);
+    if (it != edges_.end())
+      return it->second;
+    if (!leaves_.count(v))
+      return {};
+    auto acc = accumulators_.find(v);
+    if (acc != accumulators_.end())
+      return {acc->second, 0};
+    AGNode *n = newNode(AGNode::Kind::Accumulate, UINT64_MAX);
+    n->leaf = v;
+    n->slots.push_back(v);
+    accumulators_[v] = n;
+    return {n, 0};
+  }
+
+  AGNode *newNode(AGNode::Kind kind, uint64_t seq) {
+    nodes_.push_back(std::make_unique<AGNode>());
+    AGNode *n = nodes_.back().get();
+    n->kind = kind;
+    n->seq = seq;
+    return n;
+  }
+
+  static bool differentiable(const Node &n) {
+    static const llvm::StringSet<> kNonDiff = {
+        "aten::arange.default", "aten::arange.start", "aten::ones.default", "aten::zeros.default",
+        "aten::full.default", "aten::empty.memory_format", "aten::randint.default", "aten::eq.Scalar",
+        "aten::eq.Tensor", "aten::ne.Scalar", "aten::lt.Scalar", "aten::gt.Scalar", "aten::le.Scalar",
+        "aten::ge.Scalar", "aten::logical_not.default", "aten::argmax.default", "aten::sym_size.int"};
+    return !kNonDiff.count(n.opString());
+  }
+
+  llvm::Error record() {
+    // Calls opening (body start) and closing (last node) at each node index.
+    std::multimap<unsigned, Call *> opening, closing;
+    for (Call &c : calls_) {
+      opening.emplace(c.bodyStart, &c);
+      closing.emplace(c.last, &c);
+    }
+    struct Saved {
+      Call *call;
+      std::vector<std::pair<const Value *, std::optional<Edge>>> inputs;
+    };
+    std::vector<Saved> open;
+    for (const auto &np : fwd_.nodes()) {
+      const Node &n = *np;
+      auto [ob, oe] = opening.equal_range(n.index());
+      std::vector<Call *> starting;
+      for (auto it = ob; it != oe; ++it)
+        starting.push_back(it->second);
+      std::sort(starting.begin(), starting.end(),
+                [](const Call *a, const Call *b) { return a->scope->depth() < b->scope->depth(); });
+      for (Call *c : starting) {
+        Saved saved{c, {}};
+        // BackwardHookFunction on the call's tensor inputs (after its forward pre-hooks).
+        std::vector<const Value *> rg;
+        for (const Value *v : c->inputs)
+          if (edgeOf(v))
+            rg.push_back(v);
+        if (!rg.empty()) {
+          AGNode *h = newNode(AGNode::Kind::HookIn, ++seq_);
+          h->module = c->scope;
+          for (const Value *v : rg) {
+            h->slots.push_back(v);
+            h->next.push_back(edgeOf(v));
+            auto it = edges_.find(v);
+            saved.inputs.emplace_back(v, it == edges_.end() ? std::nullopt : std::optional<Edge>(it->second));
+            edges_[v] = Edge{h, static_cast<unsigned>(h->slots.size() - 1)};
+          }
+        }
+        open.push_back(std::move(saved));
+      }
+
+      if (n.op().ns == "commlens") {
+        if (llvm::Error err = recordBoundary(n))
+          return err;
+      } else {
+        recordOp(n);
+      }
+
+      auto [cb, ce] = closing.equal_range(n.index());
+      std::vector<Call *> ending;
+      for (auto it = cb; it != ce; ++it)
+        ending.push_back(it->second);
+      std::sort(ending.begin(), ending.end(),
+                [](const Call *a, const Call *b) { return a->scope->depth() > b->scope->depth(); });
+      for (Call *c : ending) {
+        // Restore the edges the call's input hook had replaced.
+        for (auto it = open.rbegin(); it != open.rend(); ++it)
+          if (it->call == c) {
+            for (auto &[v, old] : it->inputs) {
+              if (old)
+                edges_[v] = *old;
+              else
+                edges_.erase(v);
+            }
+            open.erase(std::next(it).base());
+            break;
+          }
+        // BackwardHookFunction on the call's outputs (after its forward hooks): its backward is
+        // where CommDebugMode's full-backward pre-hook names the module.
+        std::vector<const Value *> rg;
+        for (const Value *v : c->outputs)
+          if (edgeOf(v))
+            rg.push_back(v);
+        if (rg.empty())
+          continue;
+        AGNode *h = newNode(AGNode::Kind::HookOut, ++seq_);
+        h->module = c->scope;
+        for (const Value *v : rg) {
+          h->slots.push_back(v);
+          h->next.push_back(edgeOf(v));
+          edges_[v] = Edge{h, static_cast<unsigned>(h->slots.size() - 1)};
+        }
+      }
+    }
+    return llvm::Error::success();
+  }
+
+  llvm::Error recordBoundary(const Node &n) {
+    if (n.op().name == "loss_targets")
+      return llvm::Error::success(); // integer targets: no grad
+    const Value *x = n.input("self")->tensor();
+    const Value *out = n.results()[0];
+    Edge e = edgeOf(x);
+    auto it = state_.boundarySteps.find(&n);
+    if (e && it != state_.boundarySteps.end())
+      for (const BoundaryStep &s : it->second) {
+        AGNode *b = newNode(AGNode::Kind::Boundary, ++seq_);
+        b->fwd = &n;
+        b->step = s;
+        b->slots.push_back(out);
+        b->next.push_back(e);
+        e = Edge{b, 0};
+      }
+    if (e)
+      edges_[out] = e;
+    return llvm::Error::success();
+  }
+
+  void recordOp(const Node &n) {
+    auto operands = tensorOperands(n);
+    bool any = false;
+    for (Value *v : operands)
+      any |= static_cast<bool>(edgeOf(v));
+    if (!any || !differentiable(n))
+      return;
+    AGNode *a = newNode(AGNode::Kind::Op, ++seq_);
+    a->fwd = &n;
+    for (Value *v : operands)
+      a->next.push_back(edgeOf(v));
+    for (Value *r : n.results()) {
+      if (r->kind() != ValueKind::Tensor)
+        continue;
+      a->slots.push_back(r);
+      if (r->meta() && isFloating(r->meta()->dtype))
+        edges_[r] = Edge{a, static_cast<unsigned>(a->slots.size() - 1)};
+    }
+  }
+
+  // ---- engine -----------------------------------------------------------------------------------
+
+  struct Later {
+    bool operator()(const AGNode *a, const AGNode *b) const { return a->seq < b->seq; }
+  };
+
+  llvm::Error execute() {
+    const Value *loss = state_.loss;
+    if (!loss)
+      return makeError("autodiff needs a loss (the loss pass)");
+    Edge root = edgeOf(loss);
+    if (!root)
+      return llvm::Error::success(); // nothing requires grad: backward() would raise; no ops
+    // Dependencies: every edge of every node reachable from the root.
+    std::vector<AGNode *> stack{root.node};
+    llvm::DenseSet<AGNode *> seen{root.node};
+    while (!stack.empty()) {
+      AGNode *n = stack.back();
+      stack.pop_back();
+      n->buffer.assign(n->slots.size(), nullptr);
+      for (const Edge &e : n->next) {
+        if (!e)
+          continue;
+        ++e.node->deps;
+        if (seen.insert(e.node).second)
+          stack.push_back(e.node);
+      }
+    }
+    // loss.backward(): a ones_like gradient (Partial normalised to Replicate).
+    Value *seed = bw_->createUniqueValue("grad_loss", ValueKind::Tensor);
+    seed->setMeta(metaOf(loss->meta()->dtype, sizesOf(*loss->meta()), loss->meta()->device));
+    if (const DTensorLayout *l = state_.layout(loss)) {
+      Placements p;
+      for (const Placement &x : l->placements)
+        p.push_back(x.isPartial() ? Placement::replicate() : x);
+      state_.dtensors[seed] = DTensorLayout{p, "ones_like(loss)"};
+    }
+    root.node->buffer[root.slot] = seed;
+    std::priority_queue<AGNode *, std::vector<AGNode *>, Later> ready;
+    ready.push(root.node);
+    root.node->queued = true;
+    while (!ready.empty()) {
+      AGNode *n = ready.top();
+      ready.pop();
+      auto grads = apply(*n);
+      if (!grads)
+        return grads.takeError();
+      for (size_t i = 0; i < n->next.size(); ++i) {
+        const Edge &e = n->next[i];
+        if (!e)
+          continue;
+        Value *g = i < grads->size() ? (*grads)[i] : nullptr;
+        if (g && n->kind == AGNode::Kind::Op)
+          g = sumTo(g, *e.node->slots[e.slot]->meta(), *n->fwd);
+        if (g) {
+          Value *&slot = e.node->buffer[e.slot];
+          slot = slot ? emit("aten::add.Tensor", {{"self", slot, false}, {"other", g, false}}, *slot->meta(),
+                             "grad_acc")
+                      : g;
+        }
+        if (--e.node->deps == 0 && !e.node->queued) {
+          e.node->queued = true;
+          ready.push(e.node);
+        }
+      }
+    }
+    return llvm::Error::success();
+  }
+
+  /// Emits one backward runtime op in the current module; returns its single result.
+  Value *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, TensorMeta meta, llvm::StringRef hint) {
+    Value *v = bw_->createUniqueValue(hint, ValueKind::Tensor);
+    v->setMeta(std::move(meta));
+    Node *n = bw_->appendNode(v->name(), op, std::move(args), {Argument(v)});
+    n->setScope(const_cast<ModuleScope *>(current_), {});
+    return v;
+  }
+
+  TensorMeta like(const Value *v) const { return metaOf(v->meta()->dtype, sizesOf(*v->meta()), v->meta()->device); }
+
+  Value *t(Value *x) {
+    auto s = sizesOf(*x->meta());
+    auto st = stridesOf(*x->meta());
+    std::swap(s[0], s[1]);
+    std::swap(st[0], st[1]);
+    return emit("aten::t.default", {{"self", x, false}}, metaOf(x->meta()->dtype, s, x->meta()->device, st), "grad_t");
+  }
+  Value *transpose(Value *x, int64_t d0, int64_t d1) {
+    auto s = sizesOf(*x->meta());
+    auto st = stridesOf(*x->meta());
+    int64_t r = static_cast<int64_t>(s.size());
+    d0 = d0 < 0 ? d0 + r : d0;
+    d1 = d1 < 0 ? d1 + r : d1;
+    std::swap(s[d0], s[d1]);
+    std::swap(st[d0], st[d1]);
+    return emit("aten::transpose.int", {{"self", x, false}, {"dim0", d0, false}, {"dim1", d1, false}},
+                metaOf(x->meta()->dtype, s, x->meta()->device, st), "grad_transpose");
+  }
+  Value *mm(Value *a, Value *b) {
+    auto sa = sizesOf(*a->meta()), sb = sizesOf(*b->meta());
+    return emit("aten::mm.default", {{"self", a, false}, {"mat2", b, false}},
+                metaOf(a->meta()->dtype, {sa[0], sb[1]}, a->meta()->device), "grad_mm");
+  }
+  Value *bmm(Value *a, Value *b) {
+    auto sa = sizesOf(*a->meta()), sb = sizesOf(*b->meta());
+    return emit("aten::bmm.default", {{"self", a, false}, {"mat2", b, false}},
+                metaOf(a->meta()->dtype, {sa[0], sa[1], sb[2]}, a->meta()->device), "grad_bmm");
+  }
+  /// Tensor.reshape: a view when the strides allow one, else clone + _unsafe_view.
+  Value *reshape(Value *x, llvm::ArrayRef<int64_t> sizes) {
+    if (sizesOf(*x->meta()) == llvm::SmallVector<int64_t, 4>(sizes.begin(), sizes.end()))
+      return emit("aten::view.default", {{"self", x, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
+                  metaOf(x->meta()->dtype, sizes, x->meta()->device, stridesOf(*x->meta())), "grad_view");
+    if (auto st = viewStrides(*x->meta(), sizes))
+      return emit("aten::view.default", {{"self", x, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
+                  metaOf(x->meta()->dtype, sizes, x->meta()->device, *st), "grad_view");
+    Value *c = emit("aten::clone.default", {{"self", x, false}, {"memory_format", MemoryFormat::Contiguous, true}},
+                    like(x), "grad_clone");
+    return emit("aten::_unsafe_view.default", {{"self", c, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
+                metaOf(x->meta()->dtype, sizes, x->meta()->device), "grad_view");
+  }
+  /// at::sum_to, as the engine's validate_outputs applies it to a broadcast input's gradient.
+  Value *sumTo(Value *g, const TensorMeta &target, const Node &) {
+    auto gs = sizesOf(*g->meta());
+    auto ts = sizesOf(target);
+    if (gs == ts || gs.size() < ts.size())
+      return g;
+    size_t leading = gs.size() - ts.size();
+    IntList dims;
+    for (size_t i = 0; i < leading; ++i)
+      dims.push_back(static_cast<int64_t>(i));
+    for (size_t i = 0; i < ts.size(); ++i)
+      if (ts[i] == 1 && gs[leading + i] != 1)
+        dims.push_back(static_cast<int64_t>(leading + i));
+    if (dims.empty())
+      return g;
+    llvm::SmallVector<int64_t, 4> kept = gs;
+    for (int64_t d : dims)
+      kept[d] = 1;
+    Value *r = emit("aten::sum.dim_IntList", {{"self", g, false}, {"dim", dims, false}, {"keepdim", true, false}},
+                    metaOf(g->meta()->dtype, kept, g->meta()->device), "grad_sum");
+    if (leading > 0)
+      r = emit("aten::view.default", {{"self", r, false}, {"size", IntList(ts.begin(), ts.end()), false}},
+               metaOf(g->meta()->dtype, ts, g->meta()->device), "grad_view");
+    return r;
+  }
+
+  static bool columnMajor(const Value *v) {
+    if (!v->meta() || v->meta()->rank() != 2)
+      return false;
+    auto s = sizesOf(*v->meta());
+    auto st = stridesOf(*v->meta());
+    if (v->producer() && (v->producer()->opString() == "aten::t.default" ||
+                          v->producer()->opString() == "aten::transpose.int"))
+      return true;
+    return st[0] == 1 && st[1] == s[0];
+  }
+
+  /// mm_mat1_backward (FunctionsManual.cpp): a column-major mat1 gets its grad column-major.
+  Value *mmMat1Backward(Value *g, Value *mat2, const Value *mat1) {
+    if (columnMajor(mat1))
+      return t(mm(mat2, t(g)));
+    return mm(g, t(mat2));
+  }
+  Value *mmMat2Backward(Value *g, Value *mat1, const Value *mat2) {
+    if (columnMajor(mat2))
+      return t(mm(t(g), mat1));
+    return mm(t(mat1), g);
+  }
+
+  std::optional<int64_t> intArg(const Node &n, llvm::StringRef name, std::optional<int64_t> dflt = std::nullopt) {
+    const Argument *a = n.input(name);
+    if (!a || a->isNone())
+      return dflt;
+    return a->asInt();
+  }
+
+  Value *operand(const Node &n, llvm::StringRef name) {
+    const Argument *a = n.input(name);
+    return a && a->isTensor() ? a->tensor() : nullptr;
+  }
+
+  /// Index of the named argument's tensor among the node's tensor operands.
+  static int operandIndex(const Node &n, llvm::StringRef name) {
+    int i = 0;
+    for (const NamedArgument &a : n.inputs())
+      for (Value *v : a.value.tensors()) {
+        if (v->kind() != ValueKind::Tensor)
+          continue;
+        if (a.name == name)
+          return i;
+        ++i;
+      }
+    return -1;
+  }
+
+  /// Runs one autograd node; returns the gradient per next edge (null: undefined).
+  llvm::Expected<llvm::SmallVector<Value *, 4>> apply(AGNode &a) {
+    llvm::SmallVector<Value *, 4> out(a.next.size(), nullptr);
+    switch (a.kind) {
+    case AGNode::Kind::HookOut:
+      current_ = a.module; // CommDebugMode's global full-backward pre-hook
+      [[fallthrough]];
+    case AGNode::Kind::HookIn:
+      for (size_t i = 0; i < a.buffer.size() && i < out.size(); ++i)
+        out[i] = a.buffer[i];
+      return out;
+    case AGNode::Kind::Accumulate:
+      if (a.buffer[0])
+        emit("aten::detach.default", {{"self", a.buffer[0], false}}, like(a.buffer[0]), "grad_leaf");
+      return out;
+    case AGNode::Kind::Boundary: {
+      Value *g = a.buffer[0];
+      if (!g)
+        return out;
+      const char *op = a.step.kind == BoundaryStep::Kind::FromLocal      ? "commlens::from_local_backward"
+                       : a.step.kind == BoundaryStep::Kind::Redistribute ? "commlens::redistribute_backward"
+                                                                         : "commlens::to_local_backward";
+      const Placements &p = a.step.kind == BoundaryStep::Kind::FromLocal ? a.step.to : a.step.from;
+      std::string module = a.fwd->input("module") && a.fwd->input("module")->is<std::string>()
+                               ? a.fwd->input("module")->get<std::string>()
+                               : (a.fwd->scope() ? a.fwd->scope()->displayName() : "Global");
+      out[0] = emit(op, {{"self", g, false}, {"placements", placementsList(p), false}, {"module", module, true}},
+                    like(g), "grad_boundary");
+      return out;
+    }
+    case AGNode::Kind::Op:
+      return opBackward(a, out);
+    }
+    return out;
+  }
+
+  llvm::Expected<llvm::SmallVector<Value *, 4>> opBackward(AGNode &a, llvm::SmallVector<Value *, 4> out) {
+    const Node &n = *a.fwd;
+    llvm::StringRef op = n.opString();
+    Value *g = a.buffer.empty() ? nullptr : a.buffer[0];
+    auto want = [&](llvm::StringRef name) -> int {
+      int i = operandIndex(n, name);
+      return i >= 0 && i < static_cast<int>(a.next.size()) && a.next[i] ? i : -1;
+    };
+    auto set = [&](llvm::StringRef name, Value *v) {
+      if (int i = operandIndex(n, name); i >= 0 && i < static_cast<int>(out.size()))
+        out[i] = v;
+    };
+    const Value *result = n.results().empty() ? nullptr : n.results()[0];
+    if (op == "aten::native_layer_norm.default") {
+      if (!g)
+        return out;
+      Value *input = operand(n, "input"), *weight = operand(n, "weight"), *bias = operand(n, "bias");
+      llvm::SmallVector<Argument, 1> results;
+      Value *gi = bw_->createUniqueValue("grad_layer_norm_input", ValueKind::Tensor);
+      gi->setMeta(like(input));
+      results.push_back(gi);
+      Value *gw = nullptr, *gb = nullptr;
+      if (weight) {
+        gw = bw_->createUniqueValue("grad_layer_norm_weight", ValueKind::Tensor);
+        gw->setMeta(like(weight));
+        results.push_back(gw);
+      } else {
+        results.push_back(NoneArg{});
+      }
+      if (bias) {
+        gb = bw_->createUniqueValue("grad_layer_norm_bias", ValueKind::Tensor);
+        gb->setMeta(like(bias));
+        results.push_back(gb);
+      } else {
+        results.push_back(NoneArg{});
+      }
+      BoolList mask{want("input") >= 0, weight && want("weight") >= 0, bias && want("bias") >= 0};
+      Node *b = bw_->appendNode(gi->name(), "aten::native_layer_norm_backward.default",
+                                {{"grad_out", g, false},
+                                 {"input", input, false},
+                                 {"normalized_shape", *n.input("normalized_shape"), false},
+                                 {"mean", n.results()[1], false},
+                                 {"rstd", n.results()[2], false},
+                                 {"weight", weight ? Argument(weight) : Argument(NoneArg{}), false},
+                                 {"bias", bias ? Argument(bias) : Argument(NoneArg{}), false},
+                                 {"output_mask", mask, false}},
+                                results);
+      b->setScope(const_cast<ModuleScope *>(current_), {});
+      set("input", gi);
+      if (gw)
+        set("weight", gw);
+      if (gb)
+        set("bias", gb);
+      return out;
+    }
+    if (op == "aten::_scaled_dot_product_flash_attention_for_cpu.default") {
+      if (!g)
+        return out;
+      Value *q = operand(n, "query"), *k = operand(n, "key"), *v = operand(n, "value");
+      Value *gq = bw_->createUniqueValue("grad_sdpa_q", ValueKind::Tensor);
+      Value *gk = bw_->createUniqueValue("grad_sdpa_k", ValueKind::Tensor);
+      Value *gv = bw_->createUniqueValue("grad_sdpa_v", ValueKind::Tensor);
+      gq->setMeta(like(q));
+      gk->setMeta(like(k));
+      gv->setMeta(like(v));
+      llvm::SmallVector<NamedArgument, 4> args{{"grad_out", g, false}, {"query", q, false}, {"key", k, false},
+                                               {"value", v, false}, {"out", n.results()[0], false},
+                                               {"logsumexp", n.results()[1], false}};
+      for (llvm::StringRef name : {"dropout_p", "is_causal", "attn_mask", "scale"})
+        if (const Argument *x = n.input(name))
+          args.push_back({name.str(), *x, true});
+      Node *b = bw_->appendNode(gq->name(), "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
+                                std::move(args), {Argument(gq), Argument(gk), Argument(gv)});
+      b->setScope(const_cast<ModuleScope *>(current_), {});
+      set("query", gq);
+      set("key", gk);
+      set("value", gv);
+      return out;
+    }
+    if (!g)
+      return out;
+    Value *self = operand(n, "self");
+    if (op == "aten::view.default" || op == "aten::_unsafe_view.default" || op == "aten::reshape.default" ||
+        op == "aten::view_copy.default") {
+      set("self", reshape(g, sizesOf(*self->meta())));
+    } else if (op == "aten::t.default") {
+      set("self", t(g));
+    } else if (op == "aten::transpose.int") {
+      set("self", transpose(g, *intArg(n, "dim0"), *intArg(n, "dim1")));
+    } else if (op == "aten::expand.default") {
+      set("self", sumTo(g, *self->meta(), n));
+    } else if (op == "aten::clone.default" || op == "aten::alias.default" || op == "aten::contiguous.default" ||
+               op == "aten::_to_copy.default" || op == "aten::add.Scalar" || op == "aten::add_.Scalar" ||
+               op == "aten::sub.Scalar" || op == "aten::positive.default" || op == "aten::lift_fresh_copy.default") {
+      set("self", g);
+    } else if (op == "aten::addmm.default") {
+      set("self", g);
+      if (want("mat1") >= 0)
+        set("mat1", mmMat1Backward(g, operand(n, "mat2"), operand(n, "mat1")));
+      if (want("mat2") >= 0)
+        set("mat2", mmMat2Backward(g, operand(n, "mat1"), operand(n, "mat2")));
+    } else if (op == "aten::mm.default") {
+      if (want("self") >= 0)
+        set("self", mmMat1Backward(g, operand(n, "mat2"), self));
+      if (want("mat2") >= 0)
+        set("mat2", mmMat2Backward(g, self, operand(n, "mat2")));
+    } else if (op == "aten::bmm.default") {
+      Value *mat2 = operand(n, "mat2");
+      if (want("self") >= 0)
+        set("self", bmm(g, transpose(mat2, 1, 2)));
+      if (want("mat2") >= 0)
+        set("mat2", bmm(transpose(self, 1, 2), g));
+    } else if (op == "aten::relu.default") {
+      set("self", emit("aten::threshold_backward.default",
+                       {{"grad_output", g, false}, {"self", const_cast<Value *>(result), false}, {"threshold", int64_t(0), false}},
+                       like(g), "grad_relu"));
+    } else if (op == "aten::gelu.default") {
+      llvm::SmallVector<NamedArgument, 4> args{{"grad_output", g, false}, {"self", self, false}};
+      if (const Argument *x = n.input("approximate"))
+        args.push_back({"approximate", *x, true});
+      set("self", emit("aten::gelu_backward.default", std::move(args), like(g), "grad_gelu"));
+    } else if (op == "aten::silu.default") {
+      set("self", emit("aten::silu_backward.default", {{"grad_output", g, false}, {"self", self, false}}, like(g),
+                       "grad_silu"));
+    } else if (op == "aten::_softmax.default" || op == "aten::_log_softmax.default") {
+      bool log = op == "aten::_log_softmax.default";
+      set("self", emit(log ? "aten::_log_softmax_backward_data.default" : "aten::_softmax_backward_data.default",
+                       {{"grad_output", g, false},
+                        {"output", const_cast<Value *>(result), false},
+                        {"dim", *intArg(n, "dim"), false},
+                        {"input_dtype", self->meta()->dtype, false}},
+                       like(self), log ? "grad_log_softmax" : "grad_softmax"));
+    } else if (op == "aten::add.Tensor" || op == "aten::add_.Tensor") {
+      set("self", g);
+      set("other", g);
+    } else if (op == "aten::sub.Tensor") {
+      set("self", g);
+      if (want("other") >= 0)
+        set("other", emit("aten::neg.default", {{"self", g, false}}, like(g), "grad_neg"));
+    } else if (op == "aten::mul.Tensor" || op == "aten::mul_.Tensor") {
+      Value *other = operand(n, "other");
+      if (want("self") >= 0)
+        set("self", emit("aten::mul.Tensor", {{"self", g, false}, {"other", other, false}}, like(g), "grad_mul"));
+      if (want("other") >= 0)
+        set("other", emit("aten::mul.Tensor", {{"self", g, false}, {"other", self, false}}, like(g), "grad_mul"));
+    } else if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") {
+      set("self", emit(op, {{"self", g, false}, {"other", *n.input("other"), false}}, like(g), "grad_scale"));
+    } else if (op == "aten::masked_fill.Scalar") {
+      set("self", emit("aten::masked_fill.Scalar",
+                       {{"self", g, false}, {"mask", operand(n, "mask"), false}, {"value", int64_t(0), false}}, like(g),
+                       "grad_masked_fill"));
+    } else if (op == "aten::embedding.default") {
+      Value *weight = operand(n, "weight"), *indices = operand(n, "indices");
+      set("weight", emit("aten::embedding_dense_backward.default",
+                         {{"grad_output", g, false},
+                          {"indices", indices, false},
+                          {"num_weights", sizesOf(*weight->meta())[0], false},
+                          {"padding_idx", intArg(n, "padding_idx", -1).value_or(-1), false},
+                          {"scale_grad_by_freq", false, false}},
+                         like(weight), "grad_embedding"));
+    } else if (op == "aten::sum.default") {
+      auto s = sizesOf(*self->meta());
+      set("self", emit("aten::expand.default", {{"self", g, false}, {"size", IntList(s.begin(), s.end()), false}},
+                       metaOf(g->meta()->dtype, s, g->meta()->device, llvm::SmallVector<int64_t, 4>(s.size(), 0)),
+                       "grad_expand"));
+    } else if (op == "aten::nll_loss_forward.default") {
+      llvm::SmallVector<NamedArgument, 4> args{{"grad_output", g, false},
+                                               {"self", self, false},
+                                               {"target", operand(n, "target"), false},
+                                               {"weight", *n.input("weight"), false},
+                                               {"reduction", *n.input("reduction"), false},
+                                               {"ignore_index", *n.input("ignore_index"), false},
+                                               {"total_weight", n.results()[1], false}};
+      set("self", emit("aten::nll_loss_backward.default", std::move(args), like(self), "grad_nll_loss"));
+    } else {
+      return makeError("autodiff: no derivative formula for {} (node '{}' in {})", op.str(), n.name(),
+                       n.scope() ? n.scope()->displayName() : "Global");
+    }
+    return out;
+  }
+
+  PassContext &ctx_;
+  PredictionState &state_;
+  const Graph &fwd_;
+  std::shared_ptr<Graph> bw_;
+  llvm::DenseSet<const Value *> leaves_, state_values_;
+  std::vector<Call> calls_;
+  std::vector<std::unique_ptr<AGNode>> nodes_;
+  llvm::DenseMap<const Value *, Edge> edges_;
+  llvm::DenseMap<const Value *, AGNode *> accumulators_;
+  uint64_t seq_ = 0;
+  const ModuleScope *current_ = nullptr; // Global until the first module output hook fires
+};
+
+} // namespace
+
+llvm::Error AppendLoss::run(PassContext &ctx) {
+  if (!ctx.plan)
+    return makeError("loss needs a plan");
+  return LossBuilder(ctx).run();
+}
+
+llvm::Error Autodiff::run(PassContext &ctx) {
+  if (!ctx.plan)
+    return makeError("autodiff needs a plan");
+  return AutodiffBuilder(ctx).run();
+}
+
+} // namespace commlens

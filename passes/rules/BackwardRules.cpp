@@ -1,0 +1,110 @@
+// Strategies of the backward ops autograd runs (torch 2.13 `_ops/_math_ops.py`,
+// `_ops/_embedding_ops.py`, `_ops/_matrix_ops.py`); the pointwise backward ops
+// (threshold_backward, gelu_backward, silu_backward, ...) are pointwise rules, mm/bmm/sum/view
+// reuse the forward ones.
+//   native_layer_norm_backward: per outer dim d < axis, single-dim
+//     [S(d), P (weight grad), P (bias grad) | S(d) grad_out, S(d) input, S(d) mean, S(d) rstd,
+//      R weight, R bias]  (placeholders), plus the implicit all-Replicate rule;
+//   _softmax_backward_data / _log_softmax_backward_data: one candidate following whichever of
+//     grad_output / output has more shards, with Partials and shards of the softmax dim replicated;
+//   embedding_dense_backward(grad_output, indices): single-dim [S(1) | S(grad.ndim-1), R],
+//     [P | S(i), S(i)] per indices dim, [P | P, R];
+//   SDPA's CPU backward: no strategy (DTensor raises), as the forward.
+#include "passes/rules/RuleEngine.h"
+
+namespace commlens::rules {
+
+namespace {
+
+using RP = RulePlacement;
+using Cands = llvm::SmallVector<Candidate, 8>;
+
+int64_t numShards(const Placements &ps, const DeviceMesh &mesh) {
+  int64_t n = 1;
+  for (size_t i = 0; i < ps.size() && i < mesh.ndim(); ++i)
+    if (ps[i].isShard())
+      n *= mesh.shape[i];
+  return n;
+}
+
+Placements replicateDims(const Placements &ps, int64_t dim) {
+  Placements out;
+  for (const Placement &p : ps)
+    out.push_back(p.isPartial() || (p.isShard() && p.dim == dim) ? Placement::replicate() : p);
+  return out;
+}
+
+llvm::Expected<Cands> layerNormBackwardRule(const OpCall &call) {
+  if (call.inputs.size() < 4)
+    return call.error("expected grad_out, input, mean, rstd (and weight, bias), got {} tensor operands",
+                      call.inputs.size());
+  auto ns = call.intListArg("normalized_shape", 2);
+  if (!ns)
+    return call.error("missing normalized_shape argument");
+  int64_t axis = call.rank(1) - static_cast<int64_t>(ns->size());
+  unsigned numOutputs = static_cast<unsigned>(call.results.size());
+  unsigned extra = static_cast<unsigned>(call.inputs.size()) - 4; // weight, bias present
+  std::vector<SingleDimRule> rules;
+  for (int64_t d = 0; d < axis; ++d) {
+    SingleDimRule r{RP::ph(d)};
+    for (unsigned k = 1; k < numOutputs; ++k)
+      r.push_back(RP::P());
+    for (int k = 0; k < 4; ++k)
+      r.push_back(RP::ph(d));
+    for (unsigned k = 0; k < extra; ++k)
+      r.push_back(RP::R());
+    rules.push_back(std::move(r));
+  }
+  ExpandOptions opts;
+  opts.numOutputs = numOutputs;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+llvm::Expected<Cands> softmaxBackwardRule(const OpCall &call) {
+  if (call.inputs.size() != 2)
+    return call.error("expected grad_output and output, got {} tensor operands", call.inputs.size());
+  auto d = call.intArg("dim", 2);
+  if (!d)
+    return call.error("missing dim argument");
+  int64_t dim = normDim(*d, call.rank(0));
+  const Placements &g = call.inputs[0].placements, &o = call.inputs[1].placements;
+  const Placements &src = numShards(g, *call.mesh) >= numShards(o, *call.mesh) ? g : o;
+  Placements tgt = replicateDims(src, dim);
+  Candidate c;
+  c.inputs = {tgt, tgt};
+  for (size_t i = 0; i < call.results.size(); ++i)
+    c.outputs.push_back(tgt);
+  assignCosts(call, c);
+  Cands out;
+  out.push_back(std::move(c));
+  return out;
+}
+
+llvm::Expected<Cands> embeddingDenseBackwardRule(const OpCall &call) {
+  if (call.inputs.size() != 2)
+    return call.error("expected grad_output and indices, got {} tensor operands", call.inputs.size());
+  int64_t gradRank = call.rank(0), idxRank = call.rank(1);
+  std::vector<SingleDimRule> rules;
+  rules.push_back({RP::of(Placement::shard(1)), RP::of(Placement::shard(gradRank - 1)), RP::R()});
+  for (int64_t i = 0; i < idxRank; ++i)
+    rules.push_back({RP::P(), RP::of(Placement::shard(i)), RP::of(Placement::shard(i))});
+  rules.push_back({RP::P(), RP::P(), RP::R()});
+  ExpandOptions opts;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+llvm::Expected<Cands> sdpaCpuBackwardRule(const OpCall &call) {
+  return call.error("torch 2.13 DTensor has no sharding strategy for this op (NotImplementedError)");
+}
+
+} // namespace
+
+void registerBackwardRules(RuleTable &t) {
+  t["aten::native_layer_norm_backward.default"] = layerNormBackwardRule;
+  t["aten::_softmax_backward_data.default"] = softmaxBackwardRule;
+  t["aten::_log_softmax_backward_data.default"] = softmaxBackwardRule;
+  t["aten::embedding_dense_backward.default"] = embeddingDenseBackwardRule;
+  t["aten::_scaled_dot_product_flash_attention_for_cpu_backward.default"] = sdpaCpuBackwardRule;
+}
+
+} // namespace commlens::rules
