@@ -11,5 +11,5 @@ status=0
 echo "== C++ tests (ctest, $BUILD)"
 (cd "$BUILD" && ctest --output-on-failure -j"$(nproc)") || status=1
 echo "== Python tests (pytest)"
-COMMLENS_BUILD="$ROOT/$BUILD" .venv/bin/python -m pytest -q tests/python tests/integration || status=1
+COMMLENS_BUILD="$ROOT/$BUILD" .venv/bin/python -m pytest -q tests || status=1
 exit $status

@@ -1,0 +1,80 @@
+"""Speed and memory of `commlens predict` against CommDebugMode on the same configuration.
+
+Default: the 48-layer GPT-2-style example (meta device: no weights) under a 2-D plan, data
+parallel 2 x tensor+sequence parallel 4, forward phase. Prints, measured in this run:
+predict wall time (best of --repeat runs) and peak RSS, `commlens.measure` (CommDebugMode, fake
+process group, one process) wall time and peak RSS, and their ratios.
+
+    .venv/bin/python bench/predict_speed.py [--layers 48] [--plan SPEC] [--phase forward] [--repeat 3]
+"""
+import argparse
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PY = str(ROOT / ".venv" / "bin" / "python")
+
+
+def run_timed(cmd):
+    """Runs cmd in a child process; returns its wall time in seconds."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate()
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"bench: command failed ({proc.returncode}): {' '.join(cmd)}\n{err}")
+    return elapsed
+
+
+def peak_rss_mib(cmd):
+    """Peak resident set size of one run of cmd, from wait4's rusage (KiB on Linux)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        sys.exit(f"bench: command failed: {' '.join(cmd)}")
+    return usage.ru_maxrss / 1024.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=48)
+    ap.add_argument("--plan", default="examples.plans:gpt2_tp_sp(tp=4, dp=2)")
+    ap.add_argument("--phase", default="forward")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--work-dir", default=str(ROOT / "out" / "bench"))
+    args = ap.parse_args()
+
+    work = pathlib.Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    model = f"examples.gpt2:gpt2(n_layers={args.layers}, device='meta')"
+    pt2, plan = work / f"gpt2_{args.layers}.pt2", work / "plan.json"
+    commlens = str(ROOT / "build" / "commlens")
+    if not pt2.exists():
+        subprocess.run([PY, "-m", "commlens.export", model, "-o", str(pt2)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([PY, "-m", "commlens.plan", args.plan, "-o", str(plan)], check=True, stdout=subprocess.DEVNULL)
+
+    predict = [commlens, "predict", str(pt2), "--plan", str(plan), "--phase", args.phase, "--format", "json",
+               "-o", str(work / "predicted.json")]
+    measure = [PY, "-m", "commlens.measure", model, "--plan", str(plan), "--phase", args.phase,
+               "-o", str(work / "measured.json"), "--noise-level", "0"]
+
+    predict_s = min(run_timed(predict) for _ in range(args.repeat))
+    measure_s = min(run_timed(measure) for _ in range(max(1, args.repeat // 3)))
+    predict_mib, measure_mib = peak_rss_mib(predict), peak_rss_mib(measure)
+    same = subprocess.run([commlens, "compare", str(work / "predicted.json"), str(work / "measured.json"),
+                           "--phase", args.phase],
+                          stdout=subprocess.DEVNULL).returncode == 0
+
+    print(f"config: {model} x {args.plan}, phase {args.phase}")
+    print(f"commlens predict:        {predict_s:8.3f} s   peak RSS {predict_mib:8.1f} MiB")
+    print(f"CommDebugMode (measure): {measure_s:8.3f} s   peak RSS {measure_mib:8.1f} MiB")
+    print(f"ratio measure/predict:   {measure_s / predict_s:8.1f}x time, {measure_mib / predict_mib:.1f}x memory")
+    print(f"predict under 1 s: {'yes' if predict_s < 1.0 else 'NO'}; counts identical: {'yes' if same else 'NO'}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
