@@ -1,0 +1,93 @@
+"""`commlens predict` on bad input and unsupported ops: one-line errors with exit 2, never a
+silent guess; `--allow-unsupported` continues and marks every dependent count approximate."""
+import json
+
+import pytest
+import torch
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+from commlens import plan as planlib
+from commlens.export import export_model
+
+
+class CumsumNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Linear(16, 32)
+        self.w2 = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.w2(torch.cumsum(self.w1(x), dim=-1))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("predict")
+    pt2 = d / "net.pt2"
+    torch.export.save(export_model(CumsumNet(), (torch.randn(2, 8, 16),)), str(pt2))
+    plan = planlib.Plan(mesh_shape=(4,), mesh_dim_names=("tp",), device_type="cpu",
+                        parallelize_plan={"w1": ColwiseParallel(use_local_output=False), "w2": RowwiseParallel()},
+                        tp_mesh_dim="tp")
+    plan_path = d / "plan.json"
+    planlib.save(plan, str(plan_path))
+    return pt2, plan_path
+
+
+def test_unsupported_op_names_op_node_and_module(run_commlens, files):
+    pt2, plan = files
+    r = run_commlens("predict", pt2, "--plan", plan)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {pt2}: unsupported op aten::cumsum.default at node 'cumsum' in CumsumNet "
+                        "(no DTensor sharding rule in commlens)\n")
+
+
+def test_allow_unsupported_marks_dependent_counts_approximate(run_commlens, files, tmp_path):
+    pt2, plan = files
+    out = tmp_path / "pred.json"
+    r = run_commlens("predict", pt2, "--plan", plan, "--allow-unsupported", "--format", "json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    tree = json.loads(out.read_text())
+    # cumsum's operand is w1's S(2) output (use_local_output=False): replicating it for the
+    # unsupported op is one all_gather, charged to the root module; its result is assumed
+    # Replicate, so w2's Rowwise input hook chunks it locally, mm gives Partial and the output
+    # hook all_reduces: both counts depend on the unsupported op and are approximate.
+    assert tree["collectives_forward"] == [["c10d_functional.all_gather_into_tensor", 1],
+                                           ["c10d_functional.all_reduce", 1]]
+    assert tree["approximate_forward"] == ["c10d_functional.all_gather_into_tensor", "c10d_functional.all_reduce"]
+    assert tree["commlens"]["warnings"] == [
+        "unsupported op aten::cumsum.default at node 'cumsum' in CumsumNet: operands replicated, counts that depend "
+        "on it are approximate"]
+    r = run_commlens("predict", pt2, "--plan", plan, "--allow-unsupported")
+    assert "*c10d_functional.all_reduce: 1 (approximate)" in r.stdout
+
+
+def test_print_after_dumps_placements(run_commlens, files):
+    pt2, plan = files
+    r = run_commlens("predict", pt2, "--plan", plan, "--allow-unsupported", "--print-after=apply-plan,propagate")
+    assert r.returncode == 0
+    assert "// -----// IR after apply-plan //----- //" in r.stderr
+    assert "// -----// IR after propagate //----- //" in r.stderr
+    assert 'input %p_w1_weight : f32[32, 16] {S(0)} parameter "w1.weight"' in r.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--print-after=bogus"], "--print-after: unknown pass 'bogus' (passes: "),
+    (["--phase", "sideways"], "--phase must be forward, backward or both, got 'sideways'"),
+    (["--format", "xml"], "--format must be table or json, got 'xml'"),
+    (["--world-size", "8"], "{plan}: mesh shape DeviceMesh((4,), 'cpu', mesh_dim_names=('tp',)) has 4 devices but "
+                            "the world size is 8"),
+])
+def test_bad_arguments(run_commlens, files, args, message):
+    pt2, plan = files
+    r = run_commlens("predict", pt2, "--plan", plan, *args)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.startswith("commlens: error: " + message.format(plan=plan))
+    assert r.stderr.count("\n") == 1
+
+
+def test_plan_naming_a_missing_module(run_commlens, files, tmp_path):
+    pt2, plan = files
+    bad = tmp_path / "bad.json"
+    bad.write_text(plan.read_text().replace('"fqn": "w2"', '"fqn": "w3"'))
+    r = run_commlens("predict", pt2, "--plan", bad)
+    assert (r.returncode, r.stderr) == (2, f"commlens: error: {bad}: plan pattern 'w3' matches no module of CumsumNet\n")
