@@ -53,6 +53,7 @@ public:
   template <typename T> const T &get() const { return std::get<T>(storage_); }
   template <typename T> T &get() { return std::get<T>(storage_); }
   const Storage &storage() const { return storage_; }
+  Storage &storage() { return storage_; }
 
   bool isNone() const { return is<NoneArg>(); }
   bool isTensor() const { return is<Value *>(); }

@@ -45,7 +45,7 @@ Argument GraphBuilder::map(const Argument &old) const {
           for (SymIntArg &s : x)
             s.value = map(s.value);
       },
-      const_cast<Argument::Storage &>(out.storage()));
+      out.storage());
   return out;
 }
 
@@ -79,7 +79,7 @@ Node *GraphBuilder::copy(const Node &node) {
                              std::is_same_v<T, SymFloatArg>)
             x.value = x.value ? fresh(x.value) : nullptr;
         },
-        const_cast<Argument::Storage &>(o.storage()));
+        o.storage());
     outputs.push_back(std::move(o));
   }
   llvm::StringMap<std::string> metadata;

@@ -1,28 +1,12 @@
-"""Fixtures for the `commlens compare` CLI tests: the built CLI and real CommDebugMode dumps."""
+"""Fixtures for the `commlens compare` CLI tests: real CommDebugMode dumps (the CLI fixtures are in
+tests/conftest.py)."""
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def commlens_bin():
-    path = pathlib.Path(os.environ.get("COMMLENS_BUILD", ROOT / "build")) / "commlens"
-    if not path.exists():
-        pytest.fail(f"{path} is not built: run scripts/setup.sh first")
-    return str(path)
-
-
-@pytest.fixture(scope="session")
-def run_commlens(commlens_bin):
-    def run(*args):
-        return subprocess.run([commlens_bin, *map(str, args)], capture_output=True, text=True, timeout=120)
-    return run
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,11 @@
-"""Shared fixtures for the integration tests: the built CLI and small exported programs."""
+"""Fixtures shared by every pytest suite under tests/: the built `commlens` CLI."""
 import os
 import pathlib
 import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
