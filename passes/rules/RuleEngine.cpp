@@ -74,100 +74,19 @@ std::string Candidate::str() const {
 // ------------------------------------------------------------------ cost model
 
 namespace {
-
-struct Topo {
-  llvm::SmallVector<int64_t, 2> devices;
-  llvm::SmallVector<double, 2> bandwidth, latency;
-};
-
-// MeshTopoInfo.build_from_mesh: devices per host is the device handle's device_count(), which is
-// 1 for "cpu"; for CUDA we assume an 8-GPU host.
-Topo buildTopo(const DeviceMesh &mesh) {
-  Topo t;
-  size_t n = mesh.ndim();
-  t.devices.assign(n, 1);
-  t.bandwidth.assign(n, 87.7);
-  t.latency.assign(n, 0.6);
-  int64_t perHost = mesh.deviceType == MeshDeviceType::Cpu ? 1 : 8;
-  int64_t total = 1;
-  for (size_t k = n; k-- > 0;) {
-    t.devices[k] = mesh.shape[k];
-    total *= mesh.shape[k];
-    if (total > perHost) {
-      t.bandwidth[k] *= 0.22;
-      t.latency[k] = 2.7;
-    }
-  }
-  return t;
-}
-
-double ringCost(double bytesGb, const Topo &t, unsigned d, int64_t hopsFactor) {
-  double n = static_cast<double>(t.devices[d]);
-  double hops = hopsFactor * (n - 1);
-  double latency = 6.6 + hops * t.latency[d];
-  double bw = (bytesGb * hops / n) / t.bandwidth[d];
-  return latency + bw * 1e6;
-}
-
 bool isShardLike(const Placement &p) { return p.kind == Placement::Kind::Shard || p.kind == Placement::Kind::StridedShard; }
-
 } // namespace
 
 double specRedistributeCost(const DeviceMesh &mesh, const TensorMeta &meta, llvm::ArrayRef<Placement> current,
-                        llvm::ArrayRef<Placement> target) {
-  bool replicated = llvm::all_of(current, [](const Placement &p) { return p.isReplicate(); });
-  if (replicated)
-    return 0.0;
-  if (llvm::ArrayRef<Placement>(current) == target)
-    return 0.0;
-  // _StridedShard specs carry no shard order in 2.13's cost path: infinite cost.
-  for (const Placement &p : current)
-    if (p.kind == Placement::Kind::StridedShard)
-      return kInfCost;
-  for (const Placement &p : target)
-    if (p.kind == Placement::Kind::StridedShard)
-      return kInfCost;
-  Topo topo = buildTopo(mesh);
-  int64_t numShards = 1;
-  for (size_t k = 0; k < current.size(); ++k)
-    if (isShardLike(current[k]))
-      numShards *= mesh.shape[k];
-  double bytes = static_cast<double>(elementSize(meta.dtype));
-  for (const SymInt &s : meta.sizes)
-    bytes *= static_cast<double>(s.hint);
-  double commGb = bytes / static_cast<double>(numShards) / 1024.0 / 1024.0 / 1024.0;
-
-  llvm::Expected<RedistributePlan> plan = planRedistribute(mesh, meta, current, target);
-  if (!plan) {
-    llvm::consumeError(plan.takeError());
-    return kInfCost; // S->P, P(a)->P(b) and friends: DTensor prices them at infinity
+                            llvm::ArrayRef<Placement> target) {
+  // RedistributePlanner's model of DTensor's redistribute_cost (devices per host: 1 on a CPU mesh,
+  // as torch.cpu.device_count(); 8 assumed for CUDA). Cases it cannot plan cost infinity.
+  llvm::Expected<double> c = redistributeCost(mesh, meta, current, target);
+  if (!c) {
+    llvm::consumeError(c.takeError());
+    return kInfCost;
   }
-  double cost = 0.0;
-  for (const RedistributeStep &step : plan->steps) {
-    const Placement &cur = step.src, &tgt = step.dst;
-    unsigned d = step.meshDim();
-    if (cur == tgt)
-      continue;
-    double n = static_cast<double>(topo.devices[d]);
-    if (cur.isShard() && tgt.isReplicate()) {
-      commGb *= n;
-      cost += ringCost(commGb, topo, d, 1);
-    } else if (cur.isShard() && tgt.isShard()) {
-      cost += ringCost(commGb, topo, d, 1) + 1.0;
-    } else if (cur.isPartial() && tgt.isReplicate()) {
-      cost += ringCost(commGb, topo, d, 2);
-    } else if (cur.isPartial() && tgt.isShard()) {
-      cost += ringCost(commGb, topo, d, 1);
-      commGb /= n;
-    } else if (cur.isShard() && tgt.isPartial()) {
-      return kInfCost;
-    } else if (cur.isPartial() && tgt.isPartial()) {
-      return kInfCost;
-    } else if (cur.isReplicate() && tgt.isShard()) {
-      commGb /= n;
-    }
-  }
-  return cost;
+  return *c;
 }
 
 void assignCosts(const OpCall &call, Candidate &c) {

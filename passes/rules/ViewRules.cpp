@@ -16,6 +16,8 @@
 #include <numeric>
 #include <set>
 
+#include <fmt/ranges.h>
+
 namespace commlens::rules {
 
 namespace {
@@ -380,12 +382,60 @@ private:
   std::set<std::pair<int64_t, int64_t>> fallback_;
 };
 
-llvm::Expected<llvm::SmallVector<Candidate, 8>> viewStrategy(const OpCall &call, const DimMap &rule, bool strict) {
+/// Element count of the local shard at mesh coordinate `coord` (compute_local_shape: mesh dims in
+/// order, torch.chunk sizes of the progressively sharded size).
+int64_t localNumel(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<Placement> ps, const DeviceMesh &mesh,
+                   llvm::ArrayRef<int64_t> coord) {
+  llvm::SmallVector<int64_t, 4> local(shape.begin(), shape.end());
+  for (size_t m = 0; m < ps.size(); ++m) {
+    if (!ps[m].isShard())
+      continue;
+    int64_t &size = local[ps[m].dim];
+    int64_t n = mesh.shape[m];
+    int64_t chunk = (size + n - 1) / n;
+    size = std::max<int64_t>(0, std::min(chunk, size - coord[m] * chunk));
+  }
+  int64_t numel = 1;
+  for (int64_t s : local)
+    numel *= s;
+  return numel;
+}
+
+/// DTensor runs the view on local shards with the local output shape of the global result: with
+/// nested uneven sharding the element counts disagree on some rank and the local view raises
+/// ("shape '[..]' is invalid for input of size N"). Reports that runtime failure.
+llvm::Error checkLocalView(const OpCall &call, llvm::ArrayRef<int64_t> inShape, llvm::ArrayRef<Placement> in,
+                           llvm::ArrayRef<Placement> out) {
+  auto outShape = call.resultShape(0);
+  if (outShape.empty() && !call.results.empty() && !call.results[0]->meta())
+    return llvm::Error::success();
+  const DeviceMesh &mesh = *call.mesh;
+  llvm::SmallVector<int64_t, 2> coord(mesh.ndim(), 0);
+  while (true) {
+    int64_t a = localNumel(inShape, in, mesh, coord), b = localNumel(outShape, out, mesh, coord);
+    if (a != b)
+      return call.error("the local view fails on the rank at mesh coordinate [{}]: local shape of {} elements is "
+                        "invalid for input of size {} (nested uneven sharding; DTensor raises at runtime)",
+                        fmt::join(coord, ", "), b, a);
+    size_t k = mesh.ndim();
+    while (k > 0 && ++coord[k - 1] == mesh.shape[k - 1])
+      coord[--k] = 0;
+    if (k == 0)
+      break;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<llvm::SmallVector<Candidate, 8>> viewStrategy(const OpCall &call, const DimMap &rule, bool strict,
+                                                             bool checkLocal = false) {
   Placements inTgt, out;
   auto shape = call.shape(0);
   ViewPropagator prop(call, call.inputs[0].placements, shape, rule, strict);
   if (llvm::Error e = prop.run(inTgt, out))
     return e;
+  if (checkLocal)
+    if (llvm::Error e = checkLocalView(call, shape, inTgt, out))
+      return e;
   llvm::SmallVector<Candidate, 8> cands;
   cands.push_back(followCandidate(call, inTgt, out));
   return cands;
@@ -409,7 +459,7 @@ template <bool Strict> llvm::Expected<llvm::SmallVector<Candidate, 8>> viewRule(
   auto rule = viewGroups(call, call.shape(0), *size);
   if (!rule)
     return rule.takeError();
-  return viewStrategy(call, *rule, Strict);
+  return viewStrategy(call, *rule, Strict, /*checkLocal=*/true);
 }
 
 llvm::Expected<llvm::SmallVector<Candidate, 8>> expandRule(const OpCall &call) {

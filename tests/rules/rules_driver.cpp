@@ -8,7 +8,9 @@
 //            {"name":"alpha","float":0.5}, {"name":"dtype","dtype":"bf16"}, {"name":"x","none":true},
 //            {"name":"tensors","tensors":[{...tensor...}, ...]}],
 //    "outputs":[{"shape":[8,4],"dtype":"f32"} | {"list":[{"shape":..}, ...]}]}
-// Answer: {"ok":true,"operands":[["S(0)"] | null, ...],"results":[[..] | null, ...],"why":"..."}
+// Answer: {"ok":true,"operands":[["S(0)"] | null, ...],"results":[[..] | null, ...],
+//          "collectives":N (RedistributePlanner over the operand redistributions) | null,
+//          "plan_error":null | "..." (a redistribution DTensor would raise on),"why":"..."}
 //      or {"ok":false,"error":"..."}; {"supported":true} lists every supported op.
 #include "ir/Error.h"
 #include "ir/Graph.h"
@@ -173,20 +175,28 @@ llvm::json::Value run(llvm::StringRef text) {
     return fail(takeMessage(d.takeError()));
   llvm::json::Array ops, res;
   int64_t collectives = 0;
+  std::string planError;
   for (size_t i = 0; i < d->operandPlacements.size(); ++i) {
     const auto &p = d->operandPlacements[i];
     ops.push_back(placementsJson(p));
     if (p && specs[i]) {
       auto plan = planRedistribute(mesh, specs[i]->meta, specs[i]->placements, *p);
-      if (!plan)
-        return fail("redistribute: " + takeMessage(plan.takeError()));
+      if (!plan) {
+        if (planError.empty())
+          planError = takeMessage(plan.takeError());
+        else
+          llvm::consumeError(plan.takeError());
+        continue;
+      }
       collectives += static_cast<int64_t>(plan->numCollectives());
     }
   }
   for (const auto &p : d->resultPlacements)
     res.push_back(placementsJson(p));
   return llvm::json::Object{{"ok", true}, {"operands", std::move(ops)}, {"results", std::move(res)},
-                           {"collectives", collectives}, {"why", d->why}};
+                           {"collectives", planError.empty() ? llvm::json::Value(collectives) : llvm::json::Value(nullptr)},
+                           {"plan_error", planError.empty() ? llvm::json::Value(nullptr) : llvm::json::Value(planError)},
+                           {"why", d->why}};
 }
 
 } // namespace

