@@ -577,13 +577,16 @@ private:
       auto grads = apply(*n);
       if (!grads)
         return grads.takeError();
+      // validate_outputs: every broadcast gradient is reduced before any is routed.
+      if (n->kind == AGNode::Kind::Op)
+        for (size_t i = 0; i < n->next.size() && i < grads->size(); ++i)
+          if (n->next[i] && (*grads)[i])
+            (*grads)[i] = sumTo((*grads)[i], *n->next[i].node->slots[n->next[i].slot]->meta(), *n->fwd);
       for (size_t i = 0; i < n->next.size(); ++i) {
         const Edge &e = n->next[i];
         if (!e)
           continue;
         Value *g = i < grads->size() ? (*grads)[i] : nullptr;
-        if (g && n->kind == AGNode::Kind::Op)
-          g = sumTo(g, *e.node->slots[e.slot]->meta(), *n->fwd);
         if (g) {
           Value *&slot = e.node->buffer[e.slot];
           slot = slot ? emit("aten::add.Tensor", {{"self", slot, false}, {"other", g, false}}, *slot->meta(),
@@ -902,7 +905,7 @@ private:
       if (want("other") >= 0)
         set("other", emit("aten::neg.default", {{"self", g, false}}, like(g), "grad_neg"));
     } else if (op == "aten::mul.Tensor" || op == "aten::mul_.Tensor") {
-      Value *other = operand(n, "other");
+      const Argument &other = *n.input("other"); // a tensor or a wrapped number
       if (want("self") >= 0)
         set("self", emit("aten::mul.Tensor", {{"self", g, false}, {"other", other, false}}, like(g), "grad_mul"));
       if (want("other") >= 0)
@@ -927,6 +930,100 @@ private:
       set("self", emit("aten::expand.default", {{"self", g, false}, {"size", IntList(s.begin(), s.end()), false}},
                        metaOf(g->meta()->dtype, s, g->meta()->device, llvm::SmallVector<int64_t, 4>(s.size(), 0)),
                        "grad_expand"));
+    } else if (op == "aten::pow.Tensor_Scalar") {
+      // pow_backward: grad * (exponent * self.pow(exponent - 1))
+      const Argument &e = *n.input("exponent");
+      double ex = e.is<double>() ? e.get<double>() : static_cast<double>(e.asInt().value_or(1));
+      Value *p = emit("aten::pow.Tensor_Scalar", {{"self", self, false}, {"exponent", ex - 1, false}}, like(self),
+                      "grad_pow");
+      Value *m = emit("aten::mul.Scalar", {{"self", p, false}, {"other", e, false}}, like(self), "grad_pow_scale");
+      set("self", emit("aten::mul.Tensor", {{"self", g, false}, {"other", m, false}}, like(g), "grad_mul"));
+    } else if (op == "aten::rsqrt.default") {
+      // -0.5 * grad * result.pow(3)
+      Value *a0 = emit("aten::mul.Scalar", {{"self", g, false}, {"other", -0.5, false}}, like(g), "grad_rsqrt_scale");
+      Value *p = emit("aten::pow.Tensor_Scalar", {{"self", const_cast<Value *>(result), false}, {"exponent", 3.0, false}},
+                      like(result), "grad_rsqrt_pow");
+      set("self", emit("aten::mul.Tensor", {{"self", a0, false}, {"other", p, false}}, like(g), "grad_mul"));
+    } else if (op == "aten::mean.dim" || op == "aten::sum.dim_IntList") {
+      // sum_backward (unsqueeze the reduced dims unless keepdim, expand), then / numel for mean
+      auto sizes = sizesOf(*self->meta());
+      int64_t rank = static_cast<int64_t>(sizes.size());
+      std::optional<IntList> dims = n.input("dim") ? n.input("dim")->asIntList() : std::nullopt;
+      bool keepdim = n.input("keepdim") && n.input("keepdim")->is<bool>() && n.input("keepdim")->get<bool>();
+      IntList ds;
+      if (dims && !dims->empty())
+        for (int64_t d : *dims)
+          ds.push_back(d < 0 ? d + rank : d);
+      else
+        for (int64_t d = 0; d < rank; ++d)
+          ds.push_back(d);
+      std::sort(ds.begin(), ds.end());
+      Value *x = g;
+      if (!keepdim)
+        for (int64_t d : ds) {
+          auto xs = sizesOf(*x->meta());
+          xs.insert(xs.begin() + d, 1);
+          x = emit("aten::unsqueeze.default", {{"self", x, false}, {"dim", d, false}},
+                   metaOf(x->meta()->dtype, xs, x->meta()->device), "grad_unsqueeze");
+        }
+      x = emit("aten::expand.default", {{"self", x, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
+               metaOf(x->meta()->dtype, sizes, x->meta()->device), "grad_expand");
+      if (op == "aten::mean.dim") {
+        int64_t count = 1;
+        for (int64_t d : ds)
+          count *= sizes[d];
+        x = emit("aten::div.Scalar", {{"self", x, false}, {"other", static_cast<double>(count), false}}, like(self),
+                 "grad_mean");
+      }
+      set("self", x);
+    } else if (op == "aten::unsqueeze.default") {
+      auto s0 = sizesOf(*self->meta());
+      set("self", emit("aten::squeeze.dim", {{"self", g, false}, {"dim", *intArg(n, "dim"), false}},
+                       metaOf(g->meta()->dtype, s0, g->meta()->device), "grad_squeeze"));
+    } else if (op == "aten::select.int") {
+      auto s0 = sizesOf(*self->meta());
+      set("self", emit("aten::select_backward.default",
+                       {{"grad_output", g, false}, {"input_sizes", IntList(s0.begin(), s0.end()), false},
+                        {"dim", *intArg(n, "dim"), false}, {"index", *intArg(n, "index"), false}},
+                       like(self), "grad_select"));
+    } else if (op == "aten::slice.Tensor") {
+      auto s0 = sizesOf(*self->meta());
+      set("self", emit("aten::slice_backward.default",
+                       {{"grad_output", g, false}, {"input_sizes", IntList(s0.begin(), s0.end()), false},
+                        {"dim", intArg(n, "dim", 0).value_or(0), false}, {"start", intArg(n, "start", 0).value_or(0), false},
+                        {"end", intArg(n, "end", INT64_MAX).value_or(INT64_MAX), false},
+                        {"step", intArg(n, "step", 1).value_or(1), false}},
+                       like(self), "grad_slice"));
+    } else if (op == "aten::stack.default" || op == "aten::cat.default") {
+      // stack: grad.unbind(dim); cat: grad.split_with_sizes(sizes, dim)
+      llvm::SmallVector<Value *, 4> parts = n.input("tensors")->tensors();
+      int64_t dim = intArg(n, "dim", 0).value_or(0);
+      int64_t rank = g->meta()->rank();
+      dim = dim < 0 ? dim + rank : dim;
+      llvm::SmallVector<Argument, 1> results;
+      TensorList items;
+      for (Value *p : parts) {
+        Value *r = bw_->createUniqueValue("grad_part", ValueKind::Tensor);
+        r->setMeta(like(p));
+        items.push_back(r);
+      }
+      results.push_back(items);
+      llvm::SmallVector<NamedArgument, 4> args{{"self", g, false}};
+      if (op == "aten::stack.default") {
+        args.push_back({"dim", dim, false});
+      } else {
+        IntList sizes;
+        for (Value *p : parts)
+          sizes.push_back(sizesOf(*p->meta())[dim]);
+        args.push_back({"split_sizes", sizes, false});
+        args.push_back({"dim", dim, false});
+      }
+      Node *b = bw_->appendNode(items.front()->name(),
+                                op == "aten::stack.default" ? "aten::unbind.int" : "aten::split_with_sizes.default",
+                                std::move(args), results);
+      b->setScope(const_cast<ModuleScope *>(current_), {});
+      for (size_t i = 0; i < parts.size() && i < out.size(); ++i)
+        out[i] = items[i];
     } else if (op == "aten::nll_loss_forward.default") {
       llvm::SmallVector<NamedArgument, 4> args{{"grad_output", g, false},
                                                {"self", self, false},

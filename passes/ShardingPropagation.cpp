@@ -42,6 +42,16 @@ std::optional<Placements> placementsArg(const Node &n, llvm::StringRef name) {
     return std::nullopt;
   Placements out;
   for (const std::string &text : a->get<StringList>()) {
+    llvm::StringRef t(text);
+    if (t.consume_front("MP(") && t.consume_back(")")) { // MaskPartial (the IR's short form)
+      auto inner = Placement::parse(("P(" + t + ")").str());
+      if (!inner) {
+        llvm::consumeError(inner.takeError());
+        return std::nullopt;
+      }
+      out.push_back(Placement{Placement::Kind::MaskPartial, 0, 1, inner->reduceOp});
+      continue;
+    }
     auto p = Placement::parse(text);
     if (!p) {
       llvm::consumeError(p.takeError());
@@ -257,6 +267,8 @@ private:
         return makeError("{}: mixes DTensor and plain torch.Tensor operands ('{}' is a plain tensor); DTensor "
                          "would raise here",
                          where(n), tensors[i]->name());
+    if (ctx_.plan && ctx_.plan->lossParallel && isLossParallelOp(n.opString()))
+      return lossParallelOp(n, tensors, specs);
     const ShardingRules &rules = ShardingRules::get();
     if (!rules.supports(n.opString())) {
       if (!ctx_.options.allowUnsupported)
@@ -288,6 +300,81 @@ private:
       if (decision->resultPlacements[i] && results[i]->kind() == ValueKind::Tensor)
         setDTensor(results[i], *decision->resultPlacements[i], fmt::format("{} ({})", n.opString(), decision->why),
                    approx);
+    return llvm::Error::success();
+  }
+
+  static bool isLossParallelOp(llvm::StringRef op) {
+    return op == "aten::_log_softmax.default" || op == "aten::_log_softmax_backward_data.default" ||
+           op == "aten::nll_loss_forward.default" || op == "aten::nll_loss_backward.default";
+  }
+
+  /// Inside loss_parallel() these ops run DTensor's custom handlers (torch 2.13
+  /// `parallel/loss.py`) on class-dim-sharded logits: _log_softmax all-reduces the row max (MAX)
+  /// and the sum of exponentials (SUM); nll_loss_forward all-reduces the MaskPartial gather of
+  /// the target logits (SUM); their backwards (log_softmax's only casts, nll_loss's is fused with
+  /// it) communicate nothing. Outputs keep the logits' placements; the loss is replicated on the
+  /// class dim's mesh dim, Partial on other Shard dims.
+  llvm::Error lossParallelOp(const Node &n, llvm::ArrayRef<const Value *> tensors,
+                             llvm::ArrayRef<std::optional<DTensorSpec>> specs) {
+    llvm::StringRef op = n.opString();
+    bool backward = op.endswith("_backward_data.default") || op == "aten::nll_loss_backward.default";
+    unsigned xIdx = op == "aten::_log_softmax.default" || op == "aten::nll_loss_forward.default" ? 0 : 1;
+    if (op == "aten::_log_softmax_backward_data.default")
+      xIdx = 0;
+    if (xIdx >= specs.size() || !specs[xIdx])
+      return makeError("{}: loss_parallel expects DTensor logits", where(n));
+    const Value *x = tensors[xIdx];
+    Placements xp = normalized(specs[xIdx]->placements, x->meta()->rank());
+    int64_t channel = x->meta()->rank() >= 2 ? 1 : 0;
+    if (op == "aten::_log_softmax.default")
+      if (const Argument *d = n.input("dim"); d && d->asInt())
+        channel = *d->asInt() < 0 ? *d->asInt() + x->meta()->rank() : *d->asInt();
+    std::optional<unsigned> meshDim;
+    for (unsigned i = 0; i < xp.size(); ++i)
+      if (xp[i].isShard(channel))
+        meshDim = i;
+    if (!meshDim)
+      return makeError("{}: loss_parallel needs the logits sharded on the class dim {}, got {}", where(n), channel,
+                       str(xp));
+    auto allReduce = [&](const char *what, int64_t bytes) {
+      CollectiveRecord r;
+      r.opKey = "c10d_functional.all_reduce";
+      r.phase = phase_;
+      r.module = n.scope();
+      r.node = &n;
+      r.argument = x->name();
+      r.meshDims.push_back(state_.dtensorMeshDims[*meshDim]);
+      r.src = Placement::partial();
+      r.dst = Placement::replicate();
+      r.fromPlacements = xp;
+      r.toPlacements = xp;
+      r.bytesPerRank = bytes;
+      r.why = fmt::format("loss_parallel {}: {}", op.str(), what);
+      state_.collectives.push_back(std::move(r));
+    };
+    int64_t rows = x->meta()->numel() / std::max<int64_t>(1, x->meta()->sizes[channel].hint);
+    int64_t elem = elementSize(x->meta()->dtype);
+    if (op == "aten::_log_softmax.default") {
+      allReduce("MAX of the row max", rows * elem);
+      allReduce("SUM of the sum of exponentials", rows * elem);
+    } else if (op == "aten::nll_loss_forward.default") {
+      allReduce("SUM of the MaskPartial gather of the target logits", rows * elem);
+    }
+    (void)backward;
+    auto results = n.results();
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (results[i]->kind() != ValueKind::Tensor)
+        continue;
+      if (op == "aten::nll_loss_forward.default") {
+        Placements out;
+        for (unsigned k = 0; k < xp.size(); ++k)
+          out.push_back(k == *meshDim ? Placement::replicate()
+                                      : xp[k].isShard() ? Placement::partial() : xp[k]);
+        setDTensor(results[i], out, "loss_parallel nll_loss_forward", false);
+      } else {
+        setDTensor(results[i], xp, fmt::format("loss_parallel {}", op.str()), false);
+      }
+    }
     return llvm::Error::success();
   }
 
