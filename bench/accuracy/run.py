@@ -107,6 +107,15 @@ CONFIGS = [
     Config("llama-tp_sp_loss_parallel-tp4-both", LLAMA, P + "llama_tp(tp=4, loss_parallel=True)", "both"),
     Config("llama-tp_sp-dp2xtp2-both", LLAMA, P + "llama_2d(dp=2, tp=2)", "both", ci=True),
     Config("llama-tp-dp2xtp4-forward", LLAMA, P + "llama_2d(dp=2, tp=4, sp=False)", "forward"),
+    # Frozen parameters (requires_grad=False before parallelising): no gradient, no backward comm.
+    Config("mlp-tp-tp4-grad-frozen_w1-both", MLP, P + "mlp_tp(tp=4, input_requires_grad=True, frozen=('w1.*',))",
+           "both", ci=True),
+    Config("stacked_mlp-tp-tp2-frozen_layer0-both", STACKED, P + "stacked_mlp_tp(tp=2, frozen=('layers.0.*',))",
+           "both"),
+    Config("gpt2-tp-tp4-frozen_embeddings-both", GPT2,
+           P + "gpt2_tp(tp=4, frozen=('tok_embeddings.*', 'pos_embeddings.*'))", "both"),
+    Config("llama-tp_sp-tp4-frozen_attention-both", LLAMA, P + "llama_tp(tp=4, frozen=('layers.*.attention.*',))",
+           "both", ci=True),
     # Forward phase of every plan family (issue 4: every forward config exact).
     Config("linear-colwise-tp4-forward", "examples.mlp:linear", P + "linear_colwise(tp=4)", "forward"),
     Config("stacked_mlp-tp-tp8-forward", STACKED, P + "stacked_mlp_tp(tp=8)", "forward"),
