@@ -20,7 +20,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
 PYTHON = ROOT / ".venv" / "bin" / "python"
-DRIVER = ROOT / "build" / "tests" / "rules_driver"
+DRIVER = pathlib.Path(os.environ.get("COMMLENS_BUILD", ROOT / "build")) / "tests" / "rules_driver"
 
 MESHES = [[2], [4], [2, 2]]
 
