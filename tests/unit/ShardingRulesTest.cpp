@@ -493,3 +493,19 @@ TEST(RuleEngine, StridedShardOperandIsRefused) {
   std::string r = decideSummary(c, mesh1(2));
   EXPECT_NE(r.find("_StridedShard"), std::string::npos) << r;
 }
+
+TEST(ViewRules, NestedUnevenFlattenFailsLikeDTensorsLocalView) {
+  // view [6,8] (S(0), S(0)) -> [48] on (2,2): propagation keeps (S(0), S(0)), but rank (0,0) holds
+  // 6 -> 3 -> 2 rows (16 elements) while the local output shape is 48/2/2 = 12: DTensor's local
+  // view raises at runtime ("shape '[12]' is invalid for input of size 16").
+  Call c("aten::view.default");
+  c.tensor("self", {6, 8}, {"S(0)", "S(0)"}).arg("size", IntList{48}).out({48});
+  std::string r = decideSummary(c, mesh2(2, 2));
+  EXPECT_NE(r.find("raises at runtime"), std::string::npos) << r;
+}
+
+TEST(RuleEngine, NoDTensorOperandIsAPlainOp) {
+  Call c("aten::relu.default");
+  c.tensor("self", {4, 6}, {}).out({4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "plain -> plain");
+}
