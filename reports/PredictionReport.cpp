@@ -141,6 +141,31 @@ std::string PredictionReport::toJson() const {
   std::map<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
   for (const CollectiveRecord &c : state->collectives)
     own[c.module].push_back(&c);
+  // Backward ATen ops per module, as CommDebugMode lists them (name, DTensor input shardings).
+  std::map<const ModuleScope *, json> bwOps;
+  if (backward && state->backward)
+    for (const auto &n : state->backward->nodes()) {
+      if (n->op().ns != "aten")
+        continue;
+      json sharding = json::array(), shapes = json::array();
+      for (Value *v : n->operands())
+        if (v->kind() == ValueKind::Tensor)
+          if (const DTensorLayout *l = state->layout(v)) {
+            sharding.push_back(placementsRepr(l->placements));
+            shapes.push_back(v->meta() ? v->meta()->str() : "");
+          }
+      json &list = bwOps[n->scope()];
+      if (list.is_null())
+        list = json::array();
+      list.push_back({{"name", "aten." + n->op().name + "." + n->op().overload},
+                      {"input_shape", shapes},
+                      {"input_sharding", sharding},
+                      {"is_bw", true}});
+    }
+  auto opsOf = [&](const ModuleScope *s) {
+    auto it = bwOps.find(s);
+    return it == bwOps.end() ? json::array() : it->second;
+  };
   auto cellsJson = [&](const ModuleCounts &m, CommPhase p, json &node, const char *key) {
     json list = json::array(), approx = json::array();
     for (const auto &[op, cell] : m.phase(p)) {
@@ -162,7 +187,7 @@ std::string PredictionReport::toJson() const {
     cellsJson(m, CommPhase::Forward, node, "collectives_forward");
     cellsJson(m, CommPhase::Backward, node, "collectives_backward");
     node["operations_forward"] = json::array();
-    node["operations_backward"] = json::array();
+    node["operations_backward"] = opsOf(s);
     json fwd = json::array(), bwd = json::array();
     for (const CollectiveRecord *c : own[s])
       (c->phase == Phase::Forward ? fwd : bwd).push_back(recordJson(*c));
@@ -176,7 +201,7 @@ std::string PredictionReport::toJson() const {
   cellsJson(global, CommPhase::Forward, root, "collectives_forward");
   cellsJson(global, CommPhase::Backward, root, "collectives_backward");
   root["operations_forward"] = json::array();
-  root["operations_backward"] = json::array();
+  root["operations_backward"] = opsOf(nullptr);
   root["phase"] = forward && backward ? "both" : (forward ? "forward" : "backward");
   root["commlens"] = {{"source", "predict"},
                       {"phases", forward && backward ? "both" : (forward ? "forward" : "backward")},
