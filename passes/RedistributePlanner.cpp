@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <queue>
 #include <limits>
 #include <map>
 #include <set>
@@ -385,15 +387,14 @@ llvm::Expected<std::pair<Placements, Placements>> validated(const DeviceMesh &me
   return std::make_pair(std::move(src), std::move(dst));
 }
 
-llvm::Error checkShardOrder(const Placements &src, const Placements &dst, const RedistributeOptions &options) {
+/// DTensorSpec.is_default_device_order fails for the source's given shard order.
+bool hasNonDefaultOrder(const RedistributeOptions &options) {
   if (options.srcShardOrder)
     for (const ShardOrderEntry &e : *options.srcShardOrder)
       for (size_t k = 1; k < e.meshDims.size(); ++k)
         if (e.meshDims[k - 1] >= e.meshDims[k])
-          return makeError("redistribute {} -> {}: a non-default shard order (tensor dim {} over mesh dims {}) uses "
-                           "DTensor's graph-based planner, which commlens does not model",
-                           str(src), str(dst), e.tensorDim, dimsStr(e.meshDims));
-  return llvm::Error::success();
+          return true;
+  return false;
 }
 
 Shape globalShape(const TensorMeta &meta) {
@@ -403,6 +404,344 @@ Shape globalShape(const TensorMeta &meta) {
   return global;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// DTensor's cost model (_collective_utils.py), shared by redistributeCost and the graph planner.
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct CostModel {
+  const DeviceMesh &mesh;
+  llvm::SmallVector<double, 4> bandwidth, latency;
+
+  CostModel(const DeviceMesh &m, int64_t devicesPerHost) : mesh(m), bandwidth(m.ndim(), 87.7), latency(m.ndim(), 0.6) {
+    // MeshTopoInfo.build_from_mesh: walk mesh dims innermost first; once the devices covered
+    // exceed one host, that dim and every outer one are inter-host.
+    if (devicesPerHost <= 0)
+      devicesPerHost = m.deviceType == MeshDeviceType::Cuda ? 8 : 1;
+    int64_t total = 1;
+    for (unsigned d = m.ndim(); d-- > 0;) {
+      total *= m.shape[d];
+      if (total > devicesPerHost) {
+        bandwidth[d] *= 0.22;
+        latency[d] = 2.7;
+      }
+    }
+  }
+
+  // Same operation order as the Python, so the doubles match bit for bit.
+  double ring(double bytesGb, unsigned m, double hopsPerDevice) const {
+    double n = static_cast<double>(mesh.shape[m]);
+    double hops = hopsPerDevice * (n - 1);
+    double lat = 6.6 + hops * latency[m];
+    double bw = (bytesGb * hops / n) / bandwidth[m];
+    return lat + bw * 1e6;
+  }
+
+  /// _compute_placement_transition_cost: the cost of one mesh dim's change; updates the bytes.
+  double transition(const Placement &cur, const Placement &tgt, unsigned m, double &bytesGb) const {
+    if (same(cur, tgt))
+      return 0.0;
+    double n = static_cast<double>(mesh.shape[m]);
+    if (cur.isShard() && tgt.isReplicate()) {
+      bytesGb *= n;
+      return ring(bytesGb, m, 1);
+    }
+    if (cur.isShard() && tgt.isShard())
+      return ring(bytesGb, m, 1) + 1.0; // no all-to-all model: all_gather cost plus a penalty
+    if (cur.isPartial() && tgt.isReplicate())
+      return ring(bytesGb, m, 2);
+    if (cur.isPartial() && tgt.isShard()) {
+      double c = ring(bytesGb, m, 1);
+      bytesGb /= n;
+      return c;
+    }
+    if ((cur.isShard() && tgt.isPartial()) || (cur.isPartial() && tgt.isPartial()))
+      return kInf;
+    if (cur.isReplicate() && tgt.isShard())
+      bytesGb /= n;
+    return 0.0;
+  }
+
+  int64_t numShards(llvm::ArrayRef<Placement> placements) const {
+    int64_t n = 1;
+    for (unsigned m = 0; m < placements.size(); ++m)
+      if (isShardLike(placements[m]))
+        n *= mesh.shape[m];
+    return n;
+  }
+};
+
+double bytesGbOf(const TensorMeta &meta, int64_t numShards) {
+  int64_t bytes = elementSize(meta.dtype) * numel(globalShape(meta));
+  return static_cast<double>(bytes) / static_cast<double>(numShards) / 1024 / 1024 / 1024;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shard orders and DTensor's graph-based planner (DTensorRedistributePlanner, Dijkstra).
+
+/// tensor dim -> mesh dims in sharding order (DTensorSpec.shard_order); empty lists are dropped.
+using ShardOrderMap = std::map<int64_t, llvm::SmallVector<unsigned, 4>>;
+
+ShardOrderMap defaultShardOrder(llvm::ArrayRef<Placement> placements) {
+  ShardOrderMap order;
+  for (unsigned m = 0; m < placements.size(); ++m)
+    if (isShardLike(placements[m]))
+      order[placements[m].dim].push_back(m);
+  return order;
+}
+
+/// _maybe_convert_StridedShard_to_shard_order + _normalize_placements_into_shard_order: the
+/// placements with every _StridedShard made a Shard, and the shard order the split factors
+/// encode; nullopt when they do not decode.
+std::optional<std::pair<Placements, ShardOrderMap>> decodeStrided(const DeviceMesh &mesh, llvm::ArrayRef<Placement> ps) {
+  if (!stridedShardDecodable(mesh, ps))
+    return std::nullopt;
+  ShardOrderMap order;
+  for (unsigned m = ps.size(); m-- > 0;) {
+    const Placement &p = ps[m];
+    if (!isShardLike(p))
+      continue;
+    auto &dims = order[p.dim];
+    int64_t sf = p.kind == Placement::Kind::StridedShard ? p.splitFactor : 1, acc = 1;
+    for (size_t i = 0; i <= dims.size(); ++i) {
+      if (acc == sf) {
+        dims.insert(dims.begin() + i, m);
+        break;
+      }
+      if (i < dims.size())
+        acc *= mesh.shape[dims[i]];
+    }
+  }
+  Placements out(ps.begin(), ps.end());
+  for (Placement &p : out)
+    if (p.kind == Placement::Kind::StridedShard)
+      p = Placement::shard(p.dim);
+  return std::make_pair(std::move(out), std::move(order));
+}
+
+struct DistState {
+  Placements placements;
+  ShardOrderMap order;
+  std::string key;
+};
+
+std::string stateKey(llvm::ArrayRef<Placement> placements, const ShardOrderMap &order) {
+  std::string k = str(placements);
+  for (const auto &[dim, dims] : order)
+    if (!dims.empty())
+      k += fmt::format(" {}:{}", dim, dimsStr(dims));
+  return k;
+}
+
+DistState makeState(Placements placements, ShardOrderMap order) {
+  for (auto it = order.begin(); it != order.end();)
+    it = it->second.empty() ? order.erase(it) : std::next(it);
+  std::string key = stateKey(placements, order);
+  return {std::move(placements), std::move(order), std::move(key)};
+}
+
+class GraphPlanner {
+public:
+  GraphPlanner(const DeviceMesh &mesh, const TensorMeta &meta, const CostModel &cost, std::set<ReduceOp> reduceOps)
+      : mesh(mesh), meta(meta), cost(cost), rank(meta.rank()), reduceOps(std::move(reduceOps)) {}
+
+  /// find_min_cost_path + generate_graph_based_transform_infos.
+  llvm::Expected<llvm::SmallVector<Transform, 4>> plan(const DistState &src, const DistState &dst) const {
+    struct Entry {
+      double cost;
+      uint64_t counter;
+      std::vector<DistState> path;
+    };
+    auto later = [](const Entry &a, const Entry &b) {
+      return a.cost != b.cost ? a.cost > b.cost : a.counter > b.counter;
+    };
+    std::priority_queue<Entry, std::vector<Entry>, decltype(later)> pq(later);
+    uint64_t counter = 0;
+    pq.push({0.0, counter, {src}});
+    std::set<std::string> visited;
+    while (!pq.empty()) {
+      Entry e = pq.top();
+      pq.pop();
+      const DistState &cur = e.path.back();
+      if (cur.key == dst.key)
+        return transformsOf(e.path);
+      if (!visited.insert(cur.key).second)
+        continue;
+      for (auto &[next, c] : nextStates(cur)) {
+        if (visited.count(next.key))
+          continue;
+        std::vector<DistState> path = e.path;
+        path.push_back(next);
+        pq.push({e.cost + c, ++counter, std::move(path)});
+      }
+    }
+    return makeError("no redistribution path from {} to {} (DTensor raises AssertionError)", src.key, dst.key);
+  }
+
+private:
+  const DeviceMesh &mesh;
+  const TensorMeta &meta;
+  const CostModel &cost;
+  int64_t rank;
+  std::set<ReduceOp> reduceOps;
+
+  double stepCost(const DistState &a, const DistState &b) const {
+    for (unsigned m = 0; m < a.placements.size(); ++m)
+      if (!same(a.placements[m], b.placements[m])) {
+        double bytesGb = bytesGbOf(meta, cost.numShards(a.placements));
+        return cost.transition(a.placements[m], b.placements[m], m, bytesGb);
+      }
+    return 0.0;
+  }
+
+  /// get_next_state, enumerating edges in DTensor's order (ties go to the first pushed).
+  std::vector<std::pair<DistState, double>> nextStates(const DistState &cur) const {
+    std::vector<std::pair<DistState, double>> out;
+    auto add = [&](Placements p, ShardOrderMap order) {
+      DistState next = makeState(std::move(p), std::move(order));
+      double c = stepCost(cur, next);
+      for (auto &existing : out) // a dict: a repeated state keeps its first position
+        if (existing.first.key == next.key) {
+          existing.second = c;
+          return;
+        }
+      out.emplace_back(std::move(next), c);
+    };
+    const Placements &ps = cur.placements;
+    // 1. Shard(a) -> Shard(b) on the last mesh dim sharding a: all-to-all.
+    for (const auto &[a, dims] : cur.order) {
+      unsigned m = dims.back();
+      if (!ps[m].isShard())
+        continue;
+      for (int64_t b = 0; b < rank; ++b) {
+        if (b == a)
+          continue;
+        ShardOrderMap order = cur.order;
+        order[a].pop_back();
+        order[b].push_back(m);
+        Placements np = ps;
+        np[m] = Placement::shard(b);
+        add(std::move(np), std::move(order));
+      }
+    }
+    // 2. Shard -> Replicate on the last mesh dim sharding a tensor dim: all_gather.
+    for (const auto &[a, dims] : cur.order) {
+      unsigned m = dims.back();
+      if (!ps[m].isShard())
+        continue;
+      ShardOrderMap order = cur.order;
+      order[a].pop_back();
+      Placements np = ps;
+      np[m] = Placement::replicate();
+      add(std::move(np), std::move(order));
+    }
+    // 3. Partial -> Replicate: all_reduce.
+    for (unsigned m = 0; m < ps.size(); ++m)
+      if (ps[m].isPartial()) {
+        Placements np = ps;
+        np[m] = Placement::replicate();
+        add(std::move(np), cur.order);
+      }
+    // 4. Replicate -> Shard(d), appended to d's order: local chunk.
+    for (unsigned m = 0; m < ps.size(); ++m)
+      if (ps[m].isReplicate())
+        for (int64_t d = 0; d < rank; ++d) {
+          ShardOrderMap order = cur.order;
+          order[d].push_back(m);
+          Placements np = ps;
+          np[m] = Placement::shard(d);
+          add(std::move(np), std::move(order));
+        }
+    // 5. Partial -> Shard(d): reduce_scatter.
+    for (unsigned m = 0; m < ps.size(); ++m)
+      if (ps[m].isPartial())
+        for (int64_t d = 0; d < rank; ++d) {
+          ShardOrderMap order = cur.order;
+          order[d].push_back(m);
+          Placements np = ps;
+          np[m] = Placement::shard(d);
+          add(std::move(np), std::move(order));
+        }
+    // 6. Replicate -> Partial(op) for the reduce ops of source and target, never mixing (but
+    //    sum with avg).
+    for (unsigned m = 0; m < ps.size(); ++m)
+      if (ps[m].isReplicate())
+        for (ReduceOp op : reduceOps) {
+          Placements np = ps;
+          np[m] = Placement::partial(op);
+          std::set<ReduceOp> ops;
+          for (const Placement &p : np)
+            if (p.isPartial())
+              ops.insert(p.reduceOp);
+          if (ops.size() > 1 && ops != std::set<ReduceOp>{ReduceOp::Sum, ReduceOp::Avg})
+            continue;
+          add(std::move(np), cur.order);
+        }
+    return out;
+  }
+
+  /// get_logical_shape: the global shape with every *other* sharding mesh dim of the state applied
+  /// (rank 0's chunks), in shard order.
+  Shape logicalShape(const DistState &st, unsigned meshDim) const {
+    Shape shape = globalShape(meta);
+    for (const auto &[d, dims] : st.order)
+      for (unsigned m : dims)
+        if (m != meshDim)
+          shape[d] = chunk0(shape[d], mesh.shape[m]);
+    return shape;
+  }
+
+  llvm::SmallVector<Transform, 4> transformsOf(const std::vector<DistState> &path) const {
+    llvm::SmallVector<Transform, 4> out;
+    for (size_t i = 0; i + 1 < path.size(); ++i)
+      for (unsigned m = 0; m < path[i].placements.size(); ++m)
+        if (!same(path[i].placements[m], path[i + 1].placements[m]))
+          out.push_back({{m}, path[i].placements[m], path[i + 1].placements[m], logicalShape(path[i], m)});
+    return out;
+  }
+};
+
+/// `_gen_transform_infos_non_cached`: which planner runs, and its steps (before merging).
+/// `normalizedSrc` receives the source placements the steps start from (a decoded _StridedShard
+/// becomes a Shard on the graph path).
+llvm::Expected<llvm::SmallVector<Transform, 4>> planTransforms(const DeviceMesh &mesh, const TensorMeta &meta,
+                                                               const Placements &src, const Placements &dst,
+                                                               const RedistributeOptions &options,
+                                                               Placements &normalizedSrc, bool &usedGraph) {
+  normalizedSrc = src;
+  usedGraph = false;
+  bool nonDefaultOrder = hasNonDefaultOrder(options);
+  bool strided = hasStrided(src) || hasStrided(dst);
+  if (nonDefaultOrder || strided || options.forceMinCostPlan) {
+    std::optional<std::pair<Placements, ShardOrderMap>> s, d;
+    if (hasStrided(src)) {
+      s = decodeStrided(mesh, src);
+    } else {
+      ShardOrderMap order = defaultShardOrder(src);
+      if (options.srcShardOrder) {
+        order.clear();
+        for (const ShardOrderEntry &e : *options.srcShardOrder)
+          order[e.tensorDim].assign(e.meshDims.begin(), e.meshDims.end());
+      }
+      s = std::make_pair(src, std::move(order));
+    }
+    d = hasStrided(dst) ? decodeStrided(mesh, dst) : std::make_pair(dst, defaultShardOrder(dst));
+    if (s && d) { // otherwise DTensor catches _StridedShardNotDecodableError and goes greedy
+      std::set<ReduceOp> reduceOps;
+      for (const Placements *ps : {&s->first, &d->first})
+        for (const Placement &p : *ps)
+          if (p.isPartial())
+            reduceOps.insert(p.reduceOp);
+      CostModel cost(mesh, options.devicesPerHost);
+      GraphPlanner planner(mesh, meta, cost, std::move(reduceOps));
+      usedGraph = true;
+      normalizedSrc = s->first;
+      return planner.plan(makeState(s->first, s->second), makeState(d->first, d->second));
+    }
+  }
+  return greedyTransforms(mesh, globalShape(meta), src, dst);
+}
 } // namespace
 
 llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const TensorMeta &meta,
@@ -415,33 +754,23 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
   Placements &src = checked->first, &dst = checked->second;
   unsigned ndim = mesh.ndim();
 
-  // Cases that take DTensor's graph-based (Dijkstra) planner: not modelled. _StridedShard forces
-  // it, but DTensor falls back to the greedy planner when a _StridedShard's split factor does not
-  // decode into a shard order (the usual case: factors made by view ops, e.g. any sf > 1 on a 1-D
-  // mesh).
-  if ((hasStrided(src) || hasStrided(dst)) && stridedShardDecodable(mesh, src) && stridedShardDecodable(mesh, dst))
-    return makeError("redistribute {} -> {}: _StridedShard placements that decode into a shard order use DTensor's "
-                     "graph-based planner, which commlens does not model",
-                     str(src), str(dst));
-  if (llvm::Error e = checkShardOrder(src, dst, options))
-    return e;
-  if (options.forceMinCostPlan)
-    return makeError("redistribute {} -> {}: use_min_cost_redistribution_plan() selects DTensor's graph-based "
-                     "planner, which commlens does not model",
-                     str(src), str(dst));
-
   if (llvm::Error e = checkNoMixedPartials(src, "source"))
     return e;
   if (llvm::Error e = checkNoMixedPartials(dst, "target"))
     return e;
 
   RedistributePlan plan;
-  if (same(src, dst))
-    return plan;
+  if (same(src, dst) && (hasStrided(src) || !hasNonDefaultOrder(options)))
+    return plan; // same spec (an order-only change still plans: only op dispatch asks for one)
 
   Shape global = globalShape(meta);
-  llvm::SmallVector<Transform, 4> transforms = greedyTransforms(mesh, global, src, dst);
-  transforms = mergeFlattened(mesh, std::move(transforms), options);
+  Placements start;
+  bool usedGraph = false;
+  auto planned = planTransforms(mesh, meta, src, dst, options, start, usedGraph);
+  if (!planned)
+    return planned.takeError();
+  plan.usedGraphPlanner = usedGraph;
+  llvm::SmallVector<Transform, 4> transforms = mergeFlattened(mesh, std::move(*planned), options);
   for (const Transform &t : transforms)
     if (t.meshDims.size() > 1 && (t.src.kind == Placement::Kind::StridedShard || t.dst.kind == Placement::Kind::StridedShard))
       return makeError("redistribute {} -> {}: a _StridedShard step merged over a flattened mesh (DTensor asserts)",
@@ -450,10 +779,10 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
   // Rank 0's local shape under the source placements (default shard order: mesh dims in order).
   Shape local = global;
   for (unsigned i = 0; i < ndim; ++i) {
-    if (src[i].isShard())
-      local[src[i].dim] = chunk0(local[src[i].dim], mesh.shape[i]);
-    else if (src[i].kind == Placement::Kind::StridedShard)
-      local[src[i].dim] = stridedChunk0(local[src[i].dim], mesh.shape[i], src[i].splitFactor);
+    if (start[i].isShard()) // rank 0's nested chunks do not depend on the shard order
+      local[start[i].dim] = chunk0(local[start[i].dim], mesh.shape[i]);
+    else if (start[i].kind == Placement::Kind::StridedShard)
+      local[start[i].dim] = stridedChunk0(local[start[i].dim], mesh.shape[i], start[i].splitFactor);
   }
 
   int64_t elem = elementSize(meta.dtype);
@@ -616,74 +945,29 @@ llvm::Expected<double> redistributeCost(const DeviceMesh &mesh, const TensorMeta
   if (!checked)
     return checked.takeError();
   Placements &src = checked->first, &dst = checked->second;
-  constexpr double kInf = std::numeric_limits<double>::infinity();
   if (llvm::all_of(src, [](const Placement &p) { return p.isReplicate(); }))
     return 0.0;
-  if (same(src, dst))
+  if (same(src, dst) && (hasStrided(src) || !hasNonDefaultOrder(options)))
     return 0.0;
   // A _StridedShard spec has no shard_order (it encodes one), and redistribute_cost bails.
   for (const Placements *ps : {&src, &dst})
     for (const Placement &p : *ps)
       if (p.kind == Placement::Kind::StridedShard)
         return kInf;
-  if (llvm::Error e = checkShardOrder(src, dst, options))
-    return e;
-  if (options.forceMinCostPlan)
-    return makeError("redistribute {} -> {}: use_min_cost_redistribution_plan() selects DTensor's graph-based "
-                     "planner, which commlens does not model",
-                     str(src), str(dst));
-
-  // MeshTopoInfo.build_from_mesh: walk mesh dims innermost first; once the devices covered exceed
-  // one host, that dim and every outer one are inter-host.
-  if (devicesPerHost <= 0)
-    devicesPerHost = mesh.deviceType == MeshDeviceType::Cuda ? 8 : 1;
-  unsigned ndim = mesh.ndim();
-  llvm::SmallVector<double, 4> bandwidth(ndim, 87.7), latency(ndim, 0.6);
-  int64_t total = 1;
-  for (unsigned m = ndim; m-- > 0;) {
-    total *= mesh.shape[m];
-    if (total > devicesPerHost) {
-      bandwidth[m] *= 0.22;
-      latency[m] = 2.7;
-    }
-  }
-  // Same operation order as the Python, so the doubles match bit for bit.
-  auto ring = [&](double bytesGb, unsigned m, double hopsPerDevice) {
-    double n = static_cast<double>(mesh.shape[m]);
-    double hops = hopsPerDevice * (n - 1);
-    double lat = 6.6 + hops * latency[m];
-    double bw = (bytesGb * hops / n) / bandwidth[m];
-    return lat + bw * 1e6;
-  };
-
-  int64_t numShards = 1;
-  for (unsigned m = 0; m < ndim; ++m)
-    if (isShardLike(src[m]))
-      numShards *= mesh.shape[m];
-  int64_t bytes = elementSize(meta.dtype) * numel(globalShape(meta));
-  double commBytesGb = static_cast<double>(bytes) / static_cast<double>(numShards) / 1024 / 1024 / 1024;
-
+  RedistributeOptions withHost = options;
+  withHost.devicesPerHost = devicesPerHost > 0 ? devicesPerHost : options.devicesPerHost;
+  Placements start;
+  bool usedGraph = false;
+  auto planned = planTransforms(mesh, meta, src, dst, withHost, start, usedGraph);
+  if (!planned)
+    return planned.takeError();
+  CostModel model(mesh, withHost.devicesPerHost);
+  double commBytesGb = bytesGbOf(meta, model.numShards(src));
   double cost = 0.0;
-  for (const Transform &t : greedyTransforms(mesh, globalShape(meta), src, dst)) {
-    const Placement &cur = t.src, &tgt = t.dst;
-    unsigned m = t.meshDims.front();
-    double n = static_cast<double>(mesh.shape[m]);
-    double step = 0.0;
-    if (cur.isShard() && tgt.isReplicate()) {
-      commBytesGb *= n;
-      step = ring(commBytesGb, m, 1);
-    } else if (cur.isShard() && tgt.isShard()) {
-      step = ring(commBytesGb, m, 1) + 1.0;
-    } else if (cur.isPartial() && tgt.isReplicate()) {
-      step = ring(commBytesGb, m, 2);
-    } else if (cur.isPartial() && tgt.isShard()) {
-      step = ring(commBytesGb, m, 1);
-      commBytesGb /= n;
-    } else if ((cur.isShard() && tgt.isPartial()) || (cur.isPartial() && tgt.isPartial())) {
+  for (const Transform &t : *planned) {
+    double step = model.transition(t.src, t.dst, t.meshDims.front(), commBytesGb);
+    if (std::isinf(step))
       return kInf;
-    } else if (cur.isReplicate() && tgt.isShard()) {
-      commBytesGb /= n;
-    }
     cost += step;
   }
   return cost;

@@ -17,18 +17,25 @@
 //      `_dtensor.shard_dim_alltoall` custom op on CUDA, but on a CPU mesh an all_gather plus a local
 //      chunk; R->S(d) a local chunk; R->P a local partition (sum: divide by n).
 //
-// _StridedShard (from view ops or FSDP2+TP): DTensor tries its graph-based planner, but falls back
-// to the greedy one when a split factor does not decode into a shard order (any sf > 1 on a 1-D
-// mesh, or one that is not a product of later mesh dim sizes). That greedy fallback is modelled:
+// Planner choice (`_gen_transform_infos_non_cached`): the greedy planner above, unless a
+// _StridedShard is present, the source has a non-default shard order, or
+// use_min_cost_redistribution_plan() is on; then DTensor's graph-based planner runs: Dijkstra
+// over (placements, shard order) states, one mesh dim changing per edge (S(a)->S(b) and S->R only
+// on the last mesh dim in a tensor dim's order, P->R, R->S appended to the order, P->S, R->P for
+// the reduce ops of source and target), edge costs from DTensor's cost model (see
+// redistributeCost; they depend on RedistributeOptions::devicesPerHost), ties to the state pushed
+// first. A _StridedShard enters it decoded into a Shard plus a shard order. When its split factor
+// does not decode (view-op factors: any sf > 1 on a 1-D mesh, or one that is no product of later
+// mesh dim sizes), DTensor falls back to the greedy planner with the _StridedShard as is:
 // _S -> R / S(d) / _S all_gather (padded to rank 0's strided chunk) then a local reorder/split;
-// P -> _S all_reduce (not reduce_scatter) then a local split; S -> _S all_gather then split;
-// R -> _S local. Its logical shapes ignore _StridedShard nesting, so some N-D plans crash inside
-// DTensor (a torch._check in the unpad); planRedistribute reports those as errors too.
+// P -> _S all_reduce (not reduce_scatter) then a local split; S -> _S all_gather then a split;
+// R -> _S local. Those greedy logical shapes ignore _StridedShard nesting, so some N-D plans crash
+// inside DTensor (a torch._check in the unpad); planRedistribute reports those as errors too.
 //
-// Not modelled (planRedistribute returns an error naming the case instead of guessing): plans by
-// the graph-based Dijkstra planner, whose choice depends on its topology cost model and tie order:
-// _StridedShards that decode into a shard order, non-default shard orders, and
-// use_min_cost_redistribution_plan() (RedistributeOptions::forceMinCostPlan).
+// Caveats of the graph planner not modelled: DTensor caches one planner per (mesh, tensor meta)
+// whose R->P reduce-op set grows with every redistribution it planned, and iterates that Python
+// set in hash order; commlens uses the source's and target's ops in the order sum, avg, max, min,
+// product. Only plans that go through a Partial that neither end has can differ.
 //
 // Symbolic sizes are planned with their hints (DTensor's guard_or_true would treat an unknown
 // divisibility as uneven: padding never changes the count, only the bytes).
@@ -100,6 +107,8 @@ struct RedistributeStep {
 struct RedistributePlan {
   /// Every step DTensor executes, local and size-1 steps included.
   llvm::SmallVector<RedistributeStep, 4> steps;
+  /// DTensor's graph-based (Dijkstra) planner made the plan, not the greedy one.
+  bool usedGraphPlanner = false;
 
   /// The steps that issue a collective, in order (what CommDebugMode counts).
   llvm::SmallVector<const RedistributeStep *, 4> collectives() const;
@@ -122,19 +131,24 @@ struct RedistributeOptions {
   llvm::SmallVector<llvm::SmallVector<unsigned, 2>, 1> flattenedDims;
   /// disable_redistribute_transform_optimization(): never merge.
   bool disableTransformOptimization = false;
-  /// use_min_cost_redistribution_plan(): forces the graph planner (not implemented: error).
+  /// use_min_cost_redistribution_plan(): forces the graph planner.
   bool forceMinCostPlan = false;
-  /// The source's DTensorSpec.shard_order, when known. A non-default order (mesh dims of some
-  /// tensor dim not strictly increasing) forces the graph planner (not implemented: error). The
-  /// target of DTensor.redistribute always has the default order.
+  /// The source's DTensorSpec.shard_order, when known (ignored when the source has a
+  /// _StridedShard: that encodes the order). A non-default order (mesh dims of some tensor dim not
+  /// strictly increasing) forces the graph planner. DTensor.redistribute's target always has the
+  /// default order.
   std::optional<llvm::SmallVector<ShardOrderEntry, 2>> srcShardOrder;
+  /// `torch.<device>.device_count()` on the machine that runs the program, for the cost model
+  /// (graph planner edge costs, redistributeCost); <= 0: 1 for a CPU mesh, 8 for CUDA.
+  int64_t devicesPerHost = 0;
 };
 
 /// Plans `redistribute_local_tensor(current=src, target=dst)` for a tensor of global `meta` on
 /// `mesh` (the internal path used both by DTensor.redistribute and by op dispatch). Shard dims may
-/// be negative (normalised against the tensor rank). src == dst gives an empty plan.
-/// Errors (one line): malformed input; the unimplemented graph-planner cases above; and the
-/// combinations DTensor itself raises on when the step runs on a mesh dim of size > 1:
+/// be negative (normalised against the tensor rank). src == dst gives an empty plan, unless the
+/// source has a non-default shard order: op dispatch then still moves it to the default order
+/// (DTensor.redistribute itself compares placements only and does nothing).
+/// Errors (one line): malformed input; and the combinations DTensor itself raises on when the step runs on a mesh dim of size > 1:
 /// Shard -> Partial, Partial(a) -> Partial(b), Replicate -> Partial(product), mixed Partial
 /// reduce ops within one placement tuple (sum with avg is allowed), the nested-_StridedShard
 /// unpad crash, and a _StridedShard step merged over a flattened mesh (DTensor asserts).
@@ -162,10 +176,11 @@ std::optional<std::string> userRedistributeRefusal(llvm::ArrayRef<Placement> src
 /// with a ring model per mesh dim (latency 6.6 us + hops x 0.6 us, 87.7 GB/s; mesh dims whose
 /// cumulative size from the innermost dim exceeds `devicesPerHost` are inter-host: x0.22
 /// bandwidth, 2.7 us per hop). A size-1 mesh dim still costs the 6.6 us latency. An all-Replicate
-/// source costs 0 whatever the target; any _StridedShard otherwise makes it infinity.
-/// `devicesPerHost` is `torch.<device>.device_count()` on the machine that runs the program; <= 0
-/// means 1 for a CPU mesh (torch.cpu.device_count()) and 8 for CUDA. Errors as planRedistribute
-/// for malformed input and non-default shard orders.
+/// source costs 0 whatever the target; any _StridedShard otherwise makes it infinity. The steps
+/// are the graph planner's where it runs (non-default shard order, forceMinCostPlan).
+/// `devicesPerHost` (when > 0, else options.devicesPerHost) is `torch.<device>.device_count()` on
+/// the machine that runs the program; <= 0 means 1 for a CPU mesh and 8 for CUDA. Errors for
+/// malformed input.
 llvm::Expected<double> redistributeCost(const DeviceMesh &mesh, const TensorMeta &meta,
                                         llvm::ArrayRef<Placement> src, llvm::ArrayRef<Placement> dst,
                                         int64_t devicesPerHost = 0,

@@ -15,6 +15,7 @@ mesh with shard_dim_alltoall's CPU fallback switched off (its only device-type b
 CUDA op sequence is observed without a GPU.
 """
 
+import contextlib
 import json
 import math
 import sys
@@ -29,9 +30,12 @@ from torch.distributed.tensor._collective_utils import MeshTopoInfo, redistribut
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 from torch.distributed.tensor._redistribute import (
     _gen_transform_infos,
+    clear_redistribute_planner_cache,
     DTensorRedistributePlanner,
     redistribute_local_tensor,
+    use_min_cost_redistribution_plan,
 )
+from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
 from torch.distributed.tensor.placement_types import _StridedShard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.debug import CommDebugMode
@@ -117,6 +121,13 @@ def get_mesh(shape, names, flatten):
     return _meshes[key]
 
 
+def _refusal(src, dst):
+    for p, q in zip(src, dst):
+        if q.is_partial() and p != q:
+            return f"Can not redistribute from {p} to {q}, redistributing to Partial is for internal use only!"
+    return None
+
+
 def _normalized(p, ndim):
     if isinstance(p, _StridedShard):
         return _StridedShard(p.dim % ndim, split_factor=p.split_factor)
@@ -141,31 +152,57 @@ def run_case(case):
     except Exception as e:  # noqa: BLE001 - invalid source placements
         return {"ok": False, "error": f"setup: {type(e).__name__}: {e}", "user_refusal": None}
 
+    # Fresh planner state per case: DTensor caches planners per (mesh, meta) and their R->P reduce-op
+    # sets grow with every redistribution planned.
     _gen_transform_infos.cache_clear()
+    clear_redistribute_planner_cache()
     _graph_used[0] = False
+    src_spec = dt._spec
+    if case.get("src_shard_order") is not None:
+        order = tuple(ShardOrderEntry(tensor_dim=d, mesh_dims=tuple(m)) for d, m in case["src_shard_order"])
+        src_spec = DTensorSpec(mesh, dt._spec.placements, tensor_meta=dt._spec.tensor_meta, shard_order=order)
     dst_n = [_normalized(p, len(shape)) for p in dst]
     target = DTensorSpec(mesh, tuple(dst_n), tensor_meta=dt._spec.tensor_meta)
+
+    def force():
+        return use_min_cost_redistribution_plan() if case.get("force_min_cost") else contextlib.nullcontext()
+
+    # The cost model's devices per host (torch.<device>.device_count()), for the whole case.
     per_host = case.get("devices_per_host", 1)
     saved_per_host = _mesh_resources.num_devices_per_host
     _mesh_resources.num_devices_per_host = lambda device_type: per_host
     MeshTopoInfo.build_from_mesh.cache_clear()
-    try:
-        answer["cost"] = repr(float(redistribute_cost(dt._spec, target)))
-    except Exception as e:  # noqa: BLE001
-        answer["cost"] = f"error: {type(e).__name__}: {e}"
-    finally:
-        _mesh_resources.num_devices_per_host = saved_per_host
-        MeshTopoInfo.build_from_mesh.cache_clear()
-
-    saved = collective_utils.local_tensor_mode
+    saved_lt = collective_utils.local_tensor_mode
     if case.get("device") == "cuda":
         collective_utils.local_tensor_mode = lambda: object()
     try:
-        rec = Recorder(group_dims)
-        with CommDebugMode() as comm_mode, rec:
+        try:
+            with force():
+                answer["cost"] = repr(float(redistribute_cost(src_spec, target)))
+        except Exception as e:  # noqa: BLE001
+            answer["cost"] = f"error: {type(e).__name__}: {e}"
+        return _run(answer, dt, src_spec, target, dst, dst_n, mesh, group_dims, force)
+    finally:
+        collective_utils.local_tensor_mode = saved_lt
+        _mesh_resources.num_devices_per_host = saved_per_host
+        MeshTopoInfo.build_from_mesh.cache_clear()
+
+
+def _run(answer, dt, src_spec, target, dst, dst_n, mesh, group_dims, force):
+    rec = Recorder(group_dims)
+    _gen_transform_infos.cache_clear()
+    clear_redistribute_planner_cache()
+    _graph_used[0] = False
+    try:
+        with CommDebugMode() as comm_mode, rec, force():
             try:
-                dt.redistribute(mesh, dst)
-                answer["path"] = "user"
+                if src_spec is not dt._spec:  # a shard order only the internal path can carry
+                    answer["user_refusal"] = _refusal(src_spec.placements, dst_n)
+                    redistribute_local_tensor(dt._local_tensor, src_spec, target)
+                    answer["path"] = "internal"
+                else:
+                    dt.redistribute(mesh, dst)
+                    answer["path"] = "user"
             except RuntimeError as e:
                 if "for internal use only" not in str(e):
                     raise
@@ -178,8 +215,6 @@ def run_case(case):
         answer["ok"] = False
         answer["error"] = f"{type(e).__name__}: {e}"
         return answer
-    finally:
-        collective_utils.local_tensor_mode = saved
     answer["graph_planner"] = _graph_used[0]
     answer["collectives"] = rec.ops
     answer["comm_counts"] = {str(k): v for k, v in comm_mode.get_comm_counts().items()}

@@ -8,7 +8,8 @@
 // Answer: {"ok":true,"user_refusal":null|"...","collectives":[{"op","mesh_dims","src","dst",
 // "group_size","input_bytes","output_bytes"}...],"steps":[{"action","mesh_dims","src","dst"}...],
 // "cost":"<redistribute_cost>","trace":"..."} or {"ok":false,"error":"...","cost":...}.
-// An optional "devices_per_host" feeds redistributeCost.
+// Optional: "devices_per_host" (cost model), "force_min_cost" (use_min_cost_redistribution_plan),
+// "src_shard_order" ([[tensor_dim, [mesh dims...]], ...]).
 #include "passes/RedistributePlanner.h"
 
 #include "ir/Error.h"
@@ -95,6 +96,24 @@ llvm::json::Value run(llvm::StringRef text) {
       options.flattenedDims.push_back(dims);
     }
 
+  if (auto force = o->getBoolean("force_min_cost"))
+    options.forceMinCostPlan = *force;
+  if (const llvm::json::Array *order = o->getArray("src_shard_order")) { // [[tensor_dim, [mesh dims]], ...]
+    llvm::SmallVector<ShardOrderEntry, 2> entries;
+    for (const llvm::json::Value &e : *order) {
+      const llvm::json::Array *pair = e.getAsArray();
+      if (!pair || pair->size() != 2 || !(*pair)[1].getAsArray())
+        return fail("bad src_shard_order");
+      ShardOrderEntry entry;
+      entry.tensorDim = (*pair)[0].getAsInteger().getValueOr(0);
+      for (const llvm::json::Value &d : *(*pair)[1].getAsArray())
+        entry.meshDims.push_back(static_cast<unsigned>(d.getAsInteger().getValueOr(0)));
+      entries.push_back(entry);
+    }
+    options.srcShardOrder = entries;
+  }
+  options.devicesPerHost = o->getInteger("devices_per_host").getValueOr(0);
+
   auto src = placementsOf(*o, "src");
   if (!src)
     return fail(takeMessage(src.takeError()));
@@ -138,6 +157,7 @@ llvm::json::Value run(llvm::StringRef text) {
                                              {"output_bytes", s.outputBytes}});
   }
   return llvm::json::Object{{"ok", true},
+                            {"graph_planner", plan->usedGraphPlanner},
                             {"user_refusal", std::move(refusal)},
                             {"cost", std::move(cost)},
                             {"collectives", std::move(collectives)},
