@@ -15,7 +15,7 @@ build/commlens inspect out/gpt2.pt2
 PLAN="examples.plans:gpt2_tp_sp(tp=4)"
 echo "== plan $PLAN -> out/gpt2_tp_sp.json"
 $PY -m commlens.plan "$PLAN" -o out/gpt2_tp_sp.json
-PHASE="${COMMLENS_PHASE:-forward}"
+PHASE="${COMMLENS_PHASE:-both}"
 echo "== commlens predict out/gpt2.pt2 --plan out/gpt2_tp_sp.json --phase $PHASE"
 build/commlens predict out/gpt2.pt2 --plan out/gpt2_tp_sp.json --phase "$PHASE" --noise-level 1
 build/commlens predict out/gpt2.pt2 --plan out/gpt2_tp_sp.json --phase "$PHASE" --format json -o out/predicted.json
