@@ -35,7 +35,7 @@
 // Caveats of the graph planner not modelled: DTensor caches one planner per (mesh, tensor meta)
 // whose R->P reduce-op set grows with every redistribution it planned, and iterates that Python
 // set in hash order; commlens uses the source's and target's ops in the order sum, avg, max, min,
-// product. Only plans that go through a Partial that neither end has can differ.
+// product. Only ties between R->P edges of different reduce ops can come out differently.
 //
 // Symbolic sizes are planned with their hints (DTensor's guard_or_true would treat an unknown
 // divisibility as uneven: padding never changes the count, only the bytes).
