@@ -755,8 +755,10 @@ private:
       std::string module = a.fwd->input("module") && a.fwd->input("module")->is<std::string>()
                                ? a.fwd->input("module")->get<std::string>()
                                : (a.fwd->scope() ? a.fwd->scope()->displayName() : "Global");
+      // The gradient keeps its strides: to_local / from_local wrap the same local tensor.
       out[0] = emit(op, {{"self", g, false}, {"placements", placementsList(p), false}, {"module", module, true}},
-                    like(g), "grad_boundary");
+                    metaOf(g->meta()->dtype, sizesOf(*g->meta()), g->meta()->device, stridesOf(*g->meta())),
+                    "grad_boundary");
       return out;
     }
     case AGNode::Kind::Op:
@@ -939,10 +941,13 @@ private:
       Value *m = emit("aten::mul.Scalar", {{"self", p, false}, {"other", e, false}}, like(self), "grad_pow_scale");
       set("self", emit("aten::mul.Tensor", {{"self", g, false}, {"other", m, false}}, like(g), "grad_mul"));
     } else if (op == "aten::rsqrt.default") {
-      // -0.5 * grad * result.pow(3)
+      // -0.5 * grad * result.pow(3); the saved result is unpacked as a detached alias (a detach
+      // DTensor dispatches, as CommDebugMode's backward op lists show).
+      Value *saved = emit("aten::detach.default", {{"self", const_cast<Value *>(result), false}}, like(result),
+                          "grad_rsqrt_result");
+      Value *p = emit("aten::pow.Tensor_Scalar", {{"self", saved, false}, {"exponent", 3.0, false}}, like(result),
+                      "grad_rsqrt_pow");
       Value *a0 = emit("aten::mul.Scalar", {{"self", g, false}, {"other", -0.5, false}}, like(g), "grad_rsqrt_scale");
-      Value *p = emit("aten::pow.Tensor_Scalar", {{"self", const_cast<Value *>(result), false}, {"exponent", 3.0, false}},
-                      like(result), "grad_rsqrt_pow");
       set("self", emit("aten::mul.Tensor", {{"self", a0, false}, {"other", p, false}}, like(g), "grad_mul"));
     } else if (op == "aten::mean.dim" || op == "aten::sum.dim_IntList") {
       // sum_backward (unsqueeze the reduced dims unless keepdim, expand), then / numel for mean
