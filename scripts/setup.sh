@@ -36,7 +36,7 @@ WERROR=OFF; [ "${CI:-}" = true ] && WERROR=ON
 if [ ! -f "$BUILD/build.ninja" ] || [ "$(cat "$BUILD/.config" 2>/dev/null)" != "$SAN $WERROR" ]; then
   TORCH_PREFIX="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython3_EXECUTABLE="$ROOT/$PY" \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
     -DCOMMLENS_SANITIZE=$SAN -DCOMMLENS_WERROR=$WERROR >/dev/null
   echo "$SAN $WERROR" > "$BUILD/.config"
 fi
