@@ -74,8 +74,8 @@ TEST(IRPrinter, PrintsAStableReadableGraph) {
   w->setMeta(f32({16, 8}));
   Value *x = g.createValue("x", ValueKind::Tensor);
   x->setMeta(f32({2, 8}));
-  g.inputs().push_back({InputKind::Parameter, w, "fc.weight", true});
-  g.inputs().push_back({InputKind::UserInput, x, "x", true});
+  g.inputs().push_back({InputKind::Parameter, w, "fc.weight", true, ""});
+  g.inputs().push_back({InputKind::UserInput, x, "x", true, ""});
   g.scopes().setRootType("__main__.Net");
   ModuleScope *fc = g.scopes().getOrCreate({{"fc", "torch.nn.modules.linear.Linear", 1}});
   Value *y = g.createValue("linear", ValueKind::Tensor);
