@@ -893,12 +893,21 @@ private:
                        "grad_silu"));
     } else if (op == "aten::_softmax.default" || op == "aten::_log_softmax.default") {
       bool log = op == "aten::_log_softmax.default";
-      set("self", emit(log ? "aten::_log_softmax_backward_data.default" : "aten::_softmax_backward_data.default",
+      Value *gi = emit(log ? "aten::_log_softmax_backward_data.default" : "aten::_softmax_backward_data.default",
                        {{"grad_output", g, false},
                         {"output", const_cast<Value *>(result), false},
                         {"dim", *intArg(n, "dim"), false},
                         {"input_dtype", self->meta()->dtype, false}},
-                       like(self), log ? "grad_log_softmax" : "grad_softmax"));
+                       like(self), log ? "grad_log_softmax" : "grad_softmax");
+      if (log && ctx_.plan->lossParallel && state_.layout(self)) {
+        // loss_parallel's handler returns grad_output.to(input_dtype) (nll_loss_backward already
+        // computed the fused gradient): DTensor dispatches to.dtype and, the dtype unchanged, a
+        // detach of the same tensor.
+        Value *c = emit("aten::to.dtype", {{"self", g, false}, {"dtype", self->meta()->dtype, false}}, like(g),
+                        "grad_log_softmax_to");
+        gi = emit("aten::detach.default", {{"self", c, false}}, like(g), "grad_log_softmax");
+      }
+      set("self", gi);
     } else if (op == "aten::add.Tensor" || op == "aten::add_.Tensor") {
       set("self", g);
       set("other", g);

@@ -29,6 +29,8 @@ CASES = [
     ("examples.gpt2:gpt2", "examples.plans:gpt2_tp(tp=4)"),
     ("examples.gpt2:gpt2", "examples.plans:gpt2_tp_sp(tp=4)"),
     ("examples.llama:llama", "examples.plans:llama_tp(tp=4)"),
+    ("examples.gpt2:gpt2(attn='sdpa')", "examples.plans:gpt2_tp_loss_parallel(tp=4)"),
+    ("examples.llama:llama", "examples.plans:llama_tp(tp=2, sp=False, frozen=('tok_embeddings.*',))"),
 ]
 
 
