@@ -822,6 +822,36 @@ private:
         set("bias", gb);
       return out;
     }
+    if (op == "aten::_fused_rms_norm.default") {
+      if (!g)
+        return out;
+      Value *input = operand(n, "input"), *weight = operand(n, "weight");
+      Value *gi = bw_->createUniqueValue("grad_rms_norm_input", ValueKind::Tensor);
+      gi->setMeta(like(input));
+      llvm::SmallVector<Argument, 1> results{gi};
+      Value *gw = nullptr;
+      if (weight) {
+        gw = bw_->createUniqueValue("grad_rms_norm_weight", ValueKind::Tensor);
+        gw->setMeta(like(weight));
+        results.push_back(gw);
+      } else {
+        results.push_back(NoneArg{});
+      }
+      BoolList mask{want("input") >= 0, weight && want("weight") >= 0};
+      Node *b = bw_->appendNode(gi->name(), "aten::_fused_rms_norm_backward.default",
+                                {{"grad_out", g, false},
+                                 {"input", input, false},
+                                 {"normalized_shape", *n.input("normalized_shape"), false},
+                                 {"rstd", n.results()[1], false},
+                                 {"weight", weight ? Argument(weight) : Argument(NoneArg{}), false},
+                                 {"output_mask", mask, false}},
+                                results);
+      b->setScope(const_cast<ModuleScope *>(current_), {});
+      set("input", gi);
+      if (gw)
+        set("weight", gw);
+      return out;
+    }
     if (op == "aten::_scaled_dot_product_flash_attention_for_cpu.default") {
       if (!g)
         return out;
@@ -858,8 +888,70 @@ private:
       set("self", transpose(g, *intArg(n, "dim0"), *intArg(n, "dim1")));
     } else if (op == "aten::expand.default") {
       set("self", sumTo(g, *self->meta(), n));
+    } else if (op == "aten::_to_copy.default") {
+      // ToCopyBackward0: the gradient goes back to the input's dtype (a copy only if it differs)
+      set("self", g->meta()->dtype == self->meta()->dtype
+                      ? g
+                      : emit("aten::_to_copy.default", {{"self", g, false}, {"dtype", self->meta()->dtype, true}},
+                             like(self), "grad_to_copy"));
+    } else if (op == "aten::neg.default") {
+      set("self", emit("aten::neg.default", {{"self", g, false}}, like(g), "grad_neg"));
+    } else if (op == "aten::exp.default") {
+      set("self", emit("aten::mul.Tensor", {{"self", g, false}, {"other", const_cast<Value *>(result), false}}, like(g),
+                       "grad_exp"));
+    } else if (op == "aten::tanh.default" || op == "aten::sigmoid.default") {
+      bool tanh = op == "aten::tanh.default";
+      set("self", emit(tanh ? "aten::tanh_backward.default" : "aten::sigmoid_backward.default",
+                       {{"grad_output", g, false}, {"output", const_cast<Value *>(result), false}}, like(g),
+                       tanh ? "grad_tanh" : "grad_sigmoid"));
+    } else if (op == "aten::sqrt.default") {
+      // grad / (2 * result)
+      Value *two = emit("aten::mul.Scalar", {{"self", const_cast<Value *>(result), false}, {"other", int64_t(2), false}},
+                        like(result), "grad_sqrt_scale");
+      set("self", emit("aten::div.Tensor", {{"self", g, false}, {"other", two, false}}, like(g), "grad_sqrt"));
+    } else if (op == "aten::log.default") {
+      set("self", emit("aten::div.Tensor", {{"self", g, false}, {"other", self, false}}, like(g), "grad_log"));
+    } else if (op == "aten::div.Tensor") {
+      const Argument &other = *n.input("other");
+      if (want("self") >= 0)
+        set("self", emit("aten::div.Tensor", {{"self", g, false}, {"other", other, false}}, like(g), "grad_div"));
+      if (want("other") >= 0 && other.isTensor()) {
+        // -grad * ((self / other) / other)
+        Value *ng = emit("aten::neg.default", {{"self", g, false}}, like(g), "grad_neg");
+        Value *q = emit("aten::div.Tensor", {{"self", self, false}, {"other", other, false}}, like(g), "grad_div");
+        Value *q2 = emit("aten::div.Tensor", {{"self", q, false}, {"other", other, false}}, like(g), "grad_div");
+        set("other", emit("aten::mul.Tensor", {{"self", ng, false}, {"other", q2, false}}, like(g), "grad_mul"));
+      }
+    } else if (op == "aten::permute.default") {
+      IntList dims = *n.input("dims")->asIntList();
+      int64_t rank = static_cast<int64_t>(dims.size());
+      IntList inverse(dims.size());
+      for (int64_t i = 0; i < rank; ++i)
+        inverse[dims[i] < 0 ? dims[i] + rank : dims[i]] = i;
+      auto gs = sizesOf(*g->meta());
+      auto gst = stridesOf(*g->meta());
+      llvm::SmallVector<int64_t, 4> sz, st;
+      for (int64_t d : inverse) {
+        sz.push_back(gs[d]);
+        st.push_back(gst[d]);
+      }
+      set("self", emit("aten::permute.default", {{"self", g, false}, {"dims", inverse, false}},
+                       metaOf(g->meta()->dtype, sz, g->meta()->device, st), "grad_permute"));
+    } else if (op == "aten::squeeze.dim") {
+      auto s0 = sizesOf(*self->meta());
+      int64_t d = *intArg(n, "dim");
+      d = d < 0 ? d + static_cast<int64_t>(s0.size()) : d;
+      set("self", s0[d] == 1 ? emit("aten::unsqueeze.default", {{"self", g, false}, {"dim", d, false}}, like(self),
+                                    "grad_unsqueeze")
+                             : g);
+    } else if (op == "aten::native_dropout.default") {
+      double p = n.input("p") && n.input("p")->is<double>() ? n.input("p")->get<double>() : 0.0;
+      set("input", emit("aten::native_dropout_backward.default",
+                        {{"grad_output", g, false}, {"mask", n.results()[1], false},
+                         {"scale", p == 1.0 ? 0.0 : 1.0 / (1.0 - p), false}},
+                        like(g), "grad_dropout"));
     } else if (op == "aten::clone.default" || op == "aten::alias.default" || op == "aten::contiguous.default" ||
-               op == "aten::_to_copy.default" || op == "aten::add.Scalar" || op == "aten::add_.Scalar" ||
+               op == "aten::add.Scalar" || op == "aten::add_.Scalar" ||
                op == "aten::sub.Scalar" || op == "aten::positive.default" || op == "aten::lift_fresh_copy.default") {
       set("self", g);
     } else if (op == "aten::addmm.default") {

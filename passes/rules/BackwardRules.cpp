@@ -5,6 +5,7 @@
 //   native_layer_norm_backward: per outer dim d < axis, single-dim
 //     [S(d), P (weight grad), P (bias grad) | S(d) grad_out, S(d) input, S(d) mean, S(d) rstd,
 //      R weight, R bias]  (placeholders), plus the implicit all-Replicate rule;
+//   _fused_rms_norm_backward: the same with [S(d), P | S(d) grad_out, S(d) input, S(d) rstd, R];
 //   _softmax_backward_data / _log_softmax_backward_data: one candidate following whichever of
 //     grad_output / output has more shards, with Partials and shards of the softmax dim replicated;
 //   embedding_dense_backward(grad_output, indices): single-dim [S(1) | S(grad.ndim-1), R],
@@ -60,6 +61,33 @@ llvm::Expected<Cands> layerNormBackwardRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), opts);
 }
 
+/// _fused_rms_norm_backward(grad_out, input, normalized_shape, rstd, weight?): per outer dim d,
+/// [S(d), P (weight grad) | S(d) grad_out, S(d) input, S(d) rstd, R weight].
+llvm::Expected<Cands> rmsNormBackwardRule(const OpCall &call) {
+  if (call.inputs.size() < 3)
+    return call.error("expected grad_out, input, rstd (and weight), got {} tensor operands", call.inputs.size());
+  auto ns = call.intListArg("normalized_shape", 2);
+  if (!ns)
+    return call.error("missing normalized_shape argument");
+  int64_t axis = call.rank(1) - static_cast<int64_t>(ns->size());
+  unsigned numOutputs = static_cast<unsigned>(call.results.size());
+  unsigned extra = static_cast<unsigned>(call.inputs.size()) - 3;
+  std::vector<SingleDimRule> rules;
+  for (int64_t d = 0; d < axis; ++d) {
+    SingleDimRule r{RP::ph(d)};
+    for (unsigned k = 1; k < numOutputs; ++k)
+      r.push_back(RP::P());
+    for (int k = 0; k < 3; ++k)
+      r.push_back(RP::ph(d));
+    for (unsigned k = 0; k < extra; ++k)
+      r.push_back(RP::R());
+    rules.push_back(std::move(r));
+  }
+  ExpandOptions opts;
+  opts.numOutputs = numOutputs;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
 llvm::Expected<Cands> softmaxBackwardRule(const OpCall &call) {
   if (call.inputs.size() != 2)
     return call.error("expected grad_output and output, got {} tensor operands", call.inputs.size());
@@ -101,6 +129,7 @@ llvm::Expected<Cands> sdpaCpuBackwardRule(const OpCall &call) {
 
 void registerBackwardRules(RuleTable &t) {
   t["aten::native_layer_norm_backward.default"] = layerNormBackwardRule;
+  t["aten::_fused_rms_norm_backward.default"] = rmsNormBackwardRule;
   t["aten::_softmax_backward_data.default"] = softmaxBackwardRule;
   t["aten::_log_softmax_backward_data.default"] = softmaxBackwardRule;
   t["aten::embedding_dense_backward.default"] = embeddingDenseBackwardRule;

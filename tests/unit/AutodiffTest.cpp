@@ -185,3 +185,26 @@ TEST(Autodiff, FnmatchWhole) {
   EXPECT_TRUE(fnmatchWhole("layers.[01].x", "layers.1.x"));
   EXPECT_FALSE(fnmatchWhole("layers.[!01].x", "layers.1.x"));
 }
+
+TEST(Autodiff, CrossEntropyLossRunsAtGlobal) {
+  // loss = cross_entropy(logits.flatten(0, -2), targets.flatten()): the loss pass appends, outside
+  // every module, view [8, 8], the targets' from_local-if-DTensor marker, their view [8],
+  // _log_softmax(dim 1) and nll_loss_forward (reduction mean). Backward, before the root module's
+  // output hook fires (so at Global): NllLossBackward0 -> nll_loss_backward,
+  // LogSoftmaxBackward0 -> _log_softmax_backward_data, ViewBackward0 -> view [2, 4, 8]. Then in
+  // the root module: MulBackward0 for w only (x needs no grad): mul(grad, x), reduced by sum_to
+  // to w's [8] (sum over [0, 1] with keepdim, view), AccumulateGrad: detach.
+  ProgramBuilder b("M");
+  Value *w = b.param("w", f32({8}));
+  Value *x = b.input("x", f32({2, 4, 8}), false);
+  b.output(b.op("y", "aten::mul.Tensor", {{"self", x}, {"other", w}}, f32({2, 4, 8})));
+  b.plan.loss.kind = LossSpec::Kind::CrossEntropy;
+  std::vector<std::string> bw = b.backward();
+  std::vector<std::string> fwd;
+  for (const auto &n : b.p.graph().nodes())
+    fwd.push_back(n->op().name + "@" + (n->scope() ? n->scope()->path() : std::string("Global")));
+  EXPECT_EQ(fwd, (std::vector<std::string>{"mul@", "view@Global", "loss_targets@Global", "view@Global",
+                                           "_log_softmax@Global", "nll_loss_forward@Global"}));
+  EXPECT_EQ(bw, (std::vector<std::string>{"nll_loss_backward@Global", "_log_softmax_backward_data@Global",
+                                          "view@Global", "mul@", "sum@", "view@", "detach@"}));
+}
