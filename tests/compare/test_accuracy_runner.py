@@ -16,7 +16,7 @@ def test_runner_with_fake_predictor(commlens_bin, tmp_path):
     wrapper.write_text(f'#!/bin/sh\nif [ "$1" = predict ]; then exec "{sys.executable}" "{FAKE}" "$@"; fi\n'
                        f'exec "{commlens_bin}" "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    r = subprocess.run([sys.executable, str(RUN), "--only", "^mlp-tp-", "--work-dir", str(tmp_path / "work"),
+    r = subprocess.run([sys.executable, str(RUN), "--only", "^mlp-tp-tp(2-forward|4-grad-both|4-both|8-grad-backward)$", "--work-dir", str(tmp_path / "work"),
                         "--commlens", str(wrapper)], capture_output=True, text=True, timeout=600,
                        env={**os.environ, "PYTHONWARNINGS": "ignore"})
     work = tmp_path / "work"
