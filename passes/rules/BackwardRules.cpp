@@ -8,6 +8,8 @@
 //   _fused_rms_norm_backward: the same with [S(d), P | S(d) grad_out, S(d) input, S(d) rstd, R];
 //   _softmax_backward_data / _log_softmax_backward_data: one candidate following whichever of
 //     grad_output / output has more shards, with Partials and shards of the softmax dim replicated;
+//   nll_loss_backward: self with Partials and the class dim replicated, target following it,
+//     grad_output replicated (or like the target for reduction none), the gradient like self;
 //   embedding_dense_backward(grad_output, indices): single-dim [S(1) | S(grad.ndim-1), R],
 //     [P | S(i), S(i)] per indices dim, [P | P, R];
 //   SDPA's CPU backward: no strategy (DTensor raises), as the forward.
@@ -108,6 +110,47 @@ llvm::Expected<Cands> softmaxBackwardRule(const OpCall &call) {
   return out;
 }
 
+/// nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight):
+/// self with Partials and the class dim replicated; target following it without the class dim;
+/// grad_output like the target (reduction none) or replicated; weight replicated; total_weight
+/// replicated for mean; the gradient follows self.
+llvm::Expected<Cands> nllLossBackwardRule(const OpCall &call) {
+  if (call.inputs.size() < 4 || call.inputs.size() > 5)
+    return call.error("expected grad_output, self, target, (weight,) total_weight, got {} tensor operands",
+                      call.inputs.size());
+  auto reduction = call.intArg("reduction", 4);
+  if (!reduction)
+    return call.error("missing reduction argument");
+  int64_t channel = call.rank(1) >= 2 ? 1 : 0;
+  Placements in = replicateDims(call.inputs[1].placements, channel);
+  Placements target;
+  for (Placement p : in) {
+    if (p.isShard() && p.dim > channel)
+      p.dim -= 1;
+    target.push_back(p);
+  }
+  auto allReplicate = [&](const Placements &ps) {
+    Placements out;
+    for (size_t i = 0; i < ps.size(); ++i)
+      out.push_back(Placement::replicate());
+    return out;
+  };
+  Candidate c;
+  c.inputs.push_back(*reduction == 0 ? target : allReplicate(call.inputs[0].placements));
+  c.inputs.push_back(in);
+  c.inputs.push_back(target);
+  if (call.inputs.size() == 5)
+    c.inputs.push_back(allReplicate(call.inputs[3].placements));
+  const Placements &tw = call.inputs.back().placements;
+  c.inputs.push_back(*reduction == 1 ? allReplicate(tw) : tw);
+  for (size_t i = 0; i < call.results.size(); ++i)
+    c.outputs.push_back(in);
+  assignCosts(call, c);
+  Cands out;
+  out.push_back(std::move(c));
+  return out;
+}
+
 llvm::Expected<Cands> embeddingDenseBackwardRule(const OpCall &call) {
   if (call.inputs.size() != 2)
     return call.error("expected grad_output and indices, got {} tensor operands", call.inputs.size());
@@ -133,6 +176,7 @@ void registerBackwardRules(RuleTable &t) {
   t["aten::_softmax_backward_data.default"] = softmaxBackwardRule;
   t["aten::_log_softmax_backward_data.default"] = softmaxBackwardRule;
   t["aten::embedding_dense_backward.default"] = embeddingDenseBackwardRule;
+  t["aten::nll_loss_backward.default"] = nllLossBackwardRule;
   t["aten::_scaled_dot_product_flash_attention_for_cpu_backward.default"] = sdpaCpuBackwardRule;
 }
 
