@@ -94,13 +94,6 @@ TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device 
   return m;
 }
 
-std::string placementsText(const Placements &p) {
-  std::string out;
-  for (const Placement &x : p)
-    out += (out.empty() ? "" : ",") + x.str();
-  return out;
-}
-
 StringList placementsList(const Placements &p) {
   StringList out;
   for (const Placement &x : p)

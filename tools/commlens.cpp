@@ -127,6 +127,33 @@ int runInspect(int argc, char **argv) {
   return emit(os.str(), args->option("-o"));
 }
 
+/// The program and plan of predict / check-plan, the plan checked against the program (and the
+/// --world-size option, when given). Messages name the file at fault.
+struct ModelAndPlan {
+  std::unique_ptr<ExportedProgram> program;
+  ShardingPlan plan;
+};
+
+llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::string &modelPath,
+                                              const std::string &planPath) {
+  std::optional<int64_t> worldSize;
+  if (std::string ws = args.option("--world-size"); !ws.empty()) {
+    int64_t n;
+    if (llvm::StringRef(ws).getAsInteger(10, n) || n < 1)
+      return makeError("--world-size needs a positive integer, got '{}'", ws);
+    worldSize = n;
+  }
+  auto program = loadPt2(modelPath);
+  if (!program)
+    return makeError("{}: {}", modelPath, takeMessage(program.takeError()));
+  auto plan = readPlanFile(planPath);
+  if (!plan)
+    return makeError("{}: {}", planPath, takeMessage(plan.takeError()));
+  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, worldSize))
+    return makeError("{}: {}", planPath, takeMessage(std::move(err)));
+  return ModelAndPlan{std::move(*program), std::move(*plan)};
+}
+
 int runPredict(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {"--allow-unsupported"},
                         {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size"});
@@ -143,23 +170,12 @@ int runPredict(int argc, char **argv) {
   int noise = 0;
   if (std::string n = args->option("--noise-level"); !n.empty() && (llvm::StringRef(n).getAsInteger(10, noise) || noise < 0))
     return fail(fmt::format("--noise-level needs a non-negative integer, got '{}'", n));
-  std::optional<int64_t> worldSize;
-  if (std::string ws = args->option("--world-size"); !ws.empty()) {
-    int64_t n;
-    if (llvm::StringRef(ws).getAsInteger(10, n) || n < 1)
-      return fail(fmt::format("--world-size needs a positive integer, got '{}'", ws));
-    worldSize = n;
-  }
   const std::string &modelPath = args->positional[0];
   std::string planPath = args->option("--plan");
-  auto program = loadPt2(modelPath);
-  if (!program)
-    return fail(fmt::format("{}: {}", modelPath, takeMessage(program.takeError())));
-  auto plan = readPlanFile(planPath);
-  if (!plan)
-    return fail(fmt::format("{}: {}", planPath, takeMessage(plan.takeError())));
-  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, worldSize))
-    return fail(fmt::format("{}: {}", planPath, takeMessage(std::move(err))));
+  auto inputs = loadModelAndPlan(*args, modelPath, planPath);
+  if (!inputs)
+    return fail(takeMessage(inputs.takeError()));
+  auto &[program, plan] = *inputs;
 
   PassManager pm;
   buildPipeline(pm, phase != "forward");
@@ -175,11 +191,11 @@ int runPredict(int argc, char **argv) {
     }
     pm.printAfter(std::move(names), llvm::errs());
   }
-  PassContext ctx{**program, &*plan, PassOptions{args->flag("--allow-unsupported")}, PredictionState()};
+  PassContext ctx{*program, &plan, PassOptions{args->flag("--allow-unsupported")}, PredictionState()};
   if (llvm::Error err = pm.run(ctx))
     return fail(fmt::format("{}: {}", modelPath, takeMessage(std::move(err))));
   PredictionReport report =
-      PredictionReport::build(**program, *plan, ctx.state, phase != "backward", phase != "forward");
+      PredictionReport::build(*program, plan, ctx.state, phase != "backward", phase != "forward");
   std::string text;
   llvm::raw_string_ostream os(text);
   if (format == "json")
@@ -197,26 +213,15 @@ int runCheckPlan(int argc, char **argv) {
     return fail("check-plan takes MODEL.pt2 and --plan PLAN.json");
   const std::string &modelPath = args->positional[0];
   std::string planPath = args->option("--plan");
-  std::optional<int64_t> worldSize;
-  if (std::string ws = args->option("--world-size"); !ws.empty()) {
-    int64_t n;
-    if (llvm::StringRef(ws).getAsInteger(10, n) || n < 1)
-      return fail(fmt::format("--world-size needs a positive integer, got '{}'", ws));
-    worldSize = n;
-  }
-  auto program = loadPt2(modelPath);
-  if (!program)
-    return fail(fmt::format("{}: {}", modelPath, takeMessage(program.takeError())));
-  auto plan = readPlanFile(planPath);
-  if (!plan)
-    return fail(fmt::format("{}: {}", planPath, takeMessage(plan.takeError())));
-  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, worldSize))
-    return fail(fmt::format("{}: {}", planPath, takeMessage(std::move(err))));
-  llvm::outs() << "plan " << (plan->name.empty() ? planPath : plan->name) << " on " << plan->mesh.str() << "\n";
-  const Graph &g = (*program)->graph();
-  for (const ParallelizeStep &step : plan->steps) {
+  auto inputs = loadModelAndPlan(*args, modelPath, planPath);
+  if (!inputs)
+    return fail(takeMessage(inputs.takeError()));
+  auto &[program, plan] = *inputs;
+  llvm::outs() << "plan " << (plan.name.empty() ? planPath : plan.name) << " on " << plan.mesh.str() << "\n";
+  const Graph &g = program->graph();
+  for (const ParallelizeStep &step : plan.steps) {
     llvm::outs() << "parallelize on mesh dim "
-                 << (step.meshDim ? plan->mesh.dimNames[*step.meshDim] : std::string("(whole mesh)")) << "\n";
+                 << (step.meshDim ? plan.mesh.dimNames[*step.meshDim] : std::string("(whole mesh)")) << "\n";
     for (const ParallelStyle &style : step.styles) {
       llvm::outs() << fmt::format("  {:<28} {:<26}", style.pattern, name(style.kind).str());
       for (const ModuleScope *s : g.scopes().inForwardOrder())

@@ -7,6 +7,7 @@
 #include "ir/Graph.h"
 #include "passes/Autodiff.h"
 #include "passes/DecomposeToRuntimeOps.h"
+#include "TestPrograms.h"
 
 #include <gtest/gtest.h>
 
@@ -14,61 +15,22 @@ using namespace commlens;
 
 namespace {
 
-TensorMeta f32(std::initializer_list<int64_t> sizes, std::optional<std::vector<int64_t>> strides = std::nullopt) {
-  TensorMeta m;
-  std::vector<int64_t> s(sizes);
-  for (int64_t x : s)
-    m.sizes.push_back(SymInt::concrete(x));
-  if (strides)
-    for (int64_t x : *strides)
-      m.strides.push_back(SymInt::concrete(x));
-  else
-    m.strides = contiguousStrides(s);
-  m.storageOffset = SymInt::concrete(0);
-  return m;
-}
+using test::f32;
+using test::kLinear;
 
-constexpr const char *kLinear = "torch.nn.modules.linear.Linear";
-
-struct ProgramBuilder {
-  ExportedProgram p;
-  Graph &g = p.graph();
+struct ProgramBuilder : test::TestProgram {
   ShardingPlan plan;
 
-  explicit ProgramBuilder(llvm::StringRef rootType) {
-    g.scopes().setRootType(rootType);
+  explicit ProgramBuilder(llvm::StringRef rootType) : TestProgram(rootType) {
     plan.mesh.shape = {4};
     plan.loss.kind = LossSpec::Kind::Sum;
   }
-  Value *param(llvm::StringRef fqn, TensorMeta m) {
-    std::string name = "p_" + fqn.str();
-    std::replace(name.begin(), name.end(), '.', '_');
-    Value *v = g.createValue(name, ValueKind::Tensor);
-    v->setMeta(std::move(m));
-    g.inputs().push_back({InputKind::Parameter, v, fqn.str(), true, ""});
-    return v;
-  }
   Value *input(llvm::StringRef name, TensorMeta m, bool requiresGrad) {
-    Value *v = g.createValue(name, ValueKind::Tensor);
-    v->setMeta(std::move(m));
-    g.inputs().push_back({InputKind::UserInput, v, name.str(), true, ""});
+    Value *v = TestProgram::input(name, std::move(m));
     if (requiresGrad)
       plan.inputs.push_back({"0", true, std::nullopt});
     return v;
   }
-  Value *op(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> args, TensorMeta out,
-            llvm::ArrayRef<ModuleStackEntry> stack = {}) {
-    Value *v = g.createValue(name, ValueKind::Tensor);
-    v->setMeta(std::move(out));
-    Node *n = g.appendNode(name, target, std::move(args), {v});
-    ModuleScope *s = g.scopes().getOrCreate(stack);
-    llvm::SmallVector<unsigned, 4> calls;
-    for (const ModuleStackEntry &e : stack)
-      calls.push_back(e.callIndex);
-    n->setScope(s, calls);
-    return v;
-  }
-  void output(Value *v) { g.outputs().push_back({OutputKind::UserOutput, v, ""}); }
 
   /// Runs loss + autodiff; returns the backward ops as "op @module" (Global for none).
   std::vector<std::string> backward() {

@@ -6,6 +6,7 @@
 #include "passes/ApplyShardingPlan.h"
 #include "passes/DecomposeToRuntimeOps.h"
 #include "passes/ShardingPropagation.h"
+#include "TestPrograms.h"
 
 #include <gtest/gtest.h>
 
@@ -13,56 +14,9 @@ using namespace commlens;
 
 namespace {
 
-TensorMeta f32(std::initializer_list<int64_t> sizes, std::optional<std::vector<int64_t>> strides = std::nullopt) {
-  TensorMeta m;
-  std::vector<int64_t> s(sizes);
-  for (int64_t x : s)
-    m.sizes.push_back(SymInt::concrete(x));
-  if (strides)
-    for (int64_t x : *strides)
-      m.strides.push_back(SymInt::concrete(x));
-  else
-    m.strides = contiguousStrides(s);
-  m.storageOffset = SymInt::concrete(0);
-  return m;
-}
-
-/// A program with parameters and one user input, built node by node.
-struct ProgramBuilder {
-  ExportedProgram p;
-  Graph &g = p.graph();
-
-  ProgramBuilder(llvm::StringRef rootType) { g.scopes().setRootType(rootType); }
-  Value *param(llvm::StringRef fqn, TensorMeta m) {
-    std::string name = "p_" + fqn.str();
-    std::replace(name.begin(), name.end(), '.', '_');
-    Value *v = g.createValue(name, ValueKind::Tensor);
-    v->setMeta(std::move(m));
-    g.inputs().push_back({InputKind::Parameter, v, fqn.str(), true, ""});
-    return v;
-  }
-  Value *input(llvm::StringRef name, TensorMeta m) {
-    Value *v = g.createValue(name, ValueKind::Tensor);
-    v->setMeta(std::move(m));
-    g.inputs().push_back({InputKind::UserInput, v, name.str(), true, ""});
-    return v;
-  }
-  Value *op(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> args, TensorMeta out,
-            llvm::ArrayRef<ModuleStackEntry> stack) {
-    Value *v = g.createValue(name, ValueKind::Tensor);
-    v->setMeta(std::move(out));
-    Node *n = g.appendNode(name, target, std::move(args), {v});
-    ModuleScope *s = g.scopes().getOrCreate(stack);
-    llvm::SmallVector<unsigned, 4> calls;
-    for (const ModuleStackEntry &e : stack)
-      calls.push_back(e.callIndex);
-    n->setScope(s, calls);
-    return v;
-  }
-  void output(Value *v) { g.outputs().push_back({OutputKind::UserOutput, v, ""}); }
-};
-
-constexpr const char *kLinear = "torch.nn.modules.linear.Linear";
+using ProgramBuilder = test::TestProgram;
+using test::f32;
+using test::kLinear;
 
 std::vector<std::string> ops(const Graph &g) {
   std::vector<std::string> out;

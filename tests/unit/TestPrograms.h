@@ -1,0 +1,65 @@
+// Building small programs by hand for the pass tests: tensor metadata and a builder that adds
+// parameters, user inputs and ops in module scopes.
+#pragma once
+
+#include "ir/Graph.h"
+#include "passes/DecomposeToRuntimeOps.h"
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+namespace commlens::test {
+
+inline TensorMeta f32(std::initializer_list<int64_t> sizes, std::optional<std::vector<int64_t>> strides = std::nullopt) {
+  TensorMeta m;
+  std::vector<int64_t> s(sizes);
+  for (int64_t x : s)
+    m.sizes.push_back(SymInt::concrete(x));
+  if (strides)
+    for (int64_t x : *strides)
+      m.strides.push_back(SymInt::concrete(x));
+  else
+    m.strides = contiguousStrides(s);
+  m.storageOffset = SymInt::concrete(0);
+  return m;
+}
+
+constexpr const char *kLinear = "torch.nn.modules.linear.Linear";
+
+/// A program built node by node; module stacks give each op its scope.
+struct TestProgram {
+  ExportedProgram p;
+  Graph &g = p.graph();
+
+  explicit TestProgram(llvm::StringRef rootType) { g.scopes().setRootType(rootType); }
+  Value *param(llvm::StringRef fqn, TensorMeta m) {
+    std::string name = "p_" + fqn.str();
+    std::replace(name.begin(), name.end(), '.', '_');
+    Value *v = g.createValue(name, ValueKind::Tensor);
+    v->setMeta(std::move(m));
+    g.inputs().push_back({InputKind::Parameter, v, fqn.str(), true, ""});
+    return v;
+  }
+  Value *input(llvm::StringRef name, TensorMeta m) {
+    Value *v = g.createValue(name, ValueKind::Tensor);
+    v->setMeta(std::move(m));
+    g.inputs().push_back({InputKind::UserInput, v, name.str(), true, ""});
+    return v;
+  }
+  Value *op(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> args, TensorMeta out,
+            llvm::ArrayRef<ModuleStackEntry> stack = {}) {
+    Value *v = g.createValue(name, ValueKind::Tensor);
+    v->setMeta(std::move(out));
+    Node *n = g.appendNode(name, target, std::move(args), {v});
+    ModuleScope *s = g.scopes().getOrCreate(stack);
+    llvm::SmallVector<unsigned, 4> calls;
+    for (const ModuleStackEntry &e : stack)
+      calls.push_back(e.callIndex);
+    n->setScope(s, calls);
+    return v;
+  }
+  void output(Value *v) { g.outputs().push_back({OutputKind::UserOutput, v, ""}); }
+};
+
+} // namespace commlens::test
