@@ -127,6 +127,13 @@ private:
     auto step = [&](BoundaryStep::Kind kind, Placements from, Placements to) {
       state_.boundarySteps[&n].push_back(BoundaryStep{kind, std::move(from), std::move(to)});
     };
+    // A hook's redistribute: its collectives, and the step its backward replays.
+    auto redistributeStep = [&](const Placements &from, const Placements &to, const std::string &why) -> llvm::Error {
+      if (llvm::Error err = redistribute(x, from, to, n, x->name(), why, approx))
+        return err;
+      step(BoundaryStep::Kind::Redistribute, normalized(from, x->meta()->rank()), normalized(to, x->meta()->rank()));
+      return llvm::Error::success();
+    };
     if (op == "loss_targets") { // from_local(targets, Replicate) when the logits are a DTensor
       if (const DTensorLayout *l = state_.layout(n.input("logits")->tensor()))
         setDTensor(out, onMesh(Placement::replicate()), fmt::format("targets wrapped like the logits {}", str(l->placements)),
@@ -147,10 +154,8 @@ private:
           return makeError("{}: {}", where(n), *refusal);
         std::string why = fmt::format("{} redistributes {} from {} to {}", module, x->name(), str(current),
                                       str(onMesh(*desired)));
-        if (llvm::Error err = redistribute(x, current, onMesh(*desired), n, x->name(), why, approx))
+        if (llvm::Error err = redistributeStep(current, onMesh(*desired), why))
           return err;
-        step(BoundaryStep::Kind::Redistribute, normalized(current, x->meta()->rank()),
-             normalized(onMesh(*desired), x->meta()->rank()));
         result = onMesh(*desired);
         origin = why;
       }
@@ -171,9 +176,8 @@ private:
       if (in->placements != onMesh(sharding)) {
         std::string why = fmt::format("SequenceParallel on {} redistributes {} from {} to {}", module, x->name(),
                                       str(in->placements), str(target));
-        if (llvm::Error err = redistribute(x, in->placements, target, n, x->name(), why, approx))
+        if (llvm::Error err = redistributeStep(in->placements, target, why))
           return err;
-        step(BoundaryStep::Kind::Redistribute, in->placements, target);
         setDTensor(out, target, why, approx);
       } else {
         setDTensor(out, in->placements, in->origin, approx);
@@ -188,9 +192,8 @@ private:
       if (std::optional<Placement> layout = placementArg(n, "layout"); layout && in->placements != onMesh(*layout)) {
         std::string why = fmt::format("{} redistributes its output {} from {} to {}", module, x->name(),
                                       str(in->placements), str(onMesh(*layout)));
-        if (llvm::Error err = redistribute(x, in->placements, onMesh(*layout), n, x->name(), why, approx))
+        if (llvm::Error err = redistributeStep(in->placements, onMesh(*layout), why))
           return err;
-        step(BoundaryStep::Kind::Redistribute, in->placements, normalized(onMesh(*layout), x->meta()->rank()));
         result = onMesh(*layout);
         origin = why;
       }
