@@ -160,14 +160,81 @@ PlacementSpec decodePlacementSpec(const DeviceMesh &mesh, const JsonRef &r) {
   return spec;
 }
 
+std::optional<ScalarType> decodeDtype(const JsonRef &policy, const char *field) {
+  auto f = policy.optField(field);
+  if (!f)
+    return std::nullopt;
+  static const std::pair<const char *, ScalarType> kDtypes[] = {
+      {"float32", ScalarType::Float}, {"bfloat16", ScalarType::BFloat16}, {"float16", ScalarType::Half}};
+  std::string text = f->asString();
+  for (const auto &[n, t] : kDtypes)
+    if (text == n)
+      return t;
+  f->fail(fmt::format("dtype '{}' (expected \"float32\", \"bfloat16\" or \"float16\")", text));
+}
+
+/// One fully_shard entry (docs/plan-format.md, "fully_shard").
+FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
+  rejectUnknownKeys(r, {"fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
+                        "requires_gradient_sync"});
+  FullyShardUnit u;
+  u.pattern = r.field("fqn").asString();
+  JsonRef dims = r.field("mesh_dims");
+  for (const JsonRef &d : dims.items()) {
+    unsigned dim = meshDimByName(mesh, d);
+    if (std::find(u.meshDims.begin(), u.meshDims.end(), dim) != u.meshDims.end())
+      d.fail(fmt::format("mesh dim '{}' given twice", d.asString()));
+    u.meshDims.push_back(dim);
+  }
+  if (u.meshDims.empty() || u.meshDims.size() > 2)
+    dims.fail(fmt::format("{} mesh dims (fully_shard takes a 1-D mesh, or a 2-D (replicate, shard) mesh for HSDP)",
+                          u.meshDims.size()));
+  if (auto raf = r.optField("reshard_after_forward")) {
+    if (raf->raw().is_boolean()) {
+      u.reshard = raf->asBool() ? FullyShardUnit::Reshard::Yes : FullyShardUnit::Reshard::No;
+    } else {
+      int64_t group = raf->asInt();
+      int64_t shard = mesh.shape[u.meshDims.back()];
+      if (group < 1 || group > shard || shard % group != 0)
+        raf->fail(fmt::format("reshard_after_forward {} is not a factor of the shard group size {}", group, shard));
+      // As fully_shard normalises it: 1 is False, the whole shard group is True.
+      u.reshard = group == 1       ? FullyShardUnit::Reshard::No
+                  : group == shard ? FullyShardUnit::Reshard::Yes
+                                   : FullyShardUnit::Reshard::ToGroup;
+      u.reshardGroupSize = group;
+    }
+  }
+  if (auto mp = r.optField("mp_policy")) {
+    rejectUnknownKeys(*mp, {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"});
+    u.paramDtype = decodeDtype(*mp, "param_dtype");
+    u.reduceDtype = decodeDtype(*mp, "reduce_dtype");
+    u.outputDtype = decodeDtype(*mp, "output_dtype");
+    u.castForwardInputs = boolOr(*mp, "cast_forward_inputs", true);
+  }
+  if (auto off = r.optField("offload_policy")) {
+    std::string kind = off->field("kind").asString();
+    if (kind == "cpu") {
+      rejectUnknownKeys(*off, {"kind", "pin_memory"});
+      u.offloadToCpu = true;
+      u.pinMemory = boolOr(*off, "pin_memory", true);
+    } else if (kind == "none") {
+      rejectUnknownKeys(*off, {"kind"});
+    } else {
+      off->field("kind").fail(fmt::format("offload policy '{}' (expected \"none\" or \"cpu\")", kind));
+    }
+  }
+  u.requiresGradientSync = boolOr(r, "requires_gradient_sync", true);
+  return u;
+}
+
 ShardingPlan decodePlan(const JsonRef &root) {
   if (root.field("format").asString() != "commlens-plan")
     root.field("format").fail("not a commlens plan (expected \"commlens-plan\")");
   if (root.field("version").asInt() != 1)
     root.field("version").fail(fmt::format("unsupported plan version {} (commlens reads version 1)",
                                            root.field("version").asInt()));
-  rejectUnknownKeys(root, {"format", "version", "name", "source", "mesh", "parallelize", "src_data_rank",
-                           "placements", "inputs", "frozen", "loss", "loss_parallel"});
+  rejectUnknownKeys(root, {"format", "version", "name", "source", "mesh", "parallelize", "fully_shard",
+                           "src_data_rank", "placements", "inputs", "frozen", "loss", "loss_parallel"});
   ShardingPlan plan;
   if (auto n = root.optField("name"))
     plan.name = n->asString();
@@ -206,6 +273,16 @@ ShardingPlan decodePlan(const JsonRef &root) {
       s.styles.push_back(decodeStyle(entry, entry.field("fqn").asString()));
     plan.steps.push_back(std::move(s));
   }
+  if (auto units = root.optField("fully_shard"))
+    for (const JsonRef &u : units->items()) {
+      plan.fullyShard.push_back(decodeFullyShard(plan.mesh, u));
+      for (unsigned dim : plan.fullyShard.back().meshDims)
+        for (const ParallelizeStep &step : plan.steps)
+          if (step.meshDim == dim || (!step.meshDim && plan.mesh.ndim() == 1))
+            u.field("mesh_dims").fail(fmt::format("mesh dim '{}' is used by a parallelize step too (FSDP and tensor "
+                                                  "parallel dims must differ)",
+                                                  plan.mesh.dimNames[dim]));
+    }
   if (auto r = root.optField("src_data_rank"))
     plan.srcDataRank = r->asInt();
   else
@@ -295,6 +372,21 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
       if (!matched)
         return makeError("plan pattern '{}' matches no module of {}", style.pattern, rootName);
     }
+  std::map<std::string, std::string> shardedBy; // module path -> the fully_shard pattern that took it
+  for (const FullyShardUnit &unit : plan.fullyShard) {
+    bool matched = false;
+    for (const std::string &p : paths) {
+      if (!matchesModulePath(unit.pattern, p))
+        continue;
+      matched = true;
+      auto [it, fresh] = shardedBy.emplace(p, unit.pattern);
+      if (!fresh)
+        return makeError("fully_shard pattern '{}' matches module '{}' already sharded by pattern '{}'", unit.pattern,
+                         p.empty() ? rootName : p, it->second);
+    }
+    if (!matched)
+      return makeError("fully_shard pattern '{}' matches no module of {}", unit.pattern, rootName);
+  }
   std::vector<std::string> params, tensors;
   for (const InputSpec &in : g.inputs()) {
     if (in.kind == InputKind::Parameter)

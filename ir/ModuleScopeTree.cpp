@@ -31,6 +31,13 @@ void ModuleScopeTree::setRootType(llvm::StringRef type) {
     setName(s);
 }
 
+void ModuleScopeTree::setType(ModuleScope *s, llvm::StringRef type) {
+  if (s == root_)
+    setRootType(type);
+  else
+    s->type_ = type.str();
+}
+
 void ModuleScopeTree::setName(ModuleScope *s) {
   llvm::StringRef rootType = root_->type_;
   llvm::StringRef rootClass = rootType.rsplit('.').second.empty() ? rootType : rootType.rsplit('.').second;

@@ -51,6 +51,9 @@ public:
   ModuleScopeTree();
   /// Sets the root module's class (e.g. "__main__.Transformer").
   void setRootType(llvm::StringRef type);
+  /// Gives a module a new class, as fully_shard does (it swaps in FSDP<Class>); the root's class
+  /// is the first part of every display name.
+  void setType(ModuleScope *s, llvm::StringRef type);
   ModuleScope *root() const { return root_; }
   /// The scope for a module stack, outermost first, creating missing scopes in forward order.
   /// The root entry (empty path) may be present or omitted.

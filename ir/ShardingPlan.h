@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ir/Mesh.h"
+#include "ir/Types.h"
 
 #include <map>
 #include <optional>
@@ -59,10 +60,28 @@ struct LossSpec {
   int64_t ignoreIndex = -100;
 };
 
+/// One fully_shard(module, mesh=..., ...) call per module the pattern matches (FSDP2). Field
+/// names follow torch/distributed/fsdp/_fully_shard/_fully_shard.py and _fsdp_api.py.
+struct FullyShardUnit {
+  std::string pattern; // matched as parallelize_module matches plan keys ("" is the root)
+  /// The sub-mesh's dims: one (FSDP: shard) or two (HSDP: replicate, shard).
+  std::vector<unsigned> meshDims;
+  /// reshard_after_forward: none (torch's default: True, False for the root), a bool, or the
+  /// size of the group to reshard to (an int).
+  enum class Reshard : uint8_t { Default, Yes, No, ToGroup } reshard = Reshard::Default;
+  int64_t reshardGroupSize = 0; // Reshard::ToGroup
+  // MixedPrecisionPolicy; none: keep the parameter's dtype.
+  std::optional<ScalarType> paramDtype, reduceDtype, outputDtype;
+  bool castForwardInputs = true;
+  bool offloadToCpu = false, pinMemory = true; // OffloadPolicy / CPUOffloadPolicy
+  bool requiresGradientSync = true;           // set_requires_gradient_sync
+};
+
 struct ShardingPlan {
   std::string name, source;
   DeviceMesh mesh;
   std::vector<ParallelizeStep> steps;
+  std::vector<FullyShardUnit> fullyShard; // in call order
   std::optional<int64_t> srcDataRank = 0;
   std::vector<std::pair<std::string, PlacementSpec>> placements; // param/buffer pattern -> spec
   std::vector<InputSetting> inputs;

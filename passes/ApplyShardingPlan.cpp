@@ -2,6 +2,7 @@
 
 #include "ir/Error.h"
 #include "ir/GraphBuilder.h"
+#include "passes/FullyShard.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -31,6 +32,7 @@ struct ModuleCall {
   llvm::DenseSet<const Node *> nodes;
   std::vector<const Value *> inputs, outputs;
   std::vector<const ParallelStyle *> styles;
+  std::optional<unsigned> fsdpUnit; // the fully_shard unit this module is
 };
 
 class PlanApplier {
@@ -44,6 +46,12 @@ public:
       return err;
     if (llvm::Error err = distributeParameters())
       return err;
+    auto units = resolveFsdpUnits(plan_, ctx_.program.graph(), ctx_.state.dtensors);
+    if (!units)
+      return units.takeError();
+    ctx_.state.fsdp.units = std::move(*units);
+    for (unsigned i = 0; i < ctx_.state.fsdp.units.size(); ++i)
+      fsdpUnitOf_[ctx_.state.fsdp.units[i].scope] = i;
     collectCalls();
     return rewrite();
   }
@@ -151,7 +159,8 @@ private:
     for (const auto &n : graph_.nodes()) {
       for (const ModuleScope *s = n->scope(); s; s = s->parent()) {
         auto styled = styles_.find(s);
-        if (styled == styles_.end())
+        auto unit = fsdpUnitOf_.find(s);
+        if (styled == styles_.end() && unit == fsdpUnitOf_.end())
           continue;
         unsigned depth = s->depth(); // the root (plan key "") is called once, at depth 0
         unsigned call = depth > 0 && depth <= n->callPath().size() ? n->callPath()[depth - 1] : 0;
@@ -161,7 +170,10 @@ private:
           c.scope = s;
           c.callPath.assign(n->callPath().begin(), n->callPath().begin() + std::min<size_t>(depth, n->callPath().size()));
           c.firstNode = n->index();
-          c.styles = styled->second;
+          if (styled != styles_.end())
+            c.styles = styled->second;
+          if (unit != fsdpUnitOf_.end())
+            c.fsdpUnit = unit->second;
           calls_.push_back(std::move(c));
         }
         ModuleCall &c = calls_[it->second];
@@ -226,8 +238,29 @@ private:
     return out;
   }
 
+  /// FSDP's forward hooks: identities over the call's tensor inputs (pre: fully_shard's pre-hook
+  /// is prepended, so it runs before the styles' and wraps the raw inputs in its post-backward
+  /// Function) or outputs (post: registered after the styles' output hooks).
+  void fsdpHook(GraphBuilder &b, const ModuleCall &c, llvm::StringRef op, std::vector<Value *> &values,
+                llvm::StringRef tag) {
+    TensorList in, out;
+    for (Value *v : values) {
+      in.push_back(v);
+      out.push_back(b.tensor((v->name() + "_" + tag).str(), *v->meta()));
+    }
+    Node *n = b.graph().appendNode(
+        fmt::format("fsdp_{}_{}", tag, c.scope->path().empty() ? "root" : c.scope->path()), op,
+        {{"inputs", in, false}, {"unit", static_cast<int64_t>(*c.fsdpUnit), true},
+         {"module", c.scope->displayName(), true}},
+        {Argument(out)});
+    n->setScope(const_cast<ModuleScope *>(c.scope), c.callPath);
+    values.assign(out.begin(), out.end());
+  }
+
   /// The pre-hooks of one call, in registration order; returns the value each input becomes.
   llvm::Error preHooks(GraphBuilder &b, const ModuleCall &c, std::vector<Value *> &inputs) {
+    if (c.fsdpUnit)
+      fsdpHook(b, c, "commlens::fsdp_pre_forward", inputs, "pre");
     for (const ParallelStyle *style : c.styles) {
       switch (style->kind) {
       case ParallelStyle::Kind::Colwise:
@@ -323,6 +356,8 @@ private:
         break;
       }
     }
+    if (c.fsdpUnit)
+      fsdpHook(b, c, "commlens::fsdp_post_forward", outputs, "post");
     return llvm::Error::success();
   }
 
@@ -431,6 +466,9 @@ private:
     for (auto &[v, layout] : ctx_.state.dtensors)
       remapped[b.map(v)] = layout;
     ctx_.state.dtensors = std::move(remapped);
+    for (FsdpUnit &u : ctx_.state.fsdp.units)
+      for (const Value *&p : u.params)
+        p = b.map(p);
     ctx_.program.replaceGraph(b.finish());
     return llvm::Error::success();
   }
@@ -439,6 +477,7 @@ private:
   const ShardingPlan &plan_;
   const Graph &graph_;
   std::map<const ModuleScope *, std::vector<const ParallelStyle *>> styles_;
+  std::map<const ModuleScope *, unsigned> fsdpUnitOf_;
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;
   std::vector<ModuleCall> calls_;
   llvm::DenseMap<const Value *, std::vector<const InputSpec *>> tiedGroup_;

@@ -222,7 +222,7 @@ struct Edge {
 };
 
 struct AGNode {
-  enum class Kind : uint8_t { Op, Boundary, HookIn, HookOut, Accumulate };
+  enum class Kind : uint8_t { Op, Boundary, HookIn, HookOut, Accumulate, FsdpPostBackward };
   Kind kind = Kind::Op;
   uint64_t seq = 0;
   const Node *fwd = nullptr;           // Op, Boundary
@@ -231,6 +231,10 @@ struct AGNode {
   llvm::SmallVector<const Value *, 2> slots; // the forward value each input slot is the grad of
   llvm::SmallVector<Edge, 4> next;     // Op: per tensor operand; others: per slot
   const Value *leaf = nullptr;         // Accumulate
+  unsigned fsdpUnit = 0;               // FsdpPostBackward
+  /// FSDP units whose pre-backward hook is a tensor hook on one of this node's inputs: it runs
+  /// just before the node does.
+  llvm::SmallVector<unsigned, 1> fsdpPreBackward;
   // engine state
   unsigned deps = 0;
   llvm::SmallVector<Value *, 2> buffer;
@@ -248,7 +252,8 @@ struct Call {
 };
 
 bool isPreHookOp(const Node &n) {
-  return n.op().ns == "commlens" && (n.op().name == "annotate" || n.op().name == "sequence_parallel_input");
+  return n.op().ns == "commlens" && (n.op().name == "annotate" || n.op().name == "sequence_parallel_input" ||
+                                     n.op().name == "fsdp_pre_forward");
 }
 
 class AutodiffBuilder {
@@ -482,9 +487,44 @@ private:
     return llvm::Error::success();
   }
 
+  /// fully_shard's forward hooks. Pre-forward wraps the grad-requiring inputs in one
+  /// RegisterPostBackwardFunction (its backward is the unit's post-backward); post-forward hooks
+  /// each grad-requiring output (`register_hook`: it runs before the output's grad_fn).
+  void recordFsdpHook(const Node &n) {
+    unsigned unit = static_cast<unsigned>(*n.input("unit")->asInt());
+    auto in = n.input("inputs")->tensors();
+    auto out = n.results();
+    if (n.op().name == "fsdp_post_forward") {
+      for (size_t i = 0; i < in.size() && i < out.size(); ++i)
+        if (Edge e = edgeOf(in[i])) {
+          if (!llvm::is_contained(e.node->fsdpPreBackward, unit))
+            e.node->fsdpPreBackward.push_back(unit);
+          edges_[out[i]] = e;
+        }
+      return;
+    }
+    AGNode *f = nullptr;
+    for (size_t i = 0; i < in.size() && i < out.size(); ++i) {
+      Edge e = edgeOf(in[i]);
+      if (!e)
+        continue;
+      if (!f) {
+        f = newNode(AGNode::Kind::FsdpPostBackward, ++seq_);
+        f->fsdpUnit = unit;
+      }
+      f->slots.push_back(out[i]);
+      f->next.push_back(e);
+      edges_[out[i]] = Edge{f, static_cast<unsigned>(f->slots.size() - 1)};
+    }
+  }
+
   llvm::Error recordBoundary(const Node &n) {
     if (n.op().name == "loss_targets")
       return llvm::Error::success(); // integer targets: no grad
+    if (n.op().name == "fsdp_pre_forward" || n.op().name == "fsdp_post_forward") {
+      recordFsdpHook(n);
+      return llvm::Error::success();
+    }
     const Value *x = n.input("self")->tensor();
     const Value *out = n.results()[0];
     Edge e = edgeOf(x);
@@ -567,6 +607,8 @@ private:
     while (!ready.empty()) {
       AGNode *n = ready.top();
       ready.pop();
+      for (unsigned unit : n->fsdpPreBackward)
+        fsdpPreBackward(unit);
       auto grads = apply(*n);
       if (!grads)
         return grads.takeError();
@@ -592,7 +634,39 @@ private:
         }
       }
     }
+    // FSDP's final callback (queued by the first pre-backward): the post-backward of every unit
+    // whose inputs needed no gradient, in the root's named_modules order.
+    if (fsdpCallbackQueued_)
+      for (unsigned unit = 0; unit < state_.fsdp.units.size(); ++unit)
+        fsdpPostBackward(unit);
     return llvm::Error::success();
+  }
+
+  /// Emits an FSDP hook (once per unit) into the backward graph, in the current module.
+  void emitFsdpHook(llvm::StringRef op, unsigned unit, llvm::SmallVector<NamedArgument, 4> args) {
+    args.push_back({"unit", static_cast<int64_t>(unit), true});
+    Node *n = bw_->appendNode(fmt::format("{}_{}", op.rsplit(':').second, unit), op, std::move(args), {});
+    n->setScope(const_cast<ModuleScope *>(current_), {});
+  }
+
+  void fsdpPreBackward(unsigned unit) {
+    if (!fsdpPreBackwardDone_.insert(unit).second)
+      return;
+    fsdpCallbackQueued_ = true;
+    emitFsdpHook("commlens::fsdp_pre_backward", unit, {});
+  }
+
+  /// The unit's post-backward, with the gradients its parameters received so far.
+  void fsdpPostBackward(unsigned unit) {
+    if (!fsdpPostBackwardDone_.insert(unit).second)
+      return;
+    TensorList grads, params;
+    for (const Value *p : state_.fsdp.units[unit].params)
+      if (Value *g = leafGrads_.lookup(p)) {
+        grads.push_back(g);
+        params.push_back(const_cast<Value *>(p));
+      }
+    emitFsdpHook("commlens::fsdp_post_backward", unit, {{"grads", grads, false}, {"params", params, false}});
   }
 
   /// Emits one backward runtime op in the current module; returns its single result.
@@ -734,8 +808,15 @@ private:
         out[i] = a.buffer[i];
       return out;
     case AGNode::Kind::Accumulate:
-      if (a.buffer[0])
+      if (a.buffer[0]) {
         emit("aten::detach.default", {{"self", a.buffer[0], false}}, like(a.buffer[0]), "grad_leaf");
+        leafGrads_[a.leaf] = a.buffer[0];
+      }
+      return out;
+    case AGNode::Kind::FsdpPostBackward:
+      for (size_t i = 0; i < a.buffer.size() && i < out.size(); ++i)
+        out[i] = a.buffer[i];
+      fsdpPostBackward(a.fsdpUnit);
       return out;
     case AGNode::Kind::Boundary: {
       Value *g = a.buffer[0];
@@ -1150,6 +1231,9 @@ private:
   llvm::DenseMap<const Value *, AGNode *> accumulators_;
   uint64_t seq_ = 0;
   const ModuleScope *current_ = nullptr; // Global until the first module output hook fires
+  llvm::DenseMap<const Value *, Value *> leafGrads_; // parameter -> the gradient AccumulateGrad got
+  llvm::DenseSet<unsigned> fsdpPreBackwardDone_, fsdpPostBackwardDone_;
+  bool fsdpCallbackQueued_ = false;
 };
 
 } // namespace

@@ -14,6 +14,8 @@
 
 namespace commlens {
 
+struct FullyShardUnit;
+
 /// A value that is a DTensor: its placements on the plan's DTensor mesh, and where they came
 /// from (Shardy-style provenance, shown as the "why" of collectives).
 struct DTensorLayout {
@@ -46,6 +48,31 @@ struct BoundaryStep {
   Placements to;   ///< FromLocal: the placements given; Redistribute: the target
 };
 
+/// One FSDP parameter group: one fully_shard call on one module.
+struct FsdpUnit {
+  const ModuleScope *scope = nullptr;
+  const FullyShardUnit *spec = nullptr;
+  /// The parameters it manages (graph input values; tied parameters once, unless tensor
+  /// parallelism re-registered them).
+  std::vector<const Value *> params;
+  unsigned shardDim = 0;                 // dims of the plan's full mesh
+  std::optional<unsigned> replicateDim; // HSDP
+  int64_t shardSize = 1, replicateSize = 1;
+  bool reshardAfterForward = true; // resolved (the root's default is false)
+  int64_t regatherGroupSize = 1;   // the group its backward re-gather runs on
+
+  // Runtime state, advanced by the propagation passes.
+  bool unsharded = false, preBackwardDone = false, postBackwardDone = false;
+  llvm::SmallVector<unsigned, 2> postForwardIndices;
+
+  bool hasGroup() const { return !params.empty(); }
+};
+
+struct FsdpState {
+  std::vector<FsdpUnit> units;
+  std::vector<unsigned> postForwardOrder; // unit indices, one entry per post-forward
+};
+
 struct PredictionState {
   /// The mesh DTensors live on: the plan's mesh, or the sub-mesh its styles use.
   DeviceMesh dtensorMesh;
@@ -62,6 +89,8 @@ struct PredictionState {
   /// Operands may be forward values (saved tensors); each node's scope is the module
   /// CommDebugMode charges (null: Global only).
   std::shared_ptr<Graph> backward;
+  /// FSDP2 parameter groups (passes/FullyShard.h), in plan order.
+  FsdpState fsdp;
   /// The loss value the `loss` pass appended to the forward graph (null: no loss computed).
   const Value *loss = nullptr;
 

@@ -1,6 +1,7 @@
 #include "passes/ShardingPropagation.h"
 
 #include "ir/Error.h"
+#include "passes/FullyShard.h"
 #include "passes/RedistributePlanner.h"
 #include "passes/ShardingRules.h"
 
@@ -116,8 +117,56 @@ private:
       state_.approximate[v] = true;
   }
 
+  /// FSDP's hooks (passes/FullyShard.h). The forward ones pass their tensors through unchanged.
+  llvm::Error fsdpHook(const Node &n, llvm::StringRef op) {
+    FsdpRuntime fsdp(state_.fsdp, state_, state_.collectives);
+    auto unit = n.input("unit") ? n.input("unit")->asInt() : std::nullopt;
+    if (!unit || *unit < 0 || static_cast<size_t>(*unit) >= state_.fsdp.units.size())
+      return makeError("{}: no such FSDP unit", where(n));
+    if (op == "fsdp_pre_forward" || op == "fsdp_post_forward") {
+      auto in = n.input("inputs")->tensors();
+      auto out = n.results();
+      for (size_t i = 0; i < in.size() && i < out.size(); ++i)
+        if (const DTensorLayout *l = state_.layout(in[i]))
+          setDTensor(out[i], l->placements, l->origin, approximate(in[i]));
+      if (op == "fsdp_pre_forward")
+        fsdp.preForward(*unit, n);
+      else
+        fsdp.postForward(*unit);
+      return llvm::Error::success();
+    }
+    if (op == "fsdp_pre_backward") {
+      fsdp.preBackward(*unit, n);
+      return llvm::Error::success();
+    }
+    if (op != "fsdp_post_backward")
+      return makeError("{}: unknown commlens boundary op", where(n));
+    // FSDPParam.unsharded_grad_data: a DTensor gradient goes to its parameter's placements first.
+    auto grads = n.input("grads")->tensors();
+    auto params = n.input("params")->tensors();
+    llvm::SmallVector<const Value *, 8> received(grads.begin(), grads.end());
+    for (size_t i = 0; i < grads.size() && i < params.size(); ++i) {
+      const DTensorLayout *g = state_.layout(grads[i]), *p = state_.layout(params[i]);
+      if (!g || !p)
+        continue;
+      int64_t rank = grads[i]->meta()->rank();
+      Placements have = normalized(g->placements, rank), want = normalized(p->placements, rank);
+      if (have == want)
+        continue;
+      std::string why = fmt::format("FSDP post-backward of {} redistributes the gradient of {} from {} to {}",
+                                    state_.fsdp.units[*unit].scope->displayName(), params[i]->name(), str(have),
+                                    str(want));
+      if (llvm::Error err = redistribute(grads[i], have, want, n, grads[i]->name(), why, approximate(grads[i])))
+        return err;
+    }
+    fsdp.reduceGradients(*unit, n, received);
+    return llvm::Error::success();
+  }
+
   /// The plan's boundary ops: what the styles' hooks do at module entry and exit.
   llvm::Error boundary(const Node &n) {
+    if (n.op().name.rfind("fsdp_", 0) == 0)
+      return fsdpHook(n, n.op().name);
     const Value *x = n.input("self")->tensor();
     const Value *out = n.results()[0];
     const DTensorLayout *in = state_.layout(x);
