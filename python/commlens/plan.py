@@ -6,7 +6,10 @@ A *plan factory* (e.g. ``examples.plans:mlp_tp(tp=4)``) returns a
 ``torch.distributed.tensor.parallel.parallelize_module``.  This module turns
 that into versioned JSON (``{"format": "commlens-plan", "version": 1, ...}``,
 documented in ``docs/plan-format.md``) by reading the style objects' fields,
-and :func:`load` rebuilds equal style objects.
+and :func:`load` rebuilds equal style objects.  A plan may also list FSDP2
+units (:class:`FullyShard`: one ``fully_shard(module, mesh=..., ...)`` call
+per matched module, with the real ``MixedPrecisionPolicy`` /
+``OffloadPolicy`` objects), applied after the ``parallelize_module`` steps.
 
 CLI::
 
@@ -27,6 +30,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 from torch.distributed.tensor import Partial, Placement, Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -88,6 +93,38 @@ class Loss:
 
 
 @dataclass
+class FullyShard:
+    """One FSDP2 unit: ``fully_shard(module, mesh=..., ...)`` for every module
+    ``fqn`` matches.
+
+    ``fqn`` is matched exactly like a ``parallelize_module`` plan key
+    (:func:`match_modules`; ``""`` is the root); ``"layers.*"`` means one
+    ``fully_shard`` call per matching module, in match order.  ``mesh_dims``
+    names the sub-mesh passed as ``mesh=``: one name is FSDP on that dim, two
+    names ``(replicate, shard)`` are HSDP.  A single string is taken as a
+    one-name tuple.  ``reshard_after_forward``, ``mp_policy`` and
+    ``offload_policy`` are passed to ``fully_shard`` as they are
+    (``reshard_after_forward`` only when not None, which is torch's default:
+    True for non-root units, False for the root).  ``requires_gradient_sync=
+    False`` calls ``module.set_requires_gradient_sync(False, recurse=False)``
+    right after ``fully_shard``.
+    """
+
+    fqn: str
+    mesh_dims: tuple
+    reshard_after_forward: bool | int | None = None
+    mp_policy: MixedPrecisionPolicy = field(default_factory=MixedPrecisionPolicy)
+    offload_policy: OffloadPolicy = field(default_factory=OffloadPolicy)
+    requires_gradient_sync: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.mesh_dims, str):
+            self.mesh_dims = (self.mesh_dims,)
+        elif isinstance(self.mesh_dims, list):
+            self.mesh_dims = tuple(self.mesh_dims)
+
+
+@dataclass
 class Plan:
     """What a plan factory returns.
 
@@ -113,6 +150,10 @@ class Plan:
     ``torch.distributed.tensor.parallel.loss_parallel()``.
     ``src_data_rank`` is passed to ``parallelize_module``.  ``name`` and
     ``source`` (the factory spec the plan came from) are informational.
+
+    ``fully_shard`` is a sequence of :class:`FullyShard` units applied in
+    order after every ``parallelize_module`` step (shard children first, the
+    root last, as with ``fully_shard`` itself).
     """
 
     mesh_shape: tuple
@@ -129,6 +170,7 @@ class Plan:
     src_data_rank: int | None = 0
     name: str | None = None
     source: str | None = None
+    fully_shard: tuple = ()
 
     @property
     def world_size(self):
@@ -403,6 +445,139 @@ def style_fields(style):
 
 
 # --------------------------------------------------------------------------
+# FSDP2 units (FullyShard) <-> JSON
+# --------------------------------------------------------------------------
+
+# torch dtypes a MixedPrecisionPolicy may name, by their name without "torch."
+_MP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_MP_DTYPE_NAMES = {v: k for k, v in _MP_DTYPES.items()}
+_MP_FIELDS = ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
+_UNIT_FIELDS = ("fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
+                "requires_gradient_sync")
+_DTYPE_EXPECTED = '(expected "float32", "bfloat16", "float16" or null)'
+
+
+def _dtype_to_json(dtype, subject, where):
+    if dtype is None:
+        return None
+    name = _MP_DTYPE_NAMES.get(dtype)
+    if name is None:
+        raise PlanError(subject, f"bad dtype {dtype!r} at {where} {_DTYPE_EXPECTED}")
+    return name
+
+
+def _dtype_from_json(v, subject, where):
+    if v is None:
+        return None
+    if not isinstance(v, str) or v not in _MP_DTYPES:
+        raise PlanError(subject, f"bad dtype {json.dumps(v)} at {where} {_DTYPE_EXPECTED}")
+    return _MP_DTYPES[v]
+
+
+def mp_policy_to_json(mp, subject="plan", where="mp_policy"):
+    """Encode a ``MixedPrecisionPolicy`` by reading its fields."""
+    if type(mp) is not MixedPrecisionPolicy:
+        raise PlanError(subject, f"{where} is {type(mp).__name__}, not torch.distributed.fsdp.MixedPrecisionPolicy")
+    out = {f: _dtype_to_json(getattr(mp, f), subject, f"{where}.{f}") for f in _MP_FIELDS[:3]}
+    if not isinstance(mp.cast_forward_inputs, bool):
+        raise PlanError(subject, f"bad value at {where}.cast_forward_inputs: expected true or false")
+    out["cast_forward_inputs"] = mp.cast_forward_inputs
+    return out
+
+
+def mp_policy_from_json(obj, subject="plan", where="mp_policy"):
+    if not isinstance(obj, dict):
+        raise PlanError(subject, f"bad {where}: expected an object")
+    unknown = [k for k in obj if k not in _MP_FIELDS]
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
+    kw = {f: _dtype_from_json(obj[f], subject, f"{where}.{f}") for f in _MP_FIELDS[:3] if f in obj}
+    if "cast_forward_inputs" in obj:
+        if not isinstance(obj["cast_forward_inputs"], bool):
+            raise PlanError(subject, f"bad value at {where}.cast_forward_inputs: expected true or false")
+        kw["cast_forward_inputs"] = obj["cast_forward_inputs"]
+    return MixedPrecisionPolicy(**kw)
+
+
+def offload_policy_to_json(policy, subject="plan", where="offload_policy"):
+    """``{"kind": "none"}`` for ``OffloadPolicy()``, ``{"kind": "cpu",
+    "pin_memory": bool}`` for ``CPUOffloadPolicy``."""
+    if type(policy) is OffloadPolicy:
+        return {"kind": "none"}
+    if type(policy) is CPUOffloadPolicy:
+        if not isinstance(policy.pin_memory, bool):
+            raise PlanError(subject, f"bad value at {where}.pin_memory: expected true or false")
+        return {"kind": "cpu", "pin_memory": policy.pin_memory}
+    raise PlanError(subject, f"{where} is {type(policy).__name__}, not torch.distributed.fsdp."
+                    "OffloadPolicy or CPUOffloadPolicy")
+
+
+def offload_policy_from_json(obj, subject="plan", where="offload_policy"):
+    if not isinstance(obj, dict):
+        raise PlanError(subject, f"bad {where}: expected an object")
+    kind = obj.get("kind")
+    if kind == "none":
+        known = ("kind",)
+    elif kind == "cpu":
+        known = ("kind", "pin_memory")
+    else:
+        raise PlanError(subject, f"unknown offload_policy kind {json.dumps(kind)} at {where} "
+                        '(expected "none" or "cpu")')
+    unknown = [k for k in obj if k not in known]
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
+    if kind == "none":
+        return OffloadPolicy()
+    pin = obj.get("pin_memory", True)
+    if not isinstance(pin, bool):
+        raise PlanError(subject, f"bad value at {where}.pin_memory: expected true or false")
+    return CPUOffloadPolicy(pin_memory=pin)
+
+
+def fully_shard_to_json(unit, subject="plan", where="fully_shard[0]"):
+    """Encode a :class:`FullyShard` (every key, in the canonical order)."""
+    return {
+        "fqn": unit.fqn,
+        "mesh_dims": list(unit.mesh_dims),
+        "reshard_after_forward": unit.reshard_after_forward,
+        "mp_policy": mp_policy_to_json(unit.mp_policy, subject, f"{where}.mp_policy"),
+        "offload_policy": offload_policy_to_json(unit.offload_policy, subject, f"{where}.offload_policy"),
+        "requires_gradient_sync": unit.requires_gradient_sync,
+    }
+
+
+def fully_shard_from_json(obj, subject="plan", where="fully_shard[0]"):
+    """Rebuild a :class:`FullyShard` (real policy objects); missing optional
+    keys take the dataclass defaults."""
+    if not isinstance(obj, dict):
+        raise PlanError(subject, f"bad {where}: expected an object")
+    unknown = [k for k in obj if k not in _UNIT_FIELDS]
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
+    if not isinstance(obj.get("fqn"), str):
+        raise PlanError(subject, f"bad {where}: expected a string \"fqn\"")
+    dims = obj.get("mesh_dims")
+    if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
+        raise PlanError(subject, f"bad mesh_dims at {where}: expected a list of mesh dim names")
+    kw = {}
+    if "reshard_after_forward" in obj:
+        raf = obj["reshard_after_forward"]
+        if not (raf is None or isinstance(raf, (bool, int))):
+            raise PlanError(subject, f"bad reshard_after_forward at {where}: expected true, false, "
+                            "null or a positive int")
+        kw["reshard_after_forward"] = raf
+    if "mp_policy" in obj:
+        kw["mp_policy"] = mp_policy_from_json(obj["mp_policy"], subject, f"{where}.mp_policy")
+    if "offload_policy" in obj:
+        kw["offload_policy"] = offload_policy_from_json(obj["offload_policy"], subject, f"{where}.offload_policy")
+    if "requires_gradient_sync" in obj:
+        if not isinstance(obj["requires_gradient_sync"], bool):
+            raise PlanError(subject, f"bad value at {where}.requires_gradient_sync: expected true or false")
+        kw["requires_gradient_sync"] = obj["requires_gradient_sync"]
+    return FullyShard(fqn=obj["fqn"], mesh_dims=tuple(dims), **kw)
+
+
+# --------------------------------------------------------------------------
 # Plan <-> JSON
 # --------------------------------------------------------------------------
 
@@ -479,6 +654,8 @@ def to_json(plan, source=None):
             "device_type": plan.device_type,
         },
         "parallelize": steps,
+        "fully_shard": [fully_shard_to_json(u, subject, f"fully_shard[{i}]")
+                        for i, u in enumerate(plan.fully_shard)],
         "src_data_rank": plan.src_data_rank,
         "placements": {k: _placement_spec_to_json(v, subject) for k, v in plan.placements.items()},
         "inputs": inputs,
@@ -511,7 +688,7 @@ def dumps(plan, source=None):
     return _format(to_json(plan, source)) + "\n"
 
 
-_TOP_FIELDS = ("format", "version", "name", "source", "mesh", "parallelize", "src_data_rank",
+_TOP_FIELDS = ("format", "version", "name", "source", "mesh", "parallelize", "fully_shard", "src_data_rank",
                "placements", "inputs", "frozen", "loss", "loss_parallel")
 
 
@@ -552,6 +729,12 @@ def from_json(obj, subject="plan"):
         tp_dim, parallelize_plan = None, {}
     else:
         tp_dim, parallelize_plan = None, steps
+    units = obj.get("fully_shard")  # absent (older plans) or null: no units
+    if units is None:
+        units = []
+    if not isinstance(units, list):
+        raise PlanError(subject, "bad fully_shard: expected a list of units")
+    fully_shard = tuple(fully_shard_from_json(u, subject, f"fully_shard[{i}]") for i, u in enumerate(units))
     placements = {}
     for k, v in (obj.get("placements") or {}).items():
         placements[k] = _placement_spec_from_json(v, subject, f"placements[{k!r}]")
@@ -589,6 +772,7 @@ def from_json(obj, subject="plan"):
         src_data_rank=obj.get("src_data_rank", 0),
         name=obj.get("name"),
         source=obj.get("source"),
+        fully_shard=fully_shard,
     )
     validate(plan, subject)
     return plan
@@ -670,6 +854,7 @@ def validate(plan, subject="plan"):
             if type(style) not in _CLASS_TO_NAME:
                 raise PlanError(subject, f"unsupported parallel style class {type(style).__module__}."
                                 f"{type(style).__qualname__} for {pattern!r}")
+    _validate_fully_shard(plan, subject)
     for table, label in ((plan.placements, "placements"), (plan.input_placements, "input_placements")):
         for key, spec in table.items():
             where = f"{label}[{key!r}]"
@@ -695,6 +880,92 @@ def validate(plan, subject="plan"):
     if plan.loss_parallel:
         if loss.kind != "cross_entropy":
             raise PlanError(subject, "loss_parallel needs loss kind 'cross_entropy'")
+
+
+def _validate_fully_shard(plan, subject):
+    units = plan.fully_shard
+    if not isinstance(units, (list, tuple)):
+        raise PlanError(subject, "fully_shard must be a sequence of commlens.plan.FullyShard")
+    names = _mesh_dim_names_of(plan)
+    # Mesh dims the parallelize steps use (None on a 1-D mesh: the whole mesh).
+    tp_dims = set()
+    for dim, _ in plan.parallelize_steps():
+        if dim is not None:
+            tp_dims.add(dim)
+        elif names is not None:
+            tp_dims.update(names)
+    for i, unit in enumerate(units):
+        where = f"fully_shard[{i}]"
+        if not isinstance(unit, FullyShard):
+            raise PlanError(subject, f"{where} is {type(unit).__name__}, not commlens.plan.FullyShard")
+        if not isinstance(unit.fqn, str):
+            raise PlanError(subject, f"{where}: fqn {unit.fqn!r} is not a string")
+        dims = unit.mesh_dims
+        if not isinstance(dims, tuple) or not all(isinstance(d, str) for d in dims):
+            raise PlanError(subject, f"{where}: mesh_dims must be a tuple of mesh dim names, got {dims!r}")
+        if len(dims) not in (1, 2):
+            raise PlanError(subject, f"{where}: {len(dims)} mesh dims {list(dims)} (fully_shard takes a 1-D "
+                            "mesh, or a 2-D (replicate, shard) mesh for HSDP)")
+        if names is None:
+            raise PlanError(subject, f"{where}: the mesh has no dim names (fully_shard units name their "
+                            "mesh dims)")
+        for d in dims:
+            _check_mesh_dim(plan, d, subject, where)
+        if len(set(dims)) != len(dims):
+            raise PlanError(subject, f"{where}: mesh dim {dims[0]!r} given twice")
+        for d in dims:
+            if d in tp_dims:
+                raise PlanError(subject, f"{where}: mesh dim {d!r} is used by a parallelize step too "
+                                "(FSDP and tensor parallel dims must differ)")
+        raf = unit.reshard_after_forward
+        if raf is not None and not isinstance(raf, bool):
+            if not isinstance(raf, int):
+                raise PlanError(subject, f"{where}: reshard_after_forward must be True, False, None or a "
+                                f"positive int, got {raf!r}")
+            shard_dim = dims[-1]
+            size = plan.mesh_shape[names.index(shard_dim)]
+            if raf < 1 or size % raf != 0:
+                raise PlanError(subject, f"{where}: reshard_after_forward {raf} is not a factor of the shard "
+                                f"group size {size} (mesh dim {shard_dim!r})")
+        where_mp = f"{where}.mp_policy"
+        mp_policy_to_json(unit.mp_policy, subject, where_mp)
+        offload_policy_to_json(unit.offload_policy, subject, f"{where}.offload_policy")
+        if not isinstance(unit.requires_gradient_sync, bool):
+            raise PlanError(subject, f"{where}: requires_gradient_sync must be True or False")
+
+
+def fully_shard_modules(plan, model, subject="plan"):
+    """``[(unit_index, unit, module_path)]``: every ``fully_shard`` call the plan
+    makes on ``model``, in call order.  Raises :class:`PlanError` when a
+    pattern matches no module, a module is matched twice, a matched module
+    lies inside a module sharded by an earlier call (children must be sharded
+    first), or a match is a container without ``forward`` (fully_shard rejects
+    ``ModuleList``/``ModuleDict``)."""
+    root = type(model).__name__
+    taken = {}  # module path -> pattern that sharded it
+    calls = []
+    for i, unit in enumerate(plan.fully_shard):
+        paths = match_modules(model, unit.fqn)
+        if not paths:
+            raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches no module of {root}")
+        for path in paths:
+            shown = path or root
+            if path in taken:
+                raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches module {shown!r} already "
+                                f"sharded by pattern {taken[path]!r}")
+            for done, pattern in taken.items():
+                if done == "" or path.startswith(done + "."):
+                    raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches module {shown!r} "
+                                    f"inside {done or root!r}, sharded earlier by pattern {pattern!r} "
+                                    "(fully_shard children before their parents)")
+            mod = model.get_submodule(path) if path else model
+            if (isinstance(mod, (torch.nn.ModuleList, torch.nn.ModuleDict))
+                    and type(mod).forward is torch.nn.Module.forward):
+                raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches {shown!r}, a "
+                                f"{type(mod).__name__} without forward (fully_shard rejects containers)")
+            taken[path] = unit.fqn
+            calls.append((i, unit, path))
+    return calls
 
 
 def match_modules(model, pattern):
@@ -725,6 +996,7 @@ def check_against_model(plan, model, subject="plan", args=(), kwargs=None):
         for pattern in pp:
             if not match_modules(model, pattern):
                 raise PlanError(subject, f"plan pattern {pattern!r} matches no module of {root}")
+    fully_shard_modules(plan, model, subject)
     params = [n for n, _ in model.named_parameters()]
     tensors = params + [n for n, _ in model.named_buffers()]
     for pattern in plan.placements:
@@ -810,7 +1082,9 @@ def main(argv=None):
         except OSError as err:
             raise PlanError(ns.output, f"cannot write plan: {err.strerror or err}") from None
         n = sum(len(d) for _, d in plan.parallelize_steps())
-        print(f"commlens: wrote {ns.output} ({n} plan entries, mesh {tuple(plan.mesh_shape)}"
+        units = len(plan.fully_shard)
+        fsdp = f", {units} fully_shard unit{'' if units == 1 else 's'}" if units else ""
+        print(f"commlens: wrote {ns.output} ({n} plan entries{fsdp}, mesh {tuple(plan.mesh_shape)}"
               f"{'' if plan.mesh_dim_names is None else ' ' + str(tuple(plan.mesh_dim_names))}, "
               f"{plan.device_type})")
     else:

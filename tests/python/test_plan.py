@@ -184,6 +184,7 @@ def test_mlp_plan_json_exact():
              "use_local_output": True},
             {"fqn": "w2", "style": "RowwiseParallel", "input_layouts": ["Shard(-1)"],
              "output_layouts": ["Replicate()"], "use_local_output": True}]}],
+        "fully_shard": [],
         "src_data_rank": 0, "placements": {},
         "inputs": {"0": {"requires_grad": True, "placements": None}},
         "frozen": [], "loss": {"kind": "sum"}, "loss_parallel": False}
