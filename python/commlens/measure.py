@@ -20,12 +20,30 @@ What one measurement does (every rank, identically):
 3. set ``requires_grad=False`` on ``frozen`` parameters;
 4. ``parallelize_module(model, mesh[dim] or mesh, styles, src_data_rank=...)``
    for every parallelize step, in order;
-5. replace parameters/buffers named in ``placements`` by
+5. the ``fully_shard`` units, in order, and for each unit every module its
+   pattern matches, in match order: ``fully_shard(module, mesh=sub,
+   mp_policy=..., offload_policy=...)`` where ``sub`` is ``mesh[name]`` (FSDP)
+   or ``mesh[(replicate, shard)]`` (HSDP), with ``reshard_after_forward=``
+   only when the unit gives one (None keeps fully_shard's default: True,
+   False for the root);
+   then ``module.set_requires_gradient_sync(False, recurse=False)`` when the
+   unit says ``requires_gradient_sync=False``;
+6. replace parameters/buffers named in ``placements`` by
    ``distribute_tensor(t, mesh_or_submesh, placements)``; same for user inputs
    in ``inputs`` (then ``requires_grad_`` where asked);
-6. in **one fresh** ``CommDebugMode`` (inside ``loss_parallel()`` when the plan
+7. in **one fresh** ``CommDebugMode`` (inside ``loss_parallel()`` when the plan
    says so): ``out = model(*args, **kwargs)``; for phase ``backward``/``both``
    also ``loss = <plan loss>(out)`` and ``loss.backward()``.
+
+CommDebugMode names the root ``FSDP<Class>`` when the root is a
+``fully_shard`` unit (fully_shard swaps the module's class); the counts keep
+its names as they are.  FSDP2's own collectives are c10d ops
+(``c10d._allgather_base_``, ``c10d._reduce_scatter_base_``,
+``c10d.allreduce_`` for HSDP); see ``docs/plan-format.md`` for where
+CommDebugMode charges them.  Plans with ``fully_shard`` units need a real
+(non-meta) model, because FSDP2 refuses meta-device parameters in its first
+forward, and a ``cuda`` plan needs a GPU, because FSDP2 moves the parameters
+to the current CUDA device.
 
 Phase ``forward`` never runs backward (backward sections are empty); phase
 ``backward`` runs everything but empties the forward sections of the counts
@@ -48,7 +66,10 @@ Backends:
   the processes of an enclosing ``torchrun`` when ``RANK``/``WORLD_SIZE`` are
   set.  Every rank measures; rank 0 writes the files after checking that all
   ranks counted the same.  Needs a real (non-meta) model and
-  ``device_type="cpu"``.
+  ``device_type="cpu"``.  ``fully_shard`` units work on gloo (torch 2.13,
+  checked with FSDP, HSDP, bf16 mixed precision, an int
+  ``reshard_after_forward`` and FSDP+TP on 2 and 4 ranks: the same counts as
+  ``fake``).
 * ``nccl``: run under torchrun, one process per GPU; ``LOCAL_RANK`` selects
   the GPU, the model and inputs are moved there.  Single node, 8 GPUs::
 
@@ -196,6 +217,28 @@ def counts_from_comm_mode(comm_mode, phase):
     return modules
 
 
+def _apply_fully_shard(plan, model, mesh, plan_subject):
+    """The plan's FSDP2 units, in order: one ``fully_shard`` call per matched
+    module (sub-mesh ``mesh[name]`` or ``mesh[(replicate, shard)]``).  Returns
+    the paths of the sharded modules."""
+    from torch.distributed.fsdp import fully_shard
+
+    from commlens.plan import fully_shard_modules
+
+    calls = fully_shard_modules(plan, model, plan_subject)
+    for _i, unit, path in calls:
+        module = model.get_submodule(path) if path else model
+        kwargs = {"mesh": _submesh(mesh, unit.mesh_dims), "mp_policy": unit.mp_policy,
+                  "offload_policy": unit.offload_policy}
+        if unit.reshard_after_forward is not None:
+            # None is fully_shard's own default (True, False for the root)
+            kwargs["reshard_after_forward"] = unit.reshard_after_forward
+        fully_shard(module, **kwargs)
+        if not unit.requires_gradient_sync:
+            module.set_requires_gradient_sync(False, recurse=False)
+    return [path for _i, _unit, path in calls]
+
+
 def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=None,
                      noise_level=3, plan_subject="plan", model_device=None):
     """Run one measurement in the current (initialised) process group.
@@ -224,10 +267,16 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         devs = {p.device.type for p in model.parameters()}
         if "meta" in devs:
             raise CommlensError(model_name, f"meta-device models need --backend fake (not {backend})")
+    if plan.fully_shard and plan.device_type == "cuda" and not torch.cuda.is_available():
+        raise PlanError(plan_subject, "fully_shard units on a 'cuda' mesh need a GPU (FSDP2 moves the "
+                        "parameters to the current CUDA device); use device_type 'cpu' here")
     if model_device is not None:
         model = model.to(model_device)
         args = _to_device(args, model_device)
         kwargs = _to_device(kwargs, model_device)
+    if plan.fully_shard and any(p.device.type == "meta" for p in model.parameters()):
+        raise CommlensError(model_name, "fully_shard units need a real (non-meta) model: FSDP2 refuses "
+                            "meta-device parameters in its first forward")
 
     mesh = init_device_mesh(plan.device_type, tuple(plan.mesh_shape),
                             mesh_dim_names=None if plan.mesh_dim_names is None
@@ -242,6 +291,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         for dim, styles in plan.parallelize_steps():
             target = mesh if dim is None else _submesh(mesh, (dim,))
             parallelize_module(model, target, styles, src_data_rank=plan.src_data_rank)
+        sharded = _apply_fully_shard(plan, model, mesh, plan_subject)
 
     if plan.placements:
         named = dict(model.named_parameters())
@@ -255,8 +305,11 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
                 owner = model.get_submodule(owner_path) if owner_path else model
                 t = named.get(fqn, named_bufs.get(fqn))
                 if isinstance(t, DTensor):
+                    by = "parallelize_module"
+                    if fqn in named and any(u == "" or fqn.startswith(u + ".") for u in sharded):
+                        by = "fully_shard"
                     raise PlanError(plan_subject, f"placements[{pattern!r}]: {fqn} is already a "
-                                    f"DTensor {t.placements} after parallelize_module")
+                                    f"DTensor {t.placements} after {by}")
                 dt = distribute_tensor(t.detach(), sub, pls, src_data_rank=plan.src_data_rank)
                 if fqn in named:
                     owner.register_parameter(leaf, torch.nn.Parameter(dt, requires_grad=t.requires_grad))
@@ -289,6 +342,9 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         # respect to module outputs since no inputs require gradients" comes
         # from CommDebugMode's global backward pre-hook; it is expected here.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        # fully_shard warns when a unit returns a view (in-place ops on it
+        # would skip its pre-backward hook); measure does no in-place op.
+        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
         out = model(*args, **kwargs)
         if phase != "forward":
             loss = _compute_loss(plan, out, args)
