@@ -12,12 +12,28 @@ Common options:
 * ``frozen``: parameter FQN patterns (fnmatch) set to ``requires_grad=False``;
 * ``loss``: ``"sum"`` or ``"cross_entropy"`` (random targets, seed 0).
 
+FSDP2 factories (``*_fsdp``, ``*_hsdp``, ``*_fsdp_tp``, ``*_hsdp_tp``) add
+``fully_shard`` units the way torchtitan does: every ``layers.*`` block, then
+the root, on the data-parallel mesh dims (TP, if any, first on ``tp``).  Their
+options:
+
+* ``reshard_after_forward``: passed to the ``layers.*`` units only; the root
+  keeps None (fully_shard's default: False for the root);
+* ``mixed_precision``: None (``MixedPrecisionPolicy()``) or ``"bf16"``
+  (``param_dtype=torch.bfloat16, reduce_dtype=torch.float32``), for every unit.
+
 Model/plan pairs: ``linear_colwise``/``linear_rowwise`` for ``examples.mlp:linear``,
-``mlp_tp``/``mlp_2d`` for ``examples.mlp:mlp``, ``stacked_mlp_tp`` for
-``examples.mlp:stacked_mlp``, ``gpt2_tp``/``gpt2_tp_sp``/``gpt2_tp_loss_parallel``
-for ``examples.gpt2:gpt2``, ``llama_tp``/``llama_2d`` for ``examples.llama:llama``.
+``mlp_tp``/``mlp_2d`` for ``examples.mlp:mlp``, ``stacked_mlp_tp``/``stacked_mlp_fsdp``
+for ``examples.mlp:stacked_mlp``, ``gpt2_tp``/``gpt2_tp_sp``/``gpt2_tp_loss_parallel``/
+``gpt2_fsdp``/``gpt2_hsdp``/``gpt2_fsdp_tp`` for ``examples.gpt2:gpt2``,
+``llama_tp``/``llama_2d``/``llama_fsdp_tp``/``llama_hsdp_tp`` for
+``examples.llama:llama``.
 """
 
+import dataclasses
+
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -26,7 +42,7 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
 )
 
-from commlens.plan import Loss, Plan
+from commlens.plan import FullyShard, Loss, Plan
 
 
 def _loss(loss):
@@ -234,3 +250,110 @@ def llama_2d(*, dp=2, tp=2, sp=True, loss="cross_entropy", loss_parallel=False,
     """llama_tp on a 2-D ``(dp, tp)`` mesh, TP applied on the ``tp`` dim."""
     return llama_tp(tp=tp, dp=dp, sp=sp, loss=loss, loss_parallel=loss_parallel,
                     device_type=device_type, frozen=frozen)
+
+
+# ----------------------------------------------------------------------- FSDP2
+
+def _mp_policy(mixed_precision):
+    if mixed_precision is None:
+        return MixedPrecisionPolicy()
+    if mixed_precision == "bf16":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    raise ValueError(f"mixed_precision must be None or 'bf16', got {mixed_precision!r}")
+
+
+def _fsdp_units(mesh_dims, reshard_after_forward, mixed_precision, blocks="layers.*"):
+    """torchtitan's wrapping: one unit per block (``reshard_after_forward`` as
+    given), then the root (``reshard_after_forward`` None: not resharded)."""
+    mp = _mp_policy(mixed_precision)
+    return (FullyShard(blocks, tuple(mesh_dims), reshard_after_forward=reshard_after_forward, mp_policy=mp),
+            FullyShard("", tuple(mesh_dims), mp_policy=mp))
+
+
+def _fsdp_only(name, shape, names, units, *, device_type="cpu", input_requires_grad=False,
+               frozen=(), loss="sum"):
+    return Plan(
+        name=name,
+        mesh_shape=tuple(shape),
+        mesh_dim_names=tuple(names),
+        device_type=device_type,
+        inputs_requires_grad=(0,) if input_requires_grad else (),
+        frozen=tuple(frozen),
+        loss=_loss(loss),
+        fully_shard=units,
+    )
+
+
+def _tp_with_fsdp(tp_plan, name, shape, names, units):
+    """A TP plan (its styles applied on ``tp``) moved onto a bigger mesh, with
+    FSDP units on the other dims."""
+    return dataclasses.replace(tp_plan, name=name, mesh_shape=tuple(shape), mesh_dim_names=tuple(names),
+                               tp_mesh_dim="tp", fully_shard=units)
+
+
+def stacked_mlp_fsdp(*, dp=8, reshard_after_forward=None, mixed_precision=None,
+                     input_requires_grad=False, frozen=(), device_type="cpu"):
+    """examples.mlp:stacked_mlp with FSDP2 on a 1-D ``("dp",)`` mesh: every
+    ``layers.*`` block is a unit, then the root (which holds no parameter of
+    its own)."""
+    return _fsdp_only("stacked_mlp_fsdp", (dp,), ("dp",),
+                      _fsdp_units(("dp",), reshard_after_forward, mixed_precision),
+                      device_type=device_type, input_requires_grad=input_requires_grad, frozen=frozen)
+
+
+def gpt2_fsdp(*, dp=8, reshard_after_forward=None, mixed_precision=None, loss="cross_entropy",
+              device_type="cpu", frozen=()):
+    """examples.gpt2:gpt2 with FSDP2 on a 1-D ``("dp",)`` mesh: ``layers.*``
+    units, then the root (embeddings, final norm, lm_head; the tied
+    tok_embeddings/lm_head weight is one parameter of the root unit)."""
+    return _fsdp_only("gpt2_fsdp", (dp,), ("dp",),
+                      _fsdp_units(("dp",), reshard_after_forward, mixed_precision),
+                      device_type=device_type, frozen=frozen, loss=loss)
+
+
+def gpt2_hsdp(*, replicate=2, shard=4, reshard_after_forward=None, mixed_precision=None,
+              loss="cross_entropy", device_type="cpu", frozen=()):
+    """gpt2_fsdp as HSDP on a ``("dp_replicate", "dp_shard")`` mesh: parameters
+    sharded on ``dp_shard``, replicated on ``dp_replicate`` (gradients
+    reduce-scattered, then all-reduced)."""
+    dims = ("dp_replicate", "dp_shard")
+    return _fsdp_only("gpt2_hsdp", (replicate, shard), dims,
+                      _fsdp_units(dims, reshard_after_forward, mixed_precision),
+                      device_type=device_type, frozen=frozen, loss=loss)
+
+
+def gpt2_fsdp_tp(*, dp=2, tp=4, sp=False, reshard_after_forward=None, mixed_precision=None,
+                 loss="cross_entropy", loss_parallel=False, device_type="cpu", frozen=()):
+    """examples.gpt2:gpt2 on a ``("dp", "tp")`` mesh: the gpt2_tp (or, with
+    ``sp=True``, gpt2_tp_sp) styles on ``tp``, then FSDP2 units
+    (``layers.*``, root) on ``dp``."""
+    build = gpt2_tp_sp if sp else gpt2_tp
+    tp_plan = build(tp=tp, dp=dp, loss=loss, loss_parallel=loss_parallel, device_type=device_type,
+                    frozen=frozen)
+    return _tp_with_fsdp(tp_plan, "gpt2_fsdp_tp" + ("_sp" if sp else ""), (dp, tp), ("dp", "tp"),
+                         _fsdp_units(("dp",), reshard_after_forward, mixed_precision))
+
+
+def llama_fsdp_tp(*, dp=2, tp=4, sp=True, reshard_after_forward=None, mixed_precision=None,
+                  loss="cross_entropy", loss_parallel=False, device_type="cpu", frozen=()):
+    """examples.llama:llama, torchtitan-style 2-D parallelism on a
+    ``("dp", "tp")`` mesh: the llama_tp styles (with sequence parallel when
+    ``sp=True``) on ``tp``, then ``fully_shard`` of every ``layers.*`` block
+    and of the root on ``dp``."""
+    tp_plan = llama_tp(tp=tp, dp=dp, sp=sp, loss=loss, loss_parallel=loss_parallel,
+                       device_type=device_type, frozen=frozen)
+    return _tp_with_fsdp(tp_plan, "llama_fsdp_tp" + ("_sp" if sp else ""), (dp, tp), ("dp", "tp"),
+                         _fsdp_units(("dp",), reshard_after_forward, mixed_precision))
+
+
+def llama_hsdp_tp(*, replicate=2, shard=2, tp=2, sp=True, reshard_after_forward=None,
+                  mixed_precision=None, loss="cross_entropy", loss_parallel=False,
+                  device_type="cpu", frozen=()):
+    """llama_fsdp_tp with HSDP on a 3-D ``("dp_replicate", "dp_shard", "tp")``
+    mesh: TP styles on ``tp``, ``fully_shard`` units on
+    ``("dp_replicate", "dp_shard")``."""
+    tp_plan = llama_tp(tp=tp, sp=sp, loss=loss, loss_parallel=loss_parallel,
+                       device_type=device_type, frozen=frozen)
+    dims = ("dp_replicate", "dp_shard")
+    return _tp_with_fsdp(tp_plan, "llama_hsdp_tp" + ("_sp" if sp else ""), (replicate, shard, tp),
+                         dims + ("tp",), _fsdp_units(dims, reshard_after_forward, mixed_precision))
