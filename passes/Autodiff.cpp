@@ -6,6 +6,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <map>
+#include <numeric>
 #include <queue>
 
 namespace commlens {
@@ -635,10 +636,16 @@ private:
       }
     }
     // FSDP's final callback (queued by the first pre-backward): the post-backward of every unit
-    // whose inputs needed no gradient, in the root's named_modules order.
-    if (fsdpCallbackQueued_)
-      for (unsigned unit = 0; unit < state_.fsdp.units.size(); ++unit)
+    // whose inputs needed no gradient, in the root's named_modules order (forward order here).
+    if (fsdpCallbackQueued_) {
+      std::vector<unsigned> units(state_.fsdp.units.size());
+      std::iota(units.begin(), units.end(), 0u);
+      llvm::stable_sort(units, [&](unsigned a, unsigned b) {
+        return state_.fsdp.units[a].scope->forwardIndex() < state_.fsdp.units[b].scope->forwardIndex();
+      });
+      for (unsigned unit : units)
         fsdpPostBackward(unit);
+    }
     return llvm::Error::success();
   }
 

@@ -174,13 +174,19 @@ void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
                       state_.units[target].scope->displayName()));
 }
 
+bool FsdpRuntime::reducesGradients(unsigned unit) const {
+  const FsdpUnit &u = state_.units[unit];
+  return u.hasGroup() && !u.postBackwardDone && u.spec->requiresGradientSync;
+}
+
 void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> grads) {
   FsdpUnit &u = state_.units[unit];
+  bool reduce = reducesGradients(unit);
   if (!u.hasGroup() || u.postBackwardDone)
     return;
   u.postBackwardDone = true;
   u.unsharded = false; // reshard_after_backward
-  if (grads.empty() || !u.spec->requiresGradientSync)
+  if (grads.empty() || !reduce)
     return;
   const std::string &name = u.scope->displayName();
   int64_t inputBytes = 0, outputBytes = 0;

@@ -47,6 +47,9 @@ public:
   void preForward(unsigned unit, const Node &at);
   void postForward(unsigned unit);
   void preBackward(unsigned unit, const Node &at);
+  /// Whether the unit's post-backward will reduce its gradients (it has a group, has not run
+  /// its post-backward yet, and gradient sync is on).
+  bool reducesGradients(unsigned unit) const;
   /// After the gradients were redistributed to their parameters' placements: the reduce-scatter
   /// (and HSDP all-reduce) of the `grads` the unit's parameters received.
   void reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> grads);

@@ -141,11 +141,12 @@ private:
     }
     if (op != "fsdp_post_backward")
       return makeError("{}: unknown commlens boundary op", where(n));
-    // FSDPParam.unsharded_grad_data: a DTensor gradient goes to its parameter's placements first.
+    // FSDPParam.unsharded_grad_data: a DTensor gradient goes to its parameter's placements first
+    // (only read when the unit reduces its gradients).
     auto grads = n.input("grads")->tensors();
     auto params = n.input("params")->tensors();
     llvm::SmallVector<const Value *, 8> received(grads.begin(), grads.end());
-    for (size_t i = 0; i < grads.size() && i < params.size(); ++i) {
+    for (size_t i = 0; fsdp.reducesGradients(*unit) && i < grads.size() && i < params.size(); ++i) {
       const DTensorLayout *g = state_.layout(grads[i]), *p = state_.layout(params[i]);
       if (!g || !p)
         continue;

@@ -92,3 +92,83 @@ TEST(PlanReader, ModulePathMatchingFollowsParallelizeModule) {
   EXPECT_FALSE(matchesModulePath("layers.*", "tok_embeddings"));
   EXPECT_TRUE(matchesModulePath("", ""));
 }
+
+namespace {
+
+// A 3-D (replicate, shard, tp) plan: TP on "tp", HSDP units on (rep, shard).
+constexpr const char *kFsdpPlan = R"x({
+  "format": "commlens-plan", "version": 1, "name": "hsdp_tp", "source": "test",
+  "mesh": {"shape": [2, 4, 2], "dim_names": ["rep", "shard", "tp"], "device_type": "cpu"},
+  "parallelize": [{"mesh_dim": "tp", "plan": [{"fqn": "w1", "style": "ColwiseParallel"}]}],
+  "fully_shard": [
+    {"fqn": "layers.*", "mesh_dims": ["rep", "shard"], "reshard_after_forward": 2,
+     "mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": null,
+                   "cast_forward_inputs": false},
+     "offload_policy": {"kind": "cpu", "pin_memory": false}, "requires_gradient_sync": false},
+    {"fqn": "", "mesh_dims": ["shard"], "reshard_after_forward": null,
+     "mp_policy": {"param_dtype": null, "reduce_dtype": null, "output_dtype": null, "cast_forward_inputs": true},
+     "offload_policy": {"kind": "none"}, "requires_gradient_sync": true}],
+  "src_data_rank": 0, "placements": {}, "inputs": {}, "frozen": [], "loss": {"kind": "sum"}, "loss_parallel": false
+})x";
+
+} // namespace
+
+TEST(PlanReader, ReadsFullyShardUnits) {
+  auto plan = parsePlan(kFsdpPlan);
+  ASSERT_TRUE(static_cast<bool>(plan)) << takeMessage(plan.takeError());
+  ASSERT_EQ(plan->fullyShard.size(), 2u);
+  const FullyShardUnit &hsdp = plan->fullyShard[0], &root = plan->fullyShard[1];
+  EXPECT_EQ(hsdp.pattern, "layers.*");
+  EXPECT_EQ(hsdp.meshDims, (std::vector<unsigned>{0, 1}));
+  EXPECT_EQ(hsdp.reshard, FullyShardUnit::Reshard::ToGroup);
+  EXPECT_EQ(hsdp.reshardGroupSize, 2);
+  EXPECT_EQ(hsdp.paramDtype, ScalarType::BFloat16);
+  EXPECT_EQ(hsdp.reduceDtype, ScalarType::Float);
+  EXPECT_FALSE(hsdp.outputDtype.has_value());
+  EXPECT_FALSE(hsdp.castForwardInputs);
+  EXPECT_TRUE(hsdp.offloadToCpu);
+  EXPECT_FALSE(hsdp.pinMemory);
+  EXPECT_FALSE(hsdp.requiresGradientSync);
+  EXPECT_EQ(root.pattern, "");
+  EXPECT_EQ(root.meshDims, std::vector<unsigned>{1});
+  EXPECT_EQ(root.reshard, FullyShardUnit::Reshard::Default);
+  EXPECT_FALSE(root.paramDtype.has_value());
+  EXPECT_TRUE(root.requiresGradientSync);
+  // fully_shard normalises an int equal to the shard group (4) to True and 1 to False.
+  auto reshardFor = [](const char *value) {
+    std::string doc = kFsdpPlan;
+    const std::string from = R"x("reshard_after_forward": 2)x";
+    doc.replace(doc.find(from), from.size(), std::string(R"x("reshard_after_forward": )x") + value);
+    auto plan = parsePlan(doc);
+    EXPECT_TRUE(static_cast<bool>(plan));
+    return plan ? plan->fullyShard[0].reshard : FullyShardUnit::Reshard::Default;
+  };
+  EXPECT_EQ(reshardFor("4"), FullyShardUnit::Reshard::Yes);
+  EXPECT_EQ(reshardFor("1"), FullyShardUnit::Reshard::No);
+  EXPECT_EQ(reshardFor("false"), FullyShardUnit::Reshard::No);
+  // Plans written before fully_shard existed still read.
+  auto old = parsePlan(kPlan);
+  ASSERT_TRUE(static_cast<bool>(old));
+  EXPECT_TRUE(old->fullyShard.empty());
+}
+
+TEST(PlanReader, FullyShardErrorsNameThePath) {
+  EXPECT_EQ(errorOf(kFsdpPlan, R"x("requires_gradient_sync": false)x", R"x("requires_gradient_sync": false, "x": 1)x"),
+            "fully_shard[0]: unknown key 'x'");
+  EXPECT_EQ(errorOf(kFsdpPlan, R"x("param_dtype": "bfloat16")x", R"x("param_dtype": "float64")x"),
+            "fully_shard[0].mp_policy.param_dtype: dtype 'float64' (expected \"float32\", \"bfloat16\" or \"float16\")");
+  EXPECT_EQ(errorOf(kFsdpPlan, R"x("mesh_dims": ["rep", "shard"])x", R"x("mesh_dims": ["rep", "shard", "x"])x"),
+            "fully_shard[0].mesh_dims[2]: mesh dim 'x' is not in the mesh (dim names: ['rep', 'shard', 'tp'])");
+  EXPECT_EQ(errorOf(kFsdpPlan, R"x("mesh_dims": ["rep", "shard"])x", R"x("mesh_dims": [])x"),
+            "fully_shard[0].mesh_dims: 0 mesh dims (fully_shard takes a 1-D mesh, or a 2-D (replicate, shard) mesh for "
+            "HSDP)");
+  EXPECT_EQ(errorOf(kFsdpPlan, R"x("mesh_dims": ["rep", "shard"])x", R"x("mesh_dims": ["shard", "shard"])x"),
+            "fully_shard[0].mesh_dims[1]: mesh dim 'shard' given twice");
+  EXPECT_EQ(errorOf(kFsdpPlan, R"x("mesh_dims": ["shard"])x", R"x("mesh_dims": ["tp"])x"),
+            "fully_shard[1].mesh_dims: mesh dim 'tp' is used by a parallelize step too (FSDP and tensor parallel "
+            "dims must differ)");
+  EXPECT_EQ(errorOf(kFsdpPlan, R"x("reshard_after_forward": 2)x", R"x("reshard_after_forward": 3)x"),
+            "fully_shard[0].reshard_after_forward: reshard_after_forward 3 is not a factor of the shard group size 4");
+  EXPECT_EQ(errorOf(kFsdpPlan, R"x({"kind": "cpu", "pin_memory": false})x", R"x({"kind": "disk"})x"),
+            "fully_shard[0].offload_policy.kind: offload policy 'disk' (expected \"none\" or \"cpu\")");
+}

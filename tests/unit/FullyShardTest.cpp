@@ -1,0 +1,198 @@
+// FSDP2 units through the whole prediction pipeline on a small hand-built program:
+//   Net: layers.0, layers.1, layers.2 (each y = mm(x, t(w_i)), w_i [16, 16] f32), then, in the
+//   root itself, y * scale (scale [16], a root parameter), loss sum.
+// Every expected collective is derived here from torch 2.13's FSDP2 hooks
+// (torch/distributed/fsdp/_fully_shard/_fsdp_state.py, _fsdp_param_group.py) and CommDebugMode's
+// attribution: forward collectives belong to the module whose pre-hook is running; backward
+// ones to the module whose output hook (full-backward pre-hook) fired last.
+#include "passes/PassManager.h"
+
+#include <fmt/format.h>
+#include "TestPrograms.h"
+
+#include <gtest/gtest.h>
+
+using namespace commlens;
+
+namespace {
+
+using test::f32;
+
+struct Net : test::TestProgram {
+  ShardingPlan plan;
+
+  /// units: the fully_shard calls; `rootScale` adds the root's own parameter.
+  explicit Net(bool rootScale = true) : TestProgram("examples.Net") {
+    plan.mesh.shape = {8};
+    plan.mesh.dimNames = {"dp"};
+    plan.loss.kind = LossSpec::Kind::Sum;
+    Value *x = input("x", f32({8, 16}));
+    for (int i = 0; i < 3; ++i) {
+      std::string l = "layers." + std::to_string(i);
+      Value *w = param(l + ".weight", f32({16, 16}));
+      std::vector<ModuleStackEntry> stack{{l, "examples.Block", 0}};
+      Value *t = op("t" + std::to_string(i), "aten::t.default", {{"self", w}}, f32({16, 16}, std::vector<int64_t>{1, 16}),
+                    stack);
+      x = op("mm" + std::to_string(i), "aten::mm.default", {{"self", x}, {"mat2", t}}, f32({8, 16}), stack);
+    }
+    if (rootScale)
+      x = op("scaled", "aten::mul.Tensor", {{"self", x}, {"other", param("scale", f32({16}))}}, f32({8, 16}));
+    output(x);
+  }
+
+  FullyShardUnit &unit(std::string pattern, std::vector<unsigned> dims = {0}) {
+    FullyShardUnit u;
+    u.pattern = std::move(pattern);
+    u.meshDims = std::move(dims);
+    plan.fullyShard.push_back(u);
+    return plan.fullyShard.back();
+  }
+
+  /// "op phase @module bytes" per collective, in issue order.
+  std::vector<std::string> predict() {
+    PassManager pm;
+    buildPipeline(pm, /*backward=*/true);
+    PassContext ctx{p, &plan, {}, PredictionState()};
+    if (llvm::Error err = pm.run(ctx)) {
+      ADD_FAILURE() << llvm::toString(std::move(err));
+      return {};
+    }
+    std::vector<std::string> out;
+    for (const CollectiveRecord &r : ctx.state.collectives)
+      out.push_back(fmt::format("{} {} @{} {}", r.opKey, r.phase == Phase::Forward ? "fwd" : "bwd",
+                                r.module ? r.module->displayName() : "Global", r.bytesPerRank));
+    return out;
+  }
+};
+
+// One rank's FSDP shard of w_i on 8 ranks: ceil(16 / 8) x 16 = 32 f32 = 128 bytes; the
+// reduce-scatter input is the whole padded gradient, 16 x 16 f32 = 1024 bytes. scale [16]:
+// 2 elements (8 bytes) gathered, 16 x 4 = 64 bytes reduce-scattered.
+const char *kAg = "c10d._allgather_base_";
+const char *kRs = "c10d._reduce_scatter_base_";
+
+std::string rec(const char *op, const char *phase, const char *module, int bytes) {
+  return fmt::format("{} {} @{} {}", op, phase, module, bytes);
+}
+
+} // namespace
+
+TEST(FullyShard, BlocksAndRootDefaultReshard) {
+  Net net;
+  net.unit("layers.*");
+  net.unit("");
+  // Forward: the root's pre-forward gathers scale first (it runs before its children), then
+  //   each block in its own pre-forward. Post-forward order: layers.0, layers.1, layers.2, root.
+  // Backward: sum's backward (Global), then the root's output hook names FSDPNet; the root's
+  //   pre-backward is a tensor hook on mul's output, so it runs before MulBackward: the root
+  //   keeps its parameters (reshard_after_forward is False for the root) and prefetches the
+  //   unit before it in post-forward order, layers.2 (charged to FSDPNet). layers.2's output
+  //   hook then names it; its pre-backward finds itself gathered and prefetches layers.1
+  //   (charged to layers.2); its post-backward (the Function on its input) reduce-scatters.
+  //   layers.1 prefetches layers.0 and reduce-scatters. layers.0's input x needs no gradient,
+  //   so its post-backward runs in the final callback, together with the root's, root first
+  //   (named_modules order), both while layers.0 is the last module named.
+  EXPECT_EQ(net.predict(), (std::vector<std::string>{
+                               rec(kAg, "fwd", "FSDPNet", 8),
+                               rec(kAg, "fwd", "FSDPNet.layers.0", 128),
+                               rec(kAg, "fwd", "FSDPNet.layers.1", 128),
+                               rec(kAg, "fwd", "FSDPNet.layers.2", 128),
+                               rec(kAg, "bwd", "FSDPNet", 128),
+                               rec(kAg, "bwd", "FSDPNet.layers.2", 128),
+                               rec(kRs, "bwd", "FSDPNet.layers.2", 1024),
+                               rec(kAg, "bwd", "FSDPNet.layers.1", 128),
+                               rec(kRs, "bwd", "FSDPNet.layers.1", 1024),
+                               rec(kRs, "bwd", "FSDPNet.layers.0", 64),
+                               rec(kRs, "bwd", "FSDPNet.layers.0", 1024),
+                           }));
+}
+
+TEST(FullyShard, RootWithoutParametersHasNoGroup) {
+  Net net(/*rootScale=*/false);
+  net.unit("layers.*");
+  net.unit("");
+  // No root group: nothing gathered for the root, and nothing prefetches layers.2, whose own
+  // pre-backward re-gathers it and prefetches layers.1.
+  EXPECT_EQ(net.predict(), (std::vector<std::string>{
+                               rec(kAg, "fwd", "FSDPNet.layers.0", 128),
+                               rec(kAg, "fwd", "FSDPNet.layers.1", 128),
+                               rec(kAg, "fwd", "FSDPNet.layers.2", 128),
+                               rec(kAg, "bwd", "FSDPNet.layers.2", 128),
+                               rec(kAg, "bwd", "FSDPNet.layers.2", 128),
+                               rec(kRs, "bwd", "FSDPNet.layers.2", 1024),
+                               rec(kAg, "bwd", "FSDPNet.layers.1", 128),
+                               rec(kRs, "bwd", "FSDPNet.layers.1", 1024),
+                               rec(kRs, "bwd", "FSDPNet.layers.0", 1024),
+                           }));
+}
+
+TEST(FullyShard, NoReshardAfterForwardGathersOnlyInForward) {
+  Net net;
+  net.unit("layers.*").reshard = FullyShardUnit::Reshard::No;
+  net.unit("");
+  auto out = net.predict();
+  EXPECT_EQ(std::count_if(out.begin(), out.end(), [](const std::string &s) { return s.find(" bwd ") != s.npos &&
+                                                                                    s.find(kAg) == 0; }),
+            0);
+  EXPECT_EQ(std::count_if(out.begin(), out.end(), [](const std::string &s) { return s.find(kRs) == 0; }), 4);
+}
+
+TEST(FullyShard, ReshardToGroupRegathersOnTheSmallerGroup) {
+  Net net;
+  FullyShardUnit &u = net.unit("layers.*");
+  u.reshard = FullyShardUnit::Reshard::ToGroup;
+  u.reshardGroupSize = 2;
+  net.unit("");
+  // Backward re-gathers run on the post-forward group of 2: ceil(16 / 2) x 16 f32 = 512 bytes.
+  auto out = net.predict();
+  ASSERT_EQ(out.size(), 11u);
+  EXPECT_EQ(out[4], rec(kAg, "bwd", "FSDPNet", 512));
+  EXPECT_EQ(out[5], rec(kAg, "bwd", "FSDPNet.layers.2", 512));
+  EXPECT_EQ(out[7], rec(kAg, "bwd", "FSDPNet.layers.1", 512));
+}
+
+TEST(FullyShard, HsdpAllReducesOverTheReplicateGroupWithMixedPrecisionBytes) {
+  Net net;
+  net.plan.mesh.shape = {2, 4};
+  net.plan.mesh.dimNames = {"rep", "shard"};
+  FullyShardUnit &u = net.unit("layers.*", {0, 1});
+  u.paramDtype = ScalarType::BFloat16;
+  u.reduceDtype = ScalarType::Float;
+  net.unit("", {0, 1});
+  // Shard group 4: w_i shard ceil(16 / 4) x 16 = 64 elements, gathered in bf16 (128 bytes);
+  // reduce-scatter input 16 x 16 f32 (1024), HSDP all-reduce of the 64-element f32 shard (256).
+  auto out = net.predict();
+  EXPECT_EQ(out[1], rec(kAg, "fwd", "FSDPNet.layers.0", 128));
+  EXPECT_EQ(out[6], rec(kRs, "bwd", "FSDPNet.layers.2", 1024));
+  EXPECT_EQ(out[7], rec("c10d.allreduce_", "bwd", "FSDPNet.layers.2", 256));
+  EXPECT_EQ(std::count_if(out.begin(), out.end(), [](const std::string &s) { return s.find("allreduce_") != s.npos; }),
+            4);
+}
+
+TEST(FullyShard, GradientSyncOffSkipsTheReduction) {
+  Net net;
+  net.unit("layers.*").requiresGradientSync = false;
+  net.unit("");
+  auto out = net.predict();
+  std::vector<std::string> rs;
+  for (const std::string &s : out)
+    if (s.find(kRs) == 0)
+      rs.push_back(s);
+  EXPECT_EQ(rs, std::vector<std::string>{rec(kRs, "bwd", "FSDPNet.layers.0", 64)}); // the root's only
+}
+
+TEST(FullyShard, UnitsCalledTwiceAreRefused) {
+  Net net;
+  net.unit("layers.*");
+  Value *w = net.g.lookupValue("p_layers_0_weight");
+  std::vector<ModuleStackEntry> second{{"layers.0", "examples.Block", 1}};
+  net.op("t_again", "aten::t.default", {{"self", w}}, f32({16, 16}, std::vector<int64_t>{1, 16}), second);
+  PassManager pm;
+  buildPipeline(pm, /*backward=*/false);
+  PassContext ctx{net.p, &net.plan, {}, PredictionState()};
+  llvm::Error err = pm.run(ctx);
+  ASSERT_TRUE(static_cast<bool>(err));
+  EXPECT_EQ(llvm::toString(std::move(err)),
+            "fully_shard 'layers.*' on Net.layers.0: the module is called 2 times (FSDP units called more than once "
+            "are not supported yet)");
+}
