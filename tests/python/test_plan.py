@@ -3,6 +3,8 @@
 import json
 
 import pytest
+import torch
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -16,9 +18,11 @@ from torch.distributed.tensor.parallel import (
 from commlens import CommlensError
 from commlens._factory import call_factory
 from commlens.plan import (
+    FullyShard,
     Loss,
     Plan,
     PlanError,
+    check_against_model,
     dumps,
     from_json,
     load,
@@ -46,6 +50,19 @@ EXAMPLE_PLANS = [
     "examples.plans:llama_tp(tp=4, sp=False, device_type='cuda')",
     "examples.plans:llama_tp(tp=2, loss_parallel=True)",
     "examples.plans:llama_2d(dp=2, tp=4)",
+    "examples.plans:stacked_mlp_fsdp(dp=8)",
+    "examples.plans:stacked_mlp_fsdp(dp=4, reshard_after_forward=2, mixed_precision='bf16', "
+    "input_requires_grad=True, frozen=('layers.0.*',))",
+    "examples.plans:gpt2_fsdp(dp=8)",
+    "examples.plans:gpt2_fsdp(dp=4, reshard_after_forward=False, mixed_precision='bf16', loss='sum')",
+    "examples.plans:gpt2_hsdp(replicate=2, shard=4)",
+    "examples.plans:gpt2_hsdp(replicate=4, shard=2, reshard_after_forward=True, mixed_precision='bf16')",
+    "examples.plans:gpt2_fsdp_tp(dp=2, tp=4)",
+    "examples.plans:gpt2_fsdp_tp(dp=2, tp=2, sp=True, loss_parallel=True, mixed_precision='bf16')",
+    "examples.plans:llama_fsdp_tp(dp=2, tp=4)",
+    "examples.plans:llama_fsdp_tp(dp=4, tp=2, sp=False, loss_parallel=True, reshard_after_forward=2)",
+    "examples.plans:llama_hsdp_tp(replicate=2, shard=2, tp=2)",
+    "examples.plans:llama_hsdp_tp(replicate=2, shard=4, tp=2, sp=False, mixed_precision='bf16')",
 ]
 
 
@@ -58,7 +75,17 @@ def _plan_fields(plan):
         device_type=plan.device_type, placements=plan.placements,
         input_placements=plan.input_placements, inputs_requires_grad=tuple(plan.inputs_requires_grad),
         frozen=tuple(plan.frozen), loss=plan.loss, loss_parallel=plan.loss_parallel,
-        src_data_rank=plan.src_data_rank, name=plan.name)
+        src_data_rank=plan.src_data_rank, name=plan.name,
+        fully_shard=[_unit_fields(u) for u in plan.fully_shard])
+
+
+def _unit_fields(unit):
+    """A FullyShard's fields, the policy objects with their exact classes."""
+    return dict(fqn=unit.fqn, mesh_dims=unit.mesh_dims, reshard_after_forward=unit.reshard_after_forward,
+                reshard_type=type(unit.reshard_after_forward),
+                mp_policy=(type(unit.mp_policy), unit.mp_policy),
+                offload_policy=(type(unit.offload_policy), vars(unit.offload_policy)),
+                requires_gradient_sync=unit.requires_gradient_sync)
 
 
 def _roundtrip(plan, source=None):
@@ -342,3 +369,237 @@ def test_plan_cli_writes_and_checks(cli, tmp_path):
     r = cli("commlens.plan", "--check", out, "--model", "examples.gpt2:gpt2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout == f"commlens: {out}: ok\n"
+
+
+# ------------------------------------------------------------- fully_shard units
+
+BF16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+def test_fsdp_factory_units():
+    plan = call_factory("examples.plans:llama_hsdp_tp(replicate=2, shard=2, tp=2, reshard_after_forward=2, "
+                        "mixed_precision='bf16')")
+    dims = ("dp_replicate", "dp_shard")
+    assert plan.mesh_shape == (2, 2, 2) and plan.mesh_dim_names == dims + ("tp",)
+    assert [(d, sorted(styles)[:2]) for d, styles in plan.parallelize_steps()] == [
+        ("tp", ["layers.*.attention", "layers.*.attention.wk"])]
+    # reshard_after_forward goes to the blocks only; the root keeps None
+    assert plan.fully_shard == (FullyShard("layers.*", dims, reshard_after_forward=2, mp_policy=BF16),
+                                FullyShard("", dims, mp_policy=BF16))
+    plan = call_factory("examples.plans:gpt2_fsdp_tp(dp=2, tp=4, sp=True)")
+    assert plan.tp_mesh_dim == "tp" and plan.mesh_dim_names == ("dp", "tp")
+    assert [u.fqn for u in plan.fully_shard] == ["layers.*", ""]
+    assert all(u.mesh_dims == ("dp",) and type(u.mp_policy) is MixedPrecisionPolicy
+               and u.mp_policy == MixedPrecisionPolicy() and type(u.offload_policy) is OffloadPolicy
+               for u in plan.fully_shard)
+
+
+def test_fsdp_plan_json_exact():
+    obj = to_json(call_factory("examples.plans:stacked_mlp_fsdp(dp=8, mixed_precision='bf16')"))
+    assert list(obj) == ["format", "version", "name", "source", "mesh", "parallelize", "fully_shard",
+                         "src_data_rank", "placements", "inputs", "frozen", "loss", "loss_parallel"]
+    assert obj["mesh"] == {"shape": [8], "dim_names": ["dp"], "device_type": "cpu"}
+    assert obj["parallelize"] == []
+    mp = {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": None, "cast_forward_inputs": True}
+    assert obj["fully_shard"] == [
+        {"fqn": "layers.*", "mesh_dims": ["dp"], "reshard_after_forward": None, "mp_policy": mp,
+         "offload_policy": {"kind": "none"}, "requires_gradient_sync": True},
+        {"fqn": "", "mesh_dims": ["dp"], "reshard_after_forward": None, "mp_policy": mp,
+         "offload_policy": {"kind": "none"}, "requires_gradient_sync": True}]
+    assert [list(u) for u in obj["fully_shard"]] == [
+        ["fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy", "requires_gradient_sync"]] * 2
+    assert list(obj["fully_shard"][0]["mp_policy"]) == [
+        "param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"]
+
+
+def test_fully_shard_roundtrip_non_default():
+    units = (
+        FullyShard("layers.*", ("dp",), reshard_after_forward=2,
+                   mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                                  output_dtype=torch.float16, cast_forward_inputs=False),
+                   offload_policy=CPUOffloadPolicy(pin_memory=False), requires_gradient_sync=False),
+        FullyShard("norm", "dp", reshard_after_forward=False, offload_policy=CPUOffloadPolicy()),
+        FullyShard("", ["dp"], reshard_after_forward=True),
+    )
+    plan = Plan(mesh_shape=(8,), mesh_dim_names=("dp",), fully_shard=units)
+    text, loaded = _roundtrip(plan)
+    assert loaded.fully_shard == units
+    assert units[1].mesh_dims == ("dp",) and units[2].mesh_dims == ("dp",)  # str / list normalised
+    obj = json.loads(text)
+    assert obj["fully_shard"][0] == {
+        "fqn": "layers.*", "mesh_dims": ["dp"], "reshard_after_forward": 2,
+        "mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": "float16",
+                      "cast_forward_inputs": False},
+        "offload_policy": {"kind": "cpu", "pin_memory": False}, "requires_gradient_sync": False}
+    assert obj["fully_shard"][1]["offload_policy"] == {"kind": "cpu", "pin_memory": True}
+    # JSON booleans stay booleans (True == 1 in Python)
+    assert [type(u.reshard_after_forward) for u in loaded.fully_shard] == [int, bool, bool]
+    assert type(loaded.fully_shard[0].offload_policy) is CPUOffloadPolicy
+    assert type(loaded.fully_shard[2].offload_policy) is OffloadPolicy
+
+
+def test_fully_shard_missing_optional_keys_take_defaults():
+    obj = to_json(call_factory("examples.plans:stacked_mlp_fsdp(dp=8)"))
+    obj["fully_shard"] = [{"fqn": "layers.*", "mesh_dims": ["dp"]}, {"fqn": "", "mesh_dims": ["dp"],
+                                                                      "mp_policy": {"param_dtype": "bfloat16"}}]
+    plan = from_json(obj)
+    assert plan.fully_shard == (FullyShard("layers.*", ("dp",)),
+                                FullyShard("", ("dp",), mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)))
+
+
+def test_plan_without_fully_shard_key_loads():
+    obj = to_json(call_factory("examples.plans:mlp_tp(tp=4)"))
+    del obj["fully_shard"]
+    plan = from_json(obj)
+    assert plan.fully_shard == ()
+    assert json.loads(dumps(plan))["fully_shard"] == []
+
+
+def _fsdp_obj(mutate, spec="examples.plans:stacked_mlp_fsdp(dp=8)"):
+    obj = to_json(call_factory(spec))
+    mutate(obj)
+    return obj
+
+
+def _unit0(**kv):
+    def f(obj):
+        obj["fully_shard"][0].update(kv)
+    return f
+
+
+FSDP_LOAD_ERRORS = [
+    (_unit0(colour="red"), "unknown field 'colour' at fully_shard[0]"),
+    (lambda o: o["fully_shard"][1]["mp_policy"].update(param_dtype="int8"),
+     'bad dtype "int8" at fully_shard[1].mp_policy.param_dtype (expected "float32", "bfloat16", "float16" or null)'),
+    (lambda o: o["fully_shard"][0]["mp_policy"].update(reduce_dtype="torch.float32"),
+     'bad dtype "torch.float32" at fully_shard[0].mp_policy.reduce_dtype '
+     '(expected "float32", "bfloat16", "float16" or null)'),
+    (lambda o: o["fully_shard"][0]["mp_policy"].update(keep_low_precision_grads=True),
+     "unknown field 'keep_low_precision_grads' at fully_shard[0].mp_policy"),
+    (_unit0(offload_policy={"kind": "nvme"}),
+     'unknown offload_policy kind "nvme" at fully_shard[0].offload_policy (expected "none" or "cpu")'),
+    (_unit0(offload_policy={"kind": "none", "pin_memory": True}),
+     "unknown field 'pin_memory' at fully_shard[0].offload_policy"),
+    (_unit0(mesh_dims=["tp"]), "mesh dim 'tp' (fully_shard[0]) is not in the mesh (dim names: ['dp'])"),
+    (_unit0(mesh_dims="dp"), "bad mesh_dims at fully_shard[0]: expected a list of mesh dim names"),
+    (_unit0(mesh_dims=["dp", "dp"]), "fully_shard[0]: mesh dim 'dp' given twice"),
+    (_unit0(mesh_dims=[]), "fully_shard[0]: 0 mesh dims [] (fully_shard takes a 1-D mesh, or a 2-D "
+                           "(replicate, shard) mesh for HSDP)"),
+    (_unit0(reshard_after_forward=3),
+     "fully_shard[0]: reshard_after_forward 3 is not a factor of the shard group size 8 (mesh dim 'dp')"),
+    (_unit0(reshard_after_forward=0),
+     "fully_shard[0]: reshard_after_forward 0 is not a factor of the shard group size 8 (mesh dim 'dp')"),
+    (_unit0(reshard_after_forward=2.0),
+     "bad reshard_after_forward at fully_shard[0]: expected true, false, null or a positive int"),
+    (_unit0(requires_gradient_sync=0), "bad value at fully_shard[0].requires_gradient_sync: expected true or false"),
+    (lambda o: o.update(fully_shard={"fqn": ""}), "bad fully_shard: expected a list of units"),
+    (lambda o: o["fully_shard"].append("layers.*"), "bad fully_shard[2]: expected an object"),
+]
+
+
+@pytest.mark.parametrize("mutate, message", FSDP_LOAD_ERRORS)
+def test_fully_shard_load_errors(tmp_path, mutate, message):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(_fsdp_obj(mutate)))
+    with pytest.raises(PlanError) as info:
+        load(str(path))
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_fully_shard_dim_shared_with_tp():
+    def mutate(obj):
+        obj["fully_shard"][0]["mesh_dims"] = ["dp", "tp"]
+    obj = _fsdp_obj(mutate, "examples.plans:llama_fsdp_tp(dp=2, tp=4)")
+    with pytest.raises(PlanError) as info:
+        from_json(obj, "p.json")
+    assert str(info.value) == ("p.json: fully_shard[0]: mesh dim 'tp' is used by a parallelize step too "
+                               "(FSDP and tensor parallel dims must differ)")
+    # a 1-D mesh used whole by TP (mesh_dim null) has no dim left for FSDP
+    plan = Plan(mesh_shape=(4,), mesh_dim_names=("x",), parallelize_plan={"w1": ColwiseParallel()},
+                fully_shard=(FullyShard("", ("x",)),))
+    with pytest.raises(PlanError) as info:
+        dumps(plan, "spec")
+    assert str(info.value) == ("spec: fully_shard[0]: mesh dim 'x' is used by a parallelize step too "
+                               "(FSDP and tensor parallel dims must differ)")
+
+
+def test_fully_shard_three_mesh_dims():
+    plan = call_factory("examples.plans:llama_hsdp_tp()")
+    plan.fully_shard = (FullyShard("", ("dp_replicate", "dp_shard", "tp")),)
+    plan.parallelize_plan = {}
+    with pytest.raises(PlanError) as info:
+        dumps(plan, "spec")
+    assert str(info.value) == ("spec: fully_shard[0]: 3 mesh dims ['dp_replicate', 'dp_shard', 'tp'] "
+                               "(fully_shard takes a 1-D mesh, or a 2-D (replicate, shard) mesh for HSDP)")
+
+
+@pytest.mark.parametrize("unit, message", [
+    # HSDP: the shard dim is the last one (size 4 here)
+    (FullyShard("", ("r", "s"), reshard_after_forward=8),
+     "fully_shard[0]: reshard_after_forward 8 is not a factor of the shard group size 4 (mesh dim 's')"),
+    (FullyShard("", ("r",), reshard_after_forward="yes"),
+     "fully_shard[0]: reshard_after_forward must be True, False, None or a positive int, got 'yes'"),
+    (FullyShard("", ("r",), mp_policy=MixedPrecisionPolicy(param_dtype=torch.float64)),
+     'bad dtype torch.float64 at fully_shard[0].mp_policy.param_dtype '
+     '(expected "float32", "bfloat16", "float16" or null)'),
+    (FullyShard("", ("r",), offload_policy=None),
+     "fully_shard[0].offload_policy is NoneType, not torch.distributed.fsdp.OffloadPolicy or CPUOffloadPolicy"),
+    (FullyShard("", ("r",), mp_policy={"param_dtype": "bfloat16"}),
+     "fully_shard[0].mp_policy is dict, not torch.distributed.fsdp.MixedPrecisionPolicy"),
+    ("layers.*", "fully_shard[0] is str, not commlens.plan.FullyShard"),
+])
+def test_fully_shard_python_errors(unit, message):
+    plan = Plan(mesh_shape=(2, 4), mesh_dim_names=("r", "s"), fully_shard=(unit,))
+    with pytest.raises(PlanError) as info:
+        dumps(plan, "spec")
+    assert str(info.value) == f"spec: {message}"
+
+
+def test_fully_shard_needs_mesh_dim_names():
+    plan = Plan(mesh_shape=(8,), fully_shard=(FullyShard("", ("dp",)),))
+    with pytest.raises(PlanError) as info:
+        dumps(plan, "spec")
+    assert str(info.value) == "spec: fully_shard[0]: the mesh has no dim names (fully_shard units name their mesh dims)"
+
+
+@pytest.mark.parametrize("patterns, message", [
+    (("blocks.*", ""), "fully_shard pattern 'blocks.*' matches no module of StackedMLP"),
+    (("layers.*", "layers.1"),
+     "fully_shard pattern 'layers.1' matches module 'layers.1' already sharded by pattern 'layers.*'"),
+    (("layers.*", "", "*"),
+     "fully_shard pattern '*' matches module 'layers' inside 'StackedMLP', sharded earlier by pattern '' "
+     "(fully_shard children before their parents)"),
+    (("", "layers.*"),
+     "fully_shard pattern 'layers.*' matches module 'layers.0' inside 'StackedMLP', sharded earlier by pattern '' "
+     "(fully_shard children before their parents)"),
+    (("layers.*.w1", "layers.0"), None),  # children first: fine
+    (("layers",),
+     "fully_shard pattern 'layers' matches 'layers', a ModuleList without forward (fully_shard rejects containers)"),
+    (("",), None),
+])
+def test_fully_shard_against_model(patterns, message):
+    model, args = call_factory("examples.mlp:stacked_mlp")
+    plan = Plan(mesh_shape=(8,), mesh_dim_names=("dp",), fully_shard=tuple(FullyShard(p, ("dp",)) for p in patterns))
+    if message is None:
+        check_against_model(plan, model, "spec", args)
+        return
+    with pytest.raises(PlanError) as info:
+        check_against_model(plan, model, "spec", args)
+    assert str(info.value) == f"spec: {message}"
+
+
+def test_plan_cli_counts_fully_shard_units(cli, tmp_path):
+    out = tmp_path / "p.json"
+    spec = "examples.plans:llama_fsdp_tp(dp=2, tp=2)"
+    r = cli("commlens.plan", spec, "-o", out, "--model", "examples.llama:llama", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    # llama_tp with sp: tok_embeddings, norm, output + 11 per-layer patterns = 14 entries
+    assert r.stdout == f"commlens: wrote {out} (14 plan entries, 2 fully_shard units, mesh (2, 2) ('dp', 'tp'), cpu)\n"
+    assert out.read_text() == dumps(call_factory(spec), spec)
+    obj = json.loads(out.read_text())
+    obj["fully_shard"][0]["fqn"] = "blocks.*"
+    out.write_text(json.dumps(obj))
+    r = cli("commlens.plan", "--check", out, "--model", "examples.llama:llama", cwd=tmp_path)
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == [
+        f"commlens: error: {out}: fully_shard pattern 'blocks.*' matches no module of Transformer"]
