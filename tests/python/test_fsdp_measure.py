@@ -164,6 +164,39 @@ def test_phase_forward_and_backward():
     assert bw == {k: {"forward": {}, "backward": v["backward"]} for k, v in full.items()}
 
 
+def test_gpt2_fsdp_root_prefetches_last_block():
+    """examples.gpt2:gpt2 (2 layers, int tokens, cross_entropy) with
+    gpt2_fsdp(dp=8): units layers.0, layers.1, root (tok/pos embeddings,
+    norm, lm_head with the tied weight counted once).
+
+    Forward: root pre-forward 1 AG (root only), layers.0 1 AG, layers.1 1 AG.
+    post_forward_order = [layers.0, layers.1, root]; the root is not
+    resharded (reshard_after_forward None -> False for the root).
+    Backward: the root's pre-backward (on the logits): unshard is a no-op,
+    prefetch layers.1: 1 AG charged to the root alone.  layers.1: prefetch
+    layers.0 (1 AG); its post_backward after its first child attn_norm's
+    backward: 1 RS on attn_norm.  layers.0: no prefetch; 1 RS on attn_norm.
+    Root: post_backward in the final callback (tokens need no grad), after
+    tok_embeddings' backward started last: 1 RS on tok_embeddings.
+    Every other module: nothing.
+    """
+    got = measure("examples.gpt2:gpt2", "examples.plans:gpt2_fsdp(dp=8)")
+    nonempty = {
+        "Global": ({AG: 3}, {AG: 2, RS: 3}),
+        "FSDPGPT2": ({AG: 3}, {AG: 2, RS: 3}),
+        "FSDPGPT2.tok_embeddings": ({}, {RS: 1}),
+        "FSDPGPT2.layers.0": ({AG: 1}, {RS: 1}),
+        "FSDPGPT2.layers.0.attn_norm": ({}, {RS: 1}),
+        "FSDPGPT2.layers.1": ({AG: 1}, {AG: 1, RS: 1}),
+        "FSDPGPT2.layers.1.attn_norm": ({}, {RS: 1}),
+    }
+    assert set(nonempty) <= set(got)
+    assert "FSDPGPT2.lm_head" in got and "FSDPGPT2.layers.1.mlp.w2" in got
+    for fqn, counts in got.items():
+        fw, bw = nonempty.get(fqn, ({}, {}))
+        assert counts == {"forward": fw, "backward": bw}, fqn
+
+
 def _strip_root(counts, root):
     return {(root + k[len("FSDP" + root):] if k.startswith("FSDP" + root) else k): v for k, v in counts.items()}
 
