@@ -81,8 +81,17 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
     }
     owner->params.push_back(in.value);
   }
-  for (FsdpUnit &u : units)
+  for (FsdpUnit &u : units) {
+    // FSDPParam refuses it (torch 2.13 _fsdp_param.py, NotImplementedError).
+    if (u.spec->reshard == FullyShardUnit::Reshard::ToGroup)
+      for (const Value *p : u.params)
+        if (tpPlacements.count(p))
+          return makeError("fully_shard '{}' on {}: reshard_after_forward={} with tensor-parallel (DTensor) "
+                           "parameters is not supported by torch 2.13 (\"Resharding to smaller mesh is not supported "
+                           "for DTensor parameters yet\")",
+                           u.spec->pattern, u.scope->displayName(), u.spec->reshardGroupSize);
     graph.scopes().setType(const_cast<ModuleScope *>(u.scope), fsdpClassOf(u.scope->type()));
+  }
   return units;
 }
 

@@ -430,6 +430,11 @@ def _measure_fake(model_spec, plan, phase, ws, json_dump, noise_level, subject, 
                                 model_device=_fake_model_device(plan, device))
     finally:
         dist.destroy_process_group()
+        # DTensor caches sharding decisions keyed by the mesh's value (ranks, dim names), not
+        # its process groups: the next measurement's equal sub-mesh must not reuse this one's.
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()
 
 
 def _gloo_worker(rank, world_size, store_path, jobs, noise_level, out_dir):

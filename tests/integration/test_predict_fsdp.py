@@ -1,0 +1,71 @@
+"""`commlens predict` / `check-plan` on FSDP2 plans it must refuse: the same plan fails in torch
+(checked here with commlens.measure), or cannot be expressed; one line, exit 2."""
+import dataclasses
+
+import pytest
+import torch
+
+from commlens import plan as planlib
+from commlens._factory import call_model_factory
+from commlens.export import export_model
+from commlens.measure import measure
+from commlens.plan import FullyShard
+
+STACKED = "examples.mlp:stacked_mlp"
+
+
+@pytest.fixture(scope="module")
+def stacked_pt2(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fsdp")
+    model, args, kwargs = call_model_factory(STACKED)
+    pt2 = d / "stacked.pt2"
+    torch.export.save(export_model(model, args, kwargs), str(pt2))
+    return pt2
+
+
+def _save(plan, tmp_path):
+    path = tmp_path / "plan.json"
+    planlib.save(plan, str(path))
+    return path
+
+
+def test_reshard_to_smaller_group_with_tp_parameters_is_refused_like_torch(run_commlens, stacked_pt2, tmp_path):
+    from examples.plans import stacked_mlp_tp
+
+    plan = dataclasses.replace(stacked_mlp_tp(tp=2), mesh_shape=(4, 2), mesh_dim_names=("dp", "tp"),
+                               fully_shard=(FullyShard("layers.*", ("dp",), reshard_after_forward=2),))
+    path = _save(plan, tmp_path)
+    # torch 2.13 refuses it when the first block is sharded ...
+    with pytest.raises(NotImplementedError, match="Resharding to smaller mesh is not supported for DTensor "
+                                                  "parameters yet"):
+        measure(STACKED, str(path), phase="forward")
+    # ... and so does predict, naming the unit and the module.
+    r = run_commlens("predict", stacked_pt2, "--plan", path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {stacked_pt2}: fully_shard 'layers.*' on StackedMLP.layers.0: "
+                        "reshard_after_forward=2 with tensor-parallel (DTensor) parameters is not supported by torch "
+                        "2.13 (\"Resharding to smaller mesh is not supported for DTensor parameters yet\")\n")
+
+
+def test_fully_shard_pattern_matching_no_module(run_commlens, stacked_pt2, tmp_path):
+    from examples.plans import stacked_mlp_fsdp
+
+    plan = dataclasses.replace(stacked_mlp_fsdp(dp=4), fully_shard=(FullyShard("blocks.*", ("dp",)),))
+    path = _save(plan, tmp_path)
+    for command in ("check-plan", "predict"):
+        r = run_commlens(command, stacked_pt2, "--plan", path)
+        assert (r.returncode, r.stdout) == (2, "")
+        assert r.stderr == (f"commlens: error: {path}: fully_shard pattern 'blocks.*' matches no module of "
+                            "StackedMLP\n")
+
+
+def test_module_sharded_by_two_units(run_commlens, stacked_pt2, tmp_path):
+    from examples.plans import stacked_mlp_fsdp
+
+    plan = dataclasses.replace(stacked_mlp_fsdp(dp=4), fully_shard=(FullyShard("layers.*", ("dp",)),
+                                                                      FullyShard("layers.1", ("dp",))))
+    path = _save(plan, tmp_path)
+    r = run_commlens("check-plan", stacked_pt2, "--plan", path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {path}: fully_shard pattern 'layers.1' matches module 'layers.1' already "
+                        "sharded by pattern 'layers.*'\n")
