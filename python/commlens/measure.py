@@ -225,15 +225,30 @@ def _apply_fully_shard(plan, model, mesh, plan_subject):
 
     from commlens.plan import fully_shard_modules
 
+    from torch.distributed.tensor import DTensor
+
     calls = fully_shard_modules(plan, model, plan_subject)
+    managed = set()  # ids of parameters an earlier call took
     for _i, unit, path in calls:
         module = model.get_submodule(path) if path else model
+        own = [p for p in module.parameters() if id(p) not in managed]
+        raf = unit.reshard_after_forward
+        shard_size = plan.mesh_shape[list(plan.mesh_dim_names).index(unit.mesh_dims[-1])]
+        if (not isinstance(raf, bool) and isinstance(raf, int) and 1 < raf < shard_size
+                and any(isinstance(p, DTensor) for p in own)):
+            # FSDPParam.to_sharded_post_forward raises NotImplementedError in
+            # the forward (torch 2.13 _fsdp_param.py)
+            shown = f"{type(model).__name__}.{path}" if path else type(model).__name__
+            raise PlanError(plan_subject, f"fully_shard {unit.fqn!r} on {shown}: reshard_after_forward={raf} "
+                            "with tensor-parallel (DTensor) parameters is not supported by torch 2.13 "
+                            "(\"Resharding to smaller mesh is not supported for DTensor parameters yet\")")
         kwargs = {"mesh": _submesh(mesh, unit.mesh_dims), "mp_policy": unit.mp_policy,
                   "offload_policy": unit.offload_policy}
         if unit.reshard_after_forward is not None:
             # None is fully_shard's own default (True, False for the root)
             kwargs["reshard_after_forward"] = unit.reshard_after_forward
         fully_shard(module, **kwargs)
+        managed.update(id(p) for p in module.parameters())
         if not unit.requires_gradient_sync:
             module.set_requires_gradient_sync(False, recurse=False)
     return [path for _i, _unit, path in calls]

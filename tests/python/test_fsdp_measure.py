@@ -259,6 +259,21 @@ def test_placement_on_fsdp_parameter_rejected():
                                "DTensor (Shard(dim=0),) after fully_shard")
 
 
+def test_reshard_to_group_with_tp_parameters_rejected():
+    # FSDPParam.to_sharded_post_forward refuses DTensor (TP) parameters; an
+    # int that fully_shard normalises to True (the shard size, 4 here) is fine.
+    spec = "examples.plans:llama_fsdp_tp(dp=4, tp=2, reshard_after_forward=2)"
+    with pytest.raises(PlanError) as info:
+        measure("examples.llama:llama", spec, phase="forward")
+    assert str(info.value) == (
+        f"{spec}: fully_shard 'layers.*' on Transformer.layers.0: reshard_after_forward=2 with tensor-parallel "
+        "(DTensor) parameters is not supported by torch 2.13 (\"Resharding to smaller mesh is not supported "
+        "for DTensor parameters yet\")")
+    got = measure("examples.llama:llama", "examples.plans:llama_fsdp_tp(dp=4, tp=2, reshard_after_forward=4)",
+                  phase="forward")
+    assert got["Global"]["forward"][AG] == 3
+
+
 def test_fsdp_needs_real_model():
     with pytest.raises(CommlensError) as info:
         measure("examples.mlp:stacked_mlp", "examples.plans:stacked_mlp_fsdp(dp=8)", device="meta")
