@@ -50,6 +50,11 @@ public:
     if (!units)
       return units.takeError();
     ctx_.state.fsdp.units = std::move(*units);
+    for (const FsdpUnit &u : ctx_.state.fsdp.units)
+      for (const Value *p : u.params)
+        if (const InputSpec *in = explicitlyPlaced_.lookup(p))
+          return makeError("placements for '{}': it is already a DTensor after fully_shard ('{}' on {})", in->target,
+                           u.spec->pattern, u.scope->displayName());
     for (unsigned i = 0; i < ctx_.state.fsdp.units.size(); ++i)
       fsdpUnitOf_[ctx_.state.fsdp.units[i].scope] = i;
     collectCalls();
@@ -138,6 +143,7 @@ private:
             matchesModulePath(pattern, in.target)) {
           if (ctx_.state.dtensors.count(in.value))
             return makeError("placements for '{}': it is already a DTensor after parallelize_module", in.target);
+          explicitlyPlaced_[in.value] = &in;
           ctx_.state.dtensors[in.value] =
               DTensorLayout{spec.placements, fmt::format("plan placements for '{}'", pattern)};
         }
@@ -478,6 +484,7 @@ private:
   const Graph &graph_;
   std::map<const ModuleScope *, std::vector<const ParallelStyle *>> styles_;
   std::map<const ModuleScope *, unsigned> fsdpUnitOf_;
+  llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;
   std::vector<ModuleCall> calls_;
   llvm::DenseMap<const Value *, std::vector<const InputSpec *>> tiedGroup_;

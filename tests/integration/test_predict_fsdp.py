@@ -69,3 +69,20 @@ def test_module_sharded_by_two_units(run_commlens, stacked_pt2, tmp_path):
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == (f"commlens: error: {path}: fully_shard pattern 'layers.1' matches module 'layers.1' already "
                         "sharded by pattern 'layers.*'\n")
+
+
+def test_explicit_placements_on_a_sharded_parameter(run_commlens, stacked_pt2, tmp_path):
+    from torch.distributed.tensor import Shard
+
+    from examples.plans import stacked_mlp_fsdp
+
+    plan = dataclasses.replace(stacked_mlp_fsdp(dp=4), placements={"layers.1.w1.weight": (Shard(0),)})
+    path = _save(plan, tmp_path)
+    # fully_shard made it a DTensor first; measure refuses to distribute it again ...
+    with pytest.raises(planlib.PlanError, match="already a DTensor"):
+        measure(STACKED, str(path), phase="forward")
+    # ... and predict names the unit that manages it.
+    r = run_commlens("predict", stacked_pt2, "--plan", path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {stacked_pt2}: placements for 'layers.1.w1.weight': it is already a "
+                        "DTensor after fully_shard ('layers.*' on FSDPStackedMLP.layers.1)\n")
