@@ -45,11 +45,14 @@ def test_reshard_to_smaller_group_with_tp_parameters_is_refused_like_torch(run_c
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     try:
         mesh = init_device_mesh("cpu", (4, 2), mesh_dim_names=("dp", "tp"))
-        model, _args, _kwargs = call_model_factory(STACKED)
+        model, args, _kwargs = call_model_factory(STACKED)
         parallelize_module(model, mesh["tp"], stacked_mlp_tp(tp=2).parallelize_plan)
         with pytest.raises(NotImplementedError, match="Resharding to smaller mesh is not supported for DTensor "
                                                       "parameters yet"):
-            fully_shard(model.layers[0], mesh=mesh["dp"], reshard_after_forward=2)
+            for block in model.layers:
+                fully_shard(block, mesh=mesh["dp"], reshard_after_forward=2)
+            fully_shard(model, mesh=mesh["dp"])
+            model(*args)
     finally:
         dist.destroy_process_group()
     # ... and so does predict, naming the unit and the module.
