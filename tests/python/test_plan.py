@@ -60,7 +60,7 @@ EXAMPLE_PLANS = [
     "examples.plans:gpt2_fsdp_tp(dp=2, tp=4)",
     "examples.plans:gpt2_fsdp_tp(dp=2, tp=2, sp=True, loss_parallel=True, mixed_precision='bf16')",
     "examples.plans:llama_fsdp_tp(dp=2, tp=4)",
-    "examples.plans:llama_fsdp_tp(dp=4, tp=2, sp=False, loss_parallel=True, reshard_after_forward=2)",
+    "examples.plans:llama_fsdp_tp(dp=4, tp=2, sp=False, loss_parallel=True, reshard_after_forward=False)",
     "examples.plans:llama_hsdp_tp(replicate=2, shard=2, tp=2)",
     "examples.plans:llama_hsdp_tp(replicate=2, shard=4, tp=2, sp=False, mixed_precision='bf16')",
 ]
