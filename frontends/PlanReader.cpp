@@ -176,7 +176,7 @@ std::optional<ScalarType> decodeDtype(const JsonRef &policy, const char *field) 
 /// One fully_shard entry (docs/plan-format.md, "fully_shard").
 FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   rejectUnknownKeys(r, {"fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
-                        "requires_gradient_sync"});
+                        "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch"});
   FullyShardUnit u;
   u.pattern = r.field("fqn").asString();
   JsonRef dims = r.field("mesh_dims");
@@ -224,6 +224,11 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
     }
   }
   u.requiresGradientSync = boolOr(r, "requires_gradient_sync", true);
+  u.requiresAllReduce = boolOr(r, "requires_all_reduce", true);
+  for (auto [key, list] : {std::pair{"forward_prefetch", &u.forwardPrefetch}, {"backward_prefetch", &u.backwardPrefetch}})
+    if (auto targets = r.optField(key))
+      for (const JsonRef &t : targets->items())
+        list->push_back(t.asString());
   return u;
 }
 

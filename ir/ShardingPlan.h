@@ -75,6 +75,9 @@ struct FullyShardUnit {
   bool castForwardInputs = true;
   bool offloadToCpu = false, pinMemory = true; // OffloadPolicy / CPUOffloadPolicy
   bool requiresGradientSync = true;           // set_requires_gradient_sync
+  bool requiresAllReduce = true;              // set_requires_all_reduce (HSDP)
+  /// set_modules_to_forward_prefetch / set_modules_to_backward_prefetch: module paths.
+  std::vector<std::string> forwardPrefetch, backwardPrefetch;
 };
 
 struct ShardingPlan {

@@ -81,6 +81,17 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
     }
     owner->params.push_back(in.value);
   }
+  // Prefetch targets name modules that fully_shard wrapped.
+  for (FsdpUnit &u : units)
+    for (auto [key, paths, out] : {std::tuple{"forward_prefetch", &u.spec->forwardPrefetch, &u.forwardPrefetch},
+                                   std::tuple{"backward_prefetch", &u.spec->backwardPrefetch, &u.backwardPrefetch}})
+      for (const std::string &path : *paths) {
+        auto target = llvm::find_if(units, [&](const FsdpUnit &t) { return t.scope->path() == path; });
+        if (target == units.end())
+          return makeError("fully_shard '{}' on {}: {} target '{}' is not a module fully_shard wrapped", u.spec->pattern,
+                           u.scope->displayName(), key, path);
+        out->push_back(static_cast<unsigned>(target - units.begin()));
+      }
   for (FsdpUnit &u : units) {
     // FSDPParam refuses it (torch 2.13 _fsdp_param.py, NotImplementedError).
     if (u.spec->reshard == FullyShardUnit::Reshard::ToGroup)
@@ -150,8 +161,12 @@ void FsdpRuntime::unshard(unsigned index, const Node &at, Phase phase, const std
 }
 
 void FsdpRuntime::preForward(unsigned unit, const Node &at) {
-  unshard(unit, at, Phase::Forward,
-          fmt::format("FSDP pre-forward of {} all-gathers its parameters", state_.units[unit].scope->displayName()));
+  const std::string &name = state_.units[unit].scope->displayName();
+  unshard(unit, at, Phase::Forward, fmt::format("FSDP pre-forward of {} all-gathers its parameters", name));
+  for (unsigned target : state_.units[unit].forwardPrefetch)
+    unshard(target, at, Phase::Forward,
+            fmt::format("FSDP pre-forward of {} prefetches {}'s parameters (set_modules_to_forward_prefetch)", name,
+                        state_.units[target].scope->displayName()));
 }
 
 void FsdpRuntime::postForward(unsigned unit) {
@@ -171,6 +186,13 @@ void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
   u.preBackwardDone = true;
   const std::string &name = u.scope->displayName();
   unshard(unit, at, Phase::Backward, fmt::format("FSDP pre-backward of {} re-gathers its parameters", name));
+  if (!u.backwardPrefetch.empty()) { // set_modules_to_backward_prefetch replaces the default
+    for (unsigned target : u.backwardPrefetch)
+      unshard(target, at, Phase::Backward,
+              fmt::format("FSDP pre-backward of {} prefetches {}'s parameters (set_modules_to_backward_prefetch)",
+                          name, state_.units[target].scope->displayName()));
+    return;
+  }
   // The default backward prefetch: the unit before this call in post-forward order.
   if (u.postForwardIndices.empty())
     return;
@@ -224,7 +246,7 @@ void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<
   if (u.shardSize > 1) // foreach_reduce skips the reduce-scatter for a world of one
     make(kReduceScatter, u.shardDim, Placement::partial(), Placement::shard(0), inputBytes,
          fmt::format("FSDP post-backward of {} reduce-scatters its gradients", name));
-  if (u.replicateDim)
+  if (u.replicateDim && u.spec->requiresAllReduce)
     make(kAllReduce, *u.replicateDim, Placement::partial(), Placement::replicate(), outputBytes,
          fmt::format("HSDP post-backward of {} all-reduces its gradient shards over the replicate group", name));
 }

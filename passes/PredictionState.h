@@ -60,6 +60,8 @@ struct FsdpUnit {
   int64_t shardSize = 1, replicateSize = 1;
   bool reshardAfterForward = true; // resolved (the root's default is false)
   int64_t regatherGroupSize = 1;   // the group its backward re-gather runs on
+  /// Explicit prefetch targets (unit indices); an empty backward list keeps the default.
+  llvm::SmallVector<unsigned, 2> forwardPrefetch, backwardPrefetch;
 
   // Runtime state, advanced by the propagation passes.
   bool unsharded = false, preBackwardDone = false, postBackwardDone = false;

@@ -196,3 +196,61 @@ TEST(FullyShard, UnitsCalledTwiceAreRefused) {
             "fully_shard 'layers.*' on Net.layers.0: the module is called 2 times (FSDP units called more than once "
             "are not supported yet)");
 }
+
+TEST(FullyShard, ExplicitPrefetchMovesTheGathersToTheTriggeringUnit) {
+  Net net;
+  for (int i = 0; i < 3; ++i) {
+    FullyShardUnit &u = net.unit("layers." + std::to_string(i));
+    if (i < 2)
+      u.forwardPrefetch = {"layers." + std::to_string(i + 1)};
+    if (i > 0)
+      u.backwardPrefetch = {"layers." + std::to_string(i - 1)};
+  }
+  net.unit("");
+  // Forward: layers.0's pre-forward gathers itself, then prefetches layers.1
+  //   (set_modules_to_forward_prefetch, charged to layers.0); layers.1 finds its all-gather
+  //   pending and only prefetches layers.2; layers.2 issues nothing.
+  // Backward: the root has no explicit list, so its default prefetch takes layers.2 (the unit
+  //   before it in post-forward order); layers.2's explicit list prefetches layers.1 and
+  //   layers.1's prefetches layers.0 (the lists replace the default); layers.0 has an empty
+  //   list, so the default applies, with nothing before it.
+  EXPECT_EQ(net.predict(), (std::vector<std::string>{
+                               rec(kAg, "fwd", "FSDPNet", 8),
+                               rec(kAg, "fwd", "FSDPNet.layers.0", 128),
+                               rec(kAg, "fwd", "FSDPNet.layers.0", 128),
+                               rec(kAg, "fwd", "FSDPNet.layers.1", 128),
+                               rec(kAg, "bwd", "FSDPNet", 128),
+                               rec(kAg, "bwd", "FSDPNet.layers.2", 128),
+                               rec(kRs, "bwd", "FSDPNet.layers.2", 1024),
+                               rec(kAg, "bwd", "FSDPNet.layers.1", 128),
+                               rec(kRs, "bwd", "FSDPNet.layers.1", 1024),
+                               rec(kRs, "bwd", "FSDPNet.layers.0", 64),
+                               rec(kRs, "bwd", "FSDPNet.layers.0", 1024),
+                           }));
+}
+
+TEST(FullyShard, HsdpWithoutAllReduceAndBadPrefetchTarget) {
+  Net net;
+  net.plan.mesh.shape = {2, 4};
+  net.plan.mesh.dimNames = {"rep", "shard"};
+  net.unit("layers.*", {0, 1}).requiresAllReduce = false;
+  net.unit("", {0, 1});
+  auto out = net.predict();
+  // Only the root's post-backward all-reduces its gradient shard (16 / 4 = 4 f32 elements).
+  std::vector<std::string> ar;
+  for (const std::string &s : out)
+    if (s.find("allreduce_") != s.npos)
+      ar.push_back(s);
+  EXPECT_EQ(ar, std::vector<std::string>{rec("c10d.allreduce_", "bwd", "FSDPNet.layers.0", 16)});
+
+  Net bad;
+  bad.unit("layers.*").forwardPrefetch = {"layers.9"};
+  PassManager pm;
+  buildPipeline(pm, /*backward=*/false);
+  PassContext ctx{bad.p, &bad.plan, {}, PredictionState()};
+  llvm::Error err = pm.run(ctx);
+  ASSERT_TRUE(static_cast<bool>(err));
+  EXPECT_EQ(llvm::toString(std::move(err)),
+            "fully_shard 'layers.*' on Net.layers.0: forward_prefetch target 'layers.9' is not a module fully_shard "
+            "wrapped");
+}

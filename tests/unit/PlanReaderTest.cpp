@@ -104,7 +104,8 @@ constexpr const char *kFsdpPlan = R"x({
     {"fqn": "layers.*", "mesh_dims": ["rep", "shard"], "reshard_after_forward": 2,
      "mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": null,
                    "cast_forward_inputs": false},
-     "offload_policy": {"kind": "cpu", "pin_memory": false}, "requires_gradient_sync": false},
+     "offload_policy": {"kind": "cpu", "pin_memory": false}, "requires_gradient_sync": false,
+     "requires_all_reduce": false, "forward_prefetch": ["layers.1"], "backward_prefetch": []},
     {"fqn": "", "mesh_dims": ["shard"], "reshard_after_forward": null,
      "mp_policy": {"param_dtype": null, "reduce_dtype": null, "output_dtype": null, "cast_forward_inputs": true},
      "offload_policy": {"kind": "none"}, "requires_gradient_sync": true}],
@@ -129,11 +130,15 @@ TEST(PlanReader, ReadsFullyShardUnits) {
   EXPECT_TRUE(hsdp.offloadToCpu);
   EXPECT_FALSE(hsdp.pinMemory);
   EXPECT_FALSE(hsdp.requiresGradientSync);
+  EXPECT_FALSE(hsdp.requiresAllReduce);
+  EXPECT_EQ(hsdp.forwardPrefetch, std::vector<std::string>{"layers.1"});
+  EXPECT_TRUE(hsdp.backwardPrefetch.empty());
   EXPECT_EQ(root.pattern, "");
   EXPECT_EQ(root.meshDims, std::vector<unsigned>{1});
   EXPECT_EQ(root.reshard, FullyShardUnit::Reshard::Default);
   EXPECT_FALSE(root.paramDtype.has_value());
   EXPECT_TRUE(root.requiresGradientSync);
+  EXPECT_TRUE(root.requiresAllReduce); // keys written before these setters existed: defaults
   // fully_shard normalises an int equal to the shard group (4) to True and 1 to False.
   auto reshardFor = [](const char *value) {
     std::string doc = kFsdpPlan;
@@ -153,6 +158,8 @@ TEST(PlanReader, ReadsFullyShardUnits) {
 }
 
 TEST(PlanReader, FullyShardErrorsNameThePath) {
+  EXPECT_EQ(errorOf(kFsdpPlan, R"x("forward_prefetch": ["layers.1"])x", R"x("forward_prefetch": [1])x"),
+            "fully_shard[0].forward_prefetch[0]: expected a string");
   EXPECT_EQ(errorOf(kFsdpPlan, R"x("requires_gradient_sync": false)x", R"x("requires_gradient_sync": false, "x": 1)x"),
             "fully_shard[0]: unknown key 'x'");
   EXPECT_EQ(errorOf(kFsdpPlan, R"x("param_dtype": "bfloat16")x", R"x("param_dtype": "float64")x"),
