@@ -4,6 +4,7 @@
 #include "ir/Error.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace commlens {
@@ -128,11 +129,10 @@ public:
 
     JsonRef gm = root.field("graph_module");
     JsonRef g = gm.field("graph");
-    tensorValues_ = g.field("tensor_values");
-    symIntValues_ = g.optField("sym_int_values");
+    contexts_.push_back(NameContext{{}, g.field("tensor_values"), g.optField("sym_int_values"), "", {}, true});
     decodeInputs(g.field("inputs"), gm.field("signature").field("input_specs"));
     for (const JsonRef &n : g.field("nodes").items())
-      decodeNode(n);
+      decodeNode(n, {});
     decodeOutputs(g.field("outputs"), gm.field("signature").field("output_specs"));
     if (auto calls = gm.optField("module_call_graph"))
       for (const JsonRef &entry : calls->items())
@@ -140,22 +140,35 @@ public:
   }
 
 private:
+  /// Names are local to a graph: a higher-order op's subgraph reuses its caller's names (its
+  /// inputs and outputs are named like the operands and results of the op).
+  struct NameContext {
+    llvm::StringMap<Value *> names;
+    std::optional<JsonRef> tensorValues, symIntValues;
+    std::string prefix; // of the IR names of values defined in this graph
+    std::optional<bool> gradEnabled; // set inside wrap_with_set_grad_enabled
+    bool top = false;
+  };
+  NameContext &ctx() { return contexts_.back(); }
+
   Value *define(const std::string &name, ValueKind kind, const JsonRef &where) {
-    if (graph_.lookupValue(name))
+    if (ctx().names.count(name))
       where.fail(fmt::format("value '{}' is defined twice", name));
-    Value *v = graph_.createValue(name, kind);
+    std::string irName = ctx().prefix + name;
+    Value *v = ctx().top ? graph_.createValue(irName, kind) : graph_.createUniqueValue(irName, kind);
     if (kind == ValueKind::Tensor) {
-      if (!tensorValues_->has(name.c_str()))
+      if (!ctx().tensorValues->has(name.c_str()))
         where.fail(fmt::format("tensor '{}' has no entry in graph.tensor_values", name));
-      v->setMeta(decodeTensorMeta(tensorValues_->field(name.c_str())));
-    } else if (kind == ValueKind::SymInt && symIntValues_ && symIntValues_->has(name.c_str())) {
-      v->setSymbol(decodeSymInt(symIntValues_->field(name.c_str())));
+      v->setMeta(decodeTensorMeta(ctx().tensorValues->field(name.c_str())));
+    } else if (kind == ValueKind::SymInt && ctx().symIntValues && ctx().symIntValues->has(name.c_str())) {
+      v->setSymbol(decodeSymInt(ctx().symIntValues->field(name.c_str())));
     }
+    ctx().names[name] = v;
     return v;
   }
 
   Value *use(const std::string &name, const JsonRef &where) {
-    Value *v = graph_.lookupValue(name);
+    Value *v = ctx().names.lookup(name);
     if (!v)
       where.fail(fmt::format("reference to undefined value '{}'", name));
     return v;
@@ -399,7 +412,9 @@ private:
     r.fail(fmt::format("unsupported node output variant '{}'", kind));
   }
 
-  void decodeNode(const JsonRef &n) {
+  /// `inherited`: the module stack of the higher-order op whose subgraph holds the node (used
+  /// when the node has none of its own).
+  void decodeNode(const JsonRef &n, llvm::ArrayRef<ModuleStackEntry> inherited) {
     std::string target = n.field("target").asString();
     std::string name;
     if (auto nm = n.optField("name"))
@@ -407,9 +422,11 @@ private:
     llvm::StringMap<std::string> metadata;
     for (const auto &[k, v] : n.field("metadata").members())
       metadata[k] = v.asString();
+    if (ctx().gradEnabled)
+      metadata["commlens_grad_enabled"] = *ctx().gradEnabled ? "true" : "false";
 
     // Scope first, so that argument errors can name the module.
-    llvm::SmallVector<ModuleStackEntry, 4> stack;
+    llvm::SmallVector<ModuleStackEntry, 4> stack(inherited.begin(), inherited.end());
     if (auto it = metadata.find("nn_module_stack"); it != metadata.end()) {
       auto parsed = parseModuleStack(it->second);
       if (!parsed)
@@ -423,6 +440,10 @@ private:
         callPath.push_back(e.callIndex);
 
     try {
+      if (llvm::StringRef(target).startswith("torch.ops.higher_order.")) {
+        inlineHigherOrderOp(n, target, stack);
+        return;
+      }
       llvm::SmallVector<NamedArgument, 4> inputs;
       for (const JsonRef &in : n.field("inputs").items()) {
         NamedArgument a;
@@ -443,7 +464,8 @@ private:
         if (name.empty())
           name = fmt::format("node{}", graph_.numNodes());
       }
-      Node *node = graph_.appendNode(name, target, std::move(inputs), std::move(outputs), std::move(metadata));
+      Node *node = graph_.appendNode(ctx().prefix + name, target, std::move(inputs), std::move(outputs),
+                                     std::move(metadata));
       node->setScope(scope, std::move(callPath));
     } catch (ParseError &e) {
       e.message += fmt::format(" (node '{}' {} in {})", name.empty() ? "?" : name, target, scope->displayName());
@@ -451,10 +473,84 @@ private:
     }
   }
 
+  /// Higher-order ops that only change a mode around a region are inlined: their subgraph's
+  /// nodes join the graph (module scope kept), the op's results are the subgraph's outputs.
+  /// wrap_with_set_grad_enabled(enabled, subgraph, *operands) marks its nodes' grad mode;
+  /// wrap_with_autocast(device, dtype, enabled, cache, subgraph, *operands) keeps the dtypes
+  /// export recorded. Any other higher-order op is refused by name.
+  void inlineHigherOrderOp(const JsonRef &n, const std::string &target, llvm::ArrayRef<ModuleStackEntry> stack) {
+    llvm::StringRef op = llvm::StringRef(target).drop_front(strlen("torch.ops.higher_order."));
+    if (op != "wrap_with_set_grad_enabled" && op != "wrap_with_autocast")
+      n.fail(fmt::format("higher-order op '{}' is not supported by commlens yet", op));
+    std::vector<JsonRef> inputs = n.field("inputs").items();
+    size_t graphAt = inputs.size();
+    for (size_t i = 0; i < inputs.size() && graphAt == inputs.size(); ++i)
+      if (inputs[i].field("arg").variant().first == "as_graph")
+        graphAt = i;
+    if (graphAt == inputs.size())
+      n.field("inputs").fail(fmt::format("{} without a subgraph argument", op));
+    std::optional<bool> gradEnabled = ctx().gradEnabled;
+    if (op == "wrap_with_set_grad_enabled") {
+      if (graphAt != 1)
+        n.field("inputs").fail("wrap_with_set_grad_enabled expects (enabled, subgraph, *operands)");
+      gradEnabled = inputs[0].field("arg").variant().second.asBool();
+    }
+    std::vector<Argument> operands;
+    for (size_t i = graphAt + 1; i < inputs.size(); ++i)
+      operands.push_back(decodeArgument(inputs[i].field("arg")));
+    JsonRef sub = inputs[graphAt].field("arg").variant().second;
+    JsonRef g = sub.field("graph");
+    std::string name = n.optField("name") ? n.field("name").asString() : sub.field("name").asString();
+
+    contexts_.push_back(NameContext{{}, g.field("tensor_values"), g.optField("sym_int_values"),
+                                    ctx().prefix + name + ".", gradEnabled, false});
+    std::vector<JsonRef> params = g.field("inputs").items();
+    if (params.size() != operands.size())
+      g.field("inputs").fail(fmt::format("{} subgraph inputs for {} operands", params.size(), operands.size()));
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto [kind, v] = params[i].variant();
+      if (kind == "as_tensor" && operands[i].isTensor())
+        ctx().names[v.field("name").asString()] = operands[i].tensor();
+      else if (kind == "as_sym_int" && operands[i].is<SymIntArg>() && operands[i].get<SymIntArg>().isSymbolic())
+        ctx().names[v.field("as_name").asString()] = operands[i].get<SymIntArg>().value;
+      else
+        params[i].fail(fmt::format("subgraph input variant '{}' does not match its operand", kind));
+    }
+    for (const JsonRef &inner : g.field("nodes").items())
+      decodeNode(inner, stack);
+    std::vector<Value *> results;
+    for (const JsonRef &out : g.field("outputs").items()) {
+      auto [kind, v] = out.variant();
+      if (kind != "as_tensor")
+        out.fail(fmt::format("subgraph output variant '{}' is not supported by commlens", kind));
+      results.push_back(use(v.field("name").asString(), v));
+    }
+    contexts_.pop_back();
+
+    std::vector<JsonRef> outs = n.field("outputs").items();
+    std::vector<std::string> outNames;
+    for (const JsonRef &out : outs) {
+      auto [kind, v] = out.variant();
+      if (kind == "as_tensor")
+        outNames.push_back(v.field("name").asString());
+      else if (kind == "as_tensors")
+        for (const JsonRef &t : v.items())
+          outNames.push_back(t.field("name").asString());
+      else
+        out.fail(fmt::format("{} output variant '{}' is not supported by commlens", op, kind));
+    }
+    if (outNames.size() != results.size())
+      n.field("outputs").fail(fmt::format("{} results for {} subgraph outputs", outNames.size(), results.size()));
+    for (size_t i = 0; i < outNames.size(); ++i) {
+      if (ctx().names.count(outNames[i]))
+        n.field("outputs").fail(fmt::format("value '{}' is defined twice", outNames[i]));
+      ctx().names[outNames[i]] = results[i];
+    }
+  }
+
   ExportedProgram &program_;
   Graph &graph_;
-  std::optional<JsonRef> tensorValues_;
-  std::optional<JsonRef> symIntValues_;
+  std::vector<NameContext> contexts_;
 };
 
 } // namespace
