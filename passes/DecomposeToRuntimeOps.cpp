@@ -143,11 +143,28 @@ public:
     }
     if (op == "aten::scaled_dot_product_attention.default")
       return sdpa();
+    if (op.startswith("aten::to.")) // Tensor.to: self when nothing changes (TensorConversions.cpp), else _to_copy
+      return to();
+    if (op == "aten::_assert_tensor_metadata.default")
+      return llvm::Error::success(); // export's check of a .to() call: eager code never dispatches it
     b_.copy(n);
     return llvm::Error::success();
   }
 
 private:
+  llvm::Error to() {
+    Value *x = in("self");
+    const TensorMeta &out = *result(0)->meta();
+    const Argument *copy = n_->input("copy");
+    bool forced = copy && copy->is<bool>() && copy->get<bool>();
+    if (!forced && out.dtype == x->meta()->dtype && out.device == x->meta()->device)
+      b_.bind(n_->results()[0], x);
+    else
+      b_.bind(n_->results()[0],
+              unary("aten::_to_copy.default", x, out, result(0)->name(), {{"dtype", out.dtype, true}}));
+    return llvm::Error::success();
+  }
+
   Value *in(llvm::StringRef name) const {
     const Argument *a = n_->input(name);
     return a && a->isTensor() ? b_.map(a->tensor()) : nullptr;

@@ -27,6 +27,13 @@ if ! "$PY" -c "import torch, pytest, lit, numpy; assert torch.__version__.starts
   echo "setup: installing torch==2.13.0 (CPU), pytest, lit, numpy into .venv"
   "$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0" pytest lit numpy
 fi
+# Hugging Face models for the accuracy corpus (examples/hf.py), pinned (it does not depend on
+# torch, so pip leaves the CPU build alone).
+TRANSFORMERS=5.23.0
+if ! "$PY" -c "import transformers; assert transformers.__version__ == '$TRANSFORMERS'" 2>/dev/null; then
+  echo "setup: installing transformers==$TRANSFORMERS into .venv"
+  "$PY" -m pip install -q --disable-pip-version-check "transformers==$TRANSFORMERS"
+fi
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 printf '%s\n%s\n' "$ROOT/python" "$ROOT" > "$SITE/commlens-dev.pth"
 

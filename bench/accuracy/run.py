@@ -67,7 +67,10 @@ STACKED = "examples.mlp:stacked_mlp"
 GPT2 = "examples.gpt2:gpt2"
 GPT2_SDPA = "examples.gpt2:gpt2(attn='sdpa')"
 LLAMA = "examples.llama:llama"
+HF_LLAMA = "examples.hf:hf_llama"
+HF_QWEN2 = "examples.hf:hf_qwen2"
 P = "examples.plans:"
+H = "examples.hf:"
 
 CONFIGS = [
     # MLP: w1 Colwise, w2 Rowwise; input with and without requires_grad; 1-D and 2-D meshes
@@ -116,6 +119,15 @@ CONFIGS = [
            P + "gpt2_tp(tp=4, frozen=('tok_embeddings.*', 'pos_embeddings.*'))", "both"),
     Config("llama-tp_sp-tp4-frozen_attention-both", LLAMA, P + "llama_tp(tp=4, frozen=('layers.*.attention.*',))",
            "both", ci=True),
+    # Hugging Face transformers models (tiny configs) with the tensor-parallel plan they ship
+    Config("hf_llama-tp-tp4-both", HF_LLAMA, H + "hf_tp(family='llama', tp=4)", "both", ci=True),
+    Config("hf_llama-tp-tp2-forward", HF_LLAMA, H + "hf_tp(family='llama', tp=2)", "forward"),
+    Config("hf_llama_kv8-tp_no_lm_head-tp8-both", HF_LLAMA + "(n_kv_heads=8)",
+           H + "hf_tp(family='llama', tp=8, lm_head=False)", "both"),
+    Config("hf_llama-fsdp_tp-dp2xtp2-both", HF_LLAMA, H + "hf_tp(family='llama', tp=2, dp=2, fsdp=True)", "both"),
+    Config("hf_qwen2-tp-tp4-both", HF_QWEN2, H + "hf_tp(family='qwen2', tp=4)", "both", ci=True),
+    Config("hf_qwen2-tp-tp2-backward", HF_QWEN2, H + "hf_tp(family='qwen2', tp=2)", "backward"),
+    Config("hf_qwen2-fsdp_tp-dp2xtp4-both", HF_QWEN2, H + "hf_tp(family='qwen2', tp=4, dp=2, fsdp=True)", "both"),
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",
@@ -191,14 +203,15 @@ def _cache_path(directory, spec, digest, suffix):
 
 def _model_digest():
     import torch
+    import transformers
 
     files = sorted((ROOT / "examples").glob("*.py")) + [ROOT / "python/commlens/export.py",
                                                         ROOT / "python/commlens/_factory.py"]
-    return _sources_digest(files) + torch.__version__
+    return _sources_digest(files) + torch.__version__ + transformers.__version__
 
 
 def _plan_digest():
-    files = [ROOT / "examples/plans.py", ROOT / "python/commlens/plan.py"]
+    files = [ROOT / "examples/plans.py", ROOT / "examples/hf.py", ROOT / "python/commlens/plan.py"]
     return _sources_digest(files)
 
 

@@ -1,0 +1,112 @@
+"""Hugging Face ``transformers`` models (pinned by scripts/setup.sh) with the tensor-parallel plan
+the model family ships, for the accuracy corpus.
+
+``hf_llama(...)`` / ``hf_qwen2(...)`` build a small randomly initialised ``LlamaForCausalLM`` /
+``Qwen2ForCausalLM`` from a config (nothing is downloaded), wrapped so that the model takes the
+token ids and returns the logits; they return ``(model, (ids,))``. Module names (root class
+``HFCausalLM``)::
+
+    model                                   LlamaForCausalLM / Qwen2ForCausalLM
+    model.model.embed_tokens                nn.Embedding
+    model.model.layers.N.self_attn.{q,k,v,o}_proj
+    model.model.layers.N.mlp.{gate,up,down}_proj
+    model.model.rotary_emb                  (its cos/sin run under torch.no_grad(): export wraps
+                                            them in a wrap_with_set_grad_enabled subgraph)
+    model.lm_head
+
+``hf_tp(family=..., tp=...)`` turns the family's shipped ``base_model_tp_plan`` (the config class
+attribute, keys relative to ``model.model``) and, with ``lm_head=True``, the CausalLM's ``_tp_plan``
+into the real torch styles: ``colwise`` -> ``ColwiseParallel()``, ``rowwise`` ->
+``RowwiseParallel()``, ``colwise_gather_output`` -> ``ColwiseParallel(output_layouts=Replicate())``
+(the torch style that gathers the output as transformers' does). Any other string is refused.
+Neither family ships a sequence-parallel plan in this transformers version.
+"""
+
+import torch
+from torch.distributed.tensor import Replicate
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+from commlens.plan import FullyShard, Loss, Plan
+
+_STYLES = {
+    "colwise": lambda: ColwiseParallel(),
+    "rowwise": lambda: RowwiseParallel(),
+    "colwise_gather_output": lambda: ColwiseParallel(output_layouts=Replicate()),
+}
+
+
+def _family(name):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    families = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+    if name not in families:
+        raise ValueError(f"family must be one of {sorted(families)}, got {name!r}")
+    return families[name]
+
+
+class HFCausalLM(torch.nn.Module):
+    """Takes token ids, returns the logits (no KV cache)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, use_cache=False).logits
+
+
+def _build(family, *, n_layers, vocab, dim, hidden, n_heads, n_kv_heads, batch, seq, seed):
+    config_cls, model_cls = _family(family)
+    config = config_cls(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=n_layers,
+                        num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+                        max_position_embeddings=max(64, seq), tie_word_embeddings=False)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = HFCausalLM(model_cls(config))
+    ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
+    return model, (ids,)
+
+
+def hf_llama(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
+    """A tiny transformers LlamaForCausalLM (grouped-query attention, SwiGLU MLP, RMSNorm)."""
+    return _build("llama", n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
+                  n_kv_heads=n_kv_heads, batch=batch, seq=seq, seed=seed)
+
+
+def hf_qwen2(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
+    """A tiny transformers Qwen2ForCausalLM (as Llama, with q/k/v biases)."""
+    return _build("qwen2", n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
+                  n_kv_heads=n_kv_heads, batch=batch, seq=seq, seed=seed)
+
+
+def shipped_tp_plan(family, *, lm_head=True):
+    """The family's own plan, keys as FQNs under HFCausalLM, values as torch styles."""
+    config_cls, model_cls = _family(family)
+    entries = [("model.model." + k, v) for k, v in config_cls.base_model_tp_plan.items()]
+    if lm_head:
+        entries += [("model." + k, v) for k, v in getattr(model_cls, "_tp_plan", {}).items()]
+    styles = {}
+    for key, kind in entries:
+        if kind not in _STYLES:
+            raise ValueError(f"{family} ships tp plan entry {key!r}: {kind!r}, which commlens does not map "
+                             f"(known: {', '.join(_STYLES)})")
+        styles[key] = _STYLES[kind]()
+    return styles
+
+
+def hf_tp(*, family="llama", tp=4, dp=None, lm_head=True, loss="cross_entropy", fsdp=False):
+    """The shipped plan on a ``("tp",)`` mesh, or on the ``tp`` dim of ``("dp", "tp")``; with
+    ``fsdp=True`` every decoder layer, then the root, is also a fully_shard unit on ``dp``."""
+    shape, names = ((tp,), ("tp",)) if dp is None else ((dp, tp), ("dp", "tp"))
+    if fsdp and dp is None:
+        raise ValueError("fsdp=True needs dp")
+    units = (FullyShard("model.model.layers.*", ("dp",)), FullyShard("", ("dp",))) if fsdp else ()
+    return Plan(
+        name=f"hf_{family}_tp" + ("_fsdp" if fsdp else ""),
+        mesh_shape=shape,
+        mesh_dim_names=names,
+        parallelize_plan=shipped_tp_plan(family, lm_head=lm_head),
+        tp_mesh_dim="tp",
+        loss=Loss.cross_entropy(targets="random", seed=0) if loss == "cross_entropy" else Loss.sum(),
+        fully_shard=units,
+    )
