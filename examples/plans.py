@@ -22,12 +22,19 @@ options:
 * ``mixed_precision``: None (``MixedPrecisionPolicy()``) or ``"bf16"``
   (``param_dtype=torch.bfloat16, reduce_dtype=torch.float32``), for every unit.
 
+* ``prefetch`` (``gpt2_fsdp``, ``llama_fsdp_tp``): None (one ``layers.*``
+  unit, FSDP2's default prefetching) or ``"explicit"``: one unit per block
+  ``layers.0`` ... ``layers.{n_layers-1}`` (``n_layers=2``, the example
+  models' default), block i prefetching ``layers.{i+1}`` in forward and
+  ``layers.{i-1}`` in backward, as torchtitan's ``apply_fsdp`` does.
+
 Model/plan pairs: ``linear_colwise``/``linear_rowwise`` for ``examples.mlp:linear``,
-``mlp_tp``/``mlp_2d`` for ``examples.mlp:mlp``, ``stacked_mlp_tp``/``stacked_mlp_fsdp``
-for ``examples.mlp:stacked_mlp``, ``gpt2_tp``/``gpt2_tp_sp``/``gpt2_tp_loss_parallel``/
-``gpt2_fsdp``/``gpt2_hsdp``/``gpt2_fsdp_tp`` for ``examples.gpt2:gpt2``,
-``llama_tp``/``llama_2d``/``llama_fsdp_tp``/``llama_hsdp_tp`` for
-``examples.llama:llama``.
+``mlp_tp``/``mlp_2d``/``mlp_nd`` for ``examples.mlp:mlp``, ``stacked_mlp_tp``/
+``stacked_mlp_fsdp`` for ``examples.mlp:stacked_mlp``, ``gpt2_tp``/``gpt2_tp_sp``/
+``gpt2_tp_loss_parallel``/``gpt2_fsdp``/``gpt2_hsdp``/``gpt2_fsdp_tp`` for
+``examples.gpt2:gpt2``, ``llama_tp``/``llama_2d``/``llama_fsdp_tp``/``llama_hsdp_tp``
+for ``examples.llama:llama``.  ``mlp_nd`` has no parallelize step: explicit
+placements on both dims of a 2-D mesh.
 """
 
 import dataclasses
@@ -109,6 +116,30 @@ def mlp_2d(*, dp=2, tp=2, input_requires_grad=False, device_type="cpu", frozen=(
     """examples.mlp:mlp on a 2-D ``(dp, tp)`` mesh, TP applied on ``tp``."""
     return _plan("mlp_2d", tp, {"w1": ColwiseParallel(), "w2": RowwiseParallel()}, dp=dp,
                  device_type=device_type, input_requires_grad=input_requires_grad, frozen=frozen)
+
+
+def mlp_nd(*, dp=2, tp=4, device_type="cpu"):
+    """examples.mlp:mlp with no parallelize step: explicit placements on the
+    whole 2-D ``("dp", "tp")`` mesh, sharded on both dims, so DTensor's own
+    op strategies pick every redistribution.  w1.weight and w1.bias
+    ``(Replicate(), Shard(0))``, w2.weight ``(Shard(0), Shard(1))``, w2.bias
+    ``(Replicate(), Replicate())``; input 0 ``(Shard(0), Shard(2))`` (batch on
+    dp, features on tp), requiring grad; loss ``sum``."""
+    return Plan(
+        name="mlp_nd",
+        mesh_shape=(dp, tp),
+        mesh_dim_names=("dp", "tp"),
+        device_type=device_type,
+        placements={
+            "w1.weight": (Replicate(), Shard(0)),
+            "w1.bias": (Replicate(), Shard(0)),
+            "w2.weight": (Shard(0), Shard(1)),
+            "w2.bias": (Replicate(), Replicate()),
+        },
+        input_placements={0: (Shard(0), Shard(2))},
+        inputs_requires_grad=(0,),
+        loss=Loss.sum(),
+    )
 
 
 # ---------------------------------------------------------------------- GPT-2
@@ -262,12 +293,31 @@ def _mp_policy(mixed_precision):
     raise ValueError(f"mixed_precision must be None or 'bf16', got {mixed_precision!r}")
 
 
-def _fsdp_units(mesh_dims, reshard_after_forward, mixed_precision, blocks="layers.*"):
+def _fsdp_units(mesh_dims, reshard_after_forward, mixed_precision, *, prefetch=None, n_layers=2):
     """torchtitan's wrapping: one unit per block (``reshard_after_forward`` as
-    given), then the root (``reshard_after_forward`` None: not resharded)."""
+    given), then the root (``reshard_after_forward`` None: not resharded).
+
+    ``prefetch=None``: one ``"layers.*"`` unit (FSDP2's default prefetching).
+    ``prefetch="explicit"``: one unit per block ``"layers.0"`` ...
+    ``"layers.{n_layers-1}"``, block i prefetching ``layers.{i+1}`` in forward
+    and ``layers.{i-1}`` in backward (torchtitan's ``apply_fsdp`` with
+    explicit prefetching), then the root as before.
+    """
     mp = _mp_policy(mixed_precision)
-    return (FullyShard(blocks, tuple(mesh_dims), reshard_after_forward=reshard_after_forward, mp_policy=mp),
-            FullyShard("", tuple(mesh_dims), mp_policy=mp))
+    dims = tuple(mesh_dims)
+    root = FullyShard("", dims, mp_policy=mp)
+    if prefetch is None:
+        return (FullyShard("layers.*", dims, reshard_after_forward=reshard_after_forward, mp_policy=mp), root)
+    if prefetch != "explicit":
+        raise ValueError(f"prefetch must be None or 'explicit', got {prefetch!r}")
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        raise ValueError(f"n_layers must be a positive int, got {n_layers!r}")
+    blocks = tuple(
+        FullyShard(f"layers.{i}", dims, reshard_after_forward=reshard_after_forward, mp_policy=mp,
+                   forward_prefetch=(f"layers.{i + 1}",) if i + 1 < n_layers else (),
+                   backward_prefetch=(f"layers.{i - 1}",) if i > 0 else ())
+        for i in range(n_layers))
+    return blocks + (root,)
 
 
 def _fsdp_only(name, shape, names, units, *, device_type="cpu", input_requires_grad=False,
@@ -302,12 +352,15 @@ def stacked_mlp_fsdp(*, dp=8, reshard_after_forward=None, mixed_precision=None,
 
 
 def gpt2_fsdp(*, dp=8, reshard_after_forward=None, mixed_precision=None, loss="cross_entropy",
-              device_type="cpu", frozen=()):
+              device_type="cpu", frozen=(), prefetch=None, n_layers=2):
     """examples.gpt2:gpt2 with FSDP2 on a 1-D ``("dp",)`` mesh: ``layers.*``
     units, then the root (embeddings, final norm, lm_head; the tied
-    tok_embeddings/lm_head weight is one parameter of the root unit)."""
-    return _fsdp_only("gpt2_fsdp", (dp,), ("dp",),
-                      _fsdp_units(("dp",), reshard_after_forward, mixed_precision),
+    tok_embeddings/lm_head weight is one parameter of the root unit).
+    ``prefetch="explicit"``: one unit per block (``n_layers`` of them, the
+    model's default 2) with explicit forward/backward prefetching."""
+    return _fsdp_only("gpt2_fsdp" + ("_explicit_prefetch" if prefetch else ""), (dp,), ("dp",),
+                      _fsdp_units(("dp",), reshard_after_forward, mixed_precision,
+                                  prefetch=prefetch, n_layers=n_layers),
                       device_type=device_type, frozen=frozen, loss=loss)
 
 
@@ -335,15 +388,20 @@ def gpt2_fsdp_tp(*, dp=2, tp=4, sp=False, reshard_after_forward=None, mixed_prec
 
 
 def llama_fsdp_tp(*, dp=2, tp=4, sp=True, reshard_after_forward=None, mixed_precision=None,
-                  loss="cross_entropy", loss_parallel=False, device_type="cpu", frozen=()):
+                  loss="cross_entropy", loss_parallel=False, device_type="cpu", frozen=(),
+                  prefetch=None, n_layers=2):
     """examples.llama:llama, torchtitan-style 2-D parallelism on a
     ``("dp", "tp")`` mesh: the llama_tp styles (with sequence parallel when
     ``sp=True``) on ``tp``, then ``fully_shard`` of every ``layers.*`` block
-    and of the root on ``dp``."""
+    and of the root on ``dp``.  ``prefetch="explicit"``: one unit per block
+    (``n_layers`` of them, the model's default 2) with explicit
+    forward/backward prefetching."""
     tp_plan = llama_tp(tp=tp, dp=dp, sp=sp, loss=loss, loss_parallel=loss_parallel,
                        device_type=device_type, frozen=frozen)
-    return _tp_with_fsdp(tp_plan, "llama_fsdp_tp" + ("_sp" if sp else ""), (dp, tp), ("dp", "tp"),
-                         _fsdp_units(("dp",), reshard_after_forward, mixed_precision))
+    name = "llama_fsdp_tp" + ("_sp" if sp else "") + ("_explicit_prefetch" if prefetch else "")
+    return _tp_with_fsdp(tp_plan, name, (dp, tp), ("dp", "tp"),
+                         _fsdp_units(("dp",), reshard_after_forward, mixed_precision,
+                                     prefetch=prefetch, n_layers=n_layers))
 
 
 def llama_hsdp_tp(*, replicate=2, shard=2, tp=2, sp=True, reshard_after_forward=None,

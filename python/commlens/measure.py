@@ -27,7 +27,12 @@ What one measurement does (every rank, identically):
    only when the unit gives one (None keeps fully_shard's default: True,
    False for the root);
    then ``module.set_requires_gradient_sync(False, recurse=False)`` when the
-   unit says ``requires_gradient_sync=False``;
+   unit says ``requires_gradient_sync=False`` and
+   ``module.set_requires_all_reduce(False, recurse=False)`` when it says
+   ``requires_all_reduce=False``; after **all** units,
+   ``module.set_modules_to_forward_prefetch([...])`` /
+   ``set_modules_to_backward_prefetch([...])`` on every matched module of a
+   unit with a non-empty ``forward_prefetch`` / ``backward_prefetch``;
 6. replace parameters/buffers named in ``placements`` by
    ``distribute_tensor(t, mesh_or_submesh, placements)``; same for user inputs
    in ``inputs`` (then ``requires_grad_`` where asked);
@@ -68,8 +73,9 @@ Backends:
   ranks counted the same.  Needs a real (non-meta) model and
   ``device_type="cpu"``.  ``fully_shard`` units work on gloo (torch 2.13,
   checked with FSDP, HSDP, bf16 mixed precision, an int
-  ``reshard_after_forward`` and FSDP+TP on 2 and 4 ranks: the same counts as
-  ``fake``).
+  ``reshard_after_forward`` and FSDP+TP on 2 and 4 ranks, explicit
+  prefetching and HSDP with ``requires_all_reduce=False`` on 4 ranks: the
+  same counts as ``fake``).
 * ``nccl``: run under torchrun, one process per GPU; ``LOCAL_RANK`` selects
   the GPU, the model and inputs are moved there.  Single node, 8 GPUs::
 
@@ -251,6 +257,18 @@ def _apply_fully_shard(plan, model, mesh, plan_subject):
         managed.update(id(p) for p in module.parameters())
         if not unit.requires_gradient_sync:
             module.set_requires_gradient_sync(False, recurse=False)
+        if not unit.requires_all_reduce:
+            module.set_requires_all_reduce(False, recurse=False)
+    # Explicit prefetching once every unit exists: the setters take FSDP
+    # modules only, and a target may be sharded by a later unit.
+    def get(path):
+        return model.get_submodule(path) if path else model
+
+    for _i, unit, path in calls:
+        if unit.forward_prefetch:
+            get(path).set_modules_to_forward_prefetch([get(t) for t in unit.forward_prefetch])
+        if unit.backward_prefetch:
+            get(path).set_modules_to_backward_prefetch([get(t) for t in unit.backward_prefetch])
     return [path for _i, _unit, path in calls]
 
 

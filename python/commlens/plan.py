@@ -107,7 +107,17 @@ class FullyShard:
     (``reshard_after_forward`` only when not None, which is torch's default:
     True for non-root units, False for the root).  ``requires_gradient_sync=
     False`` calls ``module.set_requires_gradient_sync(False, recurse=False)``
+    and ``requires_all_reduce=False`` calls ``module.set_requires_all_reduce(
+    False, recurse=False)`` (HSDP: reduce-scatter without the all-reduce)
     right after ``fully_shard``.
+
+    ``forward_prefetch`` / ``backward_prefetch`` are exact module FQNs
+    (``"layers.1"``, ``""`` for the root), each of a module some unit's
+    pattern matches; after **all** ``fully_shard`` calls every module this
+    unit matched gets ``module.set_modules_to_forward_prefetch([...])`` /
+    ``set_modules_to_backward_prefetch([...])`` with those modules, in the
+    given order (only when the tuple is non-empty: ``()`` keeps FSDP2's
+    default prefetching).  A single string or a list is taken as a tuple.
     """
 
     fqn: str
@@ -116,12 +126,17 @@ class FullyShard:
     mp_policy: MixedPrecisionPolicy = field(default_factory=MixedPrecisionPolicy)
     offload_policy: OffloadPolicy = field(default_factory=OffloadPolicy)
     requires_gradient_sync: bool = True
+    requires_all_reduce: bool = True
+    forward_prefetch: tuple = ()
+    backward_prefetch: tuple = ()
 
     def __post_init__(self):
-        if isinstance(self.mesh_dims, str):
-            self.mesh_dims = (self.mesh_dims,)
-        elif isinstance(self.mesh_dims, list):
-            self.mesh_dims = tuple(self.mesh_dims)
+        for name in ("mesh_dims", "forward_prefetch", "backward_prefetch"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                setattr(self, name, (value,))
+            elif isinstance(value, list):
+                setattr(self, name, tuple(value))
 
 
 @dataclass
@@ -453,7 +468,8 @@ _MP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": t
 _MP_DTYPE_NAMES = {v: k for k, v in _MP_DTYPES.items()}
 _MP_FIELDS = ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
 _UNIT_FIELDS = ("fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
-                "requires_gradient_sync")
+                "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch")
+_PREFETCH_FIELDS = ("forward_prefetch", "backward_prefetch")
 _DTYPE_EXPECTED = '(expected "float32", "bfloat16", "float16" or null)'
 
 
@@ -543,6 +559,9 @@ def fully_shard_to_json(unit, subject="plan", where="fully_shard[0]"):
         "mp_policy": mp_policy_to_json(unit.mp_policy, subject, f"{where}.mp_policy"),
         "offload_policy": offload_policy_to_json(unit.offload_policy, subject, f"{where}.offload_policy"),
         "requires_gradient_sync": unit.requires_gradient_sync,
+        "requires_all_reduce": unit.requires_all_reduce,
+        "forward_prefetch": list(unit.forward_prefetch),
+        "backward_prefetch": list(unit.backward_prefetch),
     }
 
 
@@ -574,6 +593,16 @@ def fully_shard_from_json(obj, subject="plan", where="fully_shard[0]"):
         if not isinstance(obj["requires_gradient_sync"], bool):
             raise PlanError(subject, f"bad value at {where}.requires_gradient_sync: expected true or false")
         kw["requires_gradient_sync"] = obj["requires_gradient_sync"]
+    if "requires_all_reduce" in obj:
+        if not isinstance(obj["requires_all_reduce"], bool):
+            raise PlanError(subject, f"bad value at {where}.requires_all_reduce: expected true or false")
+        kw["requires_all_reduce"] = obj["requires_all_reduce"]
+    for name in _PREFETCH_FIELDS:
+        if name in obj:
+            targets = obj[name]
+            if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+                raise PlanError(subject, f"bad {name} at {where}: expected a list of module FQNs")
+            kw[name] = tuple(targets)
     return FullyShard(fqn=obj["fqn"], mesh_dims=tuple(dims), **kw)
 
 
@@ -932,6 +961,12 @@ def _validate_fully_shard(plan, subject):
         offload_policy_to_json(unit.offload_policy, subject, f"{where}.offload_policy")
         if not isinstance(unit.requires_gradient_sync, bool):
             raise PlanError(subject, f"{where}: requires_gradient_sync must be True or False")
+        if not isinstance(unit.requires_all_reduce, bool):
+            raise PlanError(subject, f"{where}: requires_all_reduce must be True or False")
+        for name in _PREFETCH_FIELDS:
+            targets = getattr(unit, name)
+            if not isinstance(targets, tuple) or not all(isinstance(t, str) for t in targets):
+                raise PlanError(subject, f"{where}: {name} must be a tuple of module FQNs, got {targets!r}")
 
 
 def fully_shard_modules(plan, model, subject="plan"):
@@ -939,8 +974,10 @@ def fully_shard_modules(plan, model, subject="plan"):
     makes on ``model``, in call order.  Raises :class:`PlanError` when a
     pattern matches no module, a module is matched twice, a matched module
     lies inside a module sharded by an earlier call (children must be sharded
-    first), or a match is a container without ``forward`` (fully_shard rejects
-    ``ModuleList``/``ModuleDict``)."""
+    first), a match is a container without ``forward`` (fully_shard rejects
+    ``ModuleList``/``ModuleDict``), or a ``forward_prefetch`` /
+    ``backward_prefetch`` target is not the exact FQN of a module some unit
+    matched (torch's setters take FSDP modules only)."""
     root = type(model).__name__
     taken = {}  # module path -> pattern that sharded it
     calls = []
@@ -965,6 +1002,16 @@ def fully_shard_modules(plan, model, subject="plan"):
                                 f"{type(mod).__name__} without forward (fully_shard rejects containers)")
             taken[path] = unit.fqn
             calls.append((i, unit, path))
+    modules = dict(model.named_modules())
+    for i, unit in enumerate(plan.fully_shard):
+        for name in _PREFETCH_FIELDS:
+            for target in getattr(unit, name):
+                if target not in modules:
+                    raise PlanError(subject, f"fully_shard[{i}]: {name} target {target!r} is not a module "
+                                    f"of {root}")
+                if target not in taken:
+                    raise PlanError(subject, f"fully_shard[{i}]: {name} target {target!r} is not sharded "
+                                    "by any fully_shard unit (prefetch targets must be FSDP modules)")
     return calls
 
 

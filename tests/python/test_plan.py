@@ -63,6 +63,12 @@ EXAMPLE_PLANS = [
     "examples.plans:llama_fsdp_tp(dp=4, tp=2, sp=False, loss_parallel=True, reshard_after_forward=False)",
     "examples.plans:llama_hsdp_tp(replicate=2, shard=2, tp=2)",
     "examples.plans:llama_hsdp_tp(replicate=2, shard=4, tp=2, sp=False, mixed_precision='bf16')",
+    "examples.plans:gpt2_fsdp(dp=8, prefetch='explicit')",
+    "examples.plans:gpt2_fsdp(dp=4, prefetch='explicit', n_layers=4, reshard_after_forward=False)",
+    "examples.plans:llama_fsdp_tp(dp=2, tp=4, prefetch='explicit')",
+    "examples.plans:llama_fsdp_tp(dp=4, tp=2, sp=False, prefetch='explicit', n_layers=1, mixed_precision='bf16')",
+    "examples.plans:mlp_nd()",
+    "examples.plans:mlp_nd(dp=4, tp=2, device_type='cuda')",
 ]
 
 
@@ -85,7 +91,9 @@ def _unit_fields(unit):
                 reshard_type=type(unit.reshard_after_forward),
                 mp_policy=(type(unit.mp_policy), unit.mp_policy),
                 offload_policy=(type(unit.offload_policy), vars(unit.offload_policy)),
-                requires_gradient_sync=unit.requires_gradient_sync)
+                requires_gradient_sync=unit.requires_gradient_sync,
+                requires_all_reduce=unit.requires_all_reduce,
+                forward_prefetch=unit.forward_prefetch, backward_prefetch=unit.backward_prefetch)
 
 
 def _roundtrip(plan, source=None):
@@ -401,13 +409,16 @@ def test_fsdp_plan_json_exact():
     assert obj["mesh"] == {"shape": [8], "dim_names": ["dp"], "device_type": "cpu"}
     assert obj["parallelize"] == []
     mp = {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": None, "cast_forward_inputs": True}
+    tail = {"requires_gradient_sync": True, "requires_all_reduce": True, "forward_prefetch": [],
+            "backward_prefetch": []}
     assert obj["fully_shard"] == [
         {"fqn": "layers.*", "mesh_dims": ["dp"], "reshard_after_forward": None, "mp_policy": mp,
-         "offload_policy": {"kind": "none"}, "requires_gradient_sync": True},
+         "offload_policy": {"kind": "none"}, **tail},
         {"fqn": "", "mesh_dims": ["dp"], "reshard_after_forward": None, "mp_policy": mp,
-         "offload_policy": {"kind": "none"}, "requires_gradient_sync": True}]
+         "offload_policy": {"kind": "none"}, **tail}]
     assert [list(u) for u in obj["fully_shard"]] == [
-        ["fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy", "requires_gradient_sync"]] * 2
+        ["fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy", "requires_gradient_sync",
+         "requires_all_reduce", "forward_prefetch", "backward_prefetch"]] * 2
     assert list(obj["fully_shard"][0]["mp_policy"]) == [
         "param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"]
 
@@ -417,9 +428,11 @@ def test_fully_shard_roundtrip_non_default():
         FullyShard("layers.*", ("dp",), reshard_after_forward=2,
                    mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
                                                   output_dtype=torch.float16, cast_forward_inputs=False),
-                   offload_policy=CPUOffloadPolicy(pin_memory=False), requires_gradient_sync=False),
-        FullyShard("norm", "dp", reshard_after_forward=False, offload_policy=CPUOffloadPolicy()),
-        FullyShard("", ["dp"], reshard_after_forward=True),
+                   offload_policy=CPUOffloadPolicy(pin_memory=False), requires_gradient_sync=False,
+                   requires_all_reduce=False, forward_prefetch=("norm", ""), backward_prefetch=("",)),
+        FullyShard("norm", "dp", reshard_after_forward=False, offload_policy=CPUOffloadPolicy(),
+                   backward_prefetch="layers.0"),
+        FullyShard("", ["dp"], reshard_after_forward=True, forward_prefetch=["layers.0", "layers.1"]),
     )
     plan = Plan(mesh_shape=(8,), mesh_dim_names=("dp",), fully_shard=units)
     text, loaded = _roundtrip(plan)
@@ -430,8 +443,14 @@ def test_fully_shard_roundtrip_non_default():
         "fqn": "layers.*", "mesh_dims": ["dp"], "reshard_after_forward": 2,
         "mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": "float16",
                       "cast_forward_inputs": False},
-        "offload_policy": {"kind": "cpu", "pin_memory": False}, "requires_gradient_sync": False}
+        "offload_policy": {"kind": "cpu", "pin_memory": False}, "requires_gradient_sync": False,
+        "requires_all_reduce": False, "forward_prefetch": ["norm", ""], "backward_prefetch": [""]}
     assert obj["fully_shard"][1]["offload_policy"] == {"kind": "cpu", "pin_memory": True}
+    # a single string / a list of prefetch targets is taken as a tuple
+    assert units[1].backward_prefetch == ("layers.0",) and units[2].forward_prefetch == ("layers.0", "layers.1")
+    assert obj["fully_shard"][1]["backward_prefetch"] == ["layers.0"]
+    assert obj["fully_shard"][2]["forward_prefetch"] == ["layers.0", "layers.1"]
+    assert [u.requires_all_reduce for u in loaded.fully_shard] == [False, True, True]
     # JSON booleans stay booleans (True == 1 in Python)
     assert [type(u.reshard_after_forward) for u in loaded.fully_shard] == [int, bool, bool]
     assert type(loaded.fully_shard[0].offload_policy) is CPUOffloadPolicy
@@ -445,6 +464,24 @@ def test_fully_shard_missing_optional_keys_take_defaults():
     plan = from_json(obj)
     assert plan.fully_shard == (FullyShard("layers.*", ("dp",)),
                                 FullyShard("", ("dp",), mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)))
+
+
+def test_units_without_prefetch_and_all_reduce_keys_load():
+    # a unit written before requires_all_reduce / forward_prefetch /
+    # backward_prefetch existed: every other key present, these absent
+    obj = to_json(call_factory("examples.plans:gpt2_hsdp(replicate=2, shard=4)"))
+    for unit in obj["fully_shard"]:
+        for key in ("requires_all_reduce", "forward_prefetch", "backward_prefetch"):
+            del unit[key]
+    assert list(obj["fully_shard"][0])[-1] == "requires_gradient_sync"
+    plan = from_json(obj)
+    assert plan.fully_shard == call_factory("examples.plans:gpt2_hsdp(replicate=2, shard=4)").fully_shard
+    assert all(u.requires_all_reduce is True and u.forward_prefetch == () and u.backward_prefetch == ()
+               for u in plan.fully_shard)
+    again = json.loads(dumps(plan))["fully_shard"][0]
+    assert list(again)[-4:] == ["requires_gradient_sync", "requires_all_reduce", "forward_prefetch",
+                                "backward_prefetch"]
+    assert (again["requires_all_reduce"], again["forward_prefetch"], again["backward_prefetch"]) == (True, [], [])
 
 
 def test_plan_without_fully_shard_key_loads():
@@ -492,6 +529,12 @@ FSDP_LOAD_ERRORS = [
     (_unit0(reshard_after_forward=2.0),
      "bad reshard_after_forward at fully_shard[0]: expected true, false, null or a positive int"),
     (_unit0(requires_gradient_sync=0), "bad value at fully_shard[0].requires_gradient_sync: expected true or false"),
+    (_unit0(requires_all_reduce="no"), "bad value at fully_shard[0].requires_all_reduce: expected true or false"),
+    (_unit0(requires_all_reduce=None), "bad value at fully_shard[0].requires_all_reduce: expected true or false"),
+    (_unit0(forward_prefetch="layers.1"), "bad forward_prefetch at fully_shard[0]: expected a list of module FQNs"),
+    (_unit0(forward_prefetch=None), "bad forward_prefetch at fully_shard[0]: expected a list of module FQNs"),
+    (lambda o: o["fully_shard"][1].update(backward_prefetch=["layers.2", 0]),
+     "bad backward_prefetch at fully_shard[1]: expected a list of module FQNs"),
     (lambda o: o.update(fully_shard={"fqn": ""}), "bad fully_shard: expected a list of units"),
     (lambda o: o["fully_shard"].append("layers.*"), "bad fully_shard[2]: expected an object"),
 ]
@@ -547,6 +590,11 @@ def test_fully_shard_three_mesh_dims():
     (FullyShard("", ("r",), mp_policy={"param_dtype": "bfloat16"}),
      "fully_shard[0].mp_policy is dict, not torch.distributed.fsdp.MixedPrecisionPolicy"),
     ("layers.*", "fully_shard[0] is str, not commlens.plan.FullyShard"),
+    (FullyShard("", ("r", "s"), requires_all_reduce=0), "fully_shard[0]: requires_all_reduce must be True or False"),
+    (FullyShard("", ("r", "s"), forward_prefetch=("layers.0", 1)),
+     "fully_shard[0]: forward_prefetch must be a tuple of module FQNs, got ('layers.0', 1)"),
+    (FullyShard("", ("r", "s"), backward_prefetch=None),
+     "fully_shard[0]: backward_prefetch must be a tuple of module FQNs, got None"),
 ])
 def test_fully_shard_python_errors(unit, message):
     plan = Plan(mesh_shape=(2, 4), mesh_dim_names=("r", "s"), fully_shard=(unit,))
@@ -586,6 +634,103 @@ def test_fully_shard_against_model(patterns, message):
     with pytest.raises(PlanError) as info:
         check_against_model(plan, model, "spec", args)
     assert str(info.value) == f"spec: {message}"
+
+
+def _stacked_units(*units):
+    return Plan(mesh_shape=(8,), mesh_dim_names=("dp",), fully_shard=tuple(units))
+
+
+@pytest.mark.parametrize("units, message", [
+    # a target must be a module of the model ...
+    ((FullyShard("layers.*", "dp", forward_prefetch=("layers.3",)), FullyShard("", "dp")),
+     "fully_shard[0]: forward_prefetch target 'layers.3' is not a module of StackedMLP"),
+    # ... given by its exact FQN, not a pattern ...
+    ((FullyShard("layers.0", "dp", forward_prefetch=("layers.*",)), FullyShard("layers.1", "dp")),
+     "fully_shard[0]: forward_prefetch target 'layers.*' is not a module of StackedMLP"),
+    # ... and a module some unit shards (set_modules_to_*_prefetch takes FSDP modules only)
+    ((FullyShard("layers.*", "dp"), FullyShard("", "dp", backward_prefetch=("layers.2", "layers.1.w1"))),
+     "fully_shard[1]: backward_prefetch target 'layers.1.w1' is not sharded by any fully_shard unit "
+     "(prefetch targets must be FSDP modules)"),
+    ((FullyShard("layers.*", "dp", backward_prefetch=("",)),),
+     "fully_shard[0]: backward_prefetch target '' is not sharded by any fully_shard unit "
+     "(prefetch targets must be FSDP modules)"),
+    ((FullyShard("layers.0", "dp", backward_prefetch=("layers",)), FullyShard("layers.1", "dp")),
+     "fully_shard[0]: backward_prefetch target 'layers' is not sharded by any fully_shard unit "
+     "(prefetch targets must be FSDP modules)"),
+    # fine: a pattern matching several modules lists targets (each match gets them),
+    # a target sharded by a later unit, the root as a target, a module prefetching itself
+    ((FullyShard("layers.*", "dp", forward_prefetch=("layers.2", ""), backward_prefetch=("layers.0",)),
+      FullyShard("", "dp", forward_prefetch=("layers.0",))), None),
+    ((FullyShard("layers.0", "dp", forward_prefetch=("layers.1", "layers.0")), FullyShard("layers.1", "dp")), None),
+])
+def test_prefetch_targets_against_model(units, message):
+    model, args = call_factory("examples.mlp:stacked_mlp")
+    plan = _stacked_units(*units)
+    dumps(plan)  # model-independent validation passes
+    if message is None:
+        check_against_model(plan, model, "spec", args)
+        return
+    with pytest.raises(PlanError) as info:
+        check_against_model(plan, model, "spec", args)
+    assert str(info.value) == f"spec: {message}"
+
+
+def test_explicit_prefetch_factory_units():
+    plan = call_factory("examples.plans:gpt2_fsdp(dp=8, prefetch='explicit', n_layers=3, "
+                        "reshard_after_forward=False, mixed_precision='bf16')")
+    assert plan.name == "gpt2_fsdp_explicit_prefetch"
+    d = ("dp",)
+    assert plan.fully_shard == (
+        FullyShard("layers.0", d, reshard_after_forward=False, mp_policy=BF16, forward_prefetch=("layers.1",)),
+        FullyShard("layers.1", d, reshard_after_forward=False, mp_policy=BF16, forward_prefetch=("layers.2",),
+                   backward_prefetch=("layers.0",)),
+        FullyShard("layers.2", d, reshard_after_forward=False, mp_policy=BF16, backward_prefetch=("layers.1",)),
+        FullyShard("", d, mp_policy=BF16))
+    obj = to_json(plan)
+    assert [(u["fqn"], u["forward_prefetch"], u["backward_prefetch"]) for u in obj["fully_shard"]] == [
+        ("layers.0", ["layers.1"], []), ("layers.1", ["layers.2"], ["layers.0"]),
+        ("layers.2", [], ["layers.1"]), ("", [], [])]
+    # the default stays one "layers.*" unit
+    assert [u.fqn for u in call_factory("examples.plans:gpt2_fsdp(dp=8)").fully_shard] == ["layers.*", ""]
+    plan = call_factory("examples.plans:llama_fsdp_tp(dp=2, tp=4, prefetch='explicit')")
+    assert plan.name == "llama_fsdp_tp_sp_explicit_prefetch"
+    assert plan.fully_shard == (FullyShard("layers.0", d, forward_prefetch=("layers.1",)),
+                                FullyShard("layers.1", d, backward_prefetch=("layers.0",)),
+                                FullyShard("", d))
+    assert call_factory("examples.plans:llama_fsdp_tp(prefetch='explicit', n_layers=1)").fully_shard == (
+        FullyShard("layers.0", d), FullyShard("", d))
+    # the n_layers default (2) matches the example models' default
+    for model_spec, plan_spec in [("examples.gpt2:gpt2", "examples.plans:gpt2_fsdp(prefetch='explicit')"),
+                                  ("examples.llama:llama", "examples.plans:llama_fsdp_tp(prefetch='explicit')")]:
+        model, args = call_factory(model_spec)
+        check_against_model(call_factory(plan_spec), model, plan_spec, args)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("examples.plans:gpt2_fsdp(prefetch='implicit')", "prefetch must be None or 'explicit', got 'implicit'"),
+    ("examples.plans:llama_fsdp_tp(prefetch='explicit', n_layers=0)", "n_layers must be a positive int, got 0"),
+])
+def test_explicit_prefetch_factory_errors(spec, message):
+    with pytest.raises(CommlensError) as info:
+        call_factory(spec)
+    assert str(info.value) == f"{spec}: calling the factory failed: {message}"
+
+
+def test_mlp_nd_plan():
+    plan = call_factory("examples.plans:mlp_nd()")
+    assert (plan.mesh_shape, plan.mesh_dim_names, plan.parallelize_steps()) == ((2, 4), ("dp", "tp"), [])
+    obj = to_json(plan)
+    assert obj["parallelize"] == [] and obj["fully_shard"] == []
+    assert obj["placements"] == {
+        "w1.weight": {"mesh_dims": None, "placements": ["Replicate()", "Shard(0)"]},
+        "w1.bias": {"mesh_dims": None, "placements": ["Replicate()", "Shard(0)"]},
+        "w2.weight": {"mesh_dims": None, "placements": ["Shard(0)", "Shard(1)"]},
+        "w2.bias": {"mesh_dims": None, "placements": ["Replicate()", "Replicate()"]}}
+    assert obj["inputs"] == {"0": {"requires_grad": True,
+                                   "placements": {"mesh_dims": None, "placements": ["Shard(0)", "Shard(2)"]}}}
+    assert obj["loss"] == {"kind": "sum"}
+    model, args = call_factory("examples.mlp:mlp")
+    check_against_model(plan, model, "mlp_nd", args)
 
 
 def test_plan_cli_counts_fully_shard_units(cli, tmp_path):
