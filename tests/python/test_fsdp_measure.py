@@ -313,3 +313,227 @@ def test_fsdp_gloo_matches_fake():
     gloo = measure_many(cases, backend="gloo")
     assert gloo == measure_many(cases, backend="fake")
     assert gloo == [stacked_mlp_fsdp_counts(), stacked_mlp_fsdp_counts(backward_allgathers=False)]
+
+
+# ------------------------------------------ explicit prefetching, requires_all_reduce
+#
+# Two more rules (_fsdp_state.py, _fsdp_param_group.py):
+#
+# * set_modules_to_forward_prefetch(targets): in the unit's forward pre-hook
+#   (``_pre_forward``), right after its own all-gather, ``_prefetch_unshard``
+#   of every target's groups in list order: 1 AG per target that is sharded
+#   and has no all-gather pending, charged to the unit whose pre-hook runs.
+#   The target's own pre_forward then finds the pending all-gather: 0 AG.
+#   A target that already ran (and was resharded) is gathered again.
+# * set_modules_to_backward_prefetch(targets): in ``_pre_backward`` a
+#   non-empty list turns the default prefetch (post_forward_order[i - 1]) off;
+#   after the unit's own unshard (1 AG if resharded and nothing pending),
+#   every target is gathered (1 AG each, same conditions), charged to the
+#   unit whose pre-backward hook fired.  The hook of unit M fires after M's
+#   own full-backward pre-hook (FSDP registers its tensor hook on the output
+#   before Module._call_impl wraps it in the BackwardHookFunction), so the
+#   root's prefetches are charged to the root alone.
+# * set_requires_all_reduce(False): the group's ``all_reduce_grads`` is
+#   False; foreach_reduce (_fsdp_collectives.py) keeps the reduce-scatter and,
+#   for HSDP, accumulates the output instead of all-reducing it: no AR.  Plain
+#   FSDP has no all-reduce group: no change.
+
+
+def stacked_counts(fw_ag, bw_ag, root_fw=0, root_bw=0, red=({RS: 1},) * 3):
+    """examples.mlp:stacked_mlp (3 layers) with the layers sharded one unit
+    each and a root unit that holds no parameter: ``fw_ag[i]`` / ``bw_ag[i]``
+    all-gathers charged to layers.i in forward / backward, ``root_fw`` /
+    ``root_bw`` those charged to the root alone (it includes its
+    descendants'); layers.i's post_backward reductions ``red[i]`` go to
+    layers.i.w1 (and so to layers.i), as in :func:`stacked_mlp_fsdp_counts`."""
+    def ag(n):
+        return {AG: n} if n else {}
+
+    total_fw = ag(sum(fw_ag) + root_fw)
+    total_bw = ag(sum(bw_ag) + root_bw)
+    for r in red:
+        total_bw = _add(total_bw, r)
+    rows = [("Global", total_fw, total_bw), (ROOT, total_fw, total_bw)]
+    for i in range(3):
+        rows += [(f"{ROOT}.layers.{i}", ag(fw_ag[i]), {**ag(bw_ag[i]), **red[i]}),
+                 (f"{ROOT}.layers.{i}.w1", {}, red[i]),
+                 (f"{ROOT}.layers.{i}.w2", {}, {})]
+    return expect(rows)
+
+
+def _stacked_plan(*units, shape=(8,), dims=("dp",)):
+    from commlens.plan import Plan
+
+    return Plan(mesh_shape=shape, mesh_dim_names=dims, fully_shard=tuple(units))
+
+
+D = ("dp",)
+NEXT_PREV = (FullyShard("layers.0", D, forward_prefetch=("layers.1",)),
+             FullyShard("layers.1", D, forward_prefetch=("layers.2",), backward_prefetch=("layers.0",)),
+             FullyShard("layers.2", D, backward_prefetch=("layers.1",)),
+             FullyShard("", D))
+
+
+def test_stacked_mlp_per_block_units_default_prefetch():
+    # one unit per block instead of one "layers.*" unit: the same calls
+    assert measure("examples.mlp:stacked_mlp", _stacked_plan(
+        *(FullyShard(f"layers.{i}", D) for i in range(3)), FullyShard("", D))) == stacked_mlp_fsdp_counts()
+    assert stacked_counts((1, 1, 1), (0, 1, 2)) == stacked_mlp_fsdp_counts()
+
+
+PREFETCH_CASES = {
+    # torchtitan: block i prefetches i+1 in forward, i-1 in backward.
+    # Forward: layers.0 gathers itself and layers.1 (2); layers.1's own
+    # all-gather is pending, it gathers layers.2 (1); layers.2: 0.
+    # Backward (order l2, l1, l0): layers.2 gathers itself (resharded after
+    # forward) and layers.1 (2); layers.1 is pending, gathers layers.0 (1);
+    # layers.0 (no list: default prefetch, index 0: none) is pending (0).
+    # The backward singleton list does exactly what the default does.
+    "next_prev": (NEXT_PREV, stacked_counts((2, 1, 0), (0, 1, 2))),
+    # two ahead: layers.0 gathers itself, layers.1 and layers.2 in forward (3);
+    # layers.2 gathers itself, layers.1 and layers.0 in backward (3); layers.1
+    # keeps the default prefetch (layers.0), which is pending: 0.
+    "two_ahead": ((FullyShard("layers.0", D, forward_prefetch=("layers.1", "layers.2")),
+                   FullyShard("layers.1", D),
+                   FullyShard("layers.2", D, backward_prefetch=("layers.1", "layers.0")),
+                   FullyShard("", D)),
+                  stacked_counts((3, 0, 0), (0, 0, 3))),
+    # the root (no group of its own) prefetches: its forward pre-hook gathers
+    # layers.0 (1, root only; layers.0 then 0), its pre-backward hook on the
+    # output gathers layers.2 (1, root only); layers.2 then finds its
+    # all-gather pending and default-prefetches layers.1 (1); layers.1
+    # default-prefetches layers.0 (1).
+    "root": ((FullyShard("layers.*", D), FullyShard("", D, forward_prefetch=("layers.0",),
+                                                    backward_prefetch=("layers.2",))),
+             stacked_counts((0, 1, 1), (0, 1, 1), root_fw=1, root_bw=1)),
+    # a backward list whose target has nothing to gather (the group-less root)
+    # still turns the default prefetch off: every layer gathers itself (1 each);
+    # the forward list gathers nothing either.
+    "empty_target": ((FullyShard("layers.*", D, forward_prefetch=("",), backward_prefetch=("",)),
+                      FullyShard("", D)),
+                     stacked_counts((1, 1, 1), (1, 1, 1))),
+    # forward prefetch of a unit that already ran: layers.1 re-gathers the
+    # resharded layers.0 (2 on layers.1); that all-gather stays pending until
+    # layers.0's backward, so layers.1's default backward prefetch of layers.0
+    # is a no-op: layers.2 2, layers.1 0, layers.0 0.
+    "forward_prefetch_backwards": ((FullyShard("layers.0", D),
+                                    FullyShard("layers.1", D, forward_prefetch=("layers.0",)),
+                                    FullyShard("layers.2", D), FullyShard("", D)),
+                                   stacked_counts((1, 2, 1), (0, 0, 2))),
+    # backward prefetch of a unit whose backward is over: layers.2 (default
+    # prefetch of layers.1) 2, layers.1 (default, layers.0) 1; layers.0's
+    # list turns its (empty) default off and re-gathers layers.2, resharded by
+    # its post_backward: 1 more all-gather than the default.
+    "backward_prefetch_done": ((FullyShard("layers.0", D, backward_prefetch=("layers.2",)),
+                                FullyShard("layers.1", D), FullyShard("layers.2", D), FullyShard("", D)),
+                               stacked_counts((1, 1, 1), (1, 1, 2))),
+    # reshard_after_forward=False: the forward prefetches still gather (every
+    # unit starts sharded); in backward everything is unsharded: no AG.
+    "next_prev_no_reshard": (tuple(dataclasses.replace(u, reshard_after_forward=False) if u.fqn else u
+                                   for u in NEXT_PREV),
+                             stacked_counts((2, 1, 0), (0, 0, 0))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PREFETCH_CASES))
+def test_stacked_mlp_explicit_prefetch(case):
+    units, want = PREFETCH_CASES[case]
+    assert measure("examples.mlp:stacked_mlp", _stacked_plan(*units)) == want
+
+
+def test_gpt2_fsdp_explicit_prefetch():
+    """gpt2_fsdp(dp=8, prefetch="explicit"): units layers.0 (forward
+    prefetch layers.1), layers.1 (backward prefetch layers.0), root.
+
+    Forward: root 1 AG (root only); layers.0 gathers itself and layers.1 (2);
+    layers.1 finds its all-gather pending (0).  Backward: the root (no list)
+    default-prefetches layers.1 (1, root only); layers.1's list gathers
+    layers.0 (1); layers.0: pending, no list, index 0 (0).  The reductions
+    are those of test_gpt2_fsdp_root_prefetches_last_block.  Against the
+    default plan, one forward all-gather moves from layers.1 to layers.0.
+    """
+    got = measure("examples.gpt2:gpt2", "examples.plans:gpt2_fsdp(dp=8, prefetch='explicit')")
+    nonempty = {
+        "Global": ({AG: 3}, {AG: 2, RS: 3}),
+        "FSDPGPT2": ({AG: 3}, {AG: 2, RS: 3}),
+        "FSDPGPT2.tok_embeddings": ({}, {RS: 1}),
+        "FSDPGPT2.layers.0": ({AG: 2}, {RS: 1}),
+        "FSDPGPT2.layers.0.attn_norm": ({}, {RS: 1}),
+        "FSDPGPT2.layers.1": ({}, {AG: 1, RS: 1}),
+        "FSDPGPT2.layers.1.attn_norm": ({}, {RS: 1}),
+    }
+    assert set(nonempty) <= set(got)
+    for fqn, counts in got.items():
+        fw, bw = nonempty.get(fqn, ({}, {}))
+        assert counts == {"forward": fw, "backward": bw}, fqn
+
+
+def test_gpt2_fsdp_explicit_prefetch_four_layers():
+    # 4 blocks: forward layers.0 2 (itself, layers.1), layers.1 and layers.2 1
+    # each (their own all-gather pending, prefetch the next), layers.3 0;
+    # backward root 1 (default: layers.3), layers.3..1 1 each (the previous
+    # block), layers.0 0.
+    got = measure("examples.gpt2:gpt2(n_layers=4)",
+                  "examples.plans:gpt2_fsdp(dp=8, prefetch='explicit', n_layers=4)")
+    assert got["Global"] == {"forward": {AG: 5}, "backward": {AG: 4, RS: 5}}
+    for i, (fw, bw) in enumerate([(2, 0), (1, 1), (1, 1), (0, 1)]):
+        assert got[f"FSDPGPT2.layers.{i}"] == {"forward": {AG: fw} if fw else {},
+                                               "backward": {AG: bw, RS: 1} if bw else {RS: 1}}, i
+
+
+def test_llama_fsdp_tp_explicit_prefetch_moves_one_forward_allgather():
+    # Same TP and reduction collectives as llama_fsdp_tp; the forward prefetch
+    # moves layers.1's all-gather to layers.0; the backward lists equal the
+    # default (root -> layers.1 by default, layers.1 -> layers.0 by its list).
+    default = measure("examples.llama:llama", "examples.plans:llama_fsdp_tp(dp=2, tp=4)")
+    got = measure("examples.llama:llama", "examples.plans:llama_fsdp_tp(dp=2, tp=4, prefetch='explicit')")
+    assert list(got) == list(default)
+    want = {k: {"forward": dict(v["forward"]), "backward": v["backward"]} for k, v in default.items()}
+    want["FSDPTransformer.layers.0"]["forward"][AG] = 2
+    del want["FSDPTransformer.layers.1"]["forward"][AG]
+    assert got == want
+
+
+HSDP = ("dp_replicate", "dp_shard")
+
+
+def test_hsdp_requires_all_reduce_false_per_unit():
+    # HSDP 2x4, one unit per block, layers.1 without all-reduce: its
+    # post_backward reduce-scatters (1 RS) and keeps the result; layers.0 and
+    # layers.2 reduce-scatter and all-reduce as usual.  All-gathers unchanged.
+    units = (FullyShard("layers.0", HSDP), FullyShard("layers.1", HSDP, requires_all_reduce=False),
+             FullyShard("layers.2", HSDP), FullyShard("", HSDP))
+    got = measure("examples.mlp:stacked_mlp", _stacked_plan(*units, shape=(2, 4), dims=HSDP))
+    assert got == stacked_counts((1, 1, 1), (0, 1, 2), red=({RS: 1, AR: 1}, {RS: 1}, {RS: 1, AR: 1}))
+
+
+def test_requires_all_reduce_false_everywhere():
+    # every layer: HSDP loses all its ARs and counts like plain FSDP; on a
+    # 1-D FSDP mesh (no all-reduce group) the setter changes nothing.
+    hsdp = _stacked_plan(FullyShard("layers.*", HSDP, requires_all_reduce=False), FullyShard("", HSDP),
+                         shape=(2, 4), dims=HSDP)
+    fsdp = _stacked_plan(FullyShard("layers.*", D, requires_all_reduce=False), FullyShard("", D))
+    got = measure_many([("examples.mlp:stacked_mlp", hsdp), ("examples.mlp:stacked_mlp", fsdp)])
+    assert got == [stacked_mlp_fsdp_counts(), stacked_mlp_fsdp_counts()]
+
+
+def test_prefetch_target_errors_from_measure():
+    plan = _stacked_plan(FullyShard("layers.*", D, backward_prefetch=("layers.0.w1",)), FullyShard("", D))
+    with pytest.raises(PlanError) as info:
+        measure("examples.mlp:stacked_mlp", plan)
+    assert str(info.value) == ("plan: fully_shard[0]: backward_prefetch target 'layers.0.w1' is not sharded by "
+                               "any fully_shard unit (prefetch targets must be FSDP modules)")
+
+
+@pytest.mark.gloo
+def test_explicit_prefetch_and_requires_all_reduce_gloo_matches_fake():
+    """4 real gloo ranks (one spawn): torchtitan-style explicit prefetching on
+    FSDP dp=4, and HSDP 2x2 with layers.1 not all-reducing."""
+    fsdp = _stacked_plan(*NEXT_PREV, shape=(4,))
+    hsdp = _stacked_plan(FullyShard("layers.0", HSDP), FullyShard("layers.1", HSDP, requires_all_reduce=False),
+                         FullyShard("layers.2", HSDP), FullyShard("", HSDP), shape=(2, 2), dims=HSDP)
+    cases = [("examples.mlp:stacked_mlp", fsdp), ("examples.mlp:stacked_mlp", hsdp)]
+    gloo = measure_many(cases, backend="gloo")
+    assert gloo == measure_many(cases, backend="fake")
+    assert gloo == [stacked_counts((2, 1, 0), (0, 1, 2)),
+                    stacked_counts((1, 1, 1), (0, 1, 2), red=({RS: 1, AR: 1}, {RS: 1}, {RS: 1, AR: 1}))]
