@@ -422,8 +422,6 @@ private:
     llvm::StringMap<std::string> metadata;
     for (const auto &[k, v] : n.field("metadata").members())
       metadata[k] = v.asString();
-    if (ctx().gradEnabled)
-      metadata["commlens_grad_enabled"] = *ctx().gradEnabled ? "true" : "false";
 
     // Scope first, so that argument errors can name the module.
     llvm::SmallVector<ModuleStackEntry, 4> stack(inherited.begin(), inherited.end());
@@ -467,6 +465,7 @@ private:
       Node *node = graph_.appendNode(ctx().prefix + name, target, std::move(inputs), std::move(outputs),
                                      std::move(metadata));
       node->setScope(scope, std::move(callPath));
+      node->setGradEnabled(ctx().gradEnabled.value_or(true));
     } catch (ParseError &e) {
       e.message += fmt::format(" (node '{}' {} in {})", name.empty() ? "?" : name, target, scope->displayName());
       throw;

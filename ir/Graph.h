@@ -74,6 +74,10 @@ public:
   }
   /// Position in the graph's node list, maintained by Graph.
   unsigned index() const { return index_; }
+  /// False inside a no_grad region (export's wrap_with_set_grad_enabled(False, ...)): autograd
+  /// records nothing for the node.
+  bool gradEnabled() const { return gradEnabled_; }
+  void setGradEnabled(bool enabled) { gradEnabled_ = enabled; }
   const llvm::StringMap<std::string> &metadata() const { return metadata_; }
 
 private:
@@ -87,6 +91,7 @@ private:
   llvm::SmallVector<unsigned, 4> callPath_;
   llvm::StringMap<std::string> metadata_;
   unsigned index_ = 0;
+  bool gradEnabled_ = true;
 };
 
 enum class InputKind : uint8_t { UserInput, Parameter, Buffer, TensorConstant, CustomObj, Token, ConstantInput };

@@ -87,6 +87,7 @@ Node *GraphBuilder::copy(const Node &node) {
     metadata[kv.getKey()] = kv.getValue();
   Node *n = dst_->appendNode(node.name(), node.opString(), std::move(inputs), std::move(outputs), std::move(metadata));
   n->setScope(node.scope(), llvm::SmallVector<unsigned, 4>(node.callPath().begin(), node.callPath().end()));
+  n->setGradEnabled(node.gradEnabled());
   return n;
 }
 
@@ -107,6 +108,7 @@ Node *GraphBuilder::emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4>
     name = origin.name();
   Node *n = dst_->appendNode(name, op, std::move(inputs), std::move(outputs));
   n->setScope(origin.scope(), llvm::SmallVector<unsigned, 4>(origin.callPath().begin(), origin.callPath().end()));
+  n->setGradEnabled(origin.gradEnabled());
   return n;
 }
 

@@ -143,6 +143,8 @@ void printNode(llvm::raw_ostream &os, const Node &node, const ValueAnnotator &an
     printArgument(os, a.value);
   }
   os << ')';
+  if (!node.gradEnabled())
+    os << " no_grad";
   if (const ModuleScope *s = node.scope()) {
     os << " @" << s->displayName();
     if (!node.callPath().empty() && node.callPath().back() > 0)

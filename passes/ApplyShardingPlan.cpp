@@ -33,6 +33,7 @@ struct ModuleCall {
   std::vector<const Value *> inputs, outputs;
   std::vector<const ParallelStyle *> styles;
   std::optional<unsigned> fsdpUnit; // the fully_shard unit this module is
+  bool gradEnabled = true;          // the grad mode the call runs in (its hooks' too)
 };
 
 class PlanApplier {
@@ -176,6 +177,7 @@ private:
           c.scope = s;
           c.callPath.assign(n->callPath().begin(), n->callPath().begin() + std::min<size_t>(depth, n->callPath().size()));
           c.firstNode = n->index();
+          c.gradEnabled = n->gradEnabled();
           if (styled != styles_.end())
             c.styles = styled->second;
           if (unit != fsdpUnitOf_.end())
@@ -241,6 +243,7 @@ private:
     args.push_back({"module", c.scope->displayName(), true});
     Node *n = b.graph().appendNode(out->name(), op, std::move(args), {out});
     n->setScope(const_cast<ModuleScope *>(c.scope), c.callPath);
+    n->setGradEnabled(c.gradEnabled);
     return out;
   }
 
@@ -260,6 +263,7 @@ private:
          {"module", c.scope->displayName(), true}},
         {Argument(out)});
     n->setScope(const_cast<ModuleScope *>(c.scope), c.callPath);
+    n->setGradEnabled(c.gradEnabled);
     values.assign(out.begin(), out.end());
   }
 

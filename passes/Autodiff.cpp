@@ -520,8 +520,8 @@ private:
   }
 
   llvm::Error recordBoundary(const Node &n) {
-    if (n.op().name == "loss_targets")
-      return llvm::Error::success(); // integer targets: no grad
+    if (n.op().name == "loss_targets" || !n.gradEnabled())
+      return llvm::Error::success(); // integer targets / under no_grad: no autograd Function, no grad
     if (n.op().name == "fsdp_pre_forward" || n.op().name == "fsdp_post_forward") {
       recordFsdpHook(n);
       return llvm::Error::success();
@@ -549,7 +549,7 @@ private:
     bool any = false;
     for (Value *v : operands)
       any |= static_cast<bool>(edgeOf(v));
-    if (!any || !differentiable(n))
+    if (!any || !differentiable(n) || !n.gradEnabled())
       return;
     AGNode *a = newNode(AGNode::Kind::Op, ++seq_);
     a->fwd = &n;
