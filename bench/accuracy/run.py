@@ -158,6 +158,13 @@ CONFIGS = [
     Config("llama-hsdp_tp_sp-2x2x2-both", LLAMA, P + "llama_hsdp_tp(replicate=2, shard=2, tp=2)", "both", ci=True),
     Config("llama-hsdp_tp-2x2x2-forward", LLAMA, P + "llama_hsdp_tp(replicate=2, shard=2, tp=2, sp=False)",
            "forward"),
+    Config("gpt2-fsdp-dp8-explicit_prefetch-4layers-both", GPT2 + "(n_layers=4)",
+           P + "gpt2_fsdp(dp=8, prefetch='explicit', n_layers=4)", "both"),
+    Config("llama-fsdp_tp_sp-dp2xtp4-explicit_prefetch-both", LLAMA,
+           P + "llama_fsdp_tp(dp=2, tp=4, prefetch='explicit')", "both", ci=True),
+    # Explicit DTensor placements on both dims of a 2-D mesh (no parallel style)
+    Config("mlp-nd_placements-dp2xtp4-both", MLP, P + "mlp_nd(dp=2, tp=4)", "both", ci=True),
+    Config("mlp_b4-nd_placements-dp4xtp2-both", MLP + "(batch=4)", P + "mlp_nd(dp=4, tp=2)", "both"),
     # Forward phase of every plan family (issue 4: every forward config exact).
     Config("linear-colwise-tp4-forward", "examples.mlp:linear", P + "linear_colwise(tp=4)", "forward"),
     Config("stacked_mlp-tp-tp8-forward", STACKED, P + "stacked_mlp_tp(tp=8)", "forward"),
