@@ -88,6 +88,28 @@ TEST(DecomposeToRuntimeOps, TwoDimensionalAndNonContiguousLinear) {
                                       "aten::add.Tensor"}));
 }
 
+TEST(DecomposeToRuntimeOps, TensorToIsSelfUnlessSomethingChanges) {
+  // TensorConversions.cpp: to() returns self when dtype and device stay and copy is false;
+  // otherwise it is _to_copy. _assert_tensor_metadata is export's check of the call (eager code
+  // never dispatches it).
+  ProgramBuilder b("examples.Net");
+  Value *x = b.input("x", f32({4, 8}));
+  Value *same = b.op("to", "torch.ops.aten.to.dtype", {{"self", x}, {"dtype", ScalarType::Float}}, f32({4, 8}));
+  b.op("check", "torch.ops.aten._assert_tensor_metadata.default", {{"a", same}, {"dtype", ScalarType::Float}},
+       f32({4, 8}));
+  TensorMeta bf16 = f32({4, 8});
+  bf16.dtype = ScalarType::BFloat16;
+  Value *cast = b.op("to_1", "torch.ops.aten.to.dtype", {{"self", same}, {"dtype", ScalarType::BFloat16}}, bf16);
+  Value *copied = b.op("to_2", "torch.ops.aten.to.dtype", {{"self", x}, {"dtype", ScalarType::Float}, {"copy", true}},
+                       f32({4, 8}));
+  b.output(b.op("add", "torch.ops.aten.add.Tensor", {{"self", cast}, {"other", copied}}, bf16));
+  ASSERT_FALSE(static_cast<bool>(decompose(b.p)));
+  EXPECT_EQ(ops(b.p.graph()), (std::vector<std::string>{"aten::_to_copy.default", "aten::_to_copy.default",
+                                                        "aten::add.Tensor"}));
+  // The first _to_copy reads x itself: the same-dtype to() was bound away.
+  EXPECT_EQ(b.p.graph().nodes()[0]->input("self")->tensor()->name(), "x");
+}
+
 TEST(DecomposeToRuntimeOps, ViewStridesFollowComputeStride) {
   EXPECT_EQ(viewStrides(f32({2, 8, 16}), {16, 16}), (llvm::SmallVector<int64_t, 4>{16, 1}));
   EXPECT_EQ(viewStrides(f32({2, 8, 16}), {2, 8, 4, 4}), (llvm::SmallVector<int64_t, 4>{128, 16, 4, 1}));
