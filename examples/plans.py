@@ -9,7 +9,8 @@ Common options:
 
 * ``device_type``: ``"cpu"`` (default) or ``"cuda"``;
 * ``input_requires_grad``: mark user input 0 ``requires_grad`` (float inputs only);
-* ``frozen``: parameter FQN patterns (fnmatch) set to ``requires_grad=False``;
+* ``frozen``: parameter FQN patterns (fnmatch) set to ``requires_grad=False``
+  (``frozen_after``, where offered: after parallelising);
 * ``loss``: ``"sum"`` or ``"cross_entropy"`` (random targets, seed 0).
 
 FSDP2 factories (``*_fsdp``, ``*_hsdp``, ``*_fsdp_tp``, ``*_hsdp_tp``) add
@@ -61,7 +62,7 @@ def _loss(loss):
 
 
 def _plan(name, tp, styles, *, dp=None, device_type="cpu", input_requires_grad=False,
-          frozen=(), loss="sum", loss_parallel=False):
+          frozen=(), frozen_after=(), loss="sum", loss_parallel=False):
     if dp is None:
         shape, names, tp_dim = (tp,), ("tp",), "tp"
     else:
@@ -75,6 +76,7 @@ def _plan(name, tp, styles, *, dp=None, device_type="cpu", input_requires_grad=F
         tp_mesh_dim=tp_dim,
         inputs_requires_grad=(0,) if input_requires_grad else (),
         frozen=tuple(frozen),
+        frozen_after_parallelize=tuple(frozen_after),
         loss=_loss(loss),
         loss_parallel=loss_parallel,
     )
@@ -223,7 +225,7 @@ def gpt2_tp_sp(*, tp=4, dp=None, loss="cross_entropy", loss_parallel=False,
 # ---------------------------------------------------------------------- Llama
 
 def llama_tp(*, tp=4, dp=None, sp=True, loss="cross_entropy", loss_parallel=False,
-             device_type="cpu", frozen=()):
+             device_type="cpu", frozen=(), frozen_after=()):
     """examples.llama:llama, torchtitan-style TP.
 
     With ``sp=True`` (torchtitan's plan): tok_embeddings Rowwise ->
@@ -272,8 +274,8 @@ def llama_tp(*, tp=4, dp=None, sp=True, loss="cross_entropy", loss_parallel=Fals
         "layers.*.feed_forward.w3": ColwiseParallel(),
     })
     name = "llama_tp" + ("_sp" if sp else "") + ("_loss_parallel" if loss_parallel else "")
-    return _plan(name, tp, styles, dp=dp, device_type=device_type, frozen=frozen, loss=loss,
-                 loss_parallel=loss_parallel)
+    return _plan(name, tp, styles, dp=dp, device_type=device_type, frozen=frozen, frozen_after=frozen_after,
+                 loss=loss, loss_parallel=loss_parallel)
 
 
 def llama_2d(*, dp=2, tp=2, sp=True, loss="cross_entropy", loss_parallel=False,
@@ -389,15 +391,17 @@ def gpt2_fsdp_tp(*, dp=2, tp=4, sp=False, reshard_after_forward=None, mixed_prec
 
 def llama_fsdp_tp(*, dp=2, tp=4, sp=True, reshard_after_forward=None, mixed_precision=None,
                   loss="cross_entropy", loss_parallel=False, device_type="cpu", frozen=(),
-                  prefetch=None, n_layers=2):
+                  frozen_after=(), prefetch=None, n_layers=2):
     """examples.llama:llama, torchtitan-style 2-D parallelism on a
     ``("dp", "tp")`` mesh: the llama_tp styles (with sequence parallel when
     ``sp=True``) on ``tp``, then ``fully_shard`` of every ``layers.*`` block
     and of the root on ``dp``.  ``prefetch="explicit"``: one unit per block
     (``n_layers`` of them, the model's default 2) with explicit
-    forward/backward prefetching."""
+    forward/backward prefetching.  ``frozen`` patterns are frozen before
+    parallelising (SequenceParallel makes its norms trainable again),
+    ``frozen_after`` after the parallelize step."""
     tp_plan = llama_tp(tp=tp, dp=dp, sp=sp, loss=loss, loss_parallel=loss_parallel,
-                       device_type=device_type, frozen=frozen)
+                       device_type=device_type, frozen=frozen, frozen_after=frozen_after)
     name = "llama_fsdp_tp" + ("_sp" if sp else "") + ("_explicit_prefetch" if prefetch else "")
     return _tp_with_fsdp(tp_plan, name, (dp, tp), ("dp", "tp"),
                          _fsdp_units(("dp",), reshard_after_forward, mixed_precision,

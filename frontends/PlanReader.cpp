@@ -239,7 +239,8 @@ ShardingPlan decodePlan(const JsonRef &root) {
     root.field("version").fail(fmt::format("unsupported plan version {} (commlens reads version 1)",
                                            root.field("version").asInt()));
   rejectUnknownKeys(root, {"format", "version", "name", "source", "mesh", "parallelize", "fully_shard",
-                           "src_data_rank", "placements", "inputs", "frozen", "loss", "loss_parallel"});
+                           "src_data_rank", "placements", "inputs", "frozen", "frozen_after_parallelize", "loss",
+                           "loss_parallel"});
   ShardingPlan plan;
   if (auto n = root.optField("name"))
     plan.name = n->asString();
@@ -304,9 +305,10 @@ ShardingPlan decodePlan(const JsonRef &root) {
         in.placements = decodePlacementSpec(plan.mesh, *p);
       plan.inputs.push_back(std::move(in));
     }
-  if (auto frozen = root.optField("frozen"))
-    for (const JsonRef &f : frozen->items())
-      plan.frozen.push_back(f.asString());
+  for (auto [key, list] : {std::pair{"frozen", &plan.frozen}, {"frozen_after_parallelize", &plan.frozenAfterParallelize}})
+    if (auto patterns = root.optField(key))
+      for (const JsonRef &f : patterns->items())
+        list->push_back(f.asString());
   if (auto loss = root.optField("loss")) {
     std::string kind = loss->field("kind").asString();
     if (kind == "sum") {
@@ -402,9 +404,10 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
   for (const auto &[pattern, spec] : plan.placements)
     if (!anyMatch(pattern, tensors))
       return makeError("placement pattern '{}' matches no parameter or buffer of {}", pattern, rootName);
-  for (const std::string &pattern : plan.frozen)
-    if (!anyMatch(pattern, params))
-      return makeError("frozen pattern '{}' matches no parameter of {}", pattern, rootName);
+  for (auto [key, list] : {std::pair{"frozen", &plan.frozen}, {"frozen_after_parallelize", &plan.frozenAfterParallelize}})
+    for (const std::string &pattern : *list)
+      if (!anyMatch(pattern, params))
+        return makeError("{} pattern '{}' matches no parameter of {}", key, pattern, rootName);
   std::vector<std::string> userInputs;
   for (const InputSpec &in : g.inputs())
     if (in.kind == InputKind::UserInput)

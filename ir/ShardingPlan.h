@@ -88,7 +88,8 @@ struct ShardingPlan {
   std::optional<int64_t> srcDataRank = 0;
   std::vector<std::pair<std::string, PlacementSpec>> placements; // param/buffer pattern -> spec
   std::vector<InputSetting> inputs;
-  std::vector<std::string> frozen; // parameter patterns
+  std::vector<std::string> frozen; // parameter patterns, frozen before parallelize_module
+  std::vector<std::string> frozenAfterParallelize; // ... after it (before fully_shard)
   LossSpec loss;
   bool lossParallel = false;
 };

@@ -130,6 +130,7 @@ private:
             break;
           case ParallelStyle::Kind::Sequence: // every parameter below the module, replicated
             setParam(in, Placement::replicate(), origin);
+            ctx_.state.retrainedByStyle.insert(in.value);
             break;
           default:
             break;
@@ -479,6 +480,10 @@ private:
     for (FsdpUnit &u : ctx_.state.fsdp.units)
       for (const Value *&p : u.params)
         p = b.map(p);
+    llvm::DenseSet<const Value *> retrained;
+    for (const Value *v : ctx_.state.retrainedByStyle)
+      retrained.insert(b.map(v));
+    ctx_.state.retrainedByStyle = std::move(retrained);
     ctx_.program.replaceGraph(b.finish());
     return llvm::Error::success();
   }

@@ -288,6 +288,9 @@ private:
         bool frozen = false;
         for (const std::string &p : ctx_.plan->frozen)
           frozen |= fnmatchWhole(p, in.target) || (!in.aliasOf.empty() && fnmatchWhole(p, in.aliasOf));
+        frozen &= !state_.retrainedByStyle.count(in.value);
+        for (const std::string &p : ctx_.plan->frozenAfterParallelize)
+          frozen |= fnmatchWhole(p, in.target) || (!in.aliasOf.empty() && fnmatchWhole(p, in.aliasOf));
         if (!frozen)
           leaves_.insert(in.value);
       } else if (in.kind == InputKind::UserInput) {

@@ -6,6 +6,7 @@
 #include "ir/Mesh.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
@@ -81,6 +82,9 @@ struct PredictionState {
   /// Dims of the plan's full mesh that dtensorMesh's dims are.
   llvm::SmallVector<unsigned, 2> dtensorMeshDims;
   llvm::DenseMap<const Value *, DTensorLayout> dtensors;
+  /// Parameters a style re-created as new nn.Parameters with requires_grad=True whatever they
+  /// had (SequenceParallel's _replicate_module_fn): freezing before parallelising is undone.
+  llvm::DenseSet<const Value *> retrainedByStyle;
   std::vector<CollectiveRecord> collectives;
   /// Values whose placements depend on an op modelled approximately (--allow-unsupported).
   llvm::DenseMap<const Value *, bool> approximate;

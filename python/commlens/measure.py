@@ -17,7 +17,8 @@ What one measurement does (every rank, identically):
 1. build a **fresh** model with the factory (never reuse a model that ran
    under CommDebugMode), check the plan's patterns against it;
 2. ``init_device_mesh(device_type, mesh_shape, mesh_dim_names=...)``;
-3. set ``requires_grad=False`` on ``frozen`` parameters;
+3. set ``requires_grad=False`` on ``frozen`` parameters (``frozen_after_parallelize``:
+   after step 4's ``parallelize_module`` calls, before ``fully_shard``);
 4. ``parallelize_module(model, mesh[dim] or mesh, styles, src_data_rank=...)``
    for every parallelize step, in order;
 5. the ``fully_shard`` units, in order, and for each unit every module its
@@ -324,6 +325,9 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         for dim, styles in plan.parallelize_steps():
             target = mesh if dim is None else _submesh(mesh, (dim,))
             parallelize_module(model, target, styles, src_data_rank=plan.src_data_rank)
+        for name, p in model.named_parameters():
+            if any(fnmatch.fnmatchcase(name, pat) for pat in plan.frozen_after_parallelize):
+                p.requires_grad_(False)
         sharded = _apply_fully_shard(plan, model, mesh, plan_subject)
 
     if plan.placements:

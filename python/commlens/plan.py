@@ -160,7 +160,11 @@ class Plan:
 
     ``inputs_requires_grad`` lists user inputs (position or keyword name)
     that get ``requires_grad_(True)``.  ``frozen`` lists parameter FQN
-    patterns set to ``requires_grad=False`` before parallelisation.
+    patterns set to ``requires_grad=False`` before parallelisation (note that
+    ``SequenceParallel`` re-creates the parameters below its module with
+    ``requires_grad=True``); ``frozen_after_parallelize`` lists patterns set to
+    ``requires_grad=False`` after the ``parallelize_module`` steps, before
+    ``fully_shard``.
     ``loss_parallel=True`` runs forward, loss and backward inside
     ``torch.distributed.tensor.parallel.loss_parallel()``.
     ``src_data_rank`` is passed to ``parallelize_module``.  ``name`` and
@@ -180,6 +184,7 @@ class Plan:
     input_placements: dict = field(default_factory=dict)
     inputs_requires_grad: tuple = ()
     frozen: tuple = ()
+    frozen_after_parallelize: tuple = ()
     loss: Loss = field(default_factory=Loss)
     loss_parallel: bool = False
     src_data_rank: int | None = 0
@@ -689,6 +694,7 @@ def to_json(plan, source=None):
         "placements": {k: _placement_spec_to_json(v, subject) for k, v in plan.placements.items()},
         "inputs": inputs,
         "frozen": list(plan.frozen),
+        "frozen_after_parallelize": list(plan.frozen_after_parallelize),
         "loss": loss_json,
         "loss_parallel": bool(plan.loss_parallel),
     }
@@ -718,7 +724,7 @@ def dumps(plan, source=None):
 
 
 _TOP_FIELDS = ("format", "version", "name", "source", "mesh", "parallelize", "fully_shard", "src_data_rank",
-               "placements", "inputs", "frozen", "loss", "loss_parallel")
+               "placements", "inputs", "frozen", "frozen_after_parallelize", "loss", "loss_parallel")
 
 
 def from_json(obj, subject="plan"):
@@ -796,6 +802,7 @@ def from_json(obj, subject="plan"):
         input_placements=input_placements,
         inputs_requires_grad=tuple(requires_grad),
         frozen=tuple(obj.get("frozen") or ()),
+        frozen_after_parallelize=tuple(obj.get("frozen_after_parallelize") or ()),
         loss=loss,
         loss_parallel=bool(obj.get("loss_parallel", False)),
         src_data_rank=obj.get("src_data_rank", 0),
@@ -1049,9 +1056,10 @@ def check_against_model(plan, model, subject="plan", args=(), kwargs=None):
     for pattern in plan.placements:
         if not any(fnmatch.fnmatchcase(n, pattern) for n in tensors):
             raise PlanError(subject, f"placements pattern {pattern!r} matches no parameter or buffer of {root}")
-    for pattern in plan.frozen:
-        if not any(fnmatch.fnmatchcase(n, pattern) for n in params):
-            raise PlanError(subject, f"frozen pattern {pattern!r} matches no parameter of {root}")
+    for field_name in ("frozen", "frozen_after_parallelize"):
+        for pattern in getattr(plan, field_name):
+            if not any(fnmatch.fnmatchcase(n, pattern) for n in params):
+                raise PlanError(subject, f"{field_name} pattern {pattern!r} matches no parameter of {root}")
     kwargs = kwargs or {}
     for key in list(plan.input_placements) + list(plan.inputs_requires_grad):
         if isinstance(key, int):

@@ -222,7 +222,7 @@ def test_mlp_plan_json_exact():
         "fully_shard": [],
         "src_data_rank": 0, "placements": {},
         "inputs": {"0": {"requires_grad": True, "placements": None}},
-        "frozen": [], "loss": {"kind": "sum"}, "loss_parallel": False}
+        "frozen": [], "frozen_after_parallelize": [], "loss": {"kind": "sum"}, "loss_parallel": False}
 
 
 @pytest.mark.parametrize("text, placement", [
@@ -405,7 +405,8 @@ def test_fsdp_factory_units():
 def test_fsdp_plan_json_exact():
     obj = to_json(call_factory("examples.plans:stacked_mlp_fsdp(dp=8, mixed_precision='bf16')"))
     assert list(obj) == ["format", "version", "name", "source", "mesh", "parallelize", "fully_shard",
-                         "src_data_rank", "placements", "inputs", "frozen", "loss", "loss_parallel"]
+                         "src_data_rank", "placements", "inputs", "frozen", "frozen_after_parallelize",
+                         "loss", "loss_parallel"]
     assert obj["mesh"] == {"shape": [8], "dim_names": ["dp"], "device_type": "cpu"}
     assert obj["parallelize"] == []
     mp = {"param_dtype": "bfloat16", "reduce_dtype": "float32", "output_dtype": None, "cast_forward_inputs": True}
