@@ -7,7 +7,11 @@
 //     outputs + tensor operands (Python scalars are not operands).
 // Rule 0 is the implicit all-Replicate rule. Pointwise ops accept uneven sharding when the
 // operand already has that placement (allow_uneven_sharding=True).
+// Every functional op DTensor registers as pointwise has an entry in families() (one line per op,
+// the family picks the Partial rules); multi-output ops (frexp) shard every output alike.
 #include "passes/rules/RuleEngine.h"
+
+#include <algorithm>
 
 namespace commlens::rules {
 
@@ -27,6 +31,10 @@ enum class Family : uint8_t {
   AllPartial,     ///< to.dtype, positive
   MaxPreserving,  ///< maximum, clamp_min.Tensor
   MinPreserving,  ///< minimum, clamp_max.Tensor
+  NonIncreasing,  ///< erfc, special_erfcx: P(max) <-> P(min)
+  PosDomainNonIncreasing, ///< modified Bessel K: only P(min) -> P(max) (inputs stay positive)
+  MonotoneBinary, ///< logaddexp(2): increasing in both, no Partial preserved by both operands
+  Xlog1py,        ///< special_xlog1py: linear in x with y replicated
 };
 
 Rules extraRules(Family f) {
@@ -64,6 +72,10 @@ Rules extraRules(Family f) {
     r = monotoneBinary;
     r.push_back({P(MN), P(MN), P(MN)});
     break;
+  case Family::NonIncreasing: r = {{P(MN), P(MX)}, {P(MX), P(MN)}}; break;
+  case Family::PosDomainNonIncreasing: r = {{P(MX), P(MN)}}; break;
+  case Family::MonotoneBinary: r = monotoneBinary; break;
+  case Family::Xlog1py: r = {{P(S), P(S), RP::R()}, {P(A), P(A), RP::R()}}; break;
   }
   return r;
 }
@@ -82,31 +94,91 @@ const llvm::StringMap<Family> &families() {
     both({"aten::relu.default", "aten::relu_.default", "aten::exp.default", "aten::exp_.default",
           "aten::tanh.default", "aten::tanh_.default", "aten::sigmoid.default", "aten::sigmoid_.default",
           "aten::erf.default", "aten::erf_.default", "aten::floor.default", "aten::ceil.default",
-          "aten::round.default", "aten::trunc.default", "aten::sign.default", "aten::expm1.default",
-          "aten::atan.default", "aten::asinh.default", "aten::sinh.default"},
+          "aten::round.default", "aten::round.decimals", "aten::trunc.default", "aten::sign.default",
+          "aten::sgn.default", "aten::expm1.default", "aten::exp2.default", "aten::atan.default",
+          "aten::asinh.default", "aten::sinh.default", "aten::deg2rad.default", "aten::rad2deg.default",
+          "aten::nan_to_num.default", "aten::hardshrink.default", "aten::special_modified_bessel_i1.default",
+          "aten::threshold.default"},
          Family::NonDecreasing);
+    both({"aten::erfc.default", "aten::special_erfcx.default"}, Family::NonIncreasing);
+    both({"aten::special_modified_bessel_k0.default", "aten::special_modified_bessel_k1.default",
+          "aten::special_scaled_modified_bessel_k0.default", "aten::special_scaled_modified_bessel_k1.default"},
+         Family::PosDomainNonIncreasing);
     both({"aten::neg.default", "aten::neg_.default"}, Family::Neg);
     both({"aten::to.dtype", "aten::positive.default"}, Family::AllPartial);
     both({"aten::maximum.default", "aten::clamp_min.Tensor", "aten::fmax.default"}, Family::MaxPreserving);
     both({"aten::minimum.default", "aten::clamp_max.Tensor", "aten::fmin.default"}, Family::MinPreserving);
-    // Tag-discovered pointwise ops without Partial rules (clone too: its single-dim pointwise
-    // strategy takes precedence over propagate_single_input_strategy in 2.13).
-    both({"aten::gelu.default", "aten::silu.default", "aten::silu_.default",
-          "aten::rsqrt.default", "aten::rsqrt_.default", "aten::sqrt.default", "aten::sqrt_.default",
-          "aten::pow.Tensor_Scalar", "aten::pow.Tensor_Tensor", "aten::pow_.Scalar", "aten::where.self",
-          "aten::masked_fill.Scalar", "aten::masked_fill_.Scalar",
-          "aten::add.Scalar", "aten::add_.Scalar", "aten::sub.Scalar", "aten::sub_.Scalar", "aten::rsub.Scalar",
-          "aten::lt.Scalar", "aten::lt.Tensor", "aten::le.Scalar", "aten::le.Tensor", "aten::gt.Scalar",
-          "aten::gt.Tensor", "aten::ge.Scalar", "aten::ge.Tensor", "aten::eq.Scalar", "aten::eq.Tensor",
-          "aten::ne.Scalar", "aten::ne.Tensor", "aten::log.default", "aten::log1p.default", "aten::sin.default",
-          "aten::cos.default", "aten::abs.default", "aten::reciprocal.default", "aten::clamp.default",
-          "aten::logical_not.default", "aten::logical_and.default", "aten::logical_or.default",
-          "aten::bitwise_or.Tensor", "aten::bitwise_and.Tensor", "aten::bitwise_not.default",
-          "aten::clone.default", "aten::sigmoid_backward.default", "aten::threshold_backward.default",
-          "aten::gelu_backward.default", "aten::silu_backward.default", "aten::tanh_backward.default",
-          "aten::native_dropout_backward.default", "aten::lerp.Scalar",
-          "aten::addcmul.default", "aten::addcdiv.default", "aten::hardtanh.default", "aten::leaky_relu.default",
-          "aten::elu.default", "aten::softplus.default", "aten::mish.default", "aten::square.default"},
+    both({"aten::logaddexp.default", "aten::logaddexp2.default"}, Family::MonotoneBinary);
+    both({"aten::special_xlog1py.default", "aten::special_xlog1py.other_scalar"}, Family::Xlog1py);
+    // The remaining functional ops DTensor 2.13 treats as pointwise (torch.Tag.pointwise plus its
+    // list of untagged ones), without Partial rules; clone too: its single-dim pointwise strategy
+    // takes precedence over propagate_single_input_strategy in 2.13. The foreach / fused-optimizer
+    // list ops are not modelled. In-place variants the frontends produce follow.
+    both({
+    "aten::__lshift__.Scalar", "aten::__lshift__.Tensor", "aten::__rshift__.Scalar", "aten::__rshift__.Tensor",
+    "aten::__xor__.Scalar", "aten::__xor__.Tensor", "aten::_conj.default", "aten::abs.default", "aten::acos.default",
+    "aten::acosh.default", "aten::add.Scalar", "aten::addcdiv.default", "aten::addcmul.default",
+    "aten::angle.default", "aten::asin.default", "aten::atan2.default", "aten::atanh.default",
+    "aten::bitwise_and.Scalar", "aten::bitwise_and.Scalar_Tensor", "aten::bitwise_and.Tensor",
+    "aten::bitwise_left_shift.Scalar_Tensor", "aten::bitwise_left_shift.Tensor",
+    "aten::bitwise_left_shift.Tensor_Scalar", "aten::bitwise_not.default", "aten::bitwise_or.Scalar",
+    "aten::bitwise_or.Scalar_Tensor", "aten::bitwise_or.Tensor", "aten::bitwise_right_shift.Scalar_Tensor",
+    "aten::bitwise_right_shift.Tensor", "aten::bitwise_right_shift.Tensor_Scalar", "aten::bitwise_xor.Scalar",
+    "aten::bitwise_xor.Scalar_Tensor", "aten::bitwise_xor.Tensor", "aten::celu.default", "aten::clamp.Tensor",
+    "aten::clamp.default", "aten::clamp_max.default", "aten::clamp_min.default", "aten::clip.Tensor",
+    "aten::clip.default", "aten::clone.default", "aten::conj_physical.default", "aten::copysign.Scalar",
+    "aten::copysign.Tensor", "aten::cos.default", "aten::cosh.default", "aten::digamma.default",
+    "aten::div.Scalar_mode", "aten::div.Tensor_mode", "aten::elu.default", "aten::eq.Scalar", "aten::eq.Tensor",
+    "aten::erfinv.default", "aten::float_power.Scalar", "aten::float_power.Tensor_Scalar",
+    "aten::float_power.Tensor_Tensor", "aten::fmod.Scalar", "aten::fmod.Tensor", "aten::frac.default",
+    "aten::frexp.Tensor", "aten::gcd.default", "aten::ge.Scalar", "aten::ge.Tensor", "aten::gelu.default",
+    "aten::gelu_backward.default", "aten::gt.Scalar", "aten::gt.Tensor", "aten::hardsigmoid.default",
+    "aten::hardtanh.default", "aten::heaviside.default", "aten::hypot.default", "aten::i0.default",
+    "aten::igamma.default", "aten::igammac.default", "aten::isfinite.default", "aten::isinf.default",
+    "aten::isnan.default", "aten::isneginf.default", "aten::isposinf.default", "aten::lcm.default",
+    "aten::ldexp.Tensor", "aten::le.Scalar", "aten::le.Tensor", "aten::leaky_relu.default", "aten::lerp.Scalar",
+    "aten::lerp.Tensor", "aten::lgamma.default", "aten::log.default", "aten::log10.default", "aten::log1p.default",
+    "aten::log2.default", "aten::logical_and.default", "aten::logical_not.default", "aten::logical_or.default",
+    "aten::logical_xor.default", "aten::logit.default", "aten::logit_backward.default", "aten::lt.Scalar",
+    "aten::lt.Tensor", "aten::masked_fill.Scalar", "aten::max.other", "aten::min.other", "aten::mish.default",
+    "aten::mvlgamma.default", "aten::native_dropout_backward.default", "aten::ne.Scalar", "aten::ne.Tensor",
+    "aten::nextafter.default", "aten::polygamma.default", "aten::pow.Scalar", "aten::pow.Tensor_Scalar",
+    "aten::pow.Tensor_Tensor", "aten::reciprocal.default", "aten::relu6.default", "aten::remainder.Scalar",
+    "aten::remainder.Scalar_Tensor", "aten::remainder.Tensor", "aten::rsqrt.default", "aten::rsub.Scalar",
+    "aten::selu.default", "aten::sigmoid_backward.default", "aten::signbit.default", "aten::silu.default",
+    "aten::silu_backward.default", "aten::sin.default", "aten::sinc.default", "aten::softplus.default",
+    "aten::softshrink.default", "aten::special_airy_ai.default", "aten::special_bessel_j0.default",
+    "aten::special_bessel_j1.default", "aten::special_bessel_y0.default", "aten::special_bessel_y1.default",
+    "aten::special_chebyshev_polynomial_t.default", "aten::special_chebyshev_polynomial_t.n_scalar",
+    "aten::special_chebyshev_polynomial_t.x_scalar", "aten::special_chebyshev_polynomial_u.default",
+    "aten::special_chebyshev_polynomial_u.n_scalar", "aten::special_chebyshev_polynomial_u.x_scalar",
+    "aten::special_chebyshev_polynomial_v.default", "aten::special_chebyshev_polynomial_v.n_scalar",
+    "aten::special_chebyshev_polynomial_v.x_scalar", "aten::special_chebyshev_polynomial_w.default",
+    "aten::special_chebyshev_polynomial_w.n_scalar", "aten::special_chebyshev_polynomial_w.x_scalar",
+    "aten::special_entr.default", "aten::special_hermite_polynomial_h.default",
+    "aten::special_hermite_polynomial_h.n_scalar", "aten::special_hermite_polynomial_h.x_scalar",
+    "aten::special_hermite_polynomial_he.default", "aten::special_hermite_polynomial_he.n_scalar",
+    "aten::special_hermite_polynomial_he.x_scalar", "aten::special_i0e.default", "aten::special_i1.default",
+    "aten::special_i1e.default", "aten::special_laguerre_polynomial_l.default",
+    "aten::special_laguerre_polynomial_l.n_scalar", "aten::special_laguerre_polynomial_l.x_scalar",
+    "aten::special_legendre_polynomial_p.default", "aten::special_legendre_polynomial_p.n_scalar",
+    "aten::special_legendre_polynomial_p.x_scalar", "aten::special_log_ndtr.default",
+    "aten::special_modified_bessel_i0.default", "aten::special_ndtri.default",
+    "aten::special_shifted_chebyshev_polynomial_t.default", "aten::special_shifted_chebyshev_polynomial_t.n_scalar",
+    "aten::special_shifted_chebyshev_polynomial_t.x_scalar", "aten::special_shifted_chebyshev_polynomial_u.default",
+    "aten::special_shifted_chebyshev_polynomial_u.n_scalar", "aten::special_shifted_chebyshev_polynomial_u.x_scalar",
+    "aten::special_shifted_chebyshev_polynomial_v.default", "aten::special_shifted_chebyshev_polynomial_v.n_scalar",
+    "aten::special_shifted_chebyshev_polynomial_v.x_scalar", "aten::special_shifted_chebyshev_polynomial_w.default",
+    "aten::special_shifted_chebyshev_polynomial_w.n_scalar", "aten::special_shifted_chebyshev_polynomial_w.x_scalar",
+    "aten::special_spherical_bessel_j0.default", "aten::special_xlog1py.self_scalar", "aten::special_zeta.default",
+    "aten::special_zeta.other_scalar", "aten::special_zeta.self_scalar", "aten::sqrt.default", "aten::square.default",
+    "aten::sub.Scalar", "aten::tan.default", "aten::tanh_backward.default", "aten::threshold_backward.default",
+    "aten::true_divide.Tensor", "aten::where.self", "aten::xlogy.Scalar_Other", "aten::xlogy.Scalar_Self",
+    "aten::xlogy.Tensor",
+         },
+         Family::Plain);
+    both({"aten::silu_.default", "aten::rsqrt_.default", "aten::sqrt_.default", "aten::pow_.Scalar",
+          "aten::masked_fill_.Scalar", "aten::add_.Scalar", "aten::sub_.Scalar"},
          Family::Plain);
     return m;
   }();
@@ -114,9 +186,10 @@ const llvm::StringMap<Family> &families() {
 }
 
 bool isInplaceName(llvm::StringRef op) {
-  // "aten::add_.Tensor": base name ends with '_'
+  // DTensor's OpSchema.is_inplace_op: the schema name ends with '_' ("aten::add_.Tensor"). The
+  // dunder ops (__lshift__, __xor__, ...) count too, so their Partial inputs cannot be kept.
   llvm::StringRef base = op.split("::").second.split('.').first;
-  return base.endswith("_") && !base.startswith("__");
+  return base.endswith("_");
 }
 
 /// torch.broadcast_shapes over the call's tensor operands.
@@ -153,7 +226,7 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> pointwiseRule(const OpCall &call
   auto common = broadcastShape(call);
   if (!common)
     return common.takeError();
-  unsigned nOut = 1;
+  unsigned nOut = std::max<unsigned>(1, static_cast<unsigned>(call.results.size())); // frexp: two outputs
   Rules rules;
   for (size_t i = 0; i < common->size(); ++i) {
     SingleDimRule r(nOut, RP::ph(static_cast<int64_t>(i)));

@@ -8,7 +8,19 @@
 //   _softmax / _log_softmax: the softmax dim is unsharded and every Partial replicated;
 //   nll_loss_forward: the class dim (1, or 0 for 1-D input) unsharded and Partials replicated;
 //     the target follows that with the class dim removed; weight replicated; the loss is a
-//     reduction of the target placements (avg for mean, sum for sum; none keeps the target's).
+//     reduction of the target placements (avg for mean, sum for sum; none keeps the target's);
+//   non-linear reductions (std/var, global median, logsumexp, and the scans
+//     cumsum/cumprod/logcumsumexp with keepdim): the reduced dims replicated and Partials cleared
+//     first, as for a linear reduction that is not linear for its input;
+//   sort-like ops (topk, sort, cummax, cummin): full-mesh expansion of [R, R | R] and
+//     [S(d), S(d) | S(d)] for every d but the sort dim, min-cost selection;
+//   values-and-indices reductions over one dim (max.dim, min.dim, median.dim, nanmedian.dim, mode,
+//     kthvalue): single-dim strategies [S(d'), S(d') | S(d)] for d != dim (d' after the dim is
+//     dropped unless keepdim), the implicit all-Replicate rule first.
+// argmax/argmin have no rule: DTensor 2.13 runs them through a custom handler (local arg-reduction,
+// then all-gathers of values and indices), not through a strategy's redistributions.
+// Which argument DTensor reads matters: keepdim is the positional args_schema[2] for the linear
+// and dim-with-indices reductions, the keyword only for logsumexp and std/var.
 #include "passes/rules/RuleEngine.h"
 
 #include <set>
@@ -17,6 +29,7 @@ namespace commlens::rules {
 
 namespace {
 
+using RP = RulePlacement;
 using Cands = llvm::SmallVector<Candidate, 8>;
 
 /// replicate_reduction_dims: Partials and shards on `dims` -> R.
@@ -55,6 +68,9 @@ const llvm::StringMap<ReduceOp> &linearReductions() {
       {"aten::amax.default", ReduceOp::Max},  {"aten::amin.default", ReduceOp::Min},
       {"aten::max.default", ReduceOp::Max},   {"aten::min.default", ReduceOp::Min},
       {"aten::prod.default", ReduceOp::Product}, {"aten::nansum.default", ReduceOp::Sum},
+      {"aten::prod.dim_int", ReduceOp::Product}, {"aten::all.default", ReduceOp::Product},
+      {"aten::all.dim", ReduceOp::Product},   {"aten::any.default", ReduceOp::Sum},
+      {"aten::any.dim", ReduceOp::Sum},       {"aten::any.dims", ReduceOp::Sum},
   };
   return m;
 }
@@ -65,8 +81,10 @@ llvm::Expected<Cands> linearReductionRule(const OpCall &call) {
   ReduceOp op = linearReductions().lookup(call.op);
   int64_t rank = call.rank(0);
   std::set<int64_t> dims;
-  bool hasDimArg = call.op == "aten::sum.dim_IntList" || call.op == "aten::mean.dim" ||
-                   call.op == "aten::amax.default" || call.op == "aten::amin.default";
+  llvm::StringRef opName = call.op;
+  bool hasDimArg = opName == "aten::sum.dim_IntList" || opName == "aten::mean.dim" || opName == "aten::amax.default" ||
+                   opName == "aten::amin.default" || opName == "aten::prod.dim_int" || opName == "aten::all.dim" ||
+                   opName == "aten::any.dim" || opName == "aten::any.dims";
   std::optional<IntList> dimList = hasDimArg ? call.intListArg("dim", 1) : std::nullopt;
   // An empty dim list is what the exporter writes for the schema default (reduce everything).
   if (dimList && !dimList->empty() && rank > 0) {
@@ -161,6 +179,163 @@ llvm::Expected<Cands> nllLossForwardRule(const OpCall &call) {
   return cs;
 }
 
+/// The reduced dims of a dim argument as _infer_reduction_dims reads it: None (absent) or, on a
+/// 0-d input, [], [0] or [-1] mean every dim; otherwise the listed dims, normalised.
+std::set<int64_t> reductionDims(const OpCall &call, const Argument *a) {
+  int64_t rank = call.rank(0);
+  std::set<int64_t> dims;
+  std::optional<IntList> l;
+  if (a && !a->isNone()) {
+    if (auto v = a->asIntList())
+      l = v;
+    else if (auto i = a->asInt())
+      l = IntList{*i};
+  }
+  if (!l || (rank == 0 && (l->empty() || (l->size() == 1 && ((*l)[0] == 0 || (*l)[0] == -1))))) {
+    for (int64_t d = 0; d < rank; ++d)
+      dims.insert(d);
+    return dims;
+  }
+  for (int64_t d : *l)
+    dims.insert(normDim(d, rank));
+  return dims;
+}
+
+/// common_reduction_strategy with reduction_linear=False: Partials and shards on the reduced dims
+/// are replicated first, the output follows (reduced dims dropped unless keepdim).
+Cands nonLinearReduction(const OpCall &call, const std::set<int64_t> &dims, bool keepdim) {
+  Placements in = replicateReductionDims(call.inputs[0].placements, dims);
+  Cands c;
+  c.push_back(followCandidate(call, in, mapAfterReduction(in, dims, call.rank(0), keepdim, ReduceOp::Sum)));
+  return c;
+}
+
+/// keepdim as DTensor reads it: `positional` says whether the strategy reads args_schema[pos]
+/// (argmax, cumsum) or only the keyword (logsumexp, std/var: kwargs_schema["keepdim"]).
+bool keepdimArg(const OpCall &call, unsigned pos, bool positional) {
+  for (const NamedArgument &na : call.node->inputs())
+    if (na.name == "keepdim" && (na.keyword || positional) && na.value.is<bool>())
+      return na.value.get<bool>();
+  if (positional)
+    if (const Argument *a = call.arg("keepdim", pos); a && a->is<bool>())
+      return a->get<bool>();
+  return false;
+}
+
+/// The positional argument `pos` (args_schema[pos]); null when absent or given by keyword.
+const Argument *positionalArg(const OpCall &call, unsigned pos) {
+  llvm::ArrayRef<NamedArgument> ins = call.node->inputs();
+  if (pos < ins.size() && !ins[pos].keyword)
+    return &ins[pos].value;
+  return nullptr;
+}
+
+/// cumsum / cumprod / logcumsumexp (scan_strategy): non-linear reduction over [dim] with keepdim.
+/// DTensor compares the dim argument as written with the (non-negative) shard dims, so a negative
+/// dim never matches a shard: the input keeps a shard on the scanned dim (only its Partials are
+/// replicated). Reproduced as is.
+llvm::Expected<Cands> scanRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto d = call.intArg("dim", 1);
+  if (!d)
+    return call.error("missing dim argument");
+  std::set<int64_t> dims;
+  if (*d >= 0)
+    dims.insert(*d);
+  return nonLinearReduction(call, dims, true);
+}
+
+/// logsumexp: non-linear reduction over the (normalised) dims; keepdim read from the keyword only.
+llvm::Expected<Cands> logsumexpRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  const Argument *a = call.arg("dim", 1);
+  if (!a || a->isNone())
+    return call.error("missing dim argument");
+  return nonLinearReduction(call, reductionDims(call, a), keepdimArg(call, 2, false));
+}
+
+/// std / var .correction: non-linear reduction over dim (None: every dim); keepdim is keyword-only.
+llvm::Expected<Cands> stdVarRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  return nonLinearReduction(call, reductionDims(call, positionalArg(call, 1)), keepdimArg(call, 2, false));
+}
+
+/// sort_strategy (topk, sort, cummax, cummin): full-mesh expansion of [R, R | R] and
+/// [S(d), S(d) | S(d)] for every d but the (normalised) sort dim.
+Cands sortLike(const OpCall &call, int64_t dim) {
+  int64_t rank = call.rank(0);
+  int64_t sortDim = normDim(dim, rank);
+  std::vector<SingleDimRule> rules;
+  rules.push_back(SingleDimRule(3, RP::R()));
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != sortDim)
+      rules.push_back(SingleDimRule(3, RP::of(Placement::shard(d))));
+  ExpandOptions opts;
+  opts.numOutputs = 2;
+  opts.insertReplicate = false;
+  opts.fillPlaceholders = false;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+llvm::Expected<Cands> topkRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  const Argument *a = positionalArg(call, 2);
+  return sortLike(call, a && a->asInt() ? *a->asInt() : -1);
+}
+
+llvm::Expected<Cands> sortRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  std::optional<int64_t> dim;
+  if (call.op == "aten::sort.stable") { // dim is keyword-only
+    for (const NamedArgument &na : call.node->inputs())
+      if (na.name == "dim" && na.keyword)
+        dim = na.value.asInt();
+  } else if (const Argument *a = positionalArg(call, 1)) {
+    dim = a->asInt();
+  }
+  return sortLike(call, dim.value_or(-1));
+}
+
+llvm::Expected<Cands> cumMaxMinRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto d = call.intArg("dim", 1);
+  if (!d)
+    return call.error("missing dim argument");
+  return sortLike(call, *d);
+}
+
+/// max.dim / min.dim / median.dim / nanmedian.dim / mode / kthvalue: single-dim strategies
+/// [S(out d), S(out d) | S(d)] for every d but the reduced dim (values and indices), the implicit
+/// all-Replicate rule first. `dimPos`: position of the dim argument (kthvalue: 2), -1 if absent.
+llvm::Expected<Cands> dimWithIndicesRule(const OpCall &call, unsigned dimPos, unsigned keepPos) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  int64_t rank = call.rank(0);
+  const Argument *a = positionalArg(call, dimPos);
+  int64_t dim = normDim(a && a->asInt() ? *a->asInt() : -1, rank);
+  const Argument *k = positionalArg(call, keepPos);
+  bool keepdim = k && k->is<bool>() && k->get<bool>();
+  std::vector<SingleDimRule> rules;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == dim)
+      continue;
+    int64_t outD = keepdim || d < dim ? d : d - 1;
+    rules.push_back({RP::ph(outD), RP::ph(outD), RP::ph(d)});
+  }
+  ExpandOptions opts;
+  opts.numOutputs = 2;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+llvm::Expected<Cands> maxMinDimRule(const OpCall &call) { return dimWithIndicesRule(call, 1, 2); }
+llvm::Expected<Cands> kthvalueRule(const OpCall &call) { return dimWithIndicesRule(call, 2, 3); }
+
 } // namespace
 
 void registerReductionRules(RuleTable &t) {
@@ -170,6 +345,22 @@ void registerReductionRules(RuleTable &t) {
   t["aten::_log_softmax.default"] = softmaxRule;
   t["aten::_safe_softmax.default"] = softmaxRule;
   t["aten::nll_loss_forward.default"] = nllLossForwardRule;
+  for (const char *op : {"aten::cumsum.default", "aten::cumprod.default", "aten::logcumsumexp.default"})
+    t[op] = scanRule;
+  t["aten::logsumexp.default"] = logsumexpRule;
+  t["aten::std.correction"] = stdVarRule;
+  t["aten::median.default"] = stdVarRule; // global median: every dim, non-linear
+  t["aten::nanmedian.default"] = stdVarRule;
+  t["aten::var.correction"] = stdVarRule;
+  t["aten::topk.default"] = topkRule;
+  t["aten::sort.default"] = sortRule;
+  t["aten::sort.stable"] = sortRule;
+  t["aten::cummax.default"] = cumMaxMinRule;
+  t["aten::cummin.default"] = cumMaxMinRule;
+  for (const char *op : {"aten::max.dim", "aten::min.dim", "aten::median.dim", "aten::nanmedian.dim",
+                         "aten::mode.default"})
+    t[op] = maxMinDimRule;
+  t["aten::kthvalue.default"] = kthvalueRule;
 }
 
 } // namespace commlens::rules

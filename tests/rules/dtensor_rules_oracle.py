@@ -122,6 +122,8 @@ def build(case, mesh, meta_only):
             v = a["float"]
         elif "dtype" in a:
             v = DTYPES[a["dtype"]]
+        elif "str" in a:
+            v = a["str"]
         else:
             v = None
         if a.get("keyword"):

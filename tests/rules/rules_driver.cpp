@@ -6,6 +6,7 @@
 //            {"name":"mat2","tensor":{"shape":[16,4],"dtype":"f32","placements":null}},   // plain
 //            {"name":"dim","int":1}, {"name":"size","ints":[2,3]}, {"name":"keepdim","bool":true},
 //            {"name":"alpha","float":0.5}, {"name":"dtype","dtype":"bf16"}, {"name":"x","none":true},
+//            {"name":"rounding_mode","str":"floor","keyword":true},
 //            {"name":"tensors","tensors":[{...tensor...}, ...]}],
 //    "outputs":[{"shape":[8,4],"dtype":"f32"} | {"list":[{"shape":..}, ...]}]}
 // Answer: {"ok":true,"operands":[["S(0)"] | null, ...],"results":[[..] | null, ...],
@@ -129,6 +130,8 @@ llvm::json::Value run(llvm::StringRef text) {
         na.value = *b;
       } else if (auto f = a->getNumber("float")) {
         na.value = *f;
+      } else if (auto str = a->getString("str")) {
+        na.value = str->str();
       } else if (auto d = a->getString("dtype")) {
         auto dt = scalarTypeFromShortName(*d);
         if (!dt)

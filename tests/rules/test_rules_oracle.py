@@ -196,6 +196,171 @@ def all_cases():
                 cases.append({"op": "aten::nll_loss_forward.default", "mesh": mesh,
                               "args": [T("self", [8, 6], pl), T("target", [8], ["R"] * len(mesh), "i64"),
                                        {"name": "weight", "none": True}, I("reduction", red), I("ignore_index", -100)]})
+    # 7. scans, sorts, top-k, index-returning and non-linear reductions, logsumexp (dim 0 uneven on
+    # meshes of 2 and 4)
+    for shape in ([5, 6, 8],):
+        for op, extra in (("aten::cumsum.default", [I("dim", 1)]), ("aten::cumsum.default", [I("dim", -1)]),
+                          ("aten::cumprod.default", [I("dim", 0)]), ("aten::logcumsumexp.default", [I("dim", 2)]),
+                          ("aten::cummax.default", [I("dim", 1)]), ("aten::cummin.default", [I("dim", -1)]),
+                          ("aten::topk.default", [I("k", 2), I("dim", 1)]), ("aten::topk.default", [I("k", 3)]),
+                          ("aten::sort.default", [I("dim", 0)]), ("aten::sort.default", []),
+                          ("aten::sort.stable", [{"name": "stable", "bool": True, "keyword": True},
+                                                 {"name": "dim", "int": 1, "keyword": True}]),
+                          ("aten::logsumexp.default", [L("dim", [1])]),
+                          ("aten::logsumexp.default", [L("dim", [-1]), B("keepdim", True)]),
+                          ("aten::logsumexp.default", [L("dim", [0]), {"name": "keepdim", "bool": True, "keyword": True}]),
+                          ("aten::max.dim", [I("dim", 1)]), ("aten::min.dim", [I("dim", 0), B("keepdim", True)]),
+                          ("aten::median.dim", [I("dim", -1)]), ("aten::mode.default", []),
+                          ("aten::kthvalue.default", [I("k", 1), I("dim", 1)]),
+                          ("aten::median.default", []), ("aten::nanmedian.default", []),
+                          ("aten::std.correction", [L("dim", [1])]),
+                          ("aten::var.correction", [L("dim", [2]), {"name": "keepdim", "bool": True, "keyword": True}]),
+                          ("aten::prod.dim_int", [I("dim", 1)]), ("aten::prod.dim_int", [I("dim", 2), B("keepdim", True)])):
+            cases += unary_cases(op, shape, lambda t, extra=extra: [t] + extra, partials=("P(sum)", "P(max)"))
+        for op, extra in (("aten::all.default", []), ("aten::any.dim", [I("dim", 1)]), ("aten::any.dims", [L("dim", [0, 2])]),
+                          ("aten::all.dim", [I("dim", -1), B("keepdim", True)]), ("aten::any.default", [])):
+            cases += unary_cases(op, shape, lambda t, extra=extra: [t] + extra, partials=("P(sum)",), dtype="b8")
+    # 8. every functional op DTensor treats as pointwise (cases built from the op schemas)
+    cases += pointwise_cases()
+    return cases
+
+
+# ------------------------------------------------------------------ pointwise grid from schemas
+
+POINTWISE_UNARY = [["R"], ["S(0)"], ["S(1)"], ["P(sum)"], ["P(avg)"], ["P(max)"], ["P(min)"],
+                   ["S(0)", "P(max)"], ["P(min)", "S(1)"], ["P(sum)", "P(avg)"], ["R", "P(avg)"]]
+POINTWISE_BINARY = [("R", "R"), ("S(0)", "R"), ("S(1)", "S(1)"), ("R", "S(0)"), ("P(sum)", "P(sum)"),
+                    ("P(sum)", "R"), ("R", "P(sum)"), ("P(avg)", "P(avg)"), ("P(avg)", "R"), ("R", "P(avg)"),
+                    ("P(max)", "R"), ("R", "P(max)"), ("P(max)", "P(max)"), ("P(min)", "R"), ("R", "P(min)"),
+                    ("P(min)", "P(min)"), ("P(max)", "P(min)"), ("S(0)", "P(sum)")]
+POINTWISE_TERNARY = [("R", "R", "R"), ("S(0)", "R", "S(1)"), ("P(sum)", "R", "R"), ("R", "P(sum)", "R"),
+                     ("P(avg)", "P(avg)", "P(avg)"), ("P(max)", "R", "R"), ("R", "R", "P(min)"), ("S(1)", "S(1)", "S(1)")]
+
+
+def pointwise_ops():
+    """Functional aten ops DTensor registers as pointwise (no foreach / fused list ops)."""
+    from torch.distributed.tensor._ops import _pointwise_ops as pw
+
+    ops = set(pw.pointwise_ops) | set(pw._specially_registered_ops)
+    out = [o for o in ops if o.namespace == "aten" and not o._schema.is_mutable
+           and not o._schema.name.startswith(("aten::_foreach_", "aten::_fused_"))]
+    return sorted(out, key=lambda o: f"{o._schema.name}.{o._overloadname}")
+
+
+# Required-looking optional arguments some pointwise ops cannot run without.
+_POINTWISE_EXTRA = {"min": 0.5, "rounding_mode": "floor"}
+
+
+def _pointwise_args(op, dtype):
+    """Arguments of `op` from its schema (tensors as placeholders, scalars; defaults omitted except
+    _POINTWISE_EXTRA); None if some required argument has a type the driver cannot express."""
+    import torch
+
+    args = []
+    for a in op._schema.arguments:
+        kw = a.kwarg_only
+        if a.name == "min" and isinstance(a.type, torch.OptionalType) and isinstance(a.type.getElementType(),
+                                                                                   torch.TensorType):
+            args.append(("tensor", a.name))  # clamp.Tensor: a tensor lower bound
+            continue
+        if a.name in _POINTWISE_EXTRA and not isinstance(a.type.getElementType() if isinstance(a.type, torch.OptionalType)
+                                                         else a.type, torch.TensorType):
+            args.append(("scalar", a.name, _POINTWISE_EXTRA[a.name], kw))
+            continue
+        if a.has_default_value() or (isinstance(a.type, torch.OptionalType) and kw):
+            continue
+        t = a.type
+        if isinstance(t, torch.TensorType):
+            args.append(("tensor", a.name))
+        elif isinstance(t, (torch.NumberType, torch.FloatType)):
+            args.append(("scalar", a.name, 0.5 if dtype.is_floating_point else 1, kw))
+        elif isinstance(t, torch.IntType):
+            args.append(("scalar", a.name, 1, kw))
+        elif isinstance(t, torch.BoolType):
+            args.append(("scalar", a.name, False, kw))
+        else:
+            return None
+    return args
+
+
+def _probe(op):
+    """(dtype short name, argument spec) that runs on CPU for `op`, else None."""
+    import torch
+
+    for short, dtype in (("f32", torch.float32), ("i64", torch.int64), ("b8", torch.bool)):
+        spec = _pointwise_args(op, dtype)
+        if spec is None:
+            return None
+        vals, kwargs = [], {}
+        for s in spec:
+            if s[0] == "tensor":
+                vals.append(torch.ones(5, 6, dtype=dtype))
+            elif s[3]:
+                kwargs[s[1]] = s[2]
+            else:
+                vals.append(s[2])
+        try:
+            out = op(*vals, **kwargs)
+        except Exception:
+            continue
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        if any(o.is_complex() for o in outs if isinstance(o, torch.Tensor)):
+            return None  # complex results: the driver has no complex dtype
+        # can the second tensor operand broadcast (rank 1)? backward kernels do not broadcast
+        tensors = [k for k, s in enumerate(spec) if s[0] == "tensor"]
+        broadcasts = False
+        if len(tensors) == 2:
+            bvals = list(vals)
+            bvals[tensors[1]] = torch.ones(6, dtype=dtype)
+            try:
+                op(*bvals, **kwargs)
+                broadcasts = True
+            except Exception:
+                pass
+        return short, spec, broadcasts
+    return None
+
+
+def pointwise_cases():
+    cases = []
+    for op in pointwise_ops():
+        probe = _probe(op)
+        name = f"{op._schema.name}.{op._overloadname}"
+        if probe is None:
+            continue
+        dtype, spec, can_broadcast = probe
+        ntensors = sum(1 for s in spec if s[0] == "tensor")
+        if ntensors == 1:
+            combos = [(p,) for p in POINTWISE_UNARY]
+        elif ntensors == 2:
+            combos = [((a,), (b,)) for a, b in POINTWISE_BINARY] + [(("S(0)", "P(max)"), ("R", "R")),
+                                                                    (("R", "S(1)"), ("P(sum)", "R"))]
+        elif ntensors == 3:
+            combos = [tuple((p,) for p in c) for c in POINTWISE_TERNARY]
+        else:
+            continue
+        for combo in combos:
+            if ntensors == 1:
+                combo = (combo[0],)
+            mesh = [2] if len(combo[0]) == 1 else [2, 2]
+            # operand 1 of a binary op broadcasts (rank 1) on half of the cases
+            broadcast = can_broadcast and combo in [((a,), (b,)) for a, b in POINTWISE_BINARY[1::2]]
+            args, k = [], 0
+            for s in spec:
+                if s[0] == "tensor":
+                    shape = [6] if broadcast and k == 1 else [5, 6]
+                    pl = list(combo[k])
+                    if len(shape) == 1:
+                        pl = [p.replace("S(1)", "S(0)") for p in pl]
+                    args.append(T(s[1], shape, pl, dtype))
+                    k += 1
+                else:
+                    kind = ("bool" if isinstance(s[2], bool) else "int" if isinstance(s[2], int)
+                            else "str" if isinstance(s[2], str) else "float")
+                    args.append({"name": s[1], kind: s[2], "keyword": s[3]})
+            cases.append({"op": name, "mesh": mesh, "args": args})
+            if ntensors == 1 and len(combo[0]) == 1 and combo[0][0] in ("S(0)", "P(sum)"):
+                cases.append({"op": name, "mesh": [4], "args": [dict(a) for a in args]})
     return cases
 
 
@@ -248,6 +413,21 @@ def _family(op):
     return op.split("::")[1].split(".")[0]
 
 
+_DECOMPOSED = None
+
+
+def _decomposed_when_run():
+    """Pointwise ops with a CompositeImplicitAutograd kernel: eager calls decompose them before
+    DTensor's dispatch, so only their propagation is comparable."""
+    global _DECOMPOSED
+    if _DECOMPOSED is None:
+        import torch
+
+        _DECOMPOSED = {f"{o._schema.name}.{o._overloadname}" for o in pointwise_ops()
+                       if torch._C._dispatch_has_kernel_for_dispatch_key(o.name(), "CompositeImplicitAutograd")}
+    return _DECOMPOSED
+
+
 def _check(case, want, got):
     if "outputs" not in want:
         return f"oracle failed: {want.get('error')}"
@@ -270,7 +450,9 @@ def _check(case, want, got):
     # _fused_rms_norm and reshape are decomposed (CompositeImplicitAutograd on CPU) before DTensor
     # sees them when they run (into pow/mean/rsqrt/mul and view), so only their propagation is
     # comparable, not the collectives of running them.
-    if case["op"] in ("aten::_fused_rms_norm.default", "aten::reshape.default"):
+    # The same holds for every CompositeImplicitAutograd pointwise op (max.other runs as maximum,
+    # square as pow, ...).
+    if case["op"] in ("aten::_fused_rms_norm.default", "aten::reshape.default") or case["op"] in _decomposed_when_run():
         pass
     elif "run_error" in want:
         if got.get("plan_error") is None:

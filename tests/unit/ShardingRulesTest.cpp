@@ -392,6 +392,29 @@ TEST(PointwiseRules, ToCopyFloatToIntReducesSum) {
   EXPECT_EQ(decideSummary(b, mesh1(2)), "[P(max)] -> [P(max)]");
 }
 
+TEST(PointwiseRules, NonIncreasingSwapsMaxAndMin) {
+  // erfc is non-increasing: [P(min) | P(max)] and [P(max) | P(min)] are its extra rules.
+  Call c("aten::erfc.default");
+  c.tensor("self", {4, 6}, {"P(max)"}).out({4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[P(max)] -> [P(min)]");
+}
+
+TEST(PointwiseRules, MultiOutputPointwiseShardsEveryOutput) {
+  // frexp returns (mantissa, exponent): [S(i), S(i) | S(i)] per dim.
+  Call c("aten::frexp.Tensor");
+  c.tensor("self", {4, 6}, {"S(1)"}).out({4, 6}).out({4, 6}, ScalarType::Int);
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(1)] -> [S(1)]; [S(1)]");
+}
+
+TEST(PointwiseRules, DunderOpsAreInplaceForDTensor) {
+  // DTensor's is_inplace_op looks at the last character of the name: __xor__ counts as in-place,
+  // so a Partial self that no rule keeps is refused instead of reduced.
+  Call c("aten::__xor__.Scalar");
+  c.tensor("self", {4, 6}, {"P(sum)"}, ScalarType::Long).arg("other", int64_t{1}).out({4, 6}, ScalarType::Long);
+  std::string r = decideSummary(c, mesh1(2));
+  EXPECT_EQ(r.rfind("error:", 0), 0u) << r;
+}
+
 // ---------------------------------------------------------------- reductions
 
 TEST(ReductionRules, SumOverShardedDimIsPartial) {
@@ -414,6 +437,34 @@ TEST(ReductionRules, MeanOfPartialSumReplicates) {
   Call c("aten::mean.dim");
   c.tensor("self", {4, 6}, {"P(sum)"}).arg("dim", IntList{1}).out({4});
   EXPECT_EQ(decideSummary(c, mesh1(2)), "[R] -> [R]");
+}
+
+TEST(ReductionRules, TopkKeepsShardsOffItsDim) {
+  // sort_strategy: [R, R | R] and [S(d), S(d) | S(d)] for d != dim; S(0) already fits.
+  Call c("aten::topk.default");
+  c.tensor("self", {4, 6, 8}, {"S(0)"}).arg("k", int64_t{2}).arg("dim", int64_t{1}).out({4, 2, 8}).out({4, 2, 8}, ScalarType::Long);
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(0)] -> [S(0)]; [S(0)]");
+}
+
+TEST(ReductionRules, CumsumReplicatesItsDimUnlessNegative) {
+  // scan_strategy: non-linear reduction over [dim] (keepdim). DTensor compares the dim as written
+  // with the shard dims, so dim=-1 does not match S(1) of a 2-D input and the shard stays.
+  Call a("aten::cumsum.default");
+  a.tensor("self", {4, 6}, {"S(1)"}).arg("dim", int64_t{1}).out({4, 6});
+  EXPECT_EQ(decideSummary(a, mesh1(2)), "[R] -> [R]");
+  Call b("aten::cumsum.default");
+  b.tensor("self", {4, 6}, {"S(1)"}).arg("dim", int64_t{-1}).out({4, 6});
+  EXPECT_EQ(decideSummary(b, mesh1(2)), "[S(1)] -> [S(1)]");
+}
+
+TEST(ReductionRules, LogsumexpIsNonLinear) {
+  // logsumexp: Partials and shards on the reduced dims go to R; other shards are renumbered.
+  Call a("aten::logsumexp.default");
+  a.tensor("self", {4, 6, 8}, {"P(sum)"}).arg("dim", IntList{1}).out({4, 8});
+  EXPECT_EQ(decideSummary(a, mesh1(2)), "[R] -> [R]");
+  Call b("aten::logsumexp.default");
+  b.tensor("self", {4, 6, 8}, {"S(2)"}).arg("dim", IntList{1}).out({4, 8});
+  EXPECT_EQ(decideSummary(b, mesh1(2)), "[S(2)] -> [S(1)]");
 }
 
 TEST(ReductionRules, SoftmaxUnshardsItsDim) {
@@ -479,11 +530,11 @@ TEST(RuleEngine, CostModelMatchesDTensorFormulas) {
 }
 
 TEST(RuleEngine, UnsupportedOpNamesTheOp) {
-  Call c("aten::cumsum.default");
-  c.tensor("self", {4, 6}, {"S(0)"}).arg("dim", int64_t{1}).out({4, 6});
+  Call c("aten::histc.default");
+  c.tensor("self", {4, 6}, {"S(0)"}).out({4, 6});
   std::string r = decideSummary(c, mesh1(2));
-  EXPECT_NE(r.find("aten::cumsum.default"), std::string::npos) << r;
-  EXPECT_FALSE(ShardingRules::get().supports("aten::cumsum.default"));
+  EXPECT_NE(r.find("aten::histc.default"), std::string::npos) << r;
+  EXPECT_FALSE(ShardingRules::get().supports("aten::histc.default"));
   EXPECT_TRUE(ShardingRules::get().supports("aten::addmm.default"));
 }
 
