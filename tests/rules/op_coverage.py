@@ -1,0 +1,193 @@
+"""Op coverage of commlens' sharding rules, measured against DTensor itself.
+
+Lists every functional ATen op the installed torch's DTensor registers a sharding strategy for
+(the sharding propagator's op_strategy_funcs, op_single_dim_strategy_funcs and op_to_rules maps;
+the pointwise ops are among the single-dim ones), says for each whether commlens' registry
+(passes/ShardingRules, listed by the rules_driver's {"supported": true} mode) has a rule, and for
+ops without one a reason category. Writes docs/op-coverage.md.
+
+Functional: the op's schema mutates none of its arguments (no `.out`-style overloads, no in-place
+`op_` variants, no ops that update buffers in place). Only the `aten` namespace is listed: the
+`prims` ops DTensor also registers do not appear in the exported programs commlens reads.
+
+  .venv/bin/python tests/rules/op_coverage.py            # rewrite docs/op-coverage.md
+  .venv/bin/python tests/rules/op_coverage.py --check    # exit 1 if it is out of date
+
+The driver is $COMMLENS_BUILD/tests/rules_driver (default build/).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "op-coverage.md"
+
+
+def default_driver():
+    return pathlib.Path(os.environ.get("COMMLENS_BUILD", ROOT / "build")) / "tests" / "rules_driver"
+
+
+def op_name(op):
+    """'aten::mm.default', 'aten::max.dim' (the form commlens' registry uses)."""
+    return f"{op._schema.name}.{op._overloadname}"
+
+
+def dtensor_ops():
+    """{name: (dtensor module, registry kinds)} for every functional aten op with a strategy."""
+    import torch  # noqa: F401  (imported here so that --help works without torch)
+    from torch.distributed.tensor import DTensor
+
+    sp = DTensor._op_dispatcher.sharding_propagator
+    maps = [("strategy", sp.op_strategy_funcs), ("single-dim", getattr(sp, "op_single_dim_strategy_funcs", {})),
+            ("rule", sp.op_to_rules)]
+    out = {}
+    for kind, m in maps:
+        for op, fn in m.items():
+            if op._schema.is_mutable or op.namespace != "aten":
+                continue
+            name = op_name(op)
+            fn = getattr(fn, "func", fn)  # single-dim registrations wrap the strategy function
+            module = getattr(fn, "__module__", "") or ""
+            module = module.rsplit(".", 1)[-1]
+            prev = out.get(name)
+            if prev is None:
+                out[name] = (module, [kind])
+            else:
+                prev[1].append(kind)
+    return out
+
+
+def pointwise_names():
+    from torch.distributed.tensor._ops import _pointwise_ops as pw
+
+    ops = set(pw.pointwise_ops) | set(getattr(pw, "_specially_registered_ops", ()))
+    return {op_name(o) for o in ops}
+
+
+def commlens_ops(driver):
+    proc = subprocess.run([str(driver)], input=json.dumps({"supported": True}) + "\n", capture_output=True,
+                          text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{driver} failed: {proc.stderr[-2000:]}")
+    return set(json.loads(proc.stdout.splitlines()[0])["ops"])
+
+
+def custom_handler_names():
+    """Ops DTensor's dispatcher runs through a custom handler instead of a strategy's redistributions."""
+    from torch.distributed.tensor import DTensor
+
+    return {op_name(o) for o in getattr(DTensor._op_dispatcher, "_custom_op_handlers", {})}
+
+
+# Why an op has no commlens rule, by family (first match wins). "not yet modelled" is the rest.
+CATEGORIES = [
+    ("DTensor custom handler (not a strategy)", lambda n, m: n in _CUSTOM),
+    ("foreach / fused optimizer (list op)", lambda n, m: n.startswith(("aten::_foreach_", "aten::_fused_adam"))),
+    ("attention (SDPA kernels)", lambda n, m: "scaled_dot_product" in n),
+    ("convolution", lambda n, m: m == "_conv_ops"),
+    ("linear algebra", lambda n, m: "linalg" in n or any(k in n for k in (
+        "cholesky", "triangular_solve", "geqrf", "ormqr", "lu_unpack", "_linalg"))),
+    ("FFT / complex", lambda n, m: "_fft_" in n or "complex" in n or "view_as_real" in n),
+    ("pooling / upsampling / grid sampling", lambda n, m: any(k in n for k in ("pool", "upsample", "grid_sampler"))),
+    ("batch / group norm", lambda n, m: "batch_norm" in n or "group_norm" in n),
+    ("random", lambda n, m: m == "_random_ops" or any(k in n for k in ("rand", "normal", "bernoulli", "multinomial"))),
+    ("backward op", lambda n, m: "backward" in n),
+    ("factory (*_like, new_*)", lambda n, m: n.split("::")[1].startswith("new_") or "_like." in n),
+]
+
+
+_CUSTOM = set()
+
+
+def category(name, module):
+    for label, pred in CATEGORIES:
+        if pred(name, module):
+            return label
+    return "not yet modelled"
+
+
+def render(dt, pointwise, ours):
+    names = sorted(dt)
+    covered = [n for n in names if n in ours]
+    m, n = len(names), len(covered)
+    pct = 100.0 * n / m if m else 0.0
+    lines = [
+        "# Op coverage: commlens sharding rules vs torch DTensor",
+        "",
+        "Generated by `tests/rules/op_coverage.py` from the installed torch's DTensor sharding propagator",
+        "(`op_strategy_funcs`, `op_single_dim_strategy_funcs`, `op_to_rules`) and commlens' rule registry",
+        "(`passes/ShardingRules`); `tests/rules/test_op_coverage.py` fails when this file is out of date.",
+        "Only functional `aten` ops are listed: no `.out` or in-place overloads (schemas that mutate an",
+        "argument), no `prims`. Every commlens rule is checked against DTensor by the rules oracle",
+        "(`tests/rules/test_rules_oracle.py`).",
+        "",
+        f"commlens: {n} of {m} DTensor functional ops ({pct:.1f}%)",
+        "",
+    ]
+    # per family summary
+    fam = {}
+    for name in names:
+        module = dt[name][0]
+        key = "pointwise" if name in pointwise else module
+        t = fam.setdefault(key, [0, 0])
+        t[1] += 1
+        t[0] += name in ours
+    lines += ["| DTensor family | commlens | DTensor |", "|---|---:|---:|"]
+    for key in sorted(fam):
+        lines.append(f"| {key} | {fam[key][0]} | {fam[key][1]} |")
+    lines.append("")
+    missing = {}
+    for name in names:
+        if name not in ours:
+            c = category(name, dt[name][0])
+            missing[c] = missing.get(c, 0) + 1
+    lines += ["Ops without a commlens rule, by reason:", "", "| reason | ops |", "|---|---:|"]
+    for c in sorted(missing, key=lambda c: (-missing[c], c)):
+        lines.append(f"| {c} | {missing[c]} |")
+    lines.append("")
+    extra = sorted(o for o in ours if o not in dt)
+    if extra:
+        lines += ["commlens rules for ops outside this list (in-place variants, or ops DTensor has no strategy",
+                  "for, where commlens reproduces DTensor's error): " + ", ".join(f"`{o}`" for o in extra), ""]
+    lines += ["| op | DTensor strategy | commlens | reason (no rule) |", "|---|---|---|---|"]
+    for name in names:
+        module, kinds = dt[name]
+        src = ("pointwise" if name in pointwise else module) + " (" + ", ".join(kinds) + ")"
+        has = name in ours
+        lines.append(f"| `{name}` | {src} | {'yes' if has else 'no'} | {'' if has else category(name, module)} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def generate(driver=None):
+    driver = pathlib.Path(driver) if driver else default_driver()
+    _CUSTOM.clear()
+    _CUSTOM.update(custom_handler_names())
+    return render(dtensor_ops(), pointwise_names(), commlens_ops(driver))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--driver", help="rules_driver path (default $COMMLENS_BUILD/tests/rules_driver)")
+    ap.add_argument("--check", action="store_true", help="exit 1 if docs/op-coverage.md is out of date")
+    ap.add_argument("--output", default=str(DOC))
+    args = ap.parse_args(argv)
+    text = generate(args.driver)
+    out = pathlib.Path(args.output)
+    if args.check:
+        if not out.exists() or out.read_text() != text:
+            print(f"{out} is out of date: run tests/rules/op_coverage.py", file=sys.stderr)
+            return 1
+        return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(next(l for l in text.splitlines() if l.startswith("commlens:")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
