@@ -1,8 +1,8 @@
 """Hugging Face ``transformers`` models (pinned by scripts/setup.sh) with the tensor-parallel plan
 the model family ships, for the accuracy corpus.
 
-``hf_llama(...)`` / ``hf_qwen2(...)`` build a small randomly initialised ``LlamaForCausalLM`` /
-``Qwen2ForCausalLM`` from a config (nothing is downloaded), wrapped so that the model takes the
+``hf_llama(...)`` / ``hf_qwen2(...)`` / ``hf_mistral(...)`` / ``hf_granite(...)`` build a small randomly
+initialised ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` / ... from a config (nothing is downloaded), wrapped so that the model takes the
 token ids and returns the logits; they return ``(model, (ids,))``. Module names (root class
 ``HFCausalLM``)::
 
@@ -19,7 +19,7 @@ attribute, keys relative to ``model.model``) and, with ``lm_head=True``, the Cau
 into the real torch styles: ``colwise`` -> ``ColwiseParallel()``, ``rowwise`` ->
 ``RowwiseParallel()``, ``colwise_gather_output`` -> ``ColwiseParallel(output_layouts=Replicate())``
 (the torch style that gathers the output as transformers' does). Any other string is refused.
-Neither family ships a sequence-parallel plan in this transformers version.
+None of these families ships a sequence-parallel plan in this transformers version.
 """
 
 import torch
@@ -35,13 +35,17 @@ _STYLES = {
 }
 
 
-def _family(name):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+# Families whose shipped plan uses only the strings mapped above, and whose decoder is `.model`.
+_FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "granite": "Granite"}
 
-    families = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
-    if name not in families:
-        raise ValueError(f"family must be one of {sorted(families)}, got {name!r}")
-    return families[name]
+
+def _family(name):
+    import transformers
+
+    if name not in _FAMILIES:
+        raise ValueError(f"family must be one of {sorted(_FAMILIES)}, got {name!r}")
+    cls = _FAMILIES[name]
+    return getattr(transformers, cls + "Config"), getattr(transformers, cls + "ForCausalLM")
 
 
 class HFCausalLM(torch.nn.Module):
@@ -76,6 +80,18 @@ def hf_llama(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads
 def hf_qwen2(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
     """A tiny transformers Qwen2ForCausalLM (as Llama, with q/k/v biases)."""
     return _build("qwen2", n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
+                  n_kv_heads=n_kv_heads, batch=batch, seq=seq, seed=seed)
+
+
+def hf_mistral(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
+    """A tiny transformers MistralForCausalLM."""
+    return _build("mistral", n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
+                  n_kv_heads=n_kv_heads, batch=batch, seq=seq, seed=seed)
+
+
+def hf_granite(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
+    """A tiny transformers GraniteForCausalLM (Llama-like, with embedding/residual/logit multipliers)."""
+    return _build("granite", n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
                   n_kv_heads=n_kv_heads, batch=batch, seq=seq, seed=seed)
 
 

@@ -128,6 +128,9 @@ CONFIGS = [
     Config("hf_qwen2-tp-tp4-both", HF_QWEN2, H + "hf_tp(family='qwen2', tp=4)", "both", ci=True),
     Config("hf_qwen2-tp-tp2-backward", HF_QWEN2, H + "hf_tp(family='qwen2', tp=2)", "backward"),
     Config("hf_qwen2-fsdp_tp-dp2xtp4-both", HF_QWEN2, H + "hf_tp(family='qwen2', tp=4, dp=2, fsdp=True)", "both"),
+    Config("hf_mistral-tp-tp4-both", "examples.hf:hf_mistral", H + "hf_tp(family='mistral', tp=4)", "both"),
+    Config("hf_granite-fsdp_tp-dp2xtp2-both", "examples.hf:hf_granite",
+           H + "hf_tp(family='granite', tp=2, dp=2, fsdp=True)", "both"),
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",
