@@ -18,7 +18,8 @@ LINE_RE = re.compile(r"^(\S+)\s+measured=(\d+)\s+predicted=(\d+|-)\s+(.*)$")
 def test_ci_subset(commlens_bin, run_commlens, tmp_path):
     work = tmp_path / "accuracy"
     r = subprocess.run([sys.executable, str(RUN), "--subset", "ci", "--work-dir", str(work),
-                        "--commlens", commlens_bin, "--strict"], capture_output=True, text=True, timeout=900)
+                        "--commlens", commlens_bin, "--strict", "--jobs", "2"], capture_output=True, text=True,
+                       timeout=900)
     lines = r.stdout.splitlines()
     assert lines, r.stderr[-3000:]
     m = accuracy.SUMMARY_RE.match(lines[-1])
