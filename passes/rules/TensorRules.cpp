@@ -141,6 +141,142 @@ llvm::Expected<Cands> gatherRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), opts);
 }
 
+/// linalg_replicate_strategy (tril, triu, diag, diagonal, diagonal_copy, diag_embed): the input is
+/// replicated, the output replicated.
+llvm::Expected<Cands> replicateOnlyRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  Placements r = replicatePlacements(*call.mesh);
+  Cands c;
+  c.push_back(followCandidate(call, r, r));
+  return c;
+}
+
+/// create_like_strategy (ones_like, zeros_like, full_like, rand*_like): the input stays as it is,
+/// the output takes its placements with every Partial replicated (the values do not depend on it).
+llvm::Expected<Cands> createLikeRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  Placements out;
+  for (const Placement &p : call.inputs[0].placements)
+    out.push_back(p.isPartial() ? Placement::replicate() : p);
+  Cands c;
+  c.push_back(followCandidate(call, call.inputs[0].placements, out));
+  return c;
+}
+
+/// new_factory_strategy (new_empty, new_full, new_ones, new_zeros, new_empty_strided): a
+/// Replicate output (cost 0) and, when the size equals the input's and the input is sharded (or
+/// the factory leaves memory uninitialised), the input's placements (cost -0.1, so preferred).
+llvm::Expected<Cands> newFactoryRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto size = call.intListArg("size", 1);
+  if (!size)
+    return call.error("missing size argument");
+  const Placements &cur = call.inputs[0].placements;
+  Cands c;
+  Candidate rep;
+  rep.inputs.push_back(cur);
+  rep.outputs.push_back(replicatePlacements(*call.mesh));
+  rep.costs.push_back(0.0);
+  c.push_back(rep);
+  auto shape = call.shape(0);
+  bool sameShape = llvm::ArrayRef<int64_t>(shape) == llvm::ArrayRef<int64_t>(*size);
+  bool uninitialized = call.op == "aten::new_empty.default" || call.op == "aten::new_empty_strided.default";
+  bool sharded = llvm::any_of(cur, [](const Placement &p) { return p.isShard(); });
+  if (sameShape && (sharded || uninitialized)) {
+    Candidate follow;
+    follow.inputs.push_back(cur);
+    follow.outputs.push_back(cur);
+    follow.costs.push_back(-0.1);
+    c.push_back(follow);
+  }
+  return c;
+}
+
+/// roll / flip: single-dim [S(d) | S(d)] for the dims the op leaves alone, [P(op) | P(op)] for
+/// sum, avg, max, min; the implicit all-Replicate rule first. roll with no dims flattens: every
+/// dim is active.
+llvm::Expected<Cands> rollFlipRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  int64_t rank = call.rank(0);
+  bool isRoll = call.op == "aten::roll.default";
+  std::optional<IntList> dims = call.intListArg("dims", isRoll ? 2 : 1);
+  std::set<int64_t> active;
+  if (!dims || dims->empty()) {
+    if (!isRoll)
+      return call.error("missing dims argument");
+    for (int64_t d = 0; d < rank; ++d)
+      active.insert(d);
+  } else {
+    for (int64_t d : *dims)
+      active.insert(normDim(d, rank));
+  }
+  std::vector<SingleDimRule> rules;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!active.count(d))
+      rules.push_back({RP::ph(d), RP::ph(d)});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+    rules.push_back({RP::P(op), RP::P(op)});
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
+/// unbind: DTensor raises when the unbind dim is sharded; otherwise every piece follows the input
+/// with later shard dims shifted down.
+llvm::Expected<Cands> unbindRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  int64_t dim = normDim(call.intArg("dim", 1).value_or(0), call.rank(0));
+  const Placements &cur = call.inputs[0].placements;
+  if (isDimSharded(cur, dim))
+    return call.error("Attempted to unbind along the sharded dimension {} (DTensor raises)", dim);
+  Cands c;
+  c.push_back(followCandidate(call, cur, shiftAfterRemove(cur, dim)));
+  return c;
+}
+
+/// stack: one candidate. The placements every input is moved to merge the inputs' placements per
+/// mesh dim (equal: kept; Partial vs Shard: the Shard; two different Partials or two different
+/// Shards: Replicate; Replicate vs anything: the other); the output shifts shard dims at or after
+/// the new dim up by one.
+llvm::Expected<Cands> stackRule(const OpCall &call) {
+  if (call.inputs.empty())
+    return call.error("no tensor operands");
+  int64_t dim = normDim(call.intArg("dim", 1).value_or(0), call.rank(0) + 1);
+  Placements follow = call.inputs[0].placements;
+  auto merge = [](const Placement &cur, const Placement &nw) {
+    if (cur == nw)
+      return cur;
+    if (cur.isPartial()) {
+      if (nw.isShard())
+        return nw;
+      return nw.isPartial() ? Placement::replicate() : cur;
+    }
+    if (cur.isShard())
+      return nw.isShard() ? Placement::replicate() : cur;
+    return nw;
+  };
+  for (size_t i = 1; i < call.inputs.size(); ++i)
+    for (size_t k = 0; k < follow.size(); ++k)
+      follow[k] = merge(follow[k], call.inputs[i].placements[k]);
+  Placements out;
+  for (Placement p : follow) {
+    if (p.isShard() && p.dim >= dim)
+      ++p.dim;
+    out.push_back(p);
+  }
+  Candidate c;
+  for (size_t i = 0; i < call.inputs.size(); ++i)
+    c.inputs.push_back(follow);
+  c.outputs.push_back(out);
+  assignCosts(call, c);
+  Cands cs;
+  cs.push_back(std::move(c));
+  return cs;
+}
+
 } // namespace
 
 void registerTensorRules(RuleTable &t) {
@@ -149,6 +285,22 @@ void registerTensorRules(RuleTable &t) {
     t[op] = followInputRule;
   t["aten::split.Tensor"] = splitRule;
   t["aten::split_with_sizes.default"] = splitRule;
+  t["aten::split_with_sizes_copy.default"] = splitRule;
+  t["aten::empty_like.default"] = followInputRule; // propagate_single_input_strategy
+  for (const char *op : {"aten::ones_like.default", "aten::zeros_like.default", "aten::full_like.default",
+                         "aten::rand_like.default", "aten::randn_like.default", "aten::randint_like.default",
+                         "aten::randint_like.low_dtype"})
+    t[op] = createLikeRule;
+  for (const char *op : {"aten::new_empty.default", "aten::new_full.default", "aten::new_ones.default",
+                         "aten::new_zeros.default", "aten::new_empty_strided.default"})
+    t[op] = newFactoryRule;
+  for (const char *op : {"aten::tril.default", "aten::triu.default", "aten::diag.default", "aten::diagonal.default",
+                         "aten::diagonal_copy.default", "aten::diag_embed.default"})
+    t[op] = replicateOnlyRule;
+  t["aten::roll.default"] = rollFlipRule;
+  t["aten::flip.default"] = rollFlipRule;
+  t["aten::unbind.int"] = unbindRule;
+  t["aten::stack.default"] = stackRule;
   t["aten::slice.Tensor"] = sliceRule;
   t["aten::select.int"] = selectRule;
   t["aten::cat.default"] = catRule;

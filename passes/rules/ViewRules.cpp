@@ -560,6 +560,7 @@ void registerViewRules(RuleTable &t) {
   t["aten::reshape.default"] = viewRule<false>;
   t["aten::view_copy.default"] = viewRule<false>;
   t["aten::expand.default"] = expandRule;
+  t["aten::expand_copy.default"] = expandRule; // the same Tensor.expand dim map in DTensor
   t["aten::unsqueeze.default"] = unsqueezeRule;
   t["aten::squeeze.dim"] = squeezeRule;
   t["aten::squeeze.dims"] = squeezeRule;

@@ -220,7 +220,33 @@ def all_cases():
         for op, extra in (("aten::all.default", []), ("aten::any.dim", [I("dim", 1)]), ("aten::any.dims", [L("dim", [0, 2])]),
                           ("aten::all.dim", [I("dim", -1), B("keepdim", True)]), ("aten::any.default", [])):
             cases += unary_cases(op, shape, lambda t, extra=extra: [t] + extra, partials=("P(sum)",), dtype="b8")
-    # 8. every functional op DTensor treats as pointwise (cases built from the op schemas)
+    # 8. replicate-only, *_like and new_* factories, roll/flip, unbind, copies of split/expand
+    for op, extra in (("aten::tril.default", []), ("aten::triu.default", [I("diagonal", 1)]),
+                      ("aten::diagonal.default", []), ("aten::diag_embed.default", []),
+                      ("aten::ones_like.default", []), ("aten::zeros_like.default", []),
+                      ("aten::full_like.default", [F("fill_value", 2.0)]), ("aten::empty_like.default", []),
+                      ("aten::rand_like.default", []), ("aten::randn_like.default", []),
+                      ("aten::new_zeros.default", [L("size", [5, 6])]), ("aten::new_ones.default", [L("size", [3])]),
+                      ("aten::new_empty.default", [L("size", [5, 6])]),
+                      ("aten::new_full.default", [L("size", [5, 6]), F("fill_value", 1.0)]),
+                      ("aten::new_empty_strided.default", [L("size", [5, 6]), L("stride", [6, 1])]),
+                      ("aten::roll.default", [L("shifts", [1]), L("dims", [1])]), ("aten::roll.default", [L("shifts", [2])]),
+                      ("aten::flip.default", [L("dims", [0])]),
+                      ("aten::unbind.int", [I("dim", 1)]), ("aten::unbind.int", []),
+                      ("aten::split_with_sizes_copy.default", [L("split_sizes", [2, 4]), I("dim", 1)])):
+        cases += unary_cases(op, [5, 6], lambda t, extra=extra: [t] + extra, partials=("P(sum)", "P(max)"))
+    cases += unary_cases("aten::diag.default", [6], lambda t: [t])
+    cases += unary_cases("aten::diagonal_copy.default", [5, 6], lambda t: [t, I("offset", 1)])
+    cases += unary_cases("aten::expand_copy.default", [1, 6], lambda t: [t, L("size", [4, 6])])
+    for mesh in MESHES:
+        opts = tuples(per_dim(2, ("P(sum)", "P(max)")), mesh)
+        for pa, pb in list(itertools.product(opts, opts))[:: (3 if len(mesh) > 1 else 1)]:
+            for dim in (0, 2):
+                cases.append({"op": "aten::stack.default", "mesh": mesh,
+                              "args": [{"name": "tensors", "tensors": [{"shape": [4, 6], "dtype": "f32", "placements": pa},
+                                                                       {"shape": [4, 6], "dtype": "f32", "placements": pb}]},
+                                       I("dim", dim)]})
+    # 9. every functional op DTensor treats as pointwise (cases built from the op schemas)
     cases += pointwise_cases()
     return cases
 

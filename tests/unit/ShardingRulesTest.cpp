@@ -415,6 +415,29 @@ TEST(PointwiseRules, DunderOpsAreInplaceForDTensor) {
   EXPECT_EQ(r.rfind("error:", 0), 0u) << r;
 }
 
+TEST(TensorRules, NewFactoryFollowsAShardedInputOfTheSameSize) {
+  // new_factory_strategy: [R | x] at cost 0 and, same size and sharded input, [x | x] at -0.1
+  // (the negative cost wins); a different size or a Partial input gives R.
+  Call a("aten::new_zeros.default");
+  a.tensor("self", {5, 6}, {"S(1)"}).arg("size", IntList{5, 6}).out({5, 6});
+  EXPECT_EQ(decideSummary(a, mesh1(2)), "[S(1)] -> [S(1)]");
+  Call b("aten::new_zeros.default");
+  b.tensor("self", {5, 6}, {"P(sum)"}).arg("size", IntList{5, 6}).out({5, 6});
+  EXPECT_EQ(decideSummary(b, mesh1(2)), "[P(sum)] -> [R]");
+  Call c("aten::new_empty.default");
+  c.tensor("self", {5, 6}, {"P(sum)"}).arg("size", IntList{5, 6}).out({5, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[P(sum)] -> [P(sum)]");
+}
+
+TEST(TensorRules, StackMergesInputPlacements) {
+  // Partial vs Shard -> the Shard; the new dim 0 shifts S(0) to S(1) in the output.
+  Call c("aten::stack.default");
+  c.tensor("a", {4, 6}, {"P(sum)"});
+  c.tensor("b", {4, 6}, {"S(0)"});
+  c.arg("dim", int64_t{0}).out({2, 4, 6});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(0)]; [S(0)] -> [S(1)]");
+}
+
 // ---------------------------------------------------------------- reductions
 
 TEST(ReductionRules, SumOverShardedDimIsPartial) {
