@@ -336,6 +336,26 @@ llvm::Expected<Cands> dimWithIndicesRule(const OpCall &call, unsigned dimPos, un
 llvm::Expected<Cands> maxMinDimRule(const OpCall &call) { return dimWithIndicesRule(call, 1, 2); }
 llvm::Expected<Cands> kthvalueRule(const OpCall &call) { return dimWithIndicesRule(call, 2, 3); }
 
+/// histc: full-mesh expansion of [R | R] and, when min and max are both given positionally
+/// (four arguments), [P(sum) | S(d)] for every dim (fixed bin edges make per-shard counts add up).
+llvm::Expected<Cands> histcRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  std::vector<SingleDimRule> rules;
+  rules.push_back({RP::R(), RP::R()});
+  llvm::ArrayRef<NamedArgument> ins = call.node->inputs();
+  size_t positional = 0;
+  while (positional < ins.size() && !ins[positional].keyword)
+    ++positional;
+  if (positional == 4)
+    for (int64_t d = 0; d < call.rank(0); ++d)
+      rules.push_back({RP::P(), RP::of(Placement::shard(d))});
+  ExpandOptions opts;
+  opts.insertReplicate = false;
+  opts.fillPlaceholders = false;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
 } // namespace
 
 void registerReductionRules(RuleTable &t) {
@@ -361,6 +381,7 @@ void registerReductionRules(RuleTable &t) {
                          "aten::mode.default"})
     t[op] = maxMinDimRule;
   t["aten::kthvalue.default"] = kthvalueRule;
+  t["aten::histc.default"] = histcRule;
 }
 
 } // namespace commlens::rules

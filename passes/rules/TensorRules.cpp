@@ -277,6 +277,40 @@ llvm::Expected<Cands> stackRule(const OpCall &call) {
   return cs;
 }
 
+/// constant_pad_nd: single-dim [S(d) | S(d)] for every dim without padding, then [P(op) | P(op)]
+/// for avg, max, min (and sum when the pad value is 0 or nothing is padded); the implicit
+/// all-Replicate rule first. The value is read positionally (args_schema[2]), as DTensor does.
+llvm::Expected<Cands> constantPadRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto pad = call.intListArg("pad", 1);
+  if (!pad)
+    return call.error("missing pad argument");
+  int64_t rank = call.rank(0);
+  std::set<int64_t> padded;
+  for (size_t i = 0; 2 * i + 1 < pad->size(); ++i) // pad: [last dim left, right, previous dim left, ...]
+    if ((*pad)[2 * i] != 0 || (*pad)[2 * i + 1] != 0)
+      padded.insert(rank - 1 - static_cast<int64_t>(i));
+  bool noPadding = llvm::all_of(*pad, [](int64_t v) { return v == 0; });
+  bool zeroValue = true;
+  llvm::ArrayRef<NamedArgument> ins = call.node->inputs();
+  if (ins.size() > 2 && !ins[2].keyword) {
+    const Argument &v = ins[2].value;
+    if (auto i = v.asInt())
+      zeroValue = *i == 0;
+    else if (v.is<double>())
+      zeroValue = v.get<double>() == 0.0;
+  }
+  std::vector<SingleDimRule> rules;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!padded.count(d))
+      rules.push_back({RP::ph(d), RP::ph(d)});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+    if (op != ReduceOp::Sum || noPadding || zeroValue)
+      rules.push_back({RP::P(op), RP::P(op)});
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
 } // namespace
 
 void registerTensorRules(RuleTable &t) {
@@ -301,6 +335,7 @@ void registerTensorRules(RuleTable &t) {
   t["aten::flip.default"] = rollFlipRule;
   t["aten::unbind.int"] = unbindRule;
   t["aten::stack.default"] = stackRule;
+  t["aten::constant_pad_nd.default"] = constantPadRule;
   t["aten::slice.Tensor"] = sliceRule;
   t["aten::select.int"] = selectRule;
   t["aten::cat.default"] = catRule;

@@ -246,6 +246,14 @@ def all_cases():
                               "args": [{"name": "tensors", "tensors": [{"shape": [4, 6], "dtype": "f32", "placements": pa},
                                                                        {"shape": [4, 6], "dtype": "f32", "placements": pb}]},
                                        I("dim", dim)]})
+    for op, extra in (("aten::constant_pad_nd.default", [L("pad", [1, 1])]),
+                      ("aten::constant_pad_nd.default", [L("pad", [0, 0, 2, 0]), F("value", 0.0)]),
+                      ("aten::constant_pad_nd.default", [L("pad", [0, 0, 1, 1]), F("value", 1.5)]),
+                      ("aten::constant_pad_nd.default", [L("pad", [0, 0]), F("value", 1.5)]),
+                      ("aten::histc.default", [I("bins", 10)]),
+                      ("aten::histc.default", [I("bins", 10), F("min", -1.0), F("max", 1.0)])):
+        cases += unary_cases(op, [5, 6], lambda t, extra=extra: [t] + extra,
+                             partials=("P(sum)", "P(avg)", "P(max)", "P(min)"))
     # 9. every functional op DTensor treats as pointwise (cases built from the op schemas)
     cases += pointwise_cases()
     return cases
