@@ -31,7 +31,7 @@ options:
 
 Model/plan pairs: ``linear_colwise``/``linear_rowwise`` for ``examples.mlp:linear``,
 ``mlp_tp``/``mlp_2d``/``mlp_nd`` for ``examples.mlp:mlp``, ``stacked_mlp_tp``/
-``stacked_mlp_fsdp`` for ``examples.mlp:stacked_mlp``, ``gpt2_tp``/``gpt2_tp_sp``/
+``stacked_mlp_fsdp``/``stacked_mlp_fsdp_tp_nested`` for ``examples.mlp:stacked_mlp``, ``gpt2_tp``/``gpt2_tp_sp``/
 ``gpt2_tp_loss_parallel``/``gpt2_fsdp``/``gpt2_hsdp``/``gpt2_fsdp_tp`` for
 ``examples.gpt2:gpt2``, ``llama_tp``/``llama_2d``/``llama_fsdp_tp``/``llama_hsdp_tp``
 for ``examples.llama:llama``.  ``mlp_nd`` has no parallelize step: explicit
@@ -351,6 +351,16 @@ def stacked_mlp_fsdp(*, dp=8, reshard_after_forward=None, mixed_precision=None,
     return _fsdp_only("stacked_mlp_fsdp", (dp,), ("dp",),
                       _fsdp_units(("dp",), reshard_after_forward, mixed_precision),
                       device_type=device_type, input_requires_grad=input_requires_grad, frozen=frozen)
+
+
+def stacked_mlp_fsdp_tp_nested(*, dp=2, tp=2, device_type="cpu"):
+    """stacked_mlp_tp's styles on ``tp`` of a ``("dp", "tp")`` mesh, input 0 requiring grad, and
+    nested FSDP2 units on ``dp``: every Rowwise ``layers.*.w2`` (a unit on a TP-styled module: FSDP's
+    pre-forward hook runs before the style's, its post-forward after), then every block, then the
+    root."""
+    tp_plan = stacked_mlp_tp(tp=tp, input_requires_grad=True, device_type=device_type)
+    units = tuple(FullyShard(fqn, ("dp",)) for fqn in ("layers.*.w2", "layers.*", ""))
+    return _tp_with_fsdp(tp_plan, "stacked_mlp_fsdp_tp_nested", (dp, tp), ("dp", "tp"), units)
 
 
 def gpt2_fsdp(*, dp=8, reshard_after_forward=None, mixed_precision=None, loss="cross_entropy",

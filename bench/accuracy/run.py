@@ -137,6 +137,8 @@ CONFIGS = [
            "backward"),
     Config("stacked_mlp-fsdp-dp4-frozen_layer1-both", STACKED,
            P + "stacked_mlp_fsdp(dp=4, frozen=('layers.1.*',))", "both"),
+    Config("stacked_mlp-fsdp_tp_nested-dp2xtp2-grad-both", STACKED, P + "stacked_mlp_fsdp_tp_nested(dp=2, tp=2)",
+           "both"),
     Config("gpt2-fsdp-dp8-both", GPT2, P + "gpt2_fsdp(dp=8)", "both", ci=True),
     Config("gpt2-fsdp-dp8-no_reshard-both", GPT2, P + "gpt2_fsdp(dp=8, reshard_after_forward=False)", "both"),
     Config("gpt2-fsdp-dp8-reshard2-both", GPT2, P + "gpt2_fsdp(dp=8, reshard_after_forward=2)", "both"),
