@@ -372,6 +372,7 @@ void registerReductionRules(RuleTable &t) {
   t["aten::median.default"] = stdVarRule; // global median: every dim, non-linear
   t["aten::nanmedian.default"] = stdVarRule;
   t["aten::var.correction"] = stdVarRule;
+  t["aten::var_mean.correction"] = stdVarRule; // one output spec for both results
   t["aten::topk.default"] = topkRule;
   t["aten::sort.default"] = sortRule;
   t["aten::sort.stable"] = sortRule;

@@ -12,6 +12,7 @@
 //     [S(dim) | R, S(dim)], [S(d) | S(d), S(d)] for d != dim when ranks agree.
 #include "passes/rules/RuleEngine.h"
 
+#include <algorithm>
 #include <set>
 
 namespace commlens::rules {
@@ -311,6 +312,66 @@ llvm::Expected<Cands> constantPadRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), ExpandOptions{});
 }
 
+/// slice_scatter(self, src, dim, ...): one candidate. When self is neither sharded on dim nor
+/// Partial, self keeps its placements and src takes them; otherwise both take self's placements
+/// with the dim's shards and every Partial replicated.
+llvm::Expected<Cands> sliceScatterRule(const OpCall &call) {
+  if (call.inputs.size() != 2)
+    return call.error("expected two tensor operands, got {}", call.inputs.size());
+  llvm::ArrayRef<NamedArgument> ins = call.node->inputs();
+  int64_t rawDim = 0;
+  if (ins.size() > 2 && !ins[2].keyword && ins[2].value.asInt())
+    rawDim = *ins[2].value.asInt();
+  int64_t dim = normDim(rawDim, call.rank(0));
+  const Placements &cur = call.inputs[0].placements;
+  bool partial = llvm::any_of(cur, [](const Placement &p) { return p.isPartial(); });
+  Placements target = cur;
+  if (isDimSharded(cur, dim) || partial) {
+    target.clear();
+    for (const Placement &p : cur)
+      target.push_back(p.isPartial() || (p.isShard() && p.dim == dim) ? Placement::replicate() : p);
+  }
+  Candidate c;
+  c.inputs = {target, target};
+  c.outputs.push_back(target);
+  assignCosts(call, c);
+  Cands cs;
+  cs.push_back(std::move(c));
+  return cs;
+}
+
+/// select_scatter(self, src, dim, index) / diagonal_scatter(self, src, offset, dim1, dim2):
+/// single-dim [S(d) | S(d), S(d in src)] for every dim the op does not touch (src lacks the
+/// selected dim, or dim1 and dim2); the implicit all-Replicate rule first.
+llvm::Expected<Cands> scatterIntoRule(const OpCall &call) {
+  if (call.inputs.size() != 2)
+    return call.error("expected two tensor operands, got {}", call.inputs.size());
+  int64_t rank = call.rank(0);
+  llvm::ArrayRef<NamedArgument> ins = call.node->inputs();
+  auto posInt = [&](size_t pos, int64_t dflt) {
+    if (pos < ins.size() && !ins[pos].keyword && ins[pos].value.asInt())
+      return *ins[pos].value.asInt();
+    return dflt;
+  };
+  std::vector<SingleDimRule> rules;
+  if (call.op == "aten::select_scatter.default") {
+    auto d = call.intArg("dim", 2);
+    if (!d)
+      return call.error("missing dim argument");
+    int64_t dim = normDim(*d, rank);
+    for (int64_t k = 0; k < rank; ++k)
+      if (k != dim)
+        rules.push_back({RP::ph(k), RP::ph(k), RP::ph(k < dim ? k : k - 1)});
+  } else {
+    int64_t d1 = normDim(posInt(3, 0), rank), d2 = normDim(posInt(4, 1), rank);
+    int64_t lo = std::min(d1, d2), hi = std::max(d1, d2);
+    for (int64_t k = 0; k < rank; ++k)
+      if (k != d1 && k != d2)
+        rules.push_back({RP::ph(k), RP::ph(k), RP::ph(k - (k > lo ? 1 : 0) - (k > hi ? 1 : 0))});
+  }
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
 } // namespace
 
 void registerTensorRules(RuleTable &t) {
@@ -336,6 +397,9 @@ void registerTensorRules(RuleTable &t) {
   t["aten::unbind.int"] = unbindRule;
   t["aten::stack.default"] = stackRule;
   t["aten::constant_pad_nd.default"] = constantPadRule;
+  t["aten::slice_scatter.default"] = sliceScatterRule;
+  t["aten::select_scatter.default"] = scatterIntoRule;
+  t["aten::diagonal_scatter.default"] = scatterIntoRule;
   t["aten::slice.Tensor"] = sliceRule;
   t["aten::select.int"] = selectRule;
   t["aten::cat.default"] = catRule;

@@ -215,6 +215,8 @@ def all_cases():
                           ("aten::median.default", []), ("aten::nanmedian.default", []),
                           ("aten::std.correction", [L("dim", [1])]),
                           ("aten::var.correction", [L("dim", [2]), {"name": "keepdim", "bool": True, "keyword": True}]),
+                          ("aten::var_mean.correction", [L("dim", [1])]),
+                          ("aten::var_mean.correction", [L("dim", [0, 2]), {"name": "keepdim", "bool": True, "keyword": True}]),
                           ("aten::prod.dim_int", [I("dim", 1)]), ("aten::prod.dim_int", [I("dim", 2), B("keepdim", True)])):
             cases += unary_cases(op, shape, lambda t, extra=extra: [t] + extra, partials=("P(sum)", "P(max)"))
         for op, extra in (("aten::all.default", []), ("aten::any.dim", [I("dim", 1)]), ("aten::any.dims", [L("dim", [0, 2])]),
@@ -254,6 +256,18 @@ def all_cases():
                       ("aten::histc.default", [I("bins", 10), F("min", -1.0), F("max", 1.0)])):
         cases += unary_cases(op, [5, 6], lambda t, extra=extra: [t] + extra,
                              partials=("P(sum)", "P(avg)", "P(max)", "P(min)"))
+    for mesh in MESHES:
+        opts = tuples(per_dim(2, ("P(sum)", "P(max)")), mesh)
+        for pa, pb in list(itertools.product(opts, opts))[:: (3 if len(mesh) > 1 else 1)]:
+            pb1 = [p if p in ("R", "S(0)", "P(sum)", "P(max)") else "R" for p in pb]
+            cases.append({"op": "aten::slice_scatter.default", "mesh": mesh,
+                          "args": [T("self", [6, 8], pa), T("src", [6, 4], pb), I("dim", 1), I("start", 0), I("end", 4)]})
+            cases.append({"op": "aten::slice_scatter.default", "mesh": mesh,
+                          "args": [T("self", [8, 6], pa), T("src", [4, 6], pb), I("dim", 0), I("start", 2), I("end", 6)]})
+            cases.append({"op": "aten::select_scatter.default", "mesh": mesh,
+                          "args": [T("self", [6, 8], pa), T("src", [8], pb1), I("dim", 0), I("index", 2)]})
+            cases.append({"op": "aten::diagonal_scatter.default", "mesh": mesh,
+                          "args": [T("self", [6, 6], pa), T("src", [6], pb1)]})
     # 9. every functional op DTensor treats as pointwise (cases built from the op schemas)
     cases += pointwise_cases()
     return cases
