@@ -48,10 +48,8 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
       u.spec = &spec;
       u.shardDim = spec.meshDims.back();
       u.shardSize = plan.mesh.shape[u.shardDim];
-      if (spec.meshDims.size() == 2) {
+      if (spec.meshDims.size() == 2)
         u.replicateDim = spec.meshDims.front();
-        u.replicateSize = plan.mesh.shape[*u.replicateDim];
-      }
       bool isRoot = s->path().empty();
       u.reshardAfterForward = spec.reshard == FullyShardUnit::Reshard::Default ? !isRoot
                                                                                 : spec.reshard != FullyShardUnit::Reshard::No;

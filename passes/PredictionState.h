@@ -58,7 +58,7 @@ struct FsdpUnit {
   std::vector<const Value *> params;
   unsigned shardDim = 0;                 // dims of the plan's full mesh
   std::optional<unsigned> replicateDim; // HSDP
-  int64_t shardSize = 1, replicateSize = 1;
+  int64_t shardSize = 1;
   bool reshardAfterForward = true; // resolved (the root's default is false)
   int64_t regatherGroupSize = 1;   // the group its backward re-gather runs on
   /// Explicit prefetch targets (unit indices); an empty backward list keeps the default.
