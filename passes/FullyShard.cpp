@@ -1,6 +1,7 @@
 #include "passes/FullyShard.h"
 
 #include "ir/Error.h"
+#include "passes/RedistributePlanner.h"
 
 #include "llvm/ADT/StringSet.h"
 
@@ -109,14 +110,7 @@ llvm::SmallVector<int64_t, 4> FsdpRuntime::localSizes(const Value *param) const 
   for (const SymInt &s : param->meta()->sizes)
     sizes.push_back(s.hint);
   if (const DTensorLayout *l = prediction_.layout(param))
-    for (size_t i = 0; i < l->placements.size(); ++i) {
-      const Placement &p = l->placements[i];
-      if ((p.isShard() || p.kind == Placement::Kind::StridedShard) && p.dim >= 0 &&
-          p.dim < static_cast<int64_t>(sizes.size())) {
-        int64_t n = prediction_.dtensorMesh.shape[i];
-        sizes[p.dim] = (sizes[p.dim] + n - 1) / n; // torch.chunk: the first shards are the largest
-      }
-    }
+    return rank0LocalShape(prediction_.dtensorMesh, sizes, normalized(l->placements, sizes.size()));
   return sizes;
 }
 

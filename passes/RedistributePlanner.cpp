@@ -744,6 +744,19 @@ llvm::Expected<llvm::SmallVector<Transform, 4>> planTransforms(const DeviceMesh 
 }
 } // namespace
 
+llvm::SmallVector<int64_t, 4> rank0LocalShape(const DeviceMesh &mesh, llvm::ArrayRef<int64_t> globalSizes,
+                                              llvm::ArrayRef<Placement> placements) {
+  Shape local(globalSizes.begin(), globalSizes.end());
+  for (unsigned i = 0; i < placements.size() && i < mesh.ndim(); ++i) {
+    const Placement &p = placements[i];
+    if (p.isShard())
+      local[p.dim] = chunk0(local[p.dim], mesh.shape[i]);
+    else if (p.kind == Placement::Kind::StridedShard)
+      local[p.dim] = stridedChunk0(local[p.dim], mesh.shape[i], p.splitFactor);
+  }
+  return local;
+}
+
 llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const TensorMeta &meta,
                                                   llvm::ArrayRef<Placement> srcIn,
                                                   llvm::ArrayRef<Placement> dstIn,
@@ -752,7 +765,6 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
   if (!checked)
     return checked.takeError();
   Placements &src = checked->first, &dst = checked->second;
-  unsigned ndim = mesh.ndim();
 
   if (llvm::Error e = checkNoMixedPartials(src, "source"))
     return e;
@@ -776,14 +788,7 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
       return makeError("redistribute {} -> {}: a _StridedShard step merged over a flattened mesh (DTensor asserts)",
                        str(src), str(dst));
 
-  // Rank 0's local shape under the source placements (default shard order: mesh dims in order).
-  Shape local = global;
-  for (unsigned i = 0; i < ndim; ++i) {
-    if (start[i].isShard()) // rank 0's nested chunks do not depend on the shard order
-      local[start[i].dim] = chunk0(local[start[i].dim], mesh.shape[i]);
-    else if (start[i].kind == Placement::Kind::StridedShard)
-      local[start[i].dim] = stridedChunk0(local[start[i].dim], mesh.shape[i], start[i].splitFactor);
-  }
+  Shape local = rank0LocalShape(mesh, global, start);
 
   int64_t elem = elementSize(meta.dtype);
   for (const Transform &t : transforms) {

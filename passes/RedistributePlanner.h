@@ -152,6 +152,12 @@ struct RedistributeOptions {
 /// Shard -> Partial, Partial(a) -> Partial(b), Replicate -> Partial(product), mixed Partial
 /// reduce ops within one placement tuple (sum with avg is allowed), the nested-_StridedShard
 /// unpad crash, and a _StridedShard step merged over a flattened mesh (DTensor asserts).
+/// Rank 0's local shape of a tensor of `globalSizes` under `placements` (tensor dims already
+/// normalised) on `mesh`: torch.chunk's first (largest) shard per Shard, DTensor's split for
+/// _StridedShard. Rank 0's nested chunks do not depend on the shard order.
+llvm::SmallVector<int64_t, 4> rank0LocalShape(const DeviceMesh &mesh, llvm::ArrayRef<int64_t> globalSizes,
+                                              llvm::ArrayRef<Placement> placements);
+
 llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const TensorMeta &meta,
                                                   llvm::ArrayRef<Placement> src,
                                                   llvm::ArrayRef<Placement> dst,
