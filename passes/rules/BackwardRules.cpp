@@ -20,7 +20,6 @@ namespace commlens::rules {
 namespace {
 
 using RP = RulePlacement;
-using Cands = llvm::SmallVector<Candidate, 8>;
 
 int64_t numShards(const Placements &ps, const DeviceMesh &mesh) {
   int64_t n = 1;
@@ -104,10 +103,7 @@ llvm::Expected<Cands> softmaxBackwardRule(const OpCall &call) {
   c.inputs = {tgt, tgt};
   for (size_t i = 0; i < call.results.size(); ++i)
     c.outputs.push_back(tgt);
-  assignCosts(call, c);
-  Cands out;
-  out.push_back(std::move(c));
-  return out;
+  return singleCandidate(call, std::move(c));
 }
 
 /// nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight):
@@ -145,10 +141,7 @@ llvm::Expected<Cands> nllLossBackwardRule(const OpCall &call) {
   c.inputs.push_back(*reduction == 1 ? allReplicate(tw) : tw);
   for (size_t i = 0; i < call.results.size(); ++i)
     c.outputs.push_back(in);
-  assignCosts(call, c);
-  Cands out;
-  out.push_back(std::move(c));
-  return out;
+  return singleCandidate(call, std::move(c));
 }
 
 llvm::Expected<Cands> embeddingDenseBackwardRule(const OpCall &call) {

@@ -14,7 +14,6 @@ namespace commlens::rules {
 namespace {
 
 using RP = RulePlacement;
-using Cands = llvm::SmallVector<Candidate, 8>;
 
 llvm::Expected<Cands> normRule(const OpCall &call, unsigned numOutputs) {
   if (call.inputs.empty())

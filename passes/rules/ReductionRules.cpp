@@ -30,7 +30,6 @@ namespace commlens::rules {
 namespace {
 
 using RP = RulePlacement;
-using Cands = llvm::SmallVector<Candidate, 8>;
 
 /// replicate_reduction_dims: Partials and shards on `dims` -> R.
 Placements replicateReductionDims(llvm::ArrayRef<Placement> ps, const std::set<int64_t> &dims) {
@@ -173,10 +172,7 @@ llvm::Expected<Cands> nllLossForwardRule(const OpCall &call) {
   c.outputs.push_back(out);
   c.outputs.push_back(totalWeight);
   c.outputs.resize(call.results.size());
-  assignCosts(call, c);
-  Cands cs;
-  cs.push_back(std::move(c));
-  return cs;
+  return singleCandidate(call, std::move(c));
 }
 
 /// The reduced dims of a dim argument as _infer_reduction_dims reads it: None (absent) or, on a

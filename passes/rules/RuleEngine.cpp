@@ -95,6 +95,13 @@ void assignCosts(const OpCall &call, Candidate &c) {
     c.costs.push_back(specRedistributeCost(*call.mesh, call.inputs[i].meta, call.inputs[i].placements, c.inputs[i]));
 }
 
+Cands singleCandidate(const OpCall &call, Candidate c) {
+  assignCosts(call, c);
+  Cands cs;
+  cs.push_back(std::move(c));
+  return cs;
+}
+
 llvm::StringRef name(SelectReason r) {
   switch (r) {
   case SelectReason::Only: return "only candidate";

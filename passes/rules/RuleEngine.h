@@ -78,7 +78,12 @@ double specRedistributeCost(const DeviceMesh &mesh, const TensorMeta &meta, llvm
                         llvm::ArrayRef<Placement> target);
 
 /// Fills `costs` of a candidate from the call's current input placements.
+/// A strategy's candidates, in DTensor's order.
+using Cands = llvm::SmallVector<Candidate, 8>;
+
 void assignCosts(const OpCall &call, Candidate &c);
+/// A rule with one candidate: its costs assigned, as the only entry.
+Cands singleCandidate(const OpCall &call, Candidate c);
 
 /// How selectMinCost chose.
 enum class SelectReason : uint8_t { Only, NegativeCost, NoRedistribute, ZeroCost, MinCost };
@@ -113,7 +118,7 @@ struct ExpandOptions {
 
 /// expand_to_full_mesh_op_strategy over rules (placeholders filled from the call's inputs).
 /// Output slots map to node results 1:1 when `numOutputs` equals the result count.
-llvm::SmallVector<Candidate, 8> expandSingleDim(const OpCall &call, std::vector<SingleDimRule> rules,
+Cands expandSingleDim(const OpCall &call, std::vector<SingleDimRule> rules,
                                                 const ExpandOptions &opts);
 
 /// is_tensor_shardable for concrete sizes.
@@ -122,7 +127,7 @@ bool isEvenlyShardableOnDim(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<Placem
                             const DeviceMesh &mesh, int64_t dim);
 
 /// A strategy function: the candidate list of one call (errors name the op).
-using StrategyFn = llvm::Expected<llvm::SmallVector<Candidate, 8>> (*)(const OpCall &);
+using StrategyFn = llvm::Expected<Cands> (*)(const OpCall &);
 
 /// Registration tables, filled per family.
 using RuleTable = llvm::StringMap<StrategyFn>;

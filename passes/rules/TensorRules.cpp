@@ -20,7 +20,6 @@ namespace commlens::rules {
 namespace {
 
 using RP = RulePlacement;
-using Cands = llvm::SmallVector<Candidate, 8>;
 
 llvm::Expected<Cands> followInputRule(const OpCall &call) {
   if (call.inputs.size() != 1)
@@ -272,10 +271,7 @@ llvm::Expected<Cands> stackRule(const OpCall &call) {
   for (size_t i = 0; i < call.inputs.size(); ++i)
     c.inputs.push_back(follow);
   c.outputs.push_back(out);
-  assignCosts(call, c);
-  Cands cs;
-  cs.push_back(std::move(c));
-  return cs;
+  return singleCandidate(call, std::move(c));
 }
 
 /// constant_pad_nd: single-dim [S(d) | S(d)] for every dim without padding, then [P(op) | P(op)]
@@ -334,10 +330,7 @@ llvm::Expected<Cands> sliceScatterRule(const OpCall &call) {
   Candidate c;
   c.inputs = {target, target};
   c.outputs.push_back(target);
-  assignCosts(call, c);
-  Cands cs;
-  cs.push_back(std::move(c));
-  return cs;
+  return singleCandidate(call, std::move(c));
 }
 
 /// select_scatter(self, src, dim, index) / diagonal_scatter(self, src, offset, dim1, dim2):
