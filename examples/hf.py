@@ -59,7 +59,7 @@ class HFCausalLM(torch.nn.Module):
         return self.model(input_ids=ids, use_cache=False).logits
 
 
-def _build(family, *, n_layers, vocab, dim, hidden, n_heads, n_kv_heads, batch, seq, seed):
+def _build(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
     config_cls, model_cls = _family(family)
     config = config_cls(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=n_layers,
                         num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
@@ -71,28 +71,26 @@ def _build(family, *, n_layers, vocab, dim, hidden, n_heads, n_kv_heads, batch, 
     return model, (ids,)
 
 
-def hf_llama(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
+# Factories (keywords: n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2,
+# seq=16, seed=0).
+def hf_llama(**kw):
     """A tiny transformers LlamaForCausalLM (grouped-query attention, SwiGLU MLP, RMSNorm)."""
-    return _build("llama", n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
-                  n_kv_heads=n_kv_heads, batch=batch, seq=seq, seed=seed)
+    return _build("llama", **kw)
 
 
-def hf_qwen2(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
+def hf_qwen2(**kw):
     """A tiny transformers Qwen2ForCausalLM (as Llama, with q/k/v biases)."""
-    return _build("qwen2", n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
-                  n_kv_heads=n_kv_heads, batch=batch, seq=seq, seed=seed)
+    return _build("qwen2", **kw)
 
 
-def hf_mistral(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
+def hf_mistral(**kw):
     """A tiny transformers MistralForCausalLM."""
-    return _build("mistral", n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
-                  n_kv_heads=n_kv_heads, batch=batch, seq=seq, seed=seed)
+    return _build("mistral", **kw)
 
 
-def hf_granite(*, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
+def hf_granite(**kw):
     """A tiny transformers GraniteForCausalLM (Llama-like, with embedding/residual/logit multipliers)."""
-    return _build("granite", n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
-                  n_kv_heads=n_kv_heads, batch=batch, seq=seq, seed=seed)
+    return _build("granite", **kw)
 
 
 def shipped_tp_plan(family, *, lm_head=True):

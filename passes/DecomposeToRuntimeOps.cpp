@@ -131,20 +131,14 @@ public:
                                       result(0)->name(), {{"memory_format", MemoryFormat::Contiguous, true}}));
       return llvm::Error::success();
     }
-    if (op == "aten::type_as.default") {
-      Value *x = in("self");
-      const TensorMeta &other = *in("other")->meta();
-      if (x->meta()->dtype == other.dtype)
-        b_.bind(n.results()[0], x);
-      else
-        b_.bind(n.results()[0], unary("aten::_to_copy.default", x, *result(0)->meta(), result(0)->name(),
-                                      {{"dtype", other.dtype, true}}));
-      return llvm::Error::success();
-    }
+    if (op == "aten::type_as.default")
+      return conversion(/*forced=*/false);
     if (op == "aten::scaled_dot_product_attention.default")
       return sdpa();
-    if (op.startswith("aten::to.")) // Tensor.to: self when nothing changes (TensorConversions.cpp), else _to_copy
-      return to();
+    if (op.startswith("aten::to.")) {
+      const Argument *copy = n.input("copy");
+      return conversion(/*forced=*/copy && copy->is<bool>() && copy->get<bool>());
+    }
     if (op == "aten::_assert_tensor_metadata.default")
       return llvm::Error::success(); // export's check of a .to() call: eager code never dispatches it
     b_.copy(n);
@@ -152,11 +146,11 @@ public:
   }
 
 private:
-  llvm::Error to() {
+  /// Tensor.to / type_as (TensorConversions.cpp): self when the result keeps the dtype and device
+  /// and no copy is `forced`, else _to_copy to the result's dtype.
+  llvm::Error conversion(bool forced) {
     Value *x = in("self");
     const TensorMeta &out = *result(0)->meta();
-    const Argument *copy = n_->input("copy");
-    bool forced = copy && copy->is<bool>() && copy->get<bool>();
     if (!forced && out.dtype == x->meta()->dtype && out.device == x->meta()->device)
       b_.bind(n_->results()[0], x);
     else
