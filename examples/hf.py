@@ -26,7 +26,7 @@ import torch
 from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-from commlens.plan import FullyShard, Loss, Plan
+from commlens.plan import ActivationCheckpoint, FullyShard, Loss, Plan
 
 _STYLES = {
     "colwise": lambda: ColwiseParallel(),
@@ -59,20 +59,26 @@ class HFCausalLM(torch.nn.Module):
         return self.model(input_ids=ids, use_cache=False).logits
 
 
-def _build(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0):
+def _build(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0,
+           gradient_checkpointing=False):
     config_cls, model_cls = _family(family)
     config = config_cls(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=n_layers,
                         num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
                         max_position_embeddings=max(64, seq), tie_word_embeddings=False)
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    model = HFCausalLM(model_cls(config))
+    lm = model_cls(config)
+    if gradient_checkpointing:
+        # each decoder layer's call goes through torch.utils.checkpoint (non-reentrant) in training
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = HFCausalLM(lm)
     ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
     return model, (ids,)
 
 
 # Factories (keywords: n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2,
-# seq=16, seed=0).
+# seq=16, seed=0, gradient_checkpointing=False: True calls gradient_checkpointing_enable with
+# use_reentrant=False, so every decoder layer call is checkpointed by the model itself).
 def hf_llama(**kw):
     """A tiny transformers LlamaForCausalLM (grouped-query attention, SwiGLU MLP, RMSNorm)."""
     return _build("llama", **kw)
@@ -108,19 +114,24 @@ def shipped_tp_plan(family, *, lm_head=True):
     return styles
 
 
-def hf_tp(*, family="llama", tp=4, dp=None, lm_head=True, loss="cross_entropy", fsdp=False):
+def hf_tp(*, family="llama", tp=4, dp=None, lm_head=True, loss="cross_entropy", fsdp=False,
+          gradient_checkpointing=False):
     """The shipped plan on a ``("tp",)`` mesh, or on the ``tp`` dim of ``("dp", "tp")``; with
-    ``fsdp=True`` every decoder layer, then the root, is also a fully_shard unit on ``dp``."""
+    ``fsdp=True`` every decoder layer, then the root, is also a fully_shard unit on ``dp``.
+    ``gradient_checkpointing=True`` states that the model checkpoints its decoder layers itself
+    (pair it with the model factory's ``gradient_checkpointing=True``)."""
     shape, names = ((tp,), ("tp",)) if dp is None else ((dp, tp), ("dp", "tp"))
     if fsdp and dp is None:
         raise ValueError("fsdp=True needs dp")
     units = (FullyShard("model.model.layers.*", ("dp",)), FullyShard("", ("dp",))) if fsdp else ()
     return Plan(
-        name=f"hf_{family}_tp" + ("_fsdp" if fsdp else ""),
+        name=f"hf_{family}_tp" + ("_fsdp" if fsdp else "") + ("_gc" if gradient_checkpointing else ""),
         mesh_shape=shape,
         mesh_dim_names=names,
         parallelize_plan=shipped_tp_plan(family, lm_head=lm_head),
         tp_mesh_dim="tp",
         loss=Loss.cross_entropy(targets="random", seed=0) if loss == "cross_entropy" else Loss.sum(),
         fully_shard=units,
+        activation_checkpoint=((ActivationCheckpoint("model.model.layers.*", wrapper=False),)
+                               if gradient_checkpointing else ()),
     )

@@ -29,6 +29,12 @@ options:
   models' default), block i prefetching ``layers.{i+1}`` in forward and
   ``layers.{i-1}`` in backward, as torchtitan's ``apply_fsdp`` does.
 
+``with_ac(plan=NAME, ac=("layers.*",), wrapper=True, **options)`` is any
+factory here (by name) plus activation checkpointing of the modules ``ac``
+matches: ``checkpoint_wrapper`` on each (torchtitan's full AC) or, with
+``wrapper=False``, the model's own forward checkpointing them (Hugging Face
+``gradient_checkpointing``).
+
 Model/plan pairs: ``linear_colwise``/``linear_rowwise`` for ``examples.mlp:linear``,
 ``mlp_tp``/``mlp_2d``/``mlp_nd`` for ``examples.mlp:mlp``, ``stacked_mlp_tp``/
 ``stacked_mlp_fsdp``/``stacked_mlp_fsdp_tp_nested`` for ``examples.mlp:stacked_mlp``, ``gpt2_tp``/``gpt2_tp_sp``/
@@ -50,7 +56,7 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
 )
 
-from commlens.plan import FullyShard, Loss, Plan
+from commlens.plan import ActivationCheckpoint, FullyShard, Loss, Plan
 
 
 def _loss(loss):
@@ -429,3 +435,21 @@ def llama_hsdp_tp(*, replicate=2, shard=2, tp=2, sp=True, reshard_after_forward=
     dims = ("dp_replicate", "dp_shard")
     return _tp_with_fsdp(tp_plan, "llama_hsdp_tp" + ("_sp" if sp else ""), (replicate, shard, tp),
                          dims + ("tp",), _fsdp_units(dims, reshard_after_forward, mixed_precision))
+
+
+# ------------------------------------------------------- activation checkpointing
+
+def with_ac(*, plan, ac=("layers.*",), wrapper=True, **options):
+    """The plan factory ``plan`` (a name in this module) called with
+    ``options``, plus non-reentrant activation checkpointing of every module
+    an ``ac`` pattern matches (``wrapper=True``: torchtitan's
+    ``checkpoint_wrapper`` per block; ``False``: the model checkpoints them
+    itself)."""
+    factory = globals().get(plan)
+    if not callable(factory) or plan.startswith("_") or plan == "with_ac":
+        raise ValueError(f"with_ac: no plan factory {plan!r} in examples.plans")
+    if isinstance(ac, str):
+        ac = (ac,)
+    base = factory(**options)
+    return dataclasses.replace(base, name=f"{base.name}_ac",
+                               activation_checkpoint=tuple(ActivationCheckpoint(p, wrapper=wrapper) for p in ac))

@@ -240,7 +240,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
                                            root.field("version").asInt()));
   rejectUnknownKeys(root, {"format", "version", "name", "source", "mesh", "parallelize", "fully_shard",
                            "src_data_rank", "placements", "inputs", "frozen", "frozen_after_parallelize", "loss",
-                           "loss_parallel"});
+                           "loss_parallel", "activation_checkpoint"});
   ShardingPlan plan;
   if (auto n = root.optField("name"))
     plan.name = n->asString();
@@ -288,6 +288,11 @@ ShardingPlan decodePlan(const JsonRef &root) {
             u.field("mesh_dims").fail(fmt::format("mesh dim '{}' is used by a parallelize step too (FSDP and tensor "
                                                   "parallel dims must differ)",
                                                   plan.mesh.dimNames[dim]));
+    }
+  if (auto units = root.optField("activation_checkpoint"))
+    for (const JsonRef &u : units->items()) {
+      rejectUnknownKeys(u, {"fqn", "wrapper"});
+      plan.activationCheckpoint.push_back({u.field("fqn").asString(), boolOr(u, "wrapper", true)});
     }
   if (auto r = root.optField("src_data_rank"))
     plan.srcDataRank = r->asInt();
@@ -379,10 +384,37 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
       if (!matched)
         return makeError("plan pattern '{}' matches no module of {}", style.pattern, rootName);
     }
-  std::map<std::string, std::string> shardedBy; // module path -> the fully_shard pattern that took it
-  for (const FullyShardUnit &unit : plan.fullyShard) {
+  std::map<std::string, std::string> checkpointedBy; // module path -> its activation_checkpoint pattern
+  for (const ActivationCheckpointUnit &unit : plan.activationCheckpoint) {
     bool matched = false;
     for (const std::string &p : paths) {
+      if (!matchesModulePath(unit.pattern, p))
+        continue;
+      matched = true;
+      if (p.empty())
+        return makeError("activation_checkpoint pattern '{}' matches the root module {} (checkpoint its children)",
+                         unit.pattern, rootName);
+      for (const auto &[other, by] : checkpointedBy)
+        if (p == other || llvm::StringRef(p).startswith(other + ".") || llvm::StringRef(other).startswith(p + "."))
+          return makeError("activation_checkpoint pattern '{}': module '{}' overlaps checkpointed module '{}' "
+                           "(nested checkpointing is not supported)",
+                           unit.pattern, p, other);
+      checkpointedBy.emplace(p, unit.pattern);
+    }
+    if (!matched)
+      return makeError("activation_checkpoint pattern '{}' matches no module of {}", unit.pattern, rootName);
+  }
+  std::map<std::string, std::string> shardedBy; // module path -> the fully_shard pattern that took it
+  std::set<std::string> wrappedPaths; // fully_shard comes after the checkpoint wrappers
+  for (const std::string &p : paths) {
+    std::string wrapped = pathAfterCheckpointWrappers(plan, p);
+    if (wrapped == p + "._checkpoint_wrapped_module")
+      wrappedPaths.insert(p); // the wrapper
+    wrappedPaths.insert(std::move(wrapped));
+  }
+  for (const FullyShardUnit &unit : plan.fullyShard) {
+    bool matched = false;
+    for (const std::string &p : wrappedPaths) {
       if (!matchesModulePath(unit.pattern, p))
         continue;
       matched = true;

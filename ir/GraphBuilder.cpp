@@ -25,70 +25,62 @@ Value *GraphBuilder::map(const Value *old) const {
   return it->second;
 }
 
-Argument GraphBuilder::map(const Argument &old) const {
-  Argument out = old;
+Argument mapArgument(const Argument &arg, llvm::function_ref<Value *(const Value *)> fn) {
+  Argument out = arg;
   std::visit(
       [&](auto &x) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, Value *>)
-          x = map(x);
+          x = x ? fn(x) : nullptr;
         else if constexpr (std::is_same_v<T, TensorList>)
           for (Value *&v : x)
-            v = map(v);
+            v = fn(v);
         else if constexpr (std::is_same_v<T, OptionalTensorList>)
           for (Value *&v : x.items)
-            v = map(v);
+            v = v ? fn(v) : nullptr;
         else if constexpr (std::is_same_v<T, SymIntArg> || std::is_same_v<T, SymBoolArg> ||
                            std::is_same_v<T, SymFloatArg>)
-          x.value = map(x.value);
+          x.value = x.value ? fn(x.value) : nullptr;
         else if constexpr (std::is_same_v<T, SymIntList>)
           for (SymIntArg &s : x)
-            s.value = map(s.value);
+            s.value = s.value ? fn(s.value) : nullptr;
       },
       out.storage());
   return out;
 }
 
-Node *GraphBuilder::copy(const Node &node) {
+Node *copyNodeInto(Graph &dst, const Node &node, llvm::StringRef name,
+                   llvm::function_ref<Value *(const Value *)> operand,
+                   llvm::function_ref<Value *(const Value *)> result) {
   llvm::SmallVector<NamedArgument, 4> inputs;
   for (const NamedArgument &a : node.inputs())
-    inputs.push_back({a.name, map(a.value), a.keyword});
-  auto fresh = [&](const Value *old) {
-    Value *v = dst_->createValue(old->name(), old->kind());
-    if (old->meta())
-      v->setMeta(*old->meta());
-    v->setSymbol(old->symbol());
-    map_[old] = v;
-    return v;
-  };
+    inputs.push_back({a.name, mapArgument(a.value, operand), a.keyword});
   llvm::SmallVector<Argument, 1> outputs;
-  for (const Argument &out : node.outputs()) {
-    Argument o = out;
-    std::visit(
-        [&](auto &x) {
-          using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, Value *>)
-            x = fresh(x);
-          else if constexpr (std::is_same_v<T, TensorList>)
-            for (Value *&v : x)
-              v = fresh(v);
-          else if constexpr (std::is_same_v<T, OptionalTensorList>)
-            for (Value *&v : x.items)
-              v = v ? fresh(v) : nullptr;
-          else if constexpr (std::is_same_v<T, SymIntArg> || std::is_same_v<T, SymBoolArg> ||
-                             std::is_same_v<T, SymFloatArg>)
-            x.value = x.value ? fresh(x.value) : nullptr;
-        },
-        o.storage());
-    outputs.push_back(std::move(o));
-  }
+  for (const Argument &out : node.outputs())
+    outputs.push_back(mapArgument(out, result));
   llvm::StringMap<std::string> metadata;
   for (const auto &kv : node.metadata())
     metadata[kv.getKey()] = kv.getValue();
-  Node *n = dst_->appendNode(node.name(), node.opString(), std::move(inputs), std::move(outputs), std::move(metadata));
+  Node *n = dst.appendNode(name, node.opString(), std::move(inputs), std::move(outputs), std::move(metadata));
   n->setScope(node.scope(), llvm::SmallVector<unsigned, 4>(node.callPath().begin(), node.callPath().end()));
   n->setGradEnabled(node.gradEnabled());
   return n;
+}
+
+Argument GraphBuilder::map(const Argument &old) const {
+  return mapArgument(old, [&](const Value *v) { return map(v); });
+}
+
+Node *GraphBuilder::copy(const Node &node) {
+  return copyNodeInto(*dst_, node, node.name(), [&](const Value *v) { return map(v); },
+                      [&](const Value *old) {
+                        Value *v = dst_->createValue(old->name(), old->kind());
+                        if (old->meta())
+                          v->setMeta(*old->meta());
+                        v->setSymbol(old->symbol());
+                        map_[old] = v;
+                        return v;
+                      });
 }
 
 Value *GraphBuilder::tensor(llvm::StringRef hint, TensorMeta meta) {

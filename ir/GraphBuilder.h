@@ -6,10 +6,19 @@
 #include "ir/Graph.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 
 #include <memory>
 
 namespace commlens {
+
+/// `arg` with every value it holds replaced by `fn(value)`.
+Argument mapArgument(const Argument &arg, llvm::function_ref<Value *(const Value *)> fn);
+/// Appends a copy of `node` (op, arguments, metadata, scope, call path, grad mode) to `dst`,
+/// named `name`: operands read through `operand`, each result replaced by `result(old)`.
+Node *copyNodeInto(Graph &dst, const Node &node, llvm::StringRef name,
+                   llvm::function_ref<Value *(const Value *)> operand,
+                   llvm::function_ref<Value *(const Value *)> result);
 
 class GraphBuilder {
 public:

@@ -1,5 +1,7 @@
 #include "ir/ModuleScopeTree.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 namespace commlens {
 
 unsigned ModuleScope::depth() const {
@@ -75,6 +77,35 @@ ModuleScope *ModuleScopeTree::getOrCreate(llvm::ArrayRef<ModuleStackEntry> stack
     cur = next;
   }
   return cur;
+}
+
+ModuleScope *ModuleScopeTree::wrap(ModuleScope *s, llvm::StringRef wrapperType, llvm::StringRef attr) {
+  storage_.push_back(std::make_unique<ModuleScope>());
+  ModuleScope *w = storage_.back().get();
+  w->path_ = s->path_;
+  w->type_ = wrapperType.str();
+  w->parent_ = s->parent_;
+  w->numCalls_ = s->numCalls_;
+  w->children_.push_back(s);
+  if (ModuleScope *p = s->parent_)
+    *llvm::find(p->children_, s) = w;
+  s->parent_ = w;
+  order_.insert(llvm::find(order_, s), w);
+  for (unsigned i = 0; i < order_.size(); ++i)
+    order_[i]->forwardIndex_ = i;
+  // Paths below the wrapper gain the attribute.
+  std::string oldPrefix = s->path_, newPrefix = s->path_ + "." + attr.str();
+  for (ModuleScope *x : order_)
+    if (x == s || s->isAncestorOf(x)) {
+      x->path_ = newPrefix + x->path_.substr(oldPrefix.size());
+      setName(x);
+    }
+  setName(w);
+  byParentAndPath_.clear();
+  for (ModuleScope *x : order_)
+    if (x->parent_)
+      byParentAndPath_.emplace(std::make_pair(static_cast<const ModuleScope *>(x->parent_), x->path_), x);
+  return w;
 }
 
 ModuleScope *ModuleScopeTree::lookup(llvm::StringRef displayOrPath) const {

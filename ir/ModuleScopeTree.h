@@ -59,6 +59,10 @@ public:
   /// The root entry (empty path) may be present or omitted.
   ModuleScope *getOrCreate(llvm::ArrayRef<ModuleStackEntry> stack);
   ModuleScope *lookup(llvm::StringRef displayOrPath) const;
+  /// Puts a wrapper module of class `wrapperType` in `s`'s place, as checkpoint_wrapper does: the
+  /// wrapper takes `s`'s path, parent and forward position, and `s` becomes its child attribute
+  /// `attr` (every path below gains it). Returns the wrapper.
+  ModuleScope *wrap(ModuleScope *s, llvm::StringRef wrapperType, llvm::StringRef attr);
   /// All scopes in forward order, root first.
   llvm::ArrayRef<ModuleScope *> inForwardOrder() const { return order_; }
 

@@ -26,4 +26,15 @@ bool matchesModulePath(llvm::StringRef pattern, llvm::StringRef path) {
   return true;
 }
 
+std::string pathAfterCheckpointWrappers(const ShardingPlan &plan, llvm::StringRef path) {
+  for (size_t end = 0; !path.empty() && end != llvm::StringRef::npos;) {
+    end = path.find('.', end + 1);
+    llvm::StringRef prefix = path.substr(0, end);
+    for (const ActivationCheckpointUnit &unit : plan.activationCheckpoint)
+      if (unit.wrapper && matchesModulePath(unit.pattern, prefix))
+        return (prefix + "._checkpoint_wrapped_module" + path.substr(prefix.size())).str();
+  }
+  return path.str();
+}
+
 } // namespace commlens

@@ -80,11 +80,21 @@ struct FullyShardUnit {
   std::vector<std::string> forwardPrefetch, backwardPrefetch;
 };
 
+/// Non-reentrant activation checkpointing of every module the pattern matches (matched on the
+/// model parallelize_module left, before fully_shard).
+struct ActivationCheckpointUnit {
+  std::string pattern;
+  /// checkpoint_wrapper (torchtitan): the module's path gains "._checkpoint_wrapped_module";
+  /// false: the model's own forward calls checkpoint() on the module (names unchanged).
+  bool wrapper = true;
+};
+
 struct ShardingPlan {
   std::string name, source;
   DeviceMesh mesh;
   std::vector<ParallelizeStep> steps;
   std::vector<FullyShardUnit> fullyShard; // in call order
+  std::vector<ActivationCheckpointUnit> activationCheckpoint;
   std::optional<int64_t> srcDataRank = 0;
   std::vector<std::pair<std::string, PlacementSpec>> placements; // param/buffer pattern -> spec
   std::vector<InputSetting> inputs;
@@ -97,5 +107,9 @@ struct ShardingPlan {
 /// parallelize_module's matching: the pattern and the path split on '.', each token fnmatch'ed
 /// against the attribute name at that level ("" is the root module itself).
 bool matchesModulePath(llvm::StringRef pattern, llvm::StringRef path);
+
+/// A module's path once the plan's checkpoint wrappers are in: below a wrapped module, the
+/// wrapper's `_checkpoint_wrapped_module` attribute follows its path.
+std::string pathAfterCheckpointWrappers(const ShardingPlan &plan, llvm::StringRef path);
 
 } // namespace commlens

@@ -2,6 +2,7 @@
 
 #include "ir/Error.h"
 #include "ir/GraphBuilder.h"
+#include "passes/ActivationCheckpoint.h"
 #include "passes/FullyShard.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -46,6 +47,8 @@ public:
     if (llvm::Error err = collectStyledModules())
       return err;
     if (llvm::Error err = distributeParameters())
+      return err;
+    if (llvm::Error err = applyActivationCheckpointing(plan_, ctx_.program.graph(), ctx_.state))
       return err;
     auto units = resolveFsdpUnits(plan_, ctx_.program.graph(), ctx_.state.dtensors);
     if (!units)
@@ -218,7 +221,7 @@ private:
           if (const InputSpec *spec = inputSpecOf.lookup(v))
             if (spec->kind == InputKind::Parameter ||
                 ((spec->kind == InputKind::Buffer || spec->kind == InputKind::TensorConstant) &&
-                 llvm::StringRef(spec->target).startswith(prefix)))
+                 llvm::StringRef(pathAfterCheckpointWrappers(plan_, spec->target)).startswith(prefix)))
               continue; // module state (parameters, own buffers), not a forward argument
           seen.insert(v);
           c.inputs.push_back(v);
@@ -397,7 +400,8 @@ private:
     for (const ModuleScope *s = scope; s; s = s->parent()) {
       std::string prefix = s->path().empty() ? "" : s->path() + ".";
       for (const InputSpec *m : it->second)
-        if (llvm::StringRef(m->target).startswith(prefix) && !llvm::StringRef(m->target).drop_front(prefix.size()).contains('.') &&
+        if (std::string target = pathAfterCheckpointWrappers(plan_, m->target);
+            llvm::StringRef(target).startswith(prefix) && !llvm::StringRef(target).drop_front(prefix.size()).contains('.') &&
             (!best || prefix.size() > bestLen)) {
           best = m;
           bestLen = prefix.size();

@@ -1,6 +1,7 @@
 #include "passes/Autodiff.h"
 
 #include "ir/Error.h"
+#include "ir/GraphBuilder.h"
 #include "passes/DecomposeToRuntimeOps.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -252,6 +253,13 @@ struct Call {
   std::vector<const Value *> inputs, outputs;
 };
 
+/// One call of a checkpointed module: its autograd nodes, and whether backward recomputed it.
+struct Region {
+  const Call *call;
+  std::vector<AGNode *> ops;
+  bool recomputed;
+};
+
 bool isPreHookOp(const Node &n) {
   return n.op().ns == "commlens" && (n.op().name == "annotate" || n.op().name == "sequence_parallel_input" ||
                                      n.op().name == "fsdp_pre_forward");
@@ -266,6 +274,7 @@ public:
   llvm::Error run() {
     markLeaves();
     collectCalls();
+    collectCheckpointRegions();
     if (llvm::Error err = record())
       return err;
     if (llvm::Error err = execute())
@@ -369,6 +378,25 @@ private:
         }
       }
     }
+  }
+
+  /// The calls of checkpointed modules (passes/ActivationCheckpoint.h).
+  void collectCheckpointRegions() {
+    for (const Call &c : calls_) {
+      if (!state_.checkpointed.count(c.scope))
+        continue;
+      for (const Node *n : c.nodes)
+        regionOf_[n] = static_cast<unsigned>(regions_.size());
+      regions_.push_back(Region{&c, {}, false});
+    }
+    if (regions_.empty())
+      return;
+    for (const InputSpec &in : fwd_.inputs())
+      if (in.value)
+        forwardValues_.insert(in.value);
+    for (const auto &n : fwd_.nodes())
+      for (Value *v : n->results())
+        forwardValues_.insert(v);
   }
 
   Edge edgeOf(const Value *v) {
@@ -556,6 +584,8 @@ private:
       return;
     AGNode *a = newNode(AGNode::Kind::Op, ++seq_);
     a->fwd = &n;
+    if (auto r = regionOf_.find(&n); r != regionOf_.end())
+      regions_[r->second].ops.push_back(a);
     for (Value *v : operands)
       a->next.push_back(edgeOf(v));
     for (Value *r : n.results()) {
@@ -613,6 +643,10 @@ private:
       ready.pop();
       for (unsigned unit : n->fsdpPreBackward)
         fsdpPreBackward(unit);
+      if (n->kind == AGNode::Kind::Op)
+        if (auto r = regionOf_.find(n->fwd); r != regionOf_.end() && !regions_[r->second].recomputed &&
+                                             savesTensors(*n))
+          recompute(regions_[r->second]);
       auto grads = apply(*n);
       if (!grads)
         return grads.takeError();
@@ -650,6 +684,68 @@ private:
         fsdpPostBackward(unit);
     }
     return llvm::Error::success();
+  }
+
+  // ---- activation checkpointing ------------------------------------------------------------------
+
+  /// Whether the node's autograd Function saved a tensor: its backward formula reads a forward
+  /// value (emitted into a scratch graph to find out).
+  bool savesTensors(AGNode &a) {
+    auto scratch = std::make_shared<Graph>(fwd_.sharedScopes());
+    std::swap(bw_, scratch);
+    llvm::SmallVector<Value *, 2> buffer = a.buffer;
+    a.buffer.resize(a.slots.size(), nullptr);
+    for (size_t i = 0; i < a.slots.size(); ++i)
+      if (!a.buffer[i] && a.slots[i]->meta()) {
+        a.buffer[i] = bw_->createUniqueValue("grad", ValueKind::Tensor);
+        a.buffer[i]->setMeta(like(a.slots[i]));
+      }
+    auto grads = opBackward(a, llvm::SmallVector<Value *, 4>(a.next.size(), nullptr));
+    if (!grads)
+      llvm::consumeError(grads.takeError()); // the real application reports it
+    a.buffer = std::move(buffer);
+    std::swap(bw_, scratch);
+    for (const auto &n : scratch->nodes())
+      for (Value *v : n->operands())
+        if (forwardValues_.count(v))
+          return true;
+    return false;
+  }
+
+  /// Non-reentrant checkpoint's recomputation, at the first unpack of a tensor the call saved:
+  /// its forward nodes again, up to the one whose autograd Function saved last (early stop).
+  /// Copies read values from outside the call as they are and each other's results inside; they
+  /// keep their forward modules (CommDebugMode charges those, in backward). fully_shard's hooks
+  /// skip recomputation (FSDP2 unshards in its pre-backward instead).
+  void recompute(Region &r) {
+    r.recomputed = true;
+    unsigned stop = 0;
+    for (AGNode *a : r.ops)
+      if (savesTensors(*a))
+        stop = std::max(stop, a->fwd->index());
+    llvm::DenseMap<const Value *, Value *> copies;
+    auto operand = [&](const Value *v) { return copies.count(v) ? copies[v] : const_cast<Value *>(v); };
+    for (unsigned i = r.call->first; i <= stop; ++i) {
+      const Node &n = *fwd_.nodes()[i];
+      if (!r.call->nodes.count(&n))
+        continue;
+      if (n.op().ns == "commlens" && llvm::StringRef(n.op().name).startswith("fsdp_")) {
+        auto in = n.input("inputs")->tensors();
+        auto out = n.results();
+        for (size_t k = 0; k < in.size() && k < out.size(); ++k)
+          copies[out[k]] = operand(in[k]);
+        continue;
+      }
+      copyNodeInto(*bw_, n, "recompute_" + n.name(), operand,
+                   [&](const Value *old) {
+                     Value *v = bw_->createUniqueValue("recompute_" + old->name(), old->kind());
+                     if (old->meta())
+                       v->setMeta(*old->meta());
+                     v->setSymbol(old->symbol());
+                     copies[old] = v;
+                     return v;
+                   });
+    }
   }
 
   /// Emits an FSDP hook (once per unit) into the backward graph, in the current module.
@@ -1243,6 +1339,9 @@ private:
   const ModuleScope *current_ = nullptr; // Global until the first module output hook fires
   llvm::DenseMap<const Value *, Value *> leafGrads_; // parameter -> the gradient AccumulateGrad got
   llvm::DenseSet<unsigned> fsdpPreBackwardDone_, fsdpPostBackwardDone_;
+  std::vector<Region> regions_;
+  llvm::DenseMap<const Node *, unsigned> regionOf_;
+  llvm::DenseSet<const Value *> forwardValues_;
   bool fsdpCallbackQueued_ = false;
 };
 

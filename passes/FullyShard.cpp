@@ -68,8 +68,9 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
     if (in.kind != InputKind::Parameter || !in.value)
       continue;
     FsdpUnit *owner = nullptr;
+    std::string path = pathAfterCheckpointWrappers(plan, in.target); // units match the wrapped tree
     for (FsdpUnit &u : units)
-      if (under(in.target, u.scope->path()) && (!owner || u.scope->path().size() > owner->scope->path().size()))
+      if (under(path, u.scope->path()) && (!owner || u.scope->path().size() > owner->scope->path().size()))
         owner = &u;
     if (!owner)
       continue;

@@ -97,6 +97,8 @@ struct PredictionState {
   std::shared_ptr<Graph> backward;
   /// FSDP2 parameter groups (passes/FullyShard.h), in plan order.
   FsdpState fsdp;
+  /// Modules whose calls are activation-checkpointed (passes/ActivationCheckpoint.h).
+  llvm::DenseSet<const ModuleScope *> checkpointed;
   /// The loss value the `loss` pass appended to the forward graph (null: no loss computed).
   const Value *loss = nullptr;
 

@@ -224,6 +224,23 @@ def counts_from_comm_mode(comm_mode, phase):
     return modules
 
 
+def _apply_activation_checkpoint(plan, model, plan_subject):
+    """torchtitan's full AC: each module a ``wrapper=True`` entry matches is
+    replaced in its parent by a non-reentrant ``checkpoint_wrapper``."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+
+    from commlens.plan import checkpointed_modules
+
+    for unit, path in checkpointed_modules(plan, model, plan_subject):
+        if not unit.wrapper:
+            continue  # the model's forward checkpoints it itself
+        parent_path, _, leaf = path.rpartition(".")
+        parent = model.get_submodule(parent_path) if parent_path else model
+        wrapped = checkpoint_wrapper(parent.get_submodule(leaf), checkpoint_impl=CheckpointImpl.NO_REENTRANT,
+                                     preserve_rng_state=False)
+        parent.register_module(leaf, wrapped)
+
+
 def _apply_fully_shard(plan, model, mesh, plan_subject):
     """The plan's FSDP2 units, in order: one ``fully_shard`` call per matched
     module (sub-mesh ``mesh[name]`` or ``mesh[(replicate, shard)]``).  Returns
@@ -328,6 +345,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         for name, p in model.named_parameters():
             if any(fnmatch.fnmatchcase(name, pat) for pat in plan.frozen_after_parallelize):
                 p.requires_grad_(False)
+        _apply_activation_checkpoint(plan, model, plan_subject)
         sharded = _apply_fully_shard(plan, model, mesh, plan_subject)
 
     if plan.placements:

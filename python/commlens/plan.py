@@ -140,6 +140,30 @@ class FullyShard:
 
 
 @dataclass
+class ActivationCheckpoint:
+    """Activation checkpointing of every module ``fqn`` matches (matched like
+    a ``parallelize_module`` plan key, on the model as ``parallelize_module``
+    left it), non-reentrant (``torch.utils.checkpoint`` with
+    ``use_reentrant=False``, early stop on: recomputation in backward stops
+    after the last tensor the forward saved).
+
+    ``wrapper=True`` is torchtitan's full AC: ``measure`` replaces each matched
+    module by ``checkpoint_wrapper(module, CheckpointImpl.NO_REENTRANT,
+    preserve_rng_state=False)`` (its parent re-registers it) after the
+    ``parallelize_module`` steps and ``frozen_after_parallelize``, before
+    ``fully_shard`` -- so the module's FQN gains ``._checkpoint_wrapped_module``
+    and ``fully_shard`` patterns see the wrappers.  ``wrapper=False`` states
+    that the model's own forward already calls ``checkpoint(module, ...,
+    use_reentrant=False)`` on each call of those modules (for example a
+    Hugging Face model after ``gradient_checkpointing_enable``): nothing is
+    applied and names do not change.
+    """
+
+    fqn: str
+    wrapper: bool = True
+
+
+@dataclass
 class Plan:
     """What a plan factory returns.
 
@@ -173,6 +197,10 @@ class Plan:
     ``fully_shard`` is a sequence of :class:`FullyShard` units applied in
     order after every ``parallelize_module`` step (shard children first, the
     root last, as with ``fully_shard`` itself).
+
+    ``activation_checkpoint`` is a sequence of :class:`ActivationCheckpoint`
+    entries, applied after the ``parallelize_module`` steps and before
+    ``fully_shard`` (torchtitan's order).
     """
 
     mesh_shape: tuple
@@ -191,6 +219,7 @@ class Plan:
     name: str | None = None
     source: str | None = None
     fully_shard: tuple = ()
+    activation_checkpoint: tuple = ()
 
     @property
     def world_size(self):
@@ -698,6 +727,8 @@ def to_json(plan, source=None):
         "loss": loss_json,
         "loss_parallel": bool(plan.loss_parallel),
     }
+    if plan.activation_checkpoint:  # absent when empty: plans without it keep their bytes
+        out["activation_checkpoint"] = [{"fqn": u.fqn, "wrapper": u.wrapper} for u in plan.activation_checkpoint]
     return out
 
 
@@ -724,7 +755,8 @@ def dumps(plan, source=None):
 
 
 _TOP_FIELDS = ("format", "version", "name", "source", "mesh", "parallelize", "fully_shard", "src_data_rank",
-               "placements", "inputs", "frozen", "frozen_after_parallelize", "loss", "loss_parallel")
+               "placements", "inputs", "frozen", "frozen_after_parallelize", "loss", "loss_parallel",
+               "activation_checkpoint")
 
 
 def from_json(obj, subject="plan"):
@@ -770,6 +802,18 @@ def from_json(obj, subject="plan"):
     if not isinstance(units, list):
         raise PlanError(subject, "bad fully_shard: expected a list of units")
     fully_shard = tuple(fully_shard_from_json(u, subject, f"fully_shard[{i}]") for i, u in enumerate(units))
+    ac = obj.get("activation_checkpoint") or []
+    if not isinstance(ac, list):
+        raise PlanError(subject, "bad activation_checkpoint: expected a list")
+    checkpoints = []
+    for i, u in enumerate(ac):
+        where = f"activation_checkpoint[{i}]"
+        if not isinstance(u, dict) or not isinstance(u.get("fqn"), str):
+            raise PlanError(subject, f"bad {where}: expected an object with a string \"fqn\"")
+        unknown = sorted(set(u) - {"fqn", "wrapper"})
+        if unknown:
+            raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
+        checkpoints.append(ActivationCheckpoint(fqn=u["fqn"], wrapper=u.get("wrapper", True)))
     placements = {}
     for k, v in (obj.get("placements") or {}).items():
         placements[k] = _placement_spec_from_json(v, subject, f"placements[{k!r}]")
@@ -809,6 +853,7 @@ def from_json(obj, subject="plan"):
         name=obj.get("name"),
         source=obj.get("source"),
         fully_shard=fully_shard,
+        activation_checkpoint=tuple(checkpoints),
     )
     validate(plan, subject)
     return plan
@@ -891,6 +936,16 @@ def validate(plan, subject="plan"):
                 raise PlanError(subject, f"unsupported parallel style class {type(style).__module__}."
                                 f"{type(style).__qualname__} for {pattern!r}")
     _validate_fully_shard(plan, subject)
+    if not isinstance(plan.activation_checkpoint, (list, tuple)):
+        raise PlanError(subject, "activation_checkpoint must be a sequence of commlens.plan.ActivationCheckpoint")
+    for i, unit in enumerate(plan.activation_checkpoint):
+        where = f"activation_checkpoint[{i}]"
+        if not isinstance(unit, ActivationCheckpoint):
+            raise PlanError(subject, f"{where} is {type(unit).__name__}, not commlens.plan.ActivationCheckpoint")
+        if not isinstance(unit.fqn, str):
+            raise PlanError(subject, f"{where}: fqn {unit.fqn!r} is not a string")
+        if not isinstance(unit.wrapper, bool):
+            raise PlanError(subject, f"{where}: wrapper must be True or False")
     for table, label in ((plan.placements, "placements"), (plan.input_placements, "input_placements")):
         for key, spec in table.items():
             where = f"{label}[{key!r}]"
@@ -1043,6 +1098,31 @@ def match_modules(model, pattern):
     return out
 
 
+def checkpointed_modules(plan, model, subject="plan"):
+    """``[(unit, module_path)]``: every module an :class:`ActivationCheckpoint`
+    entry checkpoints, in plan then match order.  Raises :class:`PlanError`
+    when a pattern matches no module, matches the root (a wrapper needs a
+    parent to re-register it), or a module is checkpointed twice or inside
+    another checkpointed module (nested checkpointing is not modelled)."""
+    root = type(model).__name__
+    found = []
+    for unit in plan.activation_checkpoint:
+        paths = match_modules(model, unit.fqn)
+        if not paths:
+            raise PlanError(subject, f"activation_checkpoint pattern {unit.fqn!r} matches no module of {root}")
+        for path in paths:
+            if not path:
+                raise PlanError(subject, f"activation_checkpoint pattern {unit.fqn!r} matches the root module "
+                                f"{root} (checkpoint its children)")
+            for _u, other in found:
+                if path == other or path.startswith(other + ".") or other.startswith(path + "."):
+                    raise PlanError(subject, f"activation_checkpoint pattern {unit.fqn!r}: module {path!r} "
+                                    f"overlaps checkpointed module {other!r} (nested checkpointing is not "
+                                    "supported)")
+            found.append((unit, path))
+    return found
+
+
 def check_against_model(plan, model, subject="plan", args=(), kwargs=None):
     """Checks that need the (unparallelised) model and its example inputs."""
     root = type(model).__name__
@@ -1050,7 +1130,10 @@ def check_against_model(plan, model, subject="plan", args=(), kwargs=None):
         for pattern in pp:
             if not match_modules(model, pattern):
                 raise PlanError(subject, f"plan pattern {pattern!r} matches no module of {root}")
-    fully_shard_modules(plan, model, subject)
+    if not any(u.wrapper for u, _path in checkpointed_modules(plan, model, subject)):
+        # (with checkpoint wrappers, fully_shard patterns name the wrapped model: measure checks
+        # them once the wrappers are in)
+        fully_shard_modules(plan, model, subject)
     params = [n for n, _ in model.named_parameters()]
     tensors = params + [n for n, _ in model.named_buffers()]
     for pattern in plan.placements:
