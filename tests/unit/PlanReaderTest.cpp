@@ -179,3 +179,25 @@ TEST(PlanReader, FullyShardErrorsNameThePath) {
   EXPECT_EQ(errorOf(kFsdpPlan, R"x({"kind": "cpu", "pin_memory": false})x", R"x({"kind": "disk"})x"),
             "fully_shard[0].offload_policy.kind: offload policy 'disk' (expected \"none\" or \"cpu\")");
 }
+
+TEST(PlanReader, ReadsActivationCheckpoint) {
+  std::string doc = kPlan;
+  const std::string from = R"x("loss_parallel": true)x";
+  doc.replace(doc.find(from), from.size(),
+              R"x("loss_parallel": true, "activation_checkpoint": [{"fqn": "layers.*"}, {"fqn": "blk", "wrapper": false}])x");
+  auto plan = parsePlan(doc);
+  ASSERT_TRUE(static_cast<bool>(plan)) << takeMessage(plan.takeError());
+  ASSERT_EQ(plan->activationCheckpoint.size(), 2u);
+  EXPECT_EQ(plan->activationCheckpoint[0].pattern, "layers.*");
+  EXPECT_TRUE(plan->activationCheckpoint[0].wrapper); // the default: checkpoint_wrapper
+  EXPECT_EQ(plan->activationCheckpoint[1].pattern, "blk");
+  EXPECT_FALSE(plan->activationCheckpoint[1].wrapper);
+  // Below a wrapped module, paths gain the wrapper's attribute; the wrapper keeps the path.
+  EXPECT_EQ(pathAfterCheckpointWrappers(*plan, "layers.3.attn.wq.weight"), "layers.3._checkpoint_wrapped_module.attn.wq.weight");
+  EXPECT_EQ(pathAfterCheckpointWrappers(*plan, "layers.3"), "layers.3._checkpoint_wrapped_module");
+  EXPECT_EQ(pathAfterCheckpointWrappers(*plan, "layers"), "layers");
+  EXPECT_EQ(pathAfterCheckpointWrappers(*plan, "blk.w"), "blk.w"); // wrapper=false: names unchanged
+  EXPECT_EQ(errorOf(doc, R"x({"fqn": "layers.*"})x", R"x({"fqn": "layers.*", "impl": "reentrant"})x"),
+            "activation_checkpoint[0]: unknown key 'impl'");
+  EXPECT_EQ(errorOf(doc, R"x({"fqn": "layers.*"})x", R"x({"fqn": 3})x"), "activation_checkpoint[0].fqn: expected a string");
+}

@@ -1,0 +1,158 @@
+// Activation checkpointing through the whole prediction pipeline on a small hand-built program:
+//   Net: layers.0, layers.1 (Block), each y = mm(relu(mm(x, t(a))), t(b)) with a, b nn.Linear
+//   weights [16, 16] f32 in layers.i.a / layers.i.b; the relu runs in the block itself; loss sum.
+// Plan: RowwiseParallel on every a and b on a 4-rank mesh (input Shard(-1) taken as the local
+// shard, output Partial -> Replicate: one all_reduce at each linear's output, forward).
+// Without checkpointing the backward issues nothing: the output redistribution's backward turns
+// the Replicate gradient into Partial locally, and the input gradient is Shard(-1), which is what
+// the plain input came in as.
+// With non-reentrant checkpointing of a block (torch/utils/checkpoint.py), the first backward
+// unpack of a saved tensor of that block call recomputes its forward and stops right after the
+// last tensor the forward saved: a's mm (saves its input), the all_reduce at a's output, relu
+// (saves its result), b's t (saves nothing), b's mm (saves input and weight) -- stop. So each
+// checkpointed block repeats a's all_reduce in backward, charged to a (CommDebugMode charges the
+// module whose forward issues it), and never b's.
+#include "passes/PassManager.h"
+
+#include "TestPrograms.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+using namespace commlens;
+
+namespace {
+
+using test::f32;
+
+struct Net : test::TestProgram {
+  ShardingPlan plan;
+
+  Net() : TestProgram("examples.Net") {
+    plan.mesh.shape = {4};
+    plan.mesh.dimNames = {"tp"};
+    plan.loss.kind = LossSpec::Kind::Sum;
+    ParallelizeStep step;
+    for (const char *linear : {"layers.*.a", "layers.*.b"}) {
+      ParallelStyle s;
+      s.kind = ParallelStyle::Kind::Rowwise; // as the plan reader fills RowwiseParallel()'s defaults
+      s.pattern = linear;
+      s.inputLayouts = OptionalPlacements{Placement::shard(-1)};
+      s.outputLayouts = OptionalPlacements{Placement::replicate()};
+      step.styles.push_back(s);
+    }
+    plan.steps.push_back(step);
+    Value *x = input("x", f32({8, 16}));
+    for (int i = 0; i < 2; ++i) {
+      std::string l = "layers." + std::to_string(i);
+      ModuleStackEntry block{l, "examples.Block", 0};
+      auto linear = [&](const char *name, Value *in) {
+        std::string path = l + "." + name;
+        std::vector<ModuleStackEntry> stack{block, {path, test::kLinear, 0}};
+        Value *w = param(path + ".weight", f32({16, 16}));
+        Value *t = op(path + "_t", "aten::t.default", {{"self", w}}, f32({16, 16}, std::vector<int64_t>{1, 16}), stack);
+        return op(path + "_mm", "aten::mm.default", {{"self", in}, {"mat2", t}}, f32({8, 16}), stack);
+      };
+      Value *h = linear("a", x);
+      h = op(l + "_relu", "aten::relu.default", {{"self", h}}, f32({8, 16}), {block});
+      x = linear("b", h);
+    }
+    output(x);
+  }
+
+  void checkpoint(std::string pattern, bool wrapper = true) {
+    plan.activationCheckpoint.push_back({std::move(pattern), wrapper});
+  }
+
+  /// "op phase @module" per collective, in issue order.
+  std::vector<std::string> predict() {
+    PassManager pm;
+    buildPipeline(pm, /*backward=*/true);
+    PassContext ctx{p, &plan, {}, PredictionState()};
+    if (llvm::Error err = pm.run(ctx)) {
+      ADD_FAILURE() << llvm::toString(std::move(err));
+      return {};
+    }
+    std::vector<std::string> out;
+    for (const CollectiveRecord &r : ctx.state.collectives)
+      out.push_back(fmt::format("{} {} @{}", r.opKey, r.phase == Phase::Forward ? "fwd" : "bwd",
+                                r.module ? r.module->displayName() : "Global"));
+    return out;
+  }
+};
+
+const char *kAr = "c10d_functional.all_reduce";
+
+std::string rec(const char *phase, const std::string &module) { return fmt::format("{} {} @Net.{}", kAr, phase, module); }
+
+} // namespace
+
+TEST(ActivationCheckpoint, NoCheckpointNoBackwardCollective) {
+  Net net;
+  EXPECT_EQ(net.predict(), (std::vector<std::string>{rec("fwd", "layers.0.a"), rec("fwd", "layers.0.b"),
+                                                     rec("fwd", "layers.1.a"), rec("fwd", "layers.1.b")}));
+}
+
+TEST(ActivationCheckpoint, WrapperRecomputesUpToTheLastSave) {
+  Net net;
+  net.checkpoint("layers.*");
+  const std::string w0 = "layers.0._checkpoint_wrapped_module", w1 = "layers.1._checkpoint_wrapped_module";
+  // Backward runs layers.1 first: its recomputation comes before layers.0's.
+  EXPECT_EQ(net.predict(), (std::vector<std::string>{rec("fwd", w0 + ".a"), rec("fwd", w0 + ".b"), rec("fwd", w1 + ".a"),
+                                                     rec("fwd", w1 + ".b"), rec("bwd", w1 + ".a"),
+                                                     rec("bwd", w0 + ".a")}));
+}
+
+TEST(ActivationCheckpoint, WrapperScopes) {
+  Net net;
+  net.checkpoint("layers.1");
+  net.predict();
+  const ModuleScopeTree &tree = net.g.scopes();
+  std::vector<std::string> names;
+  for (const ModuleScope *s : tree.inForwardOrder())
+    names.push_back(s->displayName() + " " + s->type());
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "Net examples.Net", "Net.layers.0 examples.Block", "Net.layers.0.a " + std::string(test::kLinear),
+                       "Net.layers.0.b " + std::string(test::kLinear),
+                       "Net.layers.1 torch.distributed.algorithms._checkpoint.checkpoint_wrapper.CheckpointWrapper",
+                       "Net.layers.1._checkpoint_wrapped_module examples.Block",
+                       "Net.layers.1._checkpoint_wrapped_module.a " + std::string(test::kLinear),
+                       "Net.layers.1._checkpoint_wrapped_module.b " + std::string(test::kLinear)}));
+  const ModuleScope *inner = tree.lookup("layers.1._checkpoint_wrapped_module");
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(inner->parent(), tree.lookup("layers.1"));
+  EXPECT_EQ(inner->depth(), 2u);
+}
+
+TEST(ActivationCheckpoint, ModelCheckpointKeepsNames) {
+  Net net;
+  net.checkpoint("layers.0", /*wrapper=*/false);
+  EXPECT_EQ(net.predict(), (std::vector<std::string>{rec("fwd", "layers.0.a"), rec("fwd", "layers.0.b"),
+                                                     rec("fwd", "layers.1.a"), rec("fwd", "layers.1.b"),
+                                                     rec("bwd", "layers.0.a")}));
+}
+
+TEST(ActivationCheckpoint, CheckpointedLinearStopsBeforeItsOutputCollective) {
+  // Checkpointing b alone: its recomputation is t, then mm (the last save): b's all_reduce comes
+  // after it and is not repeated.
+  Net net;
+  net.checkpoint("layers.*.b");
+  auto got = net.predict();
+  EXPECT_EQ(got.size(), 4u);
+  for (const std::string &r : got)
+    EXPECT_NE(r.find(" fwd "), std::string::npos) << r;
+}
+
+TEST(ActivationCheckpoint, NestedCheckpointRefused) {
+  Net net;
+  net.checkpoint("layers.0");
+  net.checkpoint("layers.0.a");
+  PassManager pm;
+  buildPipeline(pm, /*backward=*/true);
+  PassContext ctx{net.p, &net.plan, {}, PredictionState()};
+  llvm::Error err = pm.run(ctx);
+  ASSERT_TRUE(static_cast<bool>(err));
+  EXPECT_EQ(llvm::toString(std::move(err)),
+            "activation_checkpoint pattern 'layers.0.a': module Net.layers.0.a overlaps checkpointed module "
+            "Net.layers.0 (nested checkpointing is not supported)");
+}
