@@ -29,7 +29,8 @@ options:
   models' default), block i prefetching ``layers.{i+1}`` in forward and
   ``layers.{i-1}`` in backward, as torchtitan's ``apply_fsdp`` does.
 
-``with_ac(plan=NAME, ac=("layers.*",), wrapper=True, **options)`` is any
+``stacked_mlp_fsdp_tp_nested_ac`` names its ``fully_shard`` units on the
+wrapped model.  ``with_ac(plan=NAME, ac=("layers.*",), wrapper=True, **options)`` is any
 factory here (by name) plus activation checkpointing of the modules ``ac``
 matches: ``checkpoint_wrapper`` on each (torchtitan's full AC) or, with
 ``wrapper=False``, the model's own forward checkpointing them (Hugging Face
@@ -453,3 +454,13 @@ def with_ac(*, plan, ac=("layers.*",), wrapper=True, **options):
     base = factory(**options)
     return dataclasses.replace(base, name=f"{base.name}_ac",
                                activation_checkpoint=tuple(ActivationCheckpoint(p, wrapper=wrapper) for p in ac))
+
+
+def stacked_mlp_fsdp_tp_nested_ac(*, dp=2, tp=2, device_type="cpu"):
+    """stacked_mlp_fsdp_tp_nested with every block in a ``checkpoint_wrapper``: the units are named
+    on the wrapped model (``layers.*._checkpoint_wrapped_module.w2``, the ``layers.*`` wrappers,
+    the root), so one unit runs inside each checkpointed block."""
+    base = stacked_mlp_fsdp_tp_nested(dp=dp, tp=tp, device_type=device_type)
+    units = tuple(FullyShard(fqn, ("dp",)) for fqn in ("layers.*._checkpoint_wrapped_module.w2", "layers.*", ""))
+    return dataclasses.replace(base, name="stacked_mlp_fsdp_tp_nested_ac", fully_shard=units,
+                               activation_checkpoint=(ActivationCheckpoint("layers.*"),))

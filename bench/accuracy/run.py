@@ -173,6 +173,23 @@ CONFIGS = [
            P + "gpt2_fsdp(dp=8, prefetch='explicit', n_layers=4)", "both"),
     Config("llama-fsdp_tp_sp-dp2xtp4-explicit_prefetch-both", LLAMA,
            P + "llama_fsdp_tp(dp=2, tp=4, prefetch='explicit')", "both", ci=True),
+    # Activation checkpointing (non-reentrant, early stop): checkpoint_wrapper per block, sub-blocks,
+    # under FSDP2 (units on the wrappers, and a unit inside a wrapped block), and the model's own
+    # checkpointing (Hugging Face gradient_checkpointing_enable)
+    Config("llama-tp_sp-tp4-ac-both", LLAMA, P + "with_ac(plan='llama_tp', tp=4)", "both", ci=True),
+    Config("llama-tp-tp4-ac-both", LLAMA, P + "with_ac(plan='llama_tp', tp=4, sp=False)", "both"),
+    Config("llama-tp_sp-tp4-ac_attention_ffn-backward", LLAMA,
+           P + "with_ac(plan='llama_tp', tp=4, ac=('layers.*.attention', 'layers.*.feed_forward'))", "backward"),
+    Config("gpt2-tp_sp-tp4-ac-both", GPT2, P + "with_ac(plan='gpt2_tp_sp', tp=4)", "both"),
+    Config("gpt2-fsdp-dp4-ac-both", GPT2, P + "with_ac(plan='gpt2_fsdp', dp=4)", "both"),
+    Config("llama-fsdp_tp_sp-dp2xtp4-ac-both", LLAMA, P + "with_ac(plan='llama_fsdp_tp', dp=2, tp=4)", "both",
+           ci=True),
+    Config("stacked_mlp-fsdp_tp_nested-dp2xtp2-ac-both", STACKED, P + "stacked_mlp_fsdp_tp_nested_ac(dp=2, tp=2)",
+           "both"),
+    Config("hf_llama_gc-tp-tp4-both", HF_LLAMA + "(gradient_checkpointing=True)",
+           H + "hf_tp(family='llama', tp=4, gradient_checkpointing=True)", "both", ci=True),
+    Config("hf_qwen2_gc-fsdp_tp-dp2xtp2-both", HF_QWEN2 + "(gradient_checkpointing=True)",
+           H + "hf_tp(family='qwen2', tp=2, dp=2, fsdp=True, gradient_checkpointing=True)", "both"),
     # Explicit DTensor placements on both dims of a 2-D mesh (no parallel style)
     Config("mlp-nd_placements-dp2xtp4-both", MLP, P + "mlp_nd(dp=2, tp=4)", "both", ci=True),
     Config("mlp_b4-nd_placements-dp4xtp2-both", MLP + "(batch=4)", P + "mlp_nd(dp=4, tp=2)", "both"),
