@@ -1,5 +1,6 @@
 """Plan JSON: round trips, exact encoding, placement strings, and errors."""
 
+import dataclasses
 import json
 
 import pytest
@@ -749,3 +750,29 @@ def test_plan_cli_counts_fully_shard_units(cli, tmp_path):
     assert r.returncode == 2
     assert error_lines(r.stderr) == [
         f"commlens: error: {out}: fully_shard pattern 'blocks.*' matches no module of Transformer"]
+
+
+def test_activation_checkpoint_roundtrip_and_bytes():
+    from commlens.plan import ActivationCheckpoint
+
+    base = Plan(mesh_shape=(4,), mesh_dim_names=("tp",))
+    plan = dataclasses.replace(base, activation_checkpoint=(ActivationCheckpoint("layers.*"),
+                                                            ActivationCheckpoint("blk", wrapper=False)))
+    obj = json.loads(dumps(plan, "spec"))
+    assert obj["activation_checkpoint"] == [{"fqn": "layers.*", "wrapper": True}, {"fqn": "blk", "wrapper": False}]
+    assert from_json(obj).activation_checkpoint == plan.activation_checkpoint
+    # Plans without checkpointing keep their bytes (no empty key).
+    assert "activation_checkpoint" not in json.loads(dumps(base, "spec"))
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"fqn": "layers.*", "impl": "reentrant"}, "unknown field 'impl' at activation_checkpoint[0]"),
+    ({"wrapper": True}, 'bad activation_checkpoint[0]: expected an object with a string "fqn"'),
+    ({"fqn": "layers.*", "wrapper": "yes"}, "activation_checkpoint[0]: wrapper must be True or False"),
+])
+def test_activation_checkpoint_load_errors(entry, message):
+    obj = json.loads(dumps(Plan(mesh_shape=(4,), mesh_dim_names=("tp",)), "spec"))
+    obj["activation_checkpoint"] = [entry]
+    with pytest.raises(PlanError) as info:
+        from_json(obj, "spec")
+    assert str(info.value) == f"spec: {message}"
