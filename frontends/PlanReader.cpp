@@ -291,8 +291,19 @@ ShardingPlan decodePlan(const JsonRef &root) {
     }
   if (auto units = root.optField("activation_checkpoint"))
     for (const JsonRef &u : units->items()) {
-      rejectUnknownKeys(u, {"fqn", "wrapper"});
-      plan.activationCheckpoint.push_back({u.field("fqn").asString(), boolOr(u, "wrapper", true)});
+      rejectUnknownKeys(u, {"fqn", "wrapper", "save_ops"});
+      ActivationCheckpointUnit unit{u.field("fqn").asString(), boolOr(u, "wrapper", true), {}};
+      if (auto ops = u.optField("save_ops"))
+        for (const JsonRef &op : ops->items()) {
+          std::string name = op.asString();
+          if (std::count(name.begin(), name.end(), '.') != 2)
+            op.fail(fmt::format("'{}' is not an op overload name (namespace.op.overload, e.g. 'aten.mm.default')",
+                                name));
+          unit.saveOps.push_back(std::move(name));
+        }
+      if (!unit.saveOps.empty() && !unit.wrapper)
+        u.field("save_ops").fail("save_ops needs wrapper=true (a selective policy is passed to checkpoint_wrapper)");
+      plan.activationCheckpoint.push_back(std::move(unit));
     }
   if (auto r = root.optField("src_data_rank"))
     plan.srcDataRank = r->asInt();

@@ -79,6 +79,7 @@ public:
   bool gradEnabled() const { return gradEnabled_; }
   void setGradEnabled(bool enabled) { gradEnabled_ = enabled; }
   const llvm::StringMap<std::string> &metadata() const { return metadata_; }
+  void setMetadata(llvm::StringRef key, std::string value) { metadata_[key] = std::move(value); }
 
 private:
   friend class Graph;

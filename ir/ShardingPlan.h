@@ -87,6 +87,10 @@ struct ActivationCheckpointUnit {
   /// checkpoint_wrapper (torchtitan): the module's path gains "._checkpoint_wrapped_module";
   /// false: the model's own forward calls checkpoint() on the module (names unchanged).
   bool wrapper = true;
+  /// Selective checkpointing's op list (create_selective_checkpoint_contexts): op overloads as
+  /// torch names them ("aten.mm.default", "_c10d_functional.reduce_scatter_tensor.default") whose
+  /// outputs the forward keeps; recomputation reuses them instead of running them.
+  std::vector<std::string> saveOps;
 };
 
 struct ShardingPlan {

@@ -4,6 +4,35 @@
 
 namespace commlens {
 
+namespace {
+/// "aten.mm.default" -> {"aten", "mm", "default"}.
+std::tuple<llvm::StringRef, llvm::StringRef, llvm::StringRef> splitOpName(llvm::StringRef name) {
+  auto [ns, rest] = name.split('.');
+  auto [op, overload] = rest.split('.');
+  return {ns, op, overload};
+}
+} // namespace
+
+bool keptByCheckpoint(const ActivationCheckpointUnit &unit, llvm::StringRef op) {
+  for (const std::string &name : unit.saveOps) {
+    auto [ns, base, overload] = splitOpName(name);
+    if (op == (ns + "::" + base + "." + overload).str())
+      return true;
+  }
+  return false;
+}
+
+std::string keptCollectives(const ActivationCheckpointUnit &unit) {
+  std::string out;
+  for (const std::string &name : unit.saveOps) {
+    auto [ns, base, overload] = splitOpName(name);
+    if (ns != "_c10d_functional" && ns != "c10d_functional")
+      continue;
+    out += (out.empty() ? "" : ",") + ("c10d_functional." + base).str(); // CommDebugMode's name
+  }
+  return out;
+}
+
 llvm::Error applyActivationCheckpointing(const ShardingPlan &plan, Graph &graph, PredictionState &state) {
   ModuleScopeTree &tree = graph.scopes();
   // Every pattern matches the model as parallelize_module left it, before any wrapper is in.
@@ -20,7 +49,7 @@ llvm::Error applyActivationCheckpointing(const ShardingPlan &plan, Graph &graph,
       matched.emplace_back(s, &unit);
     }
   for (const auto &[s, unit] : matched) {
-    state.checkpointed.insert(s);
+    state.checkpointed[s] = unit;
     if (!unit->wrapper)
       continue;
     // The wrapper takes the module's level of every call path below it; the module moves one

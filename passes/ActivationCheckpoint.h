@@ -27,4 +27,15 @@ namespace commlens {
 /// applies them.
 llvm::Error applyActivationCheckpointing(const ShardingPlan &plan, Graph &graph, PredictionState &state);
 
+// Selective checkpointing (an op list): its policy sees the ops DTensor's dispatch receives, and
+// the functional collectives the styles' hooks call directly (those DTensor issues inside an op's
+// dispatch are below it: they run again whenever their op does).
+
+/// Whether the entry's op list keeps the output of `op`, named as the IR names it ("aten::mm.default").
+bool keptByCheckpoint(const ActivationCheckpointUnit &unit, llvm::StringRef op);
+/// Metadata on a recomputed hook node: the collectives (CommDebugMode names, comma-separated) the
+/// op list keeps, which its redistribution does not issue again.
+inline constexpr const char *kKeptCollectives = "checkpoint_kept_collectives";
+std::string keptCollectives(const ActivationCheckpointUnit &unit);
+
 } // namespace commlens

@@ -2,6 +2,7 @@
 
 #include "ir/Error.h"
 #include "ir/GraphBuilder.h"
+#include "passes/ActivationCheckpoint.h"
 #include "passes/DecomposeToRuntimeOps.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -256,6 +257,7 @@ struct Call {
 /// One call of a checkpointed module: its autograd nodes, and whether backward recomputed it.
 struct Region {
   const Call *call;
+  const ActivationCheckpointUnit *unit;
   std::vector<AGNode *> ops;
   bool recomputed;
 };
@@ -383,11 +385,12 @@ private:
   /// The calls of checkpointed modules (passes/ActivationCheckpoint.h).
   void collectCheckpointRegions() {
     for (const Call &c : calls_) {
-      if (!state_.checkpointed.count(c.scope))
+      auto unit = state_.checkpointed.find(c.scope);
+      if (unit == state_.checkpointed.end())
         continue;
       for (const Node *n : c.nodes)
         regionOf_[n] = static_cast<unsigned>(regions_.size());
-      regions_.push_back(Region{&c, {}, false});
+      regions_.push_back(Region{&c, unit->second, {}, false});
     }
     if (regions_.empty())
       return;
@@ -716,7 +719,8 @@ private:
   /// its forward nodes again, up to the one whose autograd Function saved last (early stop).
   /// Copies read values from outside the call as they are and each other's results inside; they
   /// keep their forward modules (CommDebugMode charges those, in backward). fully_shard's hooks
-  /// skip recomputation (FSDP2 unshards in its pre-backward instead).
+  /// skip recomputation (FSDP2 unshards in its pre-backward instead); so do the ops a selective
+  /// policy kept (later copies read the forward's outputs), and the collectives it kept.
   void recompute(Region &r) {
     r.recomputed = true;
     unsigned stop = 0;
@@ -736,7 +740,10 @@ private:
           copies[out[k]] = operand(in[k]);
         continue;
       }
-      copyNodeInto(*bw_, n, "recompute_" + n.name(), operand,
+      bool hook = n.op().ns == "commlens";
+      if (!hook && keptByCheckpoint(*r.unit, n.opString()))
+        continue;
+      Node *copy = copyNodeInto(*bw_, n, "recompute_" + n.name(), operand,
                    [&](const Value *old) {
                      Value *v = bw_->createUniqueValue("recompute_" + old->name(), old->kind());
                      if (old->meta())
@@ -745,6 +752,8 @@ private:
                      copies[old] = v;
                      return v;
                    });
+      if (std::string kept = keptCollectives(*r.unit); hook && !kept.empty())
+        copy->setMetadata(kKeptCollectives, std::move(kept));
     }
   }
 

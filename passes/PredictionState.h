@@ -15,6 +15,7 @@
 
 namespace commlens {
 
+struct ActivationCheckpointUnit;
 struct FullyShardUnit;
 
 /// A value that is a DTensor: its placements on the plan's DTensor mesh, and where they came
@@ -97,8 +98,9 @@ struct PredictionState {
   std::shared_ptr<Graph> backward;
   /// FSDP2 parameter groups (passes/FullyShard.h), in plan order.
   FsdpState fsdp;
-  /// Modules whose calls are activation-checkpointed (passes/ActivationCheckpoint.h).
-  llvm::DenseSet<const ModuleScope *> checkpointed;
+  /// Modules whose calls are activation-checkpointed, with the plan entry that says how
+  /// (passes/ActivationCheckpoint.h).
+  llvm::DenseMap<const ModuleScope *, const ActivationCheckpointUnit *> checkpointed;
   /// The loss value the `loss` pass appended to the forward graph (null: no loss computed).
   const Value *loss = nullptr;
 

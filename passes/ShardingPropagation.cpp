@@ -1,6 +1,7 @@
 #include "passes/ShardingPropagation.h"
 
 #include "ir/Error.h"
+#include "passes/ActivationCheckpoint.h"
 #include "passes/FullyShard.h"
 #include "passes/RedistributePlanner.h"
 #include "passes/ShardingRules.h"
@@ -90,7 +91,10 @@ private:
     if (!plan)
       return makeError("{}: cannot redistribute '{}' from {} to {}: {}", where(n), argument.str(), str(from), str(to),
                        takeMessage(plan.takeError()));
+    auto kept = n.metadata().find(kKeptCollectives);
     for (const RedistributeStep *step : plan->collectives()) {
+      if (kept != n.metadata().end() && llvm::is_contained(llvm::split(kept->second, ','), step->opKey()))
+        continue; // recomputation reuses the output selective checkpointing kept
       CollectiveRecord r;
       r.opKey = step->opKey().str();
       r.phase = phase_;

@@ -98,6 +98,7 @@ one process).
 
 import argparse
 import json
+import functools
 import math
 import os
 import sys
@@ -229,15 +230,21 @@ def _apply_activation_checkpoint(plan, model, plan_subject):
     replaced in its parent by a non-reentrant ``checkpoint_wrapper``."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
 
-    from commlens.plan import checkpointed_modules
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    from commlens.plan import checkpoint_save_op, checkpointed_modules
 
     for unit, path in checkpointed_modules(plan, model, plan_subject):
         if not unit.wrapper:
             continue  # the model's forward checkpoints it itself
         parent_path, _, leaf = path.rpartition(".")
         parent = model.get_submodule(parent_path) if parent_path else model
+        kwargs = {}
+        if unit.save_ops:
+            ops = [checkpoint_save_op(op, plan_subject) for op in unit.save_ops]
+            kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, ops)
         wrapped = checkpoint_wrapper(parent.get_submodule(leaf), checkpoint_impl=CheckpointImpl.NO_REENTRANT,
-                                     preserve_rng_state=False)
+                                     preserve_rng_state=False, **kwargs)
         parent.register_module(leaf, wrapped)
 
 

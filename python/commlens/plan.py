@@ -157,10 +157,22 @@ class ActivationCheckpoint:
     use_reentrant=False)`` on each call of those modules (for example a
     Hugging Face model after ``gradient_checkpointing_enable``): nothing is
     applied and names do not change.
+
+    ``save_ops`` makes it selective (op-list policy): a tuple of op overload
+    names (``"aten.mm.default"``, ``"_c10d_functional.reduce_scatter_tensor.default"``)
+    whose outputs the forward keeps, as
+    ``create_selective_checkpoint_contexts([ops])`` passed as ``context_fn``
+    does; recomputation reuses them instead of running them again (a saved
+    collective is not issued again).  Only with ``wrapper=True``.
     """
 
     fqn: str
     wrapper: bool = True
+    save_ops: tuple = ()
+
+    def __post_init__(self):
+        if isinstance(self.save_ops, (str, list)):
+            self.save_ops = (self.save_ops,) if isinstance(self.save_ops, str) else tuple(self.save_ops)
 
 
 @dataclass
@@ -728,7 +740,8 @@ def to_json(plan, source=None):
         "loss_parallel": bool(plan.loss_parallel),
     }
     if plan.activation_checkpoint:  # absent when empty: plans without it keep their bytes
-        out["activation_checkpoint"] = [{"fqn": u.fqn, "wrapper": u.wrapper} for u in plan.activation_checkpoint]
+        out["activation_checkpoint"] = [{"fqn": u.fqn, "wrapper": u.wrapper, "save_ops": list(u.save_ops)}
+                                        for u in plan.activation_checkpoint]
     return out
 
 
@@ -810,10 +823,14 @@ def from_json(obj, subject="plan"):
         where = f"activation_checkpoint[{i}]"
         if not isinstance(u, dict) or not isinstance(u.get("fqn"), str):
             raise PlanError(subject, f"bad {where}: expected an object with a string \"fqn\"")
-        unknown = sorted(set(u) - {"fqn", "wrapper"})
+        unknown = sorted(set(u) - {"fqn", "wrapper", "save_ops"})
         if unknown:
             raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
-        checkpoints.append(ActivationCheckpoint(fqn=u["fqn"], wrapper=u.get("wrapper", True)))
+        save_ops = u.get("save_ops", [])
+        if not isinstance(save_ops, list):
+            raise PlanError(subject, f"bad save_ops at {where}: expected a list of op names")
+        checkpoints.append(ActivationCheckpoint(fqn=u["fqn"], wrapper=u.get("wrapper", True),
+                                                save_ops=tuple(save_ops)))
     placements = {}
     for k, v in (obj.get("placements") or {}).items():
         placements[k] = _placement_spec_from_json(v, subject, f"placements[{k!r}]")
@@ -946,6 +963,11 @@ def validate(plan, subject="plan"):
             raise PlanError(subject, f"{where}: fqn {unit.fqn!r} is not a string")
         if not isinstance(unit.wrapper, bool):
             raise PlanError(subject, f"{where}: wrapper must be True or False")
+        for op in unit.save_ops:
+            checkpoint_save_op(op, subject, where)
+        if unit.save_ops and not unit.wrapper:
+            raise PlanError(subject, f"{where}: save_ops needs wrapper=True (a selective policy is passed to "
+                            "checkpoint_wrapper)")
     for table, label in ((plan.placements, "placements"), (plan.input_placements, "input_placements")):
         for key, spec in table.items():
             where = f"{label}[{key!r}]"
@@ -1096,6 +1118,18 @@ def match_modules(model, pattern):
 
     walk(model, "", pattern.split("."))
     return out
+
+
+def checkpoint_save_op(name, subject="plan", where="activation_checkpoint"):
+    """The ``torch.ops`` overload a ``save_ops`` entry names (``"aten.mm.default"``)."""
+    if not isinstance(name, str) or name.count(".") != 2:
+        raise PlanError(subject, f"{where}: save_ops entry {name!r} is not an op overload name "
+                        "(namespace.op.overload, e.g. 'aten.mm.default')")
+    ns, op, overload = name.split(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), op), overload)
+    except (AttributeError, RuntimeError):
+        raise PlanError(subject, f"{where}: save_ops entry {name!r} is not an op torch knows") from None
 
 
 def checkpointed_modules(plan, model, subject="plan"):
