@@ -186,6 +186,13 @@ CONFIGS = [
            ci=True),
     Config("stacked_mlp-fsdp_tp_nested-dp2xtp2-ac-both", STACKED, P + "stacked_mlp_fsdp_tp_nested_ac(dp=2, tp=2)",
            "both"),
+    Config("llama-tp_sp-tp4-sac_mm_sdpa_rs-both", LLAMA,
+           P + "with_ac(plan='llama_tp', tp=4, save_ops=('aten.mm.default', "
+           "'aten._scaled_dot_product_flash_attention_for_cpu.default', "
+           "'_c10d_functional.reduce_scatter_tensor.default'))", "both"),
+    Config("llama-fsdp_tp_sp-dp2xtp4-sac_ag-both", LLAMA,
+           P + "with_ac(plan='llama_fsdp_tp', dp=2, tp=4, save_ops=('_c10d_functional.all_gather_into_tensor.default',))",
+           "both"),
     Config("hf_llama_gc-tp-tp4-both", HF_LLAMA + "(gradient_checkpointing=True)",
            H + "hf_tp(family='llama', tp=4, gradient_checkpointing=True)", "both", ci=True),
     Config("hf_qwen2_gc-fsdp_tp-dp2xtp2-both", HF_QWEN2 + "(gradient_checkpointing=True)",

@@ -225,6 +225,28 @@ def counts_from_comm_mode(comm_mode, phase):
     return modules
 
 
+def _unwrapped_path(path):
+    """A module path without checkpoint wrappers' ``_checkpoint_wrapped_module`` (how plans name it)."""
+    return ".".join(p for p in path.split(".") if p != "_checkpoint_wrapped_module")
+
+
+def _state_owners(model):
+    """``(parameters, buffers, owners)``: the model's parameters and buffers by FQN as plans name
+    them (without checkpoint wrappers' attribute, as ``CheckpointWrapper.named_parameters`` does),
+    and each one's owning module and attribute name."""
+    params, bufs, owners = {}, {}, {}
+    for path, module in model.named_modules():
+        for table, out in ((module._parameters, params), (module._buffers, bufs)):
+            for leaf, t in table.items():
+                if t is None:
+                    continue
+                fqn = _unwrapped_path(f"{path}.{leaf}" if path else leaf)
+                if fqn not in owners:  # shared modules: the first path, as named_parameters()
+                    out[fqn] = t
+                    owners[fqn] = (module, leaf)
+    return params, bufs, owners
+
+
 def _apply_activation_checkpoint(plan, model, plan_subject):
     """torchtitan's full AC: each module a ``wrapper=True`` entry matches is
     replaced in its parent by a non-reentrant ``checkpoint_wrapper``."""
@@ -356,15 +378,14 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         sharded = _apply_fully_shard(plan, model, mesh, plan_subject)
 
     if plan.placements:
-        named = dict(model.named_parameters())
-        named_bufs = dict(model.named_buffers())
+        named, named_bufs, owners = _state_owners(model)
+        sharded = [_unwrapped_path(u) for u in sharded]
         for pattern, spec in plan.placements.items():
             sub, pls = _placement_target(mesh, spec)
             for fqn in list(named) + list(named_bufs):
                 if not fnmatch.fnmatchcase(fqn, pattern):
                     continue
-                owner_path, _, leaf = fqn.rpartition(".")
-                owner = model.get_submodule(owner_path) if owner_path else model
+                owner, leaf = owners[fqn]
                 t = named.get(fqn, named_bufs.get(fqn))
                 if isinstance(t, DTensor):
                     by = "parallelize_module"

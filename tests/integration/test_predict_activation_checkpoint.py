@@ -89,3 +89,61 @@ def test_refused_checkpointing_names_the_modules(run_commlens, llama_pt2, tmp_pa
     for command in ("check-plan", "predict"):
         r = run_commlens(command, llama_pt2, "--plan", path)
         assert (r.returncode, r.stdout, r.stderr) == (2, "", f"commlens: error: {path}: {message}\n")
+
+
+class MmBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x):
+        return torch.mm(x, self.w).relu()
+
+
+class MmNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blk = MmBlock()
+
+    def forward(self, x):
+        return self.blk(x)
+
+
+def mm_net():
+    torch.manual_seed(0)
+    return MmNet(), (torch.randn(8, 8),)
+
+
+@pytest.mark.parametrize("save_ops, backward_all_gathers", [
+    # mm(x Shard(0), w Shard(0)): DTensor all-gathers w inside mm's dispatch; mm saves x and w,
+    # relu its result, so recomputation (mm, then relu: the last save) repeats that all-gather,
+    # and mm's backward needs one more (grad_x = grad @ w^T with w Shard(0)).
+    ((), 2),
+    # A kept mm is not run again, nor its redistribution.
+    (("aten.mm.default",), 1),
+    # The all-gather DTensor issues inside mm's dispatch is below the policy: listing it keeps nothing.
+    (("_c10d_functional.all_gather_into_tensor.default",), 2),
+])
+def test_selective_policy_sees_dtensor_ops_not_their_redistributions(run_commlens, tmp_path, save_ops,
+                                                                     backward_all_gathers):
+    from commlens.measure import format_counts
+    from torch.distributed.tensor import Shard
+
+    pt2 = tmp_path / "mm.pt2"
+    model, args = mm_net()
+    torch.export.save(export_model(model, args), str(pt2))
+    plan = planlib.Plan(mesh_shape=(4,), mesh_dim_names=("tp",), placements={"blk.w": (Shard(0),)},
+                        input_placements={0: (Shard(0),)}, inputs_requires_grad=(0,),
+                        activation_checkpoint=(ActivationCheckpoint("blk", save_ops=save_ops),))
+    path = _save(plan, tmp_path)
+    predicted = tmp_path / "pred.json"
+    r = run_commlens("predict", pt2, "--plan", path, "--phase", "both", "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    doc = measure(f"{__name__}:mm_net", str(path), phase="both", return_document=True)
+    ag = "c10d_functional.all_gather_into_tensor"
+    by_fqn = {m["fqn"]: m for m in doc["modules"]}
+    assert by_fqn["MmNet.blk._checkpoint_wrapped_module"]["backward"] == {ag: backward_all_gathers}
+    measured = tmp_path / "measured.counts.json"
+    measured.write_text(format_counts(doc))
+    r = run_commlens("compare", predicted, measured)
+    assert r.returncode == 0, r.stdout + r.stderr

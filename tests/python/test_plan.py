@@ -756,10 +756,11 @@ def test_activation_checkpoint_roundtrip_and_bytes():
     from commlens.plan import ActivationCheckpoint
 
     base = Plan(mesh_shape=(4,), mesh_dim_names=("tp",))
-    plan = dataclasses.replace(base, activation_checkpoint=(ActivationCheckpoint("layers.*"),
+    plan = dataclasses.replace(base, activation_checkpoint=(ActivationCheckpoint("layers.*", save_ops=["aten.mm.default"]),
                                                             ActivationCheckpoint("blk", wrapper=False)))
     obj = json.loads(dumps(plan, "spec"))
-    assert obj["activation_checkpoint"] == [{"fqn": "layers.*", "wrapper": True}, {"fqn": "blk", "wrapper": False}]
+    assert obj["activation_checkpoint"] == [{"fqn": "layers.*", "wrapper": True, "save_ops": ["aten.mm.default"]},
+                                            {"fqn": "blk", "wrapper": False, "save_ops": []}]
     assert from_json(obj).activation_checkpoint == plan.activation_checkpoint
     # Plans without checkpointing keep their bytes (no empty key).
     assert "activation_checkpoint" not in json.loads(dumps(base, "spec"))
@@ -769,6 +770,13 @@ def test_activation_checkpoint_roundtrip_and_bytes():
     ({"fqn": "layers.*", "impl": "reentrant"}, "unknown field 'impl' at activation_checkpoint[0]"),
     ({"wrapper": True}, 'bad activation_checkpoint[0]: expected an object with a string "fqn"'),
     ({"fqn": "layers.*", "wrapper": "yes"}, "activation_checkpoint[0]: wrapper must be True or False"),
+    ({"fqn": "layers.*", "save_ops": ["aten.mmm.default"]},
+     "activation_checkpoint[0]: save_ops entry 'aten.mmm.default' is not an op torch knows"),
+    ({"fqn": "layers.*", "save_ops": ["mm"]},
+     "activation_checkpoint[0]: save_ops entry 'mm' is not an op overload name (namespace.op.overload, e.g. "
+     "'aten.mm.default')"),
+    ({"fqn": "layers.*", "wrapper": False, "save_ops": ["aten.mm.default"]},
+     "activation_checkpoint[0]: save_ops needs wrapper=True (a selective policy is passed to checkpoint_wrapper)"),
 ])
 def test_activation_checkpoint_load_errors(entry, message):
     obj = json.loads(dumps(Plan(mesh_shape=(4,), mesh_dim_names=("tp",)), "spec"))

@@ -156,3 +156,21 @@ TEST(ActivationCheckpoint, NestedCheckpointRefused) {
             "activation_checkpoint pattern 'layers.0.a': module Net.layers.0.a overlaps checkpointed module "
             "Net.layers.0 (nested checkpointing is not supported)");
 }
+
+TEST(ActivationCheckpoint, SelectivePolicyKeepsHookCollectivesAndOps) {
+  const std::string w0 = "layers.0._checkpoint_wrapped_module", w1 = "layers.1._checkpoint_wrapped_module";
+  const std::vector<std::string> forward{rec("fwd", w0 + ".a"), rec("fwd", w0 + ".b"), rec("fwd", w1 + ".a"),
+                                         rec("fwd", w1 + ".b")};
+  // The all_reduce at a's output is a functional collective RowwiseParallel's hook calls: a policy
+  // listing it keeps its output, so recomputation does not issue it again.
+  Net kept;
+  kept.plan.activationCheckpoint.push_back({"layers.*", true, {"_c10d_functional.all_reduce.default"}});
+  EXPECT_EQ(kept.predict(), forward);
+  // Keeping the mms changes nothing here: a's all_reduce is the hook's, after the (kept) mm.
+  Net mm;
+  mm.plan.activationCheckpoint.push_back({"layers.*", true, {"aten.mm.default"}});
+  auto expected = forward;
+  expected.push_back(rec("bwd", w1 + ".a"));
+  expected.push_back(rec("bwd", w0 + ".a"));
+  EXPECT_EQ(mm.predict(), expected);
+}

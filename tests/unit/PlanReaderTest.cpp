@@ -200,4 +200,10 @@ TEST(PlanReader, ReadsActivationCheckpoint) {
   EXPECT_EQ(errorOf(doc, R"x({"fqn": "layers.*"})x", R"x({"fqn": "layers.*", "impl": "reentrant"})x"),
             "activation_checkpoint[0]: unknown key 'impl'");
   EXPECT_EQ(errorOf(doc, R"x({"fqn": "layers.*"})x", R"x({"fqn": 3})x"), "activation_checkpoint[0].fqn: expected a string");
+  EXPECT_EQ(errorOf(doc, R"x({"fqn": "layers.*"})x", R"x({"fqn": "layers.*", "save_ops": ["mm"]})x"),
+            "activation_checkpoint[0].save_ops[0]: 'mm' is not an op overload name (namespace.op.overload, e.g. "
+            "'aten.mm.default')");
+  EXPECT_EQ(errorOf(doc, R"x("wrapper": false)x", R"x("wrapper": false, "save_ops": ["aten.mm.default"])x"),
+            "activation_checkpoint[1].save_ops: save_ops needs wrapper=true (a selective policy is passed to "
+            "checkpoint_wrapper)");
 }
