@@ -2,33 +2,21 @@
 fake process group, same run) for checkpoint_wrapper per block and per sub-block, and the
 refusals, which name the same modules in Python (measure/plan check) and in C++ (predict)."""
 import dataclasses
-import json
 
 import pytest
 import torch
 
 from commlens import plan as planlib
-from commlens._factory import call_model_factory
-from commlens.export import export_model
 from commlens.measure import measure
 from commlens.plan import ActivationCheckpoint, PlanError
+from conftest import export_pt2, save_plan
 
 LLAMA = "examples.llama:llama"
 
 
 @pytest.fixture(scope="module")
 def llama_pt2(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ac")
-    model, args, kwargs = call_model_factory(LLAMA)
-    pt2 = d / "llama.pt2"
-    torch.export.save(export_model(model, args, kwargs), str(pt2))
-    return pt2
-
-
-def _save(plan, tmp_path):
-    path = tmp_path / "plan.json"
-    planlib.save(plan, str(path))
-    return path
+    return export_pt2(LLAMA, tmp_path_factory.mktemp("ac"))
 
 
 def _compare(run_commlens, pt2, path, tmp_path):
@@ -52,7 +40,7 @@ def test_checkpoint_wrapper_counts_match_comm_debug_mode(run_commlens, llama_pt2
     from examples.plans import llama_tp
 
     plan = dataclasses.replace(llama_tp(tp=4), activation_checkpoint=tuple(ActivationCheckpoint(p) for p in ac))
-    measured, _table = _compare(run_commlens, llama_pt2, _save(plan, tmp_path), tmp_path)
+    measured, _table = _compare(run_commlens, llama_pt2, save_plan(plan, tmp_path), tmp_path)
     # The recomputation is there: more backward collectives than without checkpointing, forward unchanged.
     plain = measure(LLAMA, llama_tp(tp=4), phase="both")
     ag = "c10d_functional.all_gather_into_tensor"
@@ -64,7 +52,7 @@ def test_wrapped_names_follow_checkpoint_wrapper(run_commlens, llama_pt2, tmp_pa
     from examples.plans import llama_tp
 
     plan = dataclasses.replace(llama_tp(tp=4), activation_checkpoint=(ActivationCheckpoint("layers.0"),))
-    measured, table = _compare(run_commlens, llama_pt2, _save(plan, tmp_path), tmp_path)
+    measured, table = _compare(run_commlens, llama_pt2, save_plan(plan, tmp_path), tmp_path)
     for names in (measured, table):
         assert "Transformer.layers.0._checkpoint_wrapped_module.attention.wo" in names
         assert "Transformer.layers.0.attention.wo" not in names
@@ -82,7 +70,7 @@ def test_refused_checkpointing_names_the_modules(run_commlens, llama_pt2, tmp_pa
     from examples.plans import llama_tp
 
     plan = dataclasses.replace(llama_tp(tp=4), activation_checkpoint=tuple(ActivationCheckpoint(p) for p in ac))
-    path = _save(plan, tmp_path)
+    path = save_plan(plan, tmp_path)
     with pytest.raises(PlanError) as info:
         measure(LLAMA, str(path))
     assert str(info.value) == f"{path}: {message}"
@@ -129,13 +117,11 @@ def test_selective_policy_sees_dtensor_ops_not_their_redistributions(run_commlen
     from commlens.measure import format_counts
     from torch.distributed.tensor import Shard
 
-    pt2 = tmp_path / "mm.pt2"
-    model, args = mm_net()
-    torch.export.save(export_model(model, args), str(pt2))
+    pt2 = export_pt2(f"{__name__}:mm_net", tmp_path)
     plan = planlib.Plan(mesh_shape=(4,), mesh_dim_names=("tp",), placements={"blk.w": (Shard(0),)},
                         input_placements={0: (Shard(0),)}, inputs_requires_grad=(0,),
                         activation_checkpoint=(ActivationCheckpoint("blk", save_ops=save_ops),))
-    path = _save(plan, tmp_path)
+    path = save_plan(plan, tmp_path)
     predicted = tmp_path / "pred.json"
     r = run_commlens("predict", pt2, "--plan", path, "--phase", "both", "--format", "json", "-o", predicted)
     assert r.returncode == 0, r.stderr

@@ -3,30 +3,19 @@
 import dataclasses
 
 import pytest
-import torch
 
 from commlens import plan as planlib
 from commlens._factory import call_model_factory
-from commlens.export import export_model
 from commlens.measure import measure
 from commlens.plan import FullyShard
+from conftest import export_pt2, save_plan
 
 STACKED = "examples.mlp:stacked_mlp"
 
 
 @pytest.fixture(scope="module")
 def stacked_pt2(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fsdp")
-    model, args, kwargs = call_model_factory(STACKED)
-    pt2 = d / "stacked.pt2"
-    torch.export.save(export_model(model, args, kwargs), str(pt2))
-    return pt2
-
-
-def _save(plan, tmp_path):
-    path = tmp_path / "plan.json"
-    planlib.save(plan, str(path))
-    return path
+    return export_pt2(STACKED, tmp_path_factory.mktemp("fsdp"))
 
 
 def test_reshard_to_smaller_group_with_tp_parameters_is_refused_like_torch(run_commlens, stacked_pt2, tmp_path):
@@ -34,7 +23,7 @@ def test_reshard_to_smaller_group_with_tp_parameters_is_refused_like_torch(run_c
 
     plan = dataclasses.replace(stacked_mlp_tp(tp=2), mesh_shape=(4, 2), mesh_dim_names=("dp", "tp"),
                                fully_shard=(FullyShard("layers.*", ("dp",), reshard_after_forward=2),))
-    path = _save(plan, tmp_path)
+    path = save_plan(plan, tmp_path)
     # torch 2.13 itself refuses it when the first TP block is sharded ...
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -67,7 +56,7 @@ def test_fully_shard_pattern_matching_no_module(run_commlens, stacked_pt2, tmp_p
     from examples.plans import stacked_mlp_fsdp
 
     plan = dataclasses.replace(stacked_mlp_fsdp(dp=4), fully_shard=(FullyShard("blocks.*", ("dp",)),))
-    path = _save(plan, tmp_path)
+    path = save_plan(plan, tmp_path)
     for command in ("check-plan", "predict"):
         r = run_commlens(command, stacked_pt2, "--plan", path)
         assert (r.returncode, r.stdout) == (2, "")
@@ -80,7 +69,7 @@ def test_module_sharded_by_two_units(run_commlens, stacked_pt2, tmp_path):
 
     plan = dataclasses.replace(stacked_mlp_fsdp(dp=4), fully_shard=(FullyShard("layers.*", ("dp",)),
                                                                       FullyShard("layers.1", ("dp",))))
-    path = _save(plan, tmp_path)
+    path = save_plan(plan, tmp_path)
     r = run_commlens("check-plan", stacked_pt2, "--plan", path)
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == (f"commlens: error: {path}: fully_shard pattern 'layers.1' matches module 'layers.1' already "
@@ -93,7 +82,7 @@ def test_explicit_placements_on_a_sharded_parameter(run_commlens, stacked_pt2, t
     from examples.plans import stacked_mlp_fsdp
 
     plan = dataclasses.replace(stacked_mlp_fsdp(dp=4), placements={"layers.1.w1.weight": (Shard(0),)})
-    path = _save(plan, tmp_path)
+    path = save_plan(plan, tmp_path)
     # fully_shard made it a DTensor first; measure refuses to distribute it again ...
     with pytest.raises(planlib.PlanError, match="already a DTensor"):
         measure(STACKED, str(path), phase="forward")

@@ -66,18 +66,10 @@ struct Net : test::TestProgram {
 
   /// "op phase @module" per collective, in issue order.
   std::vector<std::string> predict() {
-    PassManager pm;
-    buildPipeline(pm, /*backward=*/true);
-    PassContext ctx{p, &plan, {}, PredictionState()};
-    if (llvm::Error err = pm.run(ctx)) {
-      ADD_FAILURE() << llvm::toString(std::move(err));
-      return {};
-    }
-    std::vector<std::string> out;
-    for (const CollectiveRecord &r : ctx.state.collectives)
-      out.push_back(fmt::format("{} {} @{}", r.opKey, r.phase == Phase::Forward ? "fwd" : "bwd",
-                                r.module ? r.module->displayName() : "Global"));
-    return out;
+    auto got = test::predictCollectives(p, plan, /*bytes=*/false);
+    if (!got)
+      ADD_FAILURE() << llvm::toString(got.takeError());
+    return got ? *got : std::vector<std::string>{};
   }
 };
 
@@ -147,12 +139,9 @@ TEST(ActivationCheckpoint, NestedCheckpointRefused) {
   Net net;
   net.checkpoint("layers.0");
   net.checkpoint("layers.0.a");
-  PassManager pm;
-  buildPipeline(pm, /*backward=*/true);
-  PassContext ctx{net.p, &net.plan, {}, PredictionState()};
-  llvm::Error err = pm.run(ctx);
-  ASSERT_TRUE(static_cast<bool>(err));
-  EXPECT_EQ(llvm::toString(std::move(err)),
+  auto got = test::predictCollectives(net.p, net.plan, /*bytes=*/false);
+  ASSERT_FALSE(static_cast<bool>(got));
+  EXPECT_EQ(llvm::toString(got.takeError()),
             "activation_checkpoint pattern 'layers.0.a': module Net.layers.0.a overlaps checkpointed module "
             "Net.layers.0 (nested checkpointing is not supported)");
 }

@@ -50,18 +50,10 @@ struct Net : test::TestProgram {
 
   /// "op phase @module bytes" per collective, in issue order.
   std::vector<std::string> predict() {
-    PassManager pm;
-    buildPipeline(pm, /*backward=*/true);
-    PassContext ctx{p, &plan, {}, PredictionState()};
-    if (llvm::Error err = pm.run(ctx)) {
-      ADD_FAILURE() << llvm::toString(std::move(err));
-      return {};
-    }
-    std::vector<std::string> out;
-    for (const CollectiveRecord &r : ctx.state.collectives)
-      out.push_back(fmt::format("{} {} @{} {}", r.opKey, r.phase == Phase::Forward ? "fwd" : "bwd",
-                                r.module ? r.module->displayName() : "Global", r.bytesPerRank));
-    return out;
+    auto got = test::predictCollectives(p, plan, /*bytes=*/true);
+    if (!got)
+      ADD_FAILURE() << llvm::toString(got.takeError());
+    return got ? *got : std::vector<std::string>{};
   }
 };
 

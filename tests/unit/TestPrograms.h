@@ -4,6 +4,9 @@
 
 #include "ir/Graph.h"
 #include "passes/DecomposeToRuntimeOps.h"
+#include "passes/PassManager.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <optional>
@@ -61,5 +64,22 @@ struct TestProgram {
   }
   void output(Value *v) { g.outputs().push_back({OutputKind::UserOutput, v, ""}); }
 };
+
+/// The whole prediction pipeline (forward and backward) on `p`: every collective in issue order
+/// as "op phase @module" (phase fwd/bwd; " bytes" per rank appended with `bytes`).
+inline llvm::Expected<std::vector<std::string>> predictCollectives(ExportedProgram &p, const ShardingPlan &plan,
+                                                                   bool bytes) {
+  PassManager pm;
+  buildPipeline(pm, /*backward=*/true);
+  PassContext ctx{p, &plan, {}, PredictionState()};
+  if (llvm::Error err = pm.run(ctx))
+    return std::move(err);
+  std::vector<std::string> out;
+  for (const CollectiveRecord &r : ctx.state.collectives)
+    out.push_back(fmt::format("{} {} @{}", r.opKey, r.phase == Phase::Forward ? "fwd" : "bwd",
+                              r.module ? r.module->displayName() : "Global") +
+                  (bytes ? fmt::format(" {}", r.bytesPerRank) : ""));
+  return out;
+}
 
 } // namespace commlens::test
