@@ -9,7 +9,7 @@ import torch
 from commlens import plan as planlib
 from commlens.measure import measure
 from commlens.plan import ActivationCheckpoint, PlanError
-from conftest import export_pt2, save_plan
+from integration_helpers import export_pt2, save_plan
 
 LLAMA = "examples.llama:llama"
 

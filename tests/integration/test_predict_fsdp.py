@@ -8,7 +8,7 @@ from commlens import plan as planlib
 from commlens._factory import call_model_factory
 from commlens.measure import measure
 from commlens.plan import FullyShard
-from conftest import export_pt2, save_plan
+from integration_helpers import export_pt2, save_plan
 
 STACKED = "examples.mlp:stacked_mlp"
 
