@@ -135,8 +135,18 @@ public:
       decodeNode(n, {});
     decodeOutputs(g.field("outputs"), gm.field("signature").field("output_specs"));
     if (auto calls = gm.optField("module_call_graph"))
-      for (const JsonRef &entry : calls->items())
-        program_.modulePaths.push_back(entry.field("fqn").asString());
+      for (const JsonRef &entry : calls->items()) {
+        // "path@N" names the module's N-th call; export records one entry per call it preserved.
+        std::string fqn = entry.field("fqn").asString();
+        auto [path, callText] = llvm::StringRef(fqn).split('@');
+        unsigned call = 0;
+        if (!callText.empty() && callText.getAsInteger(10, call))
+          entry.field("fqn").fail(fmt::format("malformed call index in '{}'", fqn));
+        if (call == 0)
+          program_.modulePaths.push_back(path.str());
+        if (auto sig = entry.optField("signature"))
+          graph_.callSignatures().push_back(decodeCallSignature(*sig, path.str(), call));
+      }
   }
 
 private:
@@ -289,6 +299,73 @@ private:
       if (kind == k)
         r.fail(fmt::format("argument variant '{}' is not supported by commlens", kind));
     r.fail(fmt::format("unknown argument variant '{}'", kind));
+  }
+
+  /// A module call's arguments: its in_spec (a serialized pytree spec, "[1, {...}]", of the
+  /// (args, kwargs) pair) over its flattened inputs. The root records no inputs; its leaves are
+  /// the graph's user and constant inputs, in order.
+  CallSignature decodeCallSignature(const JsonRef &sig, std::string path, unsigned call) {
+    CallSignature out{std::move(path), call, {}, {}};
+    std::vector<Argument> leaves;
+    if (out.path.empty()) {
+      for (const InputSpec &in : graph_.inputs())
+        if (in.kind == InputKind::UserInput || in.kind == InputKind::ConstantInput)
+          leaves.push_back(in.value ? Argument(in.value) : Argument(NoneArg{}));
+    } else {
+      for (const JsonRef &in : sig.field("inputs").items())
+        leaves.push_back(decodeArgument(in));
+    }
+    JsonRef specText = sig.field("in_spec");
+    auto parsed = parseJsonText(specText.asString(), specText.path());
+    if (!parsed)
+      specText.fail(takeMessage(parsed.takeError()));
+    JsonRef spec(*parsed, specText.path());
+    if (!spec.raw().is_array() || spec.size() != 2)
+      spec.fail("expected [protocol, treespec]");
+    JsonRef top = spec.at(1);
+    std::vector<JsonRef> halves = top.field("children_spec").items();
+    if (top.field("type").raw() != "builtins.tuple" || halves.size() != 2)
+      top.fail("expected the pytree spec of an (args, kwargs) pair");
+    size_t next = 0;
+    // One argument: a leaf is the flattened input itself; a container keeps its tensors.
+    auto takeArgument = [&](const JsonRef &child) -> Argument {
+      size_t n = countLeaves(child);
+      if (next + n > leaves.size())
+        child.fail(fmt::format("the spec has more leaves than the {} recorded inputs", leaves.size()));
+      size_t first = next;
+      next += n;
+      if (child.field("type").raw().is_null())
+        return leaves[first];
+      TensorList tensors;
+      for (size_t i = first; i < next; ++i)
+        for (Value *v : leaves[i].tensors())
+          tensors.push_back(v);
+      return tensors;
+    };
+    for (const JsonRef &arg : halves[0].field("children_spec").items())
+      out.args.push_back(takeArgument(arg));
+    std::vector<JsonRef> kwargValues = halves[1].field("children_spec").items();
+    JsonRef keysText = halves[1].field("context");
+    auto keys = parseJsonText(keysText.asString(), keysText.path());
+    if (!keys)
+      keysText.fail(takeMessage(keys.takeError()));
+    JsonRef keyList(*keys, keysText.path());
+    if (!keyList.raw().is_array() || keyList.size() != kwargValues.size())
+      keysText.fail(fmt::format("expected {} keyword names", kwargValues.size()));
+    for (size_t i = 0; i < kwargValues.size(); ++i)
+      out.kwargs.emplace_back(keyList.at(i).asString(), takeArgument(kwargValues[i]));
+    if (next != leaves.size())
+      specText.fail(fmt::format("the spec has {} leaves for {} recorded inputs", next, leaves.size()));
+    return out;
+  }
+
+  static size_t countLeaves(const JsonRef &spec) {
+    if (spec.field("type").raw().is_null())
+      return 1;
+    size_t n = 0;
+    for (const JsonRef &child : spec.field("children_spec").items())
+      n += countLeaves(child);
+    return n;
   }
 
   void decodeInputs(const JsonRef &inputs, const JsonRef &specs) {
