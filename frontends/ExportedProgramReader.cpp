@@ -145,7 +145,8 @@ public:
         if (call == 0)
           program_.modulePaths.push_back(path.str());
         if (auto sig = entry.optField("signature"))
-          graph_.callSignatures().push_back(decodeCallSignature(*sig, path.str(), call));
+          if (auto decoded = decodeCallSignature(*sig, path.str(), call))
+            graph_.callSignatures().push_back(std::move(*decoded));
       }
   }
 
@@ -303,8 +304,9 @@ private:
 
   /// A module call's arguments: its in_spec (a serialized pytree spec, "[1, {...}]", of the
   /// (args, kwargs) pair) over its flattened inputs. The root records no inputs; its leaves are
-  /// the graph's user and constant inputs, in order.
-  CallSignature decodeCallSignature(const JsonRef &sig, std::string path, unsigned call) {
+  /// the graph's user and constant inputs, in order. None when export could not resolve the
+  /// call's inputs (a call inside a higher-order region records none).
+  std::optional<CallSignature> decodeCallSignature(const JsonRef &sig, std::string path, unsigned call) {
     CallSignature out{std::move(path), call, {}, {}};
     std::vector<Argument> leaves;
     if (out.path.empty()) {
@@ -326,6 +328,8 @@ private:
     std::vector<JsonRef> halves = top.field("children_spec").items();
     if (top.field("type").raw() != "builtins.tuple" || halves.size() != 2)
       top.fail("expected the pytree spec of an (args, kwargs) pair");
+    if (!out.path.empty() && leaves.empty() && countLeaves(top) > 0)
+      return std::nullopt;
     size_t next = 0;
     // One argument: a leaf is the flattened input itself; a container keeps its tensors.
     auto takeArgument = [&](const JsonRef &child) -> Argument {
@@ -515,6 +519,10 @@ private:
         callPath.push_back(e.callIndex);
 
     try {
+      if (target == "torch.ops.higher_order._export_tracepoint") {
+        aliasTracepoint(n);
+        return;
+      }
       if (llvm::StringRef(target).startswith("torch.ops.higher_order.")) {
         inlineHigherOrderOp(n, target, stack);
         return;
@@ -546,6 +554,28 @@ private:
     } catch (ParseError &e) {
       e.message += fmt::format(" (node '{}' {} in {})", name.empty() ? "?" : name, target, scope->displayName());
       throw;
+    }
+  }
+
+  /// Export strips the markers preserve_module_call_signature puts around each module call,
+  /// except inside higher-order regions: there each result is its tensor operand.
+  void aliasTracepoint(const JsonRef &n) {
+    std::vector<Value *> operands;
+    for (const JsonRef &in : n.field("inputs").items())
+      if (auto [kind, v] = in.field("arg").variant(); kind == "as_tensor")
+        operands.push_back(useTensor(v));
+    std::vector<JsonRef> outs = n.field("outputs").items();
+    if (outs.size() != operands.size())
+      n.field("outputs").fail(fmt::format("_export_tracepoint with {} results for {} tensor operands", outs.size(),
+                                          operands.size()));
+    for (size_t i = 0; i < outs.size(); ++i) {
+      auto [kind, v] = outs[i].variant();
+      if (kind != "as_tensor")
+        outs[i].fail(fmt::format("_export_tracepoint result variant '{}' is not supported by commlens", kind));
+      std::string name = v.field("name").asString();
+      if (ctx().names.count(name))
+        outs[i].fail(fmt::format("value '{}' is defined twice", name));
+      ctx().names[name] = operands[i];
     }
   }
 
