@@ -34,7 +34,9 @@ Model/plan pairs: ``linear_colwise``/``linear_rowwise`` for ``examples.mlp:linea
 ``stacked_mlp_fsdp``/``stacked_mlp_fsdp_tp_nested`` for ``examples.mlp:stacked_mlp``, ``gpt2_tp``/``gpt2_tp_sp``/
 ``gpt2_tp_loss_parallel``/``gpt2_fsdp``/``gpt2_hsdp``/``gpt2_fsdp_tp`` for
 ``examples.gpt2:gpt2``, ``llama_tp``/``llama_2d``/``llama_fsdp_tp``/``llama_hsdp_tp``
-for ``examples.llama:llama``.  ``mlp_nd`` has no parallelize step: explicit
+for ``examples.llama:llama``, ``gated_tp`` for ``examples.kwargs:gated`` (keyword
+inputs), ``shared_mlp_tp`` for ``examples.shared:shared_mlp`` (a module called twice;
+CommDebugMode cannot measure it).  ``mlp_nd`` has no parallelize step: explicit
 placements on both dims of a 2-D mesh.
 """
 
