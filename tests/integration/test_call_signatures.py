@@ -112,3 +112,23 @@ def test_module_called_twice_is_predicted_per_call_with_a_warning(run_commlens, 
                              "*c10d_functional.all_reduce:", "2",
                              "SharedMLPNet.block.w2", "FORWARD", "PASS", "*c10d_functional.all_reduce:", "2",
                              "BACKWARD", "PASS"]
+
+
+def test_kwarg_layout_on_a_non_tensor_is_refused_like_torch(run_commlens, gated_pt2, tmp_path):
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import PrepareModuleInput
+
+    plan = planlib.resolve_plan("examples.plans:gated_tp(tp=4)")
+    styles = dict(plan.parallelize_plan)
+    styles["layers.*.mixer"] = PrepareModuleInput(input_kwarg_layouts={"scale": Replicate()},
+                                                  desired_input_kwarg_layouts={"scale": Replicate()})
+    bad = dataclasses.replace(plan, parallelize_plan=styles)
+    # torch: PrepareModuleInput._prepare_input_arg asserts the argument is a tensor
+    with pytest.raises(AssertionError, match="expecting input to be a torch.Tensor"):
+        measure(GATED, bad)
+    plan_path = tmp_path / "plan.json"
+    planlib.save(bad, str(plan_path))
+    r = run_commlens("predict", gated_pt2, "--plan", plan_path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {gated_pt2}: PrepareModuleInput on GatedNet.layers.0.mixer: keyword argument "
+                        "'scale' is not a tensor but has an input layout\n")
