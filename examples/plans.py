@@ -41,7 +41,9 @@ Model/plan pairs: ``linear_colwise``/``linear_rowwise`` for ``examples.mlp:linea
 ``stacked_mlp_fsdp``/``stacked_mlp_fsdp_tp_nested`` for ``examples.mlp:stacked_mlp``, ``gpt2_tp``/``gpt2_tp_sp``/
 ``gpt2_tp_loss_parallel``/``gpt2_fsdp``/``gpt2_hsdp``/``gpt2_fsdp_tp`` for
 ``examples.gpt2:gpt2``, ``llama_tp``/``llama_2d``/``llama_fsdp_tp``/``llama_hsdp_tp``
-for ``examples.llama:llama``.  ``mlp_nd`` has no parallelize step: explicit
+for ``examples.llama:llama``, ``gated_tp`` for ``examples.kwargs:gated`` (keyword
+inputs), ``shared_mlp_tp`` for ``examples.shared:shared_mlp`` (a module called twice;
+CommDebugMode cannot measure it).  ``mlp_nd`` has no parallelize step: explicit
 placements on both dims of a 2-D mesh.
 """
 
@@ -466,3 +468,54 @@ def stacked_mlp_fsdp_tp_nested_ac(*, dp=2, tp=2, device_type="cpu"):
     units = tuple(FullyShard(fqn, ("dp",)) for fqn in ("layers.*._checkpoint_wrapped_module.w2", "layers.*", ""))
     return dataclasses.replace(base, name="stacked_mlp_fsdp_tp_nested_ac", fully_shard=units,
                                activation_checkpoint=(ActivationCheckpoint("layers.*"),))
+
+
+# ------------------------------------------------- keyword inputs, shared modules
+
+def gated_tp(*, tp=4, root_kwargs=False, context_requires_grad=False, loss="sum", device_type="cpu"):
+    """examples.kwargs:gated.  ``ctx_proj`` RowwiseParallel turns the replicated
+    ``context`` into a sequence-sharded gate (reduce-scatter); every
+    ``layers.*.mixer`` gets ``PrepareModuleInput`` with
+    ``input_kwarg_layouts={"gate": Shard(1)}`` (an all-gather to Replicate per
+    call) and the mixer's Linears are Colwise, Colwise, Rowwise; ``out``
+    Colwise gathers its output.  ``root_kwargs=True`` also gives the root a
+    kwargs-only ``PrepareModuleInput`` (``context`` becomes a Replicate
+    DTensor before ``ctx_proj``); ``context_requires_grad`` marks the keyword
+    input ``context`` ``requires_grad``."""
+    styles = {}
+    if root_kwargs:
+        styles[""] = PrepareModuleInput(input_kwarg_layouts={"context": Replicate()},
+                                        desired_input_kwarg_layouts={"context": Replicate()})
+    styles.update({
+        "ctx_proj": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "layers.*.mixer": PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),),
+                                             input_kwarg_layouts={"gate": Shard(1)},
+                                             desired_input_kwarg_layouts={"gate": Replicate()}),
+        "layers.*.mixer.w_in": ColwiseParallel(),
+        "layers.*.mixer.w_gate": ColwiseParallel(),
+        "layers.*.mixer.w_out": RowwiseParallel(),
+        "out": ColwiseParallel(output_layouts=Replicate()),
+    })
+    plan = _plan("gated_tp" + ("_root_kwargs" if root_kwargs else ""), tp, styles, device_type=device_type,
+                 loss=loss)
+    if context_requires_grad:
+        plan = dataclasses.replace(plan, inputs_requires_grad=("context",))
+    return plan
+
+
+def shared_mlp_tp(*, tp=4, prepare=False, input_requires_grad=False, loss="sum", device_type="cpu"):
+    """examples.shared:shared_mlp, whose ``block`` runs twice per forward:
+    ``block.w1`` Colwise, ``block.w2`` Rowwise, ``head`` Colwise gathering its
+    output.  ``prepare=True`` adds ``PrepareModuleInput`` (Replicate ->
+    Replicate) on ``block``, so each call turns its input into a DTensor once
+    and both Linears share it."""
+    styles = {}
+    if prepare:
+        styles["block"] = PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),))
+    styles.update({
+        "block.w1": ColwiseParallel(),
+        "block.w2": RowwiseParallel(),
+        "head": ColwiseParallel(output_layouts=Replicate()),
+    })
+    return _plan("shared_mlp_tp" + ("_prepare" if prepare else ""), tp, styles, device_type=device_type,
+                 input_requires_grad=input_requires_grad, loss=loss)

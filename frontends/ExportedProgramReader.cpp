@@ -135,8 +135,19 @@ public:
       decodeNode(n, {});
     decodeOutputs(g.field("outputs"), gm.field("signature").field("output_specs"));
     if (auto calls = gm.optField("module_call_graph"))
-      for (const JsonRef &entry : calls->items())
-        program_.modulePaths.push_back(entry.field("fqn").asString());
+      for (const JsonRef &entry : calls->items()) {
+        // "path@N" names the module's N-th call; export records one entry per call it preserved.
+        std::string fqn = entry.field("fqn").asString();
+        auto [path, callText] = llvm::StringRef(fqn).split('@');
+        unsigned call = 0;
+        if (!callText.empty() && callText.getAsInteger(10, call))
+          entry.field("fqn").fail(fmt::format("malformed call index in '{}'", fqn));
+        if (call == 0)
+          program_.modulePaths.push_back(path.str());
+        if (auto sig = entry.optField("signature"))
+          if (auto decoded = decodeCallSignature(*sig, path.str(), call))
+            graph_.callSignatures().push_back(std::move(*decoded));
+      }
   }
 
 private:
@@ -291,6 +302,76 @@ private:
     r.fail(fmt::format("unknown argument variant '{}'", kind));
   }
 
+  /// A module call's arguments: its in_spec (a serialized pytree spec, "[1, {...}]", of the
+  /// (args, kwargs) pair) over its flattened inputs. The root records no inputs; its leaves are
+  /// the graph's user and constant inputs, in order. None when export could not resolve the
+  /// call's inputs (a call inside a higher-order region records none).
+  std::optional<CallSignature> decodeCallSignature(const JsonRef &sig, std::string path, unsigned call) {
+    CallSignature out{std::move(path), call, {}, {}};
+    std::vector<Argument> leaves;
+    if (out.path.empty()) {
+      for (const InputSpec &in : graph_.inputs())
+        if (in.kind == InputKind::UserInput || in.kind == InputKind::ConstantInput)
+          leaves.push_back(in.value ? Argument(in.value) : Argument(NoneArg{}));
+    } else {
+      for (const JsonRef &in : sig.field("inputs").items())
+        leaves.push_back(decodeArgument(in));
+    }
+    JsonRef specText = sig.field("in_spec");
+    auto parsed = parseJsonText(specText.asString(), specText.path());
+    if (!parsed)
+      specText.fail(takeMessage(parsed.takeError()));
+    JsonRef spec(*parsed, specText.path());
+    if (!spec.raw().is_array() || spec.size() != 2)
+      spec.fail("expected [protocol, treespec]");
+    JsonRef top = spec.at(1);
+    std::vector<JsonRef> halves = top.field("children_spec").items();
+    if (top.field("type").raw() != "builtins.tuple" || halves.size() != 2)
+      top.fail("expected the pytree spec of an (args, kwargs) pair");
+    if (!out.path.empty() && leaves.empty() && countLeaves(top) > 0)
+      return std::nullopt;
+    size_t next = 0;
+    // One argument: a leaf is the flattened input itself; a container keeps its tensors.
+    auto takeArgument = [&](const JsonRef &child) -> Argument {
+      size_t n = countLeaves(child);
+      if (next + n > leaves.size())
+        child.fail(fmt::format("the spec has more leaves than the {} recorded inputs", leaves.size()));
+      size_t first = next;
+      next += n;
+      if (child.field("type").raw().is_null())
+        return leaves[first];
+      TensorList tensors;
+      for (size_t i = first; i < next; ++i)
+        for (Value *v : leaves[i].tensors())
+          tensors.push_back(v);
+      return tensors;
+    };
+    for (const JsonRef &arg : halves[0].field("children_spec").items())
+      out.args.push_back(takeArgument(arg));
+    std::vector<JsonRef> kwargValues = halves[1].field("children_spec").items();
+    JsonRef keysText = halves[1].field("context");
+    auto keys = parseJsonText(keysText.asString(), keysText.path());
+    if (!keys)
+      keysText.fail(takeMessage(keys.takeError()));
+    JsonRef keyList(*keys, keysText.path());
+    if (!keyList.raw().is_array() || keyList.size() != kwargValues.size())
+      keysText.fail(fmt::format("expected {} keyword names", kwargValues.size()));
+    for (size_t i = 0; i < kwargValues.size(); ++i)
+      out.kwargs.emplace_back(keyList.at(i).asString(), takeArgument(kwargValues[i]));
+    if (next != leaves.size())
+      specText.fail(fmt::format("the spec has {} leaves for {} recorded inputs", next, leaves.size()));
+    return out;
+  }
+
+  static size_t countLeaves(const JsonRef &spec) {
+    if (spec.field("type").raw().is_null())
+      return 1;
+    size_t n = 0;
+    for (const JsonRef &child : spec.field("children_spec").items())
+      n += countLeaves(child);
+    return n;
+  }
+
   void decodeInputs(const JsonRef &inputs, const JsonRef &specs) {
     std::vector<JsonRef> args = inputs.items();
     std::vector<JsonRef> specList = specs.items();
@@ -438,6 +519,10 @@ private:
         callPath.push_back(e.callIndex);
 
     try {
+      if (target == "torch.ops.higher_order._export_tracepoint") {
+        aliasTracepoint(n);
+        return;
+      }
       if (llvm::StringRef(target).startswith("torch.ops.higher_order.")) {
         inlineHigherOrderOp(n, target, stack);
         return;
@@ -469,6 +554,28 @@ private:
     } catch (ParseError &e) {
       e.message += fmt::format(" (node '{}' {} in {})", name.empty() ? "?" : name, target, scope->displayName());
       throw;
+    }
+  }
+
+  /// Export strips the markers preserve_module_call_signature puts around each module call,
+  /// except inside higher-order regions: there each result is its tensor operand.
+  void aliasTracepoint(const JsonRef &n) {
+    std::vector<Value *> operands;
+    for (const JsonRef &in : n.field("inputs").items())
+      if (auto [kind, v] = in.field("arg").variant(); kind == "as_tensor")
+        operands.push_back(useTensor(v));
+    std::vector<JsonRef> outs = n.field("outputs").items();
+    if (outs.size() != operands.size())
+      n.field("outputs").fail(fmt::format("_export_tracepoint with {} results for {} tensor operands", outs.size(),
+                                          operands.size()));
+    for (size_t i = 0; i < outs.size(); ++i) {
+      auto [kind, v] = outs[i].variant();
+      if (kind != "as_tensor")
+        outs[i].fail(fmt::format("_export_tracepoint result variant '{}' is not supported by commlens", kind));
+      std::string name = v.field("name").asString();
+      if (ctx().names.count(name))
+        outs[i].fail(fmt::format("value '{}' is defined twice", name));
+      ctx().names[name] = operands[i];
     }
   }
 

@@ -451,18 +451,12 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
     for (const std::string &pattern : *list)
       if (!anyMatch(pattern, params))
         return makeError("{} pattern '{}' matches no parameter of {}", key, pattern, rootName);
-  std::vector<std::string> userInputs;
+  size_t numUserInputs = 0;
   for (const InputSpec &in : g.inputs())
-    if (in.kind == InputKind::UserInput)
-      userInputs.push_back(in.target);
-  for (const InputSetting &in : plan.inputs) {
-    unsigned index;
-    bool positional = !llvm::StringRef(in.key).getAsInteger(10, index);
-    bool known = positional ? index < userInputs.size()
-                            : std::find(userInputs.begin(), userInputs.end(), in.key) != userInputs.end();
-    if (!known)
-      return makeError("plan input '{}' is not an input of {} ({} user inputs)", in.key, rootName, userInputs.size());
-  }
+    numUserInputs += in.kind == InputKind::UserInput;
+  for (const InputSetting &in : plan.inputs)
+    if (!g.userInput(in.key))
+      return makeError("plan input '{}' is not an input of {} ({} user inputs)", in.key, rootName, numUserInputs);
   return llvm::Error::success();
 }
 

@@ -123,6 +123,35 @@ const InputSpec *Graph::parameter(llvm::StringRef fqn) const {
   return nullptr;
 }
 
+const CallSignature *Graph::callSignature(llvm::StringRef path, unsigned call) const {
+  for (const CallSignature &s : callSignatures_)
+    if (s.path == path && s.call == call)
+      return &s;
+  return nullptr;
+}
+
+std::optional<Argument> Graph::userInput(llvm::StringRef key) const {
+  unsigned index = 0;
+  bool positional = !key.getAsInteger(10, index);
+  if (const CallSignature *root = callSignature("", 0)) {
+    if (positional)
+      return index < root->args.size() ? std::optional<Argument>(root->args[index]) : std::nullopt;
+    for (const auto &[name, arg] : root->kwargs)
+      if (name == key)
+        return arg;
+    return std::nullopt;
+  }
+  unsigned userIndex = 0;
+  for (const InputSpec &in : inputs_) {
+    if (in.kind != InputKind::UserInput)
+      continue;
+    if ((positional && userIndex == index) || (!positional && in.target == key))
+      return in.value ? Argument(in.value) : Argument(NoneArg{});
+    ++userIndex;
+  }
+  return std::nullopt;
+}
+
 llvm::StringRef name(InputKind k) {
   static constexpr const char *kNames[] = {"user_input", "parameter", "buffer", "tensor_constant",
                                            "custom_obj", "token", "constant_input"};

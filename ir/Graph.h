@@ -119,6 +119,19 @@ struct OutputSpec {
   std::string target;
 };
 
+/// How one module call received its arguments, from the exporter's module_call_graph: recorded
+/// for the root always and for a submodule when export preserved its call signature
+/// (commlens.export preserves every submodule's). Forward hooks see exactly these arguments, so
+/// they say which graph value is which positional or keyword input of the call.
+struct CallSignature {
+  std::string path;  // attribute path; "" is the root
+  unsigned call = 0; // the N of "path@N": the module's N-th call in the forward
+  /// One entry per argument, in call order: the tensor, a constant, None, or (a list, tuple or
+  /// dict argument) a TensorList of its tensors.
+  std::vector<Argument> args;
+  std::vector<std::pair<std::string, Argument>> kwargs;
+};
+
 class Graph {
 public:
   /// A graph with a fresh module-scope tree, or one sharing `scopes` (a rewritten graph keeps
@@ -152,12 +165,22 @@ public:
   /// Input spec of a parameter by FQN, or null.
   const InputSpec *parameter(llvm::StringRef fqn) const;
 
+  std::vector<CallSignature> &callSignatures() { return callSignatures_; }
+  const std::vector<CallSignature> &callSignatures() const { return callSignatures_; }
+  /// The recorded signature of a module's call, or null.
+  const CallSignature *callSignature(llvm::StringRef path, unsigned call) const;
+  /// The user input a plan names by position ("0") or keyword ("mask"): by the root's call
+  /// signature; in a graph without one, the N-th user input or the one of that name. Null when
+  /// the model has no such input; a non-tensor argument for an input that is a constant.
+  std::optional<Argument> userInput(llvm::StringRef key) const;
+
 private:
   std::vector<std::unique_ptr<Value>> values_;
   llvm::StringMap<Value *> valuesByName_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<InputSpec> inputs_;
   std::vector<OutputSpec> outputs_;
+  std::vector<CallSignature> callSignatures_;
   std::shared_ptr<ModuleScopeTree> scopes_;
   unsigned uniqueCounter_ = 0;
 };

@@ -105,6 +105,24 @@ Node *GraphBuilder::emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4>
 }
 
 std::unique_ptr<Graph> GraphBuilder::finish() {
+  // A call's argument that no longer exists (a pass dropped its producer) reads as None: no hook
+  // can apply to it any more.
+  auto mapArgument = [&](const Argument &old) {
+    for (const Value *v : old.tensors())
+      if (!map_.count(v))
+        return Argument(NoneArg{});
+    if (old.is<SymIntArg>() && old.get<SymIntArg>().value && !map_.count(old.get<SymIntArg>().value))
+      return Argument(NoneArg{});
+    return map(old);
+  };
+  for (const CallSignature &sig : src_.callSignatures()) {
+    CallSignature s{sig.path, sig.call, {}, {}};
+    for (const Argument &a : sig.args)
+      s.args.push_back(mapArgument(a));
+    for (const auto &[name, a] : sig.kwargs)
+      s.kwargs.emplace_back(name, mapArgument(a));
+    dst_->callSignatures().push_back(std::move(s));
+  }
   for (const OutputSpec &out : src_.outputs()) {
     OutputSpec o = out;
     o.value = map(out.value);

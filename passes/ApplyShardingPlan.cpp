@@ -28,10 +28,18 @@ std::optional<Placement> first(const std::optional<OptionalPlacements> &list) {
 /// One call of a styled module: its node span, forward inputs and outputs.
 struct ModuleCall {
   const ModuleScope *scope = nullptr;
+  unsigned call = 0;                       // the module's N-th call
   llvm::SmallVector<unsigned, 4> callPath; // of the module itself
   unsigned firstNode = 0, lastNode = 0;
   llvm::DenseSet<const Node *> nodes;
+  /// The tensors the call receives, as FSDP's pre-hook flattens them: by the call signature, or
+  /// (none recorded) the tensors from outside the call in order of first use.
   std::vector<const Value *> inputs, outputs;
+  /// The arguments the styles' pre-hooks see (null: not a tensor). Without a signature, `inputs`
+  /// taken as positional arguments.
+  std::vector<const Value *> args;
+  std::vector<std::pair<std::string, const Value *>> kwargs;
+  bool hasSignature = false;
   std::vector<const ParallelStyle *> styles;
   std::optional<unsigned> fsdpUnit; // the fully_shard unit this module is
   bool gradEnabled = true;          // the grad mode the call runs in (its hooks' too)
@@ -61,7 +69,16 @@ public:
                            u.spec->pattern, u.scope->displayName());
     for (unsigned i = 0; i < ctx_.state.fsdp.units.size(); ++i)
       fsdpUnitOf_[ctx_.state.fsdp.units[i].scope] = i;
-    collectCalls();
+    // Each call runs the styles' hooks again and CommDebugMode names every call alike, so the
+    // counts add up under one module. Its tracker cannot measure such a model, though.
+    for (const ModuleScope *s : graph_.scopes().inForwardOrder())
+      if (s->numCalls() > 1 && s->parent()->numCalls() == 1) // the outermost repeated module
+        ctx_.state.warnings.push_back(
+            fmt::format("{} is called {} times per forward: its calls' counts are added up under its name; "
+                        "CommDebugMode (torch 2.13) cannot measure such a model (IndexError in its module tracker)",
+                        s->displayName(), s->numCalls()));
+    if (llvm::Error err = collectCalls())
+      return err;
     return rewrite();
   }
 
@@ -152,20 +169,20 @@ private:
           ctx_.state.dtensors[in.value] =
               DTensorLayout{spec.placements, fmt::format("plan placements for '{}'", pattern)};
         }
-    unsigned userIndex = 0;
-    for (const InputSpec &in : graph_.inputs()) {
-      if (in.kind != InputKind::UserInput)
+    for (const InputSetting &setting : plan_.inputs) {
+      if (!setting.placements)
         continue;
-      for (const InputSetting &setting : plan_.inputs)
-        if ((setting.key == std::to_string(userIndex) || setting.key == in.target) && setting.placements && in.value)
-          ctx_.state.dtensors[in.value] = DTensorLayout{setting.placements->placements,
-                                                        fmt::format("plan placements for input '{}'", setting.key)};
-      ++userIndex;
+      std::optional<Argument> input = graph_.userInput(setting.key);
+      if (!input || !input->isTensor())
+        return makeError("plan placements for input '{}': the model has no tensor input '{}'", setting.key,
+                         setting.key);
+      ctx_.state.dtensors[input->tensor()] =
+          DTensorLayout{setting.placements->placements, fmt::format("plan placements for input '{}'", setting.key)};
     }
     return llvm::Error::success();
   }
 
-  void collectCalls() {
+  llvm::Error collectCalls() {
     std::map<std::pair<const ModuleScope *, unsigned>, size_t> index;
     for (const auto &n : graph_.nodes()) {
       for (const ModuleScope *s = n->scope(); s; s = s->parent()) {
@@ -179,6 +196,7 @@ private:
         if (fresh) {
           ModuleCall c;
           c.scope = s;
+          c.call = call;
           c.callPath.assign(n->callPath().begin(), n->callPath().begin() + std::min<size_t>(depth, n->callPath().size()));
           c.firstNode = n->index();
           c.gradEnabled = n->gradEnabled();
@@ -209,12 +227,32 @@ private:
     for (ModuleCall &c : calls_) {
       std::string prefix = c.scope->path().empty() ? "" : c.scope->path() + ".";
       llvm::DenseSet<const Value *> seen;
+      if (const CallSignature *sig = graph_.callSignature(c.scope->path(), c.call)) {
+        c.hasSignature = true;
+        llvm::Error err = llvm::Error::success();
+        auto take = [&](const Argument &a) -> const Value * {
+          for (const Value *v : a.tensors()) {
+            if (v->producer() && c.nodes.count(v->producer()) && !err)
+              err = makeError("{}: argument '{}' of its call {} is computed inside the call", c.scope->displayName(),
+                              v->name(), c.call);
+            if (seen.insert(v).second)
+              c.inputs.push_back(v);
+          }
+          return a.isTensor() ? a.tensor() : nullptr;
+        };
+        for (const Argument &a : sig->args)
+          c.args.push_back(take(a));
+        for (const auto &[key, a] : sig->kwargs)
+          c.kwargs.emplace_back(key, take(a));
+        if (err)
+          return err;
+      }
       for (unsigned i = c.firstNode; i <= c.lastNode; ++i) {
         const Node &n = *graph_.nodes()[i];
         if (!c.nodes.count(&n))
           continue;
         for (Value *v : n.operands()) {
-          if (v->kind() != ValueKind::Tensor || seen.count(v))
+          if (c.hasSignature || v->kind() != ValueKind::Tensor || seen.count(v))
             continue;
           if (v->producer() && c.nodes.count(v->producer()))
             continue;
@@ -236,7 +274,10 @@ private:
             c.outputs.push_back(v);
         }
       }
+      if (!c.hasSignature)
+        c.args = c.inputs;
     }
+    return llvm::Error::success();
   }
 
   Value *emitHook(GraphBuilder &b, const ModuleCall &c, llvm::StringRef op, Value *x,
@@ -271,60 +312,133 @@ private:
     values.assign(out.begin(), out.end());
   }
 
-  /// The pre-hooks of one call, in registration order; returns the value each input becomes.
-  llvm::Error preHooks(GraphBuilder &b, const ModuleCall &c, std::vector<Value *> &inputs) {
-    if (c.fsdpUnit)
-      fsdpHook(b, c, "commlens::fsdp_pre_forward", inputs, "pre");
+  /// One pre-hook on one argument: from_local with `layout` (if not a DTensor yet), then a
+  /// redistribute to `desired`.
+  Value *prepareArgument(GraphBuilder &b, const ModuleCall &c, Value *x, const std::optional<Placement> &layout,
+                         const std::optional<Placement> &desired, bool useLocal) {
+    return emitHook(b, c, "commlens::annotate", x,
+                    {{"layout", placementArg(layout), false},
+                     {"desired", placementArg(desired), false},
+                     {"use_local_output", useLocal, false}},
+                    "in");
+  }
+
+  /// PrepareModuleInput(Output)'s pre-hook: input_layouts over the positional arguments (their
+  /// number must match, as torch checks) and, with input_kwarg_layouts, each keyword argument
+  /// passed that the style names.
+  llvm::Error prepareModuleInputs(GraphBuilder &b, const ModuleCall &c, const ParallelStyle &style,
+                                  std::vector<Value *> &args, std::vector<Value *> &kwargs) {
+    bool useLocal = style.kind == ParallelStyle::Kind::PrepareModuleInput ? style.useLocalOutput : style.useLocalInput;
+    auto notTensor = [&](llvm::StringRef which) {
+      return makeError("{} on {}: {} is not a tensor but has an input layout", name(style.kind).str(),
+                       c.scope->displayName(), which.str());
+    };
+    if (style.withKwargs && !c.hasSignature)
+      return makeError("{} on {}: input_kwarg_layouts need the module's call signature, which the program does not "
+                       "record (export with python -m commlens.export, which preserves every submodule's)",
+                       name(style.kind).str(), c.scope->displayName());
+    if (style.inputLayouts) {
+      if (style.inputLayouts->size() != args.size())
+        return makeError("{} on {}: {} input_layouts for {} {}", name(style.kind).str(), c.scope->displayName(),
+                         style.inputLayouts->size(), args.size(),
+                         c.hasSignature ? "positional arguments"
+                                        : "tensor inputs found in the graph (in order of first use: the program "
+                                          "records no call signature for the module)");
+      for (size_t i = 0; i < args.size(); ++i) {
+        const std::optional<Placement> &layout = (*style.inputLayouts)[i];
+        if (!layout)
+          continue;
+        if (!args[i])
+          return notTensor(fmt::format("positional argument {}", i));
+        std::optional<Placement> desired =
+            style.desiredInputLayouts && i < style.desiredInputLayouts->size() ? (*style.desiredInputLayouts)[i]
+                                                                               : std::nullopt;
+        args[i] = prepareArgument(b, c, args[i], layout, desired, useLocal);
+      }
+    }
+    if (!style.withKwargs)
+      return llvm::Error::success();
+    for (size_t i = 0; i < kwargs.size(); ++i) {
+      const std::string &key = c.kwargs[i].first;
+      auto layout = style.inputKwargLayouts.find(key);
+      if (layout == style.inputKwargLayouts.end() || !layout->second)
+        continue;
+      if (!kwargs[i])
+        return notTensor(fmt::format("keyword argument '{}'", key));
+      auto desired = style.desiredInputKwargLayouts.find(key);
+      kwargs[i] = prepareArgument(b, c, kwargs[i], layout->second,
+                                  desired == style.desiredInputKwargLayouts.end() ? std::nullopt : desired->second,
+                                  useLocal);
+    }
+    return llvm::Error::success();
+  }
+
+  /// The pre-hooks of one call, in registration order; binds each argument they change to what
+  /// it becomes.
+  llvm::Error preHooks(GraphBuilder &b, const ModuleCall &c) {
+    if (c.fsdpUnit) {
+      std::vector<Value *> values;
+      for (const Value *v : c.inputs)
+        values.push_back(b.map(v));
+      fsdpHook(b, c, "commlens::fsdp_pre_forward", values, "pre");
+      for (size_t i = 0; i < values.size(); ++i)
+        b.bind(c.inputs[i], values[i]);
+    }
+    std::vector<Value *> args, kwargs;
+    for (const Value *v : c.args)
+      args.push_back(v ? b.map(v) : nullptr);
+    for (const auto &[key, v] : c.kwargs)
+      kwargs.push_back(v ? b.map(v) : nullptr);
     for (const ParallelStyle *style : c.styles) {
       switch (style->kind) {
       case ParallelStyle::Kind::Colwise:
       case ParallelStyle::Kind::Rowwise: {
-        if (inputs.empty())
-          return makeError("{} on {}: the module call has no tensor input", name(style->kind).str(), c.scope->displayName());
+        if (args.empty() || !args[0])
+          return makeError("{} on {}: the module call has no positional tensor input", name(style->kind).str(),
+                           c.scope->displayName());
         std::optional<Placement> desired = first(style->desiredInputLayouts);
         if (!desired) // RowwiseParallel picks it per module type when applied
           desired = isEmbedding(*c.scope) ? Placement::replicate() : Placement::shard(-1);
-        inputs[0] = emitHook(b, c, "commlens::annotate", inputs[0],
-                             {{"layout", placementArg(first(style->inputLayouts)), false},
-                              {"desired", placementArg(desired), false},
-                              {"use_local_output", false, false}},
-                             "in");
+        args[0] = prepareArgument(b, c, args[0], first(style->inputLayouts), desired, false);
         break;
       }
       case ParallelStyle::Kind::Sequence:
-        if (inputs.empty())
-          return makeError("SequenceParallel on {}: the module call has no tensor input", c.scope->displayName());
-        inputs[0] = emitHook(b, c, "commlens::sequence_parallel_input", inputs[0],
-                             {{"sharding", placementArg(style->sequenceSharding), false}}, "in");
+        if (args.empty() || !args[0])
+          return makeError("SequenceParallel on {}: the module call has no positional tensor input",
+                           c.scope->displayName());
+        args[0] = emitHook(b, c, "commlens::sequence_parallel_input", args[0],
+                           {{"sharding", placementArg(style->sequenceSharding), false}}, "in");
         break;
       case ParallelStyle::Kind::PrepareModuleInput:
-      case ParallelStyle::Kind::PrepareModuleInputOutput: {
-        if (!style->inputLayouts)
-          break;
-        if (style->inputLayouts->size() != inputs.size())
-          return makeError("{} on {}: {} input_layouts for {} tensor inputs found in the graph (inputs are taken in "
-                           "order of first use)",
-                           name(style->kind).str(), c.scope->displayName(), style->inputLayouts->size(), inputs.size());
-        bool useLocal = style->kind == ParallelStyle::Kind::PrepareModuleInput ? style->useLocalOutput : style->useLocalInput;
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          const std::optional<Placement> &layout = (*style->inputLayouts)[i];
-          if (!layout)
-            continue;
-          std::optional<Placement> desired =
-              style->desiredInputLayouts && i < style->desiredInputLayouts->size() ? (*style->desiredInputLayouts)[i]
-                                                                                   : std::nullopt;
-          inputs[i] = emitHook(b, c, "commlens::annotate", inputs[i],
-                               {{"layout", placementArg(layout), false},
-                                {"desired", placementArg(desired), false},
-                                {"use_local_output", useLocal, false}},
-                               "in");
-        }
+      case ParallelStyle::Kind::PrepareModuleInputOutput:
+        if (llvm::Error err = prepareModuleInputs(b, c, *style, args, kwargs))
+          return err;
         break;
-      }
       case ParallelStyle::Kind::PrepareModuleOutput:
         break;
       }
     }
+    // The graph has one value where the call may have several arguments: a tensor passed twice
+    // must become the same value both times.
+    llvm::DenseMap<const Value *, Value *> becomes;
+    auto rebind = [&](const Value *old, Value *now) -> llvm::Error {
+      if (!old)
+        return llvm::Error::success();
+      auto [it, fresh] = becomes.try_emplace(old, now);
+      if (!fresh && it->second != now)
+        return makeError("{}: tensor '{}' is passed as two arguments that the pre-hooks prepare differently (not "
+                         "supported)",
+                         c.scope->displayName(), old->name());
+      return llvm::Error::success();
+    };
+    for (size_t i = 0; i < args.size(); ++i)
+      if (llvm::Error err = rebind(c.args[i], args[i]))
+        return err;
+    for (size_t i = 0; i < kwargs.size(); ++i)
+      if (llvm::Error err = rebind(c.kwargs[i].second, kwargs[i]))
+        return err;
+    for (const auto &[old, now] : becomes)
+      b.bind(old, now);
     return llvm::Error::success();
   }
 
@@ -435,15 +549,10 @@ private:
                 [](const ModuleCall *a, const ModuleCall *b) { return a->scope->depth() < b->scope->depth(); });
       for (ModuleCall *c : starting) {
         Saved saved{c, {}};
-        std::vector<Value *> inputs;
-        for (const Value *v : c->inputs) {
+        for (const Value *v : c->inputs) // every argument is among them
           saved.inputs.emplace_back(v, b.map(v));
-          inputs.push_back(b.map(v));
-        }
-        if (llvm::Error err = preHooks(b, *c, inputs))
+        if (llvm::Error err = preHooks(b, *c))
           return err;
-        for (size_t i = 0; i < inputs.size(); ++i)
-          b.bind(c->inputs[i], inputs[i]);
         open.push_back(std::move(saved));
       }
       // Uses of a tied parameter read the copy registered on the using module.

@@ -289,12 +289,9 @@ private:
   // ---- forward recording ----------------------------------------------------------------------
 
   void markLeaves() {
-    unsigned userIndex = 0;
     for (const InputSpec &in : fwd_.inputs()) {
-      if (!in.value || !in.value->meta() || !isFloating(in.value->meta()->dtype)) {
-        userIndex += in.kind == InputKind::UserInput;
+      if (!in.value || !in.value->meta() || !isFloating(in.value->meta()->dtype))
         continue;
-      }
       if (in.kind == InputKind::Parameter) {
         bool frozen = false;
         for (const std::string &p : ctx_.plan->frozen)
@@ -306,10 +303,12 @@ private:
           leaves_.insert(in.value);
       } else if (in.kind == InputKind::UserInput) {
         for (const InputSetting &s : ctx_.plan->inputs)
-          if ((s.key == std::to_string(userIndex) || s.key == in.target) && s.requiresGrad)
-            leaves_.insert(in.value);
+          if (s.requiresGrad) {
+            std::optional<Argument> input = fwd_.userInput(s.key);
+            if (input && input->isTensor() && input->tensor() == in.value)
+              leaves_.insert(in.value);
+          }
       }
-      userIndex += in.kind == InputKind::UserInput;
     }
     for (const InputSpec &in : fwd_.inputs())
       if (in.value && (in.kind == InputKind::Parameter || in.kind == InputKind::Buffer ||

@@ -67,6 +67,7 @@ STACKED = "examples.mlp:stacked_mlp"
 GPT2 = "examples.gpt2:gpt2"
 GPT2_SDPA = "examples.gpt2:gpt2(attn='sdpa')"
 LLAMA = "examples.llama:llama"
+GATED = "examples.kwargs:gated"
 HF_LLAMA = "examples.hf:hf_llama"
 HF_QWEN2 = "examples.hf:hf_qwen2"
 P = "examples.plans:"
@@ -110,6 +111,13 @@ CONFIGS = [
     Config("llama-tp_sp_loss_parallel-tp4-both", LLAMA, P + "llama_tp(tp=4, loss_parallel=True)", "both"),
     Config("llama-tp_sp-dp2xtp2-both", LLAMA, P + "llama_2d(dp=2, tp=2)", "both", ci=True),
     Config("llama-tp-dp2xtp4-forward", LLAMA, P + "llama_2d(dp=2, tp=4, sp=False)", "forward"),
+    # Keyword inputs: PrepareModuleInput with input_kwarg_layouts on blocks called with a keyword
+    # argument, a kwargs-only PrepareModuleInput on the root, a keyword user input requiring grad
+    Config("gated-tp-tp4-both", GATED, P + "gated_tp(tp=4)", "both", ci=True),
+    Config("gated-tp-tp2-forward", GATED, P + "gated_tp(tp=2)", "forward"),
+    Config("gated-tp-tp8-backward", GATED, P + "gated_tp(tp=8)", "backward"),
+    Config("gated-tp_root_kwargs-tp4-context_grad-both", GATED,
+           P + "gated_tp(tp=4, root_kwargs=True, context_requires_grad=True)", "both"),
     # Frozen parameters (requires_grad=False before parallelising): no gradient, no backward comm.
     Config("mlp-tp-tp4-grad-frozen_w1-both", MLP, P + "mlp_tp(tp=4, input_requires_grad=True, frozen=('w1.*',))",
            "both", ci=True),

@@ -6,7 +6,8 @@ CLI::
 
 The factory returns ``(model, args)`` or ``(model, args, kwargs)``.  The model
 is exported non-strict (``torch.export.export(model, args, kwargs,
-strict=False)``) in whatever mode the factory left it (``nn.Module`` default:
+strict=False)``, every submodule's call signature preserved: see
+:func:`export_model`) in whatever mode the factory left it (``nn.Module`` default:
 training mode, so ``aten.dropout`` nodes are kept) and written with
 ``torch.export.save``.  One summary line goes to stdout.
 
@@ -31,8 +32,24 @@ from commlens._factory import call_model_factory
 
 
 def export_model(model, args, kwargs=None):
+    """``torch.export.export`` (non-strict), preserving every submodule's call signature.
+
+    The program then records, per module call (``fqn``, ``fqn@1``, ...), which graph values are
+    its positional and keyword arguments (``module_call_graph``), which commlens needs to apply
+    ``PrepareModuleInput`` and the other styles' input hooks to the right arguments.  The graph
+    itself is the same as without preservation.  When export refuses to preserve them (a module
+    taking arguments it cannot flatten), the model is exported without, with a warning:
+    commlens then takes a module's tensor inputs in order of first use.
+    """
     import torch
 
+    names = tuple(name for name, _ in model.named_modules() if name)
+    try:
+        return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
+                                   preserve_module_call_signature=names)
+    except Exception as err:  # noqa: BLE001 - retried below without the signatures
+        print(f"commlens: warning: exporting without module call signatures "
+              f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})", file=sys.stderr)
     return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
 
 

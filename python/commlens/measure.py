@@ -97,6 +97,7 @@ one process).
 """
 
 import argparse
+import collections
 import json
 import functools
 import math
@@ -420,18 +421,36 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
 
     comm_mode = CommDebugMode()
     ctx = loss_parallel() if plan.loss_parallel else contextlib.nullcontext()
-    with ctx, comm_mode, warnings.catch_warnings():
-        # "Full backward hook is firing when gradients are computed with
-        # respect to module outputs since no inputs require gradients" comes
-        # from CommDebugMode's global backward pre-hook; it is expected here.
-        warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        # fully_shard warns when a unit returns a view (in-place ops on it
-        # would skip its pre-backward hook); measure does no in-place op.
-        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
-        out = model(*args, **kwargs)
-        if phase != "forward":
-            loss = _compute_loss(plan, out, args)
-            loss.backward()
+    # CommDebugMode's module tracker registers a forward hook on every call of a module and
+    # never removes the earlier ones, so a module called twice pops its parent list once too
+    # often and the root's hook raises IndexError (torch 2.13).  Counting calls names it.
+    calls = collections.Counter()
+    counting = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda mod, _args: calls.update((id(mod),)))
+    try:
+        with ctx, comm_mode, warnings.catch_warnings():
+            # "Full backward hook is firing when gradients are computed with
+            # respect to module outputs since no inputs require gradients" comes
+            # from CommDebugMode's global backward pre-hook; it is expected here.
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            # fully_shard warns when a unit returns a view (in-place ops on it
+            # would skip its pre-backward hook); measure does no in-place op.
+            warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+            out = model(*args, **kwargs)
+            if phase != "forward":
+                loss = _compute_loss(plan, out, args)
+                loss.backward()
+    except IndexError:
+        root = type(model).__name__
+        repeated = [(f"{root}.{name}" if name else root, calls[id(mod)])
+                    for name, mod in model.named_modules() if calls[id(mod)] > 1]
+        if not repeated:
+            raise
+        raise CommlensError(model_name, f"CommDebugMode (torch {torch.__version__}) cannot count a model that "
+                            f"calls a module more than once per forward ({repeated[0][0]} is called "
+                            f"{repeated[0][1]} times): its module tracker fails with IndexError") from None
+    finally:
+        counting.remove()
     if json_dump is not None:
         comm_mode.generate_json_dump(file_name=json_dump, noise_level=noise_level)
     return counts_from_comm_mode(comm_mode, phase)

@@ -170,3 +170,69 @@ TEST(ExportedProgramReader, WeightsConfigReadsMetadataOnly) {
   EXPECT_EQ(takeMessage(parseWeightsConfig(R"({"config": {"w": {"is_param": true}}})", **p)),
             "data/weights/model_weights_config.json: config.w: missing required field 'path_name'");
 }
+
+namespace {
+// module_call_graph as torch 2.13 writes it when export preserves call signatures: the root's
+// in_spec covers the user inputs (here x, plus a keyword input "mask" that is x again), fc's
+// second call ("fc@1") was made as fc(x, None, scale=2, pair=[x, linear]).
+constexpr const char *kCallGraph = R"("module_call_graph": [
+  {"fqn": "", "signature": {"inputs": [], "outputs": [],
+   "in_spec": "[1, {\"type\": \"builtins.tuple\", \"context\": \"null\", \"children_spec\": [{\"type\": \"builtins.tuple\", \"context\": \"null\", \"children_spec\": [{\"type\": null, \"context\": null, \"children_spec\": []}]}, {\"type\": \"builtins.dict\", \"context\": \"[]\", \"children_spec\": []}]}]",
+   "out_spec": "", "forward_arg_names": ["x"]}},
+  {"fqn": "fc", "signature": null},
+  {"fqn": "fc@1", "signature": {
+   "inputs": [{"as_tensor": {"name": "x"}}, {"as_none": true}, {"as_int": 2}, {"as_tensor": {"name": "x"}},
+              {"as_tensor": {"name": "linear"}}],
+   "outputs": [{"as_tensor": {"name": "linear"}}],
+   "in_spec": "[1, {\"type\": \"builtins.tuple\", \"context\": \"null\", \"children_spec\": [{\"type\": \"builtins.tuple\", \"context\": \"null\", \"children_spec\": [{\"type\": null, \"context\": null, \"children_spec\": []}, {\"type\": null, \"context\": null, \"children_spec\": []}]}, {\"type\": \"builtins.dict\", \"context\": \"[\\\"scale\\\", \\\"pair\\\"]\", \"children_spec\": [{\"type\": null, \"context\": null, \"children_spec\": []}, {\"type\": \"builtins.list\", \"context\": \"null\", \"children_spec\": [{\"type\": null, \"context\": null, \"children_spec\": []}, {\"type\": null, \"context\": null, \"children_spec\": []}]}]}]}]",
+   "out_spec": "", "forward_arg_names": null}}
+ ])";
+} // namespace
+
+TEST(ExportedProgramReader, DecodesModuleCallSignatures) {
+  auto p = parseExportedProgram(replaced(R"("module_call_graph": [])", kCallGraph));
+  ASSERT_TRUE(static_cast<bool>(p)) << takeMessage(p.takeError());
+  const Graph &g = (*p)->graph();
+  EXPECT_EQ((*p)->modulePaths, (std::vector<std::string>{"", "fc"})); // one path per module, not per call
+  ASSERT_EQ(g.callSignatures().size(), 2u);
+  Value *x = g.lookupValue("x"), *linear = g.lookupValue("linear");
+
+  const CallSignature *root = g.callSignature("", 0);
+  ASSERT_NE(root, nullptr);
+  ASSERT_EQ(root->args.size(), 1u);
+  EXPECT_EQ(root->args[0].tensor(), x);
+  EXPECT_TRUE(root->kwargs.empty());
+  EXPECT_EQ(g.userInput("0")->tensor(), x);
+  EXPECT_FALSE(g.userInput("1"));
+  EXPECT_FALSE(g.userInput("x")); // by position only: x is not a keyword input
+
+  EXPECT_EQ(g.callSignature("fc", 0), nullptr); // not preserved
+  const CallSignature *second = g.callSignature("fc", 1);
+  ASSERT_NE(second, nullptr);
+  ASSERT_EQ(second->args.size(), 2u);
+  EXPECT_EQ(second->args[0].tensor(), x);
+  EXPECT_TRUE(second->args[1].is<NoneArg>());
+  ASSERT_EQ(second->kwargs.size(), 2u);
+  EXPECT_EQ(second->kwargs[0].first, "scale");
+  EXPECT_EQ(second->kwargs[0].second.get<int64_t>(), 2);
+  EXPECT_EQ(second->kwargs[1].first, "pair");
+  EXPECT_EQ(second->kwargs[1].second.tensors(), (llvm::SmallVector<Value *, 4>{x, linear}));
+}
+
+TEST(ExportedProgramReader, CallSignatureLeafCountMustMatchItsInputs) {
+  std::string doc = replaced(R"("module_call_graph": [])", kCallGraph);
+  std::string from = R"({"as_tensor": {"name": "x"}}, {"as_none": true}, )";
+  doc.replace(doc.find(from), from.size(), R"({"as_tensor": {"name": "x"}}, )");
+  std::string err = errorOf(doc);
+  EXPECT_NE(err.find("module_call_graph[2].signature.in_spec"), std::string::npos) << err;
+  EXPECT_NE(err.find("more leaves than the 4 recorded inputs"), std::string::npos) << err;
+}
+
+TEST(ExportedProgramReader, WithoutARootSignatureUserInputsAreTakenInOrder) {
+  auto p = parseExportedProgram(kProgram);
+  ASSERT_TRUE(static_cast<bool>(p)) << takeMessage(p.takeError());
+  const Graph &g = (*p)->graph();
+  EXPECT_EQ(g.userInput("0")->tensor(), g.lookupValue("x"));
+  EXPECT_EQ(g.userInput("x")->tensor(), g.lookupValue("x"));
+  EXPECT_FALSE(g.userInput("1"));
+}
