@@ -61,7 +61,7 @@ struct Net : test::TestProgram {
   }
 
   void checkpoint(std::string pattern, bool wrapper = true) {
-    plan.activationCheckpoint.push_back({std::move(pattern), wrapper});
+    plan.activationCheckpoint.push_back({std::move(pattern), wrapper, {}});
   }
 
   /// "op phase @module" per collective, in issue order.
