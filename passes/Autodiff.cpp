@@ -4,6 +4,7 @@
 #include "ir/GraphBuilder.h"
 #include "passes/ActivationCheckpoint.h"
 #include "passes/DecomposeToRuntimeOps.h"
+#include "passes/Derivatives.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -267,7 +268,7 @@ bool isPreHookOp(const Node &n) {
                                      n.op().name == "fsdp_pre_forward");
 }
 
-class AutodiffBuilder {
+class AutodiffBuilder : public GradEmitter {
 public:
   explicit AutodiffBuilder(PassContext &ctx)
       : ctx_(ctx), state_(ctx.state), fwd_(ctx.program.graph()),
@@ -425,14 +426,7 @@ private:
     return n;
   }
 
-  static bool differentiable(const Node &n) {
-    static const llvm::StringSet<> kNonDiff = {
-        "aten::arange.default", "aten::arange.start", "aten::ones.default", "aten::zeros.default",
-        "aten::full.default", "aten::empty.memory_format", "aten::randint.default", "aten::eq.Scalar",
-        "aten::eq.Tensor", "aten::ne.Scalar", "aten::lt.Scalar", "aten::gt.Scalar", "aten::le.Scalar",
-        "aten::ge.Scalar", "aten::logical_not.default", "aten::argmax.default", "aten::sym_size.int"};
-    return !kNonDiff.count(n.opString());
-  }
+  static bool differentiable(const Node &n) { return !isNonDifferentiable(n.opString()); }
 
   llvm::Error record() {
     // Calls opening (body start) and closing (last node) at each node index.
@@ -656,7 +650,7 @@ private:
       if (n->kind == AGNode::Kind::Op)
         for (size_t i = 0; i < n->next.size() && i < grads->size(); ++i)
           if (n->next[i] && (*grads)[i])
-            (*grads)[i] = sumTo((*grads)[i], *n->next[i].node->slots[n->next[i].slot]->meta(), *n->fwd);
+            (*grads)[i] = sumTo((*grads)[i], *n->next[i].node->slots[n->next[i].slot]->meta());
       for (size_t i = 0; i < n->next.size(); ++i) {
         const Edge &e = n->next[i];
         if (!e)
@@ -783,132 +777,23 @@ private:
     emitFsdpHook("commlens::fsdp_post_backward", unit, {{"grads", grads, false}, {"params", params, false}});
   }
 
-  /// Emits one backward runtime op in the current module; returns its single result.
-  Value *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, TensorMeta meta, llvm::StringRef hint) {
+  // ---- GradEmitter --------------------------------------------------------------------------------
+
+  /// A backward value (in the graph being built).
+  Value *newValue(llvm::StringRef hint, TensorMeta meta) override {
     Value *v = bw_->createUniqueValue(hint, ValueKind::Tensor);
     v->setMeta(std::move(meta));
-    Node *n = bw_->appendNode(v->name(), op, std::move(args), {Argument(v)});
-    n->setScope(const_cast<ModuleScope *>(current_), {});
     return v;
   }
-
-  TensorMeta like(const Value *v) const { return metaOf(v->meta()->dtype, sizesOf(*v->meta()), v->meta()->device); }
-
-  Value *t(Value *x) {
-    auto s = sizesOf(*x->meta());
-    auto st = stridesOf(*x->meta());
-    std::swap(s[0], s[1]);
-    std::swap(st[0], st[1]);
-    return emit("aten::t.default", {{"self", x, false}}, metaOf(x->meta()->dtype, s, x->meta()->device, st), "grad_t");
+  /// Appends one backward runtime op in the current module.
+  Node *emitNode(llvm::StringRef name, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args,
+                 llvm::SmallVector<Argument, 1> results) override {
+    Node *n = bw_->appendNode(name, op, std::move(args), std::move(results));
+    n->setScope(const_cast<ModuleScope *>(current_), {});
+    return n;
   }
-  Value *transpose(Value *x, int64_t d0, int64_t d1) {
-    auto s = sizesOf(*x->meta());
-    auto st = stridesOf(*x->meta());
-    int64_t r = static_cast<int64_t>(s.size());
-    d0 = d0 < 0 ? d0 + r : d0;
-    d1 = d1 < 0 ? d1 + r : d1;
-    std::swap(s[d0], s[d1]);
-    std::swap(st[d0], st[d1]);
-    return emit("aten::transpose.int", {{"self", x, false}, {"dim0", d0, false}, {"dim1", d1, false}},
-                metaOf(x->meta()->dtype, s, x->meta()->device, st), "grad_transpose");
-  }
-  Value *mm(Value *a, Value *b) {
-    auto sa = sizesOf(*a->meta()), sb = sizesOf(*b->meta());
-    return emit("aten::mm.default", {{"self", a, false}, {"mat2", b, false}},
-                metaOf(a->meta()->dtype, {sa[0], sb[1]}, a->meta()->device), "grad_mm");
-  }
-  Value *bmm(Value *a, Value *b) {
-    auto sa = sizesOf(*a->meta()), sb = sizesOf(*b->meta());
-    return emit("aten::bmm.default", {{"self", a, false}, {"mat2", b, false}},
-                metaOf(a->meta()->dtype, {sa[0], sa[1], sb[2]}, a->meta()->device), "grad_bmm");
-  }
-  /// Tensor.reshape: a view when the strides allow one, else clone + _unsafe_view.
-  Value *reshape(Value *x, llvm::ArrayRef<int64_t> sizes) {
-    if (sizesOf(*x->meta()) == llvm::SmallVector<int64_t, 4>(sizes.begin(), sizes.end()))
-      return emit("aten::view.default", {{"self", x, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
-                  metaOf(x->meta()->dtype, sizes, x->meta()->device, stridesOf(*x->meta())), "grad_view");
-    if (auto st = viewStrides(*x->meta(), sizes))
-      return emit("aten::view.default", {{"self", x, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
-                  metaOf(x->meta()->dtype, sizes, x->meta()->device, *st), "grad_view");
-    Value *c = emit("aten::clone.default", {{"self", x, false}, {"memory_format", MemoryFormat::Contiguous, true}},
-                    like(x), "grad_clone");
-    return emit("aten::_unsafe_view.default", {{"self", c, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
-                metaOf(x->meta()->dtype, sizes, x->meta()->device), "grad_view");
-  }
-  /// at::sum_to, as the engine's validate_outputs applies it to a broadcast input's gradient.
-  Value *sumTo(Value *g, const TensorMeta &target, const Node &) {
-    auto gs = sizesOf(*g->meta());
-    auto ts = sizesOf(target);
-    if (gs == ts || gs.size() < ts.size())
-      return g;
-    size_t leading = gs.size() - ts.size();
-    IntList dims;
-    for (size_t i = 0; i < leading; ++i)
-      dims.push_back(static_cast<int64_t>(i));
-    for (size_t i = 0; i < ts.size(); ++i)
-      if (ts[i] == 1 && gs[leading + i] != 1)
-        dims.push_back(static_cast<int64_t>(leading + i));
-    if (dims.empty())
-      return g;
-    llvm::SmallVector<int64_t, 4> kept = gs;
-    for (int64_t d : dims)
-      kept[d] = 1;
-    Value *r = emit("aten::sum.dim_IntList", {{"self", g, false}, {"dim", dims, false}, {"keepdim", true, false}},
-                    metaOf(g->meta()->dtype, kept, g->meta()->device), "grad_sum");
-    if (leading > 0)
-      r = emit("aten::view.default", {{"self", r, false}, {"size", IntList(ts.begin(), ts.end()), false}},
-               metaOf(g->meta()->dtype, ts, g->meta()->device), "grad_view");
-    return r;
-  }
-
-  static bool columnMajor(const Value *v) {
-    if (!v->meta() || v->meta()->rank() != 2)
-      return false;
-    auto s = sizesOf(*v->meta());
-    auto st = stridesOf(*v->meta());
-    if (v->producer() && (v->producer()->opString() == "aten::t.default" ||
-                          v->producer()->opString() == "aten::transpose.int"))
-      return true;
-    return st[0] == 1 && st[1] == s[0];
-  }
-
-  /// mm_mat1_backward (FunctionsManual.cpp): a column-major mat1 gets its grad column-major.
-  Value *mmMat1Backward(Value *g, Value *mat2, const Value *mat1) {
-    if (columnMajor(mat1))
-      return t(mm(mat2, t(g)));
-    return mm(g, t(mat2));
-  }
-  Value *mmMat2Backward(Value *g, Value *mat1, const Value *mat2) {
-    if (columnMajor(mat2))
-      return t(mm(t(g), mat1));
-    return mm(t(mat1), g);
-  }
-
-  std::optional<int64_t> intArg(const Node &n, llvm::StringRef name, std::optional<int64_t> dflt = std::nullopt) {
-    const Argument *a = n.input(name);
-    if (!a || a->isNone())
-      return dflt;
-    return a->asInt();
-  }
-
-  Value *operand(const Node &n, llvm::StringRef name) {
-    const Argument *a = n.input(name);
-    return a && a->isTensor() ? a->tensor() : nullptr;
-  }
-
-  /// Index of the named argument's tensor among the node's tensor operands.
-  static int operandIndex(const Node &n, llvm::StringRef name) {
-    int i = 0;
-    for (const NamedArgument &a : n.inputs())
-      for (Value *v : a.value.tensors()) {
-        if (v->kind() != ValueKind::Tensor)
-          continue;
-        if (a.name == name)
-          return i;
-        ++i;
-      }
-    return -1;
-  }
+  bool lossParallel() const override { return ctx_.plan->lossParallel; }
+  bool isDTensor(const Value *v) const override { return state_.layout(v) != nullptr; }
 
   /// Runs one autograd node; returns the gradient per next edge (null: undefined).
   llvm::Expected<llvm::SmallVector<Value *, 4>> apply(AGNode &a) {
@@ -957,382 +842,21 @@ private:
 
   llvm::Expected<llvm::SmallVector<Value *, 4>> opBackward(AGNode &a, llvm::SmallVector<Value *, 4> out) {
     const Node &n = *a.fwd;
-    llvm::StringRef op = n.opString();
-    Value *g = a.buffer.empty() ? nullptr : a.buffer[0];
-    auto want = [&](llvm::StringRef name) -> int {
-      int i = operandIndex(n, name);
-      return i >= 0 && i < static_cast<int>(a.next.size()) && a.next[i] ? i : -1;
-    };
-    auto set = [&](llvm::StringRef name, Value *v) {
-      if (int i = operandIndex(n, name); i >= 0 && i < static_cast<int>(out.size()))
-        out[i] = v;
-    };
-    const Value *result = n.results().empty() ? nullptr : n.results()[0];
-    if (op == "aten::native_layer_norm.default") {
-      if (!g)
-        return out;
-      Value *input = operand(n, "input"), *weight = operand(n, "weight"), *bias = operand(n, "bias");
-      llvm::SmallVector<Argument, 1> results;
-      Value *gi = bw_->createUniqueValue("grad_layer_norm_input", ValueKind::Tensor);
-      gi->setMeta(like(input));
-      results.push_back(gi);
-      Value *gw = nullptr, *gb = nullptr;
-      if (weight) {
-        gw = bw_->createUniqueValue("grad_layer_norm_weight", ValueKind::Tensor);
-        gw->setMeta(like(weight));
-        results.push_back(gw);
-      } else {
-        results.push_back(NoneArg{});
-      }
-      if (bias) {
-        gb = bw_->createUniqueValue("grad_layer_norm_bias", ValueKind::Tensor);
-        gb->setMeta(like(bias));
-        results.push_back(gb);
-      } else {
-        results.push_back(NoneArg{});
-      }
-      BoolList mask{want("input") >= 0, weight && want("weight") >= 0, bias && want("bias") >= 0};
-      Node *b = bw_->appendNode(gi->name(), "aten::native_layer_norm_backward.default",
-                                {{"grad_out", g, false},
-                                 {"input", input, false},
-                                 {"normalized_shape", *n.input("normalized_shape"), false},
-                                 {"mean", n.results()[1], false},
-                                 {"rstd", n.results()[2], false},
-                                 {"weight", weight ? Argument(weight) : Argument(NoneArg{}), false},
-                                 {"bias", bias ? Argument(bias) : Argument(NoneArg{}), false},
-                                 {"output_mask", mask, false}},
-                                results);
-      b->setScope(const_cast<ModuleScope *>(current_), {});
-      set("input", gi);
-      if (gw)
-        set("weight", gw);
-      if (gb)
-        set("bias", gb);
-      return out;
-    }
-    if (op == "aten::_fused_rms_norm.default") {
-      if (!g)
-        return out;
-      Value *input = operand(n, "input"), *weight = operand(n, "weight");
-      Value *gi = bw_->createUniqueValue("grad_rms_norm_input", ValueKind::Tensor);
-      gi->setMeta(like(input));
-      llvm::SmallVector<Argument, 1> results{gi};
-      Value *gw = nullptr;
-      if (weight) {
-        gw = bw_->createUniqueValue("grad_rms_norm_weight", ValueKind::Tensor);
-        gw->setMeta(like(weight));
-        results.push_back(gw);
-      } else {
-        results.push_back(NoneArg{});
-      }
-      BoolList mask{want("input") >= 0, weight && want("weight") >= 0};
-      Node *b = bw_->appendNode(gi->name(), "aten::_fused_rms_norm_backward.default",
-                                {{"grad_out", g, false},
-                                 {"input", input, false},
-                                 {"normalized_shape", *n.input("normalized_shape"), false},
-                                 {"rstd", n.results()[1], false},
-                                 {"weight", weight ? Argument(weight) : Argument(NoneArg{}), false},
-                                 {"output_mask", mask, false}},
-                                results);
-      b->setScope(const_cast<ModuleScope *>(current_), {});
-      set("input", gi);
-      if (gw)
-        set("weight", gw);
-      return out;
-    }
-    if (op == "aten::_scaled_dot_product_flash_attention_for_cpu.default") {
-      if (!g)
-        return out;
-      Value *q = operand(n, "query"), *k = operand(n, "key"), *v = operand(n, "value");
-      Value *gq = bw_->createUniqueValue("grad_sdpa_q", ValueKind::Tensor);
-      Value *gk = bw_->createUniqueValue("grad_sdpa_k", ValueKind::Tensor);
-      Value *gv = bw_->createUniqueValue("grad_sdpa_v", ValueKind::Tensor);
-      gq->setMeta(like(q));
-      gk->setMeta(like(k));
-      gv->setMeta(like(v));
-      llvm::SmallVector<NamedArgument, 4> args{{"grad_out", g, false}, {"query", q, false}, {"key", k, false},
-                                               {"value", v, false}, {"out", n.results()[0], false},
-                                               {"logsumexp", n.results()[1], false}};
-      for (llvm::StringRef name : {"dropout_p", "is_causal", "attn_mask", "scale"})
-        if (const Argument *x = n.input(name))
-          args.push_back({name.str(), *x, true});
-      Node *b = bw_->appendNode(gq->name(), "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
-                                std::move(args), {Argument(gq), Argument(gk), Argument(gv)});
-      b->setScope(const_cast<ModuleScope *>(current_), {});
-      set("query", gq);
-      set("key", gk);
-      set("value", gv);
-      return out;
-    }
-    if (!g)
-      return out;
-    Value *self = operand(n, "self");
-    if (op == "aten::view.default" || op == "aten::_unsafe_view.default" || op == "aten::reshape.default" ||
-        op == "aten::view_copy.default") {
-      set("self", reshape(g, sizesOf(*self->meta())));
-    } else if (op == "aten::t.default") {
-      set("self", t(g));
-    } else if (op == "aten::transpose.int") {
-      set("self", transpose(g, *intArg(n, "dim0"), *intArg(n, "dim1")));
-    } else if (op == "aten::expand.default") {
-      set("self", sumTo(g, *self->meta(), n));
-    } else if (op == "aten::_to_copy.default") {
-      // ToCopyBackward0: the gradient goes back to the input's dtype (a copy only if it differs)
-      set("self", g->meta()->dtype == self->meta()->dtype
-                      ? g
-                      : emit("aten::_to_copy.default", {{"self", g, false}, {"dtype", self->meta()->dtype, true}},
-                             like(self), "grad_to_copy"));
-    } else if (op == "aten::neg.default") {
-      set("self", emit("aten::neg.default", {{"self", g, false}}, like(g), "grad_neg"));
-    } else if (op == "aten::exp.default") {
-      set("self", emit("aten::mul.Tensor", {{"self", g, false}, {"other", const_cast<Value *>(result), false}}, like(g),
-                       "grad_exp"));
-    } else if (op == "aten::tanh.default" || op == "aten::sigmoid.default") {
-      bool tanh = op == "aten::tanh.default";
-      set("self", emit(tanh ? "aten::tanh_backward.default" : "aten::sigmoid_backward.default",
-                       {{"grad_output", g, false}, {"output", const_cast<Value *>(result), false}}, like(g),
-                       tanh ? "grad_tanh" : "grad_sigmoid"));
-    } else if (op == "aten::sqrt.default") {
-      // grad / (2 * result)
-      Value *two = emit("aten::mul.Scalar", {{"self", const_cast<Value *>(result), false}, {"other", int64_t(2), false}},
-                        like(result), "grad_sqrt_scale");
-      set("self", emit("aten::div.Tensor", {{"self", g, false}, {"other", two, false}}, like(g), "grad_sqrt"));
-    } else if (op == "aten::log.default") {
-      set("self", emit("aten::div.Tensor", {{"self", g, false}, {"other", self, false}}, like(g), "grad_log"));
-    } else if (op == "aten::div.Tensor") {
-      const Argument &other = *n.input("other");
-      if (want("self") >= 0)
-        set("self", emit("aten::div.Tensor", {{"self", g, false}, {"other", other, false}}, like(g), "grad_div"));
-      if (want("other") >= 0 && other.isTensor()) {
-        // -grad * ((self / other) / other)
-        Value *ng = emit("aten::neg.default", {{"self", g, false}}, like(g), "grad_neg");
-        Value *q = emit("aten::div.Tensor", {{"self", self, false}, {"other", other, false}}, like(g), "grad_div");
-        Value *q2 = emit("aten::div.Tensor", {{"self", q, false}, {"other", other, false}}, like(g), "grad_div");
-        set("other", emit("aten::mul.Tensor", {{"self", ng, false}, {"other", q2, false}}, like(g), "grad_mul"));
-      }
-    } else if (op == "aten::permute.default") {
-      IntList dims = *n.input("dims")->asIntList();
-      int64_t rank = static_cast<int64_t>(dims.size());
-      IntList inverse(dims.size());
-      for (int64_t i = 0; i < rank; ++i)
-        inverse[dims[i] < 0 ? dims[i] + rank : dims[i]] = i;
-      auto gs = sizesOf(*g->meta());
-      auto gst = stridesOf(*g->meta());
-      llvm::SmallVector<int64_t, 4> sz, st;
-      for (int64_t d : inverse) {
-        sz.push_back(gs[d]);
-        st.push_back(gst[d]);
-      }
-      set("self", emit("aten::permute.default", {{"self", g, false}, {"dims", inverse, false}},
-                       metaOf(g->meta()->dtype, sz, g->meta()->device, st), "grad_permute"));
-    } else if (op == "aten::squeeze.dim") {
-      auto s0 = sizesOf(*self->meta());
-      int64_t d = *intArg(n, "dim");
-      d = d < 0 ? d + static_cast<int64_t>(s0.size()) : d;
-      set("self", s0[d] == 1 ? emit("aten::unsqueeze.default", {{"self", g, false}, {"dim", d, false}}, like(self),
-                                    "grad_unsqueeze")
-                             : g);
-    } else if (op == "aten::native_dropout.default") {
-      double p = n.input("p") && n.input("p")->is<double>() ? n.input("p")->get<double>() : 0.0;
-      set("input", emit("aten::native_dropout_backward.default",
-                        {{"grad_output", g, false}, {"mask", n.results()[1], false},
-                         {"scale", p == 1.0 ? 0.0 : 1.0 / (1.0 - p), false}},
-                        like(g), "grad_dropout"));
-    } else if (op == "aten::clone.default" || op == "aten::alias.default" || op == "aten::contiguous.default" ||
-               op == "aten::add.Scalar" || op == "aten::add_.Scalar" ||
-               op == "aten::sub.Scalar" || op == "aten::positive.default" || op == "aten::lift_fresh_copy.default") {
-      set("self", g);
-    } else if (op == "aten::addmm.default") {
-      set("self", g);
-      if (want("mat1") >= 0)
-        set("mat1", mmMat1Backward(g, operand(n, "mat2"), operand(n, "mat1")));
-      if (want("mat2") >= 0)
-        set("mat2", mmMat2Backward(g, operand(n, "mat1"), operand(n, "mat2")));
-    } else if (op == "aten::mm.default") {
-      if (want("self") >= 0)
-        set("self", mmMat1Backward(g, operand(n, "mat2"), self));
-      if (want("mat2") >= 0)
-        set("mat2", mmMat2Backward(g, self, operand(n, "mat2")));
-    } else if (op == "aten::bmm.default") {
-      Value *mat2 = operand(n, "mat2");
-      if (want("self") >= 0)
-        set("self", bmm(g, transpose(mat2, 1, 2)));
-      if (want("mat2") >= 0)
-        set("mat2", bmm(transpose(self, 1, 2), g));
-    } else if (op == "aten::relu.default") {
-      set("self", emit("aten::threshold_backward.default",
-                       {{"grad_output", g, false}, {"self", const_cast<Value *>(result), false}, {"threshold", int64_t(0), false}},
-                       like(g), "grad_relu"));
-    } else if (op == "aten::gelu.default") {
-      llvm::SmallVector<NamedArgument, 4> args{{"grad_output", g, false}, {"self", self, false}};
-      if (const Argument *x = n.input("approximate"))
-        args.push_back({"approximate", *x, true});
-      set("self", emit("aten::gelu_backward.default", std::move(args), like(g), "grad_gelu"));
-    } else if (op == "aten::silu.default") {
-      set("self", emit("aten::silu_backward.default", {{"grad_output", g, false}, {"self", self, false}}, like(g),
-                       "grad_silu"));
-    } else if (op == "aten::_softmax.default" || op == "aten::_log_softmax.default") {
-      bool log = op == "aten::_log_softmax.default";
-      Value *gi = emit(log ? "aten::_log_softmax_backward_data.default" : "aten::_softmax_backward_data.default",
-                       {{"grad_output", g, false},
-                        {"output", const_cast<Value *>(result), false},
-                        {"dim", *intArg(n, "dim"), false},
-                        {"input_dtype", self->meta()->dtype, false}},
-                       like(self), log ? "grad_log_softmax" : "grad_softmax");
-      if (log && ctx_.plan->lossParallel && state_.layout(self)) {
-        // loss_parallel's handler returns grad_output.to(input_dtype) (nll_loss_backward already
-        // computed the fused gradient): DTensor dispatches to.dtype and, the dtype unchanged, a
-        // detach of the same tensor.
-        Value *c = emit("aten::to.dtype", {{"self", g, false}, {"dtype", self->meta()->dtype, false}}, like(g),
-                        "grad_log_softmax_to");
-        gi = emit("aten::detach.default", {{"self", c, false}}, like(g), "grad_log_softmax");
-      }
-      set("self", gi);
-    } else if (op == "aten::add.Tensor" || op == "aten::add_.Tensor") {
-      set("self", g);
-      set("other", g);
-    } else if (op == "aten::sub.Tensor") {
-      set("self", g);
-      if (want("other") >= 0)
-        set("other", emit("aten::neg.default", {{"self", g, false}}, like(g), "grad_neg"));
-    } else if (op == "aten::mul.Tensor" || op == "aten::mul_.Tensor") {
-      const Argument &other = *n.input("other"); // a tensor or a wrapped number
-      if (want("self") >= 0)
-        set("self", emit("aten::mul.Tensor", {{"self", g, false}, {"other", other, false}}, like(g), "grad_mul"));
-      if (want("other") >= 0)
-        set("other", emit("aten::mul.Tensor", {{"self", g, false}, {"other", self, false}}, like(g), "grad_mul"));
-    } else if (op == "aten::mul.Scalar" || op == "aten::div.Scalar") {
-      set("self", emit(op, {{"self", g, false}, {"other", *n.input("other"), false}}, like(g), "grad_scale"));
-    } else if (op == "aten::masked_fill.Scalar") {
-      set("self", emit("aten::masked_fill.Scalar",
-                       {{"self", g, false}, {"mask", operand(n, "mask"), false}, {"value", int64_t(0), false}}, like(g),
-                       "grad_masked_fill"));
-    } else if (op == "aten::embedding.default") {
-      Value *weight = operand(n, "weight"), *indices = operand(n, "indices");
-      set("weight", emit("aten::embedding_dense_backward.default",
-                         {{"grad_output", g, false},
-                          {"indices", indices, false},
-                          {"num_weights", sizesOf(*weight->meta())[0], false},
-                          {"padding_idx", intArg(n, "padding_idx", -1).value_or(-1), false},
-                          {"scale_grad_by_freq", false, false}},
-                         like(weight), "grad_embedding"));
-    } else if (op == "aten::sum.default") {
-      auto s = sizesOf(*self->meta());
-      set("self", emit("aten::expand.default", {{"self", g, false}, {"size", IntList(s.begin(), s.end()), false}},
-                       metaOf(g->meta()->dtype, s, g->meta()->device, llvm::SmallVector<int64_t, 4>(s.size(), 0)),
-                       "grad_expand"));
-    } else if (op == "aten::pow.Tensor_Scalar") {
-      // pow_backward: grad * (exponent * self.pow(exponent - 1))
-      const Argument &e = *n.input("exponent");
-      double ex = e.is<double>() ? e.get<double>() : static_cast<double>(e.asInt().value_or(1));
-      Value *p = emit("aten::pow.Tensor_Scalar", {{"self", self, false}, {"exponent", ex - 1, false}}, like(self),
-                      "grad_pow");
-      Value *m = emit("aten::mul.Scalar", {{"self", p, false}, {"other", e, false}}, like(self), "grad_pow_scale");
-      set("self", emit("aten::mul.Tensor", {{"self", g, false}, {"other", m, false}}, like(g), "grad_mul"));
-    } else if (op == "aten::rsqrt.default") {
-      // -0.5 * grad * result.pow(3); the saved result is unpacked as a detached alias (a detach
-      // DTensor dispatches, as CommDebugMode's backward op lists show).
-      Value *saved = emit("aten::detach.default", {{"self", const_cast<Value *>(result), false}}, like(result),
-                          "grad_rsqrt_result");
-      Value *p = emit("aten::pow.Tensor_Scalar", {{"self", saved, false}, {"exponent", 3.0, false}}, like(result),
-                      "grad_rsqrt_pow");
-      Value *a0 = emit("aten::mul.Scalar", {{"self", g, false}, {"other", -0.5, false}}, like(g), "grad_rsqrt_scale");
-      set("self", emit("aten::mul.Tensor", {{"self", a0, false}, {"other", p, false}}, like(g), "grad_mul"));
-    } else if (op == "aten::mean.dim" || op == "aten::sum.dim_IntList") {
-      // sum_backward (unsqueeze the reduced dims unless keepdim, expand), then / numel for mean
-      auto sizes = sizesOf(*self->meta());
-      int64_t rank = static_cast<int64_t>(sizes.size());
-      std::optional<IntList> dims = n.input("dim") ? n.input("dim")->asIntList() : std::nullopt;
-      bool keepdim = n.input("keepdim") && n.input("keepdim")->is<bool>() && n.input("keepdim")->get<bool>();
-      IntList ds;
-      if (dims && !dims->empty())
-        for (int64_t d : *dims)
-          ds.push_back(d < 0 ? d + rank : d);
-      else
-        for (int64_t d = 0; d < rank; ++d)
-          ds.push_back(d);
-      std::sort(ds.begin(), ds.end());
-      Value *x = g;
-      if (!keepdim)
-        for (int64_t d : ds) {
-          auto xs = sizesOf(*x->meta());
-          xs.insert(xs.begin() + d, 1);
-          x = emit("aten::unsqueeze.default", {{"self", x, false}, {"dim", d, false}},
-                   metaOf(x->meta()->dtype, xs, x->meta()->device), "grad_unsqueeze");
-        }
-      x = emit("aten::expand.default", {{"self", x, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
-               metaOf(x->meta()->dtype, sizes, x->meta()->device), "grad_expand");
-      if (op == "aten::mean.dim") {
-        int64_t count = 1;
-        for (int64_t d : ds)
-          count *= sizes[d];
-        x = emit("aten::div.Scalar", {{"self", x, false}, {"other", static_cast<double>(count), false}}, like(self),
-                 "grad_mean");
-      }
-      set("self", x);
-    } else if (op == "aten::unsqueeze.default") {
-      auto s0 = sizesOf(*self->meta());
-      set("self", emit("aten::squeeze.dim", {{"self", g, false}, {"dim", *intArg(n, "dim"), false}},
-                       metaOf(g->meta()->dtype, s0, g->meta()->device), "grad_squeeze"));
-    } else if (op == "aten::select.int") {
-      auto s0 = sizesOf(*self->meta());
-      set("self", emit("aten::select_backward.default",
-                       {{"grad_output", g, false}, {"input_sizes", IntList(s0.begin(), s0.end()), false},
-                        {"dim", *intArg(n, "dim"), false}, {"index", *intArg(n, "index"), false}},
-                       like(self), "grad_select"));
-    } else if (op == "aten::slice.Tensor") {
-      auto s0 = sizesOf(*self->meta());
-      set("self", emit("aten::slice_backward.default",
-                       {{"grad_output", g, false}, {"input_sizes", IntList(s0.begin(), s0.end()), false},
-                        {"dim", intArg(n, "dim", 0).value_or(0), false}, {"start", intArg(n, "start", 0).value_or(0), false},
-                        {"end", intArg(n, "end", INT64_MAX).value_or(INT64_MAX), false},
-                        {"step", intArg(n, "step", 1).value_or(1), false}},
-                       like(self), "grad_slice"));
-    } else if (op == "aten::stack.default" || op == "aten::cat.default") {
-      // stack: grad.unbind(dim); cat: grad.split_with_sizes(sizes, dim)
-      llvm::SmallVector<Value *, 4> parts = n.input("tensors")->tensors();
-      int64_t dim = intArg(n, "dim", 0).value_or(0);
-      int64_t rank = g->meta()->rank();
-      dim = dim < 0 ? dim + rank : dim;
-      llvm::SmallVector<Argument, 1> results;
-      TensorList items;
-      for (Value *p : parts) {
-        Value *r = bw_->createUniqueValue("grad_part", ValueKind::Tensor);
-        r->setMeta(like(p));
-        items.push_back(r);
-      }
-      results.push_back(items);
-      llvm::SmallVector<NamedArgument, 4> args{{"self", g, false}};
-      if (op == "aten::stack.default") {
-        args.push_back({"dim", dim, false});
-      } else {
-        IntList sizes;
-        for (Value *p : parts)
-          sizes.push_back(sizesOf(*p->meta())[dim]);
-        args.push_back({"split_sizes", sizes, false});
-        args.push_back({"dim", dim, false});
-      }
-      Node *b = bw_->appendNode(items.front()->name(),
-                                op == "aten::stack.default" ? "aten::unbind.int" : "aten::split_with_sizes.default",
-                                std::move(args), results);
-      b->setScope(const_cast<ModuleScope *>(current_), {});
-      for (size_t i = 0; i < parts.size() && i < out.size(); ++i)
-        out[i] = items[i];
-    } else if (op == "aten::nll_loss_forward.default") {
-      llvm::SmallVector<NamedArgument, 4> args{{"grad_output", g, false},
-                                               {"self", self, false},
-                                               {"target", operand(n, "target"), false},
-                                               {"weight", *n.input("weight"), false},
-                                               {"reduction", *n.input("reduction"), false},
-                                               {"ignore_index", *n.input("ignore_index"), false},
-                                               {"total_weight", n.results()[1], false}};
-      set("self", emit("aten::nll_loss_backward.default", std::move(args), like(self), "grad_nll_loss"));
-    } else {
-      return makeError("autodiff: no derivative formula for {} (node '{}' in {})", op.str(), n.name(),
+    if (llvm::none_of(a.buffer, [](Value *v) { return v != nullptr; }))
+      return out; // no gradient reached the node: autograd does not run it
+    DerivativeFormula formula = findDerivative(n.opString());
+    if (!formula)
+      return makeError("autodiff: no derivative formula for {} (node '{}' in {})", n.opString(), n.name(),
                        n.scope() ? n.scope()->displayName() : "Global");
-    }
+    llvm::SmallVector<bool, 4> needed;
+    for (const Edge &e : a.next)
+      needed.push_back(static_cast<bool>(e));
+    GradCall call{*this, n, a.buffer, needed, out};
+    if (llvm::Error err = formula(call))
+      return err;
     return out;
   }
+
 
   PassContext &ctx_;
   PredictionState &state_;

@@ -1,0 +1,952 @@
+#include "passes/Derivatives.h"
+
+#include "ir/Error.h"
+#include "passes/DecomposeToRuntimeOps.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <algorithm>
+
+namespace commlens {
+
+namespace {
+
+llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m) {
+  llvm::SmallVector<int64_t, 4> out;
+  for (const SymInt &s : m.sizes)
+    out.push_back(s.hint);
+  return out;
+}
+
+llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m) {
+  llvm::SmallVector<int64_t, 4> out;
+  for (const SymInt &s : m.strides)
+    out.push_back(s.hint);
+  if (out.size() != m.sizes.size()) {
+    out.clear();
+    for (const SymInt &s : contiguousStrides(sizesOf(m)))
+      out.push_back(s.hint);
+  }
+  return out;
+}
+
+TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,
+                  std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt) {
+  TensorMeta m;
+  m.dtype = dtype;
+  m.device = device;
+  for (int64_t s : sizes)
+    m.sizes.push_back(SymInt::concrete(s));
+  if (strides)
+    for (int64_t s : *strides)
+      m.strides.push_back(SymInt::concrete(s));
+  else
+    m.strides = contiguousStrides(sizes);
+  m.storageOffset = SymInt::concrete(0);
+  return m;
+}
+
+int operandIndex(const Node &n, llvm::StringRef name) {
+  int i = 0;
+  for (const NamedArgument &a : n.inputs())
+    for (Value *v : a.value.tensors()) {
+      if (v->kind() != ValueKind::Tensor)
+        continue;
+      if (a.name == name)
+        return i;
+      ++i;
+    }
+  return -1;
+}
+
+bool columnMajor(const Value *v) {
+  if (!v->meta() || v->meta()->rank() != 2)
+    return false;
+  auto s = sizesOf(*v->meta());
+  auto st = stridesOf(*v->meta());
+  if (v->producer() &&
+      (v->producer()->opString() == "aten::t.default" || v->producer()->opString() == "aten::transpose.int"))
+    return true;
+  return st[0] == 1 && st[1] == s[0];
+}
+
+NamedArgument A(llvm::StringRef name, Argument v) { return {name.str(), std::move(v), false}; }
+NamedArgument K(llvm::StringRef name, Argument v) { return {name.str(), std::move(v), true}; }
+Value *mut(const Value *v) { return const_cast<Value *>(v); }
+
+/// A Scalar argument (alpha, beta, value) as a double, when it is a number.
+std::optional<double> numberOf(const Argument *a) {
+  if (!a || a->isNone())
+    return std::nullopt;
+  if (a->is<double>())
+    return a->get<double>();
+  if (a->is<bool>())
+    return a->get<bool>() ? 1.0 : 0.0;
+  if (auto i = a->asInt())
+    return static_cast<double>(*i);
+  return std::nullopt;
+}
+
+/// maybe_multiply(x, s): x * s unless s is the number 1.
+Value *maybeMultiply(GradCall &c, Value *x, const Argument *s) {
+  if (!s || s->isNone())
+    return x;
+  if (auto v = numberOf(s); v && *v == 1.0)
+    return x;
+  return c.e.emit("aten::mul.Scalar", {A("self", x), A("other", *s)}, GradEmitter::like(x), "grad_scale");
+}
+
+Value *unary(GradCall &c, llvm::StringRef op, Value *x, llvm::StringRef hint) {
+  return c.e.emit(op, {A("self", x)}, GradEmitter::like(x), hint);
+}
+Value *binary(GradCall &c, llvm::StringRef op, Value *x, Argument y, llvm::StringRef hint) {
+  return c.e.emit(op, {A("self", x), A("other", std::move(y))}, GradEmitter::like(x), hint);
+}
+Value *mul(GradCall &c, Value *x, Argument y) { return binary(c, "aten::mul.Tensor", x, std::move(y), "grad_mul"); }
+
+using Table = llvm::StringMap<DerivativeFormula>;
+
+// ---- formulas ---------------------------------------------------------------------------------
+
+llvm::Error layerNorm(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  Value *input = c.operand("input"), *weight = c.operand("weight"), *bias = c.operand("bias");
+  llvm::SmallVector<Argument, 1> results;
+  Value *gi = c.e.newValue("grad_layer_norm_input", GradEmitter::like(input));
+  results.push_back(gi);
+  Value *gw = weight ? c.e.newValue("grad_layer_norm_weight", GradEmitter::like(weight)) : nullptr;
+  results.push_back(gw ? Argument(gw) : Argument(NoneArg{}));
+  Value *gb = bias ? c.e.newValue("grad_layer_norm_bias", GradEmitter::like(bias)) : nullptr;
+  results.push_back(gb ? Argument(gb) : Argument(NoneArg{}));
+  BoolList mask{c.want("input"), weight && c.want("weight"), bias && c.want("bias")};
+  c.e.emitNode(gi->name(), "aten::native_layer_norm_backward.default",
+               {A("grad_out", c.g()), A("input", input), A("normalized_shape", *c.n.input("normalized_shape")),
+                A("mean", mut(c.result(1))), A("rstd", mut(c.result(2))),
+                A("weight", weight ? Argument(weight) : Argument(NoneArg{})),
+                A("bias", bias ? Argument(bias) : Argument(NoneArg{})), A("output_mask", mask)},
+               results);
+  c.set("input", gi);
+  if (gw)
+    c.set("weight", gw);
+  if (gb)
+    c.set("bias", gb);
+  return llvm::Error::success();
+}
+
+llvm::Error rmsNorm(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  Value *input = c.operand("input"), *weight = c.operand("weight");
+  Value *gi = c.e.newValue("grad_rms_norm_input", GradEmitter::like(input));
+  Value *gw = weight ? c.e.newValue("grad_rms_norm_weight", GradEmitter::like(weight)) : nullptr;
+  BoolList mask{c.want("input"), weight && c.want("weight")};
+  c.e.emitNode(gi->name(), "aten::_fused_rms_norm_backward.default",
+               {A("grad_out", c.g()), A("input", input), A("normalized_shape", *c.n.input("normalized_shape")),
+                A("rstd", mut(c.result(1))), A("weight", weight ? Argument(weight) : Argument(NoneArg{})),
+                A("output_mask", mask)},
+               {Argument(gi), gw ? Argument(gw) : Argument(NoneArg{})});
+  c.set("input", gi);
+  if (gw)
+    c.set("weight", gw);
+  return llvm::Error::success();
+}
+
+llvm::Error sdpaFlashCpu(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  Value *q = c.operand("query"), *k = c.operand("key"), *v = c.operand("value");
+  Value *gq = c.e.newValue("grad_sdpa_q", GradEmitter::like(q));
+  Value *gk = c.e.newValue("grad_sdpa_k", GradEmitter::like(k));
+  Value *gv = c.e.newValue("grad_sdpa_v", GradEmitter::like(v));
+  llvm::SmallVector<NamedArgument, 4> args{A("grad_out", c.g()), A("query", q), A("key", k), A("value", v),
+                                           A("out", mut(c.result(0))), A("logsumexp", mut(c.result(1)))};
+  for (llvm::StringRef name : {"dropout_p", "is_causal", "attn_mask", "scale"})
+    if (const Argument *x = c.n.input(name))
+      args.push_back(K(name, *x));
+  c.e.emitNode(gq->name(), "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default", std::move(args),
+               {Argument(gq), Argument(gk), Argument(gv)});
+  c.set("query", gq);
+  c.set("key", gk);
+  c.set("value", gv);
+  return llvm::Error::success();
+}
+
+llvm::Error identity(GradCall &c) {
+  c.set("self", c.g());
+  return llvm::Error::success();
+}
+
+llvm::Error viewLike(GradCall &c) {
+  c.set("self", c.e.reshape(c.g(), sizesOf(*c.self()->meta())));
+  return llvm::Error::success();
+}
+
+llvm::Error permute(GradCall &c) {
+  IntList dims = *c.n.input("dims")->asIntList();
+  int64_t rank = static_cast<int64_t>(dims.size());
+  IntList inverse(dims.size());
+  for (int64_t i = 0; i < rank; ++i)
+    inverse[dims[i] < 0 ? dims[i] + rank : dims[i]] = i;
+  Value *g = c.g();
+  auto gs = sizesOf(*g->meta());
+  auto gst = stridesOf(*g->meta());
+  llvm::SmallVector<int64_t, 4> sz, st;
+  for (int64_t d : inverse) {
+    sz.push_back(gs[d]);
+    st.push_back(gst[d]);
+  }
+  c.set("self", c.e.emit("aten::permute.default", {A("self", g), A("dims", inverse)},
+                         metaOf(g->meta()->dtype, sz, g->meta()->device, st), "grad_permute"));
+  return llvm::Error::success();
+}
+
+/// squeeze.dim / squeeze.dims / squeeze.default: unsqueeze_to (each squeezed size-1 dim, ascending).
+llvm::Error squeeze(GradCall &c) {
+  auto s0 = sizesOf(*c.self()->meta());
+  int64_t rank = static_cast<int64_t>(s0.size());
+  IntList dims;
+  if (c.n.input("dim")) {
+    if (auto one = c.intArg("dim"))
+      dims.push_back(*one);
+    else if (auto many = c.n.input("dim")->asIntList())
+      dims = *many;
+  } else {
+    for (int64_t d = 0; d < rank; ++d)
+      dims.push_back(d);
+  }
+  for (int64_t &d : dims)
+    d = d < 0 ? d + rank : d;
+  std::sort(dims.begin(), dims.end());
+  Value *x = c.g();
+  for (int64_t d : dims)
+    if (s0[d] == 1)
+      x = c.e.unsqueeze(x, d);
+  c.set("self", x);
+  return llvm::Error::success();
+}
+
+llvm::Error unsqueezeBackward(GradCall &c) {
+  c.set("self", c.e.emit("aten::squeeze.dim", {A("self", c.g()), A("dim", *c.intArg("dim"))},
+                         GradEmitter::like(c.self()), "grad_squeeze"));
+  return llvm::Error::success();
+}
+
+llvm::Error tBackward(GradCall &c) {
+  c.set("self", c.e.t(c.g()));
+  return llvm::Error::success();
+}
+
+llvm::Error transposeBackward(GradCall &c) {
+  c.set("self", c.e.transpose(c.g(), *c.intArg("dim0"), *c.intArg("dim1")));
+  return llvm::Error::success();
+}
+
+llvm::Error expandBackward(GradCall &c) {
+  c.set("self", c.e.sumTo(c.g(), *c.self()->meta()));
+  return llvm::Error::success();
+}
+
+llvm::Error toCopy(GradCall &c) {
+  Value *g = c.g(), *self = c.self();
+  c.set("self", g->meta()->dtype == self->meta()->dtype
+                    ? g
+                    : c.e.emit("aten::_to_copy.default", {A("self", g), K("dtype", self->meta()->dtype)},
+                               GradEmitter::like(self), "grad_to_copy"));
+  return llvm::Error::success();
+}
+
+llvm::Error nativeDropout(GradCall &c) {
+  std::optional<double> p = c.floatArg("p");
+  double scale = p ? (*p == 1.0 ? 0.0 : 1.0 / (1.0 - *p)) : 1.0;
+  c.set("input", c.e.emit("aten::native_dropout_backward.default",
+                          {A("grad_output", c.g()), A("mask", mut(c.result(1))), A("scale", scale)},
+                          GradEmitter::like(c.g()), "grad_dropout"));
+  return llvm::Error::success();
+}
+
+llvm::Error addmm(GradCall &c) {
+  Value *g = c.g();
+  c.set("self", maybeMultiply(c, g, c.n.input("beta")));
+  if (c.want("mat1"))
+    c.set("mat1", maybeMultiply(c, c.e.mmMat1Backward(g, c.operand("mat2"), c.operand("mat1")), c.n.input("alpha")));
+  if (c.want("mat2"))
+    c.set("mat2", maybeMultiply(c, c.e.mmMat2Backward(g, c.operand("mat1"), c.operand("mat2")), c.n.input("alpha")));
+  return llvm::Error::success();
+}
+
+llvm::Error mmBackward(GradCall &c) {
+  Value *g = c.g(), *self = c.self(), *mat2 = c.operand("mat2");
+  if (c.want("self"))
+    c.set("self", c.e.mmMat1Backward(g, mat2, self));
+  if (c.want("mat2"))
+    c.set("mat2", c.e.mmMat2Backward(g, self, mat2));
+  return llvm::Error::success();
+}
+
+llvm::Error bmmBackward(GradCall &c) {
+  Value *g = c.g(), *self = c.self(), *mat2 = c.operand("mat2");
+  if (c.want("self"))
+    c.set("self", c.e.bmm(g, c.e.transpose(mat2, 1, 2)));
+  if (c.want("mat2"))
+    c.set("mat2", c.e.bmm(c.e.transpose(self, 1, 2), g));
+  return llvm::Error::success();
+}
+
+llvm::Error baddbmm(GradCall &c) {
+  Value *g = c.g();
+  Value *b1 = c.operand("batch1"), *b2 = c.operand("batch2");
+  c.set("self", maybeMultiply(c, g, c.n.input("beta")));
+  if (c.want("batch1"))
+    c.set("batch1", maybeMultiply(c, c.e.bmm(g, c.e.transpose(b2, 1, 2)), c.n.input("alpha")));
+  if (c.want("batch2"))
+    c.set("batch2", maybeMultiply(c, c.e.bmm(c.e.transpose(b1, 1, 2), g), c.n.input("alpha")));
+  return llvm::Error::success();
+}
+
+llvm::Error relu(GradCall &c) {
+  c.set("self", c.e.emit("aten::threshold_backward.default",
+                         {A("grad_output", c.g()), A("self", mut(c.result())), A("threshold", int64_t(0))},
+                         GradEmitter::like(c.g()), "grad_relu"));
+  return llvm::Error::success();
+}
+
+llvm::Error gelu(GradCall &c) {
+  llvm::SmallVector<NamedArgument, 4> args{A("grad_output", c.g()), A("self", c.self())};
+  if (const Argument *x = c.n.input("approximate"))
+    args.push_back(K("approximate", *x));
+  c.set("self", c.e.emit("aten::gelu_backward.default", std::move(args), GradEmitter::like(c.g()), "grad_gelu"));
+  return llvm::Error::success();
+}
+
+llvm::Error silu(GradCall &c) {
+  c.set("self", c.e.emit("aten::silu_backward.default", {A("grad_output", c.g()), A("self", c.self())},
+                         GradEmitter::like(c.g()), "grad_silu"));
+  return llvm::Error::success();
+}
+
+/// tanh / sigmoid: OP_backward(grad, result).
+template <const char *Op>
+llvm::Error outputBackward(GradCall &c) {
+  c.set("self", c.e.emit(Op, {A("grad_output", c.g()), A("output", mut(c.result()))}, GradEmitter::like(c.g()),
+                         "grad_act"));
+  return llvm::Error::success();
+}
+constexpr char kTanhBackward[] = "aten::tanh_backward.default";
+constexpr char kSigmoidBackward[] = "aten::sigmoid_backward.default";
+
+llvm::Error softmax(GradCall &c) {
+  bool log = c.n.opString() == "aten::_log_softmax.default";
+  Value *g = c.g(), *self = c.self();
+  Value *gi = c.e.emit(log ? "aten::_log_softmax_backward_data.default" : "aten::_softmax_backward_data.default",
+                       {A("grad_output", g), A("output", mut(c.result())), A("dim", *c.intArg("dim")),
+                        A("input_dtype", self->meta()->dtype)},
+                       GradEmitter::like(self), log ? "grad_log_softmax" : "grad_softmax");
+  if (log && c.e.lossParallel() && c.e.isDTensor(self)) {
+    // loss_parallel's handler returns grad_output.to(input_dtype) (nll_loss_backward already
+    // computed the fused gradient): DTensor dispatches to.dtype and, the dtype unchanged, a
+    // detach of the same tensor.
+    Value *x = c.e.emit("aten::to.dtype", {A("self", g), A("dtype", self->meta()->dtype)}, GradEmitter::like(g),
+                        "grad_log_softmax_to");
+    gi = c.e.emit("aten::detach.default", {A("self", x)}, GradEmitter::like(g), "grad_log_softmax");
+  }
+  c.set("self", gi);
+  return llvm::Error::success();
+}
+
+llvm::Error add(GradCall &c) {
+  c.set("self", c.g());
+  if (c.want("other"))
+    c.set("other", maybeMultiply(c, c.g(), c.n.input("alpha")));
+  return llvm::Error::success();
+}
+
+llvm::Error sub(GradCall &c) {
+  c.set("self", c.g());
+  if (c.want("other"))
+    c.set("other", maybeMultiply(c, unary(c, "aten::neg.default", c.g(), "grad_neg"), c.n.input("alpha")));
+  return llvm::Error::success();
+}
+
+/// rsub(self, other, alpha) = other - alpha * self.
+llvm::Error rsub(GradCall &c) {
+  if (c.want("self"))
+    c.set("self", maybeMultiply(c, unary(c, "aten::neg.default", c.g(), "grad_neg"), c.n.input("alpha")));
+  if (c.want("other"))
+    c.set("other", c.g());
+  return llvm::Error::success();
+}
+
+llvm::Error mulTensor(GradCall &c) {
+  const Argument &other = *c.n.input("other"); // a tensor or a wrapped number
+  if (c.want("self"))
+    c.set("self", mul(c, c.g(), other));
+  if (c.want("other"))
+    c.set("other", mul(c, c.g(), c.self()));
+  return llvm::Error::success();
+}
+
+llvm::Error scaleByScalar(GradCall &c) {
+  c.set("self", binary(c, c.n.opString(), c.g(), *c.n.input("other"), "grad_scale"));
+  return llvm::Error::success();
+}
+
+llvm::Error divTensor(GradCall &c) {
+  const Argument &other = *c.n.input("other");
+  Value *g = c.g(), *self = c.self();
+  if (c.want("self"))
+    c.set("self", binary(c, "aten::div.Tensor", g, other, "grad_div"));
+  if (c.want("other") && other.isTensor()) {
+    // -grad * ((self / other) / other)
+    Value *ng = unary(c, "aten::neg.default", g, "grad_neg");
+    Value *q = binary(c, "aten::div.Tensor", self, other, "grad_div");
+    Value *q2 = binary(c, "aten::div.Tensor", q, other, "grad_div");
+    c.set("other", mul(c, ng, q2));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error negBackward(GradCall &c) {
+  c.set("self", unary(c, "aten::neg.default", c.g(), "grad_neg"));
+  return llvm::Error::success();
+}
+
+llvm::Error expBackward(GradCall &c) {
+  c.set("self", mul(c, c.g(), mut(c.result())));
+  return llvm::Error::success();
+}
+
+llvm::Error sqrtBackward(GradCall &c) {
+  // grad / (2 * result)
+  Value *two = binary(c, "aten::mul.Scalar", mut(c.result()), int64_t(2), "grad_sqrt_scale");
+  c.set("self", binary(c, "aten::div.Tensor", c.g(), two, "grad_sqrt"));
+  return llvm::Error::success();
+}
+
+llvm::Error logBackward(GradCall &c) {
+  c.set("self", binary(c, "aten::div.Tensor", c.g(), c.self(), "grad_log"));
+  return llvm::Error::success();
+}
+
+llvm::Error rsqrtBackward(GradCall &c) {
+  // -0.5 * grad * result.pow(3); the saved result is unpacked as a detached alias (a detach
+  // DTensor dispatches, as CommDebugMode's backward op lists show).
+  Value *saved = unary(c, "aten::detach.default", mut(c.result()), "grad_rsqrt_result");
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", saved), A("exponent", 3.0)}, GradEmitter::like(saved),
+                      "grad_rsqrt_pow");
+  Value *a0 = binary(c, "aten::mul.Scalar", c.g(), -0.5, "grad_rsqrt_scale");
+  c.set("self", mul(c, a0, p));
+  return llvm::Error::success();
+}
+
+llvm::Error powTensorScalar(GradCall &c) {
+  // pow_backward: grad * (exponent * self.pow(exponent - 1))
+  const Argument &e = *c.n.input("exponent");
+  double ex = numberOf(&e).value_or(1.0);
+  Value *self = c.self();
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", self), A("exponent", ex - 1)}, GradEmitter::like(self),
+                      "grad_pow");
+  Value *m = binary(c, "aten::mul.Scalar", p, e, "grad_pow_scale");
+  c.set("self", mul(c, c.g(), m));
+  return llvm::Error::success();
+}
+
+llvm::Error maskedFill(GradCall &c) {
+  c.set("self", c.e.emit("aten::masked_fill.Scalar", {A("self", c.g()), A("mask", c.operand("mask")), A("value", int64_t(0))},
+                         GradEmitter::like(c.g()), "grad_masked_fill"));
+  return llvm::Error::success();
+}
+
+llvm::Error embedding(GradCall &c) {
+  Value *weight = c.operand("weight"), *indices = c.operand("indices");
+  c.set("weight", c.e.emit("aten::embedding_dense_backward.default",
+                           {A("grad_output", c.g()), A("indices", indices), A("num_weights", sizesOf(*weight->meta())[0]),
+                            A("padding_idx", c.intArg("padding_idx", -1).value_or(-1)),
+                            A("scale_grad_by_freq", c.boolArg("scale_grad_by_freq"))},
+                           GradEmitter::like(weight), "grad_embedding"));
+  return llvm::Error::success();
+}
+
+llvm::Error sumDefault(GradCall &c) {
+  auto s = sizesOf(*c.self()->meta());
+  Value *g = c.g();
+  c.set("self", c.e.emit("aten::expand.default", {A("self", g), A("size", IntList(s.begin(), s.end()))},
+                         metaOf(g->meta()->dtype, s, g->meta()->device, llvm::SmallVector<int64_t, 4>(s.size(), 0)),
+                         "grad_expand"));
+  return llvm::Error::success();
+}
+
+/// sum.dim_IntList / mean.dim / mean.default: sum_backward, then / count for the means.
+llvm::Error sumMeanDim(GradCall &c) {
+  auto sizes = sizesOf(*c.self()->meta());
+  IntList ds = c.reducedDims();
+  // all-reduce (no dim argument): the 0-dim gradient is expanded as it is
+  bool keepdim = c.boolArg("keepdim") || !c.n.input("dim");
+  Value *x = c.e.sumBackward(c.g(), sizes, ds, keepdim);
+  if (llvm::StringRef(c.n.opString()).startswith("aten::mean.")) {
+    int64_t count = 1;
+    for (int64_t d : ds)
+      count *= sizes[d];
+    x = binary(c, "aten::div.Scalar", x, static_cast<double>(count), "grad_mean");
+  }
+  c.set("self", x);
+  return llvm::Error::success();
+}
+
+llvm::Error selectBackward(GradCall &c) {
+  auto s0 = sizesOf(*c.self()->meta());
+  c.set("self", c.e.emit("aten::select_backward.default",
+                         {A("grad_output", c.g()), A("input_sizes", IntList(s0.begin(), s0.end())),
+                          A("dim", *c.intArg("dim")), A("index", *c.intArg("index"))},
+                         GradEmitter::like(c.self()), "grad_select"));
+  return llvm::Error::success();
+}
+
+llvm::Error sliceBackward(GradCall &c) {
+  auto s0 = sizesOf(*c.self()->meta());
+  c.set("self", c.e.emit("aten::slice_backward.default",
+                         {A("grad_output", c.g()), A("input_sizes", IntList(s0.begin(), s0.end())),
+                          A("dim", c.intArg("dim", 0).value_or(0)), A("start", c.intArg("start", 0).value_or(0)),
+                          A("end", c.intArg("end", INT64_MAX).value_or(INT64_MAX)),
+                          A("step", c.intArg("step", 1).value_or(1))},
+                         GradEmitter::like(c.self()), "grad_slice"));
+  return llvm::Error::success();
+}
+
+/// stack: grad.select(dim, i) per input; cat: grad.slice(dim, offset, offset + size) per input
+/// (as DTensor receives cat's and stack's backward).
+llvm::Error stackCat(GradCall &c) {
+  bool stack = c.n.opString() == "aten::stack.default";
+  llvm::SmallVector<Value *, 4> parts = c.n.input("tensors")->tensors();
+  Value *g = c.g();
+  int64_t dim = c.intArg("dim", 0).value_or(0);
+  int64_t rank = g->meta()->rank();
+  dim = dim < 0 ? dim + rank : dim;
+  int64_t offset = 0;
+  for (size_t i = 0; i < parts.size() && i < c.out.size(); ++i) {
+    int64_t size = stack ? 1 : sizesOf(*parts[i]->meta())[dim];
+    if (c.needed[i])
+      c.out[i] = stack ? c.e.emit("aten::select.int", {A("self", g), A("dim", dim), A("index", static_cast<int64_t>(i))},
+                                  GradEmitter::like(parts[i]), "grad_select")
+                       : c.e.emit("aten::slice.Tensor",
+                                  {A("self", g), A("dim", dim), A("start", offset), A("end", offset + size)},
+                                  GradEmitter::like(parts[i]), "grad_slice");
+    offset += size;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error nllLoss(GradCall &c) {
+  llvm::SmallVector<NamedArgument, 4> args{A("grad_output", c.g()),
+                                           A("self", c.self()),
+                                           A("target", c.operand("target")),
+                                           A("weight", *c.n.input("weight")),
+                                           A("reduction", *c.n.input("reduction")),
+                                           A("ignore_index", *c.n.input("ignore_index")),
+                                           A("total_weight", mut(c.result(1)))};
+  c.set("self", c.e.emit("aten::nll_loss_backward.default", std::move(args), GradEmitter::like(c.self()),
+                         "grad_nll_loss"));
+  return llvm::Error::success();
+}
+
+// ---- pointwise math ---------------------------------------------------------------------------
+
+llvm::Error absBackward(GradCall &c) { // grad * self.sgn()
+  c.set("self", mul(c, c.g(), unary(c, "aten::sgn.default", c.self(), "grad_sgn")));
+  return llvm::Error::success();
+}
+
+llvm::Error sinBackward(GradCall &c) { // grad * self.cos()
+  c.set("self", mul(c, c.g(), unary(c, "aten::cos.default", c.self(), "grad_cos")));
+  return llvm::Error::success();
+}
+
+llvm::Error cosBackward(GradCall &c) { // grad * -self.sin()
+  Value *s = unary(c, "aten::sin.default", c.self(), "grad_sin");
+  c.set("self", mul(c, c.g(), unary(c, "aten::neg.default", s, "grad_neg")));
+  return llvm::Error::success();
+}
+
+llvm::Error reciprocalBackward(GradCall &c) { // -grad * (result * result)
+  Value *ng = unary(c, "aten::neg.default", c.g(), "grad_neg");
+  Value *sq = mul(c, mut(c.result()), mut(c.result()));
+  c.set("self", mul(c, ng, sq));
+  return llvm::Error::success();
+}
+
+llvm::Error log1pBackward(GradCall &c) { // grad / (self + 1)
+  Value *s1 = binary(c, "aten::add.Scalar", c.self(), int64_t(1), "grad_add");
+  c.set("self", binary(c, "aten::div.Tensor", c.g(), s1, "grad_log1p"));
+  return llvm::Error::success();
+}
+
+llvm::Error expm1Backward(GradCall &c) { // grad * (result + 1)
+  Value *r1 = binary(c, "aten::add.Scalar", mut(c.result()), int64_t(1), "grad_add");
+  c.set("self", mul(c, c.g(), r1));
+  return llvm::Error::success();
+}
+
+llvm::Error erfBackward(GradCall &c) { // 2/sqrt(pi) * exp(-(self.pow(2))) * grad
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
+                      GradEmitter::like(c.self()), "grad_pow");
+  Value *e = unary(c, "aten::exp.default", unary(c, "aten::neg.default", p, "grad_neg"), "grad_exp");
+  Value *s = binary(c, "aten::mul.Scalar", e, 1.1283791670955126, "grad_scale");
+  c.set("self", mul(c, s, c.g()));
+  return llvm::Error::success();
+}
+
+/// Ops whose derivative is zero (zeros_like(grad)).
+llvm::Error zeroGrad(GradCall &c) {
+  c.set("self", unary(c, "aten::zeros_like.default", c.g(), "grad_zeros"));
+  return llvm::Error::success();
+}
+
+llvm::Error whereBackward(GradCall &c) { // self: where(cond, grad, 0); other: where(cond, 0, grad)
+  Value *cond = c.operand("condition");
+  Value *zero = c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)}, metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device),
+                         "grad_zero");
+  if (c.want("self"))
+    c.set("self", c.e.emit("aten::where.self", {A("condition", cond), A("self", c.g()), A("other", zero)},
+                           GradEmitter::like(c.g()), "grad_where"));
+  if (c.want("other"))
+    c.set("other", c.e.emit("aten::where.self", {A("condition", cond), A("self", zero), A("other", c.g())},
+                            GradEmitter::like(c.g()), "grad_where"));
+  return llvm::Error::success();
+}
+
+/// logsumexp: grad * (self - result).exp(), the reduced dims restored unless keepdim.
+llvm::Error logsumexpBackward(GradCall &c) {
+  IntList ds = c.reducedDims();
+  bool keepdim = c.boolArg("keepdim");
+  Value *g = c.e.unsqueezeMultiple(c.g(), ds, keepdim);
+  Value *r = c.e.unsqueezeMultiple(mut(c.result()), ds, keepdim);
+  Value *d = binary(c, "aten::sub.Tensor", c.self(), r, "grad_sub");
+  c.set("self", mul(c, g, unary(c, "aten::exp.default", d, "grad_exp")));
+  return llvm::Error::success();
+}
+
+/// amax / amin: (grad / mask.sum(dims, keepdim=True)) * mask, mask = (result == self), the
+/// reduced dims restored unless keepdim.
+llvm::Error aminmaxBackward(GradCall &c) {
+  IntList ds = c.reducedDims();
+  bool keepdim = c.boolArg("keepdim");
+  auto ks = sizesOf(*c.self()->meta());
+  for (int64_t d : ds)
+    ks[d] = 1;
+  Value *g = keepdim ? c.g() : c.e.reshape(c.g(), ks);
+  Value *r = keepdim ? mut(c.result()) : c.e.reshape(mut(c.result()), ks);
+  TensorMeta bm = GradEmitter::like(c.self());
+  bm.dtype = ScalarType::Bool;
+  Value *mask = c.e.emit("aten::eq.Tensor", {A("self", r), A("other", c.self())}, bm, "grad_mask");
+  TensorMeta cm = GradEmitter::withSizes(c.self(), ks);
+  cm.dtype = ScalarType::Long;
+  Value *count = c.e.emit("aten::sum.dim_IntList", {A("self", mask), A("dim", ds), A("keepdim", true)}, cm,
+                          "grad_count");
+  Value *q = binary(c, "aten::div.Tensor", g, count, "grad_div");
+  c.set("self", c.e.emit("aten::mul.Tensor", {A("self", q), A("other", mask)}, GradEmitter::like(c.self()), "grad_mul"));
+  return llvm::Error::success();
+}
+
+llvm::Error trilTriu(GradCall &c) {
+  llvm::SmallVector<NamedArgument, 4> args{A("self", c.g())};
+  if (const Argument *d = c.n.input("diagonal"))
+    args.push_back(A("diagonal", *d));
+  c.set("self", c.e.emit(c.n.opString(), std::move(args), GradEmitter::like(c.g()), "grad_tri"));
+  return llvm::Error::success();
+}
+
+const Table &table() {
+  static const Table t = [] {
+    Table m;
+    auto reg = [&](std::initializer_list<llvm::StringRef> ops, DerivativeFormula f) {
+      for (llvm::StringRef op : ops)
+        m[op] = f;
+    };
+    reg({"aten::native_layer_norm.default"}, layerNorm);
+    reg({"aten::_fused_rms_norm.default"}, rmsNorm);
+    reg({"aten::_scaled_dot_product_flash_attention_for_cpu.default"}, sdpaFlashCpu);
+    reg({"aten::view.default", "aten::_unsafe_view.default", "aten::reshape.default", "aten::view_copy.default"},
+        viewLike);
+    reg({"aten::t.default"}, tBackward);
+    reg({"aten::transpose.int"}, transposeBackward);
+    reg({"aten::permute.default"}, permute);
+    reg({"aten::expand.default"}, expandBackward);
+    reg({"aten::squeeze.dim", "aten::squeeze.dims", "aten::squeeze.default"}, squeeze);
+    reg({"aten::unsqueeze.default"}, unsqueezeBackward);
+    reg({"aten::select.int"}, selectBackward);
+    reg({"aten::slice.Tensor"}, sliceBackward);
+    reg({"aten::stack.default", "aten::cat.default"}, stackCat);
+    reg({"aten::_to_copy.default"}, toCopy);
+    reg({"aten::clone.default", "aten::alias.default", "aten::contiguous.default", "aten::add.Scalar",
+         "aten::add_.Scalar", "aten::sub.Scalar", "aten::positive.default", "aten::lift_fresh_copy.default"},
+        identity);
+    reg({"aten::native_dropout.default"}, nativeDropout);
+    reg({"aten::addmm.default"}, addmm);
+    reg({"aten::mm.default"}, mmBackward);
+    reg({"aten::bmm.default"}, bmmBackward);
+    reg({"aten::baddbmm.default"}, baddbmm);
+    reg({"aten::relu.default"}, relu);
+    reg({"aten::gelu.default"}, gelu);
+    reg({"aten::silu.default"}, silu);
+    reg({"aten::tanh.default"}, outputBackward<kTanhBackward>);
+    reg({"aten::sigmoid.default"}, outputBackward<kSigmoidBackward>);
+    reg({"aten::_softmax.default", "aten::_log_softmax.default"}, softmax);
+    reg({"aten::add.Tensor", "aten::add_.Tensor"}, add);
+    reg({"aten::sub.Tensor"}, sub);
+    reg({"aten::rsub.Tensor", "aten::rsub.Scalar"}, rsub);
+    reg({"aten::mul.Tensor", "aten::mul_.Tensor"}, mulTensor);
+    reg({"aten::mul.Scalar", "aten::div.Scalar"}, scaleByScalar);
+    reg({"aten::div.Tensor"}, divTensor);
+    reg({"aten::neg.default"}, negBackward);
+    reg({"aten::exp.default"}, expBackward);
+    reg({"aten::sqrt.default"}, sqrtBackward);
+    reg({"aten::log.default"}, logBackward);
+    reg({"aten::rsqrt.default"}, rsqrtBackward);
+    reg({"aten::pow.Tensor_Scalar"}, powTensorScalar);
+    reg({"aten::abs.default"}, absBackward);
+    reg({"aten::sin.default"}, sinBackward);
+    reg({"aten::cos.default"}, cosBackward);
+    reg({"aten::reciprocal.default"}, reciprocalBackward);
+    reg({"aten::log1p.default"}, log1pBackward);
+    reg({"aten::expm1.default"}, expm1Backward);
+    reg({"aten::erf.default"}, erfBackward);
+    reg({"aten::floor.default", "aten::ceil.default", "aten::round.default", "aten::trunc.default",
+         "aten::sign.default"},
+        zeroGrad);
+    reg({"aten::where.self"}, whereBackward);
+    reg({"aten::masked_fill.Scalar"}, maskedFill);
+    reg({"aten::sum.default"}, sumDefault);
+    reg({"aten::sum.dim_IntList", "aten::mean.dim", "aten::mean.default"}, sumMeanDim);
+    reg({"aten::logsumexp.default"}, logsumexpBackward);
+    reg({"aten::amax.default", "aten::amin.default"}, aminmaxBackward);
+    reg({"aten::tril.default", "aten::triu.default"}, trilTriu);
+    reg({"aten::embedding.default"}, embedding);
+    reg({"aten::nll_loss_forward.default"}, nllLoss);
+    return m;
+  }();
+  return t;
+}
+
+const llvm::StringSet<> &nonDifferentiable() {
+  static const llvm::StringSet<> s = {
+      "aten::arange.default", "aten::arange.start", "aten::arange.start_step", "aten::ones.default",
+      "aten::zeros.default", "aten::full.default", "aten::empty.memory_format", "aten::randint.default",
+      "aten::eq.Scalar", "aten::eq.Tensor", "aten::ne.Scalar", "aten::ne.Tensor", "aten::lt.Scalar",
+      "aten::lt.Tensor", "aten::gt.Scalar", "aten::gt.Tensor", "aten::le.Scalar", "aten::le.Tensor",
+      "aten::ge.Scalar", "aten::ge.Tensor", "aten::logical_not.default", "aten::argmax.default",
+      "aten::argmin.default", "aten::sym_size.int", "aten::detach.default", "aten::zeros_like.default",
+      "aten::ones_like.default", "aten::full_like.default", "aten::empty_like.default", "aten::new_zeros.default",
+      "aten::new_ones.default", "aten::new_full.default", "aten::new_empty.default", "aten::new_empty_strided.default",
+      "aten::rand_like.default", "aten::randn_like.default", "aten::scalar_tensor.default"};
+  return s;
+}
+
+} // namespace
+
+// ---- GradEmitter helpers ----------------------------------------------------------------------
+
+Value *GradEmitter::emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, TensorMeta meta,
+                         llvm::StringRef hint) {
+  Value *v = newValue(hint, std::move(meta));
+  emitNode(v->name(), op, std::move(args), {Argument(v)});
+  return v;
+}
+
+TensorMeta GradEmitter::like(const Value *v) {
+  return metaOf(v->meta()->dtype, sizesOf(*v->meta()), v->meta()->device);
+}
+
+TensorMeta GradEmitter::withSizes(const Value *v, llvm::ArrayRef<int64_t> sizes) {
+  return metaOf(v->meta()->dtype, sizes, v->meta()->device);
+}
+
+Value *GradEmitter::t(Value *x) {
+  auto s = sizesOf(*x->meta());
+  auto st = stridesOf(*x->meta());
+  std::swap(s[0], s[1]);
+  std::swap(st[0], st[1]);
+  return emit("aten::t.default", {A("self", x)}, metaOf(x->meta()->dtype, s, x->meta()->device, st), "grad_t");
+}
+
+Value *GradEmitter::transpose(Value *x, int64_t d0, int64_t d1) {
+  auto s = sizesOf(*x->meta());
+  auto st = stridesOf(*x->meta());
+  int64_t r = static_cast<int64_t>(s.size());
+  d0 = d0 < 0 ? d0 + r : d0;
+  d1 = d1 < 0 ? d1 + r : d1;
+  std::swap(s[d0], s[d1]);
+  std::swap(st[d0], st[d1]);
+  return emit("aten::transpose.int", {A("self", x), A("dim0", d0), A("dim1", d1)},
+              metaOf(x->meta()->dtype, s, x->meta()->device, st), "grad_transpose");
+}
+
+Value *GradEmitter::mm(Value *a, Value *b) {
+  auto sa = sizesOf(*a->meta()), sb = sizesOf(*b->meta());
+  return emit("aten::mm.default", {A("self", a), A("mat2", b)}, metaOf(a->meta()->dtype, {sa[0], sb[1]}, a->meta()->device),
+              "grad_mm");
+}
+
+Value *GradEmitter::bmm(Value *a, Value *b) {
+  auto sa = sizesOf(*a->meta()), sb = sizesOf(*b->meta());
+  return emit("aten::bmm.default", {A("self", a), A("mat2", b)},
+              metaOf(a->meta()->dtype, {sa[0], sa[1], sb[2]}, a->meta()->device), "grad_bmm");
+}
+
+Value *GradEmitter::unsqueeze(Value *x, int64_t d) {
+  auto xs = sizesOf(*x->meta());
+  xs.insert(xs.begin() + d, 1);
+  return emit("aten::unsqueeze.default", {A("self", x), A("dim", d)}, metaOf(x->meta()->dtype, xs, x->meta()->device),
+              "grad_unsqueeze");
+}
+
+Value *GradEmitter::reshape(Value *x, llvm::ArrayRef<int64_t> sizes) {
+  IntList size(sizes.begin(), sizes.end());
+  if (sizesOf(*x->meta()) == llvm::SmallVector<int64_t, 4>(sizes.begin(), sizes.end()))
+    return emit("aten::view.default", {A("self", x), A("size", size)},
+                metaOf(x->meta()->dtype, sizes, x->meta()->device, stridesOf(*x->meta())), "grad_view");
+  if (auto st = viewStrides(*x->meta(), sizes))
+    return emit("aten::view.default", {A("self", x), A("size", size)},
+                metaOf(x->meta()->dtype, sizes, x->meta()->device, *st), "grad_view");
+  Value *c = emit("aten::clone.default", {A("self", x), K("memory_format", MemoryFormat::Contiguous)}, like(x),
+                  "grad_clone");
+  return emit("aten::_unsafe_view.default", {A("self", c), A("size", size)},
+              metaOf(x->meta()->dtype, sizes, x->meta()->device), "grad_view");
+}
+
+Value *GradEmitter::sumTo(Value *g, const TensorMeta &target) {
+  auto gs = sizesOf(*g->meta());
+  auto ts = sizesOf(target);
+  if (gs == ts || gs.size() < ts.size())
+    return g;
+  size_t leading = gs.size() - ts.size();
+  IntList dims;
+  for (size_t i = 0; i < leading; ++i)
+    dims.push_back(static_cast<int64_t>(i));
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (ts[i] == 1 && gs[leading + i] != 1)
+      dims.push_back(static_cast<int64_t>(leading + i));
+  if (dims.empty())
+    return g;
+  llvm::SmallVector<int64_t, 4> kept = gs;
+  for (int64_t d : dims)
+    kept[d] = 1;
+  Value *r = emit("aten::sum.dim_IntList", {A("self", g), A("dim", dims), A("keepdim", true)},
+                  metaOf(g->meta()->dtype, kept, g->meta()->device), "grad_sum");
+  if (leading > 0)
+    r = emit("aten::view.default", {A("self", r), A("size", IntList(ts.begin(), ts.end()))},
+             metaOf(g->meta()->dtype, ts, g->meta()->device), "grad_view");
+  return r;
+}
+
+Value *GradEmitter::mmMat1Backward(Value *g, Value *mat2, const Value *mat1) {
+  if (columnMajor(mat1))
+    return t(mm(mat2, t(g)));
+  return mm(g, t(mat2));
+}
+
+Value *GradEmitter::mmMat2Backward(Value *g, Value *mat1, const Value *mat2) {
+  if (columnMajor(mat2))
+    return t(mm(t(g), mat1));
+  return mm(t(mat1), g);
+}
+
+Value *GradEmitter::unsqueezeMultiple(Value *g, llvm::ArrayRef<int64_t> dims, bool keepdim) {
+  if (keepdim)
+    return g;
+  IntList ds(dims.begin(), dims.end());
+  std::sort(ds.begin(), ds.end());
+  for (int64_t d : ds)
+    g = unsqueeze(g, d);
+  return g;
+}
+
+Value *GradEmitter::sumBackward(Value *g, llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<int64_t> dims, bool keepdim) {
+  Value *x = unsqueezeMultiple(g, dims, keepdim);
+  return emit("aten::expand.default", {A("self", x), A("size", IntList(sizes.begin(), sizes.end()))},
+              metaOf(x->meta()->dtype, sizes, x->meta()->device), "grad_expand");
+}
+
+// ---- GradCall ---------------------------------------------------------------------------------
+
+const Value *GradCall::result(unsigned i) const {
+  auto r = n.results();
+  return i < r.size() ? r[i] : nullptr;
+}
+
+Value *GradCall::operand(llvm::StringRef name) const {
+  const Argument *a = n.input(name);
+  return a && a->isTensor() ? a->tensor() : nullptr;
+}
+
+bool GradCall::want(llvm::StringRef name) const {
+  int i = operandIndex(n, name);
+  return i >= 0 && i < static_cast<int>(needed.size()) && needed[i];
+}
+
+void GradCall::set(llvm::StringRef name, Value *v) {
+  if (int i = operandIndex(n, name); i >= 0 && i < static_cast<int>(out.size()))
+    out[i] = v;
+}
+
+std::optional<int64_t> GradCall::intArg(llvm::StringRef name, std::optional<int64_t> dflt) const {
+  const Argument *a = n.input(name);
+  if (!a || a->isNone())
+    return dflt;
+  return a->asInt();
+}
+
+std::optional<double> GradCall::floatArg(llvm::StringRef name) const { return numberOf(n.input(name)); }
+
+bool GradCall::boolArg(llvm::StringRef name, bool dflt) const {
+  const Argument *a = n.input(name);
+  return a && a->is<bool>() ? a->get<bool>() : dflt;
+}
+
+IntList GradCall::reducedDims(llvm::StringRef name) const {
+  Value *x = self();
+  int64_t rank = x ? x->meta()->rank() : 0;
+  std::optional<IntList> dims;
+  if (const Argument *a = n.input(name); a && !a->isNone()) {
+    if (auto one = a->asInt())
+      dims = IntList{*one};
+    else
+      dims = a->asIntList();
+  }
+  IntList ds;
+  if (dims && !dims->empty())
+    for (int64_t d : *dims)
+      ds.push_back(d < 0 ? d + rank : d);
+  else
+    for (int64_t d = 0; d < rank; ++d)
+      ds.push_back(d);
+  std::sort(ds.begin(), ds.end());
+  return ds;
+}
+
+// ---- registry ---------------------------------------------------------------------------------
+
+DerivativeFormula findDerivative(llvm::StringRef op) {
+  auto it = table().find(op);
+  return it == table().end() ? nullptr : it->second;
+}
+
+bool isNonDifferentiable(llvm::StringRef op) { return nonDifferentiable().count(op); }
+
+std::vector<std::string> derivativeOps() {
+  std::vector<std::string> out;
+  for (const auto &e : table())
+    out.push_back(e.getKey().str());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> nonDifferentiableOps() {
+  std::vector<std::string> out;
+  for (const auto &e : nonDifferentiable())
+    out.push_back(e.getKey().str());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+} // namespace commlens

@@ -1,0 +1,179 @@
+"""Single-op programs for the per-op backward oracle (test_backward_op_oracle.py).
+
+Each case is a tiny module whose forward calls one op on its inputs; the plan turns the inputs into
+DTensors on a 1-D mesh of 2 (fake process group) with the given placements, marks the floating
+ones `requires_grad`, and the loss is `sum`. The oracle compares, per module, the backward ATen
+ops with a DTensor argument and the backward collectives of `commlens predict --phase backward`
+with what CommDebugMode records for `loss.backward()`.
+
+  python tests/backward/op_cases.py OUTDIR [CASE_ID ...]
+
+writes OUTDIR/<id>.pt2, <id>.plan.json, <id>.dump.json (CommDebugMode's generate_json_dump) and
+OUTDIR/manifest.json, all in this one process.
+
+Adding a derivative formula: one entry in passes/Derivatives.cpp and one case here.
+"""
+import json
+import pathlib
+import sys
+
+import torch
+import torch.nn.functional as F
+
+R, S0, S1, S2 = "R", "S0", "S1", "S2"
+
+
+def f32(*shape, lo=None):
+    g = torch.Generator().manual_seed(hash(shape) % 1000)
+    t = torch.randn(*shape, generator=g)
+    return t.abs() + 0.5 if lo == "pos" else t
+
+
+def idx(high, *shape):
+    g = torch.Generator().manual_seed(7)
+    return torch.randint(0, high, shape, generator=g)
+
+
+def mask(*shape):
+    g = torch.Generator().manual_seed(3)
+    return torch.rand(*shape, generator=g) > 0.5
+
+
+# (id, fn, [(tensor, placement)]): floating inputs require grad; every input becomes a DTensor.
+CASES = [
+    # matrix family
+    ("mm", lambda a, b: torch.mm(a, b), [(f32(8, 6), R), (f32(6, 4), R)]),
+    ("mm-shard-row", lambda a, b: torch.mm(a, b), [(f32(8, 6), S0), (f32(6, 4), R)]),
+    ("mm-shard-col", lambda a, b: torch.mm(a, b), [(f32(8, 6), R), (f32(6, 4), S1)]),
+    ("addmm", lambda c, a, b: torch.addmm(c, a, b), [(f32(4), R), (f32(8, 6), R), (f32(6, 4), R)]),
+    ("addmm-alpha-beta", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+     [(f32(8, 4), R), (f32(8, 6), R), (f32(6, 4), R)]),
+    ("bmm", lambda a, b: torch.bmm(a, b), [(f32(2, 4, 6), R), (f32(2, 6, 3), R)]),
+    ("bmm-shard-batch", lambda a, b: torch.bmm(a, b), [(f32(2, 4, 6), S0), (f32(2, 6, 3), S0)]),
+    ("baddbmm", lambda c, a, b: torch.baddbmm(c, a, b, alpha=0.5), [(f32(2, 4, 3), R), (f32(2, 4, 6), R), (f32(2, 6, 3), R)]),
+    # views and shape ops
+    ("t", lambda a: a.t() * 1.0, [(f32(4, 6), R)]),
+    ("transpose", lambda a: a.transpose(0, 2) * 1.0, [(f32(2, 4, 6), R)]),
+    ("permute", lambda a: a.permute(2, 0, 1) * 1.0, [(f32(2, 4, 6), R)]),
+    ("view", lambda a: a.view(8, 6), [(f32(2, 4, 6), R)]),
+    ("view-shard", lambda a: a.view(8, 6), [(f32(2, 4, 6), S0)]),
+    ("flatten", lambda a: a.flatten(1), [(f32(2, 4, 6), R)]),
+    ("expand", lambda a: a.expand(4, 3, 6), [(f32(3, 1), R)]),
+    ("unsqueeze", lambda a: a.unsqueeze(1), [(f32(4, 6), R)]),
+    ("squeeze-dim", lambda a: a.squeeze(1), [(f32(4, 1, 6), R)]),
+    ("squeeze-all", lambda a: a.squeeze(), [(f32(4, 1, 6, 1), R)]),
+    ("cat", lambda a, b: torch.cat([a, b], 1), [(f32(4, 6), R), (f32(4, 2), R)]),
+    ("stack", lambda a, b: torch.stack([a, b], 0), [(f32(4, 6), R), (f32(4, 6), R)]),
+    ("to-bf16", lambda a: a.to(torch.bfloat16), [(f32(4, 6), R)]),
+    ("clone", lambda a: a.clone(), [(f32(4, 6), R)]),
+    ("contiguous", lambda a: a.t().contiguous(), [(f32(4, 6), R)]),
+    ("tril", lambda a: a.tril(), [(f32(4, 4), R)]),
+    ("triu", lambda a: a.triu(1), [(f32(4, 4), R)]),
+    # pointwise
+    ("neg", lambda a: -a, [(f32(4, 6), R)]),
+    ("exp", torch.exp, [(f32(4, 6), R)]),
+    ("tanh", torch.tanh, [(f32(4, 6), R)]),
+    ("sigmoid", torch.sigmoid, [(f32(4, 6), S0)]),
+    ("sqrt", torch.sqrt, [(f32(4, 6, lo="pos"), R)]),
+    ("rsqrt", torch.rsqrt, [(f32(4, 6, lo="pos"), R)]),
+    ("log", torch.log, [(f32(4, 6, lo="pos"), R)]),
+    ("abs", torch.abs, [(f32(4, 6), R)]),
+    ("sin", torch.sin, [(f32(4, 6), R)]),
+    ("cos", torch.cos, [(f32(4, 6), R)]),
+    ("reciprocal", torch.reciprocal, [(f32(4, 6, lo="pos"), R)]),
+    ("log1p", torch.log1p, [(f32(4, 6, lo="pos"), R)]),
+    ("expm1", torch.expm1, [(f32(4, 6), R)]),
+    ("erf", torch.erf, [(f32(4, 6), R)]),
+    ("floor", torch.floor, [(f32(4, 6), R)]),
+    ("relu", torch.relu, [(f32(4, 6), S1)]),
+    ("gelu", F.gelu, [(f32(4, 6), R)]),
+    ("gelu-tanh", lambda a: F.gelu(a, approximate="tanh"), [(f32(4, 6), R)]),
+    ("silu", F.silu, [(f32(4, 6), R)]),
+    ("add", lambda a, b: a + b, [(f32(4, 6), R), (f32(4, 6), R)]),
+    ("add-broadcast", lambda a, b: a + b, [(f32(4, 6), S0), (f32(6), R)]),
+    ("add-alpha", lambda a, b: torch.add(a, b, alpha=3.0), [(f32(4, 6), R), (f32(4, 6), R)]),
+    ("add-scalar", lambda a: a + 2.0, [(f32(4, 6), R)]),
+    ("sub", lambda a, b: a - b, [(f32(4, 6), R), (f32(4, 6), R)]),
+    ("sub-alpha", lambda a, b: torch.sub(a, b, alpha=2.0), [(f32(4, 6), R), (f32(4, 6), R)]),
+    ("rsub", lambda a: 1.0 - a, [(f32(4, 6), R)]),
+    ("mul", lambda a, b: a * b, [(f32(4, 6), R), (f32(4, 6), R)]),
+    ("mul-scalar", lambda a: a * 3.0, [(f32(4, 6), R)]),
+    ("div", lambda a, b: a / b, [(f32(4, 6), R), (f32(4, 6, lo="pos"), R)]),
+    ("div-scalar", lambda a: a / 3.0, [(f32(4, 6), R)]),
+    ("pow2", lambda a: a.pow(2), [(f32(4, 6), R)]),
+    ("pow3", lambda a: a ** 3, [(f32(4, 6), R)]),
+    ("masked-fill", lambda a, m: a.masked_fill(m, 0.0), [(f32(4, 6), R), (mask(4, 6), R)]),
+    ("where", lambda m, a, b: torch.where(m, a, b), [(mask(4, 6), R), (f32(4, 6), R), (f32(4, 6), R)]),
+    # reductions and softmax
+    ("sum", lambda a: a.sum(), [(f32(4, 6), R)]),
+    ("sum-dim", lambda a: a.sum(1), [(f32(4, 6), R)]),
+    ("sum-dim-keepdim-shard", lambda a: a.sum(0, keepdim=True), [(f32(4, 6), S0)]),
+    ("mean", lambda a: a.mean(), [(f32(4, 6), R)]),
+    ("mean-dim", lambda a: a.mean(-1), [(f32(4, 6), R)]),
+    ("amax", lambda a: a.amax(1), [(f32(4, 6), R)]),
+    ("amin-keepdim", lambda a: a.amin(0, keepdim=True), [(f32(4, 6), R)]),
+    ("logsumexp", lambda a: torch.logsumexp(a, 1), [(f32(4, 6), R)]),
+    ("softmax", lambda a: torch.softmax(a, -1), [(f32(4, 6), R)]),
+    ("softmax-shard", lambda a: torch.softmax(a, -1), [(f32(4, 6), S1)]),
+    ("log-softmax", lambda a: torch.log_softmax(a, -1), [(f32(4, 6), R)]),
+    # norms, embedding, index
+    ("layer-norm", lambda a, w, b: F.layer_norm(a, (6,), w, b), [(f32(4, 6), R), (f32(6), R), (f32(6), R)]),
+    ("rms-norm", lambda a, w: F.rms_norm(a, (6,), w), [(f32(4, 6), R), (f32(6), R)]),
+    ("embedding", lambda i, w: F.embedding(i, w), [(idx(10, 4, 3), R), (f32(10, 6), R)]),
+    ("embedding-shard", lambda i, w: F.embedding(i, w), [(idx(10, 4, 3), R), (f32(10, 6), S1)]),
+]
+
+
+class Op(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def _placement(p):
+    from torch.distributed.tensor import Replicate, Shard
+    return Replicate() if p == R else Shard(int(p[1:]))
+
+
+def plan_of(inputs):
+    from commlens.plan import Loss, Plan
+
+    return Plan(mesh_shape=(2,), input_placements={i: (_placement(p),) for i, (_, p) in enumerate(inputs)},
+                inputs_requires_grad=tuple(i for i, (t, _) in enumerate(inputs) if t.is_floating_point()),
+                loss=Loss.sum())
+
+
+def main(argv):
+    import warnings
+
+    from commlens.export import export_model
+    from commlens.measure import measure_many
+    from commlens.plan import save
+
+    warnings.simplefilter("ignore")
+    out = pathlib.Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    want = set(argv[1:])
+    cases = [c for c in CASES if not want or c[0] in want]
+    manifest, jobs = [], []
+    for cid, fn, inputs in cases:
+        tensors = [t for t, _ in inputs]
+        ep = export_model(Op(fn), tensors)
+        torch.export.save(ep, str(out / f"{cid}.pt2"))
+        plan = plan_of(inputs)
+        save(plan, out / f"{cid}.plan.json")
+
+        def factory(fn=fn, tensors=tensors):
+            return Op(fn), [t.clone() for t in tensors]
+
+        jobs.append((factory, plan, "backward", str(out / f"{cid}.dump.json")))
+        manifest.append(cid)
+    measure_many(jobs, backend="fake", phase="backward")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,68 @@
+"""Per-op backward oracle: for every single-op program of op_cases.py, the backward ATen ops and
+collectives `commlens predict --phase backward` gives (the autodiff pass's derivative formulas,
+passes/Derivatives.cpp) against what torch 2.13 runs for `loss.backward()` under CommDebugMode
+(fake process group, mesh of 2), made in the same test run by one `op_cases.py` subprocess.
+
+Compared per module: the multiset of names of the backward ops with a DTensor argument, and the
+backward collective counts. Not compared: the ops AccumulateGrad runs on a leaf's gradient
+(`detach`, or `new_empty_strided` + `copy_` when the gradient's strides differ from the leaf's),
+nor the `detach` of a saved tensor's unpacking; the model-level oracle (test_backward_ops.py)
+checks those on real models.
+"""
+import collections
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+import op_cases  # noqa: E402
+
+IGNORED = {"aten.detach.default", "aten.new_empty_strided.default", "aten.copy_.default"}
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory):
+    out = tmp_path_factory.mktemp("op_oracle")
+    r = subprocess.run([sys.executable, str(HERE / "op_cases.py"), str(out)], capture_output=True, text=True,
+                       cwd=ROOT, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return out
+
+
+def _summary(tree):
+    ops, coll = {}, {}
+
+    def walk(node):
+        ops[node["fqn"]] = collections.Counter(op["name"] for op in node.get("operations_backward", [])
+                                               if op.get("input_sharding") and op["name"] not in IGNORED)
+        coll[node["fqn"]] = collections.Counter({str(k): int(v) for k, v in node.get("collectives_backward", [])})
+        for c in node.get("children", []):
+            walk(c)
+
+    walk(tree)
+    return ops, coll
+
+
+@pytest.mark.parametrize("case", [c[0] for c in op_cases.CASES])
+def test_backward_ops_of_one_op_match_torch(case, truth, run_commlens):
+    pred = truth / f"{case}.pred.json"
+    r = run_commlens("predict", truth / f"{case}.pt2", "--plan", truth / f"{case}.plan.json", "--phase", "backward",
+                     "--format", "json", "-o", pred)
+    assert r.returncode == 0, r.stderr
+    m_ops, m_coll = _summary(json.loads((truth / f"{case}.dump.json").read_text()))
+    p_ops, p_coll = _summary(json.loads(pred.read_text()))
+    diffs = {}
+    for fqn in sorted(set(m_ops) | set(p_ops)):
+        m, p = m_ops.get(fqn, collections.Counter()), p_ops.get(fqn, collections.Counter())
+        if m != p:
+            diffs[f"{fqn} ops"] = {"missing": dict(m - p), "extra": dict(p - m)}
+        m, p = m_coll.get(fqn, collections.Counter()), p_coll.get(fqn, collections.Counter())
+        if m != p:
+            diffs[f"{fqn} collectives"] = {"measured": dict(m), "predicted": dict(p)}
+    assert not diffs, json.dumps(diffs, indent=1)
+    assert sum(sum(c.values()) for c in m_ops.values()) > 0
