@@ -23,6 +23,7 @@ const RuleTable &table() {
     registerReductionRules(t);
     registerNormEmbeddingRules(t);
     registerBackwardRules(t);
+    registerSpatialRules(t);
     return t;
   }();
   return t;

@@ -129,6 +129,8 @@ def build(case, mesh, kind):
             v = list(a["ints"])
         elif "floats" in a:
             v = list(a["floats"])
+        elif "bools" in a:
+            v = list(a["bools"])
         elif "bool" in a:
             v = a["bool"]
         elif "float" in a:

@@ -5,7 +5,7 @@
 //    "args":[{"name":"self","tensor":{"shape":[8,16],"dtype":"f32","placements":["S(0)"]}},
 //            {"name":"mat2","tensor":{"shape":[16,4],"dtype":"f32","placements":null}},   // plain
 //            {"name":"dim","int":1}, {"name":"size","ints":[2,3]}, {"name":"keepdim","bool":true},
-//            {"name":"scalars","floats":[0.5]},
+//            {"name":"scalars","floats":[0.5]}, {"name":"output_mask","bools":[true,false]},
 //            {"name":"alpha","float":0.5 | "inf"}, {"name":"dtype","dtype":"bf16"}, {"name":"x","none":true},
 //            {"name":"rounding_mode","str":"floor","keyword":true},
 //            {"name":"tensors","tensors":[{...tensor...}, ...]}],
@@ -131,6 +131,11 @@ llvm::json::Value run(llvm::StringRef text) {
         FloatList l;
         for (const llvm::json::Value &x : *fs)
           l.push_back(x.getAsNumber().getValueOr(0));
+        na.value = l;
+      } else if (const llvm::json::Array *bs = a->getArray("bools")) {
+        BoolList l;
+        for (const llvm::json::Value &x : *bs)
+          l.push_back(x.getAsBoolean().getValueOr(false));
         na.value = l;
       } else if (auto b = a->getBoolean("bool")) {
         na.value = *b;

@@ -284,6 +284,8 @@ def all_cases():
         cases += unary_cases(op, [5, 6], lambda t, extra=extra: [t] + extra, partials=("P(sum)", "P(max)"))
     # 11. foreach list ops (cases built from the op schemas), fused Adam
     cases += foreach_cases()
+    # 12. pooling, upsampling, unpooling, grid sampling
+    cases += spatial_cases()
     return cases
 
 
@@ -525,6 +527,90 @@ def foreach_cases():
     return cases
 
 
+# ------------------------------------------------------------------ pooling / upsampling / grid sampling
+
+# Placements of the first tensor operand per mesh; the other operands follow it where their rank
+# allows (else R). Inputs are (N=4, C=3, *spatial): C is unshardable on 4 ranks.
+SPATIAL_PLACEMENTS = [([2], [["R"], ["S(0)"], ["S(1)"], ["S(2)"], ["P(sum)"], ["P(max)"]]),
+                      ([4], [["S(0)"], ["S(1)"], ["P(avg)"]]),
+                      ([2, 2], [["S(0)", "S(1)"], ["S(2)", "P(sum)"], ["P(avg)", "S(0)"], ["R", "S(1)"], ["S(1)", "S(1)"]])]
+
+
+def spatial_ops():
+    """(op, args in schema order): tensor operands as (name, shape, dtype) tuples."""
+    ops = []
+    for d, spatial, out in ((1, [8], [4]), (2, [4, 4], [2, 2]), (3, [2, 2, 2], [1, 1, 1])):
+        x = ("self", [4, 3] + spatial, "f32")
+        k = [2] * d
+        ops += [(f"aten::avg_pool{d}d.default", [x, L("kernel_size", k)]),
+                (f"aten::max_pool{d}d_with_indices.default", [x, L("kernel_size", k)]),
+                (f"aten::adaptive_max_pool{d}d.default", [x, L("output_size", out)]),
+                ("aten::adaptive_avg_pool1d.default" if d == 1 else f"aten::_adaptive_avg_pool{d}d.default",
+                 [x, L("output_size", out)])]
+        if d > 1:
+            ops.append((f"aten::fractional_max_pool{d}d.default",
+                        [x, L("kernel_size", [1] * d if d == 3 else k), L("output_size", out),
+                         ("random_samples", [4, 3, d], "f32")]))  # a 3-d kernel of 2 does not fit 2 -> 1
+    # unbatched input: no channel dim, no S(1) rule
+    ops += [("aten::avg_pool2d.default", [("self", [3, 4, 4], "f32"), L("kernel_size", [2, 2])]),
+            ("aten::max_pool2d_with_indices.default", [("self", [3, 4, 4], "f32"), L("kernel_size", [2, 2])])]
+    for name, d, extra in (("upsample_nearest1d", 1, []), ("upsample_nearest2d", 2, []), ("upsample_nearest3d", 3, []),
+                           ("_upsample_nearest_exact1d", 1, []), ("_upsample_nearest_exact2d", 2, []),
+                           ("_upsample_nearest_exact3d", 3, []), ("_upsample_bilinear2d_aa", 2, [B("align_corners", False)]),
+                           ("_upsample_bicubic2d_aa", 2, [B("align_corners", False)]),
+                           ("_upsample_lanczos2d_aa", 2, [B("align_corners", False)]),
+                           ("upsample_bicubic2d", 2, [B("align_corners", True)]),
+                           ("upsample_bilinear2d", 2, [B("align_corners", False)]),
+                           ("upsample_linear1d", 1, [B("align_corners", False)]),
+                           ("upsample_trilinear3d", 3, [B("align_corners", False)])):
+        small = [4, 2, 2][:d] if d < 3 else [2, 2, 2]
+        big = [2 * v for v in small]
+        ops.append((f"aten::{name}.default", [("self", [4, 3] + small, "f32"), L("output_size", big)] + extra))
+        ops.append((f"aten::{name}_backward.default", [("grad_output", [4, 3] + big, "f32"), L("output_size", big),
+                                                       L("input_size", [4, 3] + small)] + extra))
+    modes = [I("interpolation_mode", 0), I("padding_mode", 0), B("align_corners", False)]
+    ops += [("aten::max_unpool2d.default", [("self", [4, 3, 2, 2], "f32"), ("indices", [4, 3, 2, 2], "i64"),
+                                            L("output_size", [4, 4])]),
+            ("aten::max_unpool3d.default", [("self", [4, 3, 1, 1, 1], "f32"), ("indices", [4, 3, 1, 1, 1], "i64"),
+                                            L("output_size", [2, 2, 2]), L("stride", [2, 2, 2]), L("padding", [0, 0, 0])]),
+            ("aten::_adaptive_avg_pool2d_backward.default",
+             [("grad_output", [4, 3, 2, 2], "f32"), ("self", [4, 3, 4, 4], "f32")]),
+            ("aten::grid_sampler_2d.default", [("input", [4, 3, 4, 4], "f32"), ("grid", [4, 2, 2, 2], "f32")] + modes),
+            ("aten::grid_sampler_3d.default", [("input", [4, 3, 2, 2, 2], "f32"), ("grid", [4, 2, 2, 2, 3], "f32")] + modes)]
+    for d, grid in ((2, [4, 2, 2, 2]), (3, [4, 2, 2, 2, 3])):
+        spatial = [4, 4] if d == 2 else [2, 2, 2]
+        ops.append((f"aten::grid_sampler_{d}d_backward.default",
+                    [("grad_output", [4, 3] + [2] * d, "f32"), ("input", [4, 3] + spatial, "f32"), ("grid", grid, "f32")]
+                    + modes + [{"name": "output_mask", "bools": [True, True]}]))
+    return ops
+
+
+def spatial_cases():
+    cases = []
+    for op, spec in spatial_ops():
+        for mesh, options in SPATIAL_PLACEMENTS:
+            for pl in options:
+                args = []
+                for a in spec:
+                    if isinstance(a, tuple):
+                        name, shape, dtype = a
+                        fits = all(not p.startswith("S(") or int(p[2:-1]) < len(shape) for p in pl)
+                        a = T(name, shape, pl if not args or fits else ["R"] * len(mesh), dtype)
+                    args.append(a)
+                cases.append({"op": op, "mesh": mesh, "args": args})
+    # max_pool2d_with_indices_backward(grad_output, self, ..., indices): self and indices replicated
+    # or following grad_output
+    for mesh, options in SPATIAL_PLACEMENTS:
+        for pl in options:
+            for others in (pl, ["R"] * len(mesh)):
+                cases.append({"op": "aten::max_pool2d_with_indices_backward.default", "mesh": mesh,
+                              "args": [T("grad_output", [4, 3, 2, 2], pl), T("self", [4, 3, 4, 4], others),
+                                       L("kernel_size", [2, 2]), L("stride", [2, 2]), L("padding", [0, 0]),
+                                       L("dilation", [1, 1]), B("ceil_mode", False),
+                                       T("indices", [4, 3, 2, 2], others, "i64")]})
+    return cases
+
+
 def _run_lines(cmd, lines, jobs=1):
     """Runs `cmd` on the lines (split over `jobs` concurrent processes), one JSON answer per line."""
     chunks = [lines[i::jobs] for i in range(jobs)]
@@ -574,6 +660,9 @@ def _family(op):
     return op.split("::")[1].split(".")[0]
 
 
+DECOMPOSED_OPS = ("aten::_fused_rms_norm.default", "aten::reshape.default", "aten::avg_pool1d.default",
+                  "aten::adaptive_avg_pool1d.default", "aten::adaptive_max_pool1d.default",
+                  "aten::max_pool1d_with_indices.default")
 _DECOMPOSED = None
 
 
@@ -615,8 +704,9 @@ def _check(case, want, got):
     # sees them when they run (into pow/mean/rsqrt/mul and view), so only their propagation is
     # comparable, not the collectives of running them.
     # The same holds for every CompositeImplicitAutograd pointwise op (max.other runs as maximum,
-    # square as pow, ...).
-    if case["op"] in ("aten::_fused_rms_norm.default", "aten::reshape.default") or case["op"] in _decomposed_when_run():
+    # square as pow, ...) and for the 1-d pooling ops (run as their 2-d kernels on an unsqueezed
+    # input).
+    if case["op"] in DECOMPOSED_OPS or case["op"] in _decomposed_when_run():
         pass
     elif "run_error" in want:
         if got.get("plan_error") is None:
