@@ -24,6 +24,7 @@ const RuleTable &table() {
     registerNormEmbeddingRules(t);
     registerBackwardRules(t);
     registerSpatialRules(t);
+    registerLinalgRules(t);
     return t;
   }();
   return t;

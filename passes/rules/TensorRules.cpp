@@ -141,8 +141,9 @@ llvm::Expected<Cands> gatherRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), opts);
 }
 
-/// linalg_replicate_strategy (tril, triu, diag, diagonal, diagonal_copy, diag_embed): the input is
-/// replicated, the output replicated.
+/// linalg_replicate_strategy (tril, triu, diag, diagonal, diagonal_copy, diag_embed, and the
+/// decompositions _linalg_svd, linalg_qr, _linalg_eigh): the input is replicated, every result
+/// replicated.
 llvm::Expected<Cands> replicateOnlyRule(const OpCall &call) {
   if (call.inputs.size() != 1)
     return call.error("expected one tensor operand, got {}", call.inputs.size());
@@ -383,7 +384,8 @@ void registerTensorRules(RuleTable &t) {
                          "aten::new_zeros.default", "aten::new_empty_strided.default"})
     t[op] = newFactoryRule;
   for (const char *op : {"aten::tril.default", "aten::triu.default", "aten::diag.default", "aten::diagonal.default",
-                         "aten::diagonal_copy.default", "aten::diag_embed.default"})
+                         "aten::diagonal_copy.default", "aten::diag_embed.default", "aten::_linalg_svd.default",
+                         "aten::linalg_qr.default", "aten::_linalg_eigh.default"})
     t[op] = replicateOnlyRule;
   t["aten::roll.default"] = rollFlipRule;
   t["aten::flip.default"] = rollFlipRule;

@@ -85,21 +85,25 @@ def make_tensor(t, mesh):
     shape = tuple(t["shape"])
     dtype = DTYPES[t.get("dtype", "f32")]
     pl = t.get("placements")
-    if dtype.is_floating_point:
-        full = torch.randn(shape, dtype=dtype)
-    elif dtype == torch.bool:
-        full = torch.zeros(shape, dtype=torch.bool)
-    else:
-        full = torch.zeros(shape, dtype=dtype)  # indices: all zeros are valid everywhere
+    init = t.get("init")  # "eye": identity matrices (positive definite), "ones": valid LU pivots
+
+    def fill(x):
+        if init == "eye":
+            x.copy_(torch.eye(x.shape[-2], x.shape[-1], dtype=dtype).expand(x.shape))
+        elif init == "ones":
+            x.fill_(1)
+        elif dtype.is_floating_point:
+            x.normal_()
+        else:
+            x.zero_()  # indices: all zeros are valid everywhere
+        return x
+
+    full = fill(torch.empty(shape, dtype=dtype))
     if pl is None:
         return full, full
     placements = [parse_placement(p) for p in pl]
     local_shape, _ = compute_local_shape_and_global_offset(shape, mesh, placements)
-    local = full.new_empty(local_shape)
-    if dtype.is_floating_point:
-        local.normal_()
-    else:
-        local.zero_()
+    local = fill(full.new_empty(local_shape))
     d = DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(shape),
                            stride=full.stride())
     return d, full
@@ -175,6 +179,8 @@ def run(case):
         mout = op(*margs, **mkwargs)
     if isinstance(mout, torch.Tensor):
         outputs = [out_meta(mout)]
+    elif not op._schema.returns:  # _linalg_check_errors
+        outputs = []
     elif all(isinstance(r.type, torch.ListType) for r in op._schema.returns):
         # one or several tensor-list results (_fused_adam returns five lists)
         lists = [mout] if len(op._schema.returns) == 1 else list(mout)
@@ -194,6 +200,8 @@ def run(case):
         # flattens them for ops registered with needs_pytree, not for the foreach single-dim ones)
         chosen = [list(map(short, s.placements)) for s in tree_leaves(schema.args_schema)
                   if isinstance(s, DTensorSpec)]
+        # keyword tensors (linalg_pinv's atol, rtol) are never redistributed: they run as they are
+        chosen += [list(map(short, v.placements)) for v in kwargs.values() if isinstance(v, DTensor)]
         # plain tensors (promoted to Replicate specs) report null, as the C++ decision does
         flat_tensors = []
         for a in args:
@@ -215,7 +223,8 @@ def run(case):
             else:
                 results.append(list(map(short, s.placements)))
 
-        add(spec)
+        if op._schema.returns:  # _linalg_check_errors returns nothing
+            add(spec)
         answer.update({"ok": True, "operands": operands, "results": results})
     except Exception as e:  # DTensor refuses: the C++ side must error too
         answer.update({"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]})

@@ -286,6 +286,8 @@ def all_cases():
     cases += foreach_cases()
     # 12. pooling, upsampling, unpooling, grid sampling
     cases += spatial_cases()
+    # 13. linear algebra
+    cases += linalg_cases()
     return cases
 
 
@@ -608,6 +610,96 @@ def spatial_cases():
                                        L("kernel_size", [2, 2]), L("stride", [2, 2]), L("padding", [0, 0]),
                                        L("dilation", [1, 1]), B("ceil_mode", False),
                                        T("indices", [4, 3, 2, 2], others, "i64")]})
+    return cases
+
+
+# ------------------------------------------------------------------ linear algebra
+
+def TI(name, shape, pl, dtype="f32", init=None):
+    """A tensor argument with an initialiser the op needs ("eye": positive definite, "ones": valid
+    pivots). The fake process group's all-gather repeats the local shard, so only redistributions
+    of whole matrices (batch shards, Partials) keep these values valid."""
+    t = T(name, shape, pl, dtype)
+    if init:
+        t["tensor"]["init"] = init
+    return t
+
+
+# First-operand placements (rank 3: [4, 3, 3] batches of 3x3 matrices; on 4 ranks the matrix dims
+# are unshardable); `whole` keeps only those that never split a matrix.
+LINALG_PLACEMENTS = [([2], [["R"], ["S(0)"], ["S(1)"], ["S(2)"], ["P(sum)"], ["P(max)"]]),
+                     ([4], [["S(0)"], ["S(2)"], ["P(avg)"]]),
+                     ([2, 2], [["S(0)", "S(1)"], ["S(1)", "P(sum)"], ["P(avg)", "S(0)"], ["R", "S(2)"]])]
+
+
+def linalg_ops():
+    """(op, args with tensors as (name, shape, dtype, init) tuples, whole matrices only)."""
+    mat, rhs = ("A", [4, 3, 3], "f32", None), ("B", [4, 3, 2], "f32", None)
+    spd = ("A", [4, 3, 3], "f32", "eye")
+    piv = ("pivots", [4, 3], "i32", "ones")
+    ops = [("aten::cholesky.default", [spd], True),
+           ("aten::cholesky_inverse.default", [mat], False),
+           ("aten::linalg_matrix_exp.default", [mat], False),
+           ("aten::cholesky_solve.default", [rhs, spd], False),
+           ("aten::linalg_householder_product.default", [mat, ("tau", [4, 2], "f32", None)], False),
+           ("aten::linalg_solve_triangular.default", [mat, rhs, dict(B("upper", True), keyword=True)], False),
+           # A broadcasts over B's batch: B's batch shards are valid
+           ("aten::linalg_solve_triangular.default", [("A", [1, 3, 3], "f32", None), rhs,
+                                                      dict(B("upper", True), keyword=True)], False),
+           ("aten::linalg_ldl_solve.default", [mat, piv, rhs], False),
+           ("aten::linalg_lu_solve.default", [mat, piv, rhs], False),
+           ("aten::ormqr.default", [mat, ("tau", [4, 3], "f32", None), rhs], False),
+           ("aten::triangular_solve.default", [rhs, mat], False),
+           ("aten::lu_unpack.default", [mat, piv], False),
+           ("aten::_linalg_solve_ex.default", [mat, rhs], False),
+           ("aten::_linalg_check_errors.default", [("info", [4], "i32", None), {"name": "api_name", "str": "x"},
+                                                   dict(B("is_matrix", False), keyword=True)], False),
+           ("aten::linalg_pinv.atol_rtol_tensor", [mat], False),
+           ("aten::linalg_pinv.atol_rtol_tensor", [mat, ("atol", [], "f32", None)], False),
+           ("aten::linalg_cross.default", [("self", [4, 3], "f32", None), ("other", [4, 3], "f32", None)], False),
+           ("aten::linalg_cross.default", [("self", [3, 4], "f32", None), ("other", [3, 4], "f32", None),
+                                           {"name": "dim", "int": 0, "keyword": True}], False)]
+    for op in ("geqrf", "linalg_eig", "linalg_inv_ex", "_linalg_det", "linalg_ldl_factor_ex", "linalg_lu",
+               "linalg_lu_factor_ex", "_linalg_slogdet", "_linalg_svd", "linalg_qr", "_linalg_eigh"):
+        ops.append((f"aten::{op}.default", [mat], False))
+    ops.append(("aten::linalg_cholesky_ex.default", [spd], False))
+    return ops
+
+
+def linalg_cases():
+    cases = []
+    for op, spec, whole in linalg_ops():
+        for mesh, options in LINALG_PLACEMENTS:
+            for pl in options:
+                if whole and any(p in ("S(1)", "S(2)") for p in pl):
+                    continue
+                args = []
+                for a in spec:
+                    if isinstance(a, tuple):
+                        name, shape, dtype, init = a
+                        fits = all(not p.startswith("S(") or int(p[2:-1]) < len(shape) for p in pl)
+                        keyword = name == "atol"
+                        a = TI(name, shape, pl if fits and (not args or not keyword) else ["R"] * len(mesh), dtype, init)
+                        if keyword:
+                            a["keyword"] = True
+                    args.append(a)
+                cases.append({"op": op, "mesh": mesh, "args": args})
+    # ops linear in one operand: that operand Partial or sharded, the others replicated
+    for op, spec, _ in linalg_ops():
+        if op not in ("aten::linalg_solve_triangular.default", "aten::cholesky_solve.default",
+                      "aten::linalg_lu_solve.default", "aten::linalg_ldl_solve.default", "aten::ormqr.default",
+                      "aten::_linalg_solve_ex.default"):
+            continue
+        linear = 0 if op == "aten::cholesky_solve.default" else max(k for k, a in enumerate(spec) if isinstance(a, tuple))
+        for mesh, pl in (([2], ["P(sum)"]), ([2], ["P(avg)"]), ([2], ["S(0)"]), ([2, 2], ["P(sum)", "S(0)"]),
+                         ([2, 2], ["R", "P(avg)"])):
+            args = []
+            for k, a in enumerate(spec):
+                if isinstance(a, tuple):
+                    name, shape, dtype, init = a
+                    a = TI(name, shape, pl if k == linear else ["R"] * len(mesh), dtype, init)
+                args.append(a)
+            cases.append({"op": op, "mesh": mesh, "args": args})
     return cases
 
 
