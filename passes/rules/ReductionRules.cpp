@@ -437,6 +437,7 @@ void registerReductionRules(RuleTable &t) {
   t["aten::_log_softmax.default"] = softmaxRule;
   t["aten::_safe_softmax.default"] = softmaxRule;
   t["aten::nll_loss_forward.default"] = nllLossForwardRule;
+  t["aten::nll_loss2d_forward.default"] = nllLossForwardRule; // the same strategy in DTensor
   for (const char *op : {"aten::cumsum.default", "aten::cumprod.default", "aten::logcumsumexp.default"})
     t[op] = scanRule;
   t["aten::logsumexp.default"] = logsumexpRule;

@@ -1,5 +1,6 @@
 // Tensor-manipulation ops (torch 2.13 `_ops/_tensor_ops.py`):
-//   contiguous / detach / alias: one candidate following the input exactly (Partial included);
+//   contiguous / detach / alias / view.dtype / _local_scalar_dense: one candidate following the
+//     input exactly (Partial included);
 //   split.Tensor / split_with_sizes: one candidate, the split dim unsharded, every piece follows;
 //   slice.Tensor: keep the input placements unless the slice dim is sharded (and the slice is not
 //     statically the whole dim), else unshard the slice dim;
@@ -370,8 +371,11 @@ llvm::Expected<Cands> scatterIntoRule(const OpCall &call) {
 
 void registerTensorRules(RuleTable &t) {
   for (const char *op : {"aten::contiguous.default", "aten::detach.default", "aten::alias.default",
-                         "aten::detach_.default"})
+                         "aten::detach_.default", "aten::view.dtype"})
     t[op] = followInputRule;
+  // item(): DTensor skips sharding propagation and reads the local shard as it is (the
+  // replicate-only strategy it registers is never consulted).
+  t["aten::_local_scalar_dense.default"] = followInputRule;
   t["aten::split.Tensor"] = splitRule;
   t["aten::split_with_sizes.default"] = splitRule;
   t["aten::split_with_sizes_copy.default"] = splitRule;

@@ -174,12 +174,14 @@ def run(case):
     margs, mkwargs = build(case, mesh, "meta")
     try:
         mout = op(*margs, **mkwargs)
-    except NotImplementedError:  # no meta kernel (_fused_adam.tensor_lr): run on the global values
+    except (NotImplementedError, RuntimeError):
+        # no meta kernel (_fused_adam.tensor_lr) or a value needed (_local_scalar_dense): run on
+        # the global values
         margs, mkwargs = build(case, mesh, "full")
         mout = op(*margs, **mkwargs)
     if isinstance(mout, torch.Tensor):
         outputs = [out_meta(mout)]
-    elif not op._schema.returns:  # _linalg_check_errors
+    elif not isinstance(mout, (tuple, list)):  # None (_linalg_check_errors), a number (_local_scalar_dense)
         outputs = []
     elif all(isinstance(r.type, torch.ListType) for r in op._schema.returns):
         # one or several tensor-list results (_fused_adam returns five lists)
@@ -223,7 +225,7 @@ def run(case):
             else:
                 results.append(list(map(short, s.placements)))
 
-        if op._schema.returns:  # _linalg_check_errors returns nothing
+        if any("Tensor" in str(r.type) for r in op._schema.returns):  # not for None or a number
             add(spec)
         answer.update({"ok": True, "operands": operands, "results": results})
     except Exception as e:  # DTensor refuses: the C++ side must error too

@@ -288,6 +288,12 @@ def all_cases():
     cases += spatial_cases()
     # 13. linear algebra
     cases += linalg_cases()
+    # 14. batch / group norm, nll_loss2d, view.dtype, _local_scalar_dense
+    cases += norm_cases()
+    for op, extra in (("aten::view.dtype", [{"name": "dtype", "dtype": "bf16"}]),
+                      ("aten::view.dtype", [{"name": "dtype", "dtype": "i32"}])):
+        cases += unary_cases(op, [4, 6], lambda t, extra=extra: [t] + extra, partials=("P(sum)", "P(max)"))
+    cases += unary_cases("aten::_local_scalar_dense.default", [1], lambda t: [t], partials=("P(sum)", "P(max)"))
     return cases
 
 
@@ -700,6 +706,64 @@ def linalg_cases():
                     a = TI(name, shape, pl if k == linear else ["R"] * len(mesh), dtype, init)
                 args.append(a)
             cases.append({"op": op, "mesh": mesh, "args": args})
+    return cases
+
+
+# ------------------------------------------------------------------ batch / group norm, nll_loss2d
+
+# Input (N=4, C=6, 3, 3) placements per mesh; the [C] operands (weight, bias, running stats, saved
+# statistics) replicated or sharded on their only dim.
+NORM_PLACEMENTS = [([2], [["R"], ["S(0)"], ["S(1)"], ["S(2)"], ["P(sum)"]]), ([4], [["S(0)"], ["S(1)"]]),
+                   ([2, 2], [["S(0)", "S(1)"], ["S(1)", "P(sum)"], ["R", "S(1)"]])]
+
+
+def norm_cases():
+    cases = []
+    x = [4, 6, 3, 3]
+    for mesh, options in NORM_PLACEMENTS:
+        r = ["R"] * len(mesh)
+        for pl in options:
+            for cpl in (r, ["S(0)"] + r[1:]):
+                def c(name):
+                    return T(name, [6], cpl)
+                bn = [T("input", x, pl), c("weight"), c("bias")]
+                cases += [
+                    {"op": "aten::native_batch_norm.default", "mesh": mesh,
+                     "args": bn + [c("running_mean"), c("running_var"), B("training", True), F("momentum", 0.1),
+                                   F("eps", 1e-5)]},
+                    {"op": "aten::_native_batch_norm_legit.no_stats", "mesh": mesh,
+                     "args": bn + [B("training", True), F("momentum", 0.1), F("eps", 1e-5)]},
+                    {"op": "aten::_native_batch_norm_legit_no_training.default", "mesh": mesh,
+                     "args": bn + [c("running_mean"), c("running_var"), F("momentum", 0.1), F("eps", 1e-5)]},
+                    {"op": "aten::_native_batch_norm_legit_functional.default", "mesh": mesh,
+                     "args": bn + [c("running_mean"), c("running_var"), B("training", True), F("momentum", 0.1),
+                                   F("eps", 1e-5)]},
+                    {"op": "aten::_batch_norm_with_update_functional.default", "mesh": mesh,
+                     "args": bn + [c("running_mean"), c("running_var"), F("momentum", 0.1), F("eps", 1e-5)]},
+                    {"op": "aten::native_batch_norm_backward.default", "mesh": mesh,
+                     "args": [T("grad_out", x, pl), T("input", x, r), c("weight"), c("running_mean"), c("running_var"),
+                              c("save_mean"), c("save_invstd"), B("train", True), F("eps", 1e-5),
+                              {"name": "output_mask", "bools": [True, True, True]}]},
+                    {"op": "aten::native_group_norm.default", "mesh": mesh,
+                     "args": bn + [I("N", 4), I("C", 6), I("HxW", 9), I("group", 2), F("eps", 1e-5)]},
+                ]
+            # no affine parameters
+            cases.append({"op": "aten::native_batch_norm.default", "mesh": mesh,
+                          "args": [T("input", x, pl), {"name": "weight", "none": True}, {"name": "bias", "none": True},
+                                   {"name": "running_mean", "none": True}, {"name": "running_var", "none": True},
+                                   B("training", True), F("momentum", 0.1), F("eps", 1e-5)]})
+            # nll_loss2d: (N, C, H, W) scores, (N, H, W) targets
+            fits = all(p != "S(3)" for p in pl)
+            tpl = [p if p in ("R", "S(0)") else "R" for p in pl]
+            for red in (0, 1, 2):
+                cases.append({"op": "aten::nll_loss2d_forward.default", "mesh": mesh,
+                              "args": [T("self", x, pl if fits else r), T("target", [4, 3, 3], tpl, "i64"),
+                                       {"name": "weight", "none": True}, I("reduction", red), I("ignore_index", -100)]})
+                cases.append({"op": "aten::nll_loss2d_backward.default", "mesh": mesh,
+                              "args": [T("grad_output", [4, 3, 3] if red == 0 else [], tpl if red == 0 else r),
+                                       T("self", x, pl), T("target", [4, 3, 3], tpl, "i64"),
+                                       {"name": "weight", "none": True}, I("reduction", red), I("ignore_index", -100),
+                                       T("total_weight", [], r)]})
     return cases
 
 
