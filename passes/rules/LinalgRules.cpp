@@ -9,7 +9,8 @@
 //       cholesky_solve(B, A): [P | P, R];
 //       linalg_lu_solve / linalg_ldl_solve (LU, pivots, B), ormqr (a, tau, C): [P | R, R, P];
 //       _linalg_solve_ex(A, B) -> (result, LU, pivots, info): [P, R, R, R | R, P];
-//   linalg_pinv.atol_rtol_tensor: [S(d) | S(d), R (atol, rtol)] per batch dim;
+//   linalg_pinv.atol_rtol_tensor: [S(d) | S(d), R (atol, rtol)] per batch dim (a non-replicated
+//     atol / rtol is refused: DTensor would run it unmoved);
 //   linalg_cross: [S(d) | S(d), S(d)] for every dim but the cross-product dim (keyword dim).
 // _linalg_svd, linalg_qr and _linalg_eigh replicate everything (TensorRules' replicate-only rule).
 #include "passes/rules/RuleEngine.h"
@@ -108,9 +109,16 @@ llvm::Expected<Cands> batchRule(const OpCall &call) {
   return cands;
 }
 
+/// atol / rtol are keyword tensors, which DTensor never redistributes (it runs them as they are,
+/// though it prices them as R): only a replicated or plain one is modelled.
 llvm::Expected<Cands> pinvRule(const OpCall &call) {
   if (call.inputs.empty())
     return call.error("no tensor operands");
+  for (size_t k = 1; k < call.inputs.size(); ++k)
+    if (call.inputs[k].placements != replicatePlacements(*call.mesh))
+      return call.error("keyword tensor operand {} is {}: DTensor runs keyword tensors without redistributing "
+                        "them, which is not modelled",
+                        k, str(call.inputs[k].placements));
   Rules rules = batchDimRules(call, 2);
   for (SingleDimRule &r : rules)
     r.append(call.inputs.size() - 1, RP::R()); // atol, rtol: scalar tensors

@@ -44,6 +44,13 @@ Placements replicateReductionDims(llvm::ArrayRef<Placement> ps, const std::set<i
   return out;
 }
 
+std::set<int64_t> allDims(int64_t rank) {
+  std::set<int64_t> dims;
+  for (int64_t d = 0; d < rank; ++d)
+    dims.insert(d);
+  return dims;
+}
+
 /// map_placements_after_reduction.
 Placements mapAfterReduction(llvm::ArrayRef<Placement> ps, const std::set<int64_t> &dims, int64_t rank, bool keepdim,
                              ReduceOp op) {
@@ -117,8 +124,7 @@ llvm::Expected<Cands> linearReductionRule(const OpCall &call) {
     for (int64_t d : *dimList)
       dims.insert(normDim(d, rank));
   } else {
-    for (int64_t d = 0; d < rank; ++d)
-      dims.insert(d);
+    dims = allDims(rank);
   }
   bool keepdim = false;
   if (hasDimArg)
@@ -176,9 +182,7 @@ llvm::Expected<Cands> nllLossForwardRule(const OpCall &call) {
         if (!isEvenlyShardableOnDim(targetShape, target, *call.mesh, d))
           return call.error("The intermediate results of nll_loss cannot be evenly sharded, resulting in biased mean "
                             "result. (DTensor raises)");
-    std::set<int64_t> all;
-    for (int64_t d = 0; d < trank; ++d)
-      all.insert(d);
+    std::set<int64_t> all = allDims(trank);
     out = mapAfterReduction(target, all, trank, false, op);
     totalWeight = mapAfterReduction(target, all, trank, false, ReduceOp::Sum);
   }
@@ -200,11 +204,8 @@ std::set<int64_t> reductionDims(const OpCall &call, const Argument *a) {
     else if (auto i = a->asInt())
       l = IntList{*i};
   }
-  if (!l || (rank == 0 && (l->empty() || (l->size() == 1 && ((*l)[0] == 0 || (*l)[0] == -1))))) {
-    for (int64_t d = 0; d < rank; ++d)
-      dims.insert(d);
-    return dims;
-  }
+  if (!l || (rank == 0 && (l->empty() || (l->size() == 1 && ((*l)[0] == 0 || (*l)[0] == -1)))))
+    return allDims(rank);
   for (int64_t d : *l)
     dims.insert(normDim(d, rank));
   return dims;
@@ -272,13 +273,6 @@ llvm::Expected<Cands> stdVarRule(const OpCall &call) {
   return nonLinearReduction(call, reductionDims(call, positionalArg(call, 1)), keepdimArg(call, 2, false));
 }
 
-std::set<int64_t> allDims(int64_t rank) {
-  std::set<int64_t> dims;
-  for (int64_t d = 0; d < rank; ++d)
-    dims.insert(d);
-  return dims;
-}
-
 /// A p-norm over `dims` (vector_norm_strategy), p read as args_schema[1] (default 2): inf / -inf
 /// reduce like amax / amin; any other p keeps no Partial (they are replicated with the reduced
 /// shards), and a shard left on a reduced dim becomes P(sum) for p = 0 and _NormPartial(p)
@@ -331,7 +325,9 @@ llvm::Expected<Cands> wholePowsumRule(const OpCall &call) {
   return commonReduction(call, allDims(call.rank(0)), false, ReduceOp::Sum, ReduceOp::Sum);
 }
 
-llvm::Expected<Cands> foreachMaxRule(const OpCall &call) { return perElement(call, "aten::max.default", linearReductionRule); }
+llvm::Expected<Cands> foreachMaxRule(const OpCall &call) {
+  return perElement(call, "aten::max.default", linearReductionRule);
+}
 llvm::Expected<Cands> foreachNormRule(const OpCall &call) { return perElement(call, call.op, wholeNormRule); }
 llvm::Expected<Cands> foreachPowsumRule(const OpCall &call) { return perElement(call, call.op, wholePowsumRule); }
 

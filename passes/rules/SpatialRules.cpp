@@ -118,10 +118,10 @@ llvm::Expected<Cands> gridSamplerBackwardRule(const OpCall &call) {
 void registerSpatialRules(RuleTable &t) {
   for (const auto &e : pools())
     t[e.getKey()] = poolRule;
-  for (const char *name : {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
-                           "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "_upsample_bilinear2d_aa",
-                           "_upsample_bicubic2d_aa", "_upsample_lanczos2d_aa", "upsample_bicubic2d",
-                           "upsample_bilinear2d", "upsample_linear1d", "upsample_trilinear3d"}) {
+  for (const char *name : {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+                           "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
+                           "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa", "_upsample_lanczos2d_aa",
+                           "upsample_bicubic2d", "upsample_bilinear2d", "upsample_linear1d", "upsample_trilinear3d"}) {
     t[fmt::format("aten::{}.default", name)] = upsampleRule;
     t[fmt::format("aten::{}_backward.default", name)] = upsampleRule;
   }

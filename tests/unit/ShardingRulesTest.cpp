@@ -537,6 +537,23 @@ TEST(ReductionRules, VectorNormInfIsAmaxButTwoNormShardIsRefused) {
   EXPECT_NE(decideSummary(two, mesh1(2)).find("_NormPartial(2)"), std::string::npos);
 }
 
+TEST(LinalgRules, BatchDimsShardMatricesDoNot) {
+  // _linalg_det(A S(2)) on [4, 3, 3]: only batch-dim rules, so the matrix dim is gathered;
+  // A S(0) keeps its batch shard through all three results.
+  Call gathered("aten::_linalg_det.default");
+  gathered.tensor("A", {4, 3, 3}, {"S(2)"}).out({4}).out({4, 3, 3}).out({4, 3}, ScalarType::Int);
+  EXPECT_EQ(decideSummary(gathered, mesh1(2)), "[R] -> [R]; [R]; [R]");
+  Call batch("aten::_linalg_det.default");
+  batch.tensor("A", {4, 3, 3}, {"S(0)"}).out({4}).out({4, 3, 3}).out({4, 3}, ScalarType::Int);
+  EXPECT_EQ(decideSummary(batch, mesh1(2)), "[S(0)] -> [S(0)]; [S(0)]; [S(0)]");
+}
+
+TEST(LinalgRules, PinvRefusesAPartialKeywordTolerance) {
+  Call c("aten::linalg_pinv.atol_rtol_tensor");
+  c.tensor("self", {4, 3, 3}, {"S(0)"}).tensor("atol", {}, {"P(sum)"}).out({4, 3, 3});
+  EXPECT_NE(decideSummary(c, mesh1(2)).find("keyword tensors without redistributing"), std::string::npos);
+}
+
 // ---------------------------------------------------------------- list ops
 
 TEST(ListRules, ForeachElementsChooseAloneNonListOperandFollowsTheFirst) {
