@@ -470,13 +470,15 @@ FOREACH_COMBOS = [
 ]
 
 
-def _foreach_args(op, combo, mesh):
+def _pl(p):
+    """A FOREACH_COMBOS entry as a placement list: "S(0)" on a 1-D mesh, ("S(0)", "R") on a 2-D one."""
+    return list(p) if isinstance(p, tuple) else [p]
+
+
+def _foreach_args(op, combo):
     """Arguments of one foreach case from the op's schema; None if the schema has an argument the
     grid cannot fill."""
     import torch
-
-    def pl(p):
-        return list(p) if isinstance(p, tuple) else [p]
 
     args, k = [], 0
     for a in op._schema.arguments:
@@ -485,10 +487,10 @@ def _foreach_args(op, combo, mesh):
             continue
         if isinstance(t, torch.ListType) and isinstance(t.getElementType(), torch.TensorType):
             e0, e1 = combo[k % len(combo)]
-            args.append(TL(a.name, [[4, 6], [5]], [pl(e0), pl(e1)]))
+            args.append(TL(a.name, [[4, 6], [5]], [_pl(e0), _pl(e1)]))
             k += 1
         elif isinstance(t, torch.TensorType):
-            e0 = pl(combo[k % len(combo)][0])
+            e0 = _pl(combo[k % len(combo)][0])
             args.append(T(a.name, [], ["R" if x.startswith("S(") else x for x in e0]))
             k += 1
         elif isinstance(t, torch.NumberType):
@@ -508,19 +510,18 @@ def foreach_cases():
         if name in special:
             continue
         for mesh, combo in FOREACH_COMBOS:
-            args = _foreach_args(op, combo, mesh)
+            args = _foreach_args(op, combo)
             assert args is not None, name
             cases.append({"op": name, "mesh": mesh, "args": args})
     for mesh, combo in FOREACH_COMBOS:
         (a0, a1), (b0, b1), _ = combo
-        pl = lambda p: list(p) if isinstance(p, tuple) else [p]
         cases.append({"op": "aten::_foreach_mm.default", "mesh": mesh,
-                      "args": [TL("self", [[4, 6], [5, 2]], [pl(a0), pl(a1)]), TL("mat2", [[6, 3], [2, 3]], [pl(b0), pl(b1)])]})
+                      "args": [TL("self", [[4, 6], [5, 2]], [_pl(a0), _pl(a1)]), TL("mat2", [[6, 3], [2, 3]], [_pl(b0), _pl(b1)])]})
         for ord_ in (2.0, 0.0, 1, "inf", "-inf"):
             cases.append({"op": "aten::_foreach_norm.Scalar", "mesh": mesh,
-                          "args": [TL("self", [[4, 6], [5]], [pl(a0), pl(a1)]), F("ord", ord_)]})
+                          "args": [TL("self", [[4, 6], [5]], [_pl(a0), _pl(a1)]), F("ord", ord_)]})
         cases.append({"op": "aten::_foreach_powsum.Scalar", "mesh": mesh,
-                      "args": [TL("self", [[4, 6], [5]], [pl(a0), pl(a1)]), F("ord", 2.0)]})
+                      "args": [TL("self", [[4, 6], [5]], [_pl(a0), _pl(a1)]), F("ord", 2.0)]})
     # the functional fused optimizers: DTensor refuses their tuple of list results
     for op in ("aten::_fused_adam.default", "aten::_fused_adamw.default", "aten::_fused_adam.tensor_lr",
                "aten::_fused_adamw.tensor_lr"):
@@ -542,6 +543,12 @@ def foreach_cases():
 SPATIAL_PLACEMENTS = [([2], [["R"], ["S(0)"], ["S(1)"], ["S(2)"], ["P(sum)"], ["P(max)"]]),
                       ([4], [["S(0)"], ["S(1)"], ["P(avg)"]]),
                       ([2, 2], [["S(0)", "S(1)"], ["S(2)", "P(sum)"], ["P(avg)", "S(0)"], ["R", "S(1)"], ["S(1)", "S(1)"]])]
+
+
+def _follow(pl, shape, mesh):
+    """`pl` for a tensor of `shape` when its shard dims exist there, else replicated."""
+    fits = all(not p.startswith("S(") or int(p[2:-1]) < len(shape) for p in pl)
+    return pl if fits else ["R"] * len(mesh)
 
 
 def spatial_ops():
@@ -602,8 +609,7 @@ def spatial_cases():
                 for a in spec:
                     if isinstance(a, tuple):
                         name, shape, dtype = a
-                        fits = all(not p.startswith("S(") or int(p[2:-1]) < len(shape) for p in pl)
-                        a = T(name, shape, pl if not args or fits else ["R"] * len(mesh), dtype)
+                        a = T(name, shape, _follow(pl, shape, mesh), dtype)
                     args.append(a)
                 cases.append({"op": op, "mesh": mesh, "args": args})
     # max_pool2d_with_indices_backward(grad_output, self, ..., indices): self and indices replicated
@@ -683,9 +689,8 @@ def linalg_cases():
                 for a in spec:
                     if isinstance(a, tuple):
                         name, shape, dtype, init = a
-                        fits = all(not p.startswith("S(") or int(p[2:-1]) < len(shape) for p in pl)
-                        keyword = name == "atol"
-                        a = TI(name, shape, pl if fits and (not args or not keyword) else ["R"] * len(mesh), dtype, init)
+                        keyword = name == "atol"  # a replicated keyword tensor (DTensor never moves it)
+                        a = TI(name, shape, ["R"] * len(mesh) if keyword else _follow(pl, shape, mesh), dtype, init)
                         if keyword:
                             a["keyword"] = True
                     args.append(a)
