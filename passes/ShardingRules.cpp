@@ -23,6 +23,8 @@ const RuleTable &table() {
     registerReductionRules(t);
     registerNormEmbeddingRules(t);
     registerBackwardRules(t);
+    registerSpatialRules(t);
+    registerLinalgRules(t);
     return t;
   }();
   return t;

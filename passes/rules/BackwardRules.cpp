@@ -8,7 +8,8 @@
 //   _fused_rms_norm_backward: the same with [S(d), P | S(d) grad_out, S(d) input, S(d) rstd, R];
 //   _softmax_backward_data / _log_softmax_backward_data: one candidate following whichever of
 //     grad_output / output has more shards, with Partials and shards of the softmax dim replicated;
-//   nll_loss_backward: self with Partials and the class dim replicated, target following it,
+//   native_batch_norm_backward: per channel, [S(1), S(0), S(0) | S(1), S(1), S(0) ...];
+//   nll_loss_backward (and nll_loss2d_backward): self with Partials and the class dim replicated, target following it,
 //     grad_output replicated (or like the target for reduction none), the gradient like self;
 //   embedding_dense_backward(grad_output, indices): single-dim [S(1) | S(grad.ndim-1), R],
 //     [P | S(i), S(i)] per indices dim, [P | P, R];
@@ -157,6 +158,18 @@ llvm::Expected<Cands> embeddingDenseBackwardRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), opts);
 }
 
+/// native_batch_norm_backward: per channel, single-dim [S(1), S(0), S(0) | S(1) grad_out, S(1) input,
+/// S(0) for every [C] operand].
+llvm::Expected<Cands> batchNormBackwardRule(const OpCall &call) {
+  if (call.inputs.size() < 2)
+    return call.error("expected grad_out and input operands, got {} tensor operands", call.inputs.size());
+  SingleDimRule r = {RP::ph(1), RP::ph(0), RP::ph(0), RP::ph(1), RP::ph(1)};
+  r.append(call.inputs.size() - 2, RP::ph(0));
+  ExpandOptions opts;
+  opts.numOutputs = 3;
+  return expandSingleDim(call, {r}, opts);
+}
+
 llvm::Expected<Cands> sdpaCpuBackwardRule(const OpCall &call) {
   return call.error("torch 2.13 DTensor has no sharding strategy for this op (NotImplementedError)");
 }
@@ -170,6 +183,8 @@ void registerBackwardRules(RuleTable &t) {
   t["aten::_log_softmax_backward_data.default"] = softmaxBackwardRule;
   t["aten::embedding_dense_backward.default"] = embeddingDenseBackwardRule;
   t["aten::nll_loss_backward.default"] = nllLossBackwardRule;
+  t["aten::nll_loss2d_backward.default"] = nllLossBackwardRule; // the same strategy in DTensor
+  t["aten::native_batch_norm_backward.default"] = batchNormBackwardRule;
   t["aten::_scaled_dot_product_flash_attention_for_cpu_backward.default"] = sdpaCpuBackwardRule;
 }
 

@@ -9,6 +9,7 @@
 // Dims are visited in sorted letter order within each class. addmm/baddbmm insert the bias
 // placement after the output, derived from the output through broadcasting (a broadcast dim is
 // R, a Partial output asks the bias for the same Partial: R -> P is a local divide, no comm).
+// _foreach_mm runs mm per list element.
 #include "passes/rules/RuleEngine.h"
 
 #include <set>
@@ -104,6 +105,9 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> baddbmmRule(const OpCall &c) {
   return einsumStrategy(c, "bmk", "bkn", "bmn", true);
 }
 
+/// _foreach_mm(self[], mat2[]): mm per list element.
+llvm::Expected<Cands> foreachMmRule(const OpCall &c) { return perElement(c, "aten::mm.default", mmRule); }
+
 } // namespace
 
 void registerMatrixRules(RuleTable &t) {
@@ -111,6 +115,7 @@ void registerMatrixRules(RuleTable &t) {
   t["aten::addmm.default"] = addmmRule;
   t["aten::bmm.default"] = bmmRule;
   t["aten::baddbmm.default"] = baddbmmRule;
+  t["aten::_foreach_mm.default"] = foreachMmRule;
 }
 
 } // namespace commlens::rules

@@ -9,6 +9,9 @@
 // operand already has that placement (allow_uneven_sharding=True).
 // Every functional op DTensor registers as pointwise has an entry in families() (one line per op,
 // the family picks the Partial rules); multi-output ops (frexp) shard every output alike.
+// Foreach list ops run this strategy per list element (perElement) as the element op DTensor
+// resolves from the schema (_foreach_add.List -> add.Tensor), whose family gives the Partial rules.
+// The functional fused Adam/AdamW ops are refused, as DTensor refuses them.
 #include "passes/rules/RuleEngine.h"
 
 #include <algorithm>
@@ -113,7 +116,8 @@ const llvm::StringMap<Family> &families() {
     // The remaining functional ops DTensor 2.13 treats as pointwise (torch.Tag.pointwise plus its
     // list of untagged ones), without Partial rules; clone too: its single-dim pointwise strategy
     // takes precedence over propagate_single_input_strategy in 2.13. The foreach / fused-optimizer
-    // list ops are not modelled. In-place variants the frontends produce follow.
+    // list ops run as their element ops (foreachElement). In-place variants the frontends
+    // produce follow.
     both({
     "aten::__lshift__.Scalar", "aten::__lshift__.Tensor", "aten::__rshift__.Scalar", "aten::__rshift__.Tensor",
     "aten::__xor__.Scalar", "aten::__xor__.Tensor", "aten::_conj.default", "aten::abs.default", "aten::acos.default",
@@ -246,6 +250,56 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> pointwiseRule(const OpCall &call
   return expandSingleDim(call, std::move(rules), opts);
 }
 
+/// The pointwise op one element of a functional foreach op runs as. Unary ops map by name
+/// (_foreach_exp.default -> exp.default); the others are listed. _foreach_addcmul.Scalar has no
+/// element overload in DTensor (addcmul's value is keyword-only) and keeps the plain rules, which
+/// addcmul.default has too.
+const llvm::StringMap<std::string> &foreachElements() {
+  static const llvm::StringMap<std::string> m = [] {
+    llvm::StringMap<std::string> m;
+    for (const char *n : {"abs", "acos", "asin", "atan", "ceil", "clone", "cos", "cosh", "erf", "erfc", "exp",
+                          "expm1", "floor", "frac", "lgamma", "log", "log10", "log1p", "log2", "neg", "reciprocal",
+                          "round", "rsqrt", "sigmoid", "sign", "sin", "sinh", "sqrt", "tan", "tanh", "trunc"})
+      m[fmt::format("aten::_foreach_{}.default", n)] = fmt::format("aten::{}.default", n);
+    for (const char *n : {"add", "sub", "mul", "div"}) {
+      m[fmt::format("aten::_foreach_{}.List", n)] = fmt::format("aten::{}.Tensor", n);
+      m[fmt::format("aten::_foreach_{}.Scalar", n)] = fmt::format("aten::{}.Scalar", n);
+      m[fmt::format("aten::_foreach_{}.ScalarList", n)] = fmt::format("aten::{}.Scalar", n);
+    }
+    for (const char *n : {"add", "mul", "div"})
+      m[fmt::format("aten::_foreach_{}.Tensor", n)] = fmt::format("aten::{}.Tensor", n);
+    for (const char *n : {"clamp_max", "clamp_min"}) {
+      m[fmt::format("aten::_foreach_{}.List", n)] = fmt::format("aten::{}.Tensor", n);
+      m[fmt::format("aten::_foreach_{}.Scalar", n)] = fmt::format("aten::{}.default", n);
+      m[fmt::format("aten::_foreach_{}.ScalarList", n)] = fmt::format("aten::{}.default", n);
+    }
+    m["aten::_foreach_maximum.List"] = "aten::maximum.default";
+    m["aten::_foreach_minimum.List"] = "aten::minimum.default";
+    m["aten::_foreach_lerp.List"] = "aten::lerp.Tensor";
+    m["aten::_foreach_lerp.Scalar"] = "aten::lerp.Scalar";
+    m["aten::_foreach_lerp.ScalarList"] = "aten::lerp.Scalar";
+    m["aten::_foreach_pow.List"] = "aten::pow.Tensor_Tensor";
+    m["aten::_foreach_pow.Scalar"] = "aten::pow.Tensor_Scalar";
+    m["aten::_foreach_pow.ScalarList"] = "aten::pow.Tensor_Scalar";
+    m["aten::_foreach_pow.ScalarAndTensor"] = "aten::pow.Scalar";
+    m["aten::_foreach_addcmul.Scalar"] = "aten::addcmul.default";
+    return m;
+  }();
+  return m;
+}
+
+llvm::Expected<Cands> foreachRule(const OpCall &call) {
+  return perElement(call, foreachElements().lookup(call.op), pointwiseRule);
+}
+
+/// The functional fused Adam / AdamW ops return five tensor lists; DTensor 2.13's output-meta
+/// check refuses that tuple for every placement, so they never run on DTensors (optimizers call
+/// the in-place _fused_adam_, whose outputs alias its inputs).
+llvm::Expected<Cands> fusedAdamRule(const OpCall &call) {
+  return call.error("DTensor 2.13 raises for the functional fused Adam/AdamW (AssertionError: its tuple of "
+                    "tensor-list results is not a list[TensorMeta])");
+}
+
 /// _to_copy: [S(i) | S(i)] per dim, then [P(op) | P(op)] for every reduce op that commutes with
 /// the dtype cast (sum, avg, min, max, product order).
 llvm::Expected<llvm::SmallVector<Candidate, 8>> toCopyRule(const OpCall &call) {
@@ -304,6 +358,11 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> randomRule(const OpCall &call) {
 void registerPointwiseRules(RuleTable &t) {
   for (const auto &e : families())
     t[e.getKey()] = pointwiseRule;
+  for (const auto &e : foreachElements())
+    t[e.getKey()] = foreachRule;
+  for (const char *op : {"aten::_fused_adam.default", "aten::_fused_adam.tensor_lr", "aten::_fused_adamw.default",
+                         "aten::_fused_adamw.tensor_lr"})
+    t[op] = fusedAdamRule;
   t["aten::_to_copy.default"] = toCopyRule;
   t["aten::native_dropout.default"] = randomRule;
   t["aten::bernoulli.default"] = randomRule;

@@ -17,12 +17,17 @@
 //   values-and-indices reductions over one dim (max.dim, min.dim, median.dim, nanmedian.dim, mode,
 //     kthvalue): single-dim strategies [S(d'), S(d') | S(d)] for d != dim (d' after the dim is
 //     dropped unless keepdim), the implicit all-Replicate rule first.
+//   p-norms (linalg_vector_norm, norm.Scalar): inf / -inf as amax / amin; other p replicate every
+//     Partial, a reduced shard becomes P(sum) (p = 0) or _NormPartial(p), which commlens refuses;
+//     linalg__powsum: a linear sum; _foreach_max / _foreach_norm / _foreach_powsum: the same
+//     whole-tensor reductions per list element.
 // argmax/argmin have no rule: DTensor 2.13 runs them through a custom handler (local arg-reduction,
 // then all-gathers of values and indices), not through a strategy's redistributions.
 // Which argument DTensor reads matters: keepdim is the positional args_schema[2] for the linear
 // and dim-with-indices reductions, the keyword only for logsumexp and std/var.
 #include "passes/rules/RuleEngine.h"
 
+#include <cmath>
 #include <set>
 
 namespace commlens::rules {
@@ -37,6 +42,13 @@ Placements replicateReductionDims(llvm::ArrayRef<Placement> ps, const std::set<i
   for (const Placement &p : ps)
     out.push_back(p.isPartial() || (p.isShard() && dims.count(p.dim)) ? Placement::replicate() : p);
   return out;
+}
+
+std::set<int64_t> allDims(int64_t rank) {
+  std::set<int64_t> dims;
+  for (int64_t d = 0; d < rank; ++d)
+    dims.insert(d);
+  return dims;
 }
 
 /// map_placements_after_reduction.
@@ -74,6 +86,28 @@ const llvm::StringMap<ReduceOp> &linearReductions() {
   return m;
 }
 
+/// common_reduction_strategy (reduction_linear=True) for the input's current placements: they are
+/// kept and a shard on a reduced dim becomes P(out), unless some Partial is not P(keeps) (any
+/// Partial when `keeps` is unset, as for p-norms) or, for avg, a reduced dim is sharded unevenly;
+/// then Partials and the reduced dims' shards are replicated first.
+Cands commonReduction(const OpCall &call, const std::set<int64_t> &dims, bool keepdim, std::optional<ReduceOp> keeps,
+                      ReduceOp out) {
+  const Placements &cur = call.inputs[0].placements;
+  auto shape = call.shape(0);
+  bool linear = true;
+  if (out == ReduceOp::Avg)
+    for (int64_t d : dims)
+      if (!isEvenlyShardableOnDim(shape, cur, *call.mesh, d))
+        linear = false;
+  for (const Placement &p : cur)
+    if (p.isPartial() && (!keeps || p.reduceOp != *keeps)) // MaskPartial is a Partial(sum) here
+      linear = false;
+  Placements in = linear ? cur : replicateReductionDims(cur, dims);
+  Cands c;
+  c.push_back(followCandidate(call, in, mapAfterReduction(in, dims, call.rank(0), keepdim, out)));
+  return c;
+}
+
 llvm::Expected<Cands> linearReductionRule(const OpCall &call) {
   if (call.inputs.size() != 1)
     return call.error("expected one tensor operand, got {}", call.inputs.size());
@@ -90,28 +124,13 @@ llvm::Expected<Cands> linearReductionRule(const OpCall &call) {
     for (int64_t d : *dimList)
       dims.insert(normDim(d, rank));
   } else {
-    for (int64_t d = 0; d < rank; ++d)
-      dims.insert(d);
+    dims = allDims(rank);
   }
   bool keepdim = false;
   if (hasDimArg)
     if (const Argument *a = call.arg("keepdim", 2); a && a->is<bool>())
       keepdim = a->get<bool>();
-
-  const Placements &cur = call.inputs[0].placements;
-  auto shape = call.shape(0);
-  bool linear = true;
-  if (op == ReduceOp::Avg)
-    for (int64_t d : dims)
-      if (!isEvenlyShardableOnDim(shape, cur, *call.mesh, d))
-        linear = false;
-  for (const Placement &p : cur)
-    if (p.isPartial() && p.reduceOp != op) // MaskPartial is a Partial(sum) here
-      linear = false;
-  Placements in = linear ? cur : replicateReductionDims(cur, dims);
-  Cands c;
-  c.push_back(followCandidate(call, in, mapAfterReduction(in, dims, rank, keepdim, op)));
-  return c;
+  return commonReduction(call, dims, keepdim, op, op);
 }
 
 llvm::Expected<Cands> softmaxRule(const OpCall &call) {
@@ -163,9 +182,7 @@ llvm::Expected<Cands> nllLossForwardRule(const OpCall &call) {
         if (!isEvenlyShardableOnDim(targetShape, target, *call.mesh, d))
           return call.error("The intermediate results of nll_loss cannot be evenly sharded, resulting in biased mean "
                             "result. (DTensor raises)");
-    std::set<int64_t> all;
-    for (int64_t d = 0; d < trank; ++d)
-      all.insert(d);
+    std::set<int64_t> all = allDims(trank);
     out = mapAfterReduction(target, all, trank, false, op);
     totalWeight = mapAfterReduction(target, all, trank, false, ReduceOp::Sum);
   }
@@ -187,11 +204,8 @@ std::set<int64_t> reductionDims(const OpCall &call, const Argument *a) {
     else if (auto i = a->asInt())
       l = IntList{*i};
   }
-  if (!l || (rank == 0 && (l->empty() || (l->size() == 1 && ((*l)[0] == 0 || (*l)[0] == -1))))) {
-    for (int64_t d = 0; d < rank; ++d)
-      dims.insert(d);
-    return dims;
-  }
+  if (!l || (rank == 0 && (l->empty() || (l->size() == 1 && ((*l)[0] == 0 || (*l)[0] == -1)))))
+    return allDims(rank);
   for (int64_t d : *l)
     dims.insert(normDim(d, rank));
   return dims;
@@ -258,6 +272,64 @@ llvm::Expected<Cands> stdVarRule(const OpCall &call) {
     return call.error("expected one tensor operand, got {}", call.inputs.size());
   return nonLinearReduction(call, reductionDims(call, positionalArg(call, 1)), keepdimArg(call, 2, false));
 }
+
+/// A p-norm over `dims` (vector_norm_strategy), p read as args_schema[1] (default 2): inf / -inf
+/// reduce like amax / amin; any other p keeps no Partial (they are replicated with the reduced
+/// shards), and a shard left on a reduced dim becomes P(sum) for p = 0 and _NormPartial(p)
+/// otherwise, a placement commlens does not model.
+llvm::Expected<Cands> normReduction(const OpCall &call, const std::set<int64_t> &dims, bool keepdim) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  double ord = 2;
+  if (const Argument *a = positionalArg(call, 1)) {
+    if (a->is<double>())
+      ord = a->get<double>();
+    else if (auto i = a->asInt())
+      ord = static_cast<double>(*i);
+    else
+      return call.error("unsupported norm order argument");
+  }
+  if (std::isinf(ord)) {
+    ReduceOp op = ord > 0 ? ReduceOp::Max : ReduceOp::Min;
+    return commonReduction(call, dims, keepdim, op, op);
+  }
+  Cands c = commonReduction(call, dims, keepdim, std::nullopt, ReduceOp::Sum);
+  if (ord != 0)
+    for (int64_t d : dims)
+      if (isDimSharded(c[0].inputs[0], d))
+        return call.error("the shard on reduced dim {} becomes _NormPartial({}) in DTensor; partial p-norms are not "
+                          "modelled",
+                          d, ord);
+  return c;
+}
+
+/// linalg_vector_norm(self, ord, dim, keepdim) / norm.Scalar(self, p): dim and keepdim read
+/// positionally, as DTensor does.
+llvm::Expected<Cands> vectorNormRule(const OpCall &call) {
+  const Argument *k = positionalArg(call, 3);
+  return normReduction(call, reductionDims(call, positionalArg(call, 2)), k && k->is<bool>() && k->get<bool>());
+}
+
+/// linalg__powsum(self, ord, dim, keepdim): sum(|x|^ord), linear for DTensor: P(sum) kept.
+llvm::Expected<Cands> powsumRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  const Argument *k = positionalArg(call, 3);
+  return commonReduction(call, reductionDims(call, positionalArg(call, 2)), k && k->is<bool>() && k->get<bool>(),
+                         ReduceOp::Sum, ReduceOp::Sum);
+}
+
+/// One element of _foreach_norm(self[], ord) / _foreach_powsum(self[], ord): the whole tensor.
+llvm::Expected<Cands> wholeNormRule(const OpCall &call) { return normReduction(call, allDims(call.rank(0)), false); }
+llvm::Expected<Cands> wholePowsumRule(const OpCall &call) {
+  return commonReduction(call, allDims(call.rank(0)), false, ReduceOp::Sum, ReduceOp::Sum);
+}
+
+llvm::Expected<Cands> foreachMaxRule(const OpCall &call) {
+  return perElement(call, "aten::max.default", linearReductionRule);
+}
+llvm::Expected<Cands> foreachNormRule(const OpCall &call) { return perElement(call, call.op, wholeNormRule); }
+llvm::Expected<Cands> foreachPowsumRule(const OpCall &call) { return perElement(call, call.op, wholePowsumRule); }
 
 /// sort_strategy (topk, sort, cummax, cummin): full-mesh expansion of [R, R | R] and
 /// [S(d), S(d) | S(d)] for every d but the (normalised) sort dim.
@@ -361,6 +433,7 @@ void registerReductionRules(RuleTable &t) {
   t["aten::_log_softmax.default"] = softmaxRule;
   t["aten::_safe_softmax.default"] = softmaxRule;
   t["aten::nll_loss_forward.default"] = nllLossForwardRule;
+  t["aten::nll_loss2d_forward.default"] = nllLossForwardRule; // the same strategy in DTensor
   for (const char *op : {"aten::cumsum.default", "aten::cumprod.default", "aten::logcumsumexp.default"})
     t[op] = scanRule;
   t["aten::logsumexp.default"] = logsumexpRule;
@@ -379,6 +452,12 @@ void registerReductionRules(RuleTable &t) {
     t[op] = maxMinDimRule;
   t["aten::kthvalue.default"] = kthvalueRule;
   t["aten::histc.default"] = histcRule;
+  t["aten::linalg_vector_norm.default"] = vectorNormRule;
+  t["aten::norm.Scalar"] = vectorNormRule;
+  t["aten::linalg__powsum.default"] = powsumRule;
+  t["aten::_foreach_max.default"] = foreachMaxRule;
+  t["aten::_foreach_norm.Scalar"] = foreachNormRule;
+  t["aten::_foreach_powsum.Scalar"] = foreachPowsumRule;
 }
 
 } // namespace commlens::rules

@@ -312,6 +312,65 @@ llvm::SmallVector<Candidate, 8> expandSingleDim(const OpCall &call, std::vector<
   return out;
 }
 
+// ------------------------------------------------------------------ list ops
+
+llvm::Expected<Cands> perElement(const OpCall &call, llvm::StringRef elementOp, StrategyFn elementRule) {
+  // Where each tensor argument starts in call.inputs; an empty list is no operand (DTensor keeps it
+  // out of the TupleStrategy).
+  struct Slot {
+    size_t first;
+    bool list;
+  };
+  llvm::SmallVector<Slot, 6> slots;
+  size_t next = 0, length = 0;
+  for (const NamedArgument &na : call.node->inputs()) {
+    size_t n = na.value.tensors().size();
+    bool list = na.value.is<TensorList>();
+    if (na.value.is<OptionalTensorList>())
+      return call.error("an optional tensor list operand of a list op is not modelled");
+    if (n == 0)
+      continue;
+    if (list) {
+      if (length != 0 && n != length)
+        return call.error("tensor lists of different lengths ({} and {})", length, n);
+      length = n;
+    }
+    slots.push_back({next, list});
+    next += n;
+  }
+  if (length == 0)
+    return call.error("no non-empty tensor list operand (DTensor asserts one)");
+  if (call.results.size() % length != 0)
+    return call.error("{} results do not split into lists of {}", call.results.size(), length);
+  size_t numLists = call.results.size() / length;
+
+  Candidate out;
+  out.inputs.resize(call.inputs.size());
+  out.outputs.resize(call.results.size());
+  for (size_t i = 0; i < length; ++i) {
+    OpCall el;
+    el.node = call.node;
+    el.op = elementOp.str();
+    el.mesh = call.mesh;
+    for (const Slot &s : slots)
+      el.inputs.push_back(call.inputs[s.list ? s.first + i : s.first]);
+    for (size_t l = 0; l < numLists; ++l)
+      el.results.push_back(call.results[l * length + i]);
+    llvm::Expected<Cands> cands = elementRule(el);
+    if (!cands)
+      return cands.takeError();
+    if (cands->empty())
+      return call.error("no valid sharding strategy for list element {}", i);
+    const Candidate &c = (*cands)[selectMinCost(el, *cands)];
+    for (size_t k = 0; k < slots.size(); ++k)
+      if (slots[k].list || i == 0)
+        out.inputs[slots[k].list ? slots[k].first + i : slots[k].first] = c.inputs[k];
+    for (size_t l = 0; l < numLists && l < c.outputs.size(); ++l)
+      out.outputs[l * length + i] = c.outputs[l];
+  }
+  return singleCandidate(call, std::move(out));
+}
+
 // ------------------------------------------------------------------ helpers
 
 int64_t normDim(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }

@@ -129,6 +129,13 @@ bool isEvenlyShardableOnDim(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<Placem
 /// A strategy function: the candidate list of one call (errors name the op).
 using StrategyFn = llvm::Expected<Cands> (*)(const OpCall &);
 
+/// DTensor's expansion of a foreach / fused list op (a TupleStrategy): per list index an element
+/// call named `elementOp` (the index-th tensor of every list operand, every non-list tensor
+/// operand, the index-th tensor of every result list) is decided by `elementRule` and its
+/// min-cost candidate selected on its own; a non-list operand takes the first element's choice.
+/// Returns the composition as the one candidate of the list op.
+llvm::Expected<Cands> perElement(const OpCall &call, llvm::StringRef elementOp, StrategyFn elementRule);
+
 /// Registration tables, filled per family.
 using RuleTable = llvm::StringMap<StrategyFn>;
 void registerMatrixRules(RuleTable &t);
@@ -138,6 +145,8 @@ void registerTensorRules(RuleTable &t);
 void registerReductionRules(RuleTable &t);
 void registerNormEmbeddingRules(RuleTable &t);
 void registerBackwardRules(RuleTable &t);
+void registerSpatialRules(RuleTable &t);
+void registerLinalgRules(RuleTable &t);
 
 // Small helpers shared by rule files.
 int64_t normDim(int64_t d, int64_t rank);

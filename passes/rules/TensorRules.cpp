@@ -1,5 +1,6 @@
 // Tensor-manipulation ops (torch 2.13 `_ops/_tensor_ops.py`):
-//   contiguous / detach / alias: one candidate following the input exactly (Partial included);
+//   contiguous / detach / alias / view.dtype / _local_scalar_dense: one candidate following the
+//     input exactly (Partial included);
 //   split.Tensor / split_with_sizes: one candidate, the split dim unsharded, every piece follows;
 //   slice.Tensor: keep the input placements unless the slice dim is sharded (and the slice is not
 //     statically the whole dim), else unshard the slice dim;
@@ -141,8 +142,9 @@ llvm::Expected<Cands> gatherRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), opts);
 }
 
-/// linalg_replicate_strategy (tril, triu, diag, diagonal, diagonal_copy, diag_embed): the input is
-/// replicated, the output replicated.
+/// linalg_replicate_strategy (tril, triu, diag, diagonal, diagonal_copy, diag_embed, and the
+/// decompositions _linalg_svd, linalg_qr, _linalg_eigh): the input is replicated, every result
+/// replicated.
 llvm::Expected<Cands> replicateOnlyRule(const OpCall &call) {
   if (call.inputs.size() != 1)
     return call.error("expected one tensor operand, got {}", call.inputs.size());
@@ -369,8 +371,11 @@ llvm::Expected<Cands> scatterIntoRule(const OpCall &call) {
 
 void registerTensorRules(RuleTable &t) {
   for (const char *op : {"aten::contiguous.default", "aten::detach.default", "aten::alias.default",
-                         "aten::detach_.default"})
+                         "aten::detach_.default", "aten::view.dtype"})
     t[op] = followInputRule;
+  // item(): DTensor skips sharding propagation and reads the local shard as it is (the
+  // replicate-only strategy it registers is never consulted).
+  t["aten::_local_scalar_dense.default"] = followInputRule;
   t["aten::split.Tensor"] = splitRule;
   t["aten::split_with_sizes.default"] = splitRule;
   t["aten::split_with_sizes_copy.default"] = splitRule;
@@ -383,7 +388,8 @@ void registerTensorRules(RuleTable &t) {
                          "aten::new_zeros.default", "aten::new_empty_strided.default"})
     t[op] = newFactoryRule;
   for (const char *op : {"aten::tril.default", "aten::triu.default", "aten::diag.default", "aten::diagonal.default",
-                         "aten::diagonal_copy.default", "aten::diag_embed.default"})
+                         "aten::diagonal_copy.default", "aten::diag_embed.default", "aten::_linalg_svd.default",
+                         "aten::linalg_qr.default", "aten::_linalg_eigh.default"})
     t[op] = replicateOnlyRule;
   t["aten::roll.default"] = rollFlipRule;
   t["aten::flip.default"] = rollFlipRule;

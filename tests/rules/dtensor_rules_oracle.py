@@ -22,10 +22,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+from torch.distributed.tensor._ops._math_ops import _NormPartial
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.placement_types import _StridedShard
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.utils._pytree import tree_leaves
 
 WORLD = 4
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
@@ -58,6 +61,8 @@ def short(p):
         return "R"
     if isinstance(p, _MaskPartial):
         return f"MP({p.reduce_op})"
+    if isinstance(p, _NormPartial):
+        return f"NP({p.norm_type})"  # p-norm partial: commlens has no such placement
     if isinstance(p, Partial):
         return f"P({p.reduce_op})"
     return repr(p)
@@ -80,46 +85,60 @@ def make_tensor(t, mesh):
     shape = tuple(t["shape"])
     dtype = DTYPES[t.get("dtype", "f32")]
     pl = t.get("placements")
-    if dtype.is_floating_point:
-        full = torch.randn(shape, dtype=dtype)
-    elif dtype == torch.bool:
-        full = torch.zeros(shape, dtype=torch.bool)
-    else:
-        full = torch.zeros(shape, dtype=dtype)  # indices: all zeros are valid everywhere
+    init = t.get("init")  # "eye": identity matrices (positive definite), "ones": valid LU pivots
+
+    def fill(x):
+        if init == "eye":
+            x.copy_(torch.eye(x.shape[-2], x.shape[-1], dtype=dtype).expand(x.shape))
+        elif init == "ones":
+            x.fill_(1)
+        elif dtype.is_floating_point:
+            x.normal_()
+        else:
+            x.zero_()  # indices: all zeros are valid everywhere
+        return x
+
+    full = fill(torch.empty(shape, dtype=dtype))
     if pl is None:
         return full, full
     placements = [parse_placement(p) for p in pl]
     local_shape, _ = compute_local_shape_and_global_offset(shape, mesh, placements)
-    local = full.new_empty(local_shape)
-    if dtype.is_floating_point:
-        local.normal_()
-    else:
-        local.zero_()
+    local = fill(full.new_empty(local_shape))
     d = DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(shape),
                            stride=full.stride())
     return d, full
 
 
-def build(case, mesh, meta_only):
+def build(case, mesh, kind):
+    """Positional args and kwargs of `case`: tensors as DTensors (kind "dtensor"), or as their
+    global values on the meta device ("meta") or on CPU ("full")."""
+
+    def pick(dt, full):
+        return dt if kind == "dtensor" else full.to("meta") if kind == "meta" else full
+
     args, kwargs = [], {}
     metas = []
     for a in case.get("args", []):
         if "tensor" in a:
             dt, full = make_tensor(a["tensor"], mesh)
-            v = full.to("meta") if meta_only else dt
+            v = pick(dt, full)
         elif "tensors" in a:
             v = []
             for t in a["tensors"]:
                 dt, full = make_tensor(t, mesh)
-                v.append(full.to("meta") if meta_only else dt)
+                v.append(pick(dt, full))
         elif "int" in a:
             v = a["int"]
         elif "ints" in a:
             v = list(a["ints"])
+        elif "floats" in a:
+            v = list(a["floats"])
+        elif "bools" in a:
+            v = list(a["bools"])
         elif "bool" in a:
             v = a["bool"]
         elif "float" in a:
-            v = a["float"]
+            v = float(a["float"])  # "inf" / "-inf" as strings (JSON has no infinity)
         elif "dtype" in a:
             v = DTYPES[a["dtype"]]
         elif "str" in a:
@@ -152,24 +171,39 @@ def run(case):
     op = op_of(case["op"])
     mesh = mesh_of(case["mesh"])
     # global output metas, from a meta-device run
-    margs, mkwargs = build(case, mesh, True)
-    mout = op(*margs, **mkwargs)
+    margs, mkwargs = build(case, mesh, "meta")
+    try:
+        mout = op(*margs, **mkwargs)
+    except (NotImplementedError, RuntimeError):
+        # no meta kernel (_fused_adam.tensor_lr) or a value needed (_local_scalar_dense): run on
+        # the global values
+        margs, mkwargs = build(case, mesh, "full")
+        mout = op(*margs, **mkwargs)
     if isinstance(mout, torch.Tensor):
         outputs = [out_meta(mout)]
-    elif isinstance(op._schema.returns[0].type, torch.ListType):
-        outputs = [{"list": out_meta(mout)}]
+    elif not isinstance(mout, (tuple, list)):  # None (_linalg_check_errors), a number (_local_scalar_dense)
+        outputs = []
+    elif all(isinstance(r.type, torch.ListType) for r in op._schema.returns):
+        # one or several tensor-list results (_fused_adam returns five lists)
+        lists = [mout] if len(op._schema.returns) == 1 else list(mout)
+        outputs = [{"list": out_meta(x)} for x in lists]
     else:
         outputs = [out_meta(x) for x in mout]
     answer = {"outputs": outputs}
 
-    args, kwargs = build(case, mesh, False)
+    args, kwargs = build(case, mesh, "dtensor")
     dispatcher = DTensor._op_dispatcher
     try:
         info = dispatcher.unwrap_to_op_info(op, tuple(args), kwargs)
         dispatcher.sharding_propagator.propagate(info)
         os_ = info.output_sharding
         schema = os_.redistribute_schema if os_.redistribute_schema is not None else info.schema
-        chosen = [list(map(short, s.placements)) for s in schema.args_spec]
+        # every DTensorSpec of the positional args, tensor lists flattened (args_spec only
+        # flattens them for ops registered with needs_pytree, not for the foreach single-dim ones)
+        chosen = [list(map(short, s.placements)) for s in tree_leaves(schema.args_schema)
+                  if isinstance(s, DTensorSpec)]
+        # keyword tensors (linalg_pinv's atol, rtol) are never redistributed: they run as they are
+        chosen += [list(map(short, v.placements)) for v in kwargs.values() if isinstance(v, DTensor)]
         # plain tensors (promoted to Replicate specs) report null, as the C++ decision does
         flat_tensors = []
         for a in args:
@@ -191,7 +225,8 @@ def run(case):
             else:
                 results.append(list(map(short, s.placements)))
 
-        add(spec)
+        if any("Tensor" in str(r.type) for r in op._schema.returns):  # not for None or a number
+            add(spec)
         answer.update({"ok": True, "operands": operands, "results": results})
     except Exception as e:  # DTensor refuses: the C++ side must error too
         answer.update({"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]})

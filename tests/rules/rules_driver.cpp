@@ -5,7 +5,8 @@
 //    "args":[{"name":"self","tensor":{"shape":[8,16],"dtype":"f32","placements":["S(0)"]}},
 //            {"name":"mat2","tensor":{"shape":[16,4],"dtype":"f32","placements":null}},   // plain
 //            {"name":"dim","int":1}, {"name":"size","ints":[2,3]}, {"name":"keepdim","bool":true},
-//            {"name":"alpha","float":0.5}, {"name":"dtype","dtype":"bf16"}, {"name":"x","none":true},
+//            {"name":"scalars","floats":[0.5]}, {"name":"output_mask","bools":[true,false]},
+//            {"name":"alpha","float":0.5 | "inf"}, {"name":"dtype","dtype":"bf16"}, {"name":"x","none":true},
 //            {"name":"rounding_mode","str":"floor","keyword":true},
 //            {"name":"tensors","tensors":[{...tensor...}, ...]}],
 //    "outputs":[{"shape":[8,4],"dtype":"f32"} | {"list":[{"shape":..}, ...]}]}
@@ -126,10 +127,22 @@ llvm::json::Value run(llvm::StringRef text) {
         for (const llvm::json::Value &x : *is)
           l.push_back(x.getAsInteger().getValueOr(0));
         na.value = l;
+      } else if (const llvm::json::Array *fs = a->getArray("floats")) {
+        FloatList l;
+        for (const llvm::json::Value &x : *fs)
+          l.push_back(x.getAsNumber().getValueOr(0));
+        na.value = l;
+      } else if (const llvm::json::Array *bs = a->getArray("bools")) {
+        BoolList l;
+        for (const llvm::json::Value &x : *bs)
+          l.push_back(x.getAsBoolean().getValueOr(false));
+        na.value = l;
       } else if (auto b = a->getBoolean("bool")) {
         na.value = *b;
       } else if (auto f = a->getNumber("float")) {
         na.value = *f;
+      } else if (auto fs = a->getString("float")) { // "inf", "-inf": JSON has no infinity
+        na.value = std::stod(fs->str());
       } else if (auto str = a->getString("str")) {
         na.value = str->str();
       } else if (auto d = a->getString("dtype")) {

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,19 @@ public:
     v->setMeta(meta(shape));
     args_.push_back({name, Argument(v), false});
     specs_.push_back(DTensorSpec{std::move(placements), meta(shape)});
+    return *this;
+  }
+  /// A list of DTensor operands (one placement list per element).
+  Call &tensorList(const std::string &name, std::vector<std::vector<int64_t>> shapes,
+                   std::vector<std::vector<std::string>> placements) {
+    TensorList l;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Value *v = g_.createValue("v" + std::to_string(n_++), ValueKind::Tensor);
+      v->setMeta(meta(shapes[i]));
+      l.push_back(v);
+      specs_.push_back(DTensorSpec{pl(placements[i]), meta(shapes[i])});
+    }
+    args_.push_back({name, Argument(l), false});
     return *this;
   }
   Call &arg(const std::string &name, Argument a, bool keyword = false) {
@@ -509,6 +523,61 @@ TEST(ReductionRules, NllLossForwardReplicatesClassDim) {
       .out({})
       .out({});
   EXPECT_EQ(decideSummary(c, mesh1(2)), "[R]; [R] -> [R]; [R]");
+}
+
+TEST(ReductionRules, VectorNormInfIsAmaxButTwoNormShardIsRefused) {
+  // linalg_vector_norm(S(1), inf, [1]): like amax, the shard becomes P(max). With p = 2 the shard
+  // would become _NormPartial(2), which commlens does not model: an error naming it.
+  Call inf("aten::linalg_vector_norm.default");
+  inf.tensor("self", {4, 6}, {"S(1)"}).arg("ord", Argument(std::numeric_limits<double>::infinity()))
+      .arg("dim", Argument(IntList{1})).out({4});
+  EXPECT_EQ(decideSummary(inf, mesh1(2)), "[S(1)] -> [P(max)]");
+  Call two("aten::linalg_vector_norm.default");
+  two.tensor("self", {4, 6}, {"S(1)"}).arg("ord", Argument(2.0)).arg("dim", Argument(IntList{1})).out({4});
+  EXPECT_NE(decideSummary(two, mesh1(2)).find("_NormPartial(2)"), std::string::npos);
+}
+
+TEST(LinalgRules, BatchDimsShardMatricesDoNot) {
+  // _linalg_det(A S(2)) on [4, 3, 3]: only batch-dim rules, so the matrix dim is gathered;
+  // A S(0) keeps its batch shard through all three results.
+  Call gathered("aten::_linalg_det.default");
+  gathered.tensor("A", {4, 3, 3}, {"S(2)"}).out({4}).out({4, 3, 3}).out({4, 3}, ScalarType::Int);
+  EXPECT_EQ(decideSummary(gathered, mesh1(2)), "[R] -> [R]; [R]; [R]");
+  Call batch("aten::_linalg_det.default");
+  batch.tensor("A", {4, 3, 3}, {"S(0)"}).out({4}).out({4, 3, 3}).out({4, 3}, ScalarType::Int);
+  EXPECT_EQ(decideSummary(batch, mesh1(2)), "[S(0)] -> [S(0)]; [S(0)]; [S(0)]");
+}
+
+TEST(LinalgRules, PinvRefusesAPartialKeywordTolerance) {
+  Call c("aten::linalg_pinv.atol_rtol_tensor");
+  c.tensor("self", {4, 3, 3}, {"S(0)"}).tensor("atol", {}, {"P(sum)"}).out({4, 3, 3});
+  EXPECT_NE(decideSummary(c, mesh1(2)).find("keyword tensors without redistributing"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- list ops
+
+TEST(ListRules, ForeachElementsChooseAloneNonListOperandFollowsTheFirst) {
+  // _foreach_add.Tensor([S(0) [4,6], P(sum) [5]], other P(sum) []): element 0 (add.Tensor of S(0)
+  // and a 0-d P(sum)) has no rule keeping both, replicates other and stays S(0); element 1 keeps
+  // P(sum) + P(sum) -> P(sum). other is moved once, to element 0's choice (R).
+  Call c("aten::_foreach_add.Tensor");
+  c.tensorList("self", {{4, 6}, {5}}, {{"S(0)"}, {"P(sum)"}}).tensor("other", {}, {"P(sum)"}).outList({{4, 6}, {5}});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[S(0)]; [P(sum)]; [R] -> [S(0)]; [P(sum)]");
+}
+
+TEST(ListRules, ForeachMmIsMmPerElement) {
+  // _foreach_mm: element 0 is colwise (R x S(1) -> S(1)), element 1 rowwise (S(1) x S(0) -> P).
+  Call c("aten::_foreach_mm.default");
+  c.tensorList("self", {{4, 6}, {5, 2}}, {{"R"}, {"S(1)"}})
+      .tensorList("mat2", {{6, 4}, {2, 3}}, {{"S(1)"}, {"S(0)"}})
+      .outList({{4, 4}, {5, 3}});
+  EXPECT_EQ(decideSummary(c, mesh1(2)), "[R]; [S(1)]; [S(1)]; [S(0)] -> [S(1)]; [P(sum)]");
+}
+
+TEST(ListRules, FunctionalFusedAdamIsRefusedLikeDTensor) {
+  Call c("aten::_fused_adam.default");
+  c.tensorList("self", {{4, 6}}, {{"S(0)"}}).outList({{4, 6}});
+  EXPECT_NE(decideSummary(c, mesh1(2)).find("DTensor 2.13 raises"), std::string::npos);
 }
 
 // ---------------------------------------------------------------- norms, embedding
