@@ -73,7 +73,7 @@ inline llvm::Expected<std::vector<std::string>> predictCollectives(ExportedProgr
   buildPipeline(pm, /*backward=*/true);
   PassContext ctx{p, &plan, {}, PredictionState()};
   if (llvm::Error err = pm.run(ctx))
-    return std::move(err);
+    return err;
   std::vector<std::string> out;
   for (const CollectiveRecord &r : ctx.state.collectives)
     out.push_back(fmt::format("{} {} @{}", r.opKey, r.phase == Phase::Forward ? "fwd" : "bwd",
