@@ -10,8 +10,6 @@
 
 namespace commlens {
 
-namespace {
-
 llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m) {
   llvm::SmallVector<int64_t, 4> out;
   for (const SymInt &s : m.sizes)
@@ -32,7 +30,7 @@ llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m) {
 }
 
 TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,
-                  std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt) {
+                  std::optional<llvm::ArrayRef<int64_t>> strides) {
   TensorMeta m;
   m.dtype = dtype;
   m.device = device;
@@ -46,6 +44,8 @@ TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device 
   m.storageOffset = SymInt::concrete(0);
   return m;
 }
+
+namespace {
 
 int operandIndex(const Node &n, llvm::StringRef name) {
   int i = 0;

@@ -15,6 +15,13 @@
 
 namespace commlens {
 
+/// Concrete sizes / strides of a meta (symbolic ones by hint; unknown strides: contiguous).
+llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m);
+llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m);
+/// A concrete meta (contiguous unless strides are given).
+TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,
+                  std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt);
+
 /// Where a formula's ops go, plus the helpers formulas share.
 class GradEmitter {
 public:
