@@ -220,12 +220,14 @@ struct Call {
   std::vector<const Value *> inputs, outputs;
 };
 
-/// One call of a checkpointed module: its autograd nodes, and whether backward recomputed it.
+/// One call of a checkpointed module: its autograd nodes, those that saved a tensor (found once,
+/// when backward first reaches the call), and whether backward recomputed it.
 struct Region {
   const Call *call;
   const ActivationCheckpointUnit *unit;
   std::vector<AGNode *> ops;
-  bool recomputed;
+  std::optional<llvm::DenseSet<const AGNode *>> savers;
+  bool recomputed = false;
 };
 
 bool isPreHookOp(const Node &n) {
@@ -355,16 +357,8 @@ private:
         continue;
       for (const Node *n : c.nodes)
         regionOf_[n] = static_cast<unsigned>(regions_.size());
-      regions_.push_back(Region{&c, unit->second, {}, false});
+      regions_.push_back(Region{&c, unit->second, {}, std::nullopt, false});
     }
-    if (regions_.empty())
-      return;
-    for (const InputSpec &in : fwd_.inputs())
-      if (in.value)
-        forwardValues_.insert(in.value);
-    for (const auto &n : fwd_.nodes())
-      for (Value *v : n->results())
-        forwardValues_.insert(v);
   }
 
   Edge edgeOf(const Value *v) {
@@ -606,7 +600,7 @@ private:
         fsdpPreBackward(unit);
       if (n->kind == AGNode::Kind::Op)
         if (auto r = regionOf_.find(n->fwd); r != regionOf_.end() && !regions_[r->second].recomputed &&
-                                             savesTensors(*n))
+                                             savers(regions_[r->second]).count(n))
           recompute(regions_[r->second]);
       auto grads = apply(*n);
       if (!grads)
@@ -668,9 +662,20 @@ private:
     std::swap(bw_, scratch);
     for (const auto &n : scratch->nodes())
       for (Value *v : n->operands())
-        if (forwardValues_.count(v))
+        if (fwd_.lookupValue(v->name()) == v)
           return true;
     return false;
+  }
+
+  /// The call's autograd nodes that saved a tensor.
+  const llvm::DenseSet<const AGNode *> &savers(Region &r) {
+    if (!r.savers) {
+      r.savers.emplace();
+      for (AGNode *a : r.ops)
+        if (savesTensors(*a))
+          r.savers->insert(a);
+    }
+    return *r.savers;
   }
 
   /// Non-reentrant checkpoint's recomputation, at the first unpack of a tensor the call saved:
@@ -682,11 +687,14 @@ private:
   void recompute(Region &r) {
     r.recomputed = true;
     unsigned stop = 0;
-    for (AGNode *a : r.ops)
-      if (savesTensors(*a))
-        stop = std::max(stop, a->fwd->index());
+    for (const AGNode *a : savers(r))
+      stop = std::max(stop, a->fwd->index());
+    const std::string kept = keptCollectives(*r.unit);
     llvm::DenseMap<const Value *, Value *> copies;
-    auto operand = [&](const Value *v) { return copies.count(v) ? copies[v] : const_cast<Value *>(v); };
+    auto operand = [&](const Value *v) {
+      Value *copy = copies.lookup(v);
+      return copy ? copy : const_cast<Value *>(v);
+    };
     for (unsigned i = r.call->first; i <= stop; ++i) {
       const Node &n = *fwd_.nodes()[i];
       if (!r.call->nodes.count(&n))
@@ -710,8 +718,8 @@ private:
                      copies[old] = v;
                      return v;
                    });
-      if (std::string kept = keptCollectives(*r.unit); hook && !kept.empty())
-        copy->setMetadata(kKeptCollectives, std::move(kept));
+      if (hook && !kept.empty())
+        copy->setMetadata(kKeptCollectives, kept);
     }
   }
 
@@ -838,7 +846,6 @@ private:
   llvm::DenseSet<unsigned> fsdpPreBackwardDone_, fsdpPostBackwardDone_;
   std::vector<Region> regions_;
   llvm::DenseMap<const Node *, unsigned> regionOf_;
-  llvm::DenseSet<const Value *> forwardValues_;
   bool fsdpCallbackQueued_ = false;
 };
 

@@ -4,6 +4,7 @@
 
 #include "ir/Graph.h"
 #include "passes/DecomposeToRuntimeOps.h"
+#include "passes/Derivatives.h"
 #include "passes/PassManager.h"
 
 #include <fmt/format.h>
@@ -15,17 +16,10 @@
 namespace commlens::test {
 
 inline TensorMeta f32(std::initializer_list<int64_t> sizes, std::optional<std::vector<int64_t>> strides = std::nullopt) {
-  TensorMeta m;
-  std::vector<int64_t> s(sizes);
-  for (int64_t x : s)
-    m.sizes.push_back(SymInt::concrete(x));
+  std::optional<llvm::ArrayRef<int64_t>> st;
   if (strides)
-    for (int64_t x : *strides)
-      m.strides.push_back(SymInt::concrete(x));
-  else
-    m.strides = contiguousStrides(s);
-  m.storageOffset = SymInt::concrete(0);
-  return m;
+    st = llvm::ArrayRef<int64_t>(*strides);
+  return metaOf(ScalarType::Float, llvm::ArrayRef<int64_t>(sizes.begin(), sizes.size()), Device{}, st);
 }
 
 constexpr const char *kLinear = "torch.nn.modules.linear.Linear";
