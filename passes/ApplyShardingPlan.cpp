@@ -70,12 +70,12 @@ public:
     for (unsigned i = 0; i < ctx_.state.fsdp.units.size(); ++i)
       fsdpUnitOf_[ctx_.state.fsdp.units[i].scope] = i;
     // Each call runs the styles' hooks again and CommDebugMode names every call alike, so the
-    // counts add up under one module. Its tracker cannot measure such a model, though.
+    // counts add up under one module; said once, as a reader of the table may expect one call.
     for (const ModuleScope *s : graph_.scopes().inForwardOrder())
       if (s->numCalls() > 1 && s->parent()->numCalls() == 1) // the outermost repeated module
         ctx_.state.warnings.push_back(
-            fmt::format("{} is called {} times per forward: its calls' counts are added up under its name; "
-                        "CommDebugMode (torch 2.13) cannot measure such a model (IndexError in its module tracker)",
+            fmt::format("{} is called {} times per forward: its calls' counts are added up under its name, "
+                        "as CommDebugMode does",
                         s->displayName(), s->numCalls()));
     if (llvm::Error err = collectCalls())
       return err;

@@ -68,6 +68,7 @@ GPT2 = "examples.gpt2:gpt2"
 GPT2_SDPA = "examples.gpt2:gpt2(attn='sdpa')"
 LLAMA = "examples.llama:llama"
 GATED = "examples.kwargs:gated"
+SHARED = "examples.shared:shared_mlp"
 HF_LLAMA = "examples.hf:hf_llama"
 HF_QWEN2 = "examples.hf:hf_qwen2"
 P = "examples.plans:"
@@ -118,6 +119,13 @@ CONFIGS = [
     Config("gated-tp-tp8-backward", GATED, P + "gated_tp(tp=8)", "backward"),
     Config("gated-tp_root_kwargs-tp4-context_grad-both", GATED,
            P + "gated_tp(tp=4, root_kwargs=True, context_requires_grad=True)", "both"),
+    # A shared module called twice per forward (weight sharing): each call runs the styles' hooks
+    # again, CommDebugMode names both calls alike (measure fixes its tracker's hook pile-up, see
+    # python/commlens/measure.py:_fix_repeated_call_tracking)
+    Config("shared_mlp-tp-tp4-both", SHARED, P + "shared_mlp_tp(tp=4)", "both", ci=True),
+    Config("shared_mlp-tp_prepare-tp2-grad-both", SHARED,
+           P + "shared_mlp_tp(tp=2, prepare=True, input_requires_grad=True)", "both"),
+    Config("shared_mlp-tp-tp8-backward", SHARED, P + "shared_mlp_tp(tp=8)", "backward"),
     # Frozen parameters (requires_grad=False before parallelising): no gradient, no backward comm.
     Config("mlp-tp-tp4-grad-frozen_w1-both", MLP, P + "mlp_tp(tp=4, input_requires_grad=True, frozen=('w1.*',))",
            "both", ci=True),
