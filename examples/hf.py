@@ -32,11 +32,15 @@ _STYLES = {
     "colwise": lambda: ColwiseParallel(),
     "rowwise": lambda: RowwiseParallel(),
     "colwise_gather_output": lambda: ColwiseParallel(output_layouts=Replicate()),
+    "rowwise_split_input": lambda: RowwiseParallel(input_layouts=Replicate()),
 }
 
 
 # Families whose shipped plan uses only the strings mapped above, and whose decoder is `.model`.
-_FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "granite": "Granite"}
+_FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "granite": "Granite",
+             "gemma": "Gemma", "gemma2": "Gemma2", "cohere": "Cohere", "starcoder2": "Starcoder2", "olmo": "Olmo",
+             "olmo2": "Olmo2", "olmo3": "Olmo3", "phi": "Phi", "phi3": "Phi3", "glm": "Glm", "smollm3": "SmolLM3",
+             "ministral": "Ministral", "ernie4_5": "Ernie4_5", "arcee": "Arcee", "qwen3": "Qwen3"}
 
 
 def _family(name):
@@ -64,8 +68,12 @@ def _build(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv
     config_cls, model_cls = _family(family)
     config = config_cls(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=n_layers,
                         num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
-                        max_position_embeddings=max(64, seq), tie_word_embeddings=False)
-    config._attn_implementation = "sdpa"
+                        max_position_embeddings=max(64, seq), tie_word_embeddings=False,
+                        head_dim=dim // n_heads)  # Ministral has no default head_dim
+    if config.pad_token_id is not None and config.pad_token_id >= vocab:
+        config.pad_token_id = 0  # Phi3, Glm, SmolLM3 default to an id past a tiny vocabulary
+    # sdpa where the family supports it (eager otherwise, e.g. Gemma2's logit soft-capping)
+    config._attn_implementation = "sdpa" if model_cls._supports_sdpa else "eager"
     torch.manual_seed(seed)
     lm = model_cls(config)
     if gradient_checkpointing:
@@ -79,6 +87,11 @@ def _build(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv
 # Factories (keywords: n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2,
 # seq=16, seed=0, gradient_checkpointing=False: True calls gradient_checkpointing_enable with
 # use_reentrant=False, so every decoder layer call is checkpointed by the model itself).
+def hf_model(*, family="llama", **kw):
+    """A tiny transformers ``<Family>ForCausalLM`` of any family in ``_FAMILIES``."""
+    return _build(family, **kw)
+
+
 def hf_llama(**kw):
     """A tiny transformers LlamaForCausalLM (grouped-query attention, SwiGLU MLP, RMSNorm)."""
     return _build("llama", **kw)
