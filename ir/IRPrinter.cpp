@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "llvm/ADT/STLExtras.h"
+
+#include <algorithm>
 #include <cmath>
 
 namespace commlens {
@@ -53,12 +56,41 @@ void printSymInt(llvm::raw_ostream &os, const SymIntArg &s) {
     os << s.constant;
 }
 
+/// Row-major strides of `sizes` (by hint): what a meta without printed strides gets.
+llvm::SmallVector<SymInt, 4> defaultStrides(llvm::ArrayRef<SymInt> sizes) {
+  llvm::SmallVector<SymInt, 4> strides(sizes.size());
+  int64_t stride = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = SymInt::concrete(stride);
+    stride *= std::max<int64_t>(sizes[i].hint, 1);
+  }
+  return strides;
+}
+
 void printResult(llvm::raw_ostream &os, const Value *v, const ValueAnnotator &annotate) {
   printValueRef(os, v);
-  if (v->meta())
-    os << " : " << v->meta()->str();
-  else if (v->kind() == ValueKind::SymInt)
+  if (const auto &m = v->meta()) {
+    os << " : " << m->str();
+    // Only what differs from the defaults the parser assumes (contiguous, cpu); no strides at
+    // all read as contiguous too.
+    if (!m->strides.empty() && llvm::ArrayRef<SymInt>(m->strides) != llvm::ArrayRef<SymInt>(defaultStrides(m->sizes))) {
+      os << " strides [";
+      for (size_t i = 0; i < m->strides.size(); ++i)
+        os << (i ? ", " : "") << m->strides[i].str();
+      os << ']';
+    }
+    if (m->device != Device{})
+      os << " device " << quote(m->device.str());
+  } else if (v->kind() == ValueKind::SymInt)
     os << " : SymInt(" << v->symbol().str() << ')';
+  else if (v->kind() == ValueKind::SymBool)
+    os << " : SymBool";
+  else if (v->kind() == ValueKind::SymFloat)
+    os << " : SymFloat";
+  else if (v->kind() == ValueKind::Token)
+    os << " : Token";
+  else if (v->kind() == ValueKind::CustomObj)
+    os << " : CustomObj";
   if (annotate)
     os << annotate(*v);
 }
@@ -127,6 +159,10 @@ void printNode(llvm::raw_ostream &os, const Node &node, const ValueAnnotator &an
       printList(os, out.get<TensorList>(), [&](Value *v) { printResult(os, v, annotate); });
     else if (out.is<SymIntArg>() && out.get<SymIntArg>().value)
       printResult(os, out.get<SymIntArg>().value, annotate);
+    else if (out.is<SymBoolArg>() && out.get<SymBoolArg>().value)
+      printResult(os, out.get<SymBoolArg>().value, annotate);
+    else if (out.is<SymFloatArg>() && out.get<SymFloatArg>().value)
+      printResult(os, out.get<SymFloatArg>().value, annotate);
     else
       printArgument(os, out);
   }
@@ -147,19 +183,53 @@ void printNode(llvm::raw_ostream &os, const Node &node, const ValueAnnotator &an
     os << " no_grad";
   if (const ModuleScope *s = node.scope()) {
     os << " @" << s->displayName();
-    if (!node.callPath().empty() && node.callPath().back() > 0)
-      os << '#' << node.callPath().back();
+    // `#K`: the innermost module's K-th call, outer calls the first; any other call path in full.
+    llvm::ArrayRef<unsigned> calls = node.callPath();
+    // (No call path at all, as backward nodes have, reads as the first calls too.)
+    bool outerFirst = calls.empty() || (calls.size() == s->depth() &&
+                                        llvm::all_of(calls.drop_back(), [](unsigned c) { return c == 0; }));
+    if (!outerFirst) {
+      os << '#';
+      for (size_t i = 0; i < calls.size(); ++i)
+        os << (i ? "." : "") << calls[i];
+    } else if (!calls.empty() && calls.back() > 0)
+      os << '#' << calls.back();
   }
+  // The name only where it is not the first result's.
+  llvm::SmallVector<Value *, 4> results = node.results();
+  if (node.name() != (results.empty() ? std::string() : results.front()->name()))
+    os << " name " << quote(node.name());
 }
 
 void printGraph(llvm::raw_ostream &os, const Graph &graph, const ValueAnnotator &annotate) {
-  for (const ModuleScope *s : graph.scopes().inForwardOrder())
-    os << "scope " << s->displayName() << " : " << (s->type().empty() ? "?" : s->type()) << '\n';
+  llvm::ArrayRef<ModuleScope *> scopes = graph.scopes().inForwardOrder();
+  for (size_t i = 0; i < scopes.size(); ++i) {
+    const ModuleScope *s = scopes[i];
+    os << "scope " << s->displayName() << " : " << (s->type().empty() ? "?" : s->type());
+    // The parent only where it is not the earlier scope with the longest prefix of the path.
+    if (s->parent()) {
+      const ModuleScope *implied = graph.scopes().root();
+      size_t best = 0;
+      for (const ModuleScope *e : scopes.take_front(i))
+        if (!e->path().empty() && e->path().size() > best && llvm::StringRef(s->path()).startswith(e->path() + ".")) {
+          implied = e;
+          best = e->path().size();
+        }
+      if (implied != s->parent())
+        os << " in @" << s->parent()->displayName();
+    }
+    os << '\n';
+  }
   for (const InputSpec &in : graph.inputs()) {
     os << "input ";
     if (in.value)
       printResult(os, in.value, annotate);
-    os << ' ' << name(in.kind) << ' ' << quote(in.target) << '\n';
+    os << ' ' << name(in.kind) << ' ' << quote(in.target);
+    if (!in.aliasOf.empty())
+      os << " alias " << quote(in.aliasOf);
+    if (in.kind == InputKind::Buffer && !in.persistent)
+      os << " non_persistent";
+    os << '\n';
   }
   for (const auto &n : graph.nodes()) {
     printNode(os, *n, annotate);
@@ -171,6 +241,25 @@ void printGraph(llvm::raw_ostream &os, const Graph &graph, const ValueAnnotator 
     if (!out.target.empty())
       os << ' ' << quote(out.target);
     os << '\n';
+  }
+  const std::string &root = graph.scopes().root()->displayName();
+  for (const CallSignature &sig : graph.callSignatures()) {
+    os << "call @" << (sig.path.empty() ? root : root + "." + sig.path);
+    if (sig.call > 0)
+      os << '#' << sig.call;
+    os << '(';
+    bool first = true;
+    for (const Argument &a : sig.args) {
+      os << (first ? "" : ", ");
+      first = false;
+      printArgument(os, a);
+    }
+    for (const auto &[key, a] : sig.kwargs) {
+      os << (first ? "" : ", ") << key << '=';
+      first = false;
+      printArgument(os, a);
+    }
+    os << ")\n";
   }
 }
 

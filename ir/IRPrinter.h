@@ -1,5 +1,6 @@
 // Stable, readable text form of the IR (`--print-ir`, `--print-after`). One line per scope,
 // input, node and output; nodes carry their module scope as `@Name` (`#k` for call k > 0).
+// ir/IRParser.h reads it back and documents the grammar.
 #pragma once
 
 #include "ir/Graph.h"
