@@ -1,8 +1,10 @@
 """Hugging Face ``transformers`` models (pinned by scripts/setup.sh) with the tensor-parallel plan
 the model family ships, for the accuracy corpus.
 
-``hf_llama(...)`` / ``hf_qwen2(...)`` / ``hf_mistral(...)`` / ``hf_granite(...)`` build a small randomly
-initialised ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` / ... from a config (nothing is downloaded), wrapped so that the model takes the
+``hf_llama(...)`` / ``hf_qwen2(...)`` / ``hf_mistral(...)`` / ``hf_granite(...)``, and ``hf_model(family=...)``
+for any family in ``_FAMILIES`` (also gemma, gemma2, cohere, starcoder2, olmo, olmo2, olmo3, phi, phi3, glm,
+smollm3, ministral, ernie4_5, arcee, qwen3), build a small randomly initialised ``<Family>ForCausalLM``
+from a config (nothing is downloaded), wrapped so that the model takes the
 token ids and returns the logits; they return ``(model, (ids,))``. Module names (root class
 ``HFCausalLM``)::
 
@@ -18,7 +20,11 @@ token ids and returns the logits; they return ``(model, (ids,))``. Module names 
 attribute, keys relative to ``model.model``) and, with ``lm_head=True``, the CausalLM's ``_tp_plan``
 into the real torch styles: ``colwise`` -> ``ColwiseParallel()``, ``rowwise`` ->
 ``RowwiseParallel()``, ``colwise_gather_output`` -> ``ColwiseParallel(output_layouts=Replicate())``
-(the torch style that gathers the output as transformers' does). Any other string is refused.
+(the torch style that gathers the output as transformers' does), ``rowwise_split_input`` ->
+``RowwiseParallel(input_layouts=Replicate())`` (transformers registers exactly that). Any other string
+is refused: Qwen3's ``replicated_with_grad_allreduce`` (a transformers hook calling ``dist.all_reduce``
+on a parameter's grad, not a DTensor style) and the MoE families' ``packed_colwise`` / ``moe_tp_experts``
+have no torch style to map to.
 None of these families ships a sequence-parallel plan in this transformers version.
 """
 

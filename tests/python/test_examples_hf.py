@@ -1,0 +1,33 @@
+"""examples.hf: shipped transformers TP plans mapped to torch styles, or refused by name.
+(Every mapped family's counts are checked against CommDebugMode by bench/accuracy.)"""
+import pytest
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+from examples.hf import shipped_tp_plan
+
+
+def test_olmo2_plan_gathers_qkv_and_splits_o_proj_input():
+    plan = shipped_tp_plan("olmo2")
+    q, o = plan["model.model.layers.*.self_attn.q_proj"], plan["model.model.layers.*.self_attn.o_proj"]
+    # transformers registers colwise_gather_output as Colwise(Replicate in, Replicate out) and
+    # rowwise_split_input as Rowwise(Replicate in, Replicate out): torch's defaults except those
+    assert isinstance(q, ColwiseParallel) and q.output_layouts == (Replicate(),)
+    assert isinstance(o, RowwiseParallel) and o.input_layouts == (Replicate(),)
+    assert o.output_layouts == (Replicate(),)
+    down = plan["model.model.layers.*.mlp.down_proj"]
+    assert isinstance(down, RowwiseParallel) and down.input_layouts == (Shard(-1),)
+    assert isinstance(plan["model.lm_head"], ColwiseParallel)
+
+
+def test_unmapped_style_is_refused_by_name():
+    with pytest.raises(ValueError) as err:
+        shipped_tp_plan("qwen3")
+    assert str(err.value) == (
+        "qwen3 ships tp plan entry 'model.model.layers.*.self_attn.q_norm': 'replicated_with_grad_allreduce', "
+        "which commlens does not map (known: colwise, rowwise, colwise_gather_output, rowwise_split_input)")
+
+
+def test_unknown_family_is_refused():
+    with pytest.raises(ValueError, match=r"family must be one of \[.*'olmo2'.*\], got 'mixtral'"):
+        shipped_tp_plan("mixtral")
