@@ -81,6 +81,23 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
   return r;
 }
 
+std::vector<std::pair<std::string, std::string>> PredictionReport::dtensorParameters(const ModuleScope &s) const {
+  std::vector<std::pair<std::string, std::string>> params;
+  std::string prefix = s.path().empty() ? "" : s.path() + ".";
+  for (const InputSpec &in : program->graph().inputs()) {
+    if (in.kind != InputKind::Parameter)
+      continue;
+    // scopes are named on the tree checkpoint_wrapper leaves; parameter targets are not
+    std::string target = pathAfterCheckpointWrappers(*plan, in.target);
+    llvm::StringRef name(target);
+    if (!name.startswith(prefix) || name.drop_front(prefix.size()).contains('.'))
+      continue;
+    if (const DTensorLayout *l = in.value ? state->layout(in.value) : nullptr)
+      params.emplace_back(name.drop_front(prefix.size()).str(), placementsRepr(l->placements));
+  }
+  return params;
+}
+
 void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
   std::map<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
   for (const CollectiveRecord &c : state->collectives)
@@ -114,21 +131,11 @@ void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
     os << pad << s->displayName() << "\n";
     if (noiseLevel >= 1) {
       os << pad << "*module type: " << moduleType(*s) << "\n";
-      std::string prefix = s->path().empty() ? "" : s->path() + ".";
-      bool header = false;
-      for (const InputSpec &in : program->graph().inputs()) {
-        if (in.kind != InputKind::Parameter || !llvm::StringRef(in.target).startswith(prefix) ||
-            llvm::StringRef(in.target).drop_front(prefix.size()).contains('.'))
-          continue;
-        const DTensorLayout *l = in.value ? state->layout(in.value) : nullptr;
-        if (!l)
-          continue;
-        if (!header)
-          os << pad << "*Parameter List\n";
-        header = true;
-        os << pad << " *" << llvm::StringRef(in.target).drop_front(prefix.size()) << ": " << placementsRepr(l->placements)
-           << "\n";
-      }
+      auto params = dtensorParameters(*s);
+      if (!params.empty())
+        os << pad << "*Parameter List\n";
+      for (const auto &[name, placements] : params)
+        os << pad << " *" << name << ": " << placements << "\n";
     }
     section(m, pad.size() + 2, CommPhase::Forward, s);
     section(m, pad.size() + 2, CommPhase::Backward, s);
@@ -179,7 +186,10 @@ std::string PredictionReport::toJson() const {
   };
   std::function<json(const ModuleScope *)> moduleJson = [&](const ModuleScope *s) {
     const ModuleCounts &m = *counts.find(s->displayName());
-    json node = {{"fqn", s->displayName()}, {"module_type", moduleType(*s)}, {"parameters", json::array()}};
+    json params = json::array();
+    for (const auto &[name, placements] : dtensorParameters(*s))
+      params.push_back({name, placements});
+    json node = {{"fqn", s->displayName()}, {"module_type", moduleType(*s)}, {"parameters", params}};
     json children = json::array();
     for (const ModuleScope *c : s->children())
       children.push_back(moduleJson(c));

@@ -14,6 +14,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace commlens {
 
@@ -29,8 +31,11 @@ struct PredictionReport {
   /// CommDebugMode's tracing table (noise 0: counts; 1: + module types, parameter placements and
   /// one line per collective with its cause).
   void printTable(llvm::raw_ostream &os, int noiseLevel) const;
-  /// CommDebugMode's generate_json_dump tree with "collectives_*_detail" records per module.
+  /// CommDebugMode's generate_json_dump tree (as at noise level 1 or more: module types and
+  /// parameter placements) with "collectives_*_detail" records per module.
   std::string toJson() const;
+  /// The module's own DTensor parameters as CommDebugMode lists them: (name, placements repr).
+  std::vector<std::pair<std::string, std::string>> dtensorParameters(const ModuleScope &s) const;
 };
 
 } // namespace commlens

@@ -34,9 +34,9 @@ def test_runner_with_fake_predictor(commlens_bin, tmp_path):
     assert r.returncode == 1
     # --strict does not change a run whose only failures are already failures; predict errors
     # alone are not failures without it.
-    r = subprocess.run([sys.executable, str(RUN), "--only", "mlp-tp-tp4-both", "--work-dir", str(work),
+    r = subprocess.run([sys.executable, str(RUN), "--only", "^mlp-tp-tp4-both$", "--work-dir", str(work),
                         "--commlens", str(wrapper)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.splitlines()[-1] == "exact: 0/1 configs, 0/3 cells"
-    r = subprocess.run([sys.executable, str(RUN), "--only", "mlp-tp-tp4-both", "--work-dir", str(work),
+    r = subprocess.run([sys.executable, str(RUN), "--only", "^mlp-tp-tp4-both$", "--work-dir", str(work),
                         "--commlens", str(wrapper), "--strict"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 1
