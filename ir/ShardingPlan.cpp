@@ -1,8 +1,7 @@
 #include "ir/ShardingPlan.h"
 
 #include "llvm/ADT/SmallVector.h"
-
-#include <fnmatch.h>
+#include "llvm/Support/GlobPattern.h"
 
 namespace commlens {
 
@@ -12,6 +11,16 @@ llvm::StringRef name(ParallelStyle::Kind k) {
   return kNames[static_cast<size_t>(k)];
 }
 
+bool matchesGlob(llvm::StringRef pattern, llvm::StringRef text) {
+  llvm::Expected<llvm::GlobPattern> glob = llvm::GlobPattern::create(pattern);
+  if (!glob) {
+    llvm::consumeError(glob.takeError());
+    return pattern == text;
+  }
+  return glob->match(text);
+}
+
+// parallelize_module matches a plan key atom by atom (fnmatch per dot-separated part).
 bool matchesModulePath(llvm::StringRef pattern, llvm::StringRef path) {
   if (pattern.empty() || path.empty())
     return pattern.empty() && path.empty();
@@ -21,7 +30,7 @@ bool matchesModulePath(llvm::StringRef pattern, llvm::StringRef path) {
   if (want.size() != have.size())
     return false;
   for (size_t i = 0; i < want.size(); ++i)
-    if (fnmatch(want[i].str().c_str(), have[i].str().c_str(), 0) != 0)
+    if (!matchesGlob(want[i], have[i]))
       return false;
   return true;
 }

@@ -111,6 +111,10 @@ struct ShardingPlan {
 /// parallelize_module's matching: the pattern and the path split on '.', each token fnmatch'ed
 /// against the attribute name at that level ("" is the root module itself).
 bool matchesModulePath(llvm::StringRef pattern, llvm::StringRef path);
+/// Python's fnmatch.fnmatchcase over the whole text (`*`, `?`, `[...]`, `[!...]`; `*` crosses
+/// dots), as the plan's `frozen` patterns are matched; a pattern that is no glob (an unclosed
+/// `[`) matches only itself, as in Python.
+bool matchesGlob(llvm::StringRef pattern, llvm::StringRef text);
 
 /// A module's path once the plan's checkpoint wrappers are in: below a wrapped module, the
 /// wrapper's `_checkpoint_wrapped_module` attribute follows its path.

@@ -14,41 +14,6 @@
 
 namespace commlens {
 
-bool fnmatchWhole(llvm::StringRef p, llvm::StringRef t) {
-  if (p.empty())
-    return t.empty();
-  if (p.front() == '*') {
-    for (size_t i = 0; i <= t.size(); ++i)
-      if (fnmatchWhole(p.drop_front(), t.drop_front(i)))
-        return true;
-    return false;
-  }
-  if (t.empty())
-    return false;
-  if (p.front() == '[') {
-    size_t close = p.find(']', 1);
-    if (close != llvm::StringRef::npos) {
-      llvm::StringRef set = p.slice(1, close);
-      bool negate = !set.empty() && (set.front() == '!' || set.front() == '^');
-      if (negate)
-        set = set.drop_front();
-      bool hit = false;
-      for (size_t i = 0; i < set.size(); ++i) {
-        if (i + 2 < set.size() && set[i + 1] == '-') {
-          hit |= t.front() >= set[i] && t.front() <= set[i + 2];
-          i += 2;
-        } else {
-          hit |= t.front() == set[i];
-        }
-      }
-      return hit != negate && fnmatchWhole(p.drop_front(close + 1), t.drop_front());
-    }
-  }
-  if (p.front() != '?' && p.front() != t.front())
-    return false;
-  return fnmatchWhole(p.drop_front(), t.drop_front());
-}
-
 namespace {
 
 bool isFloating(ScalarType t) {
@@ -263,10 +228,10 @@ private:
       if (in.kind == InputKind::Parameter) {
         bool frozen = false;
         for (const std::string &p : ctx_.plan->frozen)
-          frozen |= fnmatchWhole(p, in.target) || (!in.aliasOf.empty() && fnmatchWhole(p, in.aliasOf));
+          frozen |= matchesGlob(p, in.target) || (!in.aliasOf.empty() && matchesGlob(p, in.aliasOf));
         frozen &= !state_.retrainedByStyle.count(in.value);
         for (const std::string &p : ctx_.plan->frozenAfterParallelize)
-          frozen |= fnmatchWhole(p, in.target) || (!in.aliasOf.empty() && fnmatchWhole(p, in.aliasOf));
+          frozen |= matchesGlob(p, in.target) || (!in.aliasOf.empty() && matchesGlob(p, in.aliasOf));
         if (!frozen)
           leaves_.insert(in.value);
       } else if (in.kind == InputKind::UserInput) {

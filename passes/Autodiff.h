@@ -33,8 +33,4 @@ public:
   llvm::Error run(PassContext &ctx) override;
 };
 
-/// fnmatch over a whole string (`*`, `?`, `[...]`; `*` crosses dots), as the plan's `frozen`
-/// patterns are matched.
-bool fnmatchWhole(llvm::StringRef pattern, llvm::StringRef text);
-
 } // namespace commlens

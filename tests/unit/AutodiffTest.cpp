@@ -139,15 +139,6 @@ TEST(Autodiff, BroadcastSumToAndAccumulation) {
                                                     "view@", "add@", "detach@", "detach@"}));
 }
 
-TEST(Autodiff, FnmatchWhole) {
-  EXPECT_TRUE(fnmatchWhole("w1.*", "w1.weight"));
-  EXPECT_TRUE(fnmatchWhole("layers.*.attn.w?", "layers.0.attn.wq"));
-  EXPECT_TRUE(fnmatchWhole("*", "a.b.c"));
-  EXPECT_FALSE(fnmatchWhole("w1.*", "w2.weight"));
-  EXPECT_TRUE(fnmatchWhole("layers.[01].x", "layers.1.x"));
-  EXPECT_FALSE(fnmatchWhole("layers.[!01].x", "layers.1.x"));
-}
-
 TEST(Autodiff, CrossEntropyLossRunsAtGlobal) {
   // loss = cross_entropy(logits.flatten(0, -2), targets.flatten()): the loss pass appends, outside
   // every module, view [8, 8], the targets' from_local-if-DTensor marker, their view [8],

@@ -1,5 +1,6 @@
 #include "ir/Graph.h"
 #include "ir/IRPrinter.h"
+#include "ir/ShardingPlan.h"
 
 #include <gtest/gtest.h>
 
@@ -99,4 +100,18 @@ TEST(IRPrinter, PrintsAStableReadableGraph) {
                       "%linear : f32[2, 16] = aten::linear.default(input=%x, weight=%p_fc_weight, alpha=0.5, "
                       "dims=[0, -1]) @Net.fc#1\n"
                       "output user_output %linear\n");
+}
+
+// Expectations are Python's fnmatch.fnmatchcase(text, pattern), which torch applies to frozen names.
+TEST(ShardingPlanPatterns, MatchesGlobLikePythonFnmatch) {
+  EXPECT_TRUE(matchesGlob("w1.*", "w1.weight"));
+  EXPECT_TRUE(matchesGlob("layers.*.attn.w?", "layers.0.attn.wq"));
+  EXPECT_TRUE(matchesGlob("*", "a.b.c")); // '*' crosses dots
+  EXPECT_TRUE(matchesGlob("layers.*", "layers.0.w"));
+  EXPECT_FALSE(matchesGlob("w1.*", "w2.weight"));
+  EXPECT_TRUE(matchesGlob("layers.[01].x", "layers.1.x"));
+  EXPECT_FALSE(matchesGlob("layers.[!01].x", "layers.1.x"));
+  EXPECT_TRUE(matchesGlob("layers.[0-3]", "layers.2"));
+  EXPECT_TRUE(matchesGlob("a[", "a[")); // an unclosed '[' is a literal
+  EXPECT_FALSE(matchesGlob("a[", "a"));
 }
