@@ -4,6 +4,7 @@
 #include "ir/GraphBuilder.h"
 #include "passes/ActivationCheckpoint.h"
 #include "passes/FullyShard.h"
+#include "passes/ModuleCalls.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -25,16 +26,12 @@ std::optional<Placement> first(const std::optional<OptionalPlacements> &list) {
   return list->front();
 }
 
-/// One call of a styled module: its node span, forward inputs and outputs.
-struct ModuleCall {
-  const ModuleScope *scope = nullptr;
-  unsigned call = 0;                       // the module's N-th call
-  llvm::SmallVector<unsigned, 4> callPath; // of the module itself
-  unsigned firstNode = 0, lastNode = 0;
-  llvm::DenseSet<const Node *> nodes;
+/// One call of a styled module or fully_shard unit, with what its hooks need.
+struct StyledCall : ModuleCall {
+  explicit StyledCall(ModuleCall call) : ModuleCall(std::move(call)) {}
   /// The tensors the call receives, as FSDP's pre-hook flattens them: by the call signature, or
   /// (none recorded) the tensors from outside the call in order of first use.
-  std::vector<const Value *> inputs, outputs;
+  std::vector<const Value *> inputs;
   /// The arguments the styles' pre-hooks see (null: not a tensor). Without a signature, `inputs`
   /// taken as positional arguments.
   std::vector<const Value *> args;
@@ -183,58 +180,27 @@ private:
   }
 
   llvm::Error collectCalls() {
-    std::map<std::pair<const ModuleScope *, unsigned>, size_t> index;
-    for (const auto &n : graph_.nodes()) {
-      for (const ModuleScope *s = n->scope(); s; s = s->parent()) {
-        auto styled = styles_.find(s);
-        auto unit = fsdpUnitOf_.find(s);
-        if (styled == styles_.end() && unit == fsdpUnitOf_.end())
-          continue;
-        unsigned depth = s->depth(); // the root (plan key "") is called once, at depth 0
-        unsigned call = depth > 0 && depth <= n->callPath().size() ? n->callPath()[depth - 1] : 0;
-        auto [it, fresh] = index.try_emplace({s, call}, calls_.size());
-        if (fresh) {
-          ModuleCall c;
-          c.scope = s;
-          c.call = call;
-          c.callPath.assign(n->callPath().begin(), n->callPath().begin() + std::min<size_t>(depth, n->callPath().size()));
-          c.firstNode = n->index();
-          c.gradEnabled = n->gradEnabled();
-          if (styled != styles_.end())
-            c.styles = styled->second;
-          if (unit != fsdpUnitOf_.end())
-            c.fsdpUnit = unit->second;
-          calls_.push_back(std::move(c));
-        }
-        ModuleCall &c = calls_[it->second];
-        c.lastNode = n->index();
-        c.nodes.insert(n.get());
-      }
-    }
+    ModuleCalls analysis(graph_, [&](const ModuleScope *s) { return styles_.count(s) || fsdpUnitOf_.count(s); });
     llvm::DenseMap<const Value *, const InputSpec *> inputSpecOf;
     for (const InputSpec &in : graph_.inputs())
       if (in.value)
         inputSpecOf[in.value] = &in;
-    llvm::DenseMap<const Value *, llvm::SmallVector<const Node *, 2>> users;
-    for (const auto &n : graph_.nodes())
-      for (Value *v : n->operands())
-        users[v].push_back(n.get());
-    llvm::DenseSet<const Value *> graphOutputs;
-    for (const OutputSpec &o : graph_.outputs())
-      for (Value *v : o.value.tensors())
-        graphOutputs.insert(v);
-
-    for (ModuleCall &c : calls_) {
-      std::string prefix = c.scope->path().empty() ? "" : c.scope->path() + ".";
-      llvm::DenseSet<const Value *> seen;
-      if (const CallSignature *sig = graph_.callSignature(c.scope->path(), c.call)) {
+    for (ModuleCall &call : analysis.calls()) {
+      StyledCall &c = calls_.emplace_back(std::move(call));
+      c.gradEnabled = graph_.nodes()[c.first]->gradEnabled();
+      if (auto styled = styles_.find(c.scope); styled != styles_.end())
+        c.styles = styled->second;
+      if (auto unit = fsdpUnitOf_.find(c.scope); unit != fsdpUnitOf_.end())
+        c.fsdpUnit = unit->second;
+      if (const CallSignature *sig = graph_.callSignature(c.scope->path(), c.number())) {
         c.hasSignature = true;
+        llvm::DenseSet<const Value *> seen;
         llvm::Error err = llvm::Error::success();
         auto take = [&](const Argument &a) -> const Value * {
           for (const Value *v : a.tensors()) {
             if (v->producer() && c.nodes.count(v->producer()) && !err)
               err = makeError("{}: argument '{}' of its call {} is computed inside the call", c.scope->displayName(),
-                              v->name(), c.call);
+                              v->name(), c.number());
             if (seen.insert(v).second)
               c.inputs.push_back(v);
           }
@@ -246,41 +212,22 @@ private:
           c.kwargs.emplace_back(key, take(a));
         if (err)
           return err;
+        continue;
       }
-      for (unsigned i = c.firstNode; i <= c.lastNode; ++i) {
-        const Node &n = *graph_.nodes()[i];
-        if (!c.nodes.count(&n))
-          continue;
-        for (Value *v : n.operands()) {
-          if (c.hasSignature || v->kind() != ValueKind::Tensor || seen.count(v))
-            continue;
-          if (v->producer() && c.nodes.count(v->producer()))
-            continue;
-          if (const InputSpec *spec = inputSpecOf.lookup(v))
-            if (spec->kind == InputKind::Parameter ||
-                ((spec->kind == InputKind::Buffer || spec->kind == InputKind::TensorConstant) &&
-                 llvm::StringRef(pathAfterCheckpointWrappers(plan_, spec->target)).startswith(prefix)))
-              continue; // module state (parameters, own buffers), not a forward argument
-          seen.insert(v);
-          c.inputs.push_back(v);
-        }
-        for (Value *v : n.results()) {
-          if (v->kind() != ValueKind::Tensor)
-            continue;
-          bool escapes = graphOutputs.count(v);
-          for (const Node *u : users.lookup(v))
-            escapes |= !c.nodes.count(u);
-          if (escapes)
-            c.outputs.push_back(v);
-        }
-      }
-      if (!c.hasSignature)
-        c.args = c.inputs;
+      std::string prefix = c.scope->path().empty() ? "" : c.scope->path() + ".";
+      c.inputs = analysis.externalTensors(c, c.first, [&](const Value *v) {
+        const InputSpec *spec = inputSpecOf.lookup(v);
+        // module state (parameters, own buffers), not a forward argument
+        return spec && (spec->kind == InputKind::Parameter ||
+                        ((spec->kind == InputKind::Buffer || spec->kind == InputKind::TensorConstant) &&
+                         llvm::StringRef(pathAfterCheckpointWrappers(plan_, spec->target)).startswith(prefix)));
+      });
+      c.args = c.inputs;
     }
     return llvm::Error::success();
   }
 
-  Value *emitHook(GraphBuilder &b, const ModuleCall &c, llvm::StringRef op, Value *x,
+  Value *emitHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, Value *x,
                   llvm::SmallVector<NamedArgument, 4> extra, llvm::StringRef tag) {
     Value *out = b.tensor((x->name() + "_" + tag).str(), *x->meta());
     llvm::SmallVector<NamedArgument, 4> args{{"self", x, false}};
@@ -295,7 +242,7 @@ private:
   /// FSDP's forward hooks: identities over the call's tensor inputs (pre: fully_shard's pre-hook
   /// is prepended, so it runs before the styles' and wraps the raw inputs in its post-backward
   /// Function) or outputs (post: registered after the styles' output hooks).
-  void fsdpHook(GraphBuilder &b, const ModuleCall &c, llvm::StringRef op, std::vector<Value *> &values,
+  void fsdpHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, std::vector<Value *> &values,
                 llvm::StringRef tag) {
     TensorList in, out;
     for (Value *v : values) {
@@ -314,7 +261,7 @@ private:
 
   /// One pre-hook on one argument: from_local with `layout` (if not a DTensor yet), then a
   /// redistribute to `desired`.
-  Value *prepareArgument(GraphBuilder &b, const ModuleCall &c, Value *x, const std::optional<Placement> &layout,
+  Value *prepareArgument(GraphBuilder &b, const StyledCall &c, Value *x, const std::optional<Placement> &layout,
                          const std::optional<Placement> &desired, bool useLocal) {
     return emitHook(b, c, "commlens::annotate", x,
                     {{"layout", placementArg(layout), false},
@@ -326,7 +273,7 @@ private:
   /// PrepareModuleInput(Output)'s pre-hook: input_layouts over the positional arguments (their
   /// number must match, as torch checks) and, with input_kwarg_layouts, each keyword argument
   /// passed that the style names.
-  llvm::Error prepareModuleInputs(GraphBuilder &b, const ModuleCall &c, const ParallelStyle &style,
+  llvm::Error prepareModuleInputs(GraphBuilder &b, const StyledCall &c, const ParallelStyle &style,
                                   std::vector<Value *> &args, std::vector<Value *> &kwargs) {
     bool useLocal = style.kind == ParallelStyle::Kind::PrepareModuleInput ? style.useLocalOutput : style.useLocalInput;
     auto notTensor = [&](llvm::StringRef which) {
@@ -375,7 +322,7 @@ private:
 
   /// The pre-hooks of one call, in registration order; binds each argument they change to what
   /// it becomes.
-  llvm::Error preHooks(GraphBuilder &b, const ModuleCall &c) {
+  llvm::Error preHooks(GraphBuilder &b, const StyledCall &c) {
     if (c.fsdpUnit) {
       std::vector<Value *> values;
       for (const Value *v : c.inputs)
@@ -442,7 +389,7 @@ private:
     return llvm::Error::success();
   }
 
-  llvm::Error postHooks(GraphBuilder &b, const ModuleCall &c, std::vector<Value *> &outputs) {
+  llvm::Error postHooks(GraphBuilder &b, const StyledCall &c, std::vector<Value *> &outputs) {
     for (const ParallelStyle *style : c.styles) {
       switch (style->kind) {
       case ParallelStyle::Kind::Colwise:
@@ -530,24 +477,24 @@ private:
     untieParameters();
     GraphBuilder b(graph_);
     // Calls starting / ending at each node: outer calls open first and close last.
-    std::multimap<unsigned, ModuleCall *> opening, closing;
-    for (ModuleCall &c : calls_) {
-      opening.emplace(c.firstNode, &c);
-      closing.emplace(c.lastNode, &c);
+    std::multimap<unsigned, StyledCall *> opening, closing;
+    for (StyledCall &c : calls_) {
+      opening.emplace(c.first, &c);
+      closing.emplace(c.last, &c);
     }
     struct Saved {
-      const ModuleCall *call;
+      const StyledCall *call;
       std::vector<std::pair<const Value *, Value *>> inputs;
     };
     std::vector<Saved> open;
     for (const auto &n : graph_.nodes()) {
       auto [ob, oe] = opening.equal_range(n->index());
-      std::vector<ModuleCall *> starting;
+      std::vector<StyledCall *> starting;
       for (auto it = ob; it != oe; ++it)
         starting.push_back(it->second);
       std::sort(starting.begin(), starting.end(),
-                [](const ModuleCall *a, const ModuleCall *b) { return a->scope->depth() < b->scope->depth(); });
-      for (ModuleCall *c : starting) {
+                [](const StyledCall *a, const StyledCall *b) { return a->scope->depth() < b->scope->depth(); });
+      for (StyledCall *c : starting) {
         Saved saved{c, {}};
         for (const Value *v : c->inputs) // every argument is among them
           saved.inputs.emplace_back(v, b.map(v));
@@ -566,12 +513,12 @@ private:
       for (const auto &[v, mapped] : untied)
         b.bind(v, mapped);
       auto [cb, ce] = closing.equal_range(n->index());
-      std::vector<ModuleCall *> ending;
+      std::vector<StyledCall *> ending;
       for (auto it = cb; it != ce; ++it)
         ending.push_back(it->second);
       std::sort(ending.begin(), ending.end(),
-                [](const ModuleCall *a, const ModuleCall *b) { return a->scope->depth() > b->scope->depth(); });
-      for (ModuleCall *c : ending) {
+                [](const StyledCall *a, const StyledCall *b) { return a->scope->depth() > b->scope->depth(); });
+      for (StyledCall *c : ending) {
         assert(!open.empty() && open.back().call == c && "module calls nest");
         for (const auto &[old, mapped] : open.back().inputs)
           b.bind(old, mapped);
@@ -608,7 +555,7 @@ private:
   std::map<const ModuleScope *, unsigned> fsdpUnitOf_;
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;
-  std::vector<ModuleCall> calls_;
+  std::vector<StyledCall> calls_;
   llvm::DenseMap<const Value *, std::vector<const InputSpec *>> tiedGroup_;
 };
 

@@ -5,6 +5,7 @@
 #include "passes/ActivationCheckpoint.h"
 #include "passes/DecomposeToRuntimeOps.h"
 #include "passes/Derivatives.h"
+#include "passes/ModuleCalls.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -175,14 +176,11 @@ struct AGNode {
   bool queued = false;
 };
 
-/// One module call: its node range in the forward graph, pre/post hook boundary nodes excluded
-/// from the body.
-struct Call {
-  const ModuleScope *scope = nullptr;
-  llvm::SmallVector<unsigned, 4> key;
-  unsigned first = 0, last = 0, bodyStart = 0;
-  llvm::DenseSet<const Node *> nodes;
-  std::vector<const Value *> inputs, outputs;
+/// One module call whose body (its nodes after its own pre-hook boundary nodes) reads `inputs`.
+struct Call : ModuleCall {
+  explicit Call(ModuleCall call) : ModuleCall(std::move(call)) {}
+  unsigned bodyStart = 0;
+  std::vector<const Value *> inputs;
 };
 
 /// One call of a checkpointed module: its autograd nodes, those that saved a tensor (found once,
@@ -250,34 +248,9 @@ private:
   }
 
   void collectCalls() {
-    std::map<std::pair<const ModuleScope *, llvm::SmallVector<unsigned, 4>>, size_t> index;
-    for (const auto &n : fwd_.nodes()) {
-      for (const ModuleScope *s = n->scope(); s; s = s->parent()) {
-        unsigned depth = s->depth();
-        llvm::SmallVector<unsigned, 4> key(n->callPath().begin(),
-                                           n->callPath().begin() + std::min<size_t>(depth, n->callPath().size()));
-        auto [it, fresh] = index.try_emplace({s, key}, calls_.size());
-        if (fresh) {
-          Call c;
-          c.scope = s;
-          c.key = key;
-          c.first = n->index();
-          calls_.push_back(std::move(c));
-        }
-        Call &c = calls_[it->second];
-        c.last = n->index();
-        c.nodes.insert(n.get());
-      }
-    }
-    llvm::DenseMap<const Value *, llvm::SmallVector<const Node *, 2>> users;
-    for (const auto &n : fwd_.nodes())
-      for (Value *v : n->operands())
-        users[v].push_back(n.get());
-    llvm::DenseSet<const Value *> graphOutputs;
-    for (const OutputSpec &o : fwd_.outputs())
-      for (Value *v : o.value.tensors())
-        graphOutputs.insert(v);
-    for (Call &c : calls_) {
+    ModuleCalls analysis(fwd_, [](const ModuleScope *) { return true; });
+    for (ModuleCall &call : analysis.calls()) {
+      Call &c = calls_.emplace_back(std::move(call));
       c.bodyStart = c.first;
       while (c.bodyStart < c.last) {
         const Node &n = *fwd_.nodes()[c.bodyStart];
@@ -285,32 +258,7 @@ private:
           break;
         ++c.bodyStart;
       }
-      llvm::DenseSet<const Value *> seen;
-      for (unsigned i = c.first; i <= c.last; ++i) {
-        const Node &n = *fwd_.nodes()[i];
-        if (!c.nodes.count(&n))
-          continue;
-        bool pre = i < c.bodyStart;
-        if (!pre)
-          for (Value *v : n.operands()) {
-            if (v->kind() != ValueKind::Tensor || seen.count(v) || state_values_.count(v))
-              continue;
-            const Node *p = v->producer();
-            if (p && c.nodes.count(p) && p->index() >= c.bodyStart)
-              continue;
-            seen.insert(v);
-            c.inputs.push_back(v);
-          }
-        for (Value *v : n.results()) {
-          if (v->kind() != ValueKind::Tensor)
-            continue;
-          bool escapes = graphOutputs.count(v);
-          for (const Node *u : users.lookup(v))
-            escapes |= !c.nodes.count(u);
-          if (escapes)
-            c.outputs.push_back(v);
-        }
-      }
+      c.inputs = analysis.externalTensors(c, c.bodyStart, [&](const Value *v) { return state_values_.count(v) > 0; });
     }
   }
 

@@ -1,0 +1,77 @@
+#include "passes/ModuleCalls.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <algorithm>
+#include <map>
+
+namespace commlens {
+
+ModuleCalls::ModuleCalls(const Graph &graph, llvm::function_ref<bool(const ModuleScope *)> wanted) : graph_(graph) {
+  std::map<std::pair<const ModuleScope *, llvm::SmallVector<unsigned, 4>>, size_t> index;
+  for (const auto &n : graph.nodes()) {
+    for (const ModuleScope *s = n->scope(); s; s = s->parent()) {
+      if (!wanted(s))
+        continue;
+      llvm::ArrayRef<unsigned> path = n->callPath();
+      llvm::ArrayRef<unsigned> own = path.take_front(std::min<size_t>(s->depth(), path.size()));
+      llvm::SmallVector<unsigned, 4> key(own.begin(), own.end());
+      auto [it, fresh] = index.try_emplace({s, key}, calls_.size());
+      if (fresh) {
+        calls_.emplace_back();
+        calls_.back().scope = s;
+        calls_.back().callPath = key;
+        calls_.back().first = n->index();
+      }
+      ModuleCall &c = calls_[it->second];
+      c.last = n->index();
+      c.nodes.insert(n.get());
+    }
+  }
+  llvm::DenseMap<const Value *, llvm::SmallVector<const Node *, 2>> users;
+  for (const auto &n : graph.nodes())
+    for (Value *v : n->operands())
+      users[v].push_back(n.get());
+  llvm::DenseSet<const Value *> graphOutputs;
+  for (const OutputSpec &o : graph.outputs())
+    for (Value *v : o.value.tensors())
+      graphOutputs.insert(v);
+  for (ModuleCall &c : calls_)
+    for (unsigned i = c.first; i <= c.last; ++i) {
+      const Node &n = *graph.nodes()[i];
+      if (!c.nodes.count(&n))
+        continue;
+      for (Value *v : n.results()) {
+        if (v->kind() != ValueKind::Tensor)
+          continue;
+        bool escapes = graphOutputs.count(v);
+        for (const Node *u : users.lookup(v))
+          escapes |= !c.nodes.count(u);
+        if (escapes)
+          c.outputs.push_back(v);
+      }
+    }
+}
+
+std::vector<const Value *> ModuleCalls::externalTensors(const ModuleCall &c, unsigned from,
+                                                        llvm::function_ref<bool(const Value *)> skip) const {
+  std::vector<const Value *> tensors;
+  llvm::DenseSet<const Value *> seen;
+  for (unsigned i = std::max(from, c.first); i <= c.last; ++i) {
+    const Node &n = *graph_.nodes()[i];
+    if (!c.nodes.count(&n))
+      continue;
+    for (Value *v : n.operands()) {
+      if (v->kind() != ValueKind::Tensor || seen.count(v))
+        continue;
+      const Node *p = v->producer();
+      if ((p && c.nodes.count(p) && p->index() >= from) || skip(v))
+        continue;
+      seen.insert(v);
+      tensors.push_back(v);
+    }
+  }
+  return tensors;
+}
+
+} // namespace commlens
