@@ -203,18 +203,19 @@ bool FsdpRuntime::reducesGradients(unsigned unit) const {
   return u.hasGroup() && !u.postBackwardDone && u.spec->requiresGradientSync;
 }
 
-void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> grads) {
+void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> params) {
   FsdpUnit &u = state_.units[unit];
   bool reduce = reducesGradients(unit);
   if (!u.hasGroup() || u.postBackwardDone)
     return;
   u.postBackwardDone = true;
   u.unsharded = false; // reshard_after_backward
-  if (grads.empty() || !reduce)
+  if (params.empty() || !reduce)
     return;
   const std::string &name = u.scope->displayName();
+  // foreach_reduce packs only the gradients the parameters received (a frozen one has none)
   int64_t inputBytes = 0, outputBytes = 0;
-  for (const Value *p : u.params) {
+  for (const Value *p : params) {
     int64_t elem = elementSize(u.spec->reduceDtype.value_or(u.spec->paramDtype.value_or(p->meta()->dtype)));
     int64_t shard = shardNumel(p, u.shardSize);
     inputBytes += shard * u.shardSize * elem;
@@ -226,7 +227,7 @@ void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<
     r.phase = Phase::Backward;
     r.module = at.scope();
     r.node = &at;
-    r.argument = fmt::format("{} gradients of {}", grads.size(), name);
+    r.argument = fmt::format("{} gradients of {}", params.size(), name);
     r.meshDims.push_back(dim);
     r.src = src;
     r.dst = dst;

@@ -51,8 +51,8 @@ public:
   /// its post-backward yet, and gradient sync is on).
   bool reducesGradients(unsigned unit) const;
   /// After the gradients were redistributed to their parameters' placements: the reduce-scatter
-  /// (and HSDP all-reduce) of the `grads` the unit's parameters received.
-  void reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> grads);
+  /// (and HSDP all-reduce) of the gradients of `params`, the unit's parameters that received one.
+  void reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> params);
 
 private:
   void unshard(unsigned unit, const Node &at, Phase phase, const std::string &why);

@@ -149,7 +149,7 @@ private:
     // (only read when the unit reduces its gradients).
     auto grads = n.input("grads")->tensors();
     auto params = n.input("params")->tensors();
-    llvm::SmallVector<const Value *, 8> received(grads.begin(), grads.end());
+    llvm::SmallVector<const Value *, 8> received(params.begin(), params.end());
     for (size_t i = 0; fsdp.reducesGradients(*unit) && i < grads.size() && i < params.size(); ++i) {
       const DTensorLayout *g = state_.layout(grads[i]), *p = state_.layout(params[i]);
       if (!g || !p)

@@ -69,6 +69,15 @@ namespace {
 // Writers
 
 /// [[op, count], ...] as CommDebugMode writes them; an approximate 0 lives only in approximate_*.
+/// {op: bytes} of the cells that record bytes.
+ordered_json bytesObject(const ModuleCounts &m, CommPhase p) {
+  ordered_json out = ordered_json::object();
+  for (const auto &[key, cell] : m.phase(p))
+    if (cell.bytes)
+      out[key] = *cell.bytes;
+  return out;
+}
+
 ordered_json pairList(const ModuleCounts &m, CommPhase p) {
   ordered_json pairs = ordered_json::array();
   for (const auto &[key, cell] : m.phase(p))
@@ -145,7 +154,7 @@ std::string keyPath(const JsonRef &obj, const std::string &key) {
 }
 
 void setCount(ModuleCounts &m, CommPhase p, const std::string &key, int64_t n, const JsonRef &where) {
-  auto [it, inserted] = m.phase(p).try_emplace(key, CommCell{n, false});
+  auto [it, inserted] = m.phase(p).try_emplace(key, CommCell{n, false, std::nullopt});
   if (!inserted)
     where.fail(fmt::format("duplicate collective '{}'", key));
 }
@@ -160,6 +169,32 @@ void readApproximate(ModuleCounts &m, const JsonRef &module) {
     for (size_t i = 0; i < list.v.size(); ++i)
       m.phase(p)[list.at(i).string()].approximate = true;
   }
+}
+
+/// Bytes per collective of a module's phase: `field` is an {op: bytes} object (counts format) or
+/// a list of [op, bytes] pairs (tree); each op must have a count.
+void readBytes(ModuleCounts &m, const JsonRef &module, CommPhase p, const char *field) {
+  if (!module.has(field))
+    return;
+  JsonRef bytes = module[field];
+  auto set = [&](const std::string &key, const JsonRef &value) {
+    auto cell = m.phase(p).find(key);
+    if (cell == m.phase(p).end())
+      value.fail(fmt::format("bytes for collective '{}', which has no count", key));
+    cell->second.bytes = value.count();
+  };
+  if (bytes.v.is_array()) {
+    for (size_t i = 0; i < bytes.v.size(); ++i) {
+      JsonRef pair = bytes.at(i);
+      if (!pair.v.is_array() || pair.v.size() != 2)
+        pair.fail(fmt::format("expected an [op, bytes] pair, got {}", pair.describe()));
+      set(pair.at(0).string(), pair.at(1));
+    }
+    return;
+  }
+  bytes.object();
+  for (auto it = bytes.v.begin(); it != bytes.v.end(); ++it)
+    set(it.key(), JsonRef{it.value(), keyPath(bytes, it.key())});
 }
 
 std::string moduleTypeOf(const JsonRef &module) {
@@ -184,6 +219,7 @@ void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth) {
         pair.fail(fmt::format("expected an [op, count] pair, got {}", pair.describe()));
       setCount(scratch, p, pair.at(0).string(), pair.at(1).count(), pair);
     }
+    readBytes(scratch, node, p, fmt::format("collective_bytes_{}", phaseName(p).str()).c_str());
   }
   readApproximate(scratch, node);
   JsonRef children = node["children"];
@@ -251,6 +287,7 @@ void readFlat(CommCounts &counts, const JsonRef &doc) {
         JsonRef value{it.value(), keyPath(cells, it.key())};
         setCount(m, p, it.key(), value.count(), value);
       }
+      readBytes(m, module, p, fmt::format("{}_bytes", phaseName(p).str()).c_str());
     }
     readApproximate(m, module);
   }
@@ -276,6 +313,9 @@ std::string CommCounts::toCountsJson() const {
           cells[key] = cell.count;
       entry[phaseName(p).str()] = cells;
     }
+    for (CommPhase p : kCommPhases)
+      if (ordered_json bytes = bytesObject(m, p); !bytes.empty())
+        entry[fmt::format("{}_bytes", phaseName(p).str())] = bytes;
     for (CommPhase p : kCommPhases)
       if (ordered_json list = approximateList(m, p); !list.empty())
         entry[fmt::format("approximate_{}", phaseName(p).str())] = list;
@@ -307,6 +347,9 @@ std::string CommCounts::toTreeJson() const {
     node["children"] = ordered_json::array();
     for (CommPhase p : kCommPhases)
       node[fmt::format("collectives_{}", phaseName(p).str())] = pairList(m, p);
+    for (CommPhase p : kCommPhases)
+      if (ordered_json bytes = bytesObject(m, p); !bytes.empty())
+        node[fmt::format("collective_bytes_{}", phaseName(p).str())] = bytes;
     for (CommPhase p : kCommPhases)
       if (ordered_json list = approximateList(m, p); !list.empty())
         node[fmt::format("approximate_{}", phaseName(p).str())] = list;

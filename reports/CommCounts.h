@@ -40,6 +40,8 @@ llvm::StringRef phaseName(CommPhase phase); // "forward" / "backward"
 struct CommCell {
   int64_t count = 0;
   bool approximate = false;
+  /// Bytes all these collectives send on one rank (rank 0), when the source records them.
+  std::optional<int64_t> bytes;
   bool operator==(const CommCell &) const = default;
 };
 

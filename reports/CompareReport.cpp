@@ -80,8 +80,11 @@ CompareReport CompareReport::build(const CommCounts &predicted, const CommCounts
         if (auto it = pm->phase(p).find(key); it != pm->phase(p).end()) {
           c.predicted = it->second.count;
           c.approximate = it->second.approximate;
+          c.predictedBytes = it->second.bytes;
         }
         c.measured = mm->count(p, key);
+        if (auto it = mm->phase(p).find(key); it != mm->phase(p).end())
+          c.measuredBytes = it->second.bytes;
         if (c.predicted != 0 || c.measured != 0)
           r.cells.push_back(std::move(c));
       }
@@ -100,9 +103,11 @@ size_t CompareReport::numApproximate() const {
 
 std::string CompareReport::summaryLine() const {
   size_t approx = numApproximate();
-  return fmt::format("summary: {} cells, {} differ{}; collectives predicted {}, measured {} ({})", cells.size(),
+  size_t withBytes = std::count_if(cells.begin(), cells.end(), [](const CompareCell &c) { return c.bytesCompared(); });
+  return fmt::format("summary: {} cells, {} differ{}; collectives predicted {}, measured {} ({}){}", cells.size(),
                      numDiffering(), approx ? fmt::format(", {} approximate", approx) : "", predictedTotal,
-                     measuredTotal, phasesLabel(phases));
+                     measuredTotal, phasesLabel(phases),
+                     withBytes ? fmt::format("; bytes compared on {} cells", withBytes) : "");
 }
 
 void CompareReport::printText(llvm::raw_ostream &os) const {
@@ -124,9 +129,12 @@ void CompareReport::printText(llvm::raw_ostream &os) const {
                     "predicted", predW, "measured", measW, "diff", diffW);
   for (const CompareCell &c : cells) {
     std::string name = std::string(2 * c.depth, ' ') + c.module;
-    os << fmt::format("{:<{}}  {:<{}}  {:<8}  {:>{}}  {:>{}}  {:>{}}{}\n", name, moduleW, c.collective, keyW,
+    os << fmt::format("{:<{}}  {:<{}}  {:<8}  {:>{}}  {:>{}}  {:>{}}{}{}\n", name, moduleW, c.collective, keyW,
                       phaseName(c.phase).str(), predictedText(c), predW, c.measured, measW, diffText(c), diffW,
-                      c.differs() ? "  MISMATCH" : "");
+                      c.differs() ? "  MISMATCH" : "",
+                      c.bytesDiffer() ? fmt::format(" (bytes {} predicted, {} measured)", *c.predictedBytes,
+                                                    *c.measuredBytes)
+                                      : "");
   }
   if (numApproximate())
     os << "~: approximate prediction (depends on ops commlens does not model)\n";
@@ -155,6 +163,10 @@ std::string CompareReport::toJson() const {
     row["measured"] = c.measured;
     row["diff"] = c.diff();
     row["approximate"] = c.approximate;
+    if (c.predictedBytes)
+      row["predicted_bytes"] = *c.predictedBytes;
+    if (c.measuredBytes)
+      row["measured_bytes"] = *c.measuredBytes;
     row["match"] = !c.differs();
     rows.push_back(std::move(row));
   }
@@ -163,6 +175,8 @@ std::string CompareReport::toJson() const {
   summary["cells"] = cells.size();
   summary["differ"] = numDiffering();
   summary["approximate"] = numApproximate();
+  summary["bytes_compared"] =
+      std::count_if(cells.begin(), cells.end(), [](const CompareCell &c) { return c.bytesCompared(); });
   summary["identical"] = identical();
   summary["predicted_collectives"] = predictedTotal;
   summary["measured_collectives"] = measuredTotal;

@@ -23,9 +23,13 @@ struct CompareCell {
   int64_t predicted = 0;
   int64_t measured = 0;
   bool approximate = false; // the predicted count is approximate
+  /// Bytes sent on one rank, where the source records them; compared when both sides do.
+  std::optional<int64_t> predictedBytes, measuredBytes;
 
   int64_t diff() const { return predicted - measured; }
-  bool differs() const { return predicted != measured; }
+  bool bytesCompared() const { return predictedBytes && measuredBytes; }
+  bool bytesDiffer() const { return bytesCompared() && *predictedBytes != *measuredBytes; }
+  bool differs() const { return predicted != measured || bytesDiffer(); }
 };
 
 struct CompareReport {

@@ -72,6 +72,7 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
     auto bump = [&](llvm::StringRef fqn) {
       CommCell &cell = r.counts.find(fqn)->phase(commPhase(c.phase))[c.opKey];
       ++cell.count;
+      cell.bytes = cell.bytes.value_or(0) + c.bytesPerRank;
       cell.approximate |= c.approximate;
     };
     bump(kGlobal);
@@ -173,16 +174,19 @@ std::string PredictionReport::toJson() const {
     auto it = bwOps.find(s);
     return it == bwOps.end() ? json::array() : it->second;
   };
-  auto cellsJson = [&](const ModuleCounts &m, CommPhase p, json &node, const char *key) {
-    json list = json::array(), approx = json::array();
+  auto cellsJson = [&](const ModuleCounts &m, CommPhase p, json &node) {
+    json list = json::array(), approx = json::array(), bytes = json::object();
     for (const auto &[op, cell] : m.phase(p)) {
       list.push_back({op, cell.count});
       if (cell.approximate)
         approx.push_back(op);
+      bytes[op] = cell.bytes.value_or(0);
     }
-    node[key] = list;
+    std::string phase = phaseName(p).str();
+    node["collectives_" + phase] = list;
+    node["collective_bytes_" + phase] = bytes;
     if (!approx.empty())
-      node[std::string("approximate_") + (p == CommPhase::Forward ? "forward" : "backward")] = approx;
+      node["approximate_" + phase] = approx;
   };
   std::function<json(const ModuleScope *)> moduleJson = [&](const ModuleScope *s) {
     const ModuleCounts &m = *counts.find(s->displayName());
@@ -194,8 +198,8 @@ std::string PredictionReport::toJson() const {
     for (const ModuleScope *c : s->children())
       children.push_back(moduleJson(c));
     node["children"] = children;
-    cellsJson(m, CommPhase::Forward, node, "collectives_forward");
-    cellsJson(m, CommPhase::Backward, node, "collectives_backward");
+    cellsJson(m, CommPhase::Forward, node);
+    cellsJson(m, CommPhase::Backward, node);
     node["operations_forward"] = json::array();
     node["operations_backward"] = opsOf(s);
     json fwd = json::array(), bwd = json::array();
@@ -208,8 +212,8 @@ std::string PredictionReport::toJson() const {
   const ModuleCounts &global = *counts.find(kGlobal);
   json root = {{"fqn", kGlobal}, {"module_type", ""}, {"parameters", json::array()}};
   root["children"] = json::array({moduleJson(program->graph().scopes().root())});
-  cellsJson(global, CommPhase::Forward, root, "collectives_forward");
-  cellsJson(global, CommPhase::Backward, root, "collectives_backward");
+  cellsJson(global, CommPhase::Forward, root);
+  cellsJson(global, CommPhase::Backward, root);
   root["operations_forward"] = json::array();
   root["operations_backward"] = opsOf(nullptr);
   root["phase"] = forward && backward ? "both" : (forward ? "forward" : "backward");

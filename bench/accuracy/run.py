@@ -21,9 +21,11 @@ One line per configuration::
     CONFIG  measured=<collectives>  predicted=<collectives or ->  exact | DIFF (k cells) |
         no prediction | predict error: <line> | ...
 
-and last ``exact: N/M configs, K/L cells``: M counts every configuration, L every cell (module x
-collective x phase, non-zero on either side) of every configuration, where a configuration
-without a prediction contributes its measured cells, none exact. ``WORK/results.json`` holds
+then ``bytes: compared on B/L cells`` and last ``exact: N/M configs, K/L cells``: M counts every
+configuration, L every cell (module x collective x phase, non-zero on either side) of every
+configuration, where a configuration without a prediction contributes its measured cells, none
+exact. A cell is exact when its count and, where both sides record them (measure and predict
+do), the bytes its collectives send on one rank agree; B counts the cells whose bytes were compared. ``WORK/results.json`` holds
 the same per configuration.
 
 ``no prediction``: ``commlens predict`` does not exist (``unknown command``) or exits 2 with an
@@ -417,7 +419,8 @@ def run_config(cfg, work, commlens):
     summary = cmp["summary"]
     r.update(predicted=summary["predicted_collectives"], cells=summary["cells"],
              differ_cells=summary["differ"], exact_cells=summary["cells"] - summary["differ"],
-             approximate_cells=summary["approximate"], predicted_file=str(predicted_path),
+             approximate_cells=summary["approximate"], bytes_cells=summary.get("bytes_compared", 0),
+             predicted_file=str(predicted_path),
              status="exact" if c.returncode == 0 else "DIFF",
              diffs=[cell for cell in cmp["cells"] if not cell["match"]])
     r["seconds"] = round(time.time() - t0, 2)
@@ -512,6 +515,8 @@ def main(argv=None):
     exact_cells = sum(r["exact_cells"] for r in results)
     (work / "results.json").write_text(json.dumps(
         {"subset": ns.subset, "seconds": round(time.time() - t0, 1), "configs": results}, indent=1) + "\n")
+    bytes_cells = sum(r.get("bytes_cells", 0) for r in results)
+    print(f"bytes: compared on {bytes_cells}/{cells} cells (a byte mismatch makes a cell differ)")
     print(f"exact: {exact_configs}/{len(results)} configs, {exact_cells}/{cells} cells")
     return 1 if any(is_failure(r, ns.strict) for r in results) else 0
 

@@ -220,8 +220,12 @@ def counts_from_comm_mode(comm_mode, phase):
             bw = {}
         elif phase == "backward":
             fw = {}
-        modules.append({"fqn": fqn, "forward": dict(sorted(fw.items())),
-                        "backward": dict(sorted(bw.items()))})
+        entry = {"fqn": fqn, "forward": dict(sorted(fw.items())), "backward": dict(sorted(bw.items()))}
+        sent = getattr(comm_mode, "comm_module_bytes", None)
+        if sent is not None:
+            for p, cells in (("forward", fw), ("backward", bw)):
+                entry[p + "_bytes"] = {op: sent.get(fqn, {}).get(p, {}).get(op, 0) for op in sorted(cells)}
+        modules.append(entry)
     return modules
 
 
@@ -330,7 +334,6 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, distribute_tensor
-    from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
     import fnmatch
     import contextlib
@@ -418,7 +421,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
             kwargs[key] = t
     args = tuple(args)
 
-    comm_mode = CommDebugMode()
+    comm_mode = _bytes_recording_comm_debug_mode()
     _fix_repeated_call_tracking(comm_mode)
     ctx = loss_parallel() if plan.loss_parallel else contextlib.nullcontext()
     with ctx, comm_mode, warnings.catch_warnings():
@@ -436,6 +439,52 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
     if json_dump is not None:
         comm_mode.generate_json_dump(file_name=json_dump, noise_level=noise_level)
     return counts_from_comm_mode(comm_mode, phase)
+
+
+# Where each c10d op (the ops FSDP2 calls) takes the tensors it sends: the input list or tensor
+# after the outputs it writes.  Every other collective (c10d_functional, and c10d ops that reduce
+# or send in place) sends its first argument.
+_C10D_SENT_ARG = {"_allgather_base_": 1, "_reduce_scatter_base_": 1, "allgather_": 1, "allgather_coalesced_": 1,
+                  "allgather_into_tensor_coalesced_": 1, "reduce_scatter_": 1, "reduce_scatter_tensor_coalesced_": 1,
+                  "alltoall_": 1, "alltoall_base_": 1, "gather_": 0, "scatter_": 1}
+
+
+def _sent_bytes(func, args):
+    """Bytes rank 0 hands to a collective: the sizes of the tensors it sends, dtype-aware."""
+    import torch
+
+    packet = func._overloadpacket
+    arg = args[_C10D_SENT_ARG.get(packet.__name__, 0) if packet._qualified_op_name.startswith("c10d::") else 0]
+    tensors = [t for t in torch.utils._pytree.tree_leaves(arg) if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _bytes_recording_comm_debug_mode():
+    """CommDebugMode that also sums, per module, phase and collective, the bytes each collective
+    sends on this rank, charged to exactly the modules CommDebugMode charges the count to (it reads
+    the module tracker's state at the same moment)."""
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d_collective_ops
+
+    class BytesRecordingCommDebugMode(CommDebugMode):
+        def __init__(self):
+            super().__init__()
+            self.comm_module_bytes = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            tracker = self.advanced_module_tracker
+            name, phase = tracker.name, "backward" if tracker.is_bw else "forward"
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            packet = getattr(func, "_overloadpacket", None)
+            if out is not NotImplemented and (packet in self.comm_registry or packet in c10d_collective_ops):
+                key = str(NATIVE_TO_PY_MAPPING.get(packet, packet))
+                sent = _sent_bytes(func, args)
+                for fqn in {name, *tracker.module_parents_dict[name]}:
+                    cells = self.comm_module_bytes.setdefault(fqn, {"forward": {}, "backward": {}})[phase]
+                    cells[key] = cells.get(key, 0) + sent
+            return out
+
+    return BytesRecordingCommDebugMode()
 
 
 def _fix_repeated_call_tracking(comm_mode):

@@ -27,7 +27,9 @@ def test_ci_subset(commlens_bin, run_commlens, tmp_path):
     configs = accuracy.select("ci")
     assert len(configs) >= 8
     assert int(m.group(2)) == len(configs)
-    assert len(lines) == len(configs) + 1
+    assert len(lines) == len(configs) + 2
+    # every cell's bytes were compared too (measure and predict both record them)
+    assert lines[-2] == f"bytes: compared on {m.group(4)}/{m.group(4)} cells (a byte mismatch makes a cell differ)"
     for cfg, line in zip(configs, lines):
         lm = LINE_RE.match(line)
         assert lm and lm.group(1) == cfg.name, line
@@ -46,6 +48,7 @@ def test_ci_subset(commlens_bin, run_commlens, tmp_path):
                                         f"measured {c['measured']}" for c in x["diffs"][:5]))
         # The measured side: non-empty, and a well-formed commlens-counts file for `compare`.
         assert x["measured"] > 0 and x["cells"] > 0, x
+        assert x["bytes_cells"] == x["cells"], x
         c = run_commlens("compare", x["measured_file"], x["measured_file"], "--phase", x["phase"])
         assert (c.returncode, c.stderr) == (0, ""), (x["name"], c.stderr)
         summary = c.stdout.splitlines()[-1]

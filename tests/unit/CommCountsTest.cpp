@@ -136,8 +136,8 @@ TEST(CommCounts, ApproximateCells) {
     "approximate_forward": ["c10d_functional.all_reduce"],
     "approximate_backward": ["c10d_functional.reduce_scatter_tensor"]})");
   const ModuleCounts *g = c.find("Global");
-  EXPECT_EQ(g->phase(FW).at(AR), (CommCell{3, true}));
-  EXPECT_EQ(g->phase(BW).at(RS), (CommCell{0, true}));
+  EXPECT_EQ(g->phase(FW).at(AR), (CommCell{3, true, std::nullopt}));
+  EXPECT_EQ(g->phase(BW).at(RS), (CommCell{0, true, std::nullopt}));
 }
 
 TEST(CommCounts, Errors) {
@@ -205,7 +205,7 @@ TEST(CommCounts, PhaseField) {
 
 TEST(CommCounts, WritersRoundTrip) {
   CommCounts c = parseOk(kTree);
-  c.find("MLP.w2")->phase(BW)[RS] = CommCell{0, true};
+  c.find("MLP.w2")->phase(BW)[RS] = CommCell{0, true, std::nullopt};
   c.find("MLP.w2")->phase(FW)[AR].approximate = true;
   CommCounts flat = parseOk(c.toCountsJson());
   CommCounts tree = parseOk(c.toTreeJson());
@@ -285,7 +285,7 @@ TEST(CompareReport, DifferencesAndModuleOrder) {
 TEST(CompareReport, Json) {
   CommCounts measured = parseOk(kTree);
   CommCounts predicted = parseOk(kTree);
-  predicted.find("MLP.w2")->phase(FW)[AR] = CommCell{2, true};
+  predicted.find("MLP.w2")->phase(FW)[AR] = CommCell{2, true, std::nullopt};
   CompareReport r = CompareReport::build(predicted, measured, CommPhase::Forward);
   r.predictedPath = "p.json";
   r.measuredPath = "m.json";
@@ -297,6 +297,33 @@ TEST(CompareReport, Json) {
             std::string::npos)
       << j;
   EXPECT_NE(j.find("\"differ\": 1"), std::string::npos);
+}
+
+// Bytes are compared where both sides record them: equal counts with different bytes differ.
+TEST(CompareReport, BytesDifferWithEqualCounts) {
+  auto counts = [](const char *bytes) {
+    return std::string(R"({"format": "commlens-counts", "version": 1, "modules": [
+      {"fqn": "Global", "forward": {"c10d_functional.all_reduce": 2}, "backward": {},
+       "forward_bytes": {"c10d_functional.all_reduce": )") + bytes + "}}]}";
+  };
+  CommCounts measured = parseOk(counts("2048"));
+  ASSERT_EQ(measured.find("Global")->phase(FW).at(AR).bytes, std::optional<int64_t>(2048));
+  for (auto [predictedBytes, differ] : {std::pair{"2048", false}, std::pair{"1024", true}}) {
+    CommCounts predicted = parseOk(counts(predictedBytes));
+    CompareReport r = CompareReport::build(predicted, measured, CommPhase::Forward);
+    EXPECT_EQ(r.numDiffering(), differ ? 1u : 0u);
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    r.printText(os);
+    EXPECT_EQ(os.str().find("MISMATCH (bytes 1024 predicted, 2048 measured)") != std::string::npos, differ) << text;
+    EXPECT_NE(text.find("; bytes compared on 1 cells"), std::string::npos) << text;
+  }
+  // bytes for a collective without a count are refused
+  auto bad = parseCommCounts(R"({"format": "commlens-counts", "version": 1, "modules": [
+    {"fqn": "Global", "forward": {}, "backward": {}, "forward_bytes": {"c10d_functional.all_reduce": 8}}]})");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(takeMessage(bad.takeError()), "modules[0].forward_bytes[\"c10d_functional.all_reduce\"]: bytes for "
+                                          "collective 'c10d_functional.all_reduce', which has no count");
 }
 
 } // namespace
