@@ -9,6 +9,10 @@ Factories (all keyword-only, all return ``(model, (x,))``):
 * ``mlp(batch, seq, dim, hidden, bias)``: ``w1`` -> relu -> ``w2``.
 * ``stacked_mlp(n_layers, ...)``: a ``layers`` ModuleList of ``MLP`` blocks,
   applied one after the other.
+* ``identity_mlp(...)``: ``MLP`` with placeholders that run no op, as models
+  keep them for swapped-out parts: ``pre`` (nn.Identity) before ``w1``,
+  ``act`` (nn.Identity, then relu) between ``w1`` and ``w2``, ``post`` after
+  ``w2``; the same plan keys as ``mlp``.
 
 The input is a float tensor of shape ``[batch, seq, dim]``.  ``device="meta"``
 builds the model and the input without allocating memory.
@@ -29,6 +33,15 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.w2(F.relu(self.w1(x)))
+
+
+class IdentityMLP(MLP):
+    def __init__(self, dim, hidden, bias=True, device=None, dtype=None):
+        super().__init__(dim, hidden, bias=bias, device=device, dtype=dtype)
+        self.pre, self.act, self.post = nn.Identity(), nn.Identity(), nn.Identity()
+
+    def forward(self, x):
+        return self.post(self.w2(F.relu(self.act(self.w1(self.pre(x))))))
 
 
 class StackedMLP(nn.Module):
@@ -65,6 +78,13 @@ def mlp(*, batch=2, seq=8, dim=16, hidden=32, bias=True,
     dtype = resolve_dtype(dtype)
     torch.manual_seed(seed)
     model = MLP(dim, hidden, bias=bias, device=device, dtype=dtype)
+    return model, (_input(batch, seq, dim, device, dtype),)
+
+
+def identity_mlp(*, batch=2, seq=8, dim=16, hidden=32, bias=True, device="cpu", dtype="float32", seed=0):
+    dtype = resolve_dtype(dtype)
+    torch.manual_seed(seed)
+    model = IdentityMLP(dim, hidden, bias=bias, device=device, dtype=dtype)
     return model, (_input(batch, seq, dim, device, dtype),)
 
 

@@ -148,6 +148,7 @@ public:
           if (auto decoded = decodeCallSignature(*sig, path.str(), call))
             graph_.callSignatures().push_back(std::move(*decoded));
       }
+    addCalledModulesWithoutOps(graph_);
   }
 
 private:

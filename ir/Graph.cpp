@@ -1,5 +1,9 @@
 #include "ir/Graph.h"
 
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+
 #include <fmt/format.h>
 
 namespace commlens {
@@ -163,6 +167,49 @@ llvm::StringRef name(OutputKind k) {
                                            "gradient_to_parameter", "gradient_to_user_input",
                                            "user_input_mutation", "token", "parameter_mutation"};
   return kNames[static_cast<size_t>(k)];
+}
+
+void addCalledModulesWithoutOps(Graph &graph) {
+  ModuleScopeTree &tree = graph.scopes();
+  llvm::DenseMap<const ModuleScope *, unsigned> firstNode;
+  for (const auto &n : graph.nodes())
+    for (const ModuleScope *s = n->scope(); s; s = s->parent())
+      firstNode.try_emplace(s, n->index());
+  // Shallower first, so a module's recorded parent is in the tree before it.
+  std::vector<const CallSignature *> missing;
+  llvm::StringMap<unsigned> numCalls;
+  for (const CallSignature &sig : graph.callSignatures())
+    if (!sig.path.empty() && !tree.lookup(sig.path) && numCalls[sig.path]++ == 0)
+      missing.push_back(&sig);
+  llvm::stable_sort(missing, [](const CallSignature *a, const CallSignature *b) {
+    return llvm::count(a->path, '.') < llvm::count(b->path, '.');
+  });
+  for (const CallSignature *sig : missing) {
+    ModuleScope *parent = tree.root();
+    for (llvm::StringRef p = sig->path; p.contains('.');) {
+      p = p.rsplit('.').first;
+      if (ModuleScope *s = tree.lookup(p)) {
+        parent = s;
+        break;
+      }
+    }
+    // The call ran once its inputs existed: before the first later scope whose first node comes
+    // after the last of them.
+    int64_t anchor = -1;
+    for (const Argument &a : sig->args)
+      for (const Value *v : a.tensors())
+        if (v->producer())
+          anchor = std::max<int64_t>(anchor, v->producer()->index());
+    for (const auto &[key, a] : sig->kwargs)
+      for (const Value *v : a.tensors())
+        if (v->producer())
+          anchor = std::max<int64_t>(anchor, v->producer()->index());
+    llvm::ArrayRef<ModuleScope *> order = tree.inForwardOrder();
+    unsigned at = parent->forwardIndex() + 1;
+    while (at < order.size() && !(firstNode.count(order[at]) && firstNode.lookup(order[at]) > anchor))
+      ++at;
+    tree.insertWithoutOps(parent, sig->path, "", at, numCalls.lookup(sig->path));
+  }
 }
 
 } // namespace commlens

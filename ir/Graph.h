@@ -185,6 +185,11 @@ private:
   unsigned uniqueCounter_ = 0;
 };
 
+/// Puts the modules the graph's call signatures record but no node ran (nn.Identity, a module
+/// returning its input) into the scope tree, where they were called: after the scopes that ran
+/// before the call's inputs existed, under the nearest recorded ancestor. CommDebugMode lists them.
+void addCalledModulesWithoutOps(Graph &graph);
+
 struct SchemaVersion {
   int major = 0, minor = 0;
 };

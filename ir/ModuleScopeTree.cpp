@@ -79,6 +79,24 @@ ModuleScope *ModuleScopeTree::getOrCreate(llvm::ArrayRef<ModuleStackEntry> stack
   return cur;
 }
 
+ModuleScope *ModuleScopeTree::insertWithoutOps(ModuleScope *parent, llvm::StringRef path, llvm::StringRef type,
+                                               unsigned forwardIndex, unsigned numCalls) {
+  storage_.push_back(std::make_unique<ModuleScope>());
+  ModuleScope *s = storage_.back().get();
+  s->path_ = path.str();
+  s->type_ = type.str();
+  s->parent_ = parent;
+  s->numCalls_ = numCalls;
+  order_.insert(order_.begin() + std::min<size_t>(forwardIndex, order_.size()), s);
+  for (unsigned i = 0; i < order_.size(); ++i)
+    order_[i]->forwardIndex_ = i;
+  auto sibling = llvm::find_if(parent->children_, [&](ModuleScope *c) { return c->forwardIndex_ > s->forwardIndex_; });
+  parent->children_.insert(sibling, s);
+  byParentAndPath_.emplace(std::make_pair(static_cast<const ModuleScope *>(parent), s->path_), s);
+  setName(s);
+  return s;
+}
+
 ModuleScope *ModuleScopeTree::wrap(ModuleScope *s, llvm::StringRef wrapperType, llvm::StringRef attr) {
   storage_.push_back(std::make_unique<ModuleScope>());
   ModuleScope *w = storage_.back().get();

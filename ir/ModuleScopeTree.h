@@ -63,6 +63,10 @@ public:
   /// wrapper takes `s`'s path, parent and forward position, and `s` becomes its child attribute
   /// `attr` (every path below gains it). Returns the wrapper.
   ModuleScope *wrap(ModuleScope *s, llvm::StringRef wrapperType, llvm::StringRef attr);
+  /// Adds a module that ran no op under `parent` (nn.Identity, an empty Sequential), at forward
+  /// position `forwardIndex` (shifting later scopes), called `numCalls` times.
+  ModuleScope *insertWithoutOps(ModuleScope *parent, llvm::StringRef path, llvm::StringRef type,
+                                unsigned forwardIndex, unsigned numCalls);
   /// All scopes in forward order, root first.
   llvm::ArrayRef<ModuleScope *> inForwardOrder() const { return order_; }
 

@@ -76,6 +76,12 @@ public:
                         s->displayName(), s->numCalls()));
     if (llvm::Error err = collectCalls())
       return err;
+    // A module that runs no op (nn.Identity) has no place in the graph for its hooks yet; its
+    // styles would silently do nothing, so say so.
+    for (const auto &[scope, styles] : styles_)
+      if (llvm::none_of(calls_, [&](const StyledCall &c) { return c.scope == scope; }))
+        return makeError("{} '{}' on {}: the module runs no op, and commlens cannot place hooks on such a "
+                         "module yet", name(styles.front()->kind), styles.front()->pattern, scope->displayName());
     return rewrite();
   }
 

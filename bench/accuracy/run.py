@@ -84,6 +84,9 @@ CONFIGS = [
     Config("mlp-tp-tp8-grad-backward", MLP, P + "mlp_tp(tp=8, input_requires_grad=True)", "backward"),
     Config("mlp-2d-dp2xtp2-grad-both", MLP, P + "mlp_2d(dp=2, tp=2, input_requires_grad=True)", "both", ci=True),
     Config("mlp-2d-dp4xtp2-forward", MLP, P + "mlp_2d(dp=4, tp=2)", "forward"),
+    # nn.Identity placeholders (no ops): listed where CommDebugMode lists them, counts unchanged
+    Config("identity_mlp-tp-tp4-grad-both", "examples.mlp:identity_mlp", P + "mlp_tp(tp=4, input_requires_grad=True)",
+           "both"),
     # a root Linear, Colwise. (linear_rowwise is not here: its example input is the local
     # Shard(-1) slice, so the unparallelised model does not run, let alone export.)
     Config("linear-colwise-tp4-grad-both", "examples.mlp:linear",
