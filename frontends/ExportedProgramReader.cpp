@@ -3,6 +3,8 @@
 #include "frontends/JsonRef.h"
 #include "ir/Error.h"
 
+#include "llvm/ADT/StringSet.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -102,7 +104,8 @@ TensorMeta decodeTensorMeta(const JsonRef &r) {
 
 class ProgramDecoder {
 public:
-  ProgramDecoder(ExportedProgram &program) : program_(program), graph_(program.graph()) {}
+  ProgramDecoder(ExportedProgram &program, const NodeCheck &check)
+      : program_(program), graph_(program.graph()), check_(check) {}
 
   void decode(const JsonRef &root) {
     JsonRef version = root.field("schema_version");
@@ -134,6 +137,10 @@ public:
     for (const JsonRef &n : g.field("nodes").items())
       decodeNode(n, {});
     decodeOutputs(g.field("outputs"), gm.field("signature").field("output_specs"));
+    // CommDebugMode names its outermost row "Global" and the root module's row by its class.
+    if (graph_.scopes().root()->displayName() == "Global")
+      throw ParseError{"the root module's class is named 'Global', as CommDebugMode's outermost row: rename the "
+                       "class"};
     if (auto calls = gm.optField("module_call_graph"))
       for (const JsonRef &entry : calls->items()) {
         // "path@N" names the module's N-th call; export records one entry per call it preserved.
@@ -186,14 +193,37 @@ private:
     return v;
   }
 
-  Value *useTensor(const JsonRef &tensorArg) { return use(tensorArg.field("name").asString(), tensorArg); }
+  /// A reference that must name a value of `kind` (a tensor argument naming a SymInt would leave
+  /// the consumers without tensor metadata).
+  Value *use(const std::string &name, const JsonRef &where, ValueKind kind) {
+    Value *v = use(name, where);
+    if (v->kind() != kind)
+      where.fail(fmt::format("'{}' is {}, expected {}", name, kindName(v->kind()), kindName(kind)));
+    return v;
+  }
+
+  static const char *kindName(ValueKind k) {
+    switch (k) {
+    case ValueKind::Tensor: return "a tensor";
+    case ValueKind::SymInt: return "a SymInt";
+    case ValueKind::SymBool: return "a SymBool";
+    case ValueKind::SymFloat: return "a SymFloat";
+    case ValueKind::CustomObj: return "a custom object";
+    case ValueKind::Token: return "a token";
+    }
+    return "a value";
+  }
+
+  Value *useTensor(const JsonRef &tensorArg) {
+    return use(tensorArg.field("name").asString(), tensorArg, ValueKind::Tensor);
+  }
 
   SymIntArg decodeSymIntArg(const JsonRef &r) {
     auto [kind, v] = r.variant();
     if (kind == "as_int")
       return SymIntArg{nullptr, v.asInt()};
     if (kind == "as_name")
-      return SymIntArg{use(v.asString(), v), 0};
+      return SymIntArg{use(v.asString(), v, ValueKind::SymInt), 0};
     r.fail(fmt::format("unknown SymInt argument variant '{}'", kind));
   }
 
@@ -273,7 +303,7 @@ private:
       if (bk == "as_bool")
         return SymBoolArg{nullptr, bv.asBool()};
       if (bk == "as_name")
-        return SymBoolArg{use(bv.asString(), bv), false};
+        return SymBoolArg{use(bv.asString(), bv, ValueKind::SymBool), false};
       v.fail(fmt::format("unknown SymBool argument variant '{}'", bk));
     }
     if (kind == "as_sym_float") {
@@ -281,7 +311,7 @@ private:
       if (fk == "as_float")
         return SymFloatArg{nullptr, fv.asFloat()};
       if (fk == "as_name")
-        return SymFloatArg{use(fv.asString(), fv), 0};
+        return SymFloatArg{use(fv.asString(), fv, ValueKind::SymFloat), 0};
       v.fail(fmt::format("unknown SymFloat argument variant '{}'", fk));
     }
     if (kind == "as_scalar_type")
@@ -548,10 +578,15 @@ private:
         if (name.empty())
           name = fmt::format("node{}", graph_.numNodes());
       }
+      if (!nodeNames_.insert(ctx().prefix + name).second)
+        n.fail(fmt::format("node name '{}' is used twice", ctx().prefix + name));
       Node *node = graph_.appendNode(ctx().prefix + name, target, std::move(inputs), std::move(outputs),
                                      std::move(metadata));
       node->setScope(scope, std::move(callPath));
       node->setGradEnabled(ctx().gradEnabled.value_or(true));
+      if (check_)
+        if (llvm::Error err = check_(*node))
+          n.fail(takeMessage(std::move(err)));
     } catch (ParseError &e) {
       e.message += fmt::format(" (node '{}' {} in {})", name.empty() ? "?" : name, target, scope->displayName());
       throw;
@@ -657,7 +692,9 @@ private:
 
   ExportedProgram &program_;
   Graph &graph_;
+  const NodeCheck &check_;
   std::vector<NameContext> contexts_;
+  llvm::StringSet<> nodeNames_; // IR names of the nodes so far
 };
 
 } // namespace
@@ -685,13 +722,14 @@ llvm::Expected<llvm::SmallVector<ModuleStackEntry, 4>> parseModuleStack(llvm::St
 }
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> parseExportedProgram(llvm::StringRef modelJson,
-                                                                      llvm::StringRef recordName) {
+                                                                      llvm::StringRef recordName,
+                                                                      const NodeCheck &check) {
   auto doc = parseJsonText(modelJson, recordName);
   if (!doc)
     return doc.takeError();
   auto program = std::make_unique<ExportedProgram>();
   try {
-    ProgramDecoder(*program).decode(JsonRef(*doc, ""));
+    ProgramDecoder(*program, check).decode(JsonRef(*doc, ""));
   } catch (const ParseError &e) {
     return makeError("{}: {}", recordName.str(), e.message);
   }

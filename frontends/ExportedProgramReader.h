@@ -6,6 +6,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <memory>
 
 namespace commlens {
@@ -13,9 +14,15 @@ namespace commlens {
 /// The export schema major version this reader understands.
 inline constexpr int kSupportedSchemaMajor = 8;
 
-/// Parses `models/<name>.json`. Errors name the record and the JSON path at fault.
+/// A check of each decoded node (e.g. against its op's schema): an error names what is wrong; the
+/// reader adds the JSON path, the node and its module.
+using NodeCheck = std::function<llvm::Error(const Node &)>;
+
+/// Parses `models/<name>.json`. Errors name the record and the JSON path at fault. Node names are
+/// unique, every reference to a tensor names a tensor, and `check` (when given) accepts each node.
 llvm::Expected<std::unique_ptr<ExportedProgram>> parseExportedProgram(llvm::StringRef modelJson,
-                                                                      llvm::StringRef recordName = "models/model.json");
+                                                                      llvm::StringRef recordName = "models/model.json",
+                                                                      const NodeCheck &check = nullptr);
 
 /// Parses a `data/weights/<name>_weights_config.json` PayloadConfig into `program.weights`.
 llvm::Error parseWeightsConfig(llvm::StringRef configJson, ExportedProgram &program,

@@ -4,9 +4,22 @@
 
 namespace commlens {
 
+namespace {
+struct TooDeep {};
+} // namespace
+
 llvm::Expected<json> parseJsonText(llvm::StringRef text, llvm::StringRef recordName) {
+  // The parser reports each array and object start with its depth; stop at the first too deep.
+  json::parser_callback_t limitDepth = [](int depth, json::parse_event_t event, json &) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw TooDeep{};
+    return true;
+  };
   try {
-    return json::parse(text.begin(), text.end());
+    return json::parse(text.begin(), text.end(), limitDepth);
+  } catch (const TooDeep &) {
+    return makeError("{}: invalid JSON: nested deeper than {} levels", recordName.str(), kMaxJsonDepth);
   } catch (const json::parse_error &e) {
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> keep the tail

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -76,6 +78,9 @@ public:
   int64_t asInt() const {
     if (!j_->is_number_integer())
       fail("expected an integer");
+    // Unsigned first: a value past INT64_MAX would read as negative.
+    if (j_->is_number_unsigned() && j_->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(fmt::format("integer {} is out of range", j_->get<uint64_t>()));
     return j_->get<int64_t>();
   }
   bool asBool() const {
@@ -109,7 +114,13 @@ private:
   std::string path_;
 };
 
-/// Parses JSON text; a syntax error names the record and the position.
+/// The deepest nesting of arrays and objects the readers accept. Real documents nest a few
+/// levels (a counts tree: one level per module); the limit keeps hostile input from exhausting
+/// the stack in the recursive code that walks or prints JSON values.
+inline constexpr int kMaxJsonDepth = 256;
+
+/// Parses JSON text; a syntax error names the record and the position. Nesting deeper than
+/// kMaxJsonDepth is refused.
 llvm::Expected<json> parseJsonText(llvm::StringRef text, llvm::StringRef recordName);
 
 } // namespace commlens

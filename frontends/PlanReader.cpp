@@ -3,6 +3,8 @@
 #include "frontends/JsonRef.h"
 #include "ir/Error.h"
 
+#include "llvm/Support/MathExtras.h"
+
 #include <fnmatch.h>
 
 #include <fstream>
@@ -11,6 +13,9 @@
 
 namespace commlens {
 namespace {
+
+/// The largest world a plan may describe (2^20 ranks, beyond any machine built so far).
+constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
 
 void rejectUnknownKeys(const JsonRef &obj, std::initializer_list<const char *> known) {
   for (const auto &[key, value] : obj.members()) {
@@ -42,11 +47,41 @@ std::optional<OptionalPlacements> optionalPlacementList(const JsonRef &style, co
   return std::nullopt;
 }
 
+/// Colwise / Rowwise / SequenceParallel hold one placement per layout attribute (torch wraps the
+/// single Placement the constructor takes in a 1-tuple); None is not allowed there.
+std::optional<OptionalPlacements> singlePlacement(const JsonRef &style, const char *field) {
+  auto f = style.optField(field);
+  if (!f)
+    return std::nullopt;
+  if (f->raw().is_array() && f->size() != 1)
+    f->fail(fmt::format("expected one placement, got {}", f->size()));
+  OptionalPlacements list = decodePlacementList(*f);
+  if (!list[0])
+    f->at(0).fail("null placement (only PrepareModuleInput and PrepareModuleOutput allow null entries)");
+  return list;
+}
+
 std::map<std::string, std::optional<Placement>> decodeKwargLayouts(const JsonRef &r) {
   std::map<std::string, std::optional<Placement>> out;
   for (const auto &[k, v] : r.members())
     out[k] = v.raw().is_null() ? std::nullopt : std::optional<Placement>(decodePlacement(v));
   return out;
+}
+
+/// PrepareModuleInput / PrepareModuleOutput: the layouts and their desired layouts pair up one to
+/// one (torch asserts equal lengths), and an entry that converts needs a desired placement.
+void checkLayoutPairs(const JsonRef &style, const char *field, const std::optional<OptionalPlacements> &layouts,
+                      const char *desiredField, const std::optional<OptionalPlacements> &desired) {
+  if (!layouts)
+    return;
+  if (!desired)
+    style.fail(fmt::format("{} needs {}", field, desiredField));
+  if (layouts->size() != desired->size())
+    style.field(desiredField)
+        .fail(fmt::format("{} placements for {} entries of {}", desired->size(), layouts->size(), field));
+  for (size_t i = 0; i < layouts->size(); ++i)
+    if ((*layouts)[i] && !(*desired)[i])
+      style.field(desiredField).at(i).fail(fmt::format("null placement for a non-null {} entry", field));
 }
 
 bool boolOr(const JsonRef &r, const char *field, bool fallback) {
@@ -77,23 +112,21 @@ ParallelStyle decodeStyle(const JsonRef &r, const std::string &pattern) {
   switch (s.kind) {
   case ParallelStyle::Kind::Colwise:
     rejectUnknownKeys(r, {"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
-    s.inputLayouts = optionalPlacementList(r, "input_layouts").value_or(OptionalPlacements{Placement::replicate()});
-    s.outputLayouts = optionalPlacementList(r, "output_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
+    s.inputLayouts = singlePlacement(r, "input_layouts").value_or(OptionalPlacements{Placement::replicate()});
+    s.outputLayouts = singlePlacement(r, "output_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
     s.desiredInputLayouts = OptionalPlacements{Placement::replicate()};
     s.useLocalOutput = boolOr(r, "use_local_output", true);
     break;
   case ParallelStyle::Kind::Rowwise:
     rejectUnknownKeys(r, {"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
-    s.inputLayouts = optionalPlacementList(r, "input_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
-    s.outputLayouts = optionalPlacementList(r, "output_layouts").value_or(OptionalPlacements{Placement::replicate()});
-    s.desiredInputLayouts = optionalPlacementList(r, "desired_input_layouts"); // set per module type at apply time
+    s.inputLayouts = singlePlacement(r, "input_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
+    s.outputLayouts = singlePlacement(r, "output_layouts").value_or(OptionalPlacements{Placement::replicate()});
+    s.desiredInputLayouts = singlePlacement(r, "desired_input_layouts"); // set per module type at apply time
     s.useLocalOutput = boolOr(r, "use_local_output", true);
     break;
   case ParallelStyle::Kind::Sequence: {
     rejectUnknownKeys(r, {"fqn", "style", "sequence_sharding", "use_local_output"});
-    auto seq = optionalPlacementList(r, "sequence_sharding").value_or(OptionalPlacements{Placement::shard(1)});
-    if (seq.size() != 1 || !seq[0])
-      r.fail("sequence_sharding must hold one placement");
+    auto seq = singlePlacement(r, "sequence_sharding").value_or(OptionalPlacements{Placement::shard(1)});
     s.sequenceSharding = *seq[0];
     s.useLocalOutput = boolOr(r, "use_local_output", false);
     break;
@@ -109,12 +142,24 @@ ParallelStyle decodeStyle(const JsonRef &r, const std::string &pattern) {
       s.desiredInputKwargLayouts = decodeKwargLayouts(*f);
     s.useLocalOutput = boolOr(r, "use_local_output", false);
     s.withKwargs = boolOr(r, "with_kwargs", !s.inputKwargLayouts.empty());
+    checkLayoutPairs(r, "input_layouts", s.inputLayouts, "desired_input_layouts", s.desiredInputLayouts);
+    for (const auto &[key, layout] : s.inputKwargLayouts) {
+      auto desired = s.desiredInputKwargLayouts.find(key);
+      if (desired == s.desiredInputKwargLayouts.end())
+        r.field("desired_input_kwarg_layouts").fail(fmt::format("no entry for input_kwarg_layouts key '{}'", key));
+      if (layout && !desired->second)
+        r.field("desired_input_kwarg_layouts")
+            .fail(fmt::format("null for '{}', whose input_kwarg_layouts entry is a placement", key));
+    }
     break;
   case ParallelStyle::Kind::PrepareModuleOutput:
     rejectUnknownKeys(r, {"fqn", "style", "output_layouts", "desired_output_layouts", "use_local_output"});
     s.outputLayouts = decodePlacementList(r.field("output_layouts"));
     s.desiredOutputLayouts = decodePlacementList(r.field("desired_output_layouts"));
     s.useLocalOutput = boolOr(r, "use_local_output", true);
+    if (s.outputLayouts->empty())
+      r.field("output_layouts").fail("expected at least one placement");
+    checkLayoutPairs(r, "output_layouts", s.outputLayouts, "desired_output_layouts", s.desiredOutputLayouts);
     break;
   case ParallelStyle::Kind::PrepareModuleInputOutput: {
     rejectUnknownKeys(r, {"fqn", "style", "prepare_module_input", "prepare_module_output"});
@@ -248,10 +293,14 @@ ShardingPlan decodePlan(const JsonRef &root) {
     plan.source = s->asString();
 
   JsonRef mesh = root.field("mesh");
+  int64_t devices = 1;
   for (const JsonRef &d : mesh.field("shape").items()) {
     int64_t size = d.asInt();
     if (size < 1)
       d.fail("mesh sizes must be positive");
+    // The predictor visits every mesh coordinate in places (uneven local shards): bound the world.
+    if (llvm::MulOverflow(devices, size, devices) || devices > kMaxMeshDevices)
+      mesh.field("shape").fail(fmt::format("the mesh has more than {} devices", kMaxMeshDevices));
     plan.mesh.shape.push_back(size);
   }
   if (plan.mesh.shape.empty())
@@ -346,6 +395,18 @@ ShardingPlan decodePlan(const JsonRef &root) {
   if (plan.lossParallel && plan.loss.kind != LossSpec::Kind::CrossEntropy)
     root.field("loss_parallel").fail("loss_parallel requires the cross_entropy loss");
   return plan;
+}
+
+/// A Shard placement's dim must name a dim of the tensor (negative dims count from the end).
+llvm::Error checkShardDims(const PlacementSpec &spec, size_t rank, const std::string &what) {
+  for (const Placement &p : spec.placements) {
+    if (p.kind != Placement::Kind::Shard && p.kind != Placement::Kind::StridedShard)
+      continue;
+    auto r = static_cast<int64_t>(rank);
+    if (p.dim < -r || p.dim >= r)
+      return makeError("{}: {} is out of range for a tensor of rank {}", what, p.torchStr(), rank);
+  }
+  return llvm::Error::success();
 }
 
 bool anyMatch(llvm::StringRef pattern, const std::vector<std::string> &names) {
@@ -444,9 +505,16 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
     if (in.kind == InputKind::Parameter || in.kind == InputKind::Buffer)
       tensors.push_back(in.target);
   }
-  for (const auto &[pattern, spec] : plan.placements)
+  for (const auto &[pattern, spec] : plan.placements) {
     if (!anyMatch(pattern, tensors))
       return makeError("placement pattern '{}' matches no parameter or buffer of {}", pattern, rootName);
+    for (const InputSpec &in : g.inputs())
+      if ((in.kind == InputKind::Parameter || in.kind == InputKind::Buffer) && in.value && in.value->meta() &&
+          fnmatch(pattern.c_str(), in.target.c_str(), 0) == 0)
+        if (llvm::Error err = checkShardDims(spec, in.value->meta()->sizes.size(),
+                                             fmt::format("placements['{}'] on '{}'", pattern, in.target)))
+          return err;
+  }
   for (auto [key, list] : {std::pair{"frozen", &plan.frozen}, {"frozen_after_parallelize", &plan.frozenAfterParallelize}})
     for (const std::string &pattern : *list)
       if (!anyMatch(pattern, params))
@@ -454,9 +522,15 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
   size_t numUserInputs = 0;
   for (const InputSpec &in : g.inputs())
     numUserInputs += in.kind == InputKind::UserInput;
-  for (const InputSetting &in : plan.inputs)
-    if (!g.userInput(in.key))
+  for (const InputSetting &in : plan.inputs) {
+    std::optional<Argument> arg = g.userInput(in.key);
+    if (!arg)
       return makeError("plan input '{}' is not an input of {} ({} user inputs)", in.key, rootName, numUserInputs);
+    if (in.placements && arg->isTensor() && arg->tensor()->meta())
+      if (llvm::Error err = checkShardDims(*in.placements, arg->tensor()->meta()->sizes.size(),
+                                           fmt::format("inputs['{}'].placements", in.key)))
+        return err;
+  }
   return llvm::Error::success();
 }
 

@@ -1,6 +1,7 @@
 #include "frontends/Pt2Loader.h"
 
 #include "frontends/ExportedProgramReader.h"
+#include "frontends/OpSchemas.h"
 #include "frontends/Pt2Archive.h"
 #include "ir/Error.h"
 
@@ -58,7 +59,7 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
   auto modelJson = ar.read(kModelRecord);
   if (!modelJson)
     return modelJson.takeError();
-  auto program = parseExportedProgram(*modelJson, kModelRecord);
+  auto program = parseExportedProgram(*modelJson, kModelRecord, checkNodeAgainstOpSchema);
   if (!program)
     return program.takeError();
   // The writer's name and the older documented name of the weights config.

@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <limits>
+
 namespace commlens {
 
 using json = nlohmann::json;
@@ -101,6 +104,13 @@ struct ParseError {
   std::string message;
 };
 
+/// Counts are summed over modules and collectives (totals, inclusive counts): each is capped so
+/// that no sum over a file's cells can overflow.
+constexpr uint64_t kMaxCount = std::numeric_limits<uint32_t>::max();
+/// The deepest nesting of arrays and objects read (a tree file nests one level per module).
+constexpr int kMaxJsonDepth = 256;
+struct TooDeep {};
+
 struct JsonRef {
   const json &v;
   std::string path;
@@ -137,6 +147,9 @@ struct JsonRef {
   int64_t count() const {
     if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
       fail(fmt::format("expected a non-negative integer count, got {}", describe()));
+    // Unsigned first: a count past INT64_MAX would read as negative.
+    if (v.get<uint64_t>() > kMaxCount)
+      fail(fmt::format("count {} is out of range (at most {})", describe(), kMaxCount));
     return v.get<int64_t>();
   }
   std::string describe() const {
@@ -376,8 +389,18 @@ std::string CommCounts::toTreeJson() const {
 
 llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
   json doc;
+  // The parser reports each array and object start with its depth; stop at the first too deep
+  // (the tree reader and the messages' dumps recurse).
+  json::parser_callback_t limitDepth = [](int depth, json::parse_event_t event, json &) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw TooDeep{};
+    return true;
+  };
   try {
-    doc = json::parse(text.begin(), text.end());
+    doc = json::parse(text.begin(), text.end(), limitDepth);
+  } catch (const TooDeep &) {
+    return makeError("invalid JSON: nested deeper than {} levels", kMaxJsonDepth);
   } catch (const json::parse_error &e) {
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> keep the tail

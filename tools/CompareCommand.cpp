@@ -7,57 +7,24 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace commlens {
 
-namespace {
-
-constexpr int kExitDifferent = 1;
-constexpr int kExitBadInput = 2;
-
-int fail(const std::string &message) {
-  llvm::errs() << "commlens: error: " << message << "\n";
-  return kExitBadInput;
-}
-
-} // namespace
+using namespace cli;
 
 int runCompare(int argc, char **argv) {
-  std::vector<std::string> positional;
-  bool asJson = false;
-  std::string phaseArg = "both", outPath;
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const std::string &name) -> std::optional<std::string> {
-      if (arg == name) {
-        if (i + 1 >= argc)
-          return std::nullopt;
-        return std::string(argv[++i]);
-      }
-      return arg.substr(name.size() + 1); // --name=value
-    };
-    if (arg == "--json") {
-      asJson = true;
-    } else if (arg == "--phase" || arg.rfind("--phase=", 0) == 0) {
-      auto v = value("--phase");
-      if (!v)
-        return fail("option --phase needs a value");
-      phaseArg = *v;
-    } else if (arg == "-o" || arg.rfind("-o=", 0) == 0) {
-      auto v = value("-o");
-      if (!v)
-        return fail("option -o needs a value");
-      outPath = *v;
-    } else if (arg.size() > 1 && arg[0] == '-') {
-      return fail(fmt::format("unknown option '{}'", arg));
-    } else {
-      positional.push_back(arg);
-    }
-  }
+  auto args = parseArgs(argc, argv, 2, {"--json"}, {"--phase", "-o"});
+  if (!args)
+    return fail(takeMessage(args.takeError()));
+  if (args->help)
+    return printUsage("compare");
+  const std::vector<std::string> &positional = args->positional;
+  bool asJson = args->flag("--json");
+  std::string phaseArg = args->option("--phase").empty() ? "both" : args->option("--phase");
+  std::string outPath = args->option("-o");
   if (positional.size() != 2)
     return fail("compare takes two arguments: PREDICTED MEASURED");
   std::optional<CommPhase> phase;
@@ -94,13 +61,8 @@ int runCompare(int argc, char **argv) {
   else
     report.printText(os);
   os.flush();
-  if (outPath.empty()) {
-    llvm::outs() << text;
-  } else {
-    std::ofstream out(outPath, std::ios::binary);
-    if (!out || !(out << text))
-      return fail(fmt::format("{}: cannot write file", outPath));
-  }
+  if (int rc = emit(text, outPath))
+    return rc;
   return report.identical() ? 0 : kExitDifferent;
 }
 

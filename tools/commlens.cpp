@@ -8,11 +8,16 @@
 #include "reports/InspectReport.h"
 #include "tools/CompareCommand.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/format.h>
 
-#include <fstream>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -34,46 +39,52 @@ commands:
       predicted vs measured collectives per module, collective and phase; exit 1 if any differ
 )";
 
-/// Exit codes: 0 success, 1 a comparison found differences, 2 bad input or usage.
-constexpr int kExitBadInput = 2;
-
-int fail(const std::string &message) {
-  llvm::errs() << "commlens: error: " << message << "\n";
-  return kExitBadInput;
-}
-
-/// Writes to -o FILE or stdout.
-int emit(const std::string &text, const std::string &outPath) {
-  if (outPath.empty()) {
-    llvm::outs() << text;
-    return 0;
-  }
-  std::ofstream out(outPath, std::ios::binary);
-  if (!out || !(out << text))
-    return fail(fmt::format("{}: cannot write file", outPath));
-  return 0;
-}
-
-struct Args {
-  std::vector<std::string> positional;
-  std::vector<std::string> flags;
-  std::vector<std::pair<std::string, std::string>> options;
-
-  bool flag(const char *name) const { return std::find(flags.begin(), flags.end(), name) != flags.end(); }
-  std::string option(const char *name) const {
-    for (const auto &[k, v] : options)
-      if (k == name)
-        return v;
-    return {};
-  }
+/// Per-command usage, for `commlens <command> --help`.
+constexpr std::pair<const char *, const char *> kCommandUsage[] = {
+    {"inspect", R"(usage: commlens inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
+  module tree in forward order with node counts, parameters, parameter execution order
+)"},
+    {"predict", R"(usage: commlens predict MODEL.pt2 --plan PLAN.json [--phase forward|backward|both]
+                        [--format table|json] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
+                        [--allow-unsupported] [--world-size N]
+  predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
+)"},
+    {"check-plan", R"(usage: commlens check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
+  validates a plan against the model and lists the modules each style applies to
+)"},
+    {"compare", R"(usage: commlens compare PREDICTED MEASURED [--json] [--phase forward|backward|both] [-o FILE]
+  predicted vs measured collectives per module, collective and phase; exit 1 if any differ
+)"},
 };
 
-/// Splits argv into positionals, known flags and known options (which take a value).
+/// Whether fd 1 was open at start-up (`commlens ... >&-` closes it).
+bool stdoutWasOpen = true;
+
+} // namespace
+
+namespace commlens::cli {
+
+bool Args::flag(const char *name) const { return std::find(flags.begin(), flags.end(), name) != flags.end(); }
+
+std::string Args::option(const char *name) const {
+  for (const auto &[k, v] : options)
+    if (k == name)
+      return v;
+  return {};
+}
+
 llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initializer_list<const char *> flags,
                                std::initializer_list<const char *> options) {
   Args a;
+  auto known = [](std::initializer_list<const char *> names, const std::string &key) {
+    return std::find_if(names.begin(), names.end(), [&](const char *n) { return key == n; }) != names.end();
+  };
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      a.help = true;
+      continue;
+    }
     if (arg.size() > 1 && arg[0] == '-') {
       std::string key = arg, value;
       bool inlineValue = false;
@@ -82,17 +93,23 @@ llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initialize
         value = arg.substr(eq + 1);
         inlineValue = true;
       }
-      if (std::find_if(flags.begin(), flags.end(), [&](const char *f) { return key == f; }) != flags.end() &&
-          !inlineValue) {
+      if (known(flags, key) && !inlineValue) {
+        if (a.flag(key.c_str()))
+          return makeError("option {} given twice", key);
         a.flags.push_back(key);
         continue;
       }
-      if (std::find_if(options.begin(), options.end(), [&](const char *o) { return key == o; }) != options.end()) {
+      if (known(options, key)) {
         if (!inlineValue) {
           if (i + 1 >= argc)
             return makeError("option {} needs a value", key);
           value = argv[++i];
         }
+        if (value.empty())
+          return makeError("option {} has an empty value", key);
+        for (const auto &[k, v] : a.options)
+          if (k == key)
+            return makeError("option {} given twice", key);
         a.options.emplace_back(key, value);
         continue;
       }
@@ -103,10 +120,72 @@ llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initialize
   return a;
 }
 
+int fail(const std::string &message) {
+  // One line, whatever the input put into names and values the message quotes.
+  std::string line;
+  for (unsigned char c : message) {
+    if (c < 0x20 || c == 0x7f)
+      line += fmt::format("\\x{:02x}", c);
+    else
+      line += static_cast<char>(c);
+  }
+  llvm::errs() << "commlens: error: " << line << "\n";
+  return kExitBadInput;
+}
+
+int emit(const std::string &text, const std::string &outPath) {
+  if (outPath.empty()) {
+    llvm::outs() << text; // checked once the command is done (checkStdout)
+    return 0;
+  }
+  std::error_code ec;
+  llvm::raw_fd_ostream out(outPath, ec, llvm::sys::fs::OF_None);
+  if (ec)
+    return fail(fmt::format("{}: cannot write file: {}", outPath, ec.message()));
+  out << text;
+  out.close();
+  if (out.has_error()) {
+    ec = out.error();
+    out.clear_error(); // reported here, not by the stream's destructor
+    return fail(fmt::format("{}: cannot write file: {}", outPath, ec.message()));
+  }
+  return 0;
+}
+
+int printUsage(const char *command) {
+  for (const auto &[name, usage] : kCommandUsage)
+    if (llvm::StringRef(name) == command)
+      llvm::outs() << usage;
+  return 0;
+}
+
+} // namespace commlens::cli
+
+namespace {
+
+using namespace commlens::cli;
+
+/// Flushes stdout and turns a failed write (closed stdout, full disk, broken pipe with SIGPIPE
+/// ignored) into the one-line error and exit 2, instead of LLVM's abort at exit.
+int checkStdout(int rc) {
+  llvm::raw_fd_ostream &out = llvm::outs();
+  if (!stdoutWasOpen && out.tell() > 0)
+    return fail(fmt::format("<stdout>: cannot write: {}", std::make_error_code(std::errc::bad_file_descriptor).message()));
+  out.flush();
+  if (out.has_error()) {
+    std::error_code ec = out.error();
+    out.clear_error();
+    return fail(fmt::format("<stdout>: cannot write: {}", ec.message()));
+  }
+  return rc;
+}
+
 int runInspect(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {"--json", "--print-ir"}, {"-o"});
   if (!args)
     return fail(takeMessage(args.takeError()));
+  if (args->help)
+    return printUsage("inspect");
   if (args->positional.size() != 1)
     return fail("inspect takes one MODEL.pt2 argument");
   const std::string &path = args->positional[0];
@@ -159,6 +238,8 @@ int runPredict(int argc, char **argv) {
                         {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size"});
   if (!args)
     return fail(takeMessage(args.takeError()));
+  if (args->help)
+    return printUsage("predict");
   if (args->positional.size() != 1 || args->option("--plan").empty())
     return fail("predict takes MODEL.pt2 and --plan PLAN.json");
   std::string phase = args->option("--phase").empty() ? "forward" : args->option("--phase");
@@ -209,6 +290,8 @@ int runCheckPlan(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {}, {"--plan", "--world-size"});
   if (!args)
     return fail(takeMessage(args.takeError()));
+  if (args->help)
+    return printUsage("check-plan");
   if (args->positional.size() != 1 || args->option("--plan").empty())
     return fail("check-plan takes MODEL.pt2 and --plan PLAN.json");
   const std::string &modelPath = args->positional[0];
@@ -236,18 +319,24 @@ int runCheckPlan(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  stdoutWasOpen = fcntl(STDOUT_FILENO, F_GETFD) != -1;
+  // A closed fd 0, 1 or 2 gets /dev/null, so that no file the tool opens lands on it.
+  (void)llvm::sys::Process::FixupStandardFileDescriptors();
   if (argc < 2 || std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") {
     (argc < 2 ? llvm::errs() : llvm::outs()) << kUsage;
-    return argc < 2 ? kExitBadInput : 0;
+    return checkStdout(argc < 2 ? kExitBadInput : 0);
   }
   std::string command = argv[1];
+  int rc;
   if (command == "inspect")
-    return runInspect(argc, argv);
-  if (command == "predict")
-    return runPredict(argc, argv);
-  if (command == "check-plan")
-    return runCheckPlan(argc, argv);
-  if (command == "compare")
-    return runCompare(argc, argv);
-  return fail(fmt::format("unknown command '{}' (see commlens --help)", command));
+    rc = runInspect(argc, argv);
+  else if (command == "predict")
+    rc = runPredict(argc, argv);
+  else if (command == "check-plan")
+    rc = runCheckPlan(argc, argv);
+  else if (command == "compare")
+    rc = runCompare(argc, argv);
+  else
+    rc = fail(fmt::format("unknown command '{}' (see commlens --help)", command));
+  return checkStdout(rc);
 }

@@ -327,3 +327,19 @@ TEST(CompareReport, BytesDifferWithEqualCounts) {
 }
 
 } // namespace
+
+TEST(CommCounts, RangeAndDepthLimits) {
+  const std::string flat = R"({"format": "commlens-counts", "version": 1, "modules": [{"fqn": "Global", "forward": )"
+                           R"({"x": COUNT}, "backward": {}}]})";
+  auto withCount = [&](const std::string &count) {
+    std::string text = flat;
+    text.replace(text.find("COUNT"), 5, count);
+    return parseError(text);
+  };
+  EXPECT_EQ(withCount("4294967295"), "(parsed)");
+  EXPECT_EQ(withCount("4294967296"), "modules[0].forward.x: count 4294967296 is out of range (at most 4294967295)");
+  EXPECT_EQ(withCount("18446744073709551615"),
+            "modules[0].forward.x: count 18446744073709551615 is out of range (at most 4294967295)");
+  std::string deep = R"({"fqn": "Global", "phase": )" + std::string(300, '[') + std::string(300, ']') + "}";
+  EXPECT_EQ(parseError(deep), "invalid JSON: nested deeper than 256 levels");
+}

@@ -207,3 +207,17 @@ TEST(PlanReader, ReadsActivationCheckpoint) {
             "activation_checkpoint[1].save_ops: save_ops needs wrapper=true (a selective policy is passed to "
             "checkpoint_wrapper)");
 }
+
+TEST(PlanReader, MeshSizeAndPlacementListLimits) {
+  EXPECT_EQ(errorOf(kPlan, R"x("shape": [2, 4])x", R"x("shape": [2, 4611686018427387904])x"),
+            "mesh.shape: the mesh has more than 1048576 devices");
+  EXPECT_EQ(errorOf(kPlan, R"x("shape": [2, 4])x", R"x("shape": [2, 18446744073709551615])x"),
+            "mesh.shape[1]: integer 18446744073709551615 is out of range");
+  EXPECT_EQ(errorOf(kPlan, R"x("output_layouts": ["Shard(1)"])x", R"x("output_layouts": [])x"),
+            "parallelize[0].plan[1].output_layouts: expected one placement, got 0");
+  EXPECT_EQ(errorOf(kPlan, R"x("output_layouts": ["Shard(1)"])x", R"x("output_layouts": [null])x"),
+            "parallelize[0].plan[1].output_layouts[0]: null placement (only PrepareModuleInput and "
+            "PrepareModuleOutput allow null entries)");
+  EXPECT_EQ(errorOf(kPlan, R"x("desired_input_layouts": ["Replicate()", null])x", R"x("desired_input_layouts": [null, null])x"),
+            "parallelize[0].plan[3].desired_input_layouts[0]: null placement for a non-null input_layouts entry");
+}
