@@ -7,6 +7,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace commlens {
 
@@ -596,6 +597,561 @@ llvm::Error erfBackward(GradCall &c) { // 2/sqrt(pi) * exp(-(self.pow(2))) * gra
   return llvm::Error::success();
 }
 
+llvm::Error tanBackward(GradCall &c) { // grad * (result.pow(2) + 1)
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", mut(c.result())), A("exponent", int64_t(2))},
+                      GradEmitter::like(c.self()), "grad_pow");
+  c.set("self", mul(c, c.g(), binary(c, "aten::add.Scalar", p, int64_t(1), "grad_add")));
+  return llvm::Error::success();
+}
+
+/// sinh / cosh / lgamma / i0: grad * OP'(self), the derivative one unary op of self.
+template <const char *Op>
+llvm::Error unaryDerivative(GradCall &c) {
+  c.set("self", mul(c, c.g(), unary(c, Op, c.self(), "grad_deriv")));
+  return llvm::Error::success();
+}
+constexpr char kCosh[] = "aten::cosh.default";
+constexpr char kSinh[] = "aten::sinh.default";
+constexpr char kDigamma[] = "aten::digamma.default";
+constexpr char kSpecialI1[] = "aten::special_i1.default";
+
+llvm::Error digammaBackward(GradCall &c) { // grad * polygamma(1, self)
+  Value *p = c.e.emit("aten::polygamma.default", {A("n", int64_t(1)), A("self", c.self())}, GradEmitter::like(c.self()),
+                      "grad_polygamma");
+  c.set("self", mul(c, c.g(), p));
+  return llvm::Error::success();
+}
+
+/// asin: grad * (-self * self + 1).rsqrt(); acos: the same, negated.
+llvm::Error asinAcosBackward(GradCall &c) {
+  Value *self = c.self();
+  Value *sq = mul(c, unary(c, "aten::neg.default", self, "grad_neg"), self);
+  Value *r = unary(c, "aten::rsqrt.default", binary(c, "aten::add.Scalar", sq, int64_t(1), "grad_add"), "grad_rsqrt");
+  if (c.n.opString() == "aten::acos.default")
+    r = unary(c, "aten::neg.default", r, "grad_neg");
+  c.set("self", mul(c, c.g(), r));
+  return llvm::Error::success();
+}
+
+llvm::Error atanBackward(GradCall &c) { // grad / (self * self + 1)
+  Value *sq = mul(c, c.self(), c.self());
+  c.set("self", binary(c, "aten::div.Tensor", c.g(), binary(c, "aten::add.Scalar", sq, int64_t(1), "grad_add"),
+                       "grad_atan"));
+  return llvm::Error::success();
+}
+
+llvm::Error asinhBackward(GradCall &c) { // grad * (self.pow(2) + 1).rsqrt()
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
+                      GradEmitter::like(c.self()), "grad_pow");
+  Value *r = unary(c, "aten::rsqrt.default", binary(c, "aten::add.Scalar", p, int64_t(1), "grad_add"), "grad_rsqrt");
+  c.set("self", mul(c, c.g(), r));
+  return llvm::Error::success();
+}
+
+llvm::Error acoshBackward(GradCall &c) { // grad * (self * self - 1).rsqrt()
+  Value *sq = mul(c, c.self(), c.self());
+  Value *r = unary(c, "aten::rsqrt.default", binary(c, "aten::sub.Scalar", sq, int64_t(1), "grad_sub"), "grad_rsqrt");
+  c.set("self", mul(c, c.g(), r));
+  return llvm::Error::success();
+}
+
+llvm::Error erfcBackward(GradCall &c) { // -2/sqrt(pi) * exp(-(self.pow(2))) * grad
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
+                      GradEmitter::like(c.self()), "grad_pow");
+  Value *e = unary(c, "aten::exp.default", unary(c, "aten::neg.default", p, "grad_neg"), "grad_exp");
+  c.set("self", mul(c, binary(c, "aten::mul.Scalar", e, -1.1283791670955126, "grad_scale"), c.g()));
+  return llvm::Error::success();
+}
+
+llvm::Error erfinvBackward(GradCall &c) { // sqrt(pi)/2 * exp(self.erfinv().pow(2)) * grad
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar",
+                      {A("self", unary(c, "aten::erfinv.default", c.self(), "grad_erfinv")), A("exponent", int64_t(2))},
+                      GradEmitter::like(c.self()), "grad_pow");
+  Value *e = unary(c, "aten::exp.default", p, "grad_exp");
+  c.set("self", mul(c, binary(c, "aten::mul.Scalar", e, 0.88622692545275801, "grad_scale"), c.g()));
+  return llvm::Error::success();
+}
+
+llvm::Error exp2Backward(GradCall &c) { // grad * result * ln 2
+  c.set("self", binary(c, "aten::mul.Scalar", mul(c, c.g(), mut(c.result())), 0.69314718055994531, "grad_scale"));
+  return llvm::Error::success();
+}
+
+/// log2 / log10: grad / (self * ln(base)).
+llvm::Error logBaseBackward(GradCall &c) {
+  double lnBase = c.n.opString() == "aten::log2.default" ? 0.69314718055994531 : 2.3025850929940459;
+  Value *d = binary(c, "aten::mul.Scalar", c.self(), lnBase, "grad_scale");
+  c.set("self", binary(c, "aten::div.Tensor", c.g(), d, "grad_log"));
+  return llvm::Error::success();
+}
+
+/// deg2rad / rad2deg: grad times the constant factor.
+llvm::Error angleScaleBackward(GradCall &c) {
+  double k = c.n.opString() == "aten::deg2rad.default" ? 0.017453292519943295 : 57.295779513082323;
+  c.set("self", binary(c, "aten::mul.Scalar", c.g(), k, "grad_scale"));
+  return llvm::Error::success();
+}
+
+llvm::Error logitBackward(GradCall &c) {
+  llvm::SmallVector<NamedArgument, 4> args{A("grad_output", c.g()), A("self", c.self())};
+  if (const Argument *eps = c.n.input("eps"); eps && !eps->isNone())
+    args.push_back(A("eps", *eps));
+  c.set("self", c.e.emit("aten::logit_backward.default", std::move(args), GradEmitter::like(c.g()), "grad_logit"));
+  return llvm::Error::success();
+}
+
+/// clamp / clamp_min / clamp_max with Scalar bounds: where(self >= min & self <= max, grad, 0).
+llvm::Error clampBackward(GradCall &c) {
+  const Argument *lo = c.n.input("min"), *hi = c.n.input("max"); // clamp_min / clamp_max have one
+  lo = lo && !lo->isNone() ? lo : nullptr;
+  hi = hi && !hi->isNone() ? hi : nullptr;
+  Value *zero = c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)}, metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device),
+                         "grad_zero");
+  TensorMeta bm = GradEmitter::like(c.self());
+  bm.dtype = ScalarType::Bool;
+  Value *mask = nullptr;
+  if (lo)
+    mask = c.e.emit("aten::ge.Scalar", {A("self", c.self()), A("other", *lo)}, bm, "grad_mask");
+  if (hi) {
+    Value *m = c.e.emit("aten::le.Scalar", {A("self", c.self()), A("other", *hi)}, bm, "grad_mask");
+    mask = mask ? c.e.emit("aten::logical_and_.default", {A("self", mask), A("other", m)}, bm, "grad_mask") : m;
+  }
+  if (!mask)
+    return makeError("autodiff: {} without a bound (torch raises)", c.n.opString());
+  c.set("self", c.e.emit("aten::where.self", {A("condition", mask), A("self", c.g()), A("other", zero)},
+                         GradEmitter::like(c.g()), "grad_clamp"));
+  return llvm::Error::success();
+}
+
+/// clamp_min.Tensor / clamp_max.Tensor: the bound's gradient where it won, then self's where it
+/// did not: where(cmp(self, bound), grad, 0) each.
+llvm::Error clampTensorBackward(GradCall &c) {
+  bool isMin = c.n.opString() == "aten::clamp_min.Tensor";
+  llvm::StringRef name = isMin ? "min" : "max";
+  Value *self = c.self(), *bound = c.operand(name);
+  TensorMeta bm = GradEmitter::like(c.g());
+  bm.dtype = ScalarType::Bool;
+  auto masked = [&](llvm::StringRef cmp) {
+    Value *zero = c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)},
+                           metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device), "grad_zero");
+    Value *m = c.e.emit(cmp, {A("self", self), A("other", bound)}, bm, "grad_mask");
+    return c.e.emit("aten::where.self", {A("condition", m), A("self", c.g()), A("other", zero)},
+                    GradEmitter::like(c.g()), "grad_clamp");
+  };
+  if (c.want(name))
+    c.set(name, masked(isMin ? "aten::lt.Tensor" : "aten::gt.Tensor"));
+  if (c.want("self"))
+    c.set("self", masked(isMin ? "aten::ge.Tensor" : "aten::le.Tensor"));
+  return llvm::Error::success();
+}
+
+/// maximum / minimum: each side gets where(self == other, grad / 2, grad) with the loser's
+/// entries zeroed in place; other's gradient first, as autograd computes it.
+llvm::Error maxMinBackward(GradCall &c) {
+  bool isMax = llvm::StringRef(c.n.opString()).startswith("aten::max"); // maximum, max.other
+  Value *self = c.self(), *other = c.operand("other");
+  TensorMeta bm = GradEmitter::like(c.g());
+  bm.dtype = ScalarType::Bool;
+  auto side = [&](llvm::StringRef loses) {
+    Value *half = binary(c, "aten::div.Scalar", c.g(), int64_t(2), "grad_half");
+    Value *eq = c.e.emit("aten::eq.Tensor", {A("self", self), A("other", other)}, bm, "grad_eq");
+    Value *w = c.e.emit("aten::where.self", {A("condition", eq), A("self", half), A("other", c.g())},
+                        GradEmitter::like(c.g()), "grad_where");
+    Value *m = c.e.emit(loses, {A("self", self), A("other", other)}, bm, "grad_mask");
+    return c.e.emit("aten::masked_fill_.Scalar", {A("self", w), A("mask", m), A("value", int64_t(0))},
+                    GradEmitter::like(c.g()), "grad_masked");
+  };
+  if (c.want("other"))
+    c.set("other", side(isMax ? "aten::gt.Tensor" : "aten::lt.Tensor"));
+  if (c.want("self"))
+    c.set("self", side(isMax ? "aten::lt.Tensor" : "aten::gt.Tensor"));
+  return llvm::Error::success();
+}
+
+llvm::Error flipBackward(GradCall &c) {
+  c.set("self", c.e.emit("aten::flip.default", {A("self", c.g()), A("dims", *c.n.input("dims"))},
+                         GradEmitter::like(c.g()), "grad_flip"));
+  return llvm::Error::success();
+}
+
+/// roll: roll back by the negated shifts, shifts and dims in reverse order.
+llvm::Error rollBackward(GradCall &c) {
+  IntList shifts = *c.n.input("shifts")->asIntList();
+  std::reverse(shifts.begin(), shifts.end());
+  for (int64_t &s : shifts)
+    s = -s;
+  llvm::SmallVector<NamedArgument, 4> args{A("self", c.g()), A("shifts", shifts)};
+  if (const Argument *d = c.n.input("dims"); d && d->asIntList() && !d->asIntList()->empty()) {
+    IntList dims = *d->asIntList();
+    std::reverse(dims.begin(), dims.end());
+    args.push_back(A("dims", dims));
+  }
+  c.set("self", c.e.emit("aten::roll.default", std::move(args), GradEmitter::like(c.g()), "grad_roll"));
+  return llvm::Error::success();
+}
+
+llvm::Error constantPadBackward(GradCall &c) { // constant_pad_nd(grad, -pad)
+  IntList pad = *c.n.input("pad")->asIntList();
+  for (int64_t &p : pad)
+    p = -p;
+  c.set("self", c.e.emit("aten::constant_pad_nd.default", {A("self", c.g()), A("pad", pad)},
+                         GradEmitter::like(c.self()), "grad_pad"));
+  return llvm::Error::success();
+}
+
+/// cumsum: the reversed cumulative sum of grad (cast back to self's dtype first).
+llvm::Error cumsumBackward(GradCall &c) {
+  Value *g = c.g(), *self = c.self();
+  if (g->meta()->dtype != self->meta()->dtype)
+    g = c.e.emit("aten::_to_copy.default", {A("self", g), K("dtype", self->meta()->dtype)}, GradEmitter::like(self),
+                 "grad_to_copy");
+  const Argument &dim = *c.n.input("dim");
+  IntList dims{*dim.asInt()};
+  auto flip = [&](Value *x) {
+    return c.e.emit("aten::flip.default", {A("self", x), A("dims", dims)}, GradEmitter::like(x), "grad_flip");
+  };
+  Value *s = c.e.emit("aten::cumsum.default", {A("self", flip(g)), A("dim", dim)}, GradEmitter::like(g), "grad_cumsum");
+  c.set("self", flip(s));
+  return llvm::Error::success();
+}
+
+/// addcmul(self, t1, t2, value): self gets grad; t1 grad * (t2 * value), t2 grad * (t1 * value).
+llvm::Error addcmulBackward(GradCall &c) {
+  const Argument &value = c.n.input("value") ? *c.n.input("value") : Argument(int64_t(1));
+  Value *t1 = c.operand("tensor1"), *t2 = c.operand("tensor2");
+  if (c.want("self"))
+    c.set("self", c.g());
+  if (c.want("tensor1"))
+    c.set("tensor1", mul(c, c.g(), binary(c, "aten::mul.Scalar", t2, value, "grad_scale")));
+  if (c.want("tensor2"))
+    c.set("tensor2", mul(c, c.g(), binary(c, "aten::mul.Scalar", t1, value, "grad_scale")));
+  return llvm::Error::success();
+}
+
+/// lerp.Scalar(self, end, w): self grad * (1 - w), end grad * w (end's first).
+llvm::Error lerpScalarBackward(GradCall &c) {
+  double w = numberOf(c.n.input("weight")).value_or(0.0);
+  if (c.want("end"))
+    c.set("end", binary(c, "aten::mul.Scalar", c.g(), w, "grad_scale"));
+  if (c.want("self"))
+    c.set("self", binary(c, "aten::mul.Scalar", c.g(), 1.0 - w, "grad_scale"));
+  return llvm::Error::success();
+}
+
+/// hypot: grad * self / result, grad * other / result.
+llvm::Error hypotBackward(GradCall &c) {
+  for (llvm::StringRef name : {"self", "other"})
+    if (c.want(name))
+      c.set(name, binary(c, "aten::div.Tensor", mul(c, c.g(), c.operand(name)), mut(c.result()), "grad_hypot"));
+  return llvm::Error::success();
+}
+
+/// logaddexp: grad / (1 + exp(other - self)) and grad / (1 + exp(self - other)).
+llvm::Error logaddexpBackward(GradCall &c) {
+  Value *self = c.self(), *other = c.operand("other");
+  auto side = [&](Value *a, Value *b) {
+    Value *e = unary(c, "aten::exp.default", binary(c, "aten::sub.Tensor", a, b, "grad_sub"), "grad_exp");
+    return binary(c, "aten::div.Tensor", c.g(), binary(c, "aten::add.Scalar", e, int64_t(1), "grad_add"),
+                  "grad_logaddexp");
+  };
+  if (c.want("self"))
+    c.set("self", side(other, self));
+  if (c.want("other"))
+    c.set("other", side(self, other));
+  return llvm::Error::success();
+}
+
+/// pow.Scalar(base, exponent tensor): grad * (result * ln(base)).
+llvm::Error powScalarBackward(GradCall &c) {
+  double base = numberOf(c.n.input("self")).value_or(1.0);
+  Value *r = binary(c, "aten::mul.Scalar", mut(c.result()), std::log(base), "grad_scale");
+  c.set("exponent", mul(c, c.g(), r));
+  return llvm::Error::success();
+}
+
+/// nansum: grad restored to self's shape, times self's non-NaN mask.
+llvm::Error nansumBackward(GradCall &c) {
+  TensorMeta bm = GradEmitter::like(c.self());
+  bm.dtype = ScalarType::Bool;
+  Value *ok = c.e.emit("aten::logical_not.default",
+                       {A("self", c.e.emit("aten::isnan.default", {A("self", c.self())}, bm, "grad_isnan"))}, bm,
+                       "grad_notnan");
+  bool keepdim = c.boolArg("keepdim") || !c.n.input("dim");
+  Value *g = c.e.sumBackward(c.g(), sizesOf(*c.self()->meta()), c.reducedDims(), keepdim);
+  c.set("self", c.e.emit("aten::mul.Tensor", {A("self", g), A("other", ok)}, GradEmitter::like(c.self()), "grad_mul"));
+  return llvm::Error::success();
+}
+
+/// var_backward: (2 / (N - correction)) * grad * (self - self.mean(dims, keepdim=True)).
+Value *varBackward(GradCall &c, Value *g) {
+  Value *self = c.self();
+  auto sizes = sizesOf(*self->meta());
+  bool all = !c.n.input("dim") || c.n.input("dim")->isNone();
+  IntList ds = c.reducedDims();
+  int64_t n = 1;
+  for (int64_t d : ds)
+    n *= sizes[d];
+  double correction = c.floatArg("correction").value_or(1.0);
+  Value *mean;
+  if (all) {
+    mean = c.e.emit("aten::mean.default", {A("self", self)}, metaOf(self->meta()->dtype, {}, self->meta()->device),
+                    "grad_mean");
+  } else {
+    g = c.e.unsqueezeMultiple(g, ds, c.boolArg("keepdim"));
+    auto ks = sizes;
+    for (int64_t d : ds)
+      ks[d] = 1;
+    mean = c.e.emit("aten::mean.dim", {A("self", self), A("dim", ds), A("keepdim", true)},
+                    GradEmitter::withSizes(self, ks), "grad_mean");
+  }
+  Value *centered = binary(c, "aten::sub.Tensor", self, mean, "grad_centered");
+  Value *scaled = binary(c, "aten::mul.Scalar", g, 2.0 / (static_cast<double>(n) - correction), "grad_scale");
+  return c.e.emit("aten::mul.Tensor", {A("self", scaled), A("other", centered)}, GradEmitter::like(self), "grad_var");
+}
+
+llvm::Error varCorrection(GradCall &c) {
+  c.set("self", varBackward(c, c.g()));
+  return llvm::Error::success();
+}
+
+/// var_mean: var_backward of the var gradient plus mean_backward of the mean gradient.
+llvm::Error varMeanCorrection(GradCall &c) {
+  Value *v = c.grads[0] ? varBackward(c, c.grads[0]) : nullptr;
+  Value *m = nullptr;
+  if (c.grads.size() > 1 && c.grads[1]) {
+    auto sizes = sizesOf(*c.self()->meta());
+    IntList ds = c.reducedDims();
+    bool all = !c.n.input("dim") || c.n.input("dim")->isNone();
+    int64_t n = 1;
+    for (int64_t d : ds)
+      n *= sizes[d];
+    m = c.e.sumBackward(c.grads[1], sizes, ds, all || c.boolArg("keepdim"));
+    m = binary(c, "aten::div.Scalar", m, n, "grad_mean");
+  }
+  c.set("self", v && m ? binary(c, "aten::add.Tensor", v, m, "grad_var_mean") : (v ? v : m));
+  return llvm::Error::success();
+}
+
+/// std: var_backward of grad / (2 * result), zero where the result is zero.
+llvm::Error stdCorrection(GradCall &c) {
+  Value *r = mut(c.result());
+  Value *two = binary(c, "aten::mul.Scalar", r, int64_t(2), "grad_scale");
+  Value *q = binary(c, "aten::div.Tensor", c.g(), two, "grad_div");
+  TensorMeta bm = GradEmitter::like(r);
+  bm.dtype = ScalarType::Bool;
+  Value *z = c.e.emit("aten::eq.Scalar", {A("self", r), A("other", int64_t(0))}, bm, "grad_zero_mask");
+  q = c.e.emit("aten::masked_fill_.Scalar", {A("self", q), A("mask", z), A("value", int64_t(0))}, GradEmitter::like(q),
+               "grad_masked");
+  c.set("self", varBackward(c, q));
+  return llvm::Error::success();
+}
+
+/// norm.Scalar / linalg_vector_norm with p = 2: grad * self / result, zero where the result is.
+llvm::Error normBackward(GradCall &c) {
+  const Argument *p = c.n.input(c.n.opString() == "aten::norm.Scalar" ? "p" : "ord");
+  if (numberOf(p).value_or(2.0) != 2.0)
+    return makeError("autodiff: {} with p != 2 has no formula yet (node '{}')", c.n.opString(), c.n.name());
+  IntList ds = c.reducedDims();
+  bool keepdim = c.boolArg("keepdim") || !c.n.input("dim") || c.n.input("dim")->isNone();
+  Value *g = c.e.unsqueezeMultiple(c.g(), ds, keepdim);
+  Value *r = c.e.unsqueezeMultiple(mut(c.result()), ds, keepdim);
+  Value *q = binary(c, "aten::div.Tensor", c.self(), r, "grad_div");
+  TensorMeta bm = GradEmitter::like(r);
+  bm.dtype = ScalarType::Bool;
+  Value *z = c.e.emit("aten::eq.Scalar", {A("self", r), A("other", int64_t(0))}, bm, "grad_zero_mask");
+  q = c.e.emit("aten::masked_fill_.Scalar", {A("self", q), A("mask", z), A("value", int64_t(0))}, GradEmitter::like(q),
+               "grad_masked");
+  c.set("self", c.e.emit("aten::mul.Tensor", {A("self", g), A("other", q)}, GradEmitter::like(c.self()), "grad_norm"));
+  return llvm::Error::success();
+}
+
+/// split / split_with_sizes / unbind: cat (stack) of the pieces' gradients. A piece without a
+/// gradient gets a plain zeros tensor, which DTensor's cat refuses, so torch raises then.
+llvm::Error splitUnbindBackward(GradCall &c) {
+  bool unbind = c.n.opString() == "aten::unbind.int";
+  llvm::SmallVector<Value *, 4> parts(c.grads.begin(), c.grads.end());
+  if (llvm::is_contained(parts, nullptr))
+    return makeError("autodiff: '{}' ({}): an output without a gradient gets a plain zeros tensor in backward, "
+                     "which torch 2.13's DTensor cannot {} with the others (it raises)",
+                     c.n.name(), c.n.opString(), unbind ? "stack" : "cat");
+  int64_t dim = c.intArg("dim", 0).value_or(0);
+  c.set("self", c.e.emit(unbind ? "aten::stack.default" : "aten::cat.default",
+                         {A("tensors", TensorList(parts.begin(), parts.end())), A("dim", dim)}, GradEmitter::like(c.self()),
+                         unbind ? "grad_stack" : "grad_cat"));
+  return llvm::Error::success();
+}
+
+/// value_selecting_reduction_backward (max.dim, min.dim, topk, sort, median.dim, kthvalue, mode):
+/// grad scattered into new zeros at the selected indices (both unsqueezed unless keepdim).
+llvm::Error valueSelectingBackward(GradCall &c) {
+  llvm::StringRef op = c.n.opString();
+  bool keepsDims = op.startswith("aten::topk.") || op.startswith("aten::sort.");
+  int64_t dim = c.intArg("dim", keepsDims ? -1 : 0).value_or(-1);
+  Value *g = c.g(), *idx = mut(c.result(1));
+  if (!keepsDims && !c.boolArg("keepdim")) {
+    int64_t d = dim < 0 ? dim + c.self()->meta()->rank() : dim;
+    g = c.e.unsqueeze(g, d);
+    idx = c.e.unsqueeze(idx, d);
+  }
+  auto sizes = sizesOf(*c.self()->meta());
+  Value *zeros = c.e.emit("aten::new_zeros.default", {A("self", g), A("size", IntList(sizes.begin(), sizes.end()))},
+                          GradEmitter::like(c.self()), "grad_zeros");
+  c.set("self", c.e.emit("aten::scatter.src", {A("self", zeros), A("dim", dim), A("index", idx), A("src", g)},
+                         GradEmitter::like(c.self()), "grad_scatter"));
+  return llvm::Error::success();
+}
+
+/// gather: grad scatter-added into new zeros of self's shape.
+llvm::Error gatherBackward(GradCall &c) {
+  auto sizes = sizesOf(*c.self()->meta());
+  Value *zeros = c.e.emit("aten::new_zeros.default", {A("self", c.g()), A("size", IntList(sizes.begin(), sizes.end()))},
+                          GradEmitter::like(c.self()), "grad_zeros");
+  c.set("self", c.e.emit("aten::scatter_add.default",
+                         {A("self", zeros), A("dim", *c.intArg("dim")), A("index", c.operand("index")), A("src", c.g())},
+                         GradEmitter::like(c.self()), "grad_scatter_add"));
+  return llvm::Error::success();
+}
+
+/// `scalar - x` as autograd computes it for a Scalar on the left: empty_like(x).fill_(scalar),
+/// then an in-place OP_(x) (sub_ for 1 - w, div_ for value / t2).
+Value *scalarLeft(GradCall &c, llvm::StringRef inplaceOp, const Argument &scalar, Value *x) {
+  Value *e = c.e.emit("aten::empty_like.default", {A("self", x), K("memory_format", MemoryFormat::Preserve)},
+                      GradEmitter::like(x), "grad_empty");
+  Value *f = c.e.emit("aten::fill_.Scalar", {A("self", e), A("value", scalar)}, GradEmitter::like(x), "grad_fill");
+  return binary(c, inplaceOp, f, x, "grad_inplace");
+}
+
+llvm::Error atanhBackward(GradCall &c) { // grad * 1 / (1 - self.pow(2))
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
+                      GradEmitter::like(c.self()), "grad_pow");
+  Value *d = scalarLeft(c, "aten::sub_.Tensor", int64_t(1), p);
+  Value *g = binary(c, "aten::mul.Scalar", c.g(), int64_t(1), "grad_scale");
+  c.set("self", binary(c, "aten::div.Tensor", g, d, "grad_atanh"));
+  return llvm::Error::success();
+}
+
+/// lerp.Tensor: end grad * weight, self grad * (1 - weight), weight grad * (end - self).
+llvm::Error lerpTensorBackward(GradCall &c) {
+  Value *self = c.self(), *end = c.operand("end"), *w = c.operand("weight");
+  if (c.want("end"))
+    c.set("end", mul(c, c.g(), w));
+  if (c.want("self"))
+    c.set("self", mul(c, c.g(), scalarLeft(c, "aten::sub_.Tensor", int64_t(1), w)));
+  if (c.want("weight"))
+    c.set("weight", mul(c, c.g(), binary(c, "aten::sub.Tensor", end, self, "grad_sub")));
+  return llvm::Error::success();
+}
+
+/// addcdiv(self, t1, t2, value): t1 grad * (value / t2); t2 -grad * (t1 * value) / (t2 * t2).
+llvm::Error addcdivBackward(GradCall &c) {
+  const Argument &value = c.n.input("value") ? *c.n.input("value") : Argument(int64_t(1));
+  Value *t1 = c.operand("tensor1"), *t2 = c.operand("tensor2");
+  if (c.want("self"))
+    c.set("self", c.g());
+  if (c.want("tensor1"))
+    c.set("tensor1", mul(c, c.g(), scalarLeft(c, "aten::div_.Tensor", value, t2)));
+  if (c.want("tensor2")) {
+    Value *sq = mul(c, t2, t2);
+    Value *q = binary(c, "aten::div.Tensor", binary(c, "aten::mul.Scalar", t1, value, "grad_scale"), sq, "grad_div");
+    c.set("tensor2", mul(c, unary(c, "aten::neg.default", c.g(), "grad_neg"), q));
+  }
+  return llvm::Error::success();
+}
+
+/// atan2: with r = 1 / (self^2 + other^2) (0 where that is 0): grad * other * r, grad * -self * r.
+llvm::Error atan2Backward(GradCall &c) {
+  Value *self = c.self(), *other = c.operand("other");
+  Value *den = binary(c, "aten::add.Tensor", mul(c, self, self), mul(c, other, other), "grad_den");
+  Value *r = unary(c, "aten::reciprocal.default", den, "grad_recip");
+  TensorMeta bm = GradEmitter::like(den);
+  bm.dtype = ScalarType::Bool;
+  Value *z = c.e.emit("aten::eq.Scalar", {A("self", den), A("other", int64_t(0))}, bm, "grad_zero_mask");
+  r = c.e.emit("aten::masked_fill.Scalar", {A("self", r), A("mask", z), A("value", int64_t(0))}, GradEmitter::like(r),
+               "grad_recip");
+  if (c.want("self"))
+    c.set("self", mul(c, mul(c, c.g(), other), r));
+  if (c.want("other"))
+    c.set("other", mul(c, mul(c, c.g(), unary(c, "aten::neg.default", self, "grad_neg")), r));
+  return llvm::Error::success();
+}
+
+llvm::Error thresholdBackward(GradCall &c) {
+  c.set("self", c.e.emit("aten::threshold_backward.default",
+                         {A("grad_output", c.g()), A("self", c.self()), A("threshold", *c.n.input("threshold"))},
+                         GradEmitter::like(c.g()), "grad_threshold"));
+  return llvm::Error::success();
+}
+
+TensorMeta boolLike(const Value *v) {
+  TensorMeta m = GradEmitter::like(v);
+  m.dtype = ScalarType::Bool;
+  return m;
+}
+
+/// xlogy.Tensor: other grad * self / other first; self xlogy(grad, other), zeroed where
+/// self == 0 and other <= 0.
+llvm::Error xlogyBackward(GradCall &c) {
+  Value *self = c.self(), *other = c.operand("other");
+  if (c.want("other"))
+    c.set("other", binary(c, "aten::div.Tensor", mul(c, c.g(), self), other, "grad_xlogy_other"));
+  if (c.want("self")) {
+    Value *x = binary(c, "aten::xlogy.Tensor", c.g(), other, "grad_xlogy");
+    Value *le = c.e.emit("aten::le.Scalar", {A("self", other), A("other", 0.0)}, boolLike(other), "grad_mask");
+    Value *eq = c.e.emit("aten::eq.Scalar", {A("self", self), A("other", 0.0)}, boolLike(self), "grad_mask");
+    Value *m = c.e.emit("aten::bitwise_and.Tensor", {A("self", eq), A("other", le)}, boolLike(x), "grad_mask");
+    c.set("self", c.e.emit("aten::masked_fill.Scalar", {A("self", x), A("mask", m), A("value", 0.0)},
+                           GradEmitter::like(x), "grad_xlogy_self"));
+  }
+  return llvm::Error::success();
+}
+
+/// pow.Tensor_Tensor: exponent grad * where(self == 0 & exponent >= 0, 0, result * log(self))
+/// first; self where(exponent == 0, 0, grad * (exponent * self.pow(exponent - 1))).
+llvm::Error powTensorTensorBackward(GradCall &c) {
+  Value *self = c.self(), *ex = c.operand("exponent");
+  auto zero = [&] {
+    return c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)}, metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device),
+                    "grad_zero");
+  };
+  auto where = [&](Value *cond, Value *z, Value *x) {
+    return c.e.emit("aten::where.self", {A("condition", cond), A("self", z), A("other", x)}, GradEmitter::like(x),
+                    "grad_where");
+  };
+  if (c.want("exponent")) {
+    Value *ge = c.e.emit("aten::ge.Scalar", {A("self", ex), A("other", int64_t(0))}, boolLike(ex), "grad_mask");
+    Value *eq = c.e.emit("aten::eq.Scalar", {A("self", self), A("other", int64_t(0))}, boolLike(self), "grad_mask");
+    Value *cond = c.e.emit("aten::logical_and.default", {A("self", eq), A("other", ge)}, boolLike(c.g()), "grad_mask");
+    Value *x = mul(c, mut(c.result()), unary(c, "aten::log.default", self, "grad_log"));
+    c.set("exponent", mul(c, c.g(), where(cond, zero(), x)));
+  }
+  if (c.want("self")) {
+    Value *p = binary(c, "aten::pow.Tensor_Tensor", self, binary(c, "aten::sub.Scalar", ex, int64_t(1), "grad_sub"),
+                      "grad_pow");
+    Value *x = mul(c, c.g(), mul(c, ex, p));
+    Value *z = zero();
+    Value *eq = c.e.emit("aten::eq.Scalar", {A("self", ex), A("other", 0.0)}, boolLike(ex), "grad_mask");
+    c.set("self", where(eq, z, x));
+  }
+  return llvm::Error::success();
+}
+
+/// max.default / min.default (evenly_distribute_backward): grad / count spread over the entries
+/// equal to the result (NaN matching NaN).
+llvm::Error evenlyDistributeBackward(GradCall &c) {
+  Value *self = c.self(), *r = mut(c.result());
+  Value *nanSelf = c.e.emit("aten::isnan.default", {A("self", self)}, boolLike(self), "grad_isnan");
+  Value *nanR = c.e.emit("aten::isnan.default", {A("self", r)}, boolLike(r), "grad_isnan");
+  Value *both = c.e.emit("aten::logical_and.default", {A("self", nanSelf), A("other", nanR)}, boolLike(self), "grad_mask");
+  Value *eq = c.e.emit("aten::eq.Tensor", {A("self", self), A("other", r)}, boolLike(self), "grad_mask");
+  Value *mask = c.e.emit("aten::logical_or_.default", {A("self", eq), A("other", both)}, boolLike(self), "grad_mask");
+  TensorMeta cm = GradEmitter::withSizes(self, {});
+  cm.dtype = ScalarType::Long;
+  Value *count = c.e.emit("aten::sum.default", {A("self", mask)}, cm, "grad_count");
+  Value *q = binary(c, "aten::div.Tensor", c.g(), count, "grad_div");
+  c.set("self", c.e.emit("aten::mul.Tensor", {A("self", mask), A("other", q)}, GradEmitter::like(self), "grad_mul"));
+  return llvm::Error::success();
+}
+
 /// Ops whose derivative is zero (zeros_like(grad)).
 llvm::Error zeroGrad(GradCall &c) {
   c.set("self", unary(c, "aten::zeros_like.default", c.g(), "grad_zeros"));
@@ -678,7 +1234,7 @@ const Table &table() {
     reg({"aten::slice.Tensor"}, sliceBackward);
     reg({"aten::stack.default", "aten::cat.default"}, stackCat);
     reg({"aten::_to_copy.default"}, toCopy);
-    reg({"aten::clone.default", "aten::alias.default", "aten::contiguous.default", "aten::add.Scalar",
+    reg({"aten::clone.default", "aten::alias.default", "aten::contiguous.default", "aten::add.Scalar", "aten::frac.default",
          "aten::add_.Scalar", "aten::sub.Scalar", "aten::positive.default", "aten::lift_fresh_copy.default"},
         identity);
     reg({"aten::native_dropout.default"}, nativeDropout);
@@ -715,6 +1271,52 @@ const Table &table() {
          "aten::sign.default"},
         zeroGrad);
     reg({"aten::where.self"}, whereBackward);
+    reg({"aten::xlogy.Tensor"}, xlogyBackward);
+    reg({"aten::pow.Tensor_Tensor"}, powTensorTensorBackward);
+    reg({"aten::max.default", "aten::min.default"}, evenlyDistributeBackward);
+    reg({"aten::threshold.default"}, thresholdBackward);
+    reg({"aten::atanh.default"}, atanhBackward);
+    reg({"aten::lerp.Tensor"}, lerpTensorBackward);
+    reg({"aten::addcdiv.default"}, addcdivBackward);
+    reg({"aten::atan2.default"}, atan2Backward);
+    reg({"aten::var_mean.correction"}, varMeanCorrection);
+    reg({"aten::max.dim", "aten::min.dim", "aten::topk.default", "aten::sort.default", "aten::sort.stable",
+         "aten::median.dim", "aten::nanmedian.dim", "aten::kthvalue.default", "aten::mode.default"},
+        valueSelectingBackward);
+    reg({"aten::gather.default"}, gatherBackward);
+    reg({"aten::tan.default"}, tanBackward);
+    reg({"aten::sinh.default"}, unaryDerivative<kCosh>);
+    reg({"aten::cosh.default"}, unaryDerivative<kSinh>);
+    reg({"aten::lgamma.default"}, unaryDerivative<kDigamma>);
+    reg({"aten::i0.default"}, unaryDerivative<kSpecialI1>);
+    reg({"aten::digamma.default"}, digammaBackward);
+    reg({"aten::asin.default", "aten::acos.default"}, asinAcosBackward);
+    reg({"aten::atan.default"}, atanBackward);
+    reg({"aten::asinh.default"}, asinhBackward);
+    reg({"aten::acosh.default"}, acoshBackward);
+    reg({"aten::erfc.default"}, erfcBackward);
+    reg({"aten::erfinv.default"}, erfinvBackward);
+    reg({"aten::exp2.default"}, exp2Backward);
+    reg({"aten::log2.default", "aten::log10.default"}, logBaseBackward);
+    reg({"aten::deg2rad.default", "aten::rad2deg.default"}, angleScaleBackward);
+    reg({"aten::logit.default"}, logitBackward);
+    reg({"aten::clamp.default", "aten::clamp_min.default", "aten::clamp_max.default"}, clampBackward);
+    reg({"aten::clamp_min.Tensor", "aten::clamp_max.Tensor"}, clampTensorBackward);
+    reg({"aten::maximum.default", "aten::minimum.default", "aten::max.other", "aten::min.other"}, maxMinBackward);
+    reg({"aten::flip.default"}, flipBackward);
+    reg({"aten::roll.default"}, rollBackward);
+    reg({"aten::constant_pad_nd.default"}, constantPadBackward);
+    reg({"aten::cumsum.default"}, cumsumBackward);
+    reg({"aten::addcmul.default"}, addcmulBackward);
+    reg({"aten::lerp.Scalar"}, lerpScalarBackward);
+    reg({"aten::hypot.default"}, hypotBackward);
+    reg({"aten::logaddexp.default"}, logaddexpBackward);
+    reg({"aten::pow.Scalar"}, powScalarBackward);
+    reg({"aten::nansum.default"}, nansumBackward);
+    reg({"aten::var.correction"}, varCorrection);
+    reg({"aten::std.correction"}, stdCorrection);
+    reg({"aten::norm.Scalar", "aten::linalg_vector_norm.default"}, normBackward);
+    reg({"aten::split.Tensor", "aten::split_with_sizes.default", "aten::unbind.int"}, splitUnbindBackward);
     reg({"aten::masked_fill.Scalar"}, maskedFill);
     reg({"aten::sum.default"}, sumDefault);
     reg({"aten::sum.dim_IntList", "aten::mean.dim", "aten::mean.default"}, sumMeanDim);

@@ -50,11 +50,32 @@ _CREATION = re.compile(r"^aten::(\w+_like|new_\w+|zeros|ones|full|empty\w*|arang
                        r"scalar_tensor|linspace|logspace|eye|tril_indices|triu_indices|sym_\w+)\.")
 
 
-# Ops whose formula waits on something else than writing it.
+# Ops whose formula waits on something else than writing it (each checked against torch 2.13 with
+# a DTensor backward under CommDebugMode).
+_RAISES = "torch 2.13's DTensor raises in backward: no sharding strategy for "
+_DECOMPOSED = ("DTensor runs its backward op ({}) through a decomposition, not a registered strategy; "
+               "commlens' rules mirror registered strategies only")
+_MIXED = "torch 2.13 raises in backward: the formula mixes a plain zeros/ones tensor with DTensors ({})"
 BLOCKED = {
-    "aten::gather.default": "its backward (new_zeros + scatter_add) needs a sharding rule for scatter_add",
-    "aten::index_select.default": "its backward (new_zeros + index_add) needs a sharding rule for index_add",
-    "aten::index.Tensor": "its backward (new_zeros + index_put) needs a sharding rule for index_put",
+    "aten::index_select.default": _DECOMPOSED.format("index_add"),
+    "aten::index.Tensor": "no forward sharding rule for index.Tensor yet (its backward is new_zeros + index_put)",
+    "aten::hardtanh.default": _RAISES + "hardtanh_backward",
+    "aten::relu6.default": _RAISES + "hardtanh_backward",
+    "aten::hardsigmoid.default": _RAISES + "hardsigmoid_backward",
+    "aten::hardswish.default": _RAISES + "hardswish_backward",
+    "aten::hardshrink.default": _RAISES + "hardshrink_backward",
+    "aten::softshrink.default": _RAISES + "softshrink_backward",
+    "aten::leaky_relu.default": _DECOMPOSED.format("leaky_relu_backward"),
+    "aten::elu.default": _DECOMPOSED.format("elu_backward"),
+    "aten::selu.default": _DECOMPOSED.format("elu_backward"),
+    "aten::celu.default": _DECOMPOSED.format("elu_backward"),
+    "aten::softplus.default": _DECOMPOSED.format("softplus_backward"),
+    "aten::mish.default": _DECOMPOSED.format("mish_backward"),
+    "aten::diagonal.default": _DECOMPOSED.format("diagonal_backward"),
+    "aten::cumprod.default": _MIXED.format("where"),
+    "aten::prod.dim_int": _MIXED.format("cat"),
+    "aten::prod.default": _MIXED.format("cat"),
+    "aten::sgn.default": "its gradient is a plain _efficientzerotensor: no DTensor op runs",
 }
 
 
