@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace commlens {
 
@@ -1152,9 +1153,58 @@ llvm::Error evenlyDistributeBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// Ops whose derivative is zero (zeros_like(grad)).
+/// upsample_*: OP_backward(grad, output_size, input_size, [align_corners,] the scales given).
+llvm::Error upsampleBackward(GradCall &c) {
+  llvm::StringRef op = c.n.opString();
+  std::string backward = (op.split('.').first + "_backward.default").str();
+  auto sizes = sizesOf(*c.self()->meta());
+  llvm::SmallVector<NamedArgument, 4> args{A("grad_output", c.g()), A("output_size", *c.n.input("output_size")),
+                                           A("input_size", IntList(sizes.begin(), sizes.end()))};
+  for (const NamedArgument &a : c.n.inputs())
+    if ((a.name == "align_corners" || llvm::StringRef(a.name).startswith("scales")) && !a.value.isNone())
+      args.push_back(A(a.name, a.value));
+  c.set("self", c.e.emit(backward, std::move(args), GradEmitter::like(c.self()), "grad_upsample"));
+  return llvm::Error::success();
+}
+
+llvm::Error adaptiveAvgPool2dBackward(GradCall &c) {
+  c.set("self", c.e.emit("aten::_adaptive_avg_pool2d_backward.default", {A("grad_output", c.g()), A("self", c.self())},
+                         GradEmitter::like(c.self()), "grad_pool"));
+  return llvm::Error::success();
+}
+
+/// max_pool2d_with_indices_backward(grad, self, kernel, stride, padding, dilation, ceil_mode, indices).
+llvm::Error maxPool2dBackward(GradCall &c) {
+  auto listArg = [&](llvm::StringRef name, IntList dflt) {
+    const Argument *a = c.n.input(name);
+    return a && a->asIntList() ? *a->asIntList() : dflt;
+  };
+  c.set("self", c.e.emit("aten::max_pool2d_with_indices_backward.default",
+                         {A("grad_output", c.g()), A("self", c.self()), A("kernel_size", listArg("kernel_size", {})),
+                          A("stride", listArg("stride", {})), A("padding", listArg("padding", {0, 0})),
+                          A("dilation", listArg("dilation", {1, 1})), A("ceil_mode", c.boolArg("ceil_mode")),
+                          A("indices", mut(c.result(1)))},
+                         GradEmitter::like(c.self()), "grad_pool"));
+  return llvm::Error::success();
+}
+
+/// nan_to_num: grad where self is finite ((|self| != inf) * (self == self)).
+llvm::Error nanToNumBackward(GradCall &c) {
+  Value *self = c.self();
+  Value *a = unary(c, "aten::abs.default", self, "grad_abs");
+  Value *fin = c.e.emit("aten::ne.Scalar", {A("self", a), A("other", std::numeric_limits<double>::infinity())},
+                        boolLike(self), "grad_mask");
+  Value *notNan = c.e.emit("aten::eq.Tensor", {A("self", self), A("other", self)}, boolLike(self), "grad_mask");
+  Value *m = c.e.emit("aten::mul.Tensor", {A("self", fin), A("other", notNan)}, boolLike(self), "grad_mask");
+  c.set("self", mul(c, c.g(), m));
+  return llvm::Error::success();
+}
+
+/// Ops whose derivative is zero: zeros_like(grad) for each tensor operand that wants one.
 llvm::Error zeroGrad(GradCall &c) {
-  c.set("self", unary(c, "aten::zeros_like.default", c.g(), "grad_zeros"));
+  for (llvm::StringRef name : {"self", "other"})
+    if (c.want(name))
+      c.set(name, unary(c, "aten::zeros_like.default", c.g(), "grad_zeros"));
   return llvm::Error::success();
 }
 
@@ -1247,7 +1297,7 @@ const Table &table() {
     reg({"aten::silu.default"}, silu);
     reg({"aten::tanh.default"}, outputBackward<kTanhBackward>);
     reg({"aten::sigmoid.default"}, outputBackward<kSigmoidBackward>);
-    reg({"aten::_softmax.default", "aten::_log_softmax.default"}, softmax);
+    reg({"aten::_softmax.default", "aten::_log_softmax.default", "aten::_safe_softmax.default"}, softmax);
     reg({"aten::add.Tensor", "aten::add_.Tensor"}, add);
     reg({"aten::sub.Tensor"}, sub);
     reg({"aten::rsub.Tensor", "aten::rsub.Scalar"}, rsub);
@@ -1268,9 +1318,19 @@ const Table &table() {
     reg({"aten::expm1.default"}, expm1Backward);
     reg({"aten::erf.default"}, erfBackward);
     reg({"aten::floor.default", "aten::ceil.default", "aten::round.default", "aten::trunc.default",
-         "aten::sign.default"},
+         "aten::sign.default", "aten::round.decimals", "aten::div.Tensor_mode", "aten::div.Scalar_mode"},
         zeroGrad);
     reg({"aten::where.self"}, whereBackward);
+    reg({"aten::upsample_nearest1d.default", "aten::upsample_nearest2d.default", "aten::upsample_nearest3d.default",
+         "aten::_upsample_nearest_exact1d.default", "aten::_upsample_nearest_exact2d.default",
+         "aten::_upsample_nearest_exact3d.default", "aten::upsample_linear1d.default",
+         "aten::upsample_bilinear2d.default", "aten::upsample_bicubic2d.default", "aten::upsample_trilinear3d.default",
+         "aten::_upsample_bilinear2d_aa.default", "aten::_upsample_bicubic2d_aa.default",
+         "aten::_upsample_lanczos2d_aa.default"},
+        upsampleBackward);
+    reg({"aten::_adaptive_avg_pool2d.default"}, adaptiveAvgPool2dBackward);
+    reg({"aten::max_pool2d_with_indices.default"}, maxPool2dBackward);
+    reg({"aten::nan_to_num.default"}, nanToNumBackward);
     reg({"aten::xlogy.Tensor"}, xlogyBackward);
     reg({"aten::pow.Tensor_Tensor"}, powTensorTensorBackward);
     reg({"aten::max.default", "aten::min.default"}, evenlyDistributeBackward);
@@ -1316,7 +1376,9 @@ const Table &table() {
     reg({"aten::var.correction"}, varCorrection);
     reg({"aten::std.correction"}, stdCorrection);
     reg({"aten::norm.Scalar", "aten::linalg_vector_norm.default"}, normBackward);
-    reg({"aten::split.Tensor", "aten::split_with_sizes.default", "aten::unbind.int"}, splitUnbindBackward);
+    reg({"aten::split.Tensor", "aten::split_with_sizes.default", "aten::split_with_sizes_copy.default",
+         "aten::unbind.int"},
+        splitUnbindBackward);
     reg({"aten::masked_fill.Scalar"}, maskedFill);
     reg({"aten::sum.default"}, sumDefault);
     reg({"aten::sum.dim_IntList", "aten::mean.dim", "aten::mean.default"}, sumMeanDim);

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 R, S0, S1, S2 = "R", "S0", "S1", "S2"
+aten = torch.ops.aten
 
 
 def f32(*shape, lo=None):
@@ -67,6 +68,8 @@ CASES = [
     ("split", lambda a: sum(x.sum() for x in a.split(2, 1)), [(f32(4, 6), S0)]),
     ("split-shard", lambda a: torch.cat([x * 2.0 for x in a.split(2, 1)], 0), [(f32(4, 6), S1)]),
     ("split-with-sizes", lambda a: torch.cat([x * 2.0 for x in a.split([1, 3], 0)], 0), [(f32(4, 6), S1)]),
+    ("split-with-sizes-copy", lambda a: torch.cat([x * 2.0 for x in torch.split_with_sizes_copy(a, [2, 4], 1)], 1),
+     [(f32(4, 6), R)]),
     ("unbind", lambda a: sum(x.sum() for x in a.unbind(1)), [(f32(4, 6), S0)]),
     ("select", lambda a: a[1] * 1.0, [(f32(4, 6), R)]),
     ("select-shard", lambda a: a[1] * 1.0, [(f32(4, 6), S0)]),
@@ -157,6 +160,10 @@ CASES = [
     ("xlogy", torch.xlogy, [(f32(4, 6, lo="pos"), S0), (f32(4, 6, lo="pos"), R)]),
     ("pow-tensor-tensor", torch.pow, [(f32(4, 6, lo="pos"), R), (f32(4, 6), S1)]),
     ("max-other", torch.max, [(f32(4, 6), S0), (f32(6), R)]),
+    ("round-decimals", lambda a: torch.round(a, decimals=2), [(f32(4, 6), S0)]),
+    ("div-floor", lambda a, b: torch.div(a, b, rounding_mode="floor"), [(f32(4, 6), R), (f32(4, 6, lo="pos"), S1)]),
+    ("div-scalar-trunc", lambda a: torch.div(a, 2.0, rounding_mode="trunc"), [(f32(4, 6), R)]),
+    ("nan-to-num", torch.nan_to_num, [(f32(4, 6), S1)]),
     ("masked-fill", lambda a, m: a.masked_fill(m, 0.0), [(f32(4, 6), R), (mask(4, 6), R)]),
     ("where", lambda m, a, b: torch.where(m, a, b), [(mask(4, 6), R), (f32(4, 6), R), (f32(4, 6), R)]),
     # reductions and softmax
@@ -194,6 +201,28 @@ CASES = [
     ("softmax", lambda a: torch.softmax(a, -1), [(f32(4, 6), R)]),
     ("softmax-shard", lambda a: torch.softmax(a, -1), [(f32(4, 6), S1)]),
     ("log-softmax", lambda a: torch.log_softmax(a, -1), [(f32(4, 6), R)]),
+    ("safe-softmax", lambda a: torch.ops.aten._safe_softmax(a, -1), [(f32(4, 6), S0)]),
+    # pooling, upsampling: the runtime overloads called directly (F.interpolate, F.max_pool2d and
+    # F.adaptive_avg_pool2d export as .vec / composite overloads that commlens does not decompose yet)
+    ("upsample-nearest2d", lambda a: aten.upsample_nearest2d.default(a, [8, 8]), [(f32(2, 3, 4, 4), S1)]),
+    ("upsample-nearest2d-scales", lambda a: aten.upsample_nearest2d.default(a, [8, 8], 2.0, 2.0), [(f32(2, 3, 4, 4), S0)]),
+    ("upsample-bilinear2d", lambda a: aten.upsample_bilinear2d.default(a, [8, 8], False), [(f32(2, 3, 4, 4), S0)]),
+    ("upsample-bilinear2d-corners", lambda a: aten.upsample_bilinear2d.default(a, [6, 6], True), [(f32(2, 3, 4, 4), S2)]),
+    ("upsample-bicubic2d", lambda a: aten.upsample_bicubic2d.default(a, [8, 8], False), [(f32(2, 3, 4, 4), R)]),
+    ("upsample-nearest-exact1d", lambda a: aten._upsample_nearest_exact1d.default(a, [8]), [(f32(2, 3, 4), S1)]),
+    ("upsample-linear1d", lambda a: aten.upsample_linear1d.default(a, [7], False), [(f32(2, 3, 4), R)]),
+    ("upsample-trilinear3d", lambda a: aten.upsample_trilinear3d.default(a, [4, 4, 4], False), [(f32(2, 2, 2, 2, 2), S0)]),
+    ("upsample-bilinear2d-aa", lambda a: aten._upsample_bilinear2d_aa.default(a, [6, 6], False), [(f32(2, 3, 4, 4), S1)]),
+    ("upsample-nearest1d", lambda a: aten.upsample_nearest1d.default(a, [8]), [(f32(2, 3, 4), R)]),
+    ("upsample-nearest3d", lambda a: aten.upsample_nearest3d.default(a, [4, 4, 4]), [(f32(2, 2, 2, 2, 2), S1)]),
+    ("upsample-nearest-exact2d", lambda a: aten._upsample_nearest_exact2d.default(a, [8, 8]), [(f32(2, 3, 4, 4), R)]),
+    ("upsample-nearest-exact3d", lambda a: aten._upsample_nearest_exact3d.default(a, [4, 4, 4]), [(f32(2, 2, 2, 2, 2), R)]),
+    ("upsample-bicubic2d-aa", lambda a: aten._upsample_bicubic2d_aa.default(a, [6, 6], True), [(f32(2, 3, 4, 4), R)]),
+    ("upsample-lanczos2d-aa", lambda a: aten._upsample_lanczos2d_aa.default(a, [6, 6], False), [(f32(2, 3, 4, 4), S0)]),
+    ("adaptive-avg-pool2d", lambda a: aten._adaptive_avg_pool2d.default(a, [2, 2]), [(f32(2, 3, 4, 4), S1)]),
+    ("max-pool2d", lambda a: aten.max_pool2d_with_indices.default(a, [2, 2])[0], [(f32(2, 3, 4, 4), S0)]),
+    ("max-pool2d-stride", lambda a: aten.max_pool2d_with_indices.default(a, [3, 3], [1, 1], [1, 1])[0],
+     [(f32(2, 3, 4, 4), S2)]),
     # norms, embedding, index
     ("layer-norm", lambda a, w, b: F.layer_norm(a, (6,), w, b), [(f32(4, 6), R), (f32(6), R), (f32(6), R)]),
     ("rms-norm", lambda a, w: F.rms_norm(a, (6,), w), [(f32(4, 6), R), (f32(6), R)]),
