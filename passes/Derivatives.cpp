@@ -107,6 +107,19 @@ Value *binary(GradCall &c, llvm::StringRef op, Value *x, Argument y, llvm::Strin
 }
 Value *mul(GradCall &c, Value *x, Argument y) { return binary(c, "aten::mul.Tensor", x, std::move(y), "grad_mul"); }
 
+/// A Bool meta of v's sizes (masks).
+TensorMeta boolLike(const Value *v) {
+  TensorMeta m = GradEmitter::like(v);
+  m.dtype = ScalarType::Bool;
+  return m;
+}
+
+/// A 0-dim zero of the gradient's dtype (the `zeros` operand of the where()s formulas run).
+Value *zeroScalar(GradCall &c) {
+  return c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)}, metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device),
+                  "grad_zero");
+}
+
 using Table = llvm::StringMap<DerivativeFormula>;
 
 // ---- formulas ---------------------------------------------------------------------------------
@@ -547,8 +560,9 @@ llvm::Error nllLoss(GradCall &c) {
                                            A("reduction", *c.n.input("reduction")),
                                            A("ignore_index", *c.n.input("ignore_index")),
                                            A("total_weight", mut(c.result(1)))};
-  c.set("self", c.e.emit("aten::nll_loss_backward.default", std::move(args), GradEmitter::like(c.self()),
-                         "grad_nll_loss"));
+  bool twoD = c.n.opString() == "aten::nll_loss2d_forward.default";
+  c.set("self", c.e.emit(twoD ? "aten::nll_loss2d_backward.default" : "aten::nll_loss_backward.default", std::move(args),
+                         GradEmitter::like(c.self()), "grad_nll_loss"));
   return llvm::Error::success();
 }
 
@@ -706,10 +720,8 @@ llvm::Error clampBackward(GradCall &c) {
   const Argument *lo = c.n.input("min"), *hi = c.n.input("max"); // clamp_min / clamp_max have one
   lo = lo && !lo->isNone() ? lo : nullptr;
   hi = hi && !hi->isNone() ? hi : nullptr;
-  Value *zero = c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)}, metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device),
-                         "grad_zero");
-  TensorMeta bm = GradEmitter::like(c.self());
-  bm.dtype = ScalarType::Bool;
+  Value *zero = zeroScalar(c);
+  TensorMeta bm = boolLike(c.self());
   Value *mask = nullptr;
   if (lo)
     mask = c.e.emit("aten::ge.Scalar", {A("self", c.self()), A("other", *lo)}, bm, "grad_mask");
@@ -724,25 +736,60 @@ llvm::Error clampBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// clamp_min.Tensor / clamp_max.Tensor: the bound's gradient where it won, then self's where it
-/// did not: where(cmp(self, bound), grad, 0) each.
+/// clamp.Tensor / clip.Tensor / clamp_min.Tensor / clamp_max.Tensor. One bound: the bound's
+/// gradient where(cmp(self, bound), grad, 0), then self's, each with its own zero. Both bounds:
+/// min where self < min & min < max, max where self > max | max < min (one zero for the two),
+/// then self where min <= self <= max.
 llvm::Error clampTensorBackward(GradCall &c) {
-  bool isMin = c.n.opString() == "aten::clamp_min.Tensor";
-  llvm::StringRef name = isMin ? "min" : "max";
-  Value *self = c.self(), *bound = c.operand(name);
-  TensorMeta bm = GradEmitter::like(c.g());
-  bm.dtype = ScalarType::Bool;
-  auto masked = [&](llvm::StringRef cmp) {
-    Value *zero = c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)},
-                           metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device), "grad_zero");
-    Value *m = c.e.emit(cmp, {A("self", self), A("other", bound)}, bm, "grad_mask");
-    return c.e.emit("aten::where.self", {A("condition", m), A("self", c.g()), A("other", zero)},
-                    GradEmitter::like(c.g()), "grad_clamp");
+  Value *self = c.self(), *lo = c.operand("min"), *hi = c.operand("max");
+  TensorMeta bm = boolLike(c.g());
+  auto mask = [&](llvm::StringRef op, Value *a, Value *b) {
+    return c.e.emit(op, {A("self", a), A("other", b)}, bm, "grad_mask");
   };
-  if (c.want(name))
-    c.set(name, masked(isMin ? "aten::lt.Tensor" : "aten::gt.Tensor"));
-  if (c.want("self"))
-    c.set("self", masked(isMin ? "aten::ge.Tensor" : "aten::le.Tensor"));
+  auto where = [&](Value *m, Value *z) {
+    return c.e.emit("aten::where.self", {A("condition", m), A("self", c.g()), A("other", z)}, GradEmitter::like(c.g()),
+                    "grad_clamp");
+  };
+  if (lo && hi) {
+    if (c.want("min") || c.want("max")) {
+      Value *z = zeroScalar(c);
+      if (c.want("min"))
+        c.set("min", where(mask("aten::logical_and.default", mask("aten::lt.Tensor", self, lo),
+                                mask("aten::lt.Tensor", lo, hi)),
+                           z));
+      if (c.want("max"))
+        c.set("max", where(mask("aten::logical_or.default", mask("aten::gt.Tensor", self, hi),
+                                mask("aten::lt.Tensor", hi, lo)),
+                           z));
+    }
+    if (c.want("self")) {
+      Value *z = zeroScalar(c);
+      c.set("self", where(mask("aten::logical_and.default", mask("aten::ge.Tensor", self, lo),
+                                mask("aten::le.Tensor", self, hi)),
+                           z));
+    }
+    return llvm::Error::success();
+  }
+  if (!lo && !hi)
+    return makeError("autodiff: {} without a bound (torch raises)", c.n.opString());
+  llvm::StringRef name = lo ? "min" : "max";
+  Value *bound = lo ? lo : hi;
+  if (c.want(name)) {
+    Value *z = zeroScalar(c);
+    c.set(name, where(mask(lo ? "aten::lt.Tensor" : "aten::gt.Tensor", self, bound), z));
+  }
+  if (c.want("self")) {
+    Value *z = zeroScalar(c);
+    c.set("self", where(mask(lo ? "aten::ge.Tensor" : "aten::le.Tensor", self, bound), z));
+  }
+  return llvm::Error::success();
+}
+
+/// square: pow_backward with the exponent 2.0 (square runs as pow(self, 2)).
+llvm::Error squareBackward(GradCall &c) {
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", 1.0)}, GradEmitter::like(c.self()),
+                      "grad_pow");
+  c.set("self", mul(c, c.g(), binary(c, "aten::mul.Scalar", p, 2.0, "grad_pow_scale")));
   return llvm::Error::success();
 }
 
@@ -751,8 +798,7 @@ llvm::Error clampTensorBackward(GradCall &c) {
 llvm::Error maxMinBackward(GradCall &c) {
   bool isMax = llvm::StringRef(c.n.opString()).startswith("aten::max"); // maximum, max.other
   Value *self = c.self(), *other = c.operand("other");
-  TensorMeta bm = GradEmitter::like(c.g());
-  bm.dtype = ScalarType::Bool;
+  TensorMeta bm = boolLike(c.g());
   auto side = [&](llvm::StringRef loses) {
     Value *half = binary(c, "aten::div.Scalar", c.g(), int64_t(2), "grad_half");
     Value *eq = c.e.emit("aten::eq.Tensor", {A("self", self), A("other", other)}, bm, "grad_eq");
@@ -872,8 +918,7 @@ llvm::Error powScalarBackward(GradCall &c) {
 
 /// nansum: grad restored to self's shape, times self's non-NaN mask.
 llvm::Error nansumBackward(GradCall &c) {
-  TensorMeta bm = GradEmitter::like(c.self());
-  bm.dtype = ScalarType::Bool;
+  TensorMeta bm = boolLike(c.self());
   Value *ok = c.e.emit("aten::logical_not.default",
                        {A("self", c.e.emit("aten::isnan.default", {A("self", c.self())}, bm, "grad_isnan"))}, bm,
                        "grad_notnan");
@@ -938,8 +983,7 @@ llvm::Error stdCorrection(GradCall &c) {
   Value *r = mut(c.result());
   Value *two = binary(c, "aten::mul.Scalar", r, int64_t(2), "grad_scale");
   Value *q = binary(c, "aten::div.Tensor", c.g(), two, "grad_div");
-  TensorMeta bm = GradEmitter::like(r);
-  bm.dtype = ScalarType::Bool;
+  TensorMeta bm = boolLike(r);
   Value *z = c.e.emit("aten::eq.Scalar", {A("self", r), A("other", int64_t(0))}, bm, "grad_zero_mask");
   q = c.e.emit("aten::masked_fill_.Scalar", {A("self", q), A("mask", z), A("value", int64_t(0))}, GradEmitter::like(q),
                "grad_masked");
@@ -957,8 +1001,7 @@ llvm::Error normBackward(GradCall &c) {
   Value *g = c.e.unsqueezeMultiple(c.g(), ds, keepdim);
   Value *r = c.e.unsqueezeMultiple(mut(c.result()), ds, keepdim);
   Value *q = binary(c, "aten::div.Tensor", c.self(), r, "grad_div");
-  TensorMeta bm = GradEmitter::like(r);
-  bm.dtype = ScalarType::Bool;
+  TensorMeta bm = boolLike(r);
   Value *z = c.e.emit("aten::eq.Scalar", {A("self", r), A("other", int64_t(0))}, bm, "grad_zero_mask");
   q = c.e.emit("aten::masked_fill_.Scalar", {A("self", q), A("mask", z), A("value", int64_t(0))}, GradEmitter::like(q),
                "grad_masked");
@@ -1064,8 +1107,7 @@ llvm::Error atan2Backward(GradCall &c) {
   Value *self = c.self(), *other = c.operand("other");
   Value *den = binary(c, "aten::add.Tensor", mul(c, self, self), mul(c, other, other), "grad_den");
   Value *r = unary(c, "aten::reciprocal.default", den, "grad_recip");
-  TensorMeta bm = GradEmitter::like(den);
-  bm.dtype = ScalarType::Bool;
+  TensorMeta bm = boolLike(den);
   Value *z = c.e.emit("aten::eq.Scalar", {A("self", den), A("other", int64_t(0))}, bm, "grad_zero_mask");
   r = c.e.emit("aten::masked_fill.Scalar", {A("self", r), A("mask", z), A("value", int64_t(0))}, GradEmitter::like(r),
                "grad_recip");
@@ -1081,12 +1123,6 @@ llvm::Error thresholdBackward(GradCall &c) {
                          {A("grad_output", c.g()), A("self", c.self()), A("threshold", *c.n.input("threshold"))},
                          GradEmitter::like(c.g()), "grad_threshold"));
   return llvm::Error::success();
-}
-
-TensorMeta boolLike(const Value *v) {
-  TensorMeta m = GradEmitter::like(v);
-  m.dtype = ScalarType::Bool;
-  return m;
 }
 
 /// xlogy.Tensor: other grad * self / other first; self xlogy(grad, other), zeroed where
@@ -1110,10 +1146,6 @@ llvm::Error xlogyBackward(GradCall &c) {
 /// first; self where(exponent == 0, 0, grad * (exponent * self.pow(exponent - 1))).
 llvm::Error powTensorTensorBackward(GradCall &c) {
   Value *self = c.self(), *ex = c.operand("exponent");
-  auto zero = [&] {
-    return c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)}, metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device),
-                    "grad_zero");
-  };
   auto where = [&](Value *cond, Value *z, Value *x) {
     return c.e.emit("aten::where.self", {A("condition", cond), A("self", z), A("other", x)}, GradEmitter::like(x),
                     "grad_where");
@@ -1123,13 +1155,13 @@ llvm::Error powTensorTensorBackward(GradCall &c) {
     Value *eq = c.e.emit("aten::eq.Scalar", {A("self", self), A("other", int64_t(0))}, boolLike(self), "grad_mask");
     Value *cond = c.e.emit("aten::logical_and.default", {A("self", eq), A("other", ge)}, boolLike(c.g()), "grad_mask");
     Value *x = mul(c, mut(c.result()), unary(c, "aten::log.default", self, "grad_log"));
-    c.set("exponent", mul(c, c.g(), where(cond, zero(), x)));
+    c.set("exponent", mul(c, c.g(), where(cond, zeroScalar(c), x)));
   }
   if (c.want("self")) {
     Value *p = binary(c, "aten::pow.Tensor_Tensor", self, binary(c, "aten::sub.Scalar", ex, int64_t(1), "grad_sub"),
                       "grad_pow");
     Value *x = mul(c, c.g(), mul(c, ex, p));
-    Value *z = zero();
+    Value *z = zeroScalar(c);
     Value *eq = c.e.emit("aten::eq.Scalar", {A("self", ex), A("other", 0.0)}, boolLike(ex), "grad_mask");
     c.set("self", where(eq, z, x));
   }
@@ -1200,6 +1232,54 @@ llvm::Error nanToNumBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+llvm::Error polygammaBackward(GradCall &c) { // grad * polygamma(n + 1, self)
+  Value *p = c.e.emit("aten::polygamma.default", {A("n", *c.intArg("n") + 1), A("self", c.self())},
+                      GradEmitter::like(c.self()), "grad_polygamma");
+  c.set("self", mul(c, c.g(), p));
+  return llvm::Error::success();
+}
+
+/// native_batch_norm and the _native_batch_norm_legit variants: native_batch_norm_backward with
+/// the running stats given (or None), the saved mean / invstd results, and training as run.
+llvm::Error batchNormBackward(GradCall &c) {
+  Value *input = c.operand("input"), *weight = c.operand("weight"), *bias = c.operand("bias");
+  auto tensorOrNone = [](Value *v) { return v ? Argument(v) : Argument(NoneArg{}); };
+  bool training = c.n.opString() != "aten::_native_batch_norm_legit_no_training.default" && c.boolArg("training");
+  Value *gi = c.e.newValue("grad_batch_norm_input", GradEmitter::like(input));
+  Value *gw = weight ? c.e.newValue("grad_batch_norm_weight", GradEmitter::like(weight)) : nullptr;
+  Value *gb = bias ? c.e.newValue("grad_batch_norm_bias", GradEmitter::like(bias)) : nullptr;
+  BoolList mask{c.want("input"), weight && c.want("weight"), bias && c.want("bias")};
+  c.e.emitNode(gi->name(), "aten::native_batch_norm_backward.default",
+               {A("grad_out", c.g()), A("input", input), A("weight", tensorOrNone(weight)),
+                A("running_mean", tensorOrNone(c.operand("running_mean"))),
+                A("running_var", tensorOrNone(c.operand("running_var"))), A("save_mean", mut(c.result(1))),
+                A("save_invstd", mut(c.result(2))), A("train", training), A("eps", *c.n.input("eps")),
+                A("output_mask", mask)},
+               {Argument(gi), tensorOrNone(gw), tensorOrNone(gb)});
+  c.set("input", gi);
+  if (gw)
+    c.set("weight", gw);
+  if (gb)
+    c.set("bias", gb);
+  return llvm::Error::success();
+}
+
+/// grid_sampler_2d / 3d: OP_backward(grad, input, grid, modes, align_corners, output_mask).
+llvm::Error gridSamplerBackward(GradCall &c) {
+  Value *input = c.operand("input"), *grid = c.operand("grid");
+  bool threeD = c.n.opString() == "aten::grid_sampler_3d.default";
+  Value *gi = c.e.newValue("grad_grid_sampler_input", GradEmitter::like(input));
+  Value *gg = c.e.newValue("grad_grid_sampler_grid", GradEmitter::like(grid));
+  c.e.emitNode(gi->name(), threeD ? "aten::grid_sampler_3d_backward.default" : "aten::grid_sampler_2d_backward.default",
+               {A("grad_output", c.g()), A("input", input), A("grid", grid),
+                A("interpolation_mode", *c.n.input("interpolation_mode")), A("padding_mode", *c.n.input("padding_mode")),
+                A("align_corners", *c.n.input("align_corners")), A("output_mask", BoolList{c.want("input"), c.want("grid")})},
+               {Argument(gi), Argument(gg)});
+  c.set("input", gi);
+  c.set("grid", gg);
+  return llvm::Error::success();
+}
+
 /// Ops whose derivative is zero: zeros_like(grad) for each tensor operand that wants one.
 llvm::Error zeroGrad(GradCall &c) {
   for (llvm::StringRef name : {"self", "other"})
@@ -1210,8 +1290,7 @@ llvm::Error zeroGrad(GradCall &c) {
 
 llvm::Error whereBackward(GradCall &c) { // self: where(cond, grad, 0); other: where(cond, 0, grad)
   Value *cond = c.operand("condition");
-  Value *zero = c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)}, metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device),
-                         "grad_zero");
+  Value *zero = zeroScalar(c);
   if (c.want("self"))
     c.set("self", c.e.emit("aten::where.self", {A("condition", cond), A("self", c.g()), A("other", zero)},
                            GradEmitter::like(c.g()), "grad_where"));
@@ -1242,8 +1321,7 @@ llvm::Error aminmaxBackward(GradCall &c) {
     ks[d] = 1;
   Value *g = keepdim ? c.g() : c.e.reshape(c.g(), ks);
   Value *r = keepdim ? mut(c.result()) : c.e.reshape(mut(c.result()), ks);
-  TensorMeta bm = GradEmitter::like(c.self());
-  bm.dtype = ScalarType::Bool;
+  TensorMeta bm = boolLike(c.self());
   Value *mask = c.e.emit("aten::eq.Tensor", {A("self", r), A("other", c.self())}, bm, "grad_mask");
   TensorMeta cm = GradEmitter::withSizes(c.self(), ks);
   cm.dtype = ScalarType::Long;
@@ -1277,7 +1355,7 @@ const Table &table() {
     reg({"aten::t.default"}, tBackward);
     reg({"aten::transpose.int"}, transposeBackward);
     reg({"aten::permute.default"}, permute);
-    reg({"aten::expand.default"}, expandBackward);
+    reg({"aten::expand.default", "aten::expand_copy.default"}, expandBackward);
     reg({"aten::squeeze.dim", "aten::squeeze.dims", "aten::squeeze.default"}, squeeze);
     reg({"aten::unsqueeze.default"}, unsqueezeBackward);
     reg({"aten::select.int"}, selectBackward);
@@ -1303,7 +1381,7 @@ const Table &table() {
     reg({"aten::rsub.Tensor", "aten::rsub.Scalar"}, rsub);
     reg({"aten::mul.Tensor", "aten::mul_.Tensor"}, mulTensor);
     reg({"aten::mul.Scalar", "aten::div.Scalar"}, scaleByScalar);
-    reg({"aten::div.Tensor"}, divTensor);
+    reg({"aten::div.Tensor", "aten::true_divide.Tensor"}, divTensor);
     reg({"aten::neg.default"}, negBackward);
     reg({"aten::exp.default"}, expBackward);
     reg({"aten::sqrt.default"}, sqrtBackward);
@@ -1321,6 +1399,12 @@ const Table &table() {
          "aten::sign.default", "aten::round.decimals", "aten::div.Tensor_mode", "aten::div.Scalar_mode"},
         zeroGrad);
     reg({"aten::where.self"}, whereBackward);
+    reg({"aten::polygamma.default"}, polygammaBackward);
+    reg({"aten::native_batch_norm.default", "aten::_native_batch_norm_legit_functional.default",
+         "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training.default"},
+        batchNormBackward);
+    reg({"aten::grid_sampler_2d.default", "aten::grid_sampler_3d.default"}, gridSamplerBackward);
+    reg({"aten::square.default"}, squareBackward);
     reg({"aten::upsample_nearest1d.default", "aten::upsample_nearest2d.default", "aten::upsample_nearest3d.default",
          "aten::_upsample_nearest_exact1d.default", "aten::_upsample_nearest_exact2d.default",
          "aten::_upsample_nearest_exact3d.default", "aten::upsample_linear1d.default",
@@ -1360,8 +1444,10 @@ const Table &table() {
     reg({"aten::log2.default", "aten::log10.default"}, logBaseBackward);
     reg({"aten::deg2rad.default", "aten::rad2deg.default"}, angleScaleBackward);
     reg({"aten::logit.default"}, logitBackward);
-    reg({"aten::clamp.default", "aten::clamp_min.default", "aten::clamp_max.default"}, clampBackward);
-    reg({"aten::clamp_min.Tensor", "aten::clamp_max.Tensor"}, clampTensorBackward);
+    reg({"aten::clamp.default", "aten::clip.default", "aten::clamp_min.default", "aten::clamp_max.default"},
+        clampBackward);
+    reg({"aten::clamp.Tensor", "aten::clip.Tensor", "aten::clamp_min.Tensor", "aten::clamp_max.Tensor"},
+        clampTensorBackward);
     reg({"aten::maximum.default", "aten::minimum.default", "aten::max.other", "aten::min.other"}, maxMinBackward);
     reg({"aten::flip.default"}, flipBackward);
     reg({"aten::roll.default"}, rollBackward);
@@ -1386,7 +1472,7 @@ const Table &table() {
     reg({"aten::amax.default", "aten::amin.default"}, aminmaxBackward);
     reg({"aten::tril.default", "aten::triu.default"}, trilTriu);
     reg({"aten::embedding.default"}, embedding);
-    reg({"aten::nll_loss_forward.default"}, nllLoss);
+    reg({"aten::nll_loss_forward.default", "aten::nll_loss2d_forward.default"}, nllLoss);
     return m;
   }();
   return t;
