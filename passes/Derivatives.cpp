@@ -1280,6 +1280,36 @@ llvm::Error gridSamplerBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+llvm::Error entrBackward(GradCall &c) { // grad * -(1 + log(self))
+  Value *l = binary(c, "aten::add.Scalar", unary(c, "aten::log.default", c.self(), "grad_log"), int64_t(1), "grad_add");
+  c.set("self", mul(c, c.g(), unary(c, "aten::neg.default", l, "grad_neg")));
+  return llvm::Error::success();
+}
+
+llvm::Error erfcxBackward(GradCall &c) { // (2 * self * result - 2/sqrt(pi)) * grad
+  Value *x = mul(c, binary(c, "aten::mul.Scalar", c.self(), 2.0, "grad_scale"), mut(c.result()));
+  c.set("self", mul(c, binary(c, "aten::sub.Scalar", x, 1.1283791670955126, "grad_sub"), c.g()));
+  return llvm::Error::success();
+}
+
+llvm::Error logNdtrBackward(GradCall &c) { // grad / sqrt(2 pi) * exp(-(result + self^2 / 2))
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
+                      GradEmitter::like(c.self()), "grad_pow");
+  Value *s = binary(c, "aten::add.Tensor", mut(c.result()), binary(c, "aten::div.Scalar", p, int64_t(2), "grad_half"),
+                    "grad_add");
+  Value *e = unary(c, "aten::exp.default", unary(c, "aten::neg.default", s, "grad_neg"), "grad_exp");
+  c.set("self", mul(c, binary(c, "aten::div.Scalar", c.g(), 2.5066282746310002, "grad_scale"), e));
+  return llvm::Error::success();
+}
+
+llvm::Error ndtriBackward(GradCall &c) { // grad * sqrt(2 pi) * exp(result^2 / 2)
+  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", mut(c.result())), A("exponent", int64_t(2))},
+                      GradEmitter::like(c.self()), "grad_pow");
+  Value *e = unary(c, "aten::exp.default", binary(c, "aten::div.Scalar", p, int64_t(2), "grad_half"), "grad_exp");
+  c.set("self", mul(c, binary(c, "aten::mul.Scalar", c.g(), 2.5066282746310002, "grad_scale"), e));
+  return llvm::Error::success();
+}
+
 /// Ops whose derivative is zero: zeros_like(grad) for each tensor operand that wants one.
 llvm::Error zeroGrad(GradCall &c) {
   for (llvm::StringRef name : {"self", "other"})
@@ -1399,6 +1429,10 @@ const Table &table() {
          "aten::sign.default", "aten::round.decimals", "aten::div.Tensor_mode", "aten::div.Scalar_mode"},
         zeroGrad);
     reg({"aten::where.self"}, whereBackward);
+    reg({"aten::special_entr.default"}, entrBackward);
+    reg({"aten::special_erfcx.default"}, erfcxBackward);
+    reg({"aten::special_log_ndtr.default"}, logNdtrBackward);
+    reg({"aten::special_ndtri.default"}, ndtriBackward);
     reg({"aten::polygamma.default"}, polygammaBackward);
     reg({"aten::native_batch_norm.default", "aten::_native_batch_norm_legit_functional.default",
          "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training.default"},
@@ -1488,7 +1522,34 @@ const llvm::StringSet<> &nonDifferentiable() {
       "aten::argmin.default", "aten::sym_size.int", "aten::detach.default", "aten::zeros_like.default",
       "aten::ones_like.default", "aten::full_like.default", "aten::empty_like.default", "aten::new_zeros.default",
       "aten::new_ones.default", "aten::new_full.default", "aten::new_empty.default", "aten::new_empty_strided.default",
-      "aten::rand_like.default", "aten::randn_like.default", "aten::scalar_tensor.default"};
+      "aten::rand_like.default", "aten::randn_like.default", "aten::scalar_tensor.default",
+      // The orthogonal polynomials and Bessel functions: torch 2.13's autograd gives their results
+      // no grad_fn (checked for every overload: the result does not require grad).
+      "aten::special_chebyshev_polynomial_t.default", "aten::special_chebyshev_polynomial_t.n_scalar",
+      "aten::special_chebyshev_polynomial_t.x_scalar", "aten::special_chebyshev_polynomial_u.default",
+      "aten::special_chebyshev_polynomial_u.n_scalar", "aten::special_chebyshev_polynomial_u.x_scalar",
+      "aten::special_chebyshev_polynomial_v.default", "aten::special_chebyshev_polynomial_v.n_scalar",
+      "aten::special_chebyshev_polynomial_v.x_scalar", "aten::special_chebyshev_polynomial_w.default",
+      "aten::special_chebyshev_polynomial_w.n_scalar", "aten::special_chebyshev_polynomial_w.x_scalar",
+      "aten::special_shifted_chebyshev_polynomial_t.default", "aten::special_shifted_chebyshev_polynomial_t.n_scalar",
+      "aten::special_shifted_chebyshev_polynomial_t.x_scalar", "aten::special_shifted_chebyshev_polynomial_u.default",
+      "aten::special_shifted_chebyshev_polynomial_u.n_scalar",
+      "aten::special_shifted_chebyshev_polynomial_u.x_scalar", "aten::special_shifted_chebyshev_polynomial_v.default",
+      "aten::special_shifted_chebyshev_polynomial_v.n_scalar",
+      "aten::special_shifted_chebyshev_polynomial_v.x_scalar", "aten::special_shifted_chebyshev_polynomial_w.default",
+      "aten::special_shifted_chebyshev_polynomial_w.n_scalar",
+      "aten::special_shifted_chebyshev_polynomial_w.x_scalar", "aten::special_hermite_polynomial_h.default",
+      "aten::special_hermite_polynomial_h.n_scalar", "aten::special_hermite_polynomial_h.x_scalar",
+      "aten::special_hermite_polynomial_he.default", "aten::special_hermite_polynomial_he.n_scalar",
+      "aten::special_hermite_polynomial_he.x_scalar", "aten::special_laguerre_polynomial_l.default",
+      "aten::special_laguerre_polynomial_l.n_scalar", "aten::special_laguerre_polynomial_l.x_scalar",
+      "aten::special_legendre_polynomial_p.default", "aten::special_legendre_polynomial_p.n_scalar",
+      "aten::special_legendre_polynomial_p.x_scalar", "aten::special_airy_ai.default",
+      "aten::special_bessel_j0.default", "aten::special_bessel_j1.default", "aten::special_bessel_y0.default",
+      "aten::special_bessel_y1.default", "aten::special_modified_bessel_i0.default",
+      "aten::special_modified_bessel_i1.default", "aten::special_modified_bessel_k0.default",
+      "aten::special_modified_bessel_k1.default", "aten::special_scaled_modified_bessel_k0.default",
+      "aten::special_scaled_modified_bessel_k1.default", "aten::special_spherical_bessel_j0.default"};
   return s;
 }
 

@@ -34,7 +34,7 @@ def rule_ops():
 def registry():
     src = REGISTRY.read_text()
     formulas = {}
-    for body, fn in re.findall(r"reg\(\{(.*?)\},\s*([A-Za-z_<>]+)\);", src, re.S):
+    for body, fn in re.findall(r"reg\(\{(.*?)\},\s*([A-Za-z0-9_<>]+)\);", src, re.S):
         for op in re.findall(r'"(aten::[^"]+)"', body):
             formulas[op] = fn
     nd = re.search(r"nonDifferentiable\(\) \{.*?= \{(.*?)\};", src, re.S)
@@ -56,6 +56,7 @@ _RAISES = "torch 2.13's DTensor raises in backward: no sharding strategy for "
 _DECOMPOSED = ("DTensor runs its backward op ({}) through a decomposition, not a registered strategy; "
                "commlens' rules mirror registered strategies only")
 _MIXED = "torch 2.13 raises in backward: the formula mixes a plain zeros/ones tensor with DTensors ({})"
+_NO_DERIVATIVE = "torch 2.13's autograd has no derivative for it (backward raises 'not implemented')"
 BLOCKED = {
     "aten::index_select.default": _DECOMPOSED.format("index_add"),
     "aten::index.Tensor": "no forward sharding rule for index.Tensor yet (its backward is new_zeros + index_put)",
@@ -75,6 +76,12 @@ BLOCKED = {
     "aten::cumprod.default": _MIXED.format("where"),
     "aten::prod.dim_int": _MIXED.format("cat"),
     "aten::prod.default": _MIXED.format("cat"),
+    "aten::zeta.default": _NO_DERIVATIVE,
+    "aten::special_zeta.default": _NO_DERIVATIVE,
+    "aten::special_zeta.other_scalar": _NO_DERIVATIVE,
+    "aten::igamma.default": _NO_DERIVATIVE,
+    "aten::igammac.default": _NO_DERIVATIVE,
+    "aten::heaviside.default": _NO_DERIVATIVE,
     "aten::sgn.default": "its gradient is a plain _efficientzerotensor: no DTensor op runs",
 }
 
@@ -85,7 +92,7 @@ def classify(op, formulas, nondiff):
     if op in formulas:
         return "formula", f"`{formulas[op]}`"
     if op in nondiff:
-        return "non-differentiable", "registry: no gradient flows (creation, detach, comparison)"
+        return "non-differentiable", "registry: no gradient flows (creation, detach, comparison; results autograd gives no grad_fn)"
     name = op.split("::", 1)[1].split(".", 1)[0]
     if _INT_RESULT.match(op):
         return "non-differentiable", "integer / bool result (or piecewise-constant)"
