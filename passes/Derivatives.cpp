@@ -893,11 +893,16 @@ llvm::Error hypotBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// logaddexp: grad / (1 + exp(other - self)) and grad / (1 + exp(self - other)).
+/// logaddexp: grad / (1 + exp(other - self)) and grad / (1 + exp(self - other)); logaddexp2 the
+/// same with 2 ** (other - self).
 llvm::Error logaddexpBackward(GradCall &c) {
   Value *self = c.self(), *other = c.operand("other");
+  bool base2 = c.n.opString() == "aten::logaddexp2.default";
   auto side = [&](Value *a, Value *b) {
-    Value *e = unary(c, "aten::exp.default", binary(c, "aten::sub.Tensor", a, b, "grad_sub"), "grad_exp");
+    Value *d = binary(c, "aten::sub.Tensor", a, b, "grad_sub");
+    Value *e = base2 ? c.e.emit("aten::pow.Scalar", {A("self", int64_t(2)), A("exponent", d)}, GradEmitter::like(d),
+                                "grad_pow")
+                     : unary(c, "aten::exp.default", d, "grad_exp");
     return binary(c, "aten::div.Tensor", c.g(), binary(c, "aten::add.Scalar", e, int64_t(1), "grad_add"),
                   "grad_logaddexp");
   };
@@ -1310,6 +1315,28 @@ llvm::Error ndtriBackward(GradCall &c) { // grad * sqrt(2 pi) * exp(result^2 / 2
   return llvm::Error::success();
 }
 
+/// fmax / fmin: other's gradient masked where self wins (self >= other, or other is NaN; <= for
+/// fmin) first, then self's masked where it does not.
+llvm::Error fmaxFminBackward(GradCall &c) {
+  Value *self = c.self(), *other = c.operand("other");
+  bool isMax = c.n.opString() == "aten::fmax.default";
+  auto selfWins = [&] {
+    Value *cmp = c.e.emit(isMax ? "aten::ge.Tensor" : "aten::le.Tensor", {A("self", self), A("other", other)},
+                          boolLike(c.g()), "grad_mask");
+    Value *nan = c.e.emit("aten::isnan.default", {A("self", other)}, boolLike(other), "grad_isnan");
+    return c.e.emit("aten::logical_or_.default", {A("self", cmp), A("other", nan)}, boolLike(c.g()), "grad_mask");
+  };
+  auto masked = [&](Value *m) {
+    return c.e.emit("aten::masked_fill.Scalar", {A("self", c.g()), A("mask", m), A("value", int64_t(0))},
+                    GradEmitter::like(c.g()), "grad_masked");
+  };
+  if (c.want("other"))
+    c.set("other", masked(selfWins()));
+  if (c.want("self"))
+    c.set("self", masked(c.e.emit("aten::logical_not_.default", {A("self", selfWins())}, boolLike(c.g()), "grad_mask")));
+  return llvm::Error::success();
+}
+
 /// Ops whose derivative is zero: zeros_like(grad) for each tensor operand that wants one.
 llvm::Error zeroGrad(GradCall &c) {
   for (llvm::StringRef name : {"self", "other"})
@@ -1429,6 +1456,7 @@ const Table &table() {
          "aten::sign.default", "aten::round.decimals", "aten::div.Tensor_mode", "aten::div.Scalar_mode"},
         zeroGrad);
     reg({"aten::where.self"}, whereBackward);
+    reg({"aten::fmax.default", "aten::fmin.default"}, fmaxFminBackward);
     reg({"aten::special_entr.default"}, entrBackward);
     reg({"aten::special_erfcx.default"}, erfcxBackward);
     reg({"aten::special_log_ndtr.default"}, logNdtrBackward);
@@ -1490,7 +1518,7 @@ const Table &table() {
     reg({"aten::addcmul.default"}, addcmulBackward);
     reg({"aten::lerp.Scalar"}, lerpScalarBackward);
     reg({"aten::hypot.default"}, hypotBackward);
-    reg({"aten::logaddexp.default"}, logaddexpBackward);
+    reg({"aten::logaddexp.default", "aten::logaddexp2.default"}, logaddexpBackward);
     reg({"aten::pow.Scalar"}, powScalarBackward);
     reg({"aten::nansum.default"}, nansumBackward);
     reg({"aten::var.correction"}, varCorrection);

@@ -82,6 +82,12 @@ BLOCKED = {
     "aten::igamma.default": _NO_DERIVATIVE,
     "aten::igammac.default": _NO_DERIVATIVE,
     "aten::heaviside.default": _NO_DERIVATIVE,
+    "aten::cummax.default": _MIXED.format("scatter_add"),
+    "aten::cummin.default": _MIXED.format("scatter_add"),
+    "aten::select_scatter.default": _MIXED.format("select_scatter"),
+    "aten::slice_scatter.default": _MIXED.format("slice_scatter"),
+    "aten::diagonal_scatter.default": _MIXED.format("diagonal_scatter"),
+    "aten::mvlgamma.default": _MIXED.format("add"),
     "aten::sgn.default": "its gradient is a plain _efficientzerotensor: no DTensor op runs",
 }
 
