@@ -106,6 +106,11 @@ Value *binary(GradCall &c, llvm::StringRef op, Value *x, Argument y, llvm::Strin
   return c.e.emit(op, {A("self", x), A("other", std::move(y))}, GradEmitter::like(x), hint);
 }
 Value *mul(GradCall &c, Value *x, Argument y) { return binary(c, "aten::mul.Tensor", x, std::move(y), "grad_mul"); }
+/// x.pow(exponent), pow.Tensor_Scalar.
+Value *powScalar(GradCall &c, Value *x, Argument exponent) {
+  return c.e.emit("aten::pow.Tensor_Scalar", {A("self", x), A("exponent", std::move(exponent))}, GradEmitter::like(x),
+                  "grad_pow");
+}
 
 /// A Bool meta of v's sizes (masks).
 TensorMeta boolLike(const Value *v) {
@@ -460,8 +465,7 @@ llvm::Error powTensorScalar(GradCall &c) {
   const Argument &e = *c.n.input("exponent");
   double ex = numberOf(&e).value_or(1.0);
   Value *self = c.self();
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", self), A("exponent", ex - 1)}, GradEmitter::like(self),
-                      "grad_pow");
+  Value *p = powScalar(c, self, ex - 1);
   Value *m = binary(c, "aten::mul.Scalar", p, e, "grad_pow_scale");
   c.set("self", mul(c, c.g(), m));
   return llvm::Error::success();
@@ -604,8 +608,7 @@ llvm::Error expm1Backward(GradCall &c) { // grad * (result + 1)
 }
 
 llvm::Error erfBackward(GradCall &c) { // 2/sqrt(pi) * exp(-(self.pow(2))) * grad
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
-                      GradEmitter::like(c.self()), "grad_pow");
+  Value *p = powScalar(c, c.self(), int64_t(2));
   Value *e = unary(c, "aten::exp.default", unary(c, "aten::neg.default", p, "grad_neg"), "grad_exp");
   Value *s = binary(c, "aten::mul.Scalar", e, 1.1283791670955126, "grad_scale");
   c.set("self", mul(c, s, c.g()));
@@ -613,8 +616,7 @@ llvm::Error erfBackward(GradCall &c) { // 2/sqrt(pi) * exp(-(self.pow(2))) * gra
 }
 
 llvm::Error tanBackward(GradCall &c) { // grad * (result.pow(2) + 1)
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", mut(c.result())), A("exponent", int64_t(2))},
-                      GradEmitter::like(c.self()), "grad_pow");
+  Value *p = powScalar(c, mut(c.result()), int64_t(2));
   c.set("self", mul(c, c.g(), binary(c, "aten::add.Scalar", p, int64_t(1), "grad_add")));
   return llvm::Error::success();
 }
@@ -656,8 +658,7 @@ llvm::Error atanBackward(GradCall &c) { // grad / (self * self + 1)
 }
 
 llvm::Error asinhBackward(GradCall &c) { // grad * (self.pow(2) + 1).rsqrt()
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
-                      GradEmitter::like(c.self()), "grad_pow");
+  Value *p = powScalar(c, c.self(), int64_t(2));
   Value *r = unary(c, "aten::rsqrt.default", binary(c, "aten::add.Scalar", p, int64_t(1), "grad_add"), "grad_rsqrt");
   c.set("self", mul(c, c.g(), r));
   return llvm::Error::success();
@@ -671,17 +672,14 @@ llvm::Error acoshBackward(GradCall &c) { // grad * (self * self - 1).rsqrt()
 }
 
 llvm::Error erfcBackward(GradCall &c) { // -2/sqrt(pi) * exp(-(self.pow(2))) * grad
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
-                      GradEmitter::like(c.self()), "grad_pow");
+  Value *p = powScalar(c, c.self(), int64_t(2));
   Value *e = unary(c, "aten::exp.default", unary(c, "aten::neg.default", p, "grad_neg"), "grad_exp");
   c.set("self", mul(c, binary(c, "aten::mul.Scalar", e, -1.1283791670955126, "grad_scale"), c.g()));
   return llvm::Error::success();
 }
 
 llvm::Error erfinvBackward(GradCall &c) { // sqrt(pi)/2 * exp(self.erfinv().pow(2)) * grad
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar",
-                      {A("self", unary(c, "aten::erfinv.default", c.self(), "grad_erfinv")), A("exponent", int64_t(2))},
-                      GradEmitter::like(c.self()), "grad_pow");
+  Value *p = powScalar(c, unary(c, "aten::erfinv.default", c.self(), "grad_erfinv"), int64_t(2));
   Value *e = unary(c, "aten::exp.default", p, "grad_exp");
   c.set("self", mul(c, binary(c, "aten::mul.Scalar", e, 0.88622692545275801, "grad_scale"), c.g()));
   return llvm::Error::success();
@@ -787,8 +785,7 @@ llvm::Error clampTensorBackward(GradCall &c) {
 
 /// square: pow_backward with the exponent 2.0 (square runs as pow(self, 2)).
 llvm::Error squareBackward(GradCall &c) {
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", 1.0)}, GradEmitter::like(c.self()),
-                      "grad_pow");
+  Value *p = powScalar(c, c.self(), 1.0);
   c.set("self", mul(c, c.g(), binary(c, "aten::mul.Scalar", p, 2.0, "grad_pow_scale")));
   return llvm::Error::success();
 }
@@ -1014,18 +1011,28 @@ llvm::Error normBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// split / split_with_sizes / unbind: cat (stack) of the pieces' gradients. A piece without a
-/// gradient gets a plain zeros tensor, which DTensor's cat refuses, so torch raises then.
+/// split / split_with_sizes / unbind: cat (stack) of the pieces' gradients, a piece without one
+/// filled by a plain zeros tensor. On DTensors that mix makes DTensor's cat raise in torch 2.13,
+/// so the formula errors too.
 llvm::Error splitUnbindBackward(GradCall &c) {
   bool unbind = c.n.opString() == "aten::unbind.int";
-  llvm::SmallVector<Value *, 4> parts(c.grads.begin(), c.grads.end());
-  if (llvm::is_contained(parts, nullptr))
-    return makeError("autodiff: '{}' ({}): an output without a gradient gets a plain zeros tensor in backward, "
-                     "which torch 2.13's DTensor cannot {} with the others (it raises)",
-                     c.n.name(), c.n.opString(), unbind ? "stack" : "cat");
-  int64_t dim = c.intArg("dim", 0).value_or(0);
+  TensorList parts;
+  for (size_t i = 0; i < c.grads.size(); ++i) {
+    Value *g = c.grads[i];
+    if (!g && c.e.isDTensor(c.self()))
+      return makeError("autodiff: '{}' ({}): an output without a gradient gets a plain zeros tensor in backward, "
+                       "which torch 2.13's DTensor cannot {} with the others (it raises)",
+                       c.n.name(), c.n.opString(), unbind ? "stack" : "cat");
+    if (!g) {
+      auto sizes = sizesOf(*c.result(i)->meta());
+      g = c.e.emit("aten::zeros.default",
+                   {A("size", IntList(sizes.begin(), sizes.end())), K("dtype", c.self()->meta()->dtype)},
+                   GradEmitter::like(c.result(i)), "grad_zeros");
+    }
+    parts.push_back(g);
+  }
   c.set("self", c.e.emit(unbind ? "aten::stack.default" : "aten::cat.default",
-                         {A("tensors", TensorList(parts.begin(), parts.end())), A("dim", dim)}, GradEmitter::like(c.self()),
+                         {A("tensors", parts), A("dim", c.intArg("dim", 0).value_or(0))}, GradEmitter::like(c.self()),
                          unbind ? "grad_stack" : "grad_cat"));
   return llvm::Error::success();
 }
@@ -1071,8 +1078,7 @@ Value *scalarLeft(GradCall &c, llvm::StringRef inplaceOp, const Argument &scalar
 }
 
 llvm::Error atanhBackward(GradCall &c) { // grad * 1 / (1 - self.pow(2))
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
-                      GradEmitter::like(c.self()), "grad_pow");
+  Value *p = powScalar(c, c.self(), int64_t(2));
   Value *d = scalarLeft(c, "aten::sub_.Tensor", int64_t(1), p);
   Value *g = binary(c, "aten::mul.Scalar", c.g(), int64_t(1), "grad_scale");
   c.set("self", binary(c, "aten::div.Tensor", g, d, "grad_atanh"));
@@ -1298,8 +1304,7 @@ llvm::Error erfcxBackward(GradCall &c) { // (2 * self * result - 2/sqrt(pi)) * g
 }
 
 llvm::Error logNdtrBackward(GradCall &c) { // grad / sqrt(2 pi) * exp(-(result + self^2 / 2))
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", c.self()), A("exponent", int64_t(2))},
-                      GradEmitter::like(c.self()), "grad_pow");
+  Value *p = powScalar(c, c.self(), int64_t(2));
   Value *s = binary(c, "aten::add.Tensor", mut(c.result()), binary(c, "aten::div.Scalar", p, int64_t(2), "grad_half"),
                     "grad_add");
   Value *e = unary(c, "aten::exp.default", unary(c, "aten::neg.default", s, "grad_neg"), "grad_exp");
@@ -1308,8 +1313,7 @@ llvm::Error logNdtrBackward(GradCall &c) { // grad / sqrt(2 pi) * exp(-(result +
 }
 
 llvm::Error ndtriBackward(GradCall &c) { // grad * sqrt(2 pi) * exp(result^2 / 2)
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", mut(c.result())), A("exponent", int64_t(2))},
-                      GradEmitter::like(c.self()), "grad_pow");
+  Value *p = powScalar(c, mut(c.result()), int64_t(2));
   Value *e = unary(c, "aten::exp.default", binary(c, "aten::div.Scalar", p, int64_t(2), "grad_half"), "grad_exp");
   c.set("self", mul(c, binary(c, "aten::mul.Scalar", c.g(), 2.5066282746310002, "grad_scale"), e));
   return llvm::Error::success();
