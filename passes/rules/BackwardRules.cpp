@@ -13,7 +13,11 @@
 //     grad_output replicated (or like the target for reduction none), the gradient like self;
 //   embedding_dense_backward(grad_output, indices): single-dim [S(1) | S(grad.ndim-1), R],
 //     [P | S(i), S(i)] per indices dim, [P | P, R];
-//   SDPA's CPU backward: no strategy (DTensor raises), as the forward.
+//   SDPA's CPU backward: no strategy (DTensor raises), as the forward;
+//   select_backward(grad, input_sizes, dim, index): grad kept as it is (Partial included), the
+//     result's shard dims at or after `dim` shifted up by one;
+//   slice_backward(grad, input_sizes, dim, ...): grad's placements with Shard(dim) replicated.
+//   Both compare shard dims with `dim` as passed (autograd passes the forward call's own dim).
 #include "passes/rules/RuleEngine.h"
 
 namespace commlens::rules {
@@ -170,6 +174,31 @@ llvm::Expected<Cands> batchNormBackwardRule(const OpCall &call) {
   return expandSingleDim(call, {r}, opts);
 }
 
+llvm::Expected<Cands> selectBackwardRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto dim = call.intArg("dim", 2);
+  if (!dim)
+    return call.error("missing dim argument");
+  const Placements &in = call.inputs[0].placements;
+  Placements out;
+  for (const Placement &p : in)
+    out.push_back(p.isShard() && p.dim >= *dim ? Placement::shard(p.dim + 1) : p);
+  return singleCandidate(call, followCandidate(call, in, out));
+}
+
+llvm::Expected<Cands> sliceBackwardRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto dim = call.intArg("dim", 2);
+  if (!dim)
+    return call.error("missing dim argument");
+  Placements p;
+  for (const Placement &x : call.inputs[0].placements)
+    p.push_back(x.isShard() && x.dim == *dim ? Placement::replicate() : x);
+  return singleCandidate(call, followCandidate(call, p, p));
+}
+
 llvm::Expected<Cands> sdpaCpuBackwardRule(const OpCall &call) {
   return call.error("torch 2.13 DTensor has no sharding strategy for this op (NotImplementedError)");
 }
@@ -186,6 +215,8 @@ void registerBackwardRules(RuleTable &t) {
   t["aten::nll_loss2d_backward.default"] = nllLossBackwardRule; // the same strategy in DTensor
   t["aten::native_batch_norm_backward.default"] = batchNormBackwardRule;
   t["aten::_scaled_dot_product_flash_attention_for_cpu_backward.default"] = sdpaCpuBackwardRule;
+  t["aten::select_backward.default"] = selectBackwardRule;
+  t["aten::slice_backward.default"] = sliceBackwardRule;
 }
 
 } // namespace commlens::rules

@@ -1,5 +1,5 @@
 // Tensor-manipulation ops (torch 2.13 `_ops/_tensor_ops.py`):
-//   contiguous / detach / alias / view.dtype / _local_scalar_dense: one candidate following the
+//   contiguous / detach / alias / view.dtype / fill_ / _local_scalar_dense: one candidate following the
 //     input exactly (Partial included);
 //   split.Tensor / split_with_sizes: one candidate, the split dim unsharded, every piece follows;
 //   slice.Tensor: keep the input placements unless the slice dim is sharded (and the slice is not
@@ -10,7 +10,9 @@
 //   index_select: single-dim [S(d) | S(d), R] for d != dim, [S(dim) | R, S(0)],
 //     [P(op) | P(op), R] for sum, avg, min, max, product;
 //   gather: full-mesh expansion of [R|R,R], [MaskP | S(dim), MaskP] when index.size(dim) == 1,
-//     [S(dim) | R, S(dim)], [S(d) | S(d), S(d)] for d != dim when ranks agree.
+//     [S(dim) | R, S(dim)], [S(d) | S(d), S(d)] for d != dim when ranks agree;
+//   scatter.src / scatter.value / scatter_add: [R|R..] and [S(d)|S(d)..] for d != dim where the
+//     operands agree in size.
 #include "passes/rules/RuleEngine.h"
 
 #include <algorithm>
@@ -136,6 +138,31 @@ llvm::Expected<Cands> gatherRule(const OpCall &call) {
     for (int64_t i = 0; i < static_cast<int64_t>(inShape.size()); ++i)
       if (i != dim)
         rules.push_back({RP::of(Placement::shard(i)), RP::of(Placement::shard(i)), RP::of(Placement::shard(i))});
+  ExpandOptions opts;
+  opts.insertReplicate = false;
+  opts.fillPlaceholders = false;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+/// scatter.src / scatter.value / scatter_add: full-mesh expansion of [R|R,R(,R)] and
+/// [S(d)|S(d),S(d)(,S(d))] for every d != dim on which input and index agree in size (scatter.src
+/// also needs src to agree there; scatter_add does not check src).
+llvm::Expected<Cands> scatterRule(const OpCall &call) {
+  if (call.inputs.size() != 2 && call.inputs.size() != 3)
+    return call.error("expected input, index (and src), got {} tensor operands", call.inputs.size());
+  auto d = call.intArg("dim", 1);
+  if (!d)
+    return call.error("missing dim argument");
+  int64_t dim = normDim(*d, call.rank(0));
+  auto inShape = call.shape(0), idxShape = call.shape(1);
+  bool checkSrc = call.inputs.size() == 3 && call.op != "aten::scatter_add.default";
+  size_t specs = call.inputs.size() + 1;
+  std::vector<SingleDimRule> rules;
+  rules.push_back(SingleDimRule(specs, RP::R()));
+  if (inShape.size() == idxShape.size())
+    for (int64_t i = 0; i < static_cast<int64_t>(inShape.size()); ++i)
+      if (i != dim && inShape[i] == idxShape[i] && (!checkSrc || call.shape(2)[i] == idxShape[i]))
+        rules.push_back(SingleDimRule(specs, RP::of(Placement::shard(i))));
   ExpandOptions opts;
   opts.insertReplicate = false;
   opts.fillPlaceholders = false;
@@ -371,7 +398,7 @@ llvm::Expected<Cands> scatterIntoRule(const OpCall &call) {
 
 void registerTensorRules(RuleTable &t) {
   for (const char *op : {"aten::contiguous.default", "aten::detach.default", "aten::alias.default",
-                         "aten::detach_.default", "aten::view.dtype"})
+                         "aten::detach_.default", "aten::view.dtype", "aten::fill_.Scalar"})
     t[op] = followInputRule;
   // item(): DTensor skips sharding propagation and reads the local shard as it is (the
   // replicate-only strategy it registers is never consulted).
@@ -404,6 +431,8 @@ void registerTensorRules(RuleTable &t) {
   t["aten::cat.default"] = catRule;
   t["aten::index_select.default"] = indexSelectRule;
   t["aten::gather.default"] = gatherRule;
+  for (const char *op : {"aten::scatter.src", "aten::scatter.value", "aten::scatter_add.default"})
+    t[op] = scatterRule;
 }
 
 } // namespace commlens::rules

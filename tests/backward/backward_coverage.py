@@ -34,7 +34,7 @@ def rule_ops():
 def registry():
     src = REGISTRY.read_text()
     formulas = {}
-    for body, fn in re.findall(r"reg\(\{(.*?)\},\s*([A-Za-z_<>]+)\);", src, re.S):
+    for body, fn in re.findall(r"reg\(\{(.*?)\},\s*([A-Za-z0-9_<>]+)\);", src, re.S):
         for op in re.findall(r'"(aten::[^"]+)"', body):
             formulas[op] = fn
     nd = re.search(r"nonDifferentiable\(\) \{.*?= \{(.*?)\};", src, re.S)
@@ -50,11 +50,45 @@ _CREATION = re.compile(r"^aten::(\w+_like|new_\w+|zeros|ones|full|empty\w*|arang
                        r"scalar_tensor|linspace|logspace|eye|tril_indices|triu_indices|sym_\w+)\.")
 
 
-# Ops whose formula waits on something else than writing it.
+# Ops whose formula waits on something else than writing it (each checked against torch 2.13 with
+# a DTensor backward under CommDebugMode).
+_RAISES = "torch 2.13's DTensor raises in backward: no sharding strategy for "
+_DECOMPOSED = ("DTensor runs its backward op ({}) through a decomposition, not a registered strategy; "
+               "commlens' rules mirror registered strategies only")
+_MIXED = "torch 2.13 raises in backward: the formula mixes a plain zeros/ones tensor with DTensors ({})"
+_NO_DERIVATIVE = "torch 2.13's autograd has no derivative for it (backward raises 'not implemented')"
 BLOCKED = {
-    "aten::gather.default": "its backward (new_zeros + scatter_add) needs a sharding rule for scatter_add",
-    "aten::index_select.default": "its backward (new_zeros + index_add) needs a sharding rule for index_add",
-    "aten::index.Tensor": "its backward (new_zeros + index_put) needs a sharding rule for index_put",
+    "aten::index_select.default": _DECOMPOSED.format("index_add"),
+    "aten::index.Tensor": "no forward sharding rule for index.Tensor yet (its backward is new_zeros + index_put)",
+    "aten::hardtanh.default": _RAISES + "hardtanh_backward",
+    "aten::relu6.default": _RAISES + "hardtanh_backward",
+    "aten::hardsigmoid.default": _RAISES + "hardsigmoid_backward",
+    "aten::hardswish.default": _RAISES + "hardswish_backward",
+    "aten::hardshrink.default": _RAISES + "hardshrink_backward",
+    "aten::softshrink.default": _RAISES + "softshrink_backward",
+    "aten::leaky_relu.default": _DECOMPOSED.format("leaky_relu_backward"),
+    "aten::elu.default": _DECOMPOSED.format("elu_backward"),
+    "aten::selu.default": _DECOMPOSED.format("elu_backward"),
+    "aten::celu.default": _DECOMPOSED.format("elu_backward"),
+    "aten::softplus.default": _DECOMPOSED.format("softplus_backward"),
+    "aten::mish.default": _DECOMPOSED.format("mish_backward"),
+    "aten::diagonal.default": _DECOMPOSED.format("diagonal_backward"),
+    "aten::cumprod.default": _MIXED.format("where"),
+    "aten::prod.dim_int": _MIXED.format("cat"),
+    "aten::prod.default": _MIXED.format("cat"),
+    "aten::zeta.default": _NO_DERIVATIVE,
+    "aten::special_zeta.default": _NO_DERIVATIVE,
+    "aten::special_zeta.other_scalar": _NO_DERIVATIVE,
+    "aten::igamma.default": _NO_DERIVATIVE,
+    "aten::igammac.default": _NO_DERIVATIVE,
+    "aten::heaviside.default": _NO_DERIVATIVE,
+    "aten::cummax.default": _MIXED.format("scatter_add"),
+    "aten::cummin.default": _MIXED.format("scatter_add"),
+    "aten::select_scatter.default": _MIXED.format("select_scatter"),
+    "aten::slice_scatter.default": _MIXED.format("slice_scatter"),
+    "aten::diagonal_scatter.default": _MIXED.format("diagonal_scatter"),
+    "aten::mvlgamma.default": _MIXED.format("add"),
+    "aten::sgn.default": "its gradient is a plain _efficientzerotensor: no DTensor op runs",
 }
 
 
@@ -64,7 +98,7 @@ def classify(op, formulas, nondiff):
     if op in formulas:
         return "formula", f"`{formulas[op]}`"
     if op in nondiff:
-        return "non-differentiable", "registry: no gradient flows (creation, detach, comparison)"
+        return "non-differentiable", "registry: no gradient flows (creation, detach, comparison; results autograd gives no grad_fn)"
     name = op.split("::", 1)[1].split(".", 1)[0]
     if _INT_RESULT.match(op):
         return "non-differentiable", "integer / bool result (or piecewise-constant)"

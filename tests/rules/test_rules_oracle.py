@@ -271,6 +271,28 @@ def all_cases():
                           "args": [T("self", [6, 8], pa), T("src", [8], pb1), I("dim", 0), I("index", 2)]})
             cases.append({"op": "aten::diagonal_scatter.default", "mesh": mesh,
                           "args": [T("self", [6, 6], pa), T("src", [6], pb1)]})
+    # scatter.src / scatter_add (autograd's gradients of sort, topk, max.dim / of gather), scatter.value
+    for mesh in MESHES:
+        opts = tuples(per_dim(2, ("P(sum)", "P(max)")), mesh)
+        for pa, pb in list(itertools.product(opts, opts))[:: (5 if len(mesh) > 1 else 1)]:
+            pi = [p if not p.startswith("P") else "R" for p in pb]
+            for op in ("aten::scatter.src", "aten::scatter_add.default"):
+                cases.append({"op": op, "mesh": mesh, "args": [T("self", [8, 6], pa), I("dim", 1),
+                                                                T("index", [8, 3], pi, "i64"), T("src", [8, 3], pb)]})
+                cases.append({"op": op, "mesh": mesh, "args": [T("self", [8, 6], pa), I("dim", 0),
+                                                                T("index", [4, 6], pi, "i64"), T("src", [8, 6], pb)]})
+            cases.append({"op": "aten::scatter.value", "mesh": mesh, "args": [T("self", [8, 6], pa), I("dim", 1),
+                                                                           T("index", [8, 6], pi, "i64"), F("value", 1.5)]})
+    # select_backward / slice_backward (autograd's gradients of select.int / slice.Tensor)
+    for dim in (0, 1):
+        cases += unary_cases("aten::select_backward.default", [6], lambda t, dim=dim: [
+            t, L("input_sizes", [4, 6] if dim == 0 else [6, 4]), I("dim", dim), I("index", 1)],
+            partials=("P(sum)", "P(max)"))
+        cases += unary_cases("aten::slice_backward.default", [4, 6] if dim == 0 else [6, 4], lambda t, dim=dim: [
+            t, L("input_sizes", [8, 6] if dim == 0 else [6, 8]), I("dim", dim), I("start", 2), I("end", 6),
+            I("step", 1)], partials=("P(sum)", "P(max)"))
+    cases += unary_cases("aten::select_backward.default", [4, 6], lambda t: [
+        t, L("input_sizes", [4, 6, 5]), I("dim", 2), I("index", 0)])
     # 9. every functional op DTensor treats as pointwise (cases built from the op schemas)
     cases += pointwise_cases()
     # 10. p-norms (inf / -inf reduce like amax / amin; other p to P(sum) or _NormPartial) and powsum

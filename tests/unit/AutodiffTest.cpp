@@ -161,3 +161,20 @@ TEST(Autodiff, CrossEntropyLossRunsAtGlobal) {
   EXPECT_EQ(bw, (std::vector<std::string>{"nll_loss_backward@Global", "_log_softmax_backward_data@Global",
                                           "view@Global", "mul@", "sum@", "view@", "detach@"}));
 }
+
+TEST(Autodiff, SplitFillsAPieceWithoutGradientWithZeros) {
+  // y0, y1 = x.split(2, 1) on a plain x [4, 4]; loss sum(relu(y0)). SplitBackward0 (split_backward)
+  // gives y1, which got no gradient, a zeros tensor of its size and cats the pieces; on a DTensor x
+  // torch 2.13 raises there instead (DTensor's cat refuses the plain zeros), as the formula does.
+  ProgramBuilder b("M");
+  Value *x = b.input("x", f32({4, 4}), true);
+  Value *y0 = b.g.createValue("y0", ValueKind::Tensor), *y1 = b.g.createValue("y1", ValueKind::Tensor);
+  y0->setMeta(f32({4, 2}));
+  y1->setMeta(f32({4, 2}));
+  Node *split = b.g.appendNode("split", "aten::split.Tensor", {{"self", x}, {"split_size", int64_t(2)}, {"dim", int64_t(1)}},
+                               {y0, y1});
+  split->setScope(b.g.scopes().getOrCreate({}), {});
+  b.output(b.op("z", "aten::relu.default", {{"self", y0}}, f32({4, 2})));
+  EXPECT_EQ(b.backward(),
+            (std::vector<std::string>{"expand@Global", "threshold_backward@", "zeros@", "cat@", "detach@"}));
+}
