@@ -139,6 +139,8 @@ public:
       const Argument *copy = n.input("copy");
       return conversion(/*forced=*/copy && copy->is<bool>() && copy->get<bool>());
     }
+    if (op == "aten::chunk.default")
+      return chunk();
     if (op == "aten::_assert_tensor_metadata.default")
       return llvm::Error::success(); // export's check of a .to() call: eager code never dispatches it
     b_.copy(n);
@@ -281,6 +283,30 @@ private:
     // matmul then an out-of-place add (the bias is a tensor subclass under DTensor).
     Value *prod = matmul(x, wt, *out->meta(), tmp("matmul"));
     b_.bind(out, emit1("aten::add.Tensor", {{"self", prod, false}, {"other", bias, false}}, *out->meta(), out->name()));
+    return llvm::Error::success();
+  }
+
+  /// chunk is CompositeImplicitAutograd: it runs split.Tensor with ceil(size / chunks) per piece
+  /// (TensorShape.cpp), so DTensor and autograd see a split.
+  llvm::Error chunk() {
+    Value *x = in("self");
+    const Argument *chunks = n_->input("chunks"), *dimArg = n_->input("dim");
+    if (!chunks || !chunks->is<int64_t>() || chunks->get<int64_t>() <= 0)
+      return makeError("node '{}' (aten::chunk.default): expected a positive int 'chunks'", n_->name());
+    int64_t rank = x->meta()->rank();
+    int64_t dim = dimArg && dimArg->is<int64_t>() ? dimArg->get<int64_t>() : 0;
+    if (dim < -rank || dim >= std::max<int64_t>(rank, 1))
+      return makeError("node '{}' (aten::chunk.default): dim {} is out of range for a tensor of rank {}", n_->name(),
+                       dim, rank);
+    int64_t size = hints(x->meta()->sizes)[dim < 0 ? dim + rank : dim];
+    int64_t n = chunks->get<int64_t>();
+    TensorList pieces;
+    for (const Value *r : n_->results())
+      pieces.push_back(b_.tensor(r->name(), *r->meta()));
+    b_.emit("aten::split.Tensor", {{"self", x, false}, {"split_size", (size + n - 1) / n, false}, {"dim", dim, false}},
+            {Argument(pieces)}, *n_);
+    for (size_t i = 0; i < pieces.size(); ++i)
+      b_.bind(n_->results()[i], pieces[i]);
     return llvm::Error::success();
   }
 

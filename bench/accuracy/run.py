@@ -171,6 +171,10 @@ CONFIGS = [
            H + "hf_tp(family='smollm3', tp=2, dp=2, fsdp=True)", "both"),
     Config("hf_ministral-tp-tp2-both", "examples.hf:hf_model(family='ministral')",
            H + "hf_tp(family='ministral', tp=2)", "both"),
+    # Phi3 / Glm pack gate and up in one Linear (chunked: split at run time) and split o_proj's input
+    Config("hf_phi3-tp-tp2-both", "examples.hf:hf_model(family='phi3')", H + "hf_tp(family='phi3', tp=2)", "both"),
+    Config("hf_glm-tp-tp2-both", "examples.hf:hf_model(family='glm')", H + "hf_tp(family='glm', tp=2)", "both"),
+    Config("hf_arcee-tp-tp4-both", "examples.hf:hf_model(family='arcee')", H + "hf_tp(family='arcee', tp=4)", "both"),
     Config("hf_ernie4_5-tp-tp4-forward", "examples.hf:hf_model(family='ernie4_5')",
            H + "hf_tp(family='ernie4_5', tp=4)", "forward"),
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
