@@ -1,6 +1,8 @@
 """Helpers the integration tests share (a plain module: `conftest` names several files here)."""
 import pathlib
 
+import torch
+
 
 def export_pt2(model_spec, directory):
     """`torch.export.save` of a model factory's program (as commlens.export does) into directory."""
@@ -22,3 +24,15 @@ def save_plan(plan, directory):
     path = pathlib.Path(directory) / "plan.json"
     planlib.save(plan, str(path))
     return path
+
+
+class TwoLinears(torch.nn.Module):
+    """fc1 (4 -> 8), relu, fc2 (8 -> 4): the small program the CLI error tests mutate."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 8)
+        self.fc2 = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))

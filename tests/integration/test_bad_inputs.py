@@ -11,15 +11,7 @@ import zipfile
 import pytest
 import torch
 
-
-class TwoLinears(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(4, 8)
-        self.fc2 = torch.nn.Linear(8, 4)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
+from integration_helpers import TwoLinears
 
 
 PLAN = {
