@@ -37,6 +37,9 @@ struct CollectiveRecord {
   Placement src, dst;              // this step's placement change
   Placements fromPlacements, toPlacements; // the whole redistribution it belongs to
   int64_t bytesPerRank = 0;        // bytes handed to the collective on one rank
+  /// False where the operand's dtype at run time is not the program's: an activation inside an
+  /// FSDP unit whose MixedPrecisionPolicy casts parameters (and so the compute) to another dtype.
+  bool bytesKnown = true;
   std::string why;
   bool approximate = false;
 };

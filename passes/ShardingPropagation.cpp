@@ -108,6 +108,7 @@ private:
       r.fromPlacements = normalized(from, v->meta()->rank());
       r.toPlacements = normalized(to, v->meta()->rank());
       r.bytesPerRank = step->inputBytes;
+      r.bytesKnown = !castsCompute();
       r.why = why;
       r.approximate = approx;
       state_.collectives.push_back(std::move(r));
@@ -406,6 +407,7 @@ private:
       r.fromPlacements = xp;
       r.toPlacements = xp;
       r.bytesPerRank = bytes;
+      r.bytesKnown = !castsCompute();
       r.why = fmt::format("loss_parallel {}: {}", op.str(), what);
       state_.collectives.push_back(std::move(r));
     };
@@ -464,6 +466,15 @@ private:
   }
 
   PassContext &ctx_;
+  /// Whether an FSDP MixedPrecisionPolicy runs the compute in another dtype than the program's
+  /// (commlens does not re-type activations yet, so their collectives' bytes are unknown).
+  bool castsCompute() const {
+    return llvm::any_of(state_.fsdp.units, [](const FsdpUnit &u) {
+      return u.spec->paramDtype && llvm::any_of(u.params, [&](const Value *p) {
+               return p->meta() && p->meta()->dtype != *u.spec->paramDtype;
+             });
+    });
+  }
   PredictionState &state_;
   const DeviceMesh &mesh_;
   const Graph &graph_;

@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <map>
+#include <set>
+#include <tuple>
 
 namespace commlens {
 namespace {
@@ -48,6 +50,8 @@ json recordJson(const CollectiveRecord &r) {
             {"why", r.why}};
   if (r.approximate)
     j["approximate"] = true;
+  if (!r.bytesKnown) // bytes_per_rank is at the program's dtype, not the run's
+    j["bytes_known"] = false;
   return j;
 }
 
@@ -66,13 +70,17 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
   (void)llvm::cantFail(r.counts.addModule(kGlobal, 0));
   for (const ModuleScope *s : order)
     (void)llvm::cantFail(r.counts.addModule(s->displayName(), s->depth() + 1, moduleType(*s)));
+  std::set<std::tuple<std::string, Phase, std::string>> unknownBytes; // cells a collective of unknown size joins
   for (const CollectiveRecord &c : state.collectives) {
     if ((c.phase == Phase::Forward && !forward) || (c.phase == Phase::Backward && !backward))
       continue;
     auto bump = [&](llvm::StringRef fqn) {
       CommCell &cell = r.counts.find(fqn)->phase(commPhase(c.phase))[c.opKey];
       ++cell.count;
-      cell.bytes = cell.bytes.value_or(0) + c.bytesPerRank;
+      if (c.bytesKnown && !unknownBytes.count({fqn.str(), c.phase, c.opKey}))
+        cell.bytes = cell.bytes.value_or(0) + c.bytesPerRank;
+      else if (unknownBytes.insert({fqn.str(), c.phase, c.opKey}).second)
+        cell.bytes.reset();
       cell.approximate |= c.approximate;
     };
     bump(kGlobal);
@@ -180,7 +188,8 @@ std::string PredictionReport::toJson() const {
       list.push_back({op, cell.count});
       if (cell.approximate)
         approx.push_back(op);
-      bytes[op] = cell.bytes.value_or(0);
+      if (cell.bytes) // unknown where an operand's run-time dtype is (FSDP mixed precision)
+        bytes[op] = *cell.bytes;
     }
     std::string phase = phaseName(p).str();
     node["collectives_" + phase] = list;
