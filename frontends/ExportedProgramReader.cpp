@@ -632,6 +632,7 @@ private:
     if (graphAt == inputs.size())
       n.field("inputs").fail(fmt::format("{} without a subgraph argument", op));
     std::optional<bool> gradEnabled = ctx().gradEnabled;
+    program_.autocastRegions |= op == "wrap_with_autocast";
     if (op == "wrap_with_set_grad_enabled") {
       if (graphAt != 1)
         n.field("inputs").fail("wrap_with_set_grad_enabled expects (enabled, subgraph, *operands)");

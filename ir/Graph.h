@@ -212,6 +212,9 @@ struct ExportedProgram {
   std::string torchVersion;
   std::vector<std::string> verifiers;
   std::vector<WeightInfo> weights;
+  /// Whether regions ran under torch.autocast (wrap_with_autocast): autocast casts operands at
+  /// run time, which the program's recorded dtypes do not show for every tensor.
+  bool autocastRegions = false;
   /// Attribute paths of the modules the exporter recorded (module_call_graph), including
   /// modules that produced no node, e.g. containers; "" is the root.
   std::vector<std::string> modulePaths;

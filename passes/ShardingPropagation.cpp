@@ -466,10 +466,11 @@ private:
   }
 
   PassContext &ctx_;
-  /// Whether an FSDP MixedPrecisionPolicy runs the compute in another dtype than the program's
-  /// (commlens does not re-type activations yet, so their collectives' bytes are unknown).
+  /// Whether an FSDP MixedPrecisionPolicy or torch.autocast runs the compute in another dtype than
+  /// the program records (commlens does not re-type activations yet, so their collectives' bytes
+  /// are unknown).
   bool castsCompute() const {
-    return llvm::any_of(state_.fsdp.units, [](const FsdpUnit &u) {
+    return ctx_.program.autocastRegions || llvm::any_of(state_.fsdp.units, [](const FsdpUnit &u) {
       return u.spec->paramDtype && llvm::any_of(u.params, [&](const Value *p) {
                return p->meta() && p->meta()->dtype != *u.spec->paramDtype;
              });

@@ -151,7 +151,7 @@ def test_json_output(run_commlens, dumps, tmp_path):
     assert doc["predicted"] == {"file": str(dumps / "mlp_grad.json"), "format": "commdebugmode-tree"}
     assert doc["measured"] == {"file": str(dumps / "mlp_nograd.counts.json"), "format": "commlens-counts"}
     assert doc["phases"] == ["forward", "backward"]
-    assert doc["summary"] == {"cells": 6, "differ": 3, "approximate": 0, "identical": False,
+    assert doc["summary"] == {"cells": 6, "differ": 3, "approximate": 0, "bytes_compared": 0, "identical": False,
                               "predicted_collectives": 2, "measured_collectives": 1}
     assert doc["cells"][4] == {"module": "MLP.w1", "depth": 2, "collective": AR, "phase": "backward",
                                "predicted": 1, "measured": 0, "diff": 1, "approximate": False, "match": False}

@@ -230,7 +230,13 @@ def test_measure_cli_fake(cli, tmp_path):
     assert counts["format"] == "commlens-counts" and counts["version"] == 1
     assert (counts["source"], counts["backend"], counts["world_size"], counts["phase"]) == ("measure", "fake", 4, "both")
     assert counts["mesh"] == {"shape": [4], "dim_names": ["tp"], "device_type": "cpu"}
-    assert counts["modules"] == [{"fqn": f, "forward": fw, "backward": bw} for f, fw, bw in mlp(True)]
+    assert [{k: m[k] for k in ("fqn", "forward", "backward")} for m in counts["modules"]] == [
+        {"fqn": f, "forward": fw, "backward": bw} for f, fw, bw in mlp(True)]
+    # Bytes each all_reduce sends on rank 0: the whole [2, 8, 16] float32 activation (w2's Partial
+    # output in forward, w1's Partial input gradient in backward) = 2 * 8 * 16 * 4 = 1024.
+    assert [(m["forward_bytes"], m["backward_bytes"]) for m in counts["modules"]] == [
+        ({AR: 1024 * n} if n else {}, {AR: 1024 * b} if b else {})
+        for n, b in [(fw.get(AR, 0), bw.get(AR, 0)) for _, fw, bw in mlp(True)]]
     dump = json.loads(out.read_text())  # CommDebugMode.generate_json_dump
     assert dump["fqn"] == "Global"
     assert [c["fqn"] for c in dump["children"]] == ["MLP"]
@@ -249,7 +255,8 @@ def test_measure_cli_plan_file_phase_forward(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     counts = json.loads((tmp_path / "c.json").read_text())
     assert counts["phase"] == "forward" and counts["plan"] == str(plan)
-    assert counts["modules"] == [{"fqn": f, "forward": fw, "backward": {}} for f, fw, _ in mlp(True)]
+    assert [{k: m[k] for k in ("fqn", "forward", "backward")} for m in counts["modules"]] == [
+        {"fqn": f, "forward": fw, "backward": {}} for f, fw, _ in mlp(True)]
     dump = json.loads((tmp_path / "m.json").read_text())
     assert dump["collectives_backward"] == []  # backward never ran
     assert dump["operations_forward"] == []  # noise level 0: counts only
