@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded example: set-up, build, export the example transformer, inspect
 # it, serialise a tensor+sequence parallel plan, predict its collectives, measure them with
-# CommDebugMode (fake process group, one CPU process) and compare: exit 1 on any mismatch.
+# CommDebugMode (fake process group, one CPU process) and compare counts and bytes: exit 1 on any
+# mismatch.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -21,5 +22,7 @@ build/commlens predict out/gpt2.pt2 --plan out/gpt2_tp_sp.json --phase "$PHASE" 
 build/commlens predict out/gpt2.pt2 --plan out/gpt2_tp_sp.json --phase "$PHASE" --format json -o out/predicted.json
 echo "== measure with CommDebugMode (fake process group, world size 4)"
 $PY -m commlens.measure "examples.gpt2:gpt2" --plan out/gpt2_tp_sp.json --phase "$PHASE" -o out/measured.json
-echo "== commlens compare out/predicted.json out/measured.json"
-build/commlens compare out/predicted.json out/measured.json
+# out/measured.json is CommDebugMode's own dump; out/measured.counts.json adds the bytes each
+# collective sent, so compare checks counts and bytes
+echo "== commlens compare out/predicted.json out/measured.counts.json"
+build/commlens compare out/predicted.json out/measured.counts.json
