@@ -175,11 +175,14 @@ void addCalledModulesWithoutOps(Graph &graph) {
   for (const auto &n : graph.nodes())
     for (const ModuleScope *s = n->scope(); s; s = s->parent())
       firstNode.try_emplace(s, n->index());
+  llvm::StringMap<ModuleScope *> byPath;
+  for (ModuleScope *s : tree.inForwardOrder())
+    byPath[s->path()] = s;
   // Shallower first, so a module's recorded parent is in the tree before it.
   std::vector<const CallSignature *> missing;
   llvm::StringMap<unsigned> numCalls;
   for (const CallSignature &sig : graph.callSignatures())
-    if (!sig.path.empty() && !tree.lookup(sig.path) && numCalls[sig.path]++ == 0)
+    if (!byPath.count(sig.path) && numCalls[sig.path]++ == 0)
       missing.push_back(&sig);
   llvm::stable_sort(missing, [](const CallSignature *a, const CallSignature *b) {
     return llvm::count(a->path, '.') < llvm::count(b->path, '.');
@@ -188,7 +191,7 @@ void addCalledModulesWithoutOps(Graph &graph) {
     ModuleScope *parent = tree.root();
     for (llvm::StringRef p = sig->path; p.contains('.');) {
       p = p.rsplit('.').first;
-      if (ModuleScope *s = tree.lookup(p)) {
+      if (ModuleScope *s = byPath.lookup(p)) {
         parent = s;
         break;
       }
@@ -196,19 +199,19 @@ void addCalledModulesWithoutOps(Graph &graph) {
     // The call ran once its inputs existed: before the first later scope whose first node comes
     // after the last of them.
     int64_t anchor = -1;
-    for (const Argument &a : sig->args)
+    auto after = [&](const Argument &a) {
       for (const Value *v : a.tensors())
         if (v->producer())
           anchor = std::max<int64_t>(anchor, v->producer()->index());
-    for (const auto &[key, a] : sig->kwargs)
-      for (const Value *v : a.tensors())
-        if (v->producer())
-          anchor = std::max<int64_t>(anchor, v->producer()->index());
+    };
+    llvm::for_each(sig->args, after);
+    for (const auto &kw : sig->kwargs)
+      after(kw.second);
     llvm::ArrayRef<ModuleScope *> order = tree.inForwardOrder();
     unsigned at = parent->forwardIndex() + 1;
     while (at < order.size() && !(firstNode.count(order[at]) && firstNode.lookup(order[at]) > anchor))
       ++at;
-    tree.insertWithoutOps(parent, sig->path, "", at, numCalls.lookup(sig->path));
+    byPath[sig->path] = tree.insertWithoutOps(parent, sig->path, "", at, numCalls.lookup(sig->path));
   }
 }
 

@@ -67,7 +67,8 @@ std::optional<Placements> placementsArg(const Node &n, llvm::StringRef name) {
 class Propagator {
 public:
   Propagator(PassContext &ctx, const Graph &graph, Phase phase)
-      : ctx_(ctx), state_(ctx.state), mesh_(ctx.state.dtensorMesh), graph_(graph), phase_(phase) {}
+      : ctx_(ctx), state_(ctx.state), mesh_(ctx.state.dtensorMesh), graph_(graph), phase_(phase),
+        castsCompute_(castsCompute(ctx)) {}
 
   llvm::Error run() {
     for (const auto &n : graph_.nodes()) {
@@ -108,7 +109,7 @@ private:
       r.fromPlacements = normalized(from, v->meta()->rank());
       r.toPlacements = normalized(to, v->meta()->rank());
       r.bytesPerRank = step->inputBytes;
-      r.bytesKnown = !castsCompute();
+      r.bytesKnown = !castsCompute_;
       r.why = why;
       r.approximate = approx;
       state_.collectives.push_back(std::move(r));
@@ -407,7 +408,7 @@ private:
       r.fromPlacements = xp;
       r.toPlacements = xp;
       r.bytesPerRank = bytes;
-      r.bytesKnown = !castsCompute();
+      r.bytesKnown = !castsCompute_;
       r.why = fmt::format("loss_parallel {}: {}", op.str(), what);
       state_.collectives.push_back(std::move(r));
     };
@@ -469,8 +470,8 @@ private:
   /// Whether an FSDP MixedPrecisionPolicy or torch.autocast runs the compute in another dtype than
   /// the program records (commlens does not re-type activations yet, so their collectives' bytes
   /// are unknown).
-  bool castsCompute() const {
-    return ctx_.program.autocastRegions || llvm::any_of(state_.fsdp.units, [](const FsdpUnit &u) {
+  static bool castsCompute(const PassContext &ctx) {
+    return ctx.program.autocastRegions || llvm::any_of(ctx.state.fsdp.units, [](const FsdpUnit &u) {
       return u.spec->paramDtype && llvm::any_of(u.params, [&](const Value *p) {
                return p->meta() && p->meta()->dtype != *u.spec->paramDtype;
              });
@@ -480,6 +481,7 @@ private:
   const DeviceMesh &mesh_;
   const Graph &graph_;
   Phase phase_;
+  const bool castsCompute_;
   const Node *node_ = nullptr;
 };
 

@@ -4,11 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <functional>
 #include <map>
-#include <set>
-#include <tuple>
 
 namespace commlens {
 namespace {
@@ -67,20 +66,32 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
   r.backward = backward;
   std::vector<const ModuleScope *> order;
   preOrder(program.graph().scopes().root(), order);
+  for (const InputSpec &in : program.graph().inputs()) {
+    const DTensorLayout *l = in.kind == InputKind::Parameter && in.value ? state.layout(in.value) : nullptr;
+    if (!l)
+      continue;
+    // scopes are named on the tree checkpoint_wrapper leaves; parameter targets are not
+    std::string target = pathAfterCheckpointWrappers(plan, in.target);
+    auto [owner, name] = llvm::StringRef(target).contains('.') ? llvm::StringRef(target).rsplit('.')
+                                                               : std::make_pair(llvm::StringRef(), llvm::StringRef(target));
+    r.parameters_[owner.str()].emplace_back(name.str(), placementsRepr(l->placements));
+  }
   (void)llvm::cantFail(r.counts.addModule(kGlobal, 0));
   for (const ModuleScope *s : order)
     (void)llvm::cantFail(r.counts.addModule(s->displayName(), s->depth() + 1, moduleType(*s)));
-  std::set<std::tuple<std::string, Phase, std::string>> unknownBytes; // cells a collective of unknown size joins
+  llvm::DenseSet<const CommCell *> unknownBytes; // cells a collective of unknown size joins
   for (const CollectiveRecord &c : state.collectives) {
     if ((c.phase == Phase::Forward && !forward) || (c.phase == Phase::Backward && !backward))
       continue;
     auto bump = [&](llvm::StringRef fqn) {
       CommCell &cell = r.counts.find(fqn)->phase(commPhase(c.phase))[c.opKey];
       ++cell.count;
-      if (c.bytesKnown && !unknownBytes.count({fqn.str(), c.phase, c.opKey}))
-        cell.bytes = cell.bytes.value_or(0) + c.bytesPerRank;
-      else if (unknownBytes.insert({fqn.str(), c.phase, c.opKey}).second)
+      if (!c.bytesKnown)
+        unknownBytes.insert(&cell);
+      if (unknownBytes.count(&cell))
         cell.bytes.reset();
+      else
+        cell.bytes = cell.bytes.value_or(0) + c.bytesPerRank;
       cell.approximate |= c.approximate;
     };
     bump(kGlobal);
@@ -90,21 +101,11 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
   return r;
 }
 
-std::vector<std::pair<std::string, std::string>> PredictionReport::dtensorParameters(const ModuleScope &s) const {
-  std::vector<std::pair<std::string, std::string>> params;
-  std::string prefix = s.path().empty() ? "" : s.path() + ".";
-  for (const InputSpec &in : program->graph().inputs()) {
-    if (in.kind != InputKind::Parameter)
-      continue;
-    // scopes are named on the tree checkpoint_wrapper leaves; parameter targets are not
-    std::string target = pathAfterCheckpointWrappers(*plan, in.target);
-    llvm::StringRef name(target);
-    if (!name.startswith(prefix) || name.drop_front(prefix.size()).contains('.'))
-      continue;
-    if (const DTensorLayout *l = in.value ? state->layout(in.value) : nullptr)
-      params.emplace_back(name.drop_front(prefix.size()).str(), placementsRepr(l->placements));
-  }
-  return params;
+llvm::ArrayRef<std::pair<std::string, std::string>> PredictionReport::dtensorParameters(const ModuleScope &s) const {
+  auto it = parameters_.find(s.path());
+  if (it == parameters_.end())
+    return {};
+  return it->second;
 }
 
 void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {

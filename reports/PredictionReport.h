@@ -11,8 +11,10 @@
 #include "ir/Graph.h"
 #include "ir/ShardingPlan.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,7 +37,11 @@ struct PredictionReport {
   /// parameter placements) with "collectives_*_detail" records per module.
   std::string toJson() const;
   /// The module's own DTensor parameters as CommDebugMode lists them: (name, placements repr).
-  std::vector<std::pair<std::string, std::string>> dtensorParameters(const ModuleScope &s) const;
+  llvm::ArrayRef<std::pair<std::string, std::string>> dtensorParameters(const ModuleScope &s) const;
+
+private:
+  /// dtensorParameters by module path (on the tree checkpoint_wrapper leaves), found once.
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>, std::less<>> parameters_;
 };
 
 } // namespace commlens
