@@ -15,8 +15,6 @@
 
 namespace commlens {
 
-namespace {
-
 bool isFloating(ScalarType t) {
   switch (t) {
   case ScalarType::Half: case ScalarType::Float: case ScalarType::Double: case ScalarType::BFloat16:
@@ -28,6 +26,36 @@ bool isFloating(ScalarType t) {
     return false;
   }
 }
+
+llvm::DenseSet<const Value *> gradLeaves(const Graph &g, const ShardingPlan &plan,
+                                         const llvm::DenseSet<const Value *> *retrained) {
+  llvm::DenseSet<const Value *> leaves;
+  for (const InputSpec &in : g.inputs()) {
+    if (!in.value || !in.value->meta() || !isFloating(in.value->meta()->dtype))
+      continue;
+    if (in.kind == InputKind::Parameter) {
+      bool frozen = false;
+      for (const std::string &p : plan.frozen)
+        frozen |= matchesGlob(p, in.target) || (!in.aliasOf.empty() && matchesGlob(p, in.aliasOf));
+      frozen &= !(retrained && retrained->count(in.value));
+      for (const std::string &p : plan.frozenAfterParallelize)
+        frozen |= matchesGlob(p, in.target) || (!in.aliasOf.empty() && matchesGlob(p, in.aliasOf));
+      if (!frozen)
+        leaves.insert(in.value);
+    } else if (in.kind == InputKind::UserInput) {
+      for (const InputSetting &s : plan.inputs)
+        if (s.requiresGrad) {
+          std::optional<Argument> input = g.userInput(s.key);
+          if (input && input->isTensor() && input->tensor() == in.value)
+            leaves.insert(in.value);
+        }
+    }
+  }
+  return leaves;
+}
+
+namespace {
+
 
 StringList placementsList(const Placements &p) {
   StringList out;
@@ -220,27 +248,7 @@ private:
   // ---- forward recording ----------------------------------------------------------------------
 
   void markLeaves() {
-    for (const InputSpec &in : fwd_.inputs()) {
-      if (!in.value || !in.value->meta() || !isFloating(in.value->meta()->dtype))
-        continue;
-      if (in.kind == InputKind::Parameter) {
-        bool frozen = false;
-        for (const std::string &p : ctx_.plan->frozen)
-          frozen |= matchesGlob(p, in.target) || (!in.aliasOf.empty() && matchesGlob(p, in.aliasOf));
-        frozen &= !state_.retrainedByStyle.count(in.value);
-        for (const std::string &p : ctx_.plan->frozenAfterParallelize)
-          frozen |= matchesGlob(p, in.target) || (!in.aliasOf.empty() && matchesGlob(p, in.aliasOf));
-        if (!frozen)
-          leaves_.insert(in.value);
-      } else if (in.kind == InputKind::UserInput) {
-        for (const InputSetting &s : ctx_.plan->inputs)
-          if (s.requiresGrad) {
-            std::optional<Argument> input = fwd_.userInput(s.key);
-            if (input && input->isTensor() && input->tensor() == in.value)
-              leaves_.insert(in.value);
-          }
-      }
-    }
+    leaves_ = gradLeaves(fwd_, *ctx_.plan, &state_.retrainedByStyle);
     for (const InputSpec &in : fwd_.inputs())
       if (in.value && (in.kind == InputKind::Parameter || in.kind == InputKind::Buffer ||
                        in.kind == InputKind::TensorConstant))

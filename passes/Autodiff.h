@@ -17,9 +17,18 @@
 //              to_local_backward, run by BackwardPropagation.
 #pragma once
 
+#include "llvm/ADT/DenseSet.h"
+
 #include "passes/PassManager.h"
 
 namespace commlens {
+
+/// Dtypes autograd differentiates (floating and complex).
+bool isFloating(ScalarType t);
+/// The values autograd starts from: trainable floating parameters (not frozen by the plan,
+/// unless `retrained` re-registered them) and user inputs the plan marks requires_grad.
+llvm::DenseSet<const Value *> gradLeaves(const Graph &g, const ShardingPlan &plan,
+                                         const llvm::DenseSet<const Value *> *retrained);
 
 class AppendLoss : public Pass {
 public:

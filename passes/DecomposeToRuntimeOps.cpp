@@ -2,6 +2,10 @@
 
 #include "ir/Error.h"
 #include "ir/GraphBuilder.h"
+#include "passes/Autodiff.h"
+#include "passes/SdpaBackendSelection.h"
+
+#include <cmath>
 
 #include <numeric>
 
@@ -98,7 +102,9 @@ namespace {
 /// Emits the runtime ops of one exported node.
 class Decomposer {
 public:
-  Decomposer(GraphBuilder &b) : b_(b) {}
+  /// `cuda`: the target of a device_type="cuda" plan (its kernels' dispatch), else CPU dispatch.
+  Decomposer(GraphBuilder &b, const CudaTarget *cuda, llvm::DenseSet<const Value *> requiresGrad)
+      : b_(b), cuda_(cuda), requiresGrad_(std::move(requiresGrad)) {}
 
   llvm::Error rewrite(const Node &n) {
     n_ = &n;
@@ -134,7 +140,7 @@ public:
     if (op == "aten::type_as.default")
       return conversion(/*forced=*/false);
     if (op == "aten::scaled_dot_product_attention.default")
-      return sdpa();
+      return cuda_ ? sdpaCuda() : sdpa();
     if (op.startswith("aten::to.")) {
       const Argument *copy = n.input("copy");
       return conversion(/*forced=*/copy && copy->is<bool>() && copy->get<bool>());
@@ -370,6 +376,21 @@ private:
       b_.bind(result(0), x);
       return llvm::Error::success();
     }
+    if (cuda_) {
+      // is_fused_kernel_acceptable (Dropout.cpp): a CUDA input with 0 < p < 1 and elements runs
+      // the fused native_dropout.
+      if (prob > 0.0 && prob < 1.0 && x->meta()->numel() > 0) {
+        Value *y = b_.tensor(result(0)->name(), *result(0)->meta());
+        TensorMeta mm = withShape(*x->meta(), hints(x->meta()->sizes));
+        mm.dtype = ScalarType::Bool;
+        mm.requiresGrad = false;
+        Value *mask = b_.tensor(tmp("mask"), mm);
+        b_.emit("aten::native_dropout.default", {{"input", x, false}, {"p", prob, false}, {"train", true, false}},
+                {y, mask}, *n_);
+        b_.bind(result(0), y);
+        return llvm::Error::success();
+      }
+    }
     // CPU path: a Bernoulli mask scaled in place, then multiplied in.
     TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
     Value *mask = unary("aten::empty_like.default", x, m, tmp("mask"));
@@ -407,7 +428,172 @@ private:
     return llvm::Error::success();
   }
 
+  double doubleArg(llvm::StringRef name, double fallback) const {
+    const Argument *a = n_->input(name);
+    if (a && a->is<double>())
+      return a->get<double>();
+    if (a && a->is<int64_t>())
+      return static_cast<double>(a->get<int64_t>());
+    return fallback;
+  }
+  bool boolArg(llvm::StringRef name, bool fallback) const {
+    const Argument *a = n_->input(name);
+    return a && a->is<bool>() ? a->get<bool>() : fallback;
+  }
+
+  /// SDPA on a cuda mesh (attention.cpp scaled_dot_product_attention): the backend
+  /// selectCudaSdpaBackend picks, with the argument preparation ATen's composite does for it.
+  llvm::Error sdpaCuda() {
+    Value *q = in("query"), *k = in("key"), *v = in("value"), *mask = in("attn_mask");
+    const Value *out = result(0);
+    SdpaOperands ops;
+    ops.query = &*q->meta();
+    ops.key = &*k->meta();
+    ops.value = &*v->meta();
+    ops.mask = mask ? &*mask->meta() : nullptr;
+    ops.dropout = doubleArg("dropout_p", 0.0);
+    ops.isCausal = boolArg("is_causal", false);
+    ops.enableGqa = boolArg("enable_gqa", false);
+    // should_compute_logsumexp / input_requires_grad: grad mode on and some input requires grad.
+    for (const char *name : {"query", "key", "value"})
+      ops.requiresGrad |= n_->gradEnabled() && requiresGrad_.count(n_->input(name)->tensor());
+    SdpaSelection sel = selectCudaSdpaBackend(ops, *cuda_);
+    const Argument *scaleArg = n_->input("scale");
+    Argument scale = scaleArg ? b_.map(*scaleArg) : Argument(NoneArg{});
+    const TensorMeta &qm = *q->meta();
+    auto qs = hints(qm.sizes);
+    int64_t B = qs[0], H = qs[1], L = qs[2], S = hints(k->meta()->sizes)[2];
+    auto sideTensor = [&](llvm::StringRef what, ScalarType dtype, llvm::ArrayRef<int64_t> sizes) {
+      TensorMeta m = withShape(qm, sizes);
+      m.dtype = dtype;
+      m.requiresGrad = false;
+      return b_.tensor(tmp(what), m);
+    };
+    switch (sel.backend) {
+    case SdpaBackend::Math:
+      return makeError("node '{}' in module '{}': scaled_dot_product_attention runs the math backend on CUDA ({}); "
+                       "commlens does not model that decomposition yet",
+                       n_->name(), n_->scope() ? n_->scope()->path() : std::string(), sel.why);
+    case SdpaBackend::Flash: {
+      // pad_last_dim<8>: head dims padded to a multiple of 8, the output sliced back; the scale is
+      // computed from the unpadded head dim and passed explicitly.
+      int64_t d = qs[3];
+      int64_t pad = d % 8 ? 8 - d % 8 : 0;
+      auto padded = [&](Value *x, llvm::StringRef tag) {
+        if (!pad)
+          return x;
+        auto sizes = hints(x->meta()->sizes);
+        sizes.back() += pad;
+        return emit1("aten::constant_pad_nd.default",
+                     {{"self", x, false}, {"pad", IntList{0, pad}, false}, {"value", int64_t{0}, false}},
+                     withShape(*x->meta(), sizes), tmp(("pad" + tag).str()));
+      };
+      Value *qp = padded(q, "_q"), *kp = padded(k, "_k"), *vp = padded(v, "_v");
+      double s = scaleArg && scaleArg->is<double>() ? scaleArg->get<double>() : 1.0 / std::sqrt(static_cast<double>(d));
+      TensorMeta ym = pad ? withShape(*qp->meta(), hints(qp->meta()->sizes)) : *out->meta();
+      Value *y = b_.tensor(pad ? tmp("flash_out") : out->name(), ym);
+      Value *lse = sideTensor("logsumexp", ScalarType::Float, {B, H, L});
+      Value *seed = sideTensor("philox_seed", ScalarType::UInt64, {2});
+      Value *offset = sideTensor("philox_offset", ScalarType::UInt64, {});
+      Value *debug = sideTensor("debug_attn_mask", qm.dtype, {0});
+      b_.emit("aten::_scaled_dot_product_flash_attention.default",
+              {{"query", qp, false}, {"key", kp, false}, {"value", vp, false}, {"dropout_p", ops.dropout, false},
+               {"is_causal", ops.isCausal, false}, {"return_debug_mask", false, false}, {"scale", s, true}},
+              {y, lse, Argument(NoneArg{}), Argument(NoneArg{}), L, S, seed, offset, debug}, *n_);
+      if (pad)
+        y = emit1("aten::slice.Tensor",
+                  {{"self", y, false}, {"dim", int64_t{-1}, false}, {"start", int64_t{0}, false}, {"end", d, false}},
+                  *out->meta(), out->name());
+      b_.bind(out, y);
+      return llvm::Error::success();
+    }
+    case SdpaBackend::Efficient:
+    case SdpaBackend::Cudnn: {
+      bool cudnn = sel.backend == SdpaBackend::Cudnn;
+      Argument bias = NoneArg{};
+      if (mask) {
+        Value *m = mask;
+        if (m->meta()->dtype == ScalarType::Bool) {
+          // convert_boolean_attn_mask: where(!mask, -inf (cuDNN: -65504), 0.0) in the query's dtype.
+          TensorMeta bm = withShape(*m->meta(), hints(m->meta()->sizes));
+          Value *inv = unary("aten::logical_not.default", m, bm, tmp("mask_not"));
+          TensorMeta zm = withShape(qm, {});
+          zm.requiresGrad = false;
+          Value *zero = b_.tensor(tmp("mask_zero"), zm);
+          b_.emit("aten::scalar_tensor.default", {{"s", 0.0, false}, {"dtype", qm.dtype, true}}, {zero}, *n_);
+          TensorMeta fm = bm;
+          fm.dtype = qm.dtype;
+          m = emit1("aten::where.ScalarSelf",
+                    {{"condition", inv, false}, {"self", cudnn ? -65504.0 : -INFINITY, false}, {"other", zero, false}},
+                    fm, tmp("mask_bias"));
+        }
+        if (!cudnn) {
+          // preprocess_mask: pad the last dim to a multiple of 8 (then slice back) unless every
+          // stride but the last is a multiple of 8 and the last is 1; expand to [B, H, L, S].
+          const TensorMeta &mm = *m->meta();
+          bool aligned = !mm.strides.empty() && mm.strides.back().hint == 1;
+          for (size_t i = 0; i + 1 < mm.strides.size(); ++i)
+            aligned = aligned && mm.strides[i].hint % 8 == 0;
+          if (!aligned) {
+            auto sizes = hints(mm.sizes);
+            int64_t last = sizes.back(), padCount = 8 - last % 8;
+            auto padSizes = sizes;
+            padSizes.back() += padCount;
+            Value *pm = emit1("aten::constant_pad_nd.default",
+                              {{"self", m, false}, {"pad", IntList{0, padCount}, false}, {"value", int64_t{0}, false}},
+                              withShape(mm, padSizes), tmp("mask_pad"));
+            auto pst = hints(pm->meta()->strides);
+            m = emit1("aten::slice.Tensor",
+                      {{"self", pm, false}, {"dim", int64_t{-1}, false}, {"start", int64_t{0}, false}, {"end", last, false}},
+                      withShape(mm, sizes, llvm::ArrayRef<int64_t>(pst)), tmp("mask_slice"));
+          }
+          llvm::SmallVector<int64_t, 4> full{B, H, L, S};
+          auto mst = hints(m->meta()->strides);
+          auto msz = hints(m->meta()->sizes);
+          llvm::SmallVector<int64_t, 4> est(4, 0);
+          for (size_t i = 0; i < 4; ++i) {
+            int64_t src = static_cast<int64_t>(i) - static_cast<int64_t>(4 - msz.size());
+            if (src >= 0 && msz[src] == full[i])
+              est[i] = mst[src];
+          }
+          m = emit1("aten::expand.default", {{"self", m, false}, {"size", IntList(full), false}},
+                    withShape(*m->meta(), full, llvm::ArrayRef<int64_t>(est)), tmp("mask_expand"));
+        }
+        bias = m;
+      }
+      Value *y = b_.tensor(out->name(), *out->meta());
+      if (cudnn) {
+        Value *lse = sideTensor("logsumexp", ScalarType::Float, {B, H, L, 1});
+        Value *seed = sideTensor("philox_seed", ScalarType::Long, {});
+        Value *offset = sideTensor("philox_offset", ScalarType::Long, {});
+        b_.emit("aten::_scaled_dot_product_cudnn_attention.default",
+                {{"query", q, false}, {"key", k, false}, {"value", v, false}, {"attn_bias", bias, false},
+                 {"compute_log_sumexp", ops.requiresGrad, false}, {"dropout_p", ops.dropout, false},
+                 {"is_causal", ops.isCausal, false}, {"return_debug_mask", false, false}, {"scale", scale, true}},
+                {y, lse, Argument(NoneArg{}), Argument(NoneArg{}), L, S, seed, offset, Argument(NoneArg{})}, *n_);
+      } else {
+        // Logsumexp rows are padded to a multiple of 32 (empty when not computed).
+        Value *lse = sideTensor("logsumexp", ScalarType::Float, {B, H, ops.requiresGrad ? (L + 31) / 32 * 32 : 0});
+        Value *seed = sideTensor("philox_seed", ScalarType::Long, {});
+        Value *offset = sideTensor("philox_offset", ScalarType::Long, {});
+        b_.emit("aten::_scaled_dot_product_efficient_attention.default",
+                {{"query", q, false}, {"key", k, false}, {"value", v, false}, {"attn_bias", bias, false},
+                 {"compute_log_sumexp", ops.requiresGrad, false}, {"dropout_p", ops.dropout, false},
+                 {"is_causal", ops.isCausal, false}, {"scale", scale, true}},
+                {y, lse, seed, offset}, *n_);
+      }
+      b_.bind(out, y);
+      return llvm::Error::success();
+    }
+    }
+    return llvm::Error::success();
+  }
+
   GraphBuilder &b_;
+  const CudaTarget *cuda_ = nullptr;
+  /// Exported values that require grad at run time (gradLeaves and what grad-enabled ops make
+  /// of them), for the kernels whose arguments depend on it.
+  llvm::DenseSet<const Value *> requiresGrad_;
   const Node *n_ = nullptr;
 };
 
@@ -415,7 +601,17 @@ private:
 
 llvm::Error DecomposeToRuntimeOps::run(PassContext &ctx) {
   GraphBuilder builder(ctx.program.graph());
-  Decomposer d(builder);
+  bool cuda = ctx.plan && ctx.plan->mesh.deviceType == MeshDeviceType::Cuda;
+  llvm::DenseSet<const Value *> requiresGrad;
+  if (cuda) {
+    requiresGrad = gradLeaves(ctx.program.graph(), *ctx.plan, nullptr);
+    for (const auto &n : ctx.program.graph().nodes())
+      if (n->gradEnabled() && llvm::any_of(n->operands(), [&](Value *v) { return requiresGrad.count(v); }))
+        for (Value *r : n->results())
+          if (r->meta() && isFloating(r->meta()->dtype))
+            requiresGrad.insert(r);
+  }
+  Decomposer d(builder, cuda ? &ctx.options.cudaTarget : nullptr, std::move(requiresGrad));
   for (const auto &n : ctx.program.graph().nodes())
     if (llvm::Error err = d.rewrite(*n))
       return err;

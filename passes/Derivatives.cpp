@@ -193,6 +193,87 @@ llvm::Error sdpaFlashCpu(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// The CUDA attention kernels' formulas (derivatives.yaml): one backward kernel taking the
+/// forward's saved outputs and philox state; grads of q, k, v (and, for efficient attention, of a
+/// bias that requires grad).
+struct SdpaGrads {
+  Value *q, *k, *v;
+};
+SdpaGrads sdpaGradValues(GradCall &c) {
+  Value *q = c.operand("query"), *k = c.operand("key"), *v = c.operand("value");
+  return {c.e.newValue("grad_sdpa_q", GradEmitter::like(q)), c.e.newValue("grad_sdpa_k", GradEmitter::like(k)),
+          c.e.newValue("grad_sdpa_v", GradEmitter::like(v))};
+}
+void setSdpaGrads(GradCall &c, const SdpaGrads &g) {
+  c.set("query", g.q);
+  c.set("key", g.k);
+  c.set("value", g.v);
+}
+Argument outputArg(const Node &n, unsigned i) { return i < n.outputs().size() ? n.outputs()[i] : Argument(NoneArg{}); }
+
+llvm::Error sdpaFlash(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  SdpaGrads g = sdpaGradValues(c);
+  llvm::SmallVector<NamedArgument, 4> args{
+      A("grad_out", c.g()),       A("query", c.operand("query")), A("key", c.operand("key")),
+      A("value", c.operand("value")), A("out", mut(c.result(0))), A("logsumexp", mut(c.result(1))),
+      A("cum_seq_q", NoneArg{}),  A("cum_seq_k", NoneArg{}),      A("max_q", outputArg(c.n, 4)),
+      A("max_k", outputArg(c.n, 5)), A("dropout_p", c.floatArg("dropout_p").value_or(0.0)),
+      A("is_causal", c.boolArg("is_causal")), A("philox_seed", mut(c.result(2))),
+      A("philox_offset", mut(c.result(3)))};
+  if (const Argument *scale = c.n.input("scale"))
+    args.push_back(K("scale", *scale));
+  c.e.emitNode(g.q->name(), "aten::_scaled_dot_product_flash_attention_backward.default", std::move(args),
+               {Argument(g.q), Argument(g.k), Argument(g.v)});
+  setSdpaGrads(c, g);
+  return llvm::Error::success();
+}
+
+llvm::Error sdpaEfficient(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  SdpaGrads g = sdpaGradValues(c);
+  Value *bias = c.operand("attn_bias");
+  bool biasGrad = bias && c.want("attn_bias");
+  Value *gb = biasGrad ? c.e.newValue("grad_sdpa_bias", GradEmitter::like(bias)) : nullptr;
+  llvm::SmallVector<NamedArgument, 4> args{
+      A("grad_out_", c.g()), A("query", c.operand("query")), A("key", c.operand("key")),
+      A("value", c.operand("value")), A("attn_bias", bias ? Argument(bias) : Argument(NoneArg{})),
+      A("out", mut(c.result(0))), A("logsumexp", mut(c.result(1))), A("philox_seed", mut(c.result(2))),
+      A("philox_offset", mut(c.result(3))), A("dropout_p", c.floatArg("dropout_p").value_or(0.0)),
+      A("grad_input_mask", BoolList{c.want("query"), c.want("key"), c.want("value"), biasGrad}),
+      A("is_causal", c.boolArg("is_causal"))};
+  if (const Argument *scale = c.n.input("scale"))
+    args.push_back(K("scale", *scale));
+  c.e.emitNode(g.q->name(), "aten::_scaled_dot_product_efficient_attention_backward.default", std::move(args),
+               {Argument(g.q), Argument(g.k), Argument(g.v), gb ? Argument(gb) : Argument(NoneArg{})});
+  setSdpaGrads(c, g);
+  if (gb)
+    c.set("attn_bias", gb);
+  return llvm::Error::success();
+}
+
+llvm::Error sdpaCudnn(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  SdpaGrads g = sdpaGradValues(c);
+  Value *bias = c.operand("attn_bias");
+  llvm::SmallVector<NamedArgument, 4> args{
+      A("grad_out", c.g()), A("query", c.operand("query")), A("key", c.operand("key")),
+      A("value", c.operand("value")), A("out", mut(c.result(0))), A("logsumexp", mut(c.result(1))),
+      A("philox_seed", mut(c.result(2))), A("philox_offset", mut(c.result(3))),
+      A("attn_bias", bias ? Argument(bias) : Argument(NoneArg{})), A("cum_seq_q", NoneArg{}),
+      A("cum_seq_k", NoneArg{}), A("max_q", outputArg(c.n, 4)), A("max_k", outputArg(c.n, 5)),
+      A("dropout_p", c.floatArg("dropout_p").value_or(0.0)), A("is_causal", c.boolArg("is_causal"))};
+  if (const Argument *scale = c.n.input("scale"))
+    args.push_back(K("scale", *scale));
+  c.e.emitNode(g.q->name(), "aten::_scaled_dot_product_cudnn_attention_backward.default", std::move(args),
+               {Argument(g.q), Argument(g.k), Argument(g.v)});
+  setSdpaGrads(c, g);
+  return llvm::Error::success();
+}
+
 llvm::Error identity(GradCall &c) {
   c.set("self", c.g());
   return llvm::Error::success();
@@ -1411,6 +1492,9 @@ const Table &table() {
     reg({"aten::native_layer_norm.default"}, layerNorm);
     reg({"aten::_fused_rms_norm.default"}, rmsNorm);
     reg({"aten::_scaled_dot_product_flash_attention_for_cpu.default"}, sdpaFlashCpu);
+    reg({"aten::_scaled_dot_product_flash_attention.default"}, sdpaFlash);
+    reg({"aten::_scaled_dot_product_efficient_attention.default"}, sdpaEfficient);
+    reg({"aten::_scaled_dot_product_cudnn_attention.default"}, sdpaCudnn);
     reg({"aten::view.default", "aten::_unsafe_view.default", "aten::reshape.default", "aten::view_copy.default"},
         viewLike);
     reg({"aten::t.default"}, tBackward);

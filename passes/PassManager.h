@@ -3,6 +3,7 @@
 #pragma once
 
 #include "passes/PredictionState.h"
+#include "passes/SdpaBackendSelection.h"
 
 #include "ir/Graph.h"
 #include "ir/ShardingPlan.h"
@@ -20,6 +21,8 @@ struct PassOptions {
   /// Continue past unsupported ops, treating their DTensor operands as replicated and marking
   /// every count that depends on them approximate.
   bool allowUnsupported = false;
+  /// The GPU whose dispatch a device_type="cuda" plan follows (SDPA backend choice).
+  CudaTarget cudaTarget;
 };
 
 /// What the passes share: the program they rewrite, the plan, and the analysis results.

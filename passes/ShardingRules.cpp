@@ -25,6 +25,7 @@ const RuleTable &table() {
     registerBackwardRules(t);
     registerSpatialRules(t);
     registerLinalgRules(t);
+    registerAttentionRules(t);
     return t;
   }();
   return t;

@@ -116,7 +116,9 @@ int main(int argc, char **argv) {
     last.insert(passNames[passNames.size() - 1]);
     pm.printAfter(std::move(last), llvm::outs());
   }
-  PassContext ctx{**program, plan ? &*plan : nullptr, PassOptions{allowUnsupported}, PredictionState()};
+  PassOptions options;
+  options.allowUnsupported = allowUnsupported;
+  PassContext ctx{**program, plan ? &*plan : nullptr, options, PredictionState()};
   if (llvm::Error err = pm.run(ctx))
     return fail(fmt::format("{}: {}", inputFile.getValue(), takeMessage(std::move(err))));
   if (report) {

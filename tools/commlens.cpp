@@ -32,6 +32,7 @@ commands:
       module tree in forward order with node counts, parameters, parameter execution order
   predict MODEL.pt2 --plan PLAN.json [--phase forward] [--format table|json] [--noise-level N]
           [-o FILE] [--print-after=PASS[,PASS]] [--allow-unsupported] [--world-size N]
+          [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
       predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
   check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
       validates a plan against the model and lists the modules each style applies to
@@ -47,7 +48,11 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
     {"predict", R"(usage: commlens predict MODEL.pt2 --plan PLAN.json [--phase forward|backward|both]
                         [--format table|json] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
                         [--allow-unsupported] [--world-size N]
+                        [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
   predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
+  a device_type="cuda" plan follows the CUDA dispatch of the target GPU (default h100, cuDNN 9.10.2):
+  --gpu names a preset (a100, h100, h200, b200, ...), --gpu-arch sets the compute capability,
+  --cudnn-version the runtime's torch.backends.cudnn.version() (e.g. 91002)
 )"},
     {"check-plan", R"(usage: commlens check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
   validates a plan against the model and lists the modules each style applies to
@@ -235,11 +240,29 @@ llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::strin
 
 int runPredict(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {"--allow-unsupported"},
-                        {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size"});
+                        {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size",
+                         "--gpu", "--gpu-arch", "--cudnn-version"});
   if (!args)
     return fail(takeMessage(args.takeError()));
   if (args->help)
     return printUsage("predict");
+  PassOptions options;
+  options.allowUnsupported = args->flag("--allow-unsupported");
+  if (std::string gpu = args->option("--gpu"); !gpu.empty()) {
+    auto target = cudaTargetByName(gpu);
+    if (!target)
+      return fail(fmt::format("--gpu: {}", takeMessage(target.takeError())));
+    options.cudaTarget = *target;
+  }
+  if (std::string arch = args->option("--gpu-arch"); !arch.empty())
+    if (llvm::Error err = setComputeCapability(options.cudaTarget, arch))
+      return fail(fmt::format("--gpu-arch: {}", takeMessage(std::move(err))));
+  if (std::string v = args->option("--cudnn-version"); !v.empty()) {
+    int64_t version = 0;
+    if (llvm::StringRef(v).getAsInteger(10, version) || version < 1000 || version > 999999)
+      return fail(fmt::format("--cudnn-version needs torch.backends.cudnn.version()'s integer (e.g. 91002), got '{}'", v));
+    options.cudaTarget.cudnnVersion = version;
+  }
   if (args->positional.size() != 1 || args->option("--plan").empty())
     return fail("predict takes MODEL.pt2 and --plan PLAN.json");
   std::string phase = args->option("--phase").empty() ? "forward" : args->option("--phase");
@@ -272,7 +295,7 @@ int runPredict(int argc, char **argv) {
     }
     pm.printAfter(std::move(names), llvm::errs());
   }
-  PassContext ctx{*program, &plan, PassOptions{args->flag("--allow-unsupported")}, PredictionState()};
+  PassContext ctx{*program, &plan, options, PredictionState()};
   if (llvm::Error err = pm.run(ctx))
     return fail(fmt::format("{}: {}", modelPath, takeMessage(std::move(err))));
   PredictionReport report =

@@ -199,9 +199,6 @@ llvm::Expected<Cands> sliceBackwardRule(const OpCall &call) {
   return singleCandidate(call, followCandidate(call, p, p));
 }
 
-llvm::Expected<Cands> sdpaCpuBackwardRule(const OpCall &call) {
-  return call.error("torch 2.13 DTensor has no sharding strategy for this op (NotImplementedError)");
-}
 
 } // namespace
 
@@ -214,7 +211,6 @@ void registerBackwardRules(RuleTable &t) {
   t["aten::nll_loss_backward.default"] = nllLossBackwardRule;
   t["aten::nll_loss2d_backward.default"] = nllLossBackwardRule; // the same strategy in DTensor
   t["aten::native_batch_norm_backward.default"] = batchNormBackwardRule;
-  t["aten::_scaled_dot_product_flash_attention_for_cpu_backward.default"] = sdpaCpuBackwardRule;
   t["aten::select_backward.default"] = selectBackwardRule;
   t["aten::slice_backward.default"] = sliceBackwardRule;
 }

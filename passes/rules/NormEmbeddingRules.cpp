@@ -101,14 +101,6 @@ llvm::Expected<Cands> groupNormRule(const OpCall &call) {
   return expandSingleDim(call, {r}, opts);
 }
 
-/// SDPA on a CPU mesh reaches DTensor as _scaled_dot_product_flash_attention_for_cpu, which has
-/// no strategy in torch 2.13 (its decomposition fallback fails too): DTensor raises
-/// NotImplementedError, so do we.
-llvm::Expected<Cands> sdpaCpuRule(const OpCall &call) {
-  return call.error("torch 2.13 DTensor has no sharding strategy for this op (NotImplementedError); "
-                    "scaled_dot_product_attention on CPU DTensors fails at runtime");
-}
-
 } // namespace
 
 void registerNormEmbeddingRules(RuleTable &t) {
@@ -118,7 +110,6 @@ void registerNormEmbeddingRules(RuleTable &t) {
   for (const auto &e : batchNorms())
     t[e.getKey()] = batchNormRule;
   t["aten::native_group_norm.default"] = groupNormRule;
-  t["aten::_scaled_dot_product_flash_attention_for_cpu.default"] = sdpaCpuRule;
 }
 
 } // namespace commlens::rules

@@ -147,6 +147,7 @@ void registerNormEmbeddingRules(RuleTable &t);
 void registerBackwardRules(RuleTable &t);
 void registerSpatialRules(RuleTable &t);
 void registerLinalgRules(RuleTable &t);
+void registerAttentionRules(RuleTable &t);
 
 // Small helpers shared by rule files.
 int64_t normDim(int64_t d, int64_t rank);
