@@ -473,7 +473,7 @@ private:
     case SdpaBackend::Math:
       return makeError("node '{}' in module '{}': scaled_dot_product_attention runs the math backend on CUDA ({}); "
                        "commlens does not model that decomposition yet",
-                       n_->name(), n_->scope() ? n_->scope()->path() : std::string(), sel.why);
+                       n_->name(), n_->scope() ? n_->scope()->displayName() : std::string("Global"), sel.why);
     case SdpaBackend::Flash: {
       // pad_last_dim<8>: head dims padded to a multiple of 8, the output sliced back; the scale is
       // computed from the unpadded head dim and passed explicitly.
