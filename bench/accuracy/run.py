@@ -254,6 +254,10 @@ CONFIGS = [
     Config("gpt2-tp_loss_parallel-tp4-forward", GPT2, P + "gpt2_tp_loss_parallel(tp=4)", "forward"),
     Config("gpt2-tp_sp-tp4-cuda-forward", GPT2, P + "gpt2_tp_sp(tp=4, device_type='cuda')", "forward"),
     Config("gpt2_sdpa-tp-tp4-forward", GPT2_SDPA, P + "gpt2_tp(tp=4)", "forward"),
+    # cuda plans: SDPA lowered to the CUDA kernel an H100 runs (efficient attention for fp32); the
+    # kernel sees local tensors here, so the meta-device measurement is the truth.
+    Config("gpt2_sdpa-tp_sp-tp4-cuda-both", GPT2_SDPA, P + "gpt2_tp_sp(tp=4, device_type='cuda')", "both"),
+    Config("llama-tp_sp-tp4-cuda-both", LLAMA, P + "llama_tp(tp=4, device_type='cuda')", "both"),
     Config("gpt2_sdpa-tp_sp-tp8-forward", GPT2_SDPA, P + "gpt2_tp_sp(tp=8)", "forward"),
     Config("llama-tp-tp8-forward", LLAMA, P + "llama_tp(tp=8, sp=False)", "forward"),
     Config("llama-tp_sp_loss_parallel-tp4-forward", LLAMA, P + "llama_tp(tp=4, loss_parallel=True)", "forward"),
