@@ -32,7 +32,7 @@ commands:
       module tree in forward order with node counts, parameters, parameter execution order
   predict MODEL.pt2 --plan PLAN.json [--phase forward] [--format table|json] [--noise-level N]
           [-o FILE] [--print-after=PASS[,PASS]] [--allow-unsupported] [--world-size N]
-          [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
+          [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N] [--cuda-version MAJOR.MINOR]
       predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
   check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
       validates a plan against the model and lists the modules each style applies to
@@ -49,10 +49,12 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
                         [--format table|json] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
                         [--allow-unsupported] [--world-size N]
                         [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
+                        [--cuda-version MAJOR.MINOR]
   predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
   a device_type="cuda" plan follows the CUDA dispatch of the target GPU (default h100, cuDNN 9.10.2):
   --gpu names a preset (a100, h100, h200, b200, ...), --gpu-arch sets the compute capability,
-  --cudnn-version the runtime's torch.backends.cudnn.version() (e.g. 91002)
+  --cudnn-version the runtime's torch.backends.cudnn.version() (e.g. 91002), --cuda-version
+  the runtime's torch.version.cuda (default 12.x; CUDA 13 builds prefer cuDNN on more GPUs)
 )"},
     {"check-plan", R"(usage: commlens check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
   validates a plan against the model and lists the modules each style applies to
@@ -241,7 +243,7 @@ llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::strin
 int runPredict(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {"--allow-unsupported"},
                         {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size",
-                         "--gpu", "--gpu-arch", "--cudnn-version"});
+                         "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version"});
   if (!args)
     return fail(takeMessage(args.takeError()));
   if (args->help)
@@ -262,6 +264,14 @@ int runPredict(int argc, char **argv) {
     if (llvm::StringRef(v).getAsInteger(10, version) || version < 1000 || version > 999999)
       return fail(fmt::format("--cudnn-version needs torch.backends.cudnn.version()'s integer (e.g. 91002), got '{}'", v));
     options.cudaTarget.cudnnVersion = version;
+  }
+  if (std::string v = args->option("--cuda-version"); !v.empty()) {
+    // torch.version.cuda, e.g. "12.8": only the major version changes the dispatch.
+    int major = 0;
+    llvm::StringRef rest = llvm::StringRef(v);
+    if (rest.consumeInteger(10, major) || (!rest.empty() && !rest.startswith(".")) || major < 9 || major > 99)
+      return fail(fmt::format("--cuda-version needs torch.version.cuda (e.g. 12.8), got '{}'", v));
+    options.cudaTarget.cudaMajor = major;
   }
   if (args->positional.size() != 1 || args->option("--plan").empty())
     return fail("predict takes MODEL.pt2 and --plan PLAN.json");

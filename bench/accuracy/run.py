@@ -21,6 +21,17 @@ One line per configuration::
     CONFIG  measured=<collectives>  predicted=<collectives or ->  exact | DIFF (k cells) |
         no prediction | predict error: <line> | ...
 
+A configuration whose plan has ``device_type="cuda"`` is measured on ``meta`` tensors (CUDA
+collectives, no CUDA kernels) for that line and gets a second line, its **GPU column**::
+
+    gpu:  measured=<n>  predicted=<n>  exact | DIFF (k cells) | ... | skipped: no CUDA device (...)
+
+On a machine with a GPU, step 2 runs with CUDA tensors on it (``measure(device="cuda")``: the
+real CUDA dispatch, fake process group) and step 3 predicts for that GPU
+(``--gpu-arch/--cudnn-version/--cuda-version`` from the counts file's ``device``); without one
+the cell is skipped and counted nowhere. ``gpu: exact N/M configs, K/L cells on <GPU>`` or
+``gpu: skipped M cuda-plan configs, not counted: <why>`` sums that column; a GPU DIFF fails the run.
+
 then ``bytes: compared on B/L cells`` and last ``exact: N/M configs, K/L cells``: M counts every
 configuration, L every cell (module x collective x phase, non-zero on either side) of every
 configuration, where a configuration without a prediction contributes its measured cells, none
@@ -374,27 +385,27 @@ def _error_line(stderr):
     return lines[-1] if lines else "(no output)"
 
 
-def run_config(cfg, work, commlens):
-    """Measure, predict and compare one configuration; returns a JSON-able result dict."""
-    r = {"name": cfg.name, "model": cfg.model, "plan": cfg.plan, "phase": cfg.phase,
-         "status": None, "measured": None, "predicted": None, "cells": 0, "exact_cells": 0,
-         "differ_cells": 0, "error": None}
-    t0 = time.time()
-    try:
-        plan_path = ensure_plan(cfg.plan, work)
-        model_path = ensure_export(cfg.model, work)
-    except Exception as err:  # noqa: BLE001 - reported per configuration
-        r.update(status="export error", error=f"{type(err).__name__}: {err}".splitlines()[0])
-        return r
+def gpu_target_args(device):
+    """``commlens predict`` options naming the GPU a counts file's ``device`` ran on."""
+    args = ["--gpu-arch", device["compute_capability"]]
+    if device.get("cudnn_version"):
+        args += ["--cudnn-version", str(device["cudnn_version"])]
+    if device.get("cuda_version"):
+        args += ["--cuda-version", device["cuda_version"]]
+    return args
 
-    measured_path = work / "measured" / f"{cfg.name}.counts.json"
+
+def _measure_predict_compare(cfg, work, commlens, model_path, plan_path, r, *, suffix="", device=None):
+    """Measure (fake process group; ``device`` as measure's), predict and compare into ``r``."""
+    measured_path = work / "measured" / f"{cfg.name}{suffix}.counts.json"
     measured_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         from commlens.measure import measure
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            doc = measure(cfg.model, str(plan_path), backend="fake", phase=cfg.phase, return_document=True)
+            doc = measure(cfg.model, str(plan_path), backend="fake", phase=cfg.phase, device=device,
+                          return_document=True)
         doc.pop("rank", None)
         measured_path.write_text(json.dumps(doc, indent=1) + "\n")
     except Exception as err:  # noqa: BLE001
@@ -402,14 +413,15 @@ def run_config(cfg, work, commlens):
                  traceback=traceback.format_exc())
         return r
     cells, total = _measured_cells(doc, cfg.phase)
-    r.update(measured=total, cells=cells, measured_file=str(measured_path))
+    r.update(measured=total, cells=cells, measured_file=str(measured_path), device=doc["device"])
 
-    predicted_path = work / "predicted" / f"{cfg.name}.json"
+    predicted_path = work / "predicted" / f"{cfg.name}{suffix}.json"
     predicted_path.parent.mkdir(parents=True, exist_ok=True)
     if predicted_path.exists():
         predicted_path.unlink()
+    target = gpu_target_args(doc["device"]) if doc["device"]["type"] == "cuda" else []
     p = subprocess.run([commlens, "predict", str(model_path), "--plan", str(plan_path), "--phase", cfg.phase,
-                        "--format", "json", "-o", str(predicted_path)],
+                        "--format", "json", "-o", str(predicted_path), *target],
                        capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         line = _error_line(p.stderr)
@@ -434,11 +446,57 @@ def run_config(cfg, work, commlens):
              predicted_file=str(predicted_path),
              status="exact" if c.returncode == 0 else "DIFF",
              diffs=[cell for cell in cmp["cells"] if not cell["match"]])
+    return r
+
+
+def _empty_result(**fields):
+    return {"status": None, "measured": None, "predicted": None, "cells": 0, "exact_cells": 0,
+            "differ_cells": 0, "error": None, **fields}
+
+
+def no_gpu_reason():
+    """Why the GPU column is skipped here, or None when a CUDA device is there."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)"
+
+
+def run_config(cfg, work, commlens):
+    """Measure, predict and compare one configuration; returns a JSON-able result dict.
+
+    A configuration whose plan has ``device_type="cuda"`` also gets a ``gpu`` result: measured
+    with CUDA tensors on the GPU here (the real CUDA dispatch) and predicted for that GPU's compute
+    capability, cuDNN and CUDA versions; without a GPU it is ``skipped``, never exact."""
+    r = _empty_result(name=cfg.name, model=cfg.model, plan=cfg.plan, phase=cfg.phase)
+    t0 = time.time()
+    try:
+        plan_path = ensure_plan(cfg.plan, work)
+        model_path = ensure_export(cfg.model, work)
+    except Exception as err:  # noqa: BLE001 - reported per configuration
+        r.update(status="export error", error=f"{type(err).__name__}: {err}".splitlines()[0])
+        return r
+    # Without a GPU, measure emulates a cuda plan on meta tensors: a truth for the collectives
+    # DTensor issues when the CUDA kernels see local tensors, not for the CUDA dispatch itself.
+    _measure_predict_compare(cfg, work, commlens, model_path, plan_path, r,
+                             device="meta" if _is_cuda_plan(plan_path) else None)
+    if _is_cuda_plan(plan_path):
+        reason = no_gpu_reason()
+        if reason is not None:
+            r["gpu"] = _empty_result(status="skipped", error=reason)
+        else:
+            r["gpu"] = _measure_predict_compare(cfg, work, commlens, model_path, plan_path, _empty_result(),
+                                                suffix=".gpu", device="cuda")
     r["seconds"] = round(time.time() - t0, 2)
     return r
 
 
-def format_line(r, width):
+def _is_cuda_plan(plan_path):
+    return json.loads(pathlib.Path(plan_path).read_text())["mesh"].get("device_type") == "cuda"
+
+
+def format_line(r, width, name=None):
     predicted = "-" if r["predicted"] is None else str(r["predicted"])
     measured = "?" if r["measured"] is None else str(r["measured"])
     status = r["status"]
@@ -446,10 +504,29 @@ def format_line(r, width):
         status = f"DIFF ({r['differ_cells']} cells)"
     elif r["error"]:
         status = f"{status}: {r['error']}"
-    return f"{r['name']:<{width}}  measured={measured:<4}  predicted={predicted:<4}  {status}"
+    name = r["name"] if name is None else name
+    return f"{name:<{width}}  measured={measured:<4}  predicted={predicted:<4}  {status}"
+
+
+def format_gpu_summary(results):
+    """The GPU column's summary line (None when no configuration has a cuda plan)."""
+    gpu = [r["gpu"] for r in results if "gpu" in r]
+    if not gpu:
+        return None
+    ran = [g for g in gpu if g["status"] != "skipped"]
+    if not ran:
+        return f"gpu: skipped {len(gpu)} cuda-plan configs, not counted: {gpu[0]['error']}"
+    devices = sorted({f"{g['device']['name']} (sm{g['device']['compute_capability'].replace('.', '')}, "
+                      f"cuDNN {g['device'].get('cudnn_version')}, CUDA {g['device'].get('cuda_version')})"
+                      for g in ran if g.get("device")})
+    exact = sum(1 for g in ran if g["status"] == "exact")
+    return (f"gpu: exact {exact}/{len(ran)} configs, {sum(g['exact_cells'] for g in ran)}/"
+            f"{sum(g['cells'] for g in ran)} cells on {', '.join(devices) or '?'}")
 
 
 def is_failure(r, strict):
+    if "gpu" in r and r["gpu"]["status"] != "skipped" and is_failure(r["gpu"], strict):
+        return True
     if r["status"] in ("exact", "no prediction"):
         return False
     if r["status"] == "predict error":
@@ -504,6 +581,10 @@ def main(argv=None):
     def report(r):
         results.append(r)
         print(format_line(r, width), flush=True)
+        if "gpu" in r:
+            g = r["gpu"]
+            print(f"  gpu: skipped: {g['error']}" if g["status"] == "skipped"
+                  else format_line(g, width, name="  gpu:"), flush=True)
 
     t0 = time.time()
     if ns.jobs == 1:
@@ -528,6 +609,9 @@ def main(argv=None):
         {"subset": ns.subset, "seconds": round(time.time() - t0, 1), "configs": results}, indent=1) + "\n")
     bytes_cells = sum(r.get("bytes_cells", 0) for r in results)
     print(f"bytes: compared on {bytes_cells}/{cells} cells (a byte mismatch makes a cell differ)")
+    gpu_summary = format_gpu_summary(results)
+    if gpu_summary:  # before the last line, which stays the CPU corpus' summary
+        print(gpu_summary)
     print(f"exact: {exact_configs}/{len(results)} configs, {exact_cells}/{cells} cells")
     return 1 if any(is_failure(r, ns.strict) for r in results) else 0
 

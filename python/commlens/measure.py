@@ -4,7 +4,7 @@ CLI::
 
     python -m commlens.measure MODULE:FACTORY --plan PLAN [--backend fake|gloo|nccl]
         [--phase forward|backward|both] [--world-size N] [--noise-level K]
-        [--device meta] -o measured.json [--counts counts.json]
+        [--device meta|cuda] -o measured.json [--counts counts.json]
 
 ``PLAN`` is a commlens-plan JSON file or a plan factory spec
 (``examples.plans:mlp_tp(tp=4)``).  ``-o`` receives CommDebugMode's own
@@ -327,8 +327,8 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
                      noise_level=3, plan_subject="plan", model_device=None):
     """Run one measurement in the current (initialised) process group.
 
-    Returns the list of per-module counts.  ``model_device`` overrides the
-    device the model and inputs are moved to (``None``: leave them).
+    Returns ``{"modules": per-module counts, "device": device_info(where the model ran)}``.
+    ``model_device`` overrides the device the model and inputs are moved to (``None``: leave them).
     """
     import torch
     import torch.distributed as dist
@@ -357,6 +357,8 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         model = model.to(model_device)
         args = _to_device(args, model_device)
         kwargs = _to_device(kwargs, model_device)
+    ran_on = next((t.device for t in list(model.parameters()) + torch.utils._pytree.tree_leaves((args, kwargs))
+                   if isinstance(t, torch.Tensor)), torch.device("cpu"))
     if plan.fully_shard and any(p.device.type == "meta" for p in model.parameters()):
         raise CommlensError(model_name, "fully_shard units need a real (non-meta) model: FSDP2 refuses "
                             "meta-device parameters in its first forward")
@@ -438,7 +440,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
             loss.backward()
     if json_dump is not None:
         comm_mode.generate_json_dump(file_name=json_dump, noise_level=noise_level)
-    return counts_from_comm_mode(comm_mode, phase)
+    return {"modules": counts_from_comm_mode(comm_mode, phase), "device": device_info(ran_on)}
 
 
 # Where each c10d op (the ops FSDP2 calls) takes the tensors it sends: the input list or tensor
@@ -512,7 +514,7 @@ def _fix_repeated_call_tracking(comm_mode):
     tracker._fw_pre_hook = pre_hook
 
 
-def _counts_doc(modules, *, backend, world_size, phase, model, plan, plan_source):
+def _counts_doc(modules, *, backend, world_size, phase, model, plan, plan_source, device):
     import torch
 
     return {
@@ -527,6 +529,7 @@ def _counts_doc(modules, *, backend, world_size, phase, model, plan, plan_source
         "mesh": {"shape": list(plan.mesh_shape),
                  "dim_names": None if plan.mesh_dim_names is None else list(plan.mesh_dim_names),
                  "device_type": plan.device_type},
+        "device": device,
         "torch_version": torch.__version__,
         "modules": modules,
     }
@@ -564,17 +567,46 @@ def _check_args(plan, backend, phase, world_size, subject):
     return ws
 
 
-def _fake_model_device(plan, device):
+DEVICES = ("meta", "cuda")
+
+
+def _fake_model_device(plan, device, subject):
+    """The device the fake backend moves the fresh model and inputs to (None: leave them).
+
+    A ``cuda`` plan runs on the GPU when there is one (the real CUDA dispatch: SDPA backend,
+    kernels), else on ``meta`` (CPU tensors cannot live on a CUDA mesh)."""
     import torch
 
+    if device == "cuda":
+        if plan.device_type != "cuda":
+            raise PlanError(subject, f"--device cuda needs a plan with device_type 'cuda' "
+                            f"(plan has {plan.device_type!r})")
+        if not torch.cuda.is_available():
+            raise CommlensError("measure", f"--device cuda needs a CUDA GPU (torch {torch.__version__}: "
+                                "torch.cuda.is_available() is False)")
+        return f"cuda:{torch.cuda.current_device()}"
     if device is not None:
         return device
-    if plan.device_type == "cuda" and not torch.cuda.is_available():
-        return "meta"
+    if plan.device_type == "cuda":
+        return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "meta"
     return None
 
 
-def _measure_fake(model_spec, plan, phase, ws, json_dump, noise_level, subject, device):
+def device_info(device):
+    """What the counts file records about where the model ran: the device type and, on a GPU,
+    what selects CUDA kernels (``commlens predict --gpu-arch/--cudnn-version/--cuda-version``)."""
+    import torch
+
+    dev = torch.device(device)
+    info = {"type": dev.type}
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        info.update(name=props.name, compute_capability=f"{props.major}.{props.minor}",
+                    cudnn_version=torch.backends.cudnn.version(), cuda_version=torch.version.cuda)
+    return info
+
+
+def _measure_fake(model_spec, plan, phase, ws, json_dump, noise_level, subject, model_device):
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -585,7 +617,7 @@ def _measure_fake(model_spec, plan, phase, ws, json_dump, noise_level, subject, 
     try:
         return _run_measurement(model_spec, plan, phase, "fake", json_dump=json_dump,
                                 noise_level=noise_level, plan_subject=subject,
-                                model_device=_fake_model_device(plan, device))
+                                model_device=model_device)
     finally:
         dist.destroy_process_group()
         # DTensor caches sharding decisions keyed by the mesh's value (ranks, dim names), not
@@ -638,7 +670,7 @@ def _collect(results, subjects):
     first = results[0]["results"]
     for r in results[1:]:
         for i, (a, b) in enumerate(zip(first, r["results"])):
-            if a != b:
+            if a["modules"] != b["modules"]:
                 raise CommlensError(subjects[i], f"rank {r['rank']} counted different collectives than rank 0")
     return first
 
@@ -704,6 +736,8 @@ def measure_many(cases, backend="fake", phase="both", world_size=None, *, noise_
     """
     if backend not in BACKENDS:
         raise CommlensError("measure", f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})")
+    if device is not None and device not in DEVICES:
+        raise CommlensError("measure", f"unknown device {device!r} (expected one of {', '.join(DEVICES)})")
     if device is not None and backend != "fake":
         raise CommlensError("measure", "--device is only supported with the fake backend")
     prepared = []
@@ -722,7 +756,8 @@ def measure_many(cases, backend="fake", phase="both", world_size=None, *, noise_
             raise PlanError(subject, f"the nccl backend needs device_type 'cuda' (plan has {plan.device_type!r})")
         if backend != "fake" and not isinstance(model_spec, str):
             raise CommlensError(_spec_name(model_spec), f"the {backend} backend needs a MODULE:FACTORY spec string")
-        prepared.append((model_spec, plan, plan_source, subject, case_phase, json_dump, ws))
+        model_device = _fake_model_device(plan, device, subject) if backend == "fake" else None
+        prepared.append((model_spec, plan, plan_source, subject, case_phase, json_dump, ws, model_device))
     sizes = {p[6] for p in prepared}
     if len(sizes) > 1:
         raise CommlensError("measure", f"all cases must have the same world size (got {sorted(sizes)})")
@@ -730,11 +765,11 @@ def measure_many(cases, backend="fake", phase="both", world_size=None, *, noise_
     rank = 0
     if backend == "fake":
         results = [
-            _measure_fake(m, plan, ph, ws, jd, noise_level, subj, device)
-            for m, plan, _src, subj, ph, jd, _ws in prepared
+            _measure_fake(m, plan, ph, ws, jd, noise_level, subj, dev)
+            for m, plan, _src, subj, ph, jd, _ws, dev in prepared
         ]
     else:
-        jobs = [(m, to_json(plan), subj, ph, jd) for m, plan, _src, subj, ph, jd, _ws in prepared]
+        jobs = [(m, to_json(plan), subj, ph, jd) for m, plan, _src, subj, ph, jd, _ws, _dev in prepared]
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             if int(os.environ["WORLD_SIZE"]) != ws:
                 subj = prepared[0][3]
@@ -747,10 +782,11 @@ def measure_many(cases, backend="fake", phase="both", world_size=None, *, noise_
             raise CommlensError("measure", "the nccl backend must run under torchrun "
                                 "(RANK/WORLD_SIZE not set); see python -m commlens.measure --help")
     out = []
-    for (m, plan, src, _subj, ph, _jd, _ws), modules in zip(prepared, results):
+    for (m, plan, src, _subj, ph, _jd, _ws, _dev), result in zip(prepared, results):
+        modules = result["modules"]
         if return_documents:
             doc = _counts_doc(modules, backend=backend, world_size=ws, phase=ph,
-                              model=_spec_name(m), plan=plan, plan_source=src)
+                              model=_spec_name(m), plan=plan, plan_source=src, device=result["device"])
             doc["rank"] = rank
             out.append(doc)
         else:
@@ -792,8 +828,10 @@ def main(argv=None):
     parser.add_argument("--world-size", type=int, default=None,
                         help="must equal the product of the mesh shape (default: that product)")
     parser.add_argument("--noise-level", type=int, default=3, help="generate_json_dump noise level (0-3)")
-    parser.add_argument("--device", choices=("meta",), default=None,
-                        help="move the fresh model and inputs to this device (fake backend)")
+    parser.add_argument("--device", choices=DEVICES, default=None,
+                        help="move the fresh model and inputs to this device (fake backend; cuda: the "
+                             "current GPU, for a device_type='cuda' plan, which also goes there by default "
+                             "when a GPU exists, else to meta)")
     parser.add_argument("-o", "--output", required=True, help="CommDebugMode JSON dump path")
     parser.add_argument("--counts", help="counts JSON path (default: <stem of -o>.counts.json)")
     ns = parser.parse_args(argv)

@@ -1,5 +1,6 @@
 """bench/accuracy/run.py's bookkeeping with a stand-in predictor (fake_predictor.py): exact,
 DIFF, predict error and compare error lines, the summary line and the exit status."""
+import json
 import os
 import pathlib
 import stat
@@ -41,3 +42,47 @@ def test_runner_with_fake_predictor(commlens_bin, tmp_path):
     r = subprocess.run([sys.executable, str(RUN), "--only", "^mlp-tp-tp4-both$", "--work-dir", str(work),
                         "--commlens", str(wrapper), "--strict"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 1
+
+
+def test_gpu_column_without_a_gpu(commlens_bin, tmp_path):
+    # A cuda plan's line is measured on meta tensors; its GPU column is skipped here, counted
+    # nowhere (the CPU summary keeps 1 config and the GPU line says why).
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("this machine has a GPU: the column runs (bench/accuracy/run.py --only cuda)")
+    r = subprocess.run([sys.executable, str(RUN), "--only", "^gpt2-tp_sp-tp4-cuda-forward$", "--work-dir",
+                        str(tmp_path / "work"), "--commlens", str(commlens_bin)], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    why = f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)"
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["gpt2-tp_sp-tp4-cuda-forward", "measured=12", "predicted=12", "exact"], r.stdout
+    assert lines[1] == f"  gpu: skipped: {why}"
+    result = json.loads((tmp_path / "work" / "results.json").read_text())["configs"][0]
+    assert lines[-2:] == [f"gpu: skipped 1 cuda-plan configs, not counted: {why}",
+                          f"exact: 1/1 configs, {result['cells']}/{result['cells']} cells"]
+    assert r.returncode == 0
+    assert result["device"] == {"type": "meta"}
+    assert (result["gpu"]["status"], result["gpu"]["cells"], result["gpu"]["exact_cells"]) == ("skipped", 0, 0)
+
+
+def test_gpu_predict_options_and_summary():
+    # What a GPU run adds, from a counts file's device record: predict's target options and the
+    # summary line (H100, cuDNN 9.10.2, CUDA 12.8).
+    sys.path.insert(0, str(RUN.parent))
+    import run as accuracy
+
+    h100 = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
+            "cudnn_version": 91002, "cuda_version": "12.8"}
+    assert accuracy.gpu_target_args(h100) == ["--gpu-arch", "9.0", "--cudnn-version", "91002",
+                                              "--cuda-version", "12.8"]
+    results = [{"gpu": {"status": "exact", "cells": 24, "exact_cells": 24, "device": h100}},
+               {"gpu": {"status": "DIFF", "cells": 50, "exact_cells": 48, "device": h100}},
+               {"status": "exact"}]
+    assert accuracy.format_gpu_summary(results) == \
+        "gpu: exact 1/2 configs, 72/74 cells on NVIDIA H100 80GB HBM3 (sm90, cuDNN 91002, CUDA 12.8)"
+    assert accuracy.is_failure({"status": "exact", "gpu": results[1]["gpu"]}, strict=False)
+    assert not accuracy.is_failure({"status": "exact", "gpu": {"status": "skipped"}}, strict=False)
+    assert accuracy.format_gpu_summary([{"status": "exact"}]) is None

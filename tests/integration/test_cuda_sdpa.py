@@ -57,6 +57,14 @@ def test_bfloat16_runs_flash_and_new_cudnn_runs_cudnn(run_commlens, tmp_path):
     # sm89 keeps the default order whatever the cuDNN version
     assert _decomposed_attention_ops(run_commlens, pt2, plan_path, "--gpu", "l40s", "--cudnn-version", "91700") == \
         ["aten::_scaled_dot_product_flash_attention.default"] * 2
+    # sm101 with cuDNN 9.17: check_prefer_cudnn_attention admits minor revisions 0 and 3 only for
+    # CUDA 12 builds, any minor for CUDA 13 (torch.version.cuda, --cuda-version). Flash and cuDNN
+    # both accept sm101 (sm80..sm121), so the order decides.
+    assert _decomposed_attention_ops(run_commlens, pt2, plan_path, "--gpu-arch", "10.1", "--cudnn-version",
+                                     "91700") == ["aten::_scaled_dot_product_flash_attention.default"] * 2
+    assert _decomposed_attention_ops(run_commlens, pt2, plan_path, "--gpu-arch", "10.1", "--cudnn-version",
+                                     "91700", "--cuda-version", "13.0") == \
+        ["aten::_scaled_dot_product_cudnn_attention.default"] * 2
 
 
 def _measure_counts(plan_path, out_dir):
@@ -111,6 +119,9 @@ def test_attention_on_head_sharded_dtensors_adds_no_collective(run_commlens, gpt
                              "such as 9.0, or smXY such as sm90)\n"),
     (("--cudnn-version", "9.10"), "commlens: error: --cudnn-version needs torch.backends.cudnn.version()'s "
                                   "integer (e.g. 91002), got '9.10'\n"),
+    (("--cuda-version", "twelve"), "commlens: error: --cuda-version needs torch.version.cuda (e.g. 12.8), "
+                                   "got 'twelve'\n"),
+    (("--cuda-version", "12x"), "commlens: error: --cuda-version needs torch.version.cuda (e.g. 12.8), got '12x'\n"),
 ])
 def test_bad_target_options(run_commlens, gpt2, args, message):
     pt2, plan_path, _ = gpt2

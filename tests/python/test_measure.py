@@ -230,6 +230,7 @@ def test_measure_cli_fake(cli, tmp_path):
     assert counts["format"] == "commlens-counts" and counts["version"] == 1
     assert (counts["source"], counts["backend"], counts["world_size"], counts["phase"]) == ("measure", "fake", 4, "both")
     assert counts["mesh"] == {"shape": [4], "dim_names": ["tp"], "device_type": "cpu"}
+    assert counts["device"] == {"type": "cpu"}
     assert [{k: m[k] for k in ("fqn", "forward", "backward")} for m in counts["modules"]] == [
         {"fqn": f, "forward": fw, "backward": bw} for f, fw, bw in mlp(True)]
     # Bytes each all_reduce sends on rank 0: the whole [2, 8, 16] float32 activation (w2's Partial
@@ -283,6 +284,59 @@ def test_meta_model_on_fake_backend():
     assert got == expect(mlp(True))
     got = measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=4, input_requires_grad=True)", device="meta")
     assert got == expect(mlp(True))
+
+
+HAS_CUDA = __import__("torch").cuda.is_available()
+
+
+def test_device_recorded_in_counts():
+    # where the fresh model ran: a meta factory, --device meta, a cuda plan without a GPU (meta)
+    for model, plan, device in [
+            ("examples.mlp:mlp(device='meta')", "examples.plans:mlp_tp(tp=2)", None),
+            ("examples.mlp:mlp", "examples.plans:mlp_tp(tp=2)", "meta")] + ([] if HAS_CUDA else [
+            ("examples.mlp:mlp", "examples.plans:mlp_tp(tp=2, device_type='cuda')", None)]):
+        doc = measure(model, plan, device=device, return_document=True)
+        assert doc["device"] == {"type": "meta"}, (model, plan, device)
+
+
+def test_device_cuda_needs_a_cuda_plan():
+    with pytest.raises(PlanError) as info:
+        measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=2)", device="cuda")
+    assert str(info.value) == ("examples.plans:mlp_tp(tp=2): --device cuda needs a plan with device_type "
+                               "'cuda' (plan has 'cpu')")
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has a GPU")
+def test_device_cuda_without_a_gpu(cli, tmp_path):
+    import torch
+
+    r = cli("commlens.measure", "examples.mlp:mlp", "--plan", "examples.plans:mlp_tp(tp=2, device_type='cuda')",
+            "--device", "cuda", "-o", tmp_path / "m.json", cwd=tmp_path)
+    assert r.returncode == 2
+    assert error_lines(r) == [f"commlens: error: measure: --device cuda needs a CUDA GPU (torch "
+                              f"{torch.__version__}: torch.cuda.is_available() is False)"]
+
+
+def test_unknown_device_api():
+    with pytest.raises(CommlensError) as info:
+        measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=2)", device="xpu")
+    assert str(info.value) == "measure: unknown device 'xpu' (expected one of meta, cuda)"
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_device_cuda_on_a_gpu():
+    # MLP under Colwise/Rowwise on the GPU: one all_reduce forward (w2's Partial output), none
+    # backward (the input needs no grad), as on CPU; the counts file names the GPU.
+    import torch
+
+    doc = measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=4, device_type='cuda')", device="cuda",
+                  return_document=True)
+    assert [{k: m[k] for k in ("fqn", "forward", "backward")} for m in doc["modules"]] == [
+        {"fqn": f, "forward": fw, "backward": bw} for f, fw, bw in mlp(False)]
+    major, minor = torch.cuda.get_device_capability()
+    assert doc["device"] == {"type": "cuda", "name": torch.cuda.get_device_name(),
+                             "compute_capability": f"{major}.{minor}",
+                             "cudnn_version": torch.backends.cudnn.version(), "cuda_version": torch.version.cuda}
 
 
 def test_cuda_plan_rejected_by_gloo():
