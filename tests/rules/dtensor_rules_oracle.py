@@ -81,7 +81,7 @@ def mesh_of(shape):
     return _meshes[key]
 
 
-def make_tensor(t, mesh):
+def make_tensor(t, mesh, device=None):
     shape = tuple(t["shape"])
     dtype = DTYPES[t.get("dtype", "f32")]
     pl = t.get("placements")
@@ -104,6 +104,8 @@ def make_tensor(t, mesh):
     placements = [parse_placement(p) for p in pl]
     local_shape, _ = compute_local_shape_and_global_offset(shape, mesh, placements)
     local = fill(full.new_empty(local_shape))
+    if device is not None:
+        local = local.to(device)
     d = DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(shape),
                            stride=full.stride())
     return d, full
@@ -111,7 +113,8 @@ def make_tensor(t, mesh):
 
 def build(case, mesh, kind):
     """Positional args and kwargs of `case`: tensors as DTensors (kind "dtensor"), or as their
-    global values on the meta device ("meta") or on CPU ("full")."""
+    global values on the meta device ("meta") or on CPU ("full"). A case with "device": "meta"
+    (kernels with no CPU implementation: the CUDA attention kernels) gets meta local tensors."""
 
     def pick(dt, full):
         return dt if kind == "dtensor" else full.to("meta") if kind == "meta" else full
@@ -120,12 +123,12 @@ def build(case, mesh, kind):
     metas = []
     for a in case.get("args", []):
         if "tensor" in a:
-            dt, full = make_tensor(a["tensor"], mesh)
+            dt, full = make_tensor(a["tensor"], mesh, case.get("device"))
             v = pick(dt, full)
         elif "tensors" in a:
             v = []
             for t in a["tensors"]:
-                dt, full = make_tensor(t, mesh)
+                dt, full = make_tensor(t, mesh, case.get("device"))
                 v.append(pick(dt, full))
         elif "int" in a:
             v = a["int"]
@@ -153,6 +156,8 @@ def build(case, mesh, kind):
 
 
 def out_meta(o):
+    if isinstance(o, (int, torch.SymInt)) and not isinstance(o, bool):
+        return {"int": int(o)}  # SymInt results (flash attention's max_q / max_k)
     if isinstance(o, torch.Tensor):
         return {"shape": list(o.shape), "dtype": SHORT.get(o.dtype, "f32")}
     if isinstance(o, (list, tuple)):
@@ -227,6 +232,10 @@ def run(case):
 
         if any("Tensor" in str(r.type) for r in op._schema.returns):  # not for None or a number
             add(spec)
+        if isinstance(mout, (tuple, list)) and len(results) == len(mout) > 1:
+            # results the kernel leaves undefined or returns as numbers (flash attention's
+            # cum_seq_q, max_q) have no placement; the C++ node has no tensor there
+            results = [r for r, m in zip(results, mout) if isinstance(m, (torch.Tensor, list, tuple))]
         answer.update({"ok": True, "operands": operands, "results": results})
     except Exception as e:  # DTensor refuses: the C++ side must error too
         answer.update({"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]})

@@ -316,6 +316,8 @@ def all_cases():
                       ("aten::view.dtype", [{"name": "dtype", "dtype": "i32"}])):
         cases += unary_cases(op, [4, 6], lambda t, extra=extra: [t] + extra, partials=("P(sum)", "P(max)"))
     cases += unary_cases("aten::_local_scalar_dense.default", [1], lambda t: [t], partials=("P(sum)", "P(max)"))
+    # 15. the CUDA attention kernels and their backward kernels
+    cases += attention_cases()
     return cases
 
 
@@ -743,6 +745,81 @@ def linalg_cases():
 # statistics) replicated, and on 2 ranks also sharded on their only dim.
 NORM_PLACEMENTS = [([2], [["R"], ["S(0)"], ["S(1)"], ["P(sum)"]]), ([4], [["S(1)"]]),
                    ([2, 2], [["S(0)", "S(1)"], ["S(1)", "P(sum)"]])]
+
+
+def attention_cases():
+    """The CUDA SDPA kernels (flash, efficient, cuDNN) and their backward kernels, with q/k/v (and
+    grad_out, attn_bias) in every placement of dims 0-3 on 1-D meshes, equal on 2-D ones. They have
+    no CPU kernel, so the DTensors hold meta local tensors ("device": "meta"): DTensor still
+    redistributes (fake process group) and CommDebugMode counts it."""
+    def N(name):
+        return {"name": name, "none": True}
+
+    def R(mesh):
+        return ["R"] * len(mesh)
+
+    def lse_pl(pl):  # logsumexp [B, H, L]: the pattern's placement on dims 0 and 1, else R
+        return [p if p in ("R", "S(0)", "S(1)") else "R" for p in pl]
+
+    qkv = [2, 4, 8, 16]  # B, H, L, D
+    bias = [2, 4, 8, 8]  # B, H, L, S
+    cases = []
+    for mesh in MESHES:
+        opts = tuples(["R", "S(0)", "S(1)", "S(2)", "S(3)"], mesh)
+        pairs = [(a, b) for a, b in itertools.product(opts, opts) if len(mesh) == 1 or a == b]
+        for pq, pk in pairs:  # q in pq; k and v in pk
+            def q(name, pl, dtype):
+                return T(name, qkv, pl, dtype)
+
+            cases.append({"op": "aten::_scaled_dot_product_flash_attention.default", "mesh": mesh, "device": "meta",
+                          "args": [q("query", pq, "bf16"), q("key", pk, "bf16"), q("value", pk, "bf16"),
+                                   F("dropout_p", 0.0), B("is_causal", False)]})
+            cases.append({"op": "aten::_scaled_dot_product_efficient_attention.default", "mesh": mesh,
+                          "device": "meta", "args": [q("query", pq, "f32"), q("key", pk, "f32"), q("value", pk, "f32"),
+                                                     N("attn_bias"), B("compute_log_sumexp", True)]})
+            cases.append({"op": "aten::_scaled_dot_product_cudnn_attention.default", "mesh": mesh, "device": "meta",
+                          "args": [q("query", pq, "bf16"), q("key", pk, "bf16"), q("value", pk, "bf16"),
+                                   N("attn_bias"), B("compute_log_sumexp", True)]})
+        opts = tuples(["R", "S(0)", "S(1)", "S(2)"], mesh)
+        pairs = [(a, b) for a, b in itertools.product(opts, opts) if len(mesh) == 1 or a == b]
+        for pa, pb in pairs:
+            # backward: grad_out in pa, q/k/v/out/lse in pb; forward with a bias: q/k/v in pa, bias in pb
+            rest = [T("philox_seed", [], R(mesh), "i64"), T("philox_offset", [], R(mesh), "i64")]
+            cases.append({"op": "aten::_scaled_dot_product_efficient_attention_backward.default", "mesh": mesh,
+                          "device": "meta", "args": [
+                              T("grad_out_", qkv, pa), T("query", qkv, pb), T("key", qkv, pb), T("value", qkv, pb),
+                              N("attn_bias"), T("out", qkv, pb), T("logsumexp", [2, 4, 32], lse_pl(pb)), *rest,
+                              F("dropout_p", 0.0), {"name": "grad_input_mask", "bools": [True, True, True, False]},
+                              B("is_causal", False)]})
+            cases.append({"op": "aten::_scaled_dot_product_flash_attention_backward.default", "mesh": mesh,
+                          "device": "meta", "args": [
+                              T("grad_out", qkv, pa, "bf16"), T("query", qkv, pb, "bf16"), T("key", qkv, pb, "bf16"),
+                              T("value", qkv, pb, "bf16"), T("out", qkv, pb, "bf16"),
+                              T("logsumexp", [2, 4, 8], lse_pl(pb)), N("cum_seq_q"), N("cum_seq_k"), I("max_q", 8),
+                              I("max_k", 8), F("dropout_p", 0.0), B("is_causal", False),
+                              T("philox_seed", [2], R(mesh), "i64"), T("philox_offset", [], R(mesh), "i64")]})
+            cases.append({"op": "aten::_scaled_dot_product_cudnn_attention_backward.default", "mesh": mesh,
+                          "device": "meta", "args": [
+                              T("grad_out", qkv, pa, "bf16"), T("query", qkv, pb, "bf16"), T("key", qkv, pb, "bf16"),
+                              T("value", qkv, pb, "bf16"), T("out", qkv, pb, "bf16"),
+                              T("logsumexp", [2, 4, 8, 1], lse_pl(pb)), *rest, N("attn_bias"), N("cum_seq_q"),
+                              N("cum_seq_k"), I("max_q", 8), I("max_k", 8), F("dropout_p", 0.0), B("is_causal", False)]})
+            cases.append({"op": "aten::_scaled_dot_product_efficient_attention.default", "mesh": mesh,
+                          "device": "meta", "args": [
+                              T("query", qkv, pa), T("key", qkv, pa), T("value", qkv, pa), T("attn_bias", bias, pb),
+                              B("compute_log_sumexp", False), F("dropout_p", 0.0), B("is_causal", False)]})
+            # torch 2.13 lists no attn_bias entry for cuDNN's sharded patterns: DTensor raises unless
+            # everything is Replicate, and commlens refuses any bias
+            cases.append({"op": "aten::_scaled_dot_product_cudnn_attention.default", "mesh": mesh, "device": "meta",
+                          "args": [T("query", qkv, pa, "bf16"), T("key", qkv, pa, "bf16"), T("value", qkv, pa, "bf16"),
+                                   T("attn_bias", bias, pb, "bf16"), B("compute_log_sumexp", True)]})
+            cases.append({"op": "aten::_scaled_dot_product_efficient_attention_backward.default", "mesh": mesh,
+                          "device": "meta", "args": [
+                              T("grad_out_", qkv, pa), T("query", qkv, pa), T("key", qkv, pa), T("value", qkv, pa),
+                              T("attn_bias", bias, pb), T("out", qkv, pa), T("logsumexp", [2, 4, 32], lse_pl(pa)), *rest,
+                              F("dropout_p", 0.0), {"name": "grad_input_mask", "bools": [True, True, True, True]},
+                              B("is_causal", True)]})
+    return cases
 
 
 def norm_cases():
