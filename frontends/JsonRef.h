@@ -32,7 +32,9 @@ public:
   const json &raw() const { return *j_; }
   const std::string &path() const { return path_; }
 
-  [[noreturn]] void fail(const std::string &what) const { throw ParseError{fmt::format("{}: {}", path_, what)}; }
+  [[noreturn]] void fail(const std::string &what) const {
+    throw ParseError{path_.empty() ? what : fmt::format("{}: {}", path_, what)};
+  }
 
   JsonRef field(const char *name) const {
     if (!j_->is_object())

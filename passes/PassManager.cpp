@@ -3,6 +3,7 @@
 #include "ir/IRPrinter.h"
 #include "passes/ApplyShardingPlan.h"
 #include "passes/Autodiff.h"
+#include "passes/CommTimeModel.h"
 #include "passes/DecomposeToRuntimeOps.h"
 #include "passes/ShardingPropagation.h"
 
@@ -32,6 +33,7 @@ void buildForwardPipeline(PassManager &pm) {
   pm.add(std::make_unique<DecomposeToRuntimeOps>());
   pm.add(std::make_unique<ApplyShardingPlan>());
   pm.add(std::make_unique<ShardingPropagation>());
+  pm.add(std::make_unique<EstimateCommTime>());
 }
 
 void buildPipeline(PassManager &pm, bool backward) {
@@ -43,6 +45,7 @@ void buildPipeline(PassManager &pm, bool backward) {
   pm.add(std::make_unique<ShardingPropagation>());
   pm.add(std::make_unique<Autodiff>());
   pm.add(std::make_unique<BackwardPropagation>());
+  pm.add(std::make_unique<EstimateCommTime>());
 }
 
 void printAnnotatedGraph(llvm::raw_ostream &os, const Graph &graph, const PredictionState &state) {

@@ -5,6 +5,7 @@
 #include "passes/PredictionState.h"
 #include "passes/SdpaBackendSelection.h"
 
+#include "ir/Cluster.h"
 #include "ir/Graph.h"
 #include "ir/ShardingPlan.h"
 
@@ -13,6 +14,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace commlens {
@@ -23,6 +25,8 @@ struct PassOptions {
   bool allowUnsupported = false;
   /// The GPU whose dispatch a device_type="cuda" plan follows (SDPA backend choice).
   CudaTarget cudaTarget;
+  /// Where the plan runs, for communication time estimates (none: no times).
+  std::optional<Cluster> cluster;
 };
 
 /// What the passes share: the program they rewrite, the plan, and the analysis results.
@@ -60,11 +64,12 @@ private:
 };
 
 /// The prediction pipeline for the forward pass: decomposition, plan application, sharding
-/// propagation with redistribution planning.
+/// propagation with redistribution planning, time estimates (with a cluster).
 void buildForwardPipeline(PassManager &pm);
 
 /// With `backward`: the forward pipeline plus the loss (appended to the forward graph before
-/// propagation), autodiff and backward propagation. Without: buildForwardPipeline.
+/// propagation), autodiff and backward propagation, then time estimates. Without:
+/// buildForwardPipeline.
 void buildPipeline(PassManager &pm, bool backward);
 
 } // namespace commlens

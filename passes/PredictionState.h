@@ -10,6 +10,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,17 @@ struct DTensorLayout {
 
 enum class Phase : uint8_t { Forward, Backward };
 
+/// A collective's estimated time on the plan's cluster (passes/CommTimeModel.h).
+struct CollectiveTime {
+  double us = 0;
+  /// "ring/simple", "tree/ll128", ... or "measured" (a calibration table).
+  std::string algorithm;
+  int64_t ranks = 1, nodes = 1;
+  /// nccl-tests' message size and the bus bandwidth the estimate achieves on it.
+  int64_t messageBytes = 0;
+  double busBandwidthGBps = 0;
+};
+
 struct CollectiveRecord {
   std::string opKey;               // as CommDebugMode prints it
   Phase phase = Phase::Forward;
@@ -42,6 +54,7 @@ struct CollectiveRecord {
   bool bytesKnown = true;
   std::string why;
   bool approximate = false;
+  std::optional<CollectiveTime> time; // with a cluster (predict --cluster)
 };
 
 /// One autograd-visible step a plan boundary op took in forward (DTensor.from_local,

@@ -167,7 +167,7 @@ std::string keyPath(const JsonRef &obj, const std::string &key) {
 }
 
 void setCount(ModuleCounts &m, CommPhase p, const std::string &key, int64_t n, const JsonRef &where) {
-  auto [it, inserted] = m.phase(p).try_emplace(key, CommCell{n, false, std::nullopt});
+  auto [it, inserted] = m.phase(p).try_emplace(key, CommCell{n, false, std::nullopt, std::nullopt});
   if (!inserted)
     where.fail(fmt::format("duplicate collective '{}'", key));
 }

@@ -42,6 +42,8 @@ struct CommCell {
   bool approximate = false;
   /// Bytes all these collectives send on one rank (rank 0), when the source records them.
   std::optional<int64_t> bytes;
+  /// Their estimated time on the prediction's cluster (predict --cluster), microseconds.
+  std::optional<double> timeUs;
   bool operator==(const CommCell &) const = default;
 };
 

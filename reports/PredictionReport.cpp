@@ -6,6 +6,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -51,14 +52,53 @@ json recordJson(const CollectiveRecord &r) {
     j["approximate"] = true;
   if (!r.bytesKnown) // bytes_per_rank is at the program's dtype, not the run's
     j["bytes_known"] = false;
+  if (r.time)
+    j["time"] = {{"us", r.time->us},
+                 {"algorithm", r.time->algorithm},
+                 {"ranks", r.time->ranks},
+                 {"nodes", r.time->nodes},
+                 {"message_bytes", r.time->messageBytes},
+                 {"bus_bandwidth_GBps", r.time->busBandwidthGBps}};
   return j;
+}
+
+bool wantedPhase(const CollectiveRecord &c, bool forward, bool backward) {
+  return c.phase == Phase::Forward ? forward : backward;
+}
+
+/// "tp", "dp,tp": the plan mesh's names of a collective's dims (indices where unnamed).
+std::string dimNames(const DeviceMesh &mesh, llvm::ArrayRef<unsigned> dims) {
+  std::string out;
+  for (unsigned d : dims) {
+    if (!out.empty())
+      out += ",";
+    out += d < mesh.dimNames.size() && !mesh.dimNames[d].empty() ? mesh.dimNames[d] : std::to_string(d);
+  }
+  return out;
+}
+
+void add(CommTotals &t, const CollectiveRecord &c) {
+  ++t.collectives;
+  t.bytesPerRank += c.bytesPerRank;
+  if (c.time)
+    t.timeUs += c.time->us;
+}
+
+std::string formatUs(double us) {
+  if (us >= 1e6)
+    return fmt::format("{:.3f} s", us / 1e6);
+  if (us >= 1e3)
+    return fmt::format("{:.3f} ms", us / 1e3);
+  return fmt::format("{:.1f} us", us);
 }
 
 } // namespace
 
 PredictionReport PredictionReport::build(const ExportedProgram &program, const ShardingPlan &plan,
-                                         const PredictionState &state, bool forward, bool backward) {
+                                         const PredictionState &state, bool forward, bool backward,
+                                         const Cluster *cluster) {
   PredictionReport r;
+  r.cluster = cluster;
   r.program = &program;
   r.plan = &plan;
   r.state = &state;
@@ -92,6 +132,8 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
         cell.bytes.reset();
       else
         cell.bytes = cell.bytes.value_or(0) + c.bytesPerRank;
+      if (c.time)
+        cell.timeUs = cell.timeUs.value_or(0) + c.time->us;
       cell.approximate |= c.approximate;
     };
     bump(kGlobal);
@@ -99,6 +141,33 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
       bump(s->displayName());
   }
   return r;
+}
+
+CommTotals PredictionReport::totals(Phase phase) const {
+  CommTotals t;
+  for (const CollectiveRecord &c : state->collectives)
+    if (c.phase == phase && wantedPhase(c, forward, backward))
+      add(t, c);
+  return t;
+}
+
+std::vector<MeshDimTotals> PredictionReport::meshDimTotals() const {
+  std::vector<MeshDimTotals> out;
+  for (const CollectiveRecord &c : state->collectives) {
+    if (!wantedPhase(c, forward, backward))
+      continue;
+    std::string dims = dimNames(plan->mesh, c.meshDims);
+    auto it = std::find_if(out.begin(), out.end(), [&](const MeshDimTotals &m) { return m.dims == dims; });
+    if (it == out.end()) {
+      out.push_back({dims, c.time ? c.time->ranks : 1, c.time ? c.time->nodes : 1, {}, {}});
+      if (!c.time)
+        for (unsigned d : c.meshDims)
+          out.back().ranks *= plan->mesh.shape[d];
+      it = std::prev(out.end());
+    }
+    add(c.phase == Phase::Forward ? it->forward : it->backward, c);
+  }
+  return out;
 }
 
 llvm::ArrayRef<std::pair<std::string, std::string>> PredictionReport::dtensorParameters(const ModuleScope &s) const {
@@ -122,14 +191,21 @@ void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
       return;
     std::string pad(indent, ' ');
     os << pad << (phase == CommPhase::Forward ? "FORWARD PASS" : "BACKWARD PASS") << "\n";
-    for (const auto &[key, cell] : cells)
-      os << pad << "  *" << key << ": " << cell.count << (cell.approximate ? " (approximate)" : "") << "\n";
+    for (const auto &[key, cell] : cells) {
+      os << pad << "  *" << key << ": " << cell.count << (cell.approximate ? " (approximate)" : "");
+      if (cell.timeUs)
+        os << "  [" << formatUs(*cell.timeUs) << "]";
+      os << "\n";
+    }
     if (noiseLevel >= 1 && scope)
       for (const CollectiveRecord *c : own[scope])
         if (commPhase(c->phase) == phase)
           os << pad << "  **" << c->opKey << " on mesh dim " << c->meshDims.front() << ": " << str(c->fromPlacements)
-             << " -> " << str(c->toPlacements) << ", " << c->bytesPerRank << " B/rank, " << c->node->opString()
-             << " '" << c->argument << "' (" << c->why << ")\n";
+             << " -> " << str(c->toPlacements) << ", " << c->bytesPerRank << " B/rank, "
+             << (c->time ? fmt::format("{} ({}, {} ranks on {} node{}), ", formatUs(c->time->us), c->time->algorithm,
+                                       c->time->ranks, c->time->nodes, c->time->nodes == 1 ? "" : "s")
+                         : "")
+             << c->node->opString() << " '" << c->argument << "' (" << c->why << ")\n";
   };
   const ModuleCounts *global = counts.find(kGlobal);
   os << "Global\n";
@@ -150,8 +226,30 @@ void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
     section(m, pad.size() + 2, CommPhase::Forward, s);
     section(m, pad.size() + 2, CommPhase::Backward, s);
   }
+  if (cluster)
+    printTimeSummary(os);
   for (const std::string &w : state->warnings)
     os << "warning: " << w << "\n";
+}
+
+void PredictionReport::printTimeSummary(llvm::raw_ostream &os) const {
+  os << "communication per step on " << cluster->str() << "\n"
+     << "  (collectives back to back, no overlap with compute or each other)\n";
+  auto line = [&](const std::string &label, const CommTotals &t) {
+    os << fmt::format("  {:<28} {:>6} collectives  {:>14} B/rank  {:>12}\n", label, t.collectives, t.bytesPerRank,
+                      formatUs(t.timeUs));
+  };
+  CommTotals fw = totals(Phase::Forward), bw = totals(Phase::Backward);
+  if (forward)
+    line("forward", fw);
+  if (backward)
+    line("backward", bw);
+  line("step", {fw.collectives + bw.collectives, fw.bytesPerRank + bw.bytesPerRank, fw.timeUs + bw.timeUs});
+  for (const MeshDimTotals &m : meshDimTotals()) {
+    CommTotals both{m.forward.collectives + m.backward.collectives, m.forward.bytesPerRank + m.backward.bytesPerRank,
+                    m.forward.timeUs + m.backward.timeUs};
+    line(fmt::format("mesh dim {} ({} ranks, {} node{})", m.dims, m.ranks, m.nodes, m.nodes == 1 ? "" : "s"), both);
+  }
 }
 
 std::string PredictionReport::toJson() const {
@@ -184,17 +282,21 @@ std::string PredictionReport::toJson() const {
     return it == bwOps.end() ? json::array() : it->second;
   };
   auto cellsJson = [&](const ModuleCounts &m, CommPhase p, json &node) {
-    json list = json::array(), approx = json::array(), bytes = json::object();
+    json list = json::array(), approx = json::array(), bytes = json::object(), times = json::object();
     for (const auto &[op, cell] : m.phase(p)) {
       list.push_back({op, cell.count});
       if (cell.approximate)
         approx.push_back(op);
       if (cell.bytes) // unknown where an operand's run-time dtype is (FSDP mixed precision)
         bytes[op] = *cell.bytes;
+      if (cell.timeUs)
+        times[op] = *cell.timeUs;
     }
     std::string phase = phaseName(p).str();
     node["collectives_" + phase] = list;
     node["collective_bytes_" + phase] = bytes;
+    if (cluster)
+      node["collective_time_us_" + phase] = times;
     if (!approx.empty())
       node["approximate_" + phase] = approx;
   };
@@ -231,6 +333,24 @@ std::string PredictionReport::toJson() const {
                       {"phases", forward && backward ? "both" : (forward ? "forward" : "backward")},
                       {"mesh", plan->mesh.str()},
                       {"warnings", state->warnings}};
+  if (cluster) {
+    auto totalsJson = [](const CommTotals &t) {
+      return json{{"collectives", t.collectives}, {"bytes_per_rank", t.bytesPerRank}, {"time_us", t.timeUs}};
+    };
+    CommTotals fw = totals(Phase::Forward), bw = totals(Phase::Backward);
+    json dims = json::array();
+    for (const MeshDimTotals &m : meshDimTotals())
+      dims.push_back({{"dims", m.dims},
+                      {"ranks", m.ranks},
+                      {"nodes", m.nodes},
+                      {"forward", totalsJson(m.forward)},
+                      {"backward", totalsJson(m.backward)}});
+    root["commlens"]["cluster"] = cluster->str();
+    root["commlens"]["step"] = {{"forward", totalsJson(fw)},
+                                {"backward", totalsJson(bw)},
+                                {"time_us", fw.timeUs + bw.timeUs},
+                                {"mesh_dims", dims}};
+  }
   return root.dump(2) + "\n";
 }
 

@@ -8,6 +8,7 @@
 #include "passes/PredictionState.h"
 #include "reports/CommCounts.h"
 
+#include "ir/Cluster.h"
 #include "ir/Graph.h"
 #include "ir/ShardingPlan.h"
 
@@ -21,15 +22,35 @@
 
 namespace commlens {
 
+/// Communication totals of one group of collectives (a phase, a mesh dim).
+struct CommTotals {
+  int64_t collectives = 0;
+  int64_t bytesPerRank = 0;
+  double timeUs = 0;
+};
+
+/// Per mesh dim (or dims, for collectives over several) and phase, with the group's topology.
+struct MeshDimTotals {
+  std::string dims; // "tp", "dp,tp"
+  int64_t ranks = 1, nodes = 1;
+  CommTotals forward, backward;
+};
+
 struct PredictionReport {
   const ExportedProgram *program = nullptr;
   const ShardingPlan *plan = nullptr;
   const PredictionState *state = nullptr;
+  /// The cluster the collectives were timed on (null: no times).
+  const Cluster *cluster = nullptr;
   bool forward = true, backward = false;
   CommCounts counts;
 
   static PredictionReport build(const ExportedProgram &program, const ShardingPlan &plan, const PredictionState &state,
-                                bool forward, bool backward);
+                                bool forward, bool backward, const Cluster *cluster = nullptr);
+  /// Step totals per phase over the phases predicted (times only with a cluster).
+  CommTotals totals(Phase phase) const;
+  /// Totals per mesh dim, in the order of first use.
+  std::vector<MeshDimTotals> meshDimTotals() const;
   /// CommDebugMode's tracing table (noise 0: counts; 1: + module types, parameter placements and
   /// one line per collective with its cause).
   void printTable(llvm::raw_ostream &os, int noiseLevel) const;
@@ -40,6 +61,7 @@ struct PredictionReport {
   llvm::ArrayRef<std::pair<std::string, std::string>> dtensorParameters(const ModuleScope &s) const;
 
 private:
+  void printTimeSummary(llvm::raw_ostream &os) const;
   /// dtensorParameters by module path (on the tree checkpoint_wrapper leaves), found once.
   std::map<std::string, std::vector<std::pair<std::string, std::string>>, std::less<>> parameters_;
 };

@@ -3,14 +3,16 @@
 // lit tests (tests/lit), in the manner of mlir-opt.
 //
 //   commlens-opt FILE.ir [--plan PLAN.json] [--world-size N] [--passes=decompose,apply-plan,...]
-//                [--report [--noise-level N]] [--allow-unsupported]
+//                [--report [--noise-level N]] [--allow-unsupported] [--cluster NAME|FILE]
 //
 // Bad input prints one line `commlens-opt: error: <file>: <what>` and exits 2.
+#include "frontends/ClusterReader.h"
 #include "frontends/PlanReader.h"
 #include "ir/Error.h"
 #include "ir/IRParser.h"
 #include "passes/ApplyShardingPlan.h"
 #include "passes/Autodiff.h"
+#include "passes/CommTimeModel.h"
 #include "passes/DecomposeToRuntimeOps.h"
 #include "passes/PassManager.h"
 #include "passes/ShardingPropagation.h"
@@ -42,6 +44,8 @@ llvm::cl::opt<bool> report("report", llvm::cl::desc("print the prediction table 
                            llvm::cl::cat(category));
 llvm::cl::opt<unsigned> noiseLevel("noise-level", llvm::cl::desc("the table's noise level (with --report)"),
                                    llvm::cl::init(0), llvm::cl::cat(category));
+llvm::cl::opt<std::string> clusterName("cluster", llvm::cl::desc("cluster preset or topology file (estimate-time)"),
+                                       llvm::cl::value_desc("name|file"), llvm::cl::cat(category));
 llvm::cl::opt<bool> allowUnsupported("allow-unsupported", llvm::cl::desc("continue past unsupported ops"),
                                      llvm::cl::cat(category));
 
@@ -61,6 +65,7 @@ std::map<std::string, std::function<std::unique_ptr<Pass>()>> passRegistry() {
       {"propagate", [] { return std::make_unique<ShardingPropagation>(); }},
       {"autodiff", [] { return std::make_unique<Autodiff>(); }},
       {"propagate-backward", [] { return std::make_unique<BackwardPropagation>(); }},
+      {"estimate-time", [] { return std::make_unique<EstimateCommTime>(); }},
   };
 }
 
@@ -118,12 +123,19 @@ int main(int argc, char **argv) {
   }
   PassOptions options;
   options.allowUnsupported = allowUnsupported;
+  if (!clusterName.empty()) {
+    auto cluster = resolveCluster(clusterName);
+    if (!cluster)
+      return fail(fmt::format("--cluster: {}", takeMessage(cluster.takeError())));
+    options.cluster = std::move(*cluster);
+  }
   PassContext ctx{**program, plan ? &*plan : nullptr, options, PredictionState()};
   if (llvm::Error err = pm.run(ctx))
     return fail(fmt::format("{}: {}", inputFile.getValue(), takeMessage(std::move(err))));
   if (report) {
     PredictionReport r = PredictionReport::build(**program, *plan, ctx.state, /*forward=*/true,
-                                                 /*backward=*/ctx.state.backward != nullptr);
+                                                 /*backward=*/ctx.state.backward != nullptr,
+                                                 options.cluster ? &*options.cluster : nullptr);
     r.printTable(llvm::outs(), static_cast<int>(noiseLevel));
   } else if (passNames.empty()) {
     printAnnotatedGraph(llvm::outs(), (*program)->graph(), ctx.state);

@@ -1,8 +1,10 @@
 // The commlens command-line tool.
+#include "frontends/ClusterReader.h"
 #include "frontends/PlanReader.h"
 #include "frontends/Pt2Loader.h"
 #include "ir/Error.h"
 #include "ir/IRPrinter.h"
+#include "passes/CommTimeModel.h"
 #include "passes/PassManager.h"
 #include "reports/PredictionReport.h"
 #include "reports/InspectReport.h"
@@ -33,7 +35,11 @@ commands:
   predict MODEL.pt2 --plan PLAN.json [--phase forward] [--format table|json] [--noise-level N]
           [-o FILE] [--print-after=PASS[,PASS]] [--allow-unsupported] [--world-size N]
           [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N] [--cuda-version MAJOR.MINOR]
-      predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
+          [--cluster NAME|TOPOLOGY.json]
+      predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate),
+      with their communication time on a cluster
+  collective-time --cluster NAME|TOPOLOGY.json --collective KIND --bytes N --ranks N [--nodes N]
+      estimated time of one collective (KIND: all_reduce, all_gather, reduce_scatter, all_to_all)
   check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
       validates a plan against the model and lists the modules each style applies to
   compare PREDICTED MEASURED [--json] [--phase forward|backward|both] [-o FILE]
@@ -49,8 +55,10 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
                         [--format table|json] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
                         [--allow-unsupported] [--world-size N]
                         [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
-                        [--cuda-version MAJOR.MINOR]
+                        [--cuda-version MAJOR.MINOR] [--cluster NAME|TOPOLOGY.json]
   predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
+  --cluster times every collective on a cluster preset or topology file (docs/cluster-format.md):
+  per collective, module, mesh dim and step
   a device_type="cuda" plan follows the CUDA dispatch of the target GPU (default h100, cuDNN 9.10.2):
   --gpu names a preset (a100, h100, h200, b200, ...), --gpu-arch sets the compute capability,
   --cudnn-version the runtime's torch.backends.cudnn.version() (e.g. 91002), --cuda-version
@@ -58,6 +66,12 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
 )"},
     {"check-plan", R"(usage: commlens check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
   validates a plan against the model and lists the modules each style applies to
+)"},
+    {"collective-time", R"(usage: commlens collective-time --cluster NAME|TOPOLOGY.json --collective KIND
+                                --bytes N --ranks N [--nodes N]
+  estimated time of one collective on a cluster: KIND all_reduce, all_gather, reduce_scatter or
+  all_to_all; --bytes the bytes one rank hands it (all_gather: its shard); --nodes the nodes the
+  group spans (default: ranks / GPUs per node, at least 1)
 )"},
     {"compare", R"(usage: commlens compare PREDICTED MEASURED [--json] [--phase forward|backward|both] [-o FILE]
   predicted vs measured collectives per module, collective and phase; exit 1 if any differ
@@ -243,7 +257,7 @@ llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::strin
 int runPredict(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {"--allow-unsupported"},
                         {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size",
-                         "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version"});
+                         "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version", "--cluster"});
   if (!args)
     return fail(takeMessage(args.takeError()));
   if (args->help)
@@ -272,6 +286,12 @@ int runPredict(int argc, char **argv) {
     if (rest.consumeInteger(10, major) || (!rest.empty() && !rest.startswith(".")) || major < 9 || major > 99)
       return fail(fmt::format("--cuda-version needs torch.version.cuda (e.g. 12.8), got '{}'", v));
     options.cudaTarget.cudaMajor = major;
+  }
+  if (std::string c = args->option("--cluster"); !c.empty()) {
+    auto cluster = resolveCluster(c);
+    if (!cluster)
+      return fail(fmt::format("--cluster: {}", takeMessage(cluster.takeError())));
+    options.cluster = std::move(*cluster);
   }
   if (args->positional.size() != 1 || args->option("--plan").empty())
     return fail("predict takes MODEL.pt2 and --plan PLAN.json");
@@ -309,7 +329,8 @@ int runPredict(int argc, char **argv) {
   if (llvm::Error err = pm.run(ctx))
     return fail(fmt::format("{}: {}", modelPath, takeMessage(std::move(err))));
   PredictionReport report =
-      PredictionReport::build(*program, plan, ctx.state, phase != "backward", phase != "forward");
+      PredictionReport::build(*program, plan, ctx.state, phase != "backward", phase != "forward",
+                              options.cluster ? &*options.cluster : nullptr);
   std::string text;
   llvm::raw_string_ostream os(text);
   if (format == "json")
@@ -317,6 +338,45 @@ int runPredict(int argc, char **argv) {
   else
     report.printTable(os, noise);
   return emit(os.str(), args->option("-o"));
+}
+
+int runCollectiveTime(int argc, char **argv) {
+  auto args = parseArgs(argc, argv, 2, {}, {"--cluster", "--collective", "--bytes", "--ranks", "--nodes"});
+  if (!args)
+    return fail(takeMessage(args.takeError()));
+  if (args->help)
+    return printUsage("collective-time");
+  for (const char *required : {"--cluster", "--collective", "--bytes", "--ranks"})
+    if (args->option(required).empty())
+      return fail(fmt::format("collective-time needs {}", required));
+  if (!args->positional.empty())
+    return fail(fmt::format("collective-time takes no positional argument, got '{}'", args->positional[0]));
+  auto cluster = resolveCluster(args->option("--cluster"));
+  if (!cluster)
+    return fail(fmt::format("--cluster: {}", takeMessage(cluster.takeError())));
+  auto kind = collectiveKindByName(args->option("--collective"));
+  if (!kind)
+    return fail(fmt::format("--collective must be all_reduce, all_gather, reduce_scatter or all_to_all, got '{}'",
+                            args->option("--collective")));
+  auto number = [&](const char *name, int64_t max, int64_t &out) -> bool {
+    std::string v = args->option(name);
+    return !llvm::StringRef(v).getAsInteger(10, out) && out >= 1 && out <= max;
+  };
+  int64_t bytes = 0, ranks = 0, nodes = 0;
+  if (!number("--bytes", int64_t{1} << 50, bytes))
+    return fail(fmt::format("--bytes needs an integer from 1 to 2^50, got '{}'", args->option("--bytes")));
+  if (!number("--ranks", int64_t{1} << 20, ranks))
+    return fail(fmt::format("--ranks needs an integer from 1 to 2^20, got '{}'", args->option("--ranks")));
+  if (args->option("--nodes").empty())
+    nodes = std::max<int64_t>(1, (ranks + cluster->gpusPerNode - 1) / cluster->gpusPerNode);
+  else if (!number("--nodes", ranks, nodes))
+    return fail(fmt::format("--nodes needs an integer from 1 to --ranks ({}), got '{}'", ranks, args->option("--nodes")));
+  CollectiveTime t = estimateCollectiveTime(*cluster, *kind, bytes, {ranks, nodes});
+  llvm::outs() << fmt::format("{} of {} B/rank on {} ranks over {} node{} ({}): {:.3f} us ({}; message {} B, bus "
+                              "bandwidth {:.2f} GB/s)\n",
+                              name(*kind).str(), bytes, ranks, nodes, nodes == 1 ? "" : "s", cluster->name, t.us,
+                              t.algorithm, t.messageBytes, t.busBandwidthGBps);
+  return 0;
 }
 
 int runCheckPlan(int argc, char **argv) {
@@ -369,6 +429,8 @@ int main(int argc, char **argv) {
     rc = runCheckPlan(argc, argv);
   else if (command == "compare")
     rc = runCompare(argc, argv);
+  else if (command == "collective-time")
+    rc = runCollectiveTime(argc, argv);
   else
     rc = fail(fmt::format("unknown command '{}' (see commlens --help)", command));
   return checkStdout(rc);

@@ -724,7 +724,7 @@ def _(b):
 @kind("print-after-unknown-pass")
 def _(b):
     return (predict(b.good_pt2, b.plan_path, "--print-after=decompose,frobnicate"),
-            "--print-after: unknown pass 'frobnicate' (passes: decompose, apply-plan, propagate)")
+            "--print-after: unknown pass 'frobnicate' (passes: decompose, apply-plan, propagate, estimate-time)")
 
 
 @kind("unknown-option")

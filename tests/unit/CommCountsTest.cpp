@@ -136,8 +136,8 @@ TEST(CommCounts, ApproximateCells) {
     "approximate_forward": ["c10d_functional.all_reduce"],
     "approximate_backward": ["c10d_functional.reduce_scatter_tensor"]})");
   const ModuleCounts *g = c.find("Global");
-  EXPECT_EQ(g->phase(FW).at(AR), (CommCell{3, true, std::nullopt}));
-  EXPECT_EQ(g->phase(BW).at(RS), (CommCell{0, true, std::nullopt}));
+  EXPECT_EQ(g->phase(FW).at(AR), (CommCell{3, true, std::nullopt, std::nullopt}));
+  EXPECT_EQ(g->phase(BW).at(RS), (CommCell{0, true, std::nullopt, std::nullopt}));
 }
 
 TEST(CommCounts, Errors) {
@@ -205,7 +205,7 @@ TEST(CommCounts, PhaseField) {
 
 TEST(CommCounts, WritersRoundTrip) {
   CommCounts c = parseOk(kTree);
-  c.find("MLP.w2")->phase(BW)[RS] = CommCell{0, true, std::nullopt};
+  c.find("MLP.w2")->phase(BW)[RS] = CommCell{0, true, std::nullopt, std::nullopt};
   c.find("MLP.w2")->phase(FW)[AR].approximate = true;
   CommCounts flat = parseOk(c.toCountsJson());
   CommCounts tree = parseOk(c.toTreeJson());
@@ -285,7 +285,7 @@ TEST(CompareReport, DifferencesAndModuleOrder) {
 TEST(CompareReport, Json) {
   CommCounts measured = parseOk(kTree);
   CommCounts predicted = parseOk(kTree);
-  predicted.find("MLP.w2")->phase(FW)[AR] = CommCell{2, true, std::nullopt};
+  predicted.find("MLP.w2")->phase(FW)[AR] = CommCell{2, true, std::nullopt, std::nullopt};
   CompareReport r = CompareReport::build(predicted, measured, CommPhase::Forward);
   r.predictedPath = "p.json";
   r.measuredPath = "m.json";

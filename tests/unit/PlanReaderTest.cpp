@@ -79,7 +79,7 @@ TEST(PlanReader, ErrorsNameThePath) {
             "parallelize[0].mesh_dim: mesh dim 'sp' is not in the mesh (dim names: ['dp', 'tp'])");
   EXPECT_EQ(errorOf(kPlan, R"x("version": 1)x", R"x("version": 2)x"),
             "version: unsupported plan version 2 (commlens reads version 1)");
-  EXPECT_EQ(errorOf(kPlan, R"x("frozen": [])x", R"x("frozen": [], "extra": 1)x"), ": unknown key 'extra'");
+  EXPECT_EQ(errorOf(kPlan, R"x("frozen": [])x", R"x("frozen": [], "extra": 1)x"), "unknown key 'extra'");
   EXPECT_EQ(errorOf(kPlan, R"x("placements": ["Partial(avg)"])x", R"x("placements": ["R", "R"])x"),
             "placements.norm.weight: 2 placements for 1 mesh dims");
   EXPECT_EQ(errorOf(kPlan, R"x("shape": [2, 4])x", R"x("shape": [2, 0])x"), "mesh.shape[1]: mesh sizes must be positive");
