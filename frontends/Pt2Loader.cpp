@@ -37,7 +37,7 @@ void markTiedParameters(ExportedProgram &program) {
 
 } // namespace
 
-llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
+llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) {
   auto archive = Pt2Archive::open(path);
   if (!archive)
     return archive.takeError();
@@ -56,12 +56,11 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
       return makeError("legacy torch.export archive (torch <= 2.7) is not supported");
     return makeError("no {} record: not a torch.export.save archive", kModelRecord.str());
   }
+  Pt2Records records;
   auto modelJson = ar.read(kModelRecord);
   if (!modelJson)
     return modelJson.takeError();
-  auto program = parseExportedProgram(*modelJson, kModelRecord, checkNodeAgainstOpSchema);
-  if (!program)
-    return program.takeError();
+  records.modelJson = std::move(*modelJson);
   // The writer's name and the older documented name of the weights config.
   for (llvm::StringRef record : {"data/weights/model_weights_config.json", "data/weights/model_model_param_config.json"}) {
     if (!ar.hasRecord(record))
@@ -69,12 +68,30 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
     auto config = ar.read(record);
     if (!config)
       return config.takeError();
-    if (llvm::Error err = parseWeightsConfig(*config, **program, record))
-      return err;
+    records.weightsConfig = std::move(*config);
+    records.weightsRecord = record.str();
     break;
   }
+  return records;
+}
+
+llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &records, bool checkSchemas) {
+  auto program = parseExportedProgram(records.modelJson, "models/model.json",
+                                      checkSchemas ? NodeCheck(checkNodeAgainstOpSchema) : NodeCheck());
+  if (!program)
+    return program.takeError();
+  if (records.weightsConfig)
+    if (llvm::Error err = parseWeightsConfig(*records.weightsConfig, **program, records.weightsRecord))
+      return err;
   markTiedParameters(**program);
   return program;
+}
+
+llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
+  auto records = readPt2Records(path);
+  if (!records)
+    return records.takeError();
+  return decodePt2(*records);
 }
 
 } // namespace commlens

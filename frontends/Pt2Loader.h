@@ -8,9 +8,26 @@
 #include "llvm/Support/Error.h"
 
 #include <memory>
+#include <optional>
+#include <string>
 
 namespace commlens {
 
+/// The records of an archive the IR is decoded from, read once: `commlens rank` decodes a
+/// fresh program per plan from them (the passes rewrite the program they run on).
+struct Pt2Records {
+  std::string modelJson;
+  std::optional<std::string> weightsConfig;
+  std::string weightsRecord;
+};
+
+llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path);
+
+/// Decodes the records; `checkSchemas` checks each node against LibTorch's operator registry
+/// (needed once per archive).
+llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &records, bool checkSchemas = true);
+
+/// readPt2Records + decodePt2.
 llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path);
 
 } // namespace commlens

@@ -1,50 +1,10 @@
-// `commlens compare`, and the command-line helpers every commlens command shares (defined in
-// commlens.cpp).
+// `commlens compare`.
 #pragma once
 
-#include "llvm/Support/Error.h"
-
-#include <initializer_list>
-#include <string>
-#include <utility>
-#include <vector>
+#include "tools/Cli.h"
 
 namespace commlens {
 
 int runCompare(int argc, char **argv);
 
-namespace cli {
-
-/// Exit codes: 0 success, 1 a comparison found differences, 2 bad input or usage.
-constexpr int kExitDifferent = 1;
-constexpr int kExitBadInput = 2;
-
-/// A command's arguments: positionals, the flags and options it knows (each at most once, an
-/// option with a non-empty value), and whether --help / -h was given.
-struct Args {
-  std::vector<std::string> positional;
-  std::vector<std::string> flags;
-  std::vector<std::pair<std::string, std::string>> options;
-  bool help = false;
-
-  bool flag(const char *name) const;
-  /// The option's value, or "" when not given.
-  std::string option(const char *name) const;
-};
-
-/// Splits argv[first..] into positionals, known flags and known options ("--opt VALUE" or
-/// "--opt=VALUE"). Unknown, repeated and empty options are errors.
-llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initializer_list<const char *> flags,
-                               std::initializer_list<const char *> options);
-
-/// Prints "commlens: error: <message>" (one line) and returns kExitBadInput.
-int fail(const std::string &message);
-
-/// Writes the text to FILE, or to stdout when the path is empty; a failed write is an error.
-int emit(const std::string &text, const std::string &outPath);
-
-/// Prints a command's usage for `commlens <command> --help`.
-int printUsage(const char *command);
-
-} // namespace cli
 } // namespace commlens

@@ -9,6 +9,7 @@
 #include "reports/PredictionReport.h"
 #include "reports/InspectReport.h"
 #include "tools/CompareCommand.h"
+#include "tools/RankCommand.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Process.h"
@@ -38,6 +39,9 @@ commands:
           [--cluster NAME|TOPOLOGY.json]
       predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate),
       with their communication time on a cluster
+  rank MODEL.pt2 --plan PLAN.json [--plan ...] [--plans DIR] [--cluster NAME|TOPOLOGY.json]
+       [--phase forward|both] [--format table|json] [-o FILE]
+      predicts every plan in one process and ranks them by communication time per step
   collective-time --cluster NAME|TOPOLOGY.json --collective KIND --bytes N --ranks N [--nodes N]
       estimated time of one collective (KIND: all_reduce, all_gather, reduce_scatter, all_to_all)
   check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
@@ -67,6 +71,14 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
     {"check-plan", R"(usage: commlens check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
   validates a plan against the model and lists the modules each style applies to
 )"},
+    {"rank", R"(usage: commlens rank MODEL.pt2 --plan PLAN.json [--plan PLAN.json ...] [--plans DIR]
+                     [--cluster NAME|TOPOLOGY.json] [--phase forward|both] [--format table|json] [-o FILE]
+                     [--allow-unsupported] [--gpu NAME] [--gpu-arch M.m] [--cudnn-version N] [--cuda-version M.m]
+  predicts every plan (--plan, repeatable; --plans: every *.json in DIR) in one process, the model read
+  once, and ranks them by communication time per step on the cluster (default h100-ib-ndr), with
+  collectives, bytes and time per mesh dim; plans that cannot be predicted are listed as not ranked
+  (exit 2 only when none could be)
+)"},
     {"collective-time", R"(usage: commlens collective-time --cluster NAME|TOPOLOGY.json --collective KIND
                                 --bytes N --ranks N [--nodes N]
   estimated time of one collective on a cluster: KIND all_reduce, all_gather, reduce_scatter or
@@ -88,14 +100,59 @@ namespace commlens::cli {
 bool Args::flag(const char *name) const { return std::find(flags.begin(), flags.end(), name) != flags.end(); }
 
 std::string Args::option(const char *name) const {
+  std::string value;
   for (const auto &[k, v] : options)
     if (k == name)
-      return v;
-  return {};
+      value = v;
+  return value;
+}
+
+std::vector<std::string> Args::all(const char *name) const {
+  std::vector<std::string> values;
+  for (const auto &[k, v] : options)
+    if (k == name)
+      values.push_back(v);
+  return values;
+}
+
+llvm::Expected<PassOptions> passOptionsFrom(const Args &args) {
+  PassOptions options;
+  options.allowUnsupported = args.flag("--allow-unsupported");
+  if (std::string gpu = args.option("--gpu"); !gpu.empty()) {
+    auto target = cudaTargetByName(gpu);
+    if (!target)
+      return makeError("--gpu: {}", takeMessage(target.takeError()));
+    options.cudaTarget = *target;
+  }
+  if (std::string arch = args.option("--gpu-arch"); !arch.empty())
+    if (llvm::Error err = setComputeCapability(options.cudaTarget, arch))
+      return makeError("--gpu-arch: {}", takeMessage(std::move(err)));
+  if (std::string v = args.option("--cudnn-version"); !v.empty()) {
+    int64_t version = 0;
+    if (llvm::StringRef(v).getAsInteger(10, version) || version < 1000 || version > 999999)
+      return makeError("--cudnn-version needs torch.backends.cudnn.version()'s integer (e.g. 91002), got '{}'", v);
+    options.cudaTarget.cudnnVersion = version;
+  }
+  if (std::string v = args.option("--cuda-version"); !v.empty()) {
+    // torch.version.cuda, e.g. "12.8": only the major version changes the dispatch.
+    int major = 0;
+    llvm::StringRef rest = llvm::StringRef(v);
+    if (rest.consumeInteger(10, major) || (!rest.empty() && !rest.startswith(".")) || major < 9 || major > 99)
+      return makeError("--cuda-version needs torch.version.cuda (e.g. 12.8), got '{}'", v);
+    options.cudaTarget.cudaMajor = major;
+  }
+  if (std::string c = args.option("--cluster"); !c.empty()) {
+    auto cluster = resolveCluster(c);
+    if (!cluster)
+      return makeError("--cluster: {}", takeMessage(cluster.takeError()));
+    options.cluster = std::move(*cluster);
+  }
+  return options;
 }
 
 llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initializer_list<const char *> flags,
-                               std::initializer_list<const char *> options) {
+                               std::initializer_list<const char *> options,
+                               std::initializer_list<const char *> repeatable) {
   Args a;
   auto known = [](std::initializer_list<const char *> names, const std::string &key) {
     return std::find_if(names.begin(), names.end(), [&](const char *n) { return key == n; }) != names.end();
@@ -120,7 +177,7 @@ llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initialize
         a.flags.push_back(key);
         continue;
       }
-      if (known(options, key)) {
+      if (known(options, key) || known(repeatable, key)) {
         if (!inlineValue) {
           if (i + 1 >= argc)
             return makeError("option {} needs a value", key);
@@ -128,9 +185,10 @@ llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initialize
         }
         if (value.empty())
           return makeError("option {} has an empty value", key);
-        for (const auto &[k, v] : a.options)
-          if (k == key)
-            return makeError("option {} given twice", key);
+        if (!known(repeatable, key))
+          for (const auto &[k, v] : a.options)
+            if (k == key)
+              return makeError("option {} given twice", key);
         a.options.emplace_back(key, value);
         continue;
       }
@@ -262,37 +320,10 @@ int runPredict(int argc, char **argv) {
     return fail(takeMessage(args.takeError()));
   if (args->help)
     return printUsage("predict");
-  PassOptions options;
-  options.allowUnsupported = args->flag("--allow-unsupported");
-  if (std::string gpu = args->option("--gpu"); !gpu.empty()) {
-    auto target = cudaTargetByName(gpu);
-    if (!target)
-      return fail(fmt::format("--gpu: {}", takeMessage(target.takeError())));
-    options.cudaTarget = *target;
-  }
-  if (std::string arch = args->option("--gpu-arch"); !arch.empty())
-    if (llvm::Error err = setComputeCapability(options.cudaTarget, arch))
-      return fail(fmt::format("--gpu-arch: {}", takeMessage(std::move(err))));
-  if (std::string v = args->option("--cudnn-version"); !v.empty()) {
-    int64_t version = 0;
-    if (llvm::StringRef(v).getAsInteger(10, version) || version < 1000 || version > 999999)
-      return fail(fmt::format("--cudnn-version needs torch.backends.cudnn.version()'s integer (e.g. 91002), got '{}'", v));
-    options.cudaTarget.cudnnVersion = version;
-  }
-  if (std::string v = args->option("--cuda-version"); !v.empty()) {
-    // torch.version.cuda, e.g. "12.8": only the major version changes the dispatch.
-    int major = 0;
-    llvm::StringRef rest = llvm::StringRef(v);
-    if (rest.consumeInteger(10, major) || (!rest.empty() && !rest.startswith(".")) || major < 9 || major > 99)
-      return fail(fmt::format("--cuda-version needs torch.version.cuda (e.g. 12.8), got '{}'", v));
-    options.cudaTarget.cudaMajor = major;
-  }
-  if (std::string c = args->option("--cluster"); !c.empty()) {
-    auto cluster = resolveCluster(c);
-    if (!cluster)
-      return fail(fmt::format("--cluster: {}", takeMessage(cluster.takeError())));
-    options.cluster = std::move(*cluster);
-  }
+  auto passOptions = passOptionsFrom(*args);
+  if (!passOptions)
+    return fail(takeMessage(passOptions.takeError()));
+  PassOptions &options = *passOptions;
   if (args->positional.size() != 1 || args->option("--plan").empty())
     return fail("predict takes MODEL.pt2 and --plan PLAN.json");
   std::string phase = args->option("--phase").empty() ? "forward" : args->option("--phase");
@@ -429,6 +460,8 @@ int main(int argc, char **argv) {
     rc = runCheckPlan(argc, argv);
   else if (command == "compare")
     rc = runCompare(argc, argv);
+  else if (command == "rank")
+    rc = runRank(argc, argv);
   else if (command == "collective-time")
     rc = runCollectiveTime(argc, argv);
   else

@@ -209,6 +209,9 @@ CONFIGS = [
            P + "gpt2_fsdp_tp(dp=2, tp=2, sp=True, loss_parallel=True)", "both"),
     Config("llama-fsdp_tp_sp-dp2xtp4-both", LLAMA, P + "llama_fsdp_tp(dp=2, tp=4)", "both", ci=True),
     Config("llama-fsdp_tp-dp2xtp4-both", LLAMA, P + "llama_fsdp_tp(dp=2, tp=4, sp=False)", "both"),
+    # the ends of a dp x tp sweep (commlens rank): a mesh dim of one rank moves nothing
+    Config("llama-fsdp_tp_sp-dp1xtp8-both", LLAMA, P + "llama_fsdp_tp(dp=1, tp=8)", "both"),
+    Config("llama-fsdp_tp_sp-dp8xtp1-both", LLAMA, P + "llama_fsdp_tp(dp=8, tp=1)", "both"),
     Config("llama-fsdp_tp_sp-dp4xtp2-reshard_false-both", LLAMA,
            P + "llama_fsdp_tp(dp=4, tp=2, reshard_after_forward=False)", "both"),
     Config("stacked_mlp-fsdp-dp8-reshard4-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, reshard_after_forward=4)",

@@ -21,6 +21,7 @@ the CLI prints ``commlens: error: <file or spec>: <what>`` and exits 2.
 """
 
 import argparse
+import os
 import dataclasses
 import fnmatch
 import json
@@ -1218,6 +1219,48 @@ def resolve_plan(plan_or_path_or_spec):
     raise PlanError(repr(p), "expected a Plan, a plan JSON path or a MODULE:PLAN_FACTORY spec")
 
 
+def factorizations(n, k):
+    """Every ordered k-tuple of positive integers whose product is n ((1, 8), (2, 4), ... for
+    n = 8, k = 2), in lexicographic order."""
+    if k == 1:
+        return [(n,)]
+    return [(d,) + rest for d in range(1, n + 1) if n % d == 0 for rest in factorizations(n // d, k - 1)]
+
+
+def sweep(spec, world_size, directory):
+    """Writes one plan per way of filling the spec's ``{name}`` placeholders with integers whose
+    product is ``world_size`` (``llama_fsdp_tp(dp={dp}, tp={tp})`` at 8: dp x tp = 1x8, 2x4, 4x2,
+    8x1) into ``directory`` as ``<factory>-<name><value>-....json``; returns the paths written."""
+    import os
+    import re
+    import string
+
+    from commlens._factory import call_factory
+
+    names = [f for _, f, _, _ in string.Formatter().parse(spec) if f]
+    if not names or len(set(names)) != len(names):
+        raise PlanError(spec, "a sweep spec needs distinct {name} placeholders, e.g. "
+                        "'examples.plans:llama_fsdp_tp(dp={dp}, tp={tp})'")
+    if world_size < 1:
+        raise PlanError(spec, f"--world-size must be positive, got {world_size}")
+    os.makedirs(directory, exist_ok=True)
+    base = re.sub(r"\W+", "_", spec.split(":", 1)[-1].split("(", 1)[0])
+    paths = []
+    for values in factorizations(world_size, len(names)):
+        filled = spec.format(**dict(zip(names, values)))
+        plan = call_factory(filled)
+        if not isinstance(plan, Plan):
+            raise PlanError(filled, f"plan factory returned {type(plan).__name__}, not commlens.plan.Plan")
+        path = os.path.join(directory, base + "".join(f"-{n}{v}" for n, v in zip(names, values)) + ".json")
+        try:
+            with open(path, "w") as f:
+                f.write(dumps(plan, source=filled))
+        except OSError as err:
+            raise PlanError(path, f"cannot write plan: {err.strerror or err}") from None
+        paths.append(path)
+    return paths
+
+
 @cli_main
 def main(argv=None):
     parser = argparse.ArgumentParser(
@@ -1225,13 +1268,25 @@ def main(argv=None):
         description="Serialise a plan factory (returning commlens.plan.Plan) to commlens-plan JSON.",
     )
     parser.add_argument("factory", nargs="?", help="MODULE:PLAN_FACTORY or MODULE:PLAN_FACTORY(key=literal, ...)")
-    parser.add_argument("-o", "--output", help="output JSON path (default: stdout)")
+    parser.add_argument("-o", "--output", help="output JSON path (default: stdout); with --sweep, a directory")
+    parser.add_argument("--sweep", metavar="SPEC", help="plan factory spec with {name} placeholders filled by every "
+                        "factorisation of --world-size (one plan file each, into the -o directory)")
+    parser.add_argument("--world-size", type=int, help="the product of a --sweep's placeholders")
     parser.add_argument("--check", metavar="PLAN_JSON", help="load and validate a plan JSON file instead")
     parser.add_argument("--model", metavar="MODULE:FACTORY",
                         help="also check the plan's patterns against this model")
     ns = parser.parse_args(argv)
     from commlens._factory import call_factory, call_model_factory
 
+    if ns.sweep:
+        if ns.factory or ns.check or ns.model:
+            parser.error("--sweep takes no factory, --check or --model")
+        if ns.world_size is None or not ns.output:
+            parser.error("--sweep needs --world-size and -o DIRECTORY")
+        paths = sweep(ns.sweep, ns.world_size, ns.output)
+        print(f"commlens: wrote {len(paths)} plans to {ns.output}: "
+              + ", ".join(os.path.basename(p) for p in paths))
+        return 0
     if ns.check:
         plan, subject = load(ns.check), ns.check
     else:

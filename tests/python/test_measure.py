@@ -313,7 +313,7 @@ def test_device_cuda_without_a_gpu(cli, tmp_path):
     r = cli("commlens.measure", "examples.mlp:mlp", "--plan", "examples.plans:mlp_tp(tp=2, device_type='cuda')",
             "--device", "cuda", "-o", tmp_path / "m.json", cwd=tmp_path)
     assert r.returncode == 2
-    assert error_lines(r) == [f"commlens: error: measure: --device cuda needs a CUDA GPU (torch "
+    assert error_lines(r.stderr) == [f"commlens: error: measure: --device cuda needs a CUDA GPU (torch "
                               f"{torch.__version__}: torch.cuda.is_available() is False)"]
 
 

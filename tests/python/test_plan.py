@@ -784,3 +784,35 @@ def test_activation_checkpoint_load_errors(entry, message):
     with pytest.raises(PlanError) as info:
         from_json(obj, "spec")
     assert str(info.value) == f"spec: {message}"
+
+
+# ---------------------------------------------------------------- sweeps
+
+def test_factorizations_enumerate_every_ordered_split():
+    from commlens.plan import factorizations
+
+    assert factorizations(8, 2) == [(1, 8), (2, 4), (4, 2), (8, 1)]
+    assert factorizations(12, 1) == [(12,)]
+    # 64 = 2^6 over 3 dims: C(6 + 2, 2) = 28 ordered splits of the six factors of 2
+    assert len(factorizations(64, 3)) == 28 and (4, 4, 4) in factorizations(64, 3)
+
+
+def test_sweep_writes_one_plan_per_factorisation(cli, tmp_path):
+    out = tmp_path / "plans"
+    r = cli("commlens.plan", "--sweep", "examples.plans:llama_fsdp_tp(dp={dp}, tp={tp})", "--world-size", "8",
+            "-o", out, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    names = ["llama_fsdp_tp-dp1-tp8.json", "llama_fsdp_tp-dp2-tp4.json", "llama_fsdp_tp-dp4-tp2.json",
+             "llama_fsdp_tp-dp8-tp1.json"]
+    assert r.stdout == f"commlens: wrote 4 plans to {out}: {', '.join(names)}\n"
+    assert sorted(p.name for p in out.iterdir()) == names
+    doc = json.loads((out / "llama_fsdp_tp-dp2-tp4.json").read_text())
+    assert doc["mesh"]["shape"] == [2, 4] and doc["source"] == "examples.plans:llama_fsdp_tp(dp=2, tp=4)"
+
+
+def test_sweep_errors(cli, tmp_path):
+    r = cli("commlens.plan", "--sweep", "examples.plans:llama_fsdp_tp(dp=2, tp=4)", "--world-size", "8",
+            "-o", tmp_path / "p", cwd=tmp_path)
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == ["commlens: error: examples.plans:llama_fsdp_tp(dp=2, tp=4): a sweep spec needs distinct "
+                              "{name} placeholders, e.g. 'examples.plans:llama_fsdp_tp(dp={dp}, tp={tp})'"]

@@ -1,0 +1,82 @@
+"""commlens rank: every plan predicted in one process, ranked by communication time per step.
+Each ranked plan's figures must be the ones `predict --cluster` gives for that plan alone (whose
+counts and bytes the accuracy corpus checks against CommDebugMode)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from integration_helpers import export_pt2
+
+SWEEP = "examples.plans:llama_fsdp_tp(dp={dp}, tp={tp})"
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rank")
+    plans = d / "plans"
+    r = subprocess.run([sys.executable, "-m", "commlens.plan", "--sweep", SWEEP, "--world-size", "8", "-o", str(plans)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return export_pt2("examples.llama:llama", d), plans, d
+
+
+def test_rank_matches_predict_per_plan(run_commlens, llama, tmp_path):
+    pt2, plans, _ = llama
+    out = tmp_path / "rank.json"
+    r = run_commlens("rank", pt2, "--plans", plans, "--cluster", "h100-ib-ndr", "--format", "json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "commlens-rank" and doc["phase"] == "both" and doc["errors"] == []
+    ranked = doc["plans"]
+    assert [p["rank"] for p in ranked] == [1, 2, 3, 4]
+    assert sorted(p["name"] for p in ranked) == ["llama_fsdp_tp-dp1-tp8", "llama_fsdp_tp-dp2-tp4",
+                                                 "llama_fsdp_tp-dp4-tp2", "llama_fsdp_tp-dp8-tp1"]
+    times = [p["time_us"] for p in ranked]
+    assert times == sorted(times)
+    for p in ranked:
+        pred = tmp_path / "pred.json"
+        r = run_commlens("predict", pt2, "--plan", p["plan"], "--phase", "both", "--cluster", "h100-ib-ndr",
+                         "--format", "json", "-o", pred)
+        assert r.returncode == 0, r.stderr
+        step = json.loads(pred.read_text())["commlens"]["step"]
+        assert (p["forward"], p["backward"], p["time_us"], p["mesh_dims"]) == \
+            (step["forward"], step["backward"], step["time_us"], step["mesh_dims"])
+    # dp8 x tp1: TP styles on a mesh dim of one rank move nothing (the corpus measures it), so
+    # only FSDP's all-gathers and reduce-scatters remain, all on dp.
+    dp8 = next(p for p in ranked if p["name"].endswith("dp8-tp1"))
+    assert [d["dims"] for d in dp8["mesh_dims"]] == ["dp"]
+    assert set(dp8["collectives"]) == {"c10d._allgather_base_", "c10d._reduce_scatter_base_"}
+
+
+def test_rank_table_and_bad_plans(run_commlens, llama, tmp_path):
+    pt2, plans, _ = llama
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    good = plans / "llama_fsdp_tp-dp2-tp4.json"
+    r = run_commlens("rank", pt2, "--plan", good, "--plan", bad, "--phase", "forward")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"1 plans for {pt2} on h100-ib-ndr: hopper, 8 GPUs/node")
+    assert lines[0].endswith("phase forward, by communication time per step (collectives back to back)")
+    assert lines[1].split() == ["rank", "plan", "time/step", "collectives", "bytes/rank", "per", "mesh", "dim",
+                                "(ranks", "x", "nodes)"]
+    assert lines[2].split()[:2] == ["1", "llama_fsdp_tp-dp2-tp4"]
+    assert lines[3].startswith(f"not ranked: {bad}: plan: ")
+    assert lines[4].startswith("read and checked the model in ")
+    # nothing rankable: exit 2 with the first plan's error
+    r = run_commlens("rank", pt2, "--plan", bad)
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"commlens: error: no plan could be ranked (first: {bad}: plan: ")
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "rank takes MODEL.pt2 and at least one --plan PLAN.json or --plans DIR"),
+    (("--phase", "backward", "--plan", "x.json"), "--phase must be forward or both, got 'backward'"),
+    (("--plans", "/nonexistent"), "--plans: /nonexistent: No such file or directory"),
+])
+def test_rank_usage_errors(run_commlens, llama, args, message):
+    pt2, _, _ = llama
+    r = run_commlens("rank", pt2, *args)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"commlens: error: {message}\n")

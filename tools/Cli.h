@@ -1,0 +1,57 @@
+// The command-line helpers every commlens command shares (defined in commlens.cpp).
+#pragma once
+
+#include "passes/PassManager.h"
+
+#include "llvm/Support/Error.h"
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace commlens {
+
+namespace cli {
+
+/// Exit codes: 0 success, 1 a comparison found differences, 2 bad input or usage.
+constexpr int kExitDifferent = 1;
+constexpr int kExitBadInput = 2;
+
+/// A command's arguments: positionals, the flags and options it knows (each at most once, an
+/// option with a non-empty value), and whether --help / -h was given.
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::string> flags;
+  std::vector<std::pair<std::string, std::string>> options;
+  bool help = false;
+
+  bool flag(const char *name) const;
+  /// The option's value, or "" when not given (a repeatable option: its last value).
+  std::string option(const char *name) const;
+  /// Every value of an option, in order (repeatable options).
+  std::vector<std::string> all(const char *name) const;
+};
+
+/// Splits argv[first..] into positionals, known flags and known options ("--opt VALUE" or
+/// "--opt=VALUE"). Unknown and empty options are errors, and so is an option given twice unless
+/// it is `repeatable`.
+llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initializer_list<const char *> flags,
+                               std::initializer_list<const char *> options,
+                               std::initializer_list<const char *> repeatable = {});
+
+/// Prints "commlens: error: <message>" (one line) and returns kExitBadInput.
+int fail(const std::string &message);
+
+/// Writes the text to FILE, or to stdout when the path is empty; a failed write is an error.
+int emit(const std::string &text, const std::string &outPath);
+
+/// Prints a command's usage for `commlens <command> --help`.
+int printUsage(const char *command);
+
+/// The prediction options predict and rank share: --allow-unsupported, the CUDA target
+/// (--gpu, --gpu-arch, --cudnn-version, --cuda-version) and --cluster.
+llvm::Expected<PassOptions> passOptionsFrom(const Args &args);
+
+} // namespace cli
+} // namespace commlens

@@ -1,0 +1,233 @@
+#include "tools/RankCommand.h"
+
+#include "frontends/PlanReader.h"
+#include "frontends/Pt2Loader.h"
+#include "ir/Error.h"
+#include "reports/PredictionReport.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+namespace commlens {
+namespace {
+
+using namespace cli;
+using nlohmann::json;
+
+/// One plan's prediction, reduced to what the ranking shows.
+struct RankedPlan {
+  std::string path, name, mesh;
+  CommTotals forward, backward;
+  std::vector<MeshDimTotals> dims;
+  std::map<std::string, int64_t> byCollective; // op key -> count, both phases
+  double seconds = 0;                          // decode + passes + report
+  double stepUs() const { return forward.timeUs + backward.timeUs; }
+  int64_t collectives() const { return forward.collectives + backward.collectives; }
+  int64_t bytes() const { return forward.bytesPerRank + backward.bytesPerRank; }
+};
+
+struct FailedPlan {
+  std::string path, error;
+};
+
+/// The plan files of --plan options and --plans directories (their *.json, sorted by name).
+llvm::Expected<std::vector<std::string>> planPaths(const Args &args) {
+  std::vector<std::string> paths = args.all("--plan");
+  for (const std::string &dir : args.all("--plans")) {
+    std::error_code ec;
+    std::vector<std::string> found;
+    for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec))
+      if (llvm::StringRef(it->path()).endswith(".json"))
+        found.push_back(it->path());
+    if (ec)
+      return makeError("--plans: {}: {}", dir, ec.message());
+    if (found.empty())
+      return makeError("--plans: {}: no *.json plan files", dir);
+    std::sort(found.begin(), found.end());
+    paths.insert(paths.end(), found.begin(), found.end());
+  }
+  if (paths.empty())
+    return makeError("rank takes MODEL.pt2 and at least one --plan PLAN.json or --plans DIR");
+  return paths;
+}
+
+/// Predicts one plan on a freshly decoded program; an error names the plan file.
+llvm::Expected<RankedPlan> predictOne(const Pt2Records &records, bool checkSchemas, const std::string &planPath,
+                                      const PassOptions &options, bool backward) {
+  auto start = std::chrono::steady_clock::now();
+  auto plan = readPlanFile(planPath);
+  if (!plan)
+    return makeError("{}: {}", planPath, takeMessage(plan.takeError()));
+  auto program = decodePt2(records, checkSchemas);
+  if (!program)
+    return program.takeError();
+  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program))
+    return makeError("{}: {}", planPath, takeMessage(std::move(err)));
+  PassManager pm;
+  buildPipeline(pm, backward);
+  PassContext ctx{**program, &*plan, options, PredictionState()};
+  if (llvm::Error err = pm.run(ctx))
+    return makeError("{}: {}", planPath, takeMessage(std::move(err)));
+  PredictionReport report = PredictionReport::build(**program, *plan, ctx.state, true, backward, &*options.cluster);
+  RankedPlan r;
+  r.path = planPath;
+  r.name = llvm::sys::path::stem(planPath).str();
+  r.mesh = plan->mesh.str();
+  r.forward = report.totals(Phase::Forward);
+  r.backward = report.totals(Phase::Backward);
+  r.dims = report.meshDimTotals();
+  for (const CollectiveRecord &c : ctx.state.collectives)
+    if (backward || c.phase == Phase::Forward)
+      ++r.byCollective[c.opKey];
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+std::string formatUs(double us) {
+  if (us >= 1e6)
+    return fmt::format("{:.3f} s", us / 1e6);
+  if (us >= 1e3)
+    return fmt::format("{:.3f} ms", us / 1e3);
+  return fmt::format("{:.1f} us", us);
+}
+
+std::string dimsSummary(const RankedPlan &r) {
+  std::string out;
+  for (const MeshDimTotals &d : r.dims) {
+    if (!out.empty())
+      out += "; ";
+    out += fmt::format("{} ({}x{}n): {} coll, {} B, {}", d.dims, d.ranks, d.nodes,
+                       d.forward.collectives + d.backward.collectives, d.forward.bytesPerRank + d.backward.bytesPerRank,
+                       formatUs(d.forward.timeUs + d.backward.timeUs));
+  }
+  return out;
+}
+
+json totalsJson(const CommTotals &t) {
+  return {{"collectives", t.collectives}, {"bytes_per_rank", t.bytesPerRank}, {"time_us", t.timeUs}};
+}
+
+} // namespace
+
+int runRank(int argc, char **argv) {
+  auto args = parseArgs(argc, argv, 2, {"--allow-unsupported"},
+                        {"--phase", "--format", "-o", "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version",
+                         "--cluster"},
+                        {"--plan", "--plans"});
+  if (!args)
+    return fail(takeMessage(args.takeError()));
+  if (args->help)
+    return printUsage("rank");
+  if (args->positional.size() != 1)
+    return fail("rank takes one MODEL.pt2 and --plan PLAN.json (repeatable) or --plans DIR");
+  std::string phase = args->option("--phase").empty() ? "both" : args->option("--phase");
+  if (phase != "forward" && phase != "both")
+    return fail(fmt::format("--phase must be forward or both, got '{}'", phase));
+  std::string format = args->option("--format").empty() ? "table" : args->option("--format");
+  if (format != "table" && format != "json")
+    return fail(fmt::format("--format must be table or json, got '{}'", format));
+  auto options = passOptionsFrom(*args);
+  if (!options)
+    return fail(takeMessage(options.takeError()));
+  if (!options->cluster)
+    options->cluster = llvm::cantFail(clusterByName("h100-ib-ndr"));
+  auto paths = planPaths(*args);
+  if (!paths)
+    return fail(takeMessage(paths.takeError()));
+
+  auto start = std::chrono::steady_clock::now();
+  const std::string &modelPath = args->positional[0];
+  auto records = readPt2Records(modelPath);
+  if (!records)
+    return fail(fmt::format("{}: {}", modelPath, takeMessage(records.takeError())));
+  // The archive is read and its nodes checked against the op schemas once; every plan then
+  // decodes its own program from the records in memory.
+  if (auto checked = decodePt2(*records, /*checkSchemas=*/true); !checked)
+    return fail(fmt::format("{}: {}", modelPath, takeMessage(checked.takeError())));
+  double loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::vector<RankedPlan> ranked;
+  std::vector<FailedPlan> failed;
+  for (const std::string &path : *paths) {
+    auto r = predictOne(*records, false, path, *options, phase == "both");
+    if (r)
+      ranked.push_back(std::move(*r));
+    else
+      failed.push_back({path, takeMessage(r.takeError())});
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const RankedPlan &a, const RankedPlan &b) { return a.stepUs() < b.stepUs(); });
+  double planSeconds = 0;
+  for (const RankedPlan &r : ranked)
+    planSeconds += r.seconds;
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (format == "json") {
+    json plans = json::array(), errors = json::array();
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      const RankedPlan &r = ranked[i];
+      json dims = json::array();
+      for (const MeshDimTotals &d : r.dims)
+        dims.push_back({{"dims", d.dims},
+                        {"ranks", d.ranks},
+                        {"nodes", d.nodes},
+                        {"forward", totalsJson(d.forward)},
+                        {"backward", totalsJson(d.backward)}});
+      plans.push_back({{"rank", i + 1},
+                       {"plan", r.path},
+                       {"name", r.name},
+                       {"mesh", r.mesh},
+                       {"time_us", r.stepUs()},
+                       {"forward", totalsJson(r.forward)},
+                       {"backward", totalsJson(r.backward)},
+                       {"mesh_dims", dims},
+                       {"collectives", r.byCollective},
+                       {"predict_seconds", r.seconds}});
+    }
+    for (const FailedPlan &f : failed)
+      errors.push_back({{"plan", f.path}, {"error", f.error}});
+    json doc = {{"format", "commlens-rank"},   {"version", 1},          {"model", modelPath},
+                {"cluster", options->cluster->str()}, {"phase", phase}, {"plans", plans},
+                {"errors", errors},            {"load_seconds", loadSeconds}};
+    os << doc.dump(2) << "\n";
+  } else {
+    os << fmt::format("{} plans for {} on {}, phase {}, by communication time per step (collectives back to "
+                      "back)\n",
+                      ranked.size(), modelPath, options->cluster->str(), phase);
+    size_t width = 4;
+    for (const RankedPlan &r : ranked)
+      width = std::max(width, r.name.size());
+    os << fmt::format("{:>4}  {:<{}}  {:>12}  {:>11}  {:>14}  {}\n", "rank", "plan", width, "time/step", "collectives",
+                      "bytes/rank", "per mesh dim (ranks x nodes)");
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      const RankedPlan &r = ranked[i];
+      os << fmt::format("{:>4}  {:<{}}  {:>12}  {:>11}  {:>14}  {}\n", i + 1, r.name, width, formatUs(r.stepUs()),
+                        r.collectives(), r.bytes(), dimsSummary(r));
+    }
+    for (const FailedPlan &f : failed)
+      os << "not ranked: " << f.error << "\n";
+    os << fmt::format("read and checked the model in {:.3f} s; predicted {} plan{} in {:.3f} s ({:.3f} s per plan)\n",
+                      loadSeconds, ranked.size(), ranked.size() == 1 ? "" : "s", planSeconds,
+                      ranked.empty() ? 0.0 : planSeconds / static_cast<double>(ranked.size()));
+  }
+  int rc = emit(os.str(), args->option("-o"));
+  if (rc != 0)
+    return rc;
+  // Plans that could not be predicted are listed; with none ranked the run is a failure.
+  if (ranked.empty()) {
+    llvm::errs() << "commlens: error: no plan could be ranked (first: " << failed.front().error << ")\n";
+    return kExitBadInput;
+  }
+  return 0;
+}
+
+} // namespace commlens
