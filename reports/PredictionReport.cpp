@@ -84,15 +84,16 @@ void add(CommTotals &t, const CollectiveRecord &c) {
     t.timeUs += c.time->us;
 }
 
-std::string formatUs(double us) {
+
+} // namespace
+
+std::string formatMicroseconds(double us) {
   if (us >= 1e6)
     return fmt::format("{:.3f} s", us / 1e6);
   if (us >= 1e3)
     return fmt::format("{:.3f} ms", us / 1e3);
   return fmt::format("{:.1f} us", us);
 }
-
-} // namespace
 
 PredictionReport PredictionReport::build(const ExportedProgram &program, const ShardingPlan &plan,
                                          const PredictionState &state, bool forward, bool backward,
@@ -194,7 +195,7 @@ void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
     for (const auto &[key, cell] : cells) {
       os << pad << "  *" << key << ": " << cell.count << (cell.approximate ? " (approximate)" : "");
       if (cell.timeUs)
-        os << "  [" << formatUs(*cell.timeUs) << "]";
+        os << "  [" << formatMicroseconds(*cell.timeUs) << "]";
       os << "\n";
     }
     if (noiseLevel >= 1 && scope)
@@ -202,7 +203,7 @@ void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
         if (commPhase(c->phase) == phase)
           os << pad << "  **" << c->opKey << " on mesh dim " << c->meshDims.front() << ": " << str(c->fromPlacements)
              << " -> " << str(c->toPlacements) << ", " << c->bytesPerRank << " B/rank, "
-             << (c->time ? fmt::format("{} ({}, {} ranks on {} node{}), ", formatUs(c->time->us), c->time->algorithm,
+             << (c->time ? fmt::format("{} ({}, {} ranks on {} node{}), ", formatMicroseconds(c->time->us), c->time->algorithm,
                                        c->time->ranks, c->time->nodes, c->time->nodes == 1 ? "" : "s")
                          : "")
              << c->node->opString() << " '" << c->argument << "' (" << c->why << ")\n";
@@ -237,7 +238,7 @@ void PredictionReport::printTimeSummary(llvm::raw_ostream &os) const {
      << "  (collectives back to back, no overlap with compute or each other)\n";
   auto line = [&](const std::string &label, const CommTotals &t) {
     os << fmt::format("  {:<28} {:>6} collectives  {:>14} B/rank  {:>12}\n", label, t.collectives, t.bytesPerRank,
-                      formatUs(t.timeUs));
+                      formatMicroseconds(t.timeUs));
   };
   CommTotals fw = totals(Phase::Forward), bw = totals(Phase::Backward);
   if (forward)

@@ -36,6 +36,9 @@ struct MeshDimTotals {
   CommTotals forward, backward;
 };
 
+/// "12.3 us", "4.567 ms", "1.234 s".
+std::string formatMicroseconds(double us);
+
 struct PredictionReport {
   const ExportedProgram *program = nullptr;
   const ShardingPlan *plan = nullptr;

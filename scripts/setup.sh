@@ -5,7 +5,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-APT_PACKAGES="cmake ninja-build g++ llvm-14-dev llvm-14-tools libfmt-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libzstd-dev libtinfo-dev unzip"
+# chromium + chromium-driver: the HTML report tests run the page in a headless browser.
+APT_PACKAGES="cmake ninja-build g++ llvm-14-dev llvm-14-tools libfmt-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libzstd-dev libtinfo-dev unzip chromium chromium-driver"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -26,6 +27,11 @@ fi
 if ! "$PY" -c "import torch, pytest, lit, numpy; assert torch.__version__.startswith('2.13.0')" 2>/dev/null; then
   echo "setup: installing torch==2.13.0 (CPU), pytest, lit, numpy into .venv"
   "$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0" pytest lit numpy
+fi
+SELENIUM=4.27.1  # drives Debian's chromium (chromium-driver) in the HTML report tests
+if ! "$PY" -c "import selenium; assert selenium.__version__ == '$SELENIUM'" 2>/dev/null; then
+  echo "setup: installing selenium==$SELENIUM into .venv"
+  "$PY" -m pip install -q --disable-pip-version-check "selenium==$SELENIUM"
 fi
 # Hugging Face models for the accuracy corpus (examples/hf.py), pinned (it does not depend on
 # torch, so pip leaves the CPU build alone).

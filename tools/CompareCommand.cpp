@@ -2,6 +2,7 @@
 
 #include "ir/Error.h"
 #include "reports/CompareReport.h"
+#include "reports/HtmlReport.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -16,13 +17,15 @@ namespace commlens {
 using namespace cli;
 
 int runCompare(int argc, char **argv) {
-  auto args = parseArgs(argc, argv, 2, {"--json"}, {"--phase", "-o"});
+  auto args = parseArgs(argc, argv, 2, {"--json", "--html"}, {"--phase", "-o"});
   if (!args)
     return fail(takeMessage(args.takeError()));
   if (args->help)
     return printUsage("compare");
   const std::vector<std::string> &positional = args->positional;
-  bool asJson = args->flag("--json");
+  bool asJson = args->flag("--json"), asHtml = args->flag("--html");
+  if (asJson && asHtml)
+    return fail("--json and --html exclude each other");
   std::string phaseArg = args->option("--phase").empty() ? "both" : args->option("--phase");
   std::string outPath = args->option("-o");
   if (positional.size() != 2)
@@ -58,6 +61,8 @@ int runCompare(int argc, char **argv) {
   llvm::raw_string_ostream os(text);
   if (asJson)
     os << report.toJson();
+  else if (asHtml)
+    os << compareHtml(report);
   else
     report.printText(os);
   os.flush();

@@ -91,13 +91,6 @@ llvm::Expected<RankedPlan> predictOne(const Pt2Records &records, bool checkSchem
   return r;
 }
 
-std::string formatUs(double us) {
-  if (us >= 1e6)
-    return fmt::format("{:.3f} s", us / 1e6);
-  if (us >= 1e3)
-    return fmt::format("{:.3f} ms", us / 1e3);
-  return fmt::format("{:.1f} us", us);
-}
 
 std::string dimsSummary(const RankedPlan &r) {
   std::string out;
@@ -106,7 +99,7 @@ std::string dimsSummary(const RankedPlan &r) {
       out += "; ";
     out += fmt::format("{} ({}x{}n): {} coll, {} B, {}", d.dims, d.ranks, d.nodes,
                        d.forward.collectives + d.backward.collectives, d.forward.bytesPerRank + d.backward.bytesPerRank,
-                       formatUs(d.forward.timeUs + d.backward.timeUs));
+                       formatMicroseconds(d.forward.timeUs + d.backward.timeUs));
   }
   return out;
 }
@@ -210,7 +203,7 @@ int runRank(int argc, char **argv) {
                       "bytes/rank", "per mesh dim (ranks x nodes)");
     for (size_t i = 0; i < ranked.size(); ++i) {
       const RankedPlan &r = ranked[i];
-      os << fmt::format("{:>4}  {:<{}}  {:>12}  {:>11}  {:>14}  {}\n", i + 1, r.name, width, formatUs(r.stepUs()),
+      os << fmt::format("{:>4}  {:<{}}  {:>12}  {:>11}  {:>14}  {}\n", i + 1, r.name, width, formatMicroseconds(r.stepUs()),
                         r.collectives(), r.bytes(), dimsSummary(r));
     }
     for (const FailedPlan &f : failed)

@@ -7,6 +7,7 @@
 #include "passes/CommTimeModel.h"
 #include "passes/PassManager.h"
 #include "reports/PredictionReport.h"
+#include "reports/HtmlReport.h"
 #include "reports/InspectReport.h"
 #include "tools/CompareCommand.h"
 #include "tools/RankCommand.h"
@@ -33,7 +34,7 @@ constexpr const char *kUsage = R"(usage: commlens <command> [options]
 commands:
   inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
       module tree in forward order with node counts, parameters, parameter execution order
-  predict MODEL.pt2 --plan PLAN.json [--phase forward] [--format table|json] [--noise-level N]
+  predict MODEL.pt2 --plan PLAN.json [--phase forward] [--format table|json|html] [--noise-level N]
           [-o FILE] [--print-after=PASS[,PASS]] [--allow-unsupported] [--world-size N]
           [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N] [--cuda-version MAJOR.MINOR]
           [--cluster NAME|TOPOLOGY.json]
@@ -46,7 +47,7 @@ commands:
       estimated time of one collective (KIND: all_reduce, all_gather, reduce_scatter, all_to_all)
   check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
       validates a plan against the model and lists the modules each style applies to
-  compare PREDICTED MEASURED [--json] [--phase forward|backward|both] [-o FILE]
+  compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both] [-o FILE]
       predicted vs measured collectives per module, collective and phase; exit 1 if any differ
 )";
 
@@ -56,7 +57,7 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   module tree in forward order with node counts, parameters, parameter execution order
 )"},
     {"predict", R"(usage: commlens predict MODEL.pt2 --plan PLAN.json [--phase forward|backward|both]
-                        [--format table|json] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
+                        [--format table|json|html] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
                         [--allow-unsupported] [--world-size N]
                         [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
                         [--cuda-version MAJOR.MINOR] [--cluster NAME|TOPOLOGY.json]
@@ -85,7 +86,7 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   all_to_all; --bytes the bytes one rank hands it (all_gather: its shard); --nodes the nodes the
   group spans (default: ranks / GPUs per node, at least 1)
 )"},
-    {"compare", R"(usage: commlens compare PREDICTED MEASURED [--json] [--phase forward|backward|both] [-o FILE]
+    {"compare", R"(usage: commlens compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both] [-o FILE]
   predicted vs measured collectives per module, collective and phase; exit 1 if any differ
 )"},
 };
@@ -330,8 +331,8 @@ int runPredict(int argc, char **argv) {
   if (phase != "forward" && phase != "backward" && phase != "both")
     return fail(fmt::format("--phase must be forward, backward or both, got '{}'", phase));
   std::string format = args->option("--format").empty() ? "table" : args->option("--format");
-  if (format != "table" && format != "json")
-    return fail(fmt::format("--format must be table or json, got '{}'", format));
+  if (format != "table" && format != "json" && format != "html")
+    return fail(fmt::format("--format must be table, json or html, got '{}'", format));
   int noise = 0;
   if (std::string n = args->option("--noise-level"); !n.empty() && (llvm::StringRef(n).getAsInteger(10, noise) || noise < 0))
     return fail(fmt::format("--noise-level needs a non-negative integer, got '{}'", n));
@@ -366,6 +367,8 @@ int runPredict(int argc, char **argv) {
   llvm::raw_string_ostream os(text);
   if (format == "json")
     os << report.toJson();
+  else if (format == "html")
+    os << predictionHtml(report, fmt::format("commlens: {} under {}", modelPath, planPath));
   else
     report.printTable(os, noise);
   return emit(os.str(), args->option("-o"));
