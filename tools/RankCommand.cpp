@@ -1,5 +1,6 @@
 #include "tools/RankCommand.h"
 
+#include "api/Commlens.h"
 #include "frontends/PlanReader.h"
 #include "frontends/Pt2Loader.h"
 #include "ir/Error.h"
@@ -71,20 +72,22 @@ llvm::Expected<RankedPlan> predictOne(const Pt2Records &records, bool checkSchem
     return program.takeError();
   if (llvm::Error err = checkPlanAgainstProgram(*plan, **program))
     return makeError("{}: {}", planPath, takeMessage(std::move(err)));
-  PassManager pm;
-  buildPipeline(pm, backward);
-  PassContext ctx{**program, &*plan, options, PredictionState()};
-  if (llvm::Error err = pm.run(ctx))
-    return makeError("{}: {}", planPath, takeMessage(std::move(err)));
-  PredictionReport report = PredictionReport::build(**program, *plan, ctx.state, true, backward, &*options.cluster);
+  PredictRequest request;
+  request.phase = backward ? PredictPhase::Both : PredictPhase::Forward;
+  request.options = options;
+  auto prediction = Prediction::run(std::move(*program), std::move(*plan), request);
+  if (!prediction)
+    return makeError("{}: {}", planPath, takeMessage(prediction.takeError()));
+  const PredictionReport &report = (*prediction)->report();
+  const ShardingPlan &ranked = (*prediction)->plan();
   RankedPlan r;
   r.path = planPath;
   r.name = llvm::sys::path::stem(planPath).str();
-  r.mesh = plan->mesh.str();
+  r.mesh = ranked.mesh.str();
   r.forward = report.totals(Phase::Forward);
   r.backward = report.totals(Phase::Backward);
   r.dims = report.meshDimTotals();
-  for (const CollectiveRecord &c : ctx.state.collectives)
+  for (const CollectiveRecord &c : (*prediction)->state().collectives)
     if (backward || c.phase == Phase::Forward)
       ++r.byCollective[c.opKey];
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

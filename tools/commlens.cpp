@@ -1,4 +1,5 @@
 // The commlens command-line tool.
+#include "api/Commlens.h"
 #include "frontends/ClusterReader.h"
 #include "frontends/PlanReader.h"
 #include "frontends/Pt2Loader.h"
@@ -343,34 +344,35 @@ int runPredict(int argc, char **argv) {
     return fail(takeMessage(inputs.takeError()));
   auto &[program, plan] = *inputs;
 
-  PassManager pm;
-  buildPipeline(pm, phase != "forward");
-  if (std::string printAfter = args->option("--print-after"); !printAfter.empty()) {
-    llvm::StringSet<> names;
+  PredictRequest request;
+  request.phase = llvm::cantFail(parsePredictPhase(phase));
+  request.options = options;
+  std::optional<llvm::StringSet<>> printAfter;
+  if (std::string names = args->option("--print-after"); !names.empty()) {
+    PassManager pipeline;
+    buildPipeline(pipeline, phase != "forward");
+    std::vector<std::string> known = pipeline.names();
     llvm::SmallVector<llvm::StringRef, 4> parts;
-    llvm::StringRef(printAfter).split(parts, ',');
-    std::vector<std::string> known = pm.names();
+    llvm::StringRef(names).split(parts, ',');
+    printAfter.emplace();
     for (llvm::StringRef p : parts) {
       if (std::find(known.begin(), known.end(), p.str()) == known.end())
         return fail(fmt::format("--print-after: unknown pass '{}' (passes: {})", p.str(), fmt::join(known, ", ")));
-      names.insert(p);
+      printAfter->insert(p);
     }
-    pm.printAfter(std::move(names), llvm::errs());
+    request.customizePipeline = [&](PassManager &pm) { pm.printAfter(*printAfter, llvm::errs()); };
   }
-  PassContext ctx{*program, &plan, options, PredictionState()};
-  if (llvm::Error err = pm.run(ctx))
-    return fail(fmt::format("{}: {}", modelPath, takeMessage(std::move(err))));
-  PredictionReport report =
-      PredictionReport::build(*program, plan, ctx.state, phase != "backward", phase != "forward",
-                              options.cluster ? &*options.cluster : nullptr);
+  auto prediction = Prediction::run(std::move(program), std::move(plan), request);
+  if (!prediction)
+    return fail(fmt::format("{}: {}", modelPath, takeMessage(prediction.takeError())));
   std::string text;
   llvm::raw_string_ostream os(text);
   if (format == "json")
-    os << report.toJson();
+    os << (*prediction)->json();
   else if (format == "html")
-    os << predictionHtml(report, fmt::format("commlens: {} under {}", modelPath, planPath));
+    os << (*prediction)->html(fmt::format("commlens: {} under {}", modelPath, planPath));
   else
-    report.printTable(os, noise);
+    os << (*prediction)->table(noise);
   return emit(os.str(), args->option("-o"));
 }
 

@@ -740,7 +740,7 @@ def _(b):
 
 @kind("bad-format")
 def _(b):
-    return predict(b.good_pt2, b.plan_path, "--format", "xml"), "--format must be table or json, got 'xml'"
+    return predict(b.good_pt2, b.plan_path, "--format", "xml"), "--format must be table, json or html, got 'xml'"
 
 
 @kind("bad-noise-level")

@@ -1,0 +1,57 @@
+#include "api/Commlens.h"
+
+#include "frontends/ExportedProgramReader.h"
+#include "frontends/OpSchemas.h"
+#include "frontends/PlanReader.h"
+#include "ir/Error.h"
+#include "reports/HtmlReport.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+namespace commlens {
+
+llvm::Expected<PredictPhase> parsePredictPhase(llvm::StringRef text) {
+  if (text == "forward")
+    return PredictPhase::Forward;
+  if (text == "backward")
+    return PredictPhase::Backward;
+  if (text == "both")
+    return PredictPhase::Both;
+  return makeError("--phase must be forward, backward or both, got '{}'", text);
+}
+
+llvm::Expected<std::unique_ptr<Prediction>> Prediction::run(std::unique_ptr<ExportedProgram> program,
+                                                            ShardingPlan plan, const PredictRequest &request) {
+  if (llvm::Error err = checkPlanAgainstProgram(plan, *program))
+    return makeError("plan: {}", takeMessage(std::move(err)));
+  std::unique_ptr<Prediction> p(new Prediction());
+  p->program_ = std::move(program);
+  p->plan_ = std::move(plan);
+  bool backward = request.phase != PredictPhase::Forward;
+  PassManager pm;
+  buildPipeline(pm, backward);
+  if (request.customizePipeline)
+    request.customizePipeline(pm);
+  p->ctx_ = std::make_unique<PassContext>(PassContext{*p->program_, &p->plan_, request.options, PredictionState()});
+  if (llvm::Error err = pm.run(*p->ctx_))
+    return err;
+  const PassOptions &opts = p->ctx_->options;
+  p->report_ = PredictionReport::build(*p->program_, p->plan_, p->ctx_->state, request.phase != PredictPhase::Backward,
+                                       backward, opts.cluster ? &*opts.cluster : nullptr);
+  return p;
+}
+
+std::string Prediction::table(int noiseLevel) const {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  report_.printTable(os, noiseLevel);
+  return os.str();
+}
+
+std::string Prediction::html(llvm::StringRef title) const { return predictionHtml(report_, title); }
+
+llvm::Expected<std::unique_ptr<ExportedProgram>> decodeProgramJson(llvm::StringRef json) {
+  return parseExportedProgram(json, "exported program", checkNodeAgainstOpSchema);
+}
+
+} // namespace commlens
