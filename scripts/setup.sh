@@ -29,9 +29,10 @@ if ! "$PY" -c "import torch, pytest, lit, numpy; assert torch.__version__.starts
   "$PY" -m pip install -q --disable-pip-version-check "torch==2.13.0" pytest lit numpy
 fi
 SELENIUM=4.27.1  # drives Debian's chromium (chromium-driver) in the HTML report tests
-if ! "$PY" -c "import selenium; assert selenium.__version__ == '$SELENIUM'" 2>/dev/null; then
-  echo "setup: installing selenium==$SELENIUM into .venv"
-  "$PY" -m pip install -q --disable-pip-version-check "selenium==$SELENIUM"
+NANOBIND=3.1.0   # builds the Python extension commlens._core
+if ! "$PY" -c "import selenium, nanobind; assert selenium.__version__ == '$SELENIUM' and nanobind.__version__ == '$NANOBIND'" 2>/dev/null; then
+  echo "setup: installing selenium==$SELENIUM and nanobind==$NANOBIND into .venv"
+  "$PY" -m pip install -q --disable-pip-version-check "selenium==$SELENIUM" "nanobind==$NANOBIND"
 fi
 # Hugging Face models for the accuracy corpus (examples/hf.py), pinned (it does not depend on
 # torch, so pip leaves the CPU build alone).
@@ -49,7 +50,7 @@ WERROR=OFF; [ "${CI:-}" = true ] && WERROR=ON
 if [ ! -f "$BUILD/build.ninja" ] || [ "$(cat "$BUILD/.config" 2>/dev/null)" != "$SAN $WERROR" ]; then
   TORCH_PREFIX="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$ROOT/$PY" \
     -DCOMMLENS_SANITIZE=$SAN -DCOMMLENS_WERROR=$WERROR >/dev/null
   echo "$SAN $WERROR" > "$BUILD/.config"
 fi

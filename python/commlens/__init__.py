@@ -9,8 +9,19 @@ Submodules (each also a CLI via ``python -m``):
   versioned JSON format (``docs/plan-format.md``).
 * :mod:`commlens.measure` -- run a parallelised model under ``CommDebugMode``
   and write per-module collective counts.
+* :mod:`commlens.api` -- :func:`predict`: the C++ prediction pipeline on an
+  in-memory ``ExportedProgram`` or a ``.pt2`` (``commlens._core``).
+* :mod:`commlens.testing` -- ``assert_comm_counts`` for a user's pytest.
 """
 
 from commlens._errors import CommlensError
 
-__all__ = ["CommlensError"]
+
+def predict(program, plan, phase="forward", **kwargs):
+    """:func:`commlens.api.predict` (imported on first use: it loads torch)."""
+    from commlens.api import predict as _predict
+
+    return _predict(program, plan, phase, **kwargs)
+
+
+__all__ = ["CommlensError", "predict"]

@@ -1,0 +1,75 @@
+// commlens._core: the C++ prediction pipeline for Python (nanobind). Programs arrive as the
+// ExportedProgram JSON torch's serializer writes (in memory) or as a .pt2 path; plans as
+// commlens-plan JSON text. Errors raise commlens._core.Error with commlens' one-line message.
+#include "api/Commlens.h"
+#include "frontends/ClusterReader.h"
+#include "frontends/PlanReader.h"
+#include "frontends/Pt2Loader.h"
+#include "ir/Error.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <stdexcept>
+
+namespace nb = nanobind;
+using namespace commlens;
+
+namespace {
+
+struct CoreError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <typename T> T unwrap(llvm::Expected<T> value, const std::string &subject) {
+  if (!value)
+    throw CoreError(subject + ": " + takeMessage(value.takeError()));
+  return std::move(*value);
+}
+
+std::unique_ptr<Prediction> run(std::unique_ptr<ExportedProgram> program, const std::string &planJson,
+                                const std::string &planName, const std::string &phase,
+                                const std::optional<std::string> &cluster, const std::optional<std::string> &gpu,
+                                bool allowUnsupported) {
+  ShardingPlan plan = unwrap(parsePlan(planJson), planName);
+  PredictRequest request;
+  request.phase = unwrap(parsePredictPhase(phase), "predict");
+  request.options.allowUnsupported = allowUnsupported;
+  if (gpu)
+    request.options.cudaTarget = unwrap(cudaTargetByName(*gpu), "gpu");
+  if (cluster)
+    request.options.cluster = unwrap(resolveCluster(*cluster), "cluster");
+  return unwrap(Prediction::run(std::move(program), std::move(plan), request), "predict");
+}
+
+} // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "commlens' C++ prediction pipeline";
+  nb::exception<CoreError>(m, "Error");
+  nb::class_<Prediction>(m, "Prediction")
+      .def("json", &Prediction::json, "CommDebugMode's JSON dump tree plus commlens' records")
+      .def("table", &Prediction::table, nb::arg("noise_level") = 0, "CommDebugMode's tracing table")
+      .def("html", [](const Prediction &p, const std::string &title) { return p.html(title); }, nb::arg("title"));
+  m.def(
+      "predict_program_json",
+      [](nb::bytes programJson, const std::string &planJson, const std::string &planName, const std::string &phase,
+         std::optional<std::string> cluster, std::optional<std::string> gpu, bool allowUnsupported) {
+        std::string text(programJson.c_str(), programJson.size());
+        auto program = unwrap(decodeProgramJson(text), "exported program");
+        return run(std::move(program), planJson, planName, phase, cluster, gpu, allowUnsupported);
+      },
+      nb::arg("program_json"), nb::arg("plan_json"), nb::arg("plan_name"), nb::arg("phase"), nb::arg("cluster").none(),
+      nb::arg("gpu").none(), nb::arg("allow_unsupported"));
+  m.def(
+      "predict_pt2",
+      [](const std::string &path, const std::string &planJson, const std::string &planName, const std::string &phase,
+         std::optional<std::string> cluster, std::optional<std::string> gpu, bool allowUnsupported) {
+        auto program = unwrap(loadPt2(path), path);
+        return run(std::move(program), planJson, planName, phase, cluster, gpu, allowUnsupported);
+      },
+      nb::arg("path"), nb::arg("plan_json"), nb::arg("plan_name"), nb::arg("phase"), nb::arg("cluster").none(),
+      nb::arg("gpu").none(), nb::arg("allow_unsupported"));
+}

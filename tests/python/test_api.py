@@ -1,0 +1,82 @@
+"""commlens.predict (the C++ pipeline through commlens._core) on in-memory ExportedPrograms and
+.pt2 paths: counts equal CommDebugMode's (commlens.measure, fake process group) and the CLI's
+JSON; errors are CommlensError with the CLI's message; commlens.testing.assert_comm_counts."""
+import json
+import subprocess
+
+import pytest
+
+import commlens
+from commlens import CommlensError
+from commlens.export import export_model
+from commlens.measure import measure
+from commlens.testing import assert_comm_counts
+
+GPT2 = "examples.gpt2:gpt2"
+PLAN = "examples.plans:gpt2_tp_sp(tp=4)"
+
+
+@pytest.fixture(scope="module")
+def gpt2_ep():
+    from commlens._factory import call_model_factory
+
+    model, args, kwargs = call_model_factory(GPT2)
+    return export_model(model, args, kwargs)
+
+
+def test_in_memory_program_agrees_with_commdebugmode(gpt2_ep):
+    p = commlens.predict(gpt2_ep, PLAN, phase="both")
+    assert p == measure(GPT2, PLAN, phase="both")
+    assert p.total("forward") + p.total("backward") == p.total("both") == len(p.collectives())
+    assert repr(p) == f"<commlens.Prediction both: {p.total('forward')} forward, {p.total('backward')} backward>"
+
+
+def test_in_memory_equals_the_cli_on_the_saved_program(gpt2_ep, tmp_path, commlens_bin):
+    import torch
+
+    pt2 = tmp_path / "gpt2.pt2"
+    torch.export.save(gpt2_ep, str(pt2))
+    plan = tmp_path / "plan.json"
+    from commlens.plan import resolve_plan, save
+
+    save(resolve_plan(PLAN), str(plan))
+    out = tmp_path / "cli.json"
+    r = subprocess.run([commlens_bin, "predict", str(pt2), "--plan", str(plan), "--phase", "both", "--cluster",
+                        "h100-ib-ndr", "--format", "json", "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    from_path = commlens.predict(str(pt2), str(plan), phase="both", cluster="h100-ib-ndr")
+    assert json.loads(from_path.to_json()) == json.loads(out.read_text())
+    in_memory = commlens.predict(gpt2_ep, str(plan), phase="both", cluster="h100-ib-ndr")
+    assert in_memory.counts() == from_path.counts()
+    assert in_memory.step == from_path.step
+    table = subprocess.run([commlens_bin, "predict", str(pt2), "--plan", str(plan), "--noise-level", "1"],
+                           capture_output=True, text=True).stdout
+    assert commlens.predict(gpt2_ep, str(plan)).table(noise_level=1) == table
+
+
+def test_errors_are_commlens_errors(gpt2_ep):
+    with pytest.raises(CommlensError) as info:
+        commlens.predict(gpt2_ep, "examples.plans:stacked_mlp_tp(tp=2)")
+    assert str(info.value) == "predict: plan: plan pattern 'layers.*.w1' matches no module of GPT2"
+    with pytest.raises(CommlensError) as info:
+        commlens.predict(gpt2_ep, PLAN, phase="sideways")
+    assert str(info.value) == "predict: phase must be forward, backward or both, got 'sideways'"
+    with pytest.raises(CommlensError) as info:
+        commlens.predict("/nonexistent.pt2", PLAN)
+    assert str(info.value).startswith("/nonexistent.pt2: ")
+    with pytest.raises(CommlensError) as info:
+        commlens.predict(gpt2_ep, PLAN, cluster="dgx")
+    assert str(info.value).startswith("cluster: unknown cluster 'dgx' (known: h100-ib-ndr,")
+
+
+def test_assert_comm_counts():
+    # MLP, Colwise w1 / Rowwise w2, input without grad: one all_reduce forward in w2 (its Partial
+    # output made Replicate), nothing backward (hand derivation in tests/python/test_measure.py).
+    AR = "c10d_functional.all_reduce"
+    assert_comm_counts("examples.mlp:mlp", "examples.plans:mlp_tp(tp=4)",
+                       {"Global": {"forward": {AR: 1}, "backward": {}}, "MLP.w2": {"forward": {AR: 1}}})
+    assert_comm_counts("examples.mlp:mlp", "examples.plans:mlp_tp(tp=4, input_requires_grad=True)", "measure")
+    with pytest.raises(AssertionError) as info:
+        assert_comm_counts("examples.mlp:mlp", "examples.plans:mlp_tp(tp=4)", {"MLP.w1": {"forward": {AR: 1}}})
+    assert str(info.value).splitlines()[:2] == ["collective counts differ:",
+                                                f"  MLP.w1 forward: predicted {{}}, expected {{'{AR}': 1}}"]
