@@ -1,7 +1,8 @@
 """Speed and memory of `commlens predict` against CommDebugMode on the same configuration.
 
 Default: the 48-layer GPT-2-style example (meta device: no weights) under a 2-D plan, data
-parallel 2 x tensor+sequence parallel 4, forward phase. Prints, measured in this run:
+parallel 2 x tensor+sequence parallel 4, forward phase. Prints, measured in this run: each
+stage of one predict (process start-up, then `predict --time-passes`: load, every pass, report),
 predict wall time (best of --repeat runs) and peak RSS, `commlens.measure` (CommDebugMode, fake
 process group, one process) wall time and peak RSS, and their ratios.
 
@@ -68,7 +69,17 @@ def main():
                            "--phase", args.phase],
                           stdout=subprocess.DEVNULL).returncode == 0
 
+    t0 = time.perf_counter()
+    timed = subprocess.run(predict + ["--time-passes"], capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t0
+    stages = [line for line in timed.stderr.splitlines() if line.strip().endswith(tuple("abcdefghijklmnopqrstuvwxyz)"))
+              and " s  " in line]
+    total = float(stages[-1].split()[0])
     print(f"config: {model} x {args.plan}, phase {args.phase}")
+    print("predict stages (--time-passes):")
+    print(f"  {wall - total:9.4f} s  process start-up (LibTorch load, before main)")
+    for line in stages:
+        print(line)
     print(f"commlens predict:        {predict_s:8.3f} s   peak RSS {predict_mib:8.1f} MiB")
     print(f"CommDebugMode (measure): {measure_s:8.3f} s   peak RSS {measure_mib:8.1f} MiB")
     print(f"ratio measure/predict:   {measure_s / predict_s:8.1f}x time, {measure_mib / predict_mib:.1f}x memory")

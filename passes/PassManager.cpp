@@ -7,6 +7,8 @@
 #include "passes/DecomposeToRuntimeOps.h"
 #include "passes/ShardingPropagation.h"
 
+#include <chrono>
+
 namespace commlens {
 
 std::vector<std::string> PassManager::names() const {
@@ -18,8 +20,12 @@ std::vector<std::string> PassManager::names() const {
 
 llvm::Error PassManager::run(PassContext &ctx) {
   for (const auto &pass : passes_) {
+    auto start = std::chrono::steady_clock::now();
     if (llvm::Error err = pass->run(ctx))
       return err;
+    if (timings_)
+      timings_->emplace_back(pass->name().str(),
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (printStream_ && printAfter_.count(pass->name())) {
       *printStream_ << "// -----// IR after " << pass->name() << " //----- //\n";
       bool backward = ctx.state.backward && (pass->name() == "autodiff" || pass->name() == "propagate-backward");

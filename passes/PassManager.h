@@ -15,6 +15,8 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace commlens {
@@ -52,6 +54,8 @@ public:
     printAfter_ = std::move(names);
     printStream_ = &os;
   }
+  /// Records each pass's wall time into `timings` as it runs (`--time-passes`).
+  void timeInto(std::vector<std::pair<std::string, double>> *timings) { timings_ = timings; }
   /// Names of the passes, in order (for `--print-after` validation and help).
   std::vector<std::string> names() const;
   /// Runs every pass; the first error stops the pipeline and is returned as is.
@@ -61,6 +65,7 @@ private:
   std::vector<std::unique_ptr<Pass>> passes_;
   llvm::StringSet<> printAfter_;
   llvm::raw_ostream *printStream_ = nullptr;
+  std::vector<std::pair<std::string, double>> *timings_ = nullptr;
 };
 
 /// The prediction pipeline for the forward pass: decomposition, plan application, sharding

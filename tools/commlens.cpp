@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,7 @@ commands:
   predict MODEL.pt2 --plan PLAN.json [--phase forward] [--format table|json|html] [--noise-level N]
           [-o FILE] [--print-after=PASS[,PASS]] [--allow-unsupported] [--world-size N]
           [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N] [--cuda-version MAJOR.MINOR]
-          [--cluster NAME|TOPOLOGY.json]
+          [--cluster NAME|TOPOLOGY.json] [--time-passes]
       predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate),
       with their communication time on a cluster
   rank MODEL.pt2 --plan PLAN.json [--plan ...] [--plans DIR] [--cluster NAME|TOPOLOGY.json]
@@ -61,8 +62,9 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
                         [--format table|json|html] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
                         [--allow-unsupported] [--world-size N]
                         [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
-                        [--cuda-version MAJOR.MINOR] [--cluster NAME|TOPOLOGY.json]
+                        [--cuda-version MAJOR.MINOR] [--cluster NAME|TOPOLOGY.json] [--time-passes]
   predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
+  --time-passes prints the wall time of loading, of each pass and of the report to stderr
   --cluster times every collective on a cluster preset or topology file (docs/cluster-format.md):
   per collective, module, mesh dim and step
   a device_type="cuda" plan follows the CUDA dispatch of the target GPU (default h100, cuDNN 9.10.2):
@@ -315,7 +317,9 @@ llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::strin
 }
 
 int runPredict(int argc, char **argv) {
-  auto args = parseArgs(argc, argv, 2, {"--allow-unsupported"},
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto args = parseArgs(argc, argv, 2, {"--allow-unsupported", "--time-passes"},
                         {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size",
                          "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version", "--cluster"});
   if (!args)
@@ -339,11 +343,14 @@ int runPredict(int argc, char **argv) {
     return fail(fmt::format("--noise-level needs a non-negative integer, got '{}'", n));
   const std::string &modelPath = args->positional[0];
   std::string planPath = args->option("--plan");
+  auto loadStart = Clock::now();
   auto inputs = loadModelAndPlan(*args, modelPath, planPath);
   if (!inputs)
     return fail(takeMessage(inputs.takeError()));
   auto &[program, plan] = *inputs;
+  double loadSeconds = since(loadStart);
 
+  std::vector<std::pair<std::string, double>> timings;
   PredictRequest request;
   request.phase = llvm::cantFail(parsePredictPhase(phase));
   request.options = options;
@@ -360,8 +367,14 @@ int runPredict(int argc, char **argv) {
         return fail(fmt::format("--print-after: unknown pass '{}' (passes: {})", p.str(), fmt::join(known, ", ")));
       printAfter->insert(p);
     }
-    request.customizePipeline = [&](PassManager &pm) { pm.printAfter(*printAfter, llvm::errs()); };
   }
+  request.customizePipeline = [&](PassManager &pm) {
+    if (printAfter)
+      pm.printAfter(*printAfter, llvm::errs());
+    if (args->flag("--time-passes"))
+      pm.timeInto(&timings);
+  };
+  auto runStart = Clock::now();
   auto prediction = Prediction::run(std::move(program), std::move(plan), request);
   if (!prediction)
     return fail(fmt::format("{}: {}", modelPath, takeMessage(prediction.takeError())));
@@ -373,7 +386,23 @@ int runPredict(int argc, char **argv) {
     os << (*prediction)->html(fmt::format("commlens: {} under {}", modelPath, planPath));
   else
     os << (*prediction)->table(noise);
-  return emit(os.str(), args->option("-o"));
+  double runSeconds = since(runStart);
+  if (int rc = emit(os.str(), args->option("-o")))
+    return rc;
+  if (args->flag("--time-passes")) {
+    // After the output: what each stage of this run took (the process start-up, e.g. loading
+    // LibTorch, comes before main and is not in it).
+    double passes = 0;
+    for (const auto &t : timings)
+      passes += t.second;
+    llvm::errs() << "===-- commlens --time-passes (wall time) --===\n";
+    llvm::errs() << fmt::format("  {:9.4f} s  {}\n", loadSeconds, "load (archive, program decode, plan)");
+    for (const auto &[name, seconds] : timings)
+      llvm::errs() << fmt::format("  {:9.4f} s  {}\n", seconds, name);
+    llvm::errs() << fmt::format("  {:9.4f} s  {}\n", runSeconds - passes, "report (build and render)");
+    llvm::errs() << fmt::format("  {:9.4f} s  {}\n", loadSeconds + runSeconds, "total");
+  }
+  return 0;
 }
 
 int runCollectiveTime(int argc, char **argv) {

@@ -93,3 +93,21 @@ def test_plan_naming_a_missing_module(run_commlens, files, tmp_path):
     bad.write_text(plan.read_text().replace('"fqn": "w2"', '"fqn": "w3"'))
     r = run_commlens("predict", pt2, "--plan", bad)
     assert (r.returncode, r.stderr) == (2, f"commlens: error: {bad}: plan pattern 'w3' matches no module of RepeatNet\n")
+
+
+def test_time_passes(run_commlens, tmp_path):
+    from commlens import plan as planlib
+    from integration_helpers import export_pt2, save_plan
+
+    pt2 = export_pt2("examples.mlp:mlp", tmp_path)
+    plan = save_plan(planlib.resolve_plan("examples.plans:mlp_tp(tp=2)"), tmp_path)
+    plain = run_commlens("predict", pt2, "--plan", plan, "--phase", "both")
+    timed = run_commlens("predict", pt2, "--plan", plan, "--phase", "both", "--time-passes")
+    assert timed.returncode == 0 and timed.stdout == plain.stdout  # the report is unchanged
+    lines = timed.stderr.splitlines()
+    assert lines[0] == "===-- commlens --time-passes (wall time) --==="
+    stages = [line.split(" s  ", 1)[1] for line in lines[1:]]
+    assert stages == ["load (archive, program decode, plan)", "decompose", "apply-plan", "loss", "propagate",
+                      "autodiff", "propagate-backward", "estimate-time", "report (build and render)", "total"]
+    seconds = [float(line.split()[0]) for line in lines[1:]]
+    assert all(s >= 0 for s in seconds) and abs(sum(seconds[:-1]) - seconds[-1]) < 1e-3
