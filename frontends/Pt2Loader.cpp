@@ -35,10 +35,8 @@ void markTiedParameters(ExportedProgram &program) {
   }
 }
 
-} // namespace
-
-llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
-  auto archive = Pt2Archive::open(path);
+/// The program in an opened archive.
+llvm::Expected<std::unique_ptr<ExportedProgram>> loadArchive(llvm::Expected<std::unique_ptr<Pt2Archive>> archive) {
   if (!archive)
     return archive.takeError();
   Pt2Archive &ar = **archive;
@@ -75,6 +73,14 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
   }
   markTiedParameters(**program);
   return program;
+}
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) { return loadArchive(Pt2Archive::open(path)); }
+
+llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2Buffer(llvm::StringRef bytes) {
+  return loadArchive(Pt2Archive::openBuffer(bytes));
 }
 
 } // namespace commlens

@@ -12,5 +12,7 @@
 namespace commlens {
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path);
+/// The same from the archive's bytes in memory (no file).
+llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2Buffer(llvm::StringRef bytes);
 
 } // namespace commlens
