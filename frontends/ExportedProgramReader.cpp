@@ -411,7 +411,11 @@ private:
     for (size_t i = 0; i < args.size(); ++i) {
       auto [specKind, spec] = specList[i].variant();
       InputSpec in;
-      auto [argKind, arg] = args[i].variant();
+      // Named variables, not a structured binding: the lambda below captures them, which C++20
+      // allows but clang before 16 rejects.
+      std::pair<std::string, JsonRef> argVariant = args[i].variant();
+      const std::string &argKind = argVariant.first;
+      const JsonRef &arg = argVariant.second;
       auto defineArg = [&]() -> Value * {
         if (argKind == "as_tensor")
           return define(arg.field("name").asString(), ValueKind::Tensor, arg);

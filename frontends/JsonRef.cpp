@@ -26,6 +26,12 @@ llvm::Expected<json> parseJsonText(llvm::StringRef text, llvm::StringRef recordN
     if (auto p = what.find("] "); p != std::string::npos)
       what = what.substr(p + 2);
     return makeError("{}: invalid JSON: {}", recordName.str(), what);
+  } catch (const json::exception &e) {
+    // A number the parser cannot hold (out_of_range.406: "number overflow parsing '1e999'").
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos)
+      what = what.substr(p + 2);
+    return makeError("{}: invalid JSON: {}", recordName.str(), what);
   }
 }
 

@@ -15,10 +15,12 @@ class Pt2Archive {
 public:
   /// Opens the zip; fails with a one-line message when it is not a readable archive.
   static llvm::Expected<std::unique_ptr<Pt2Archive>> open(llvm::StringRef path);
+  /// Opens an archive held in memory (the bytes are copied); the same checks and messages as open.
+  static llvm::Expected<std::unique_ptr<Pt2Archive>> openBuffer(llvm::StringRef bytes);
   ~Pt2Archive();
 
-  /// Record names relative to the archive's root folder.
-  std::vector<std::string> records() const;
+  /// Record names relative to the archive's root folder; fails when an entry is outside it.
+  llvm::Expected<std::vector<std::string>> records() const;
   bool hasRecord(llvm::StringRef name) const;
   llvm::Expected<std::string> read(llvm::StringRef name) const;
 

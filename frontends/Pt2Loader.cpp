@@ -35,10 +35,8 @@ void markTiedParameters(ExportedProgram &program) {
   }
 }
 
-} // namespace
-
-llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) {
-  auto archive = Pt2Archive::open(path);
+/// The records of an opened archive.
+llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive>> archive) {
   if (!archive)
     return archive.takeError();
   Pt2Archive &ar = **archive;
@@ -75,6 +73,10 @@ llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) {
   return records;
 }
 
+} // namespace
+
+llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) { return readRecords(Pt2Archive::open(path)); }
+
 llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &records, bool checkSchemas) {
   auto program = parseExportedProgram(records.modelJson, "models/model.json",
                                       checkSchemas ? NodeCheck(checkNodeAgainstOpSchema) : NodeCheck());
@@ -89,6 +91,13 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &rec
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
   auto records = readPt2Records(path);
+  if (!records)
+    return records.takeError();
+  return decodePt2(*records);
+}
+
+llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2Buffer(llvm::StringRef bytes) {
+  auto records = readRecords(Pt2Archive::openBuffer(bytes));
   if (!records)
     return records.takeError();
   return decodePt2(*records);

@@ -29,5 +29,7 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &rec
 
 /// readPt2Records + decodePt2.
 llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path);
+/// The same from the archive's bytes in memory (no file).
+llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2Buffer(llvm::StringRef bytes);
 
 } // namespace commlens

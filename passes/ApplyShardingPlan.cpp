@@ -78,10 +78,15 @@ public:
       return err;
     // A module that runs no op (nn.Identity) has no place in the graph for its hooks yet; its
     // styles would silently do nothing, so say so.
-    for (const auto &[scope, styles] : styles_)
+    for (const auto &entry : styles_) {
+      // Named, not structured bindings: the lambda captures the scope (clang before 16 rejects
+      // capturing a structured binding).
+      const auto &scope = entry.first;
+      const auto &styles = entry.second;
       if (llvm::none_of(calls_, [&](const StyledCall &c) { return c.scope == scope; }))
         return makeError("{} '{}' on {}: the module runs no op, and commlens cannot place hooks on such a "
                          "module yet", name(styles.front()->kind), styles.front()->pattern, scope->displayName());
+    }
     return rewrite();
   }
 

@@ -407,6 +407,12 @@ llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
     if (auto p = what.find("] "); p != std::string::npos)
       what = what.substr(p + 2);
     return makeError("invalid JSON: {}", what);
+  } catch (const json::exception &e) {
+    // A number the parser cannot hold (out_of_range.406: "number overflow parsing '1e999'").
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos)
+      what = what.substr(p + 2);
+    return makeError("invalid JSON: {}", what);
   }
   CommCounts counts;
   try {

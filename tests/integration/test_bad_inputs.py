@@ -332,6 +332,13 @@ def _(b):
     return ["inspect", p], f"{p}: {M}: invalid JSON: nested deeper than 256 levels"
 
 
+@kind("model-json-number-overflow")
+def _(b):
+    # A number past double's range: nlohmann's parser throws out_of_range, not parse_error.
+    p = b.pt2(text_edit=lambda t: '{"overflow": 1e999, ' + t[1:])
+    return ["inspect", p], f"{p}: {M}: invalid JSON: number overflow parsing '1e999'"
+
+
 @kind("model-json-truncated")
 def _(b):
     p = b.pt2(text_edit=lambda t: t[:20])
@@ -569,6 +576,12 @@ def _(b):
     return predict(b.good_pt2, plan), f"{plan}: plan: invalid JSON: nested deeper than 256 levels"
 
 
+@kind("plan-number-overflow")
+def _(b):
+    plan = b.plan(text='{"format": "commlens-plan", "version": 1' + "0" * 400 + "}")
+    return predict(b.good_pt2, plan), f"{plan}: plan: invalid JSON: number overflow parsing '1{'0' * 400}'"
+
+
 @kind("plan-invalid-json")
 def _(b):
     plan = b.plan(text='{"format": ')
@@ -663,6 +676,12 @@ def _(b):
     c = b.counts({"modules": []})
     return compare_with(b, c), (f"{c}: unknown format: neither a CommDebugMode generate_json_dump tree (no 'fqn') nor "
                                 "a commlens-counts file (no 'format')")
+
+
+@kind("counts-number-overflow")
+def _(b):
+    c = b.counts(text='{"fqn": "Global", "collectives_forward": [["c10d_functional.all_reduce", -2e308]]}')
+    return compare_with(b, c), f"{c}: invalid JSON: number overflow parsing '-2e308'"
 
 
 @kind("counts-invalid-json")

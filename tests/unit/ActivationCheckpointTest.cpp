@@ -99,7 +99,10 @@ TEST(ActivationCheckpoint, WrapperScopes) {
   Net net;
   net.checkpoint("layers.1");
   net.predict();
-  const ModuleScopeTree &tree = net.g.scopes();
+  // net.p's graph, not net.g: the passes replace the program's graph (decompose, apply-plan), so
+  // the test program's reference to its first graph dangles after predict() (ASan:
+  // heap-use-after-free).
+  const ModuleScopeTree &tree = net.p.graph().scopes();
   std::vector<std::string> names;
   for (const ModuleScope *s : tree.inForwardOrder())
     names.push_back(s->displayName() + " " + s->type());

@@ -343,3 +343,12 @@ TEST(CommCounts, RangeAndDepthLimits) {
   std::string deep = R"({"fqn": "Global", "phase": )" + std::string(300, '[') + std::string(300, ']') + "}";
   EXPECT_EQ(parseError(deep), "invalid JSON: nested deeper than 256 levels");
 }
+
+// A number past double's range is an out_of_range exception in nlohmann's parser, not a
+// parse_error: it is bad input all the same (found by fuzz/counts).
+TEST(CommCounts, NumberOverflowIsInvalidJson) {
+  EXPECT_EQ(parseError(R"({"fqn": "Global", "collectives_forward": [["c10d_functional.all_reduce", 1e999]]})"),
+            "invalid JSON: number overflow parsing '1e999'");
+  EXPECT_EQ(parseError(R"({"format": "commlens-counts", "version": -1)" + std::string(400, '0') + "}"),
+            "invalid JSON: number overflow parsing '-1" + std::string(400, '0') + "'");
+}

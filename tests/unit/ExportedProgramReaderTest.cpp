@@ -132,6 +132,11 @@ TEST(ExportedProgramReader, SyntaxErrorNamesTheRecordAndPosition) {
   EXPECT_TRUE(msg.rfind("models/model.json: invalid JSON: parse error at line 1, column 18", 0) == 0) << msg; // 17 characters read, then end of input
 }
 
+// nlohmann's parser throws out_of_range, not parse_error, for a number past double's range.
+TEST(ExportedProgramReader, NumberOverflowIsInvalidJson) {
+  EXPECT_EQ(errorOf(R"({"graph_module": -1e400})"), "models/model.json: invalid JSON: number overflow parsing '-1e400'");
+}
+
 TEST(ExportedProgramReader, MissingFieldNamesThePath) {
   EXPECT_EQ(errorOf(replaced(R"("requires_grad": false,)", "")),
             "models/model.json: graph_module.graph.tensor_values.x: missing required field 'requires_grad'");

@@ -85,6 +85,13 @@ TEST(PlanReader, ErrorsNameThePath) {
   EXPECT_EQ(errorOf(kPlan, R"x("shape": [2, 4])x", R"x("shape": [2, 0])x"), "mesh.shape[1]: mesh sizes must be positive");
 }
 
+// nlohmann's parser throws out_of_range, not parse_error, for a number past double's range.
+TEST(PlanReader, NumberOverflowIsInvalidJson) {
+  auto plan = parsePlan(R"({"format": "commlens-plan", "version": 1e999})");
+  ASSERT_FALSE(static_cast<bool>(plan));
+  EXPECT_EQ(takeMessage(plan.takeError()), "plan: invalid JSON: number overflow parsing '1e999'");
+}
+
 TEST(PlanReader, ModulePathMatchingFollowsParallelizeModule) {
   EXPECT_TRUE(matchesModulePath("layers.*.attention.wq", "layers.0.attention.wq"));
   EXPECT_FALSE(matchesModulePath("layers.*.attention", "layers.0.attention.wq")); // token counts differ
