@@ -139,3 +139,28 @@ def test_math_backend_is_refused_by_name(run_commlens, tmp_path):
     assert r.returncode == 2
     assert "node 'scaled_dot_product_attention' in module 'GPT2.layers.0.attn': scaled_dot_product_attention " \
            "runs the math backend on CUDA (math on h100 (sm90, cuDNN 9.10.2)" in r.stderr
+
+
+def test_llama_dtensor_attention_stops_at_rope_as_dtensor_does(run_commlens, tmp_path):
+    # Llama with wq/wk/wv keeping DTensor outputs: the rotary embedding multiplies the query (a
+    # DTensor, viewed as complex) by freqs_cis, a plain tensor the attention module takes as its
+    # second input (PrepareModuleInput leaves it alone: None layout). DTensor refuses mixed
+    # DTensor / torch.Tensor operands of aten.mul.Tensor, so the run fails there, before
+    # attention; commlens stops at the same node with the same reason.
+    pt2 = export_pt2("examples.llama:llama", tmp_path)
+    doc = planlib.to_json(planlib.resolve_plan("examples.plans:llama_tp(tp=4, device_type='cuda')"))
+    for entry in doc["parallelize"][0]["plan"]:
+        if entry["fqn"].endswith((".wq", ".wk", ".wv")):
+            entry["use_local_output"] = False
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(doc))
+    r = run_commlens("predict", pt2, "--plan", plan, "--phase", "both")
+    assert r.returncode == 2
+    assert r.stderr == (f"commlens: error: {pt2}: node 'mul' aten::mul.Tensor in Transformer.layers.0.attention: "
+                        "mixes DTensor and plain torch.Tensor operands ('view_3' is a plain tensor); DTensor would "
+                        "raise here\n")
+    # and DTensor does (the plan on meta tensors, fake process group)
+    m = subprocess.run([sys.executable, "-m", "commlens.measure", "examples.llama:llama", "--plan", str(plan), "-o",
+                        str(tmp_path / "m.json")], capture_output=True, text=True, timeout=600)
+    assert m.returncode != 0
+    assert "RuntimeError: aten.mul.Tensor got mixed torch.Tensor and DTensor" in m.stderr
