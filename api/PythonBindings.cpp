@@ -49,6 +49,8 @@ std::unique_ptr<Prediction> run(std::unique_ptr<ExportedProgram> program, const 
 NB_MODULE(_core, m) {
   m.doc() = "commlens' C++ prediction pipeline";
   nb::exception<CoreError>(m, "Error");
+  // Predictions a caller still holds at interpreter exit are not leaks worth a warning.
+  nb::set_leak_warnings(false);
   nb::class_<Prediction>(m, "Prediction")
       .def("json", &Prediction::json, "CommDebugMode's JSON dump tree plus commlens' records")
       .def("table", &Prediction::table, nb::arg("noise_level") = 0, "CommDebugMode's tracing table")
