@@ -9,7 +9,6 @@ process group, one process) wall time and peak RSS, and their ratios.
     .venv/bin/python bench/predict_speed.py [--layers 48] [--plan SPEC] [--phase forward] [--repeat 3]
 """
 import argparse
-import os
 import pathlib
 import subprocess
 import sys
@@ -17,26 +16,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PY = str(ROOT / ".venv" / "bin" / "python")
-
-
-def run_timed(cmd):
-    """Runs cmd in a child process; returns its wall time in seconds."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, err = proc.communicate()
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        sys.exit(f"bench: command failed ({proc.returncode}): {' '.join(cmd)}\n{err}")
-    return elapsed
-
-
-def peak_rss_mib(cmd):
-    """Peak resident set size of one run of cmd, from wait4's rusage (KiB on Linux)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
-        sys.exit(f"bench: command failed: {' '.join(cmd)}")
-    return usage.ru_maxrss / 1024.0
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from benchutil import peak_rss_mib, run_timed  # noqa: E402
 
 
 def main():

@@ -13,27 +13,12 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PY = str(ROOT / ".venv" / "bin" / "python")
 MODEL = "examples.llama:llama"
-
-
-def timed(cmd):
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"bench: failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
-    return time.perf_counter() - t0
-
-
-def peak_rss_mib(cmd):
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
-        sys.exit(f"bench: failed: {' '.join(cmd)}")
-    return usage.ru_maxrss / 1024.0
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from benchutil import peak_rss_mib, run_timed  # noqa: E402
 
 
 def main(argv=None):
@@ -62,7 +47,7 @@ def main(argv=None):
             subprocess.run([PY, "-m", "commlens.plan", spec, "-o", plan], check=True, capture_output=True)
             pred = os.path.join(tmp, f"pred{world}.json")
             cmd = [binary, "predict", pt2, "--plan", plan, "--phase", "both", "--format", "json", "-o", pred]
-            t = min(timed(cmd) for _ in range(ns.repeat))
+            t = min(run_timed(cmd) for _ in range(ns.repeat))
             rss = peak_rss_mib(cmd)
             with open(pred) as f:
                 doc = json.load(f)
@@ -71,7 +56,7 @@ def main(argv=None):
             line = f"{world:>7} {t:>10.3f} {rss:>8.1f} {total:>11}"
             if world <= ns.measure_max:
                 m = os.path.join(tmp, f"m{world}.json")
-                mt = timed([PY, "-m", "commlens.measure", MODEL, "--plan", plan, "--phase", "both", "-o", m,
+                mt = run_timed([PY, "-m", "commlens.measure", MODEL, "--plan", plan, "--phase", "both", "-o", m,
                             "--noise-level", "0"])
                 same = subprocess.run([binary, "compare", pred, m.replace(".json", ".counts.json"), "--phase", "both"],
                                       stdout=subprocess.DEVNULL).returncode == 0
