@@ -258,4 +258,4 @@ def test_usage_errors(run_commlens, dumps):
     r = run_commlens("compare", dumps / "mlp_grad.json", dumps / "mlp_grad.json", "--bogus")
     assert (r.returncode, r.stderr) == (2, "commlens: error: unknown option '--bogus'\n")
     r = run_commlens("--help")
-    assert "compare PREDICTED MEASURED [--json] [--phase forward|backward|both]" in r.stdout
+    assert "compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both]" in r.stdout
