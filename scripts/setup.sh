@@ -51,7 +51,8 @@ if [ ! -f "$BUILD/build.ninja" ] || [ "$(cat "$BUILD/.config" 2>/dev/null)" != "
   TORCH_PREFIX="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$ROOT/$PY" \
-    -DCOMMLENS_SANITIZE=$SAN -DCOMMLENS_WERROR=$WERROR >/dev/null
+    -DCOMMLENS_SANITIZE=$SAN -DCOMMLENS_WERROR=$WERROR -DCOMMLENS_PYTHON=$([ $SAN = ON ] && echo OFF || echo ON) \
+    >/dev/null
   echo "$SAN $WERROR" > "$BUILD/.config"
 fi
 cmake --build "$BUILD" -- --quiet
