@@ -223,6 +223,8 @@ private:
           c.kwargs.emplace_back(key, take(a));
         if (err)
           return err;
+        if (llvm::Error err = checkInputsPrecede(c))
+          return err;
         continue;
       }
       std::string prefix = c.scope->path().empty() ? "" : c.scope->path() + ".";
@@ -234,7 +236,21 @@ private:
                          llvm::StringRef(pathAfterCheckpointWrappers(plan_, spec->target)).startswith(prefix)));
       });
       c.args = c.inputs;
+      if (llvm::Error err = checkInputsPrecede(c))
+        return err;
     }
+    return llvm::Error::success();
+  }
+
+  /// The hooks run when the call begins, on its inputs: each must be computed before the call's
+  /// first node. A program whose nn_module_stack puts a node of another module amid the call's
+  /// nodes breaks that (found by fuzz/predict: the rewrite read a value not yet defined).
+  llvm::Error checkInputsPrecede(const StyledCall &c) const {
+    for (const Value *v : c.inputs)
+      if (const Node *p = v->producer(); p && p->index() > c.first)
+        return makeError("{}: argument '{}' of its call {} is computed after the call begins (at node '{}'): the "
+                         "module's nodes are not contiguous",
+                         c.scope->displayName(), v->name(), c.number(), graph_.nodes()[c.first]->name());
     return llvm::Error::success();
   }
 

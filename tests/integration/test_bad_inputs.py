@@ -160,6 +160,19 @@ def _(b):
                             f"a float list, expected Tensor? {LIN}")
 
 
+@kind("module-call-not-contiguous")
+def _(b):
+    # fc1's linear tagged as fc2's: fc2's call begins at node 0 (linear_view once decomposed), before
+    # relu computes its argument
+    # (found by fuzz/predict: the plan's rewrite read the argument before it was defined).
+    def edit(n):
+        n["metadata"]["nn_module_stack"] = n["metadata"]["nn_module_stack"].replace("L__self__fc1,fc1", "L__self__fc2,fc2")
+    p = b.pt2(edit_node(0, edit))
+    plan = b.plan(lambda d: d["parallelize"][0].update(plan=[{"fqn": "fc2", "style": "RowwiseParallel"}]))
+    return predict(p, plan), (f"{p}: TwoLinears.fc2: argument 'relu' of its call 0 is computed after the call begins "
+                              "(at node 'linear_view'): the module's nodes are not contiguous")
+
+
 @kind("unknown-argument-name")
 def _(b):
     p = b.pt2(edit_node(1, lambda n: n["inputs"][0].update(name="input")))
