@@ -118,8 +118,15 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
     r.parameters_[owner.str()].emplace_back(name.str(), placementsRepr(l->placements));
   }
   (void)llvm::cantFail(r.counts.addModule(kGlobal, 0));
-  for (const ModuleScope *s : order)
-    (void)llvm::cantFail(r.counts.addModule(s->displayName(), s->depth() + 1, moduleType(*s)));
+  for (const ModuleScope *s : order) {
+    // One row per name, as CommDebugMode's module tracker names modules: a module that runs under
+    // two parents (its path in two places of the tree) adds up under the first. Its subtree then
+    // hangs under the deepest row listed. (cantFail here aborted on such a program: fuzz/predict.)
+    if (r.counts.find(s->displayName()))
+      continue;
+    unsigned depth = std::min(s->depth() + 1, r.counts.modules().back().depth + 1);
+    (void)llvm::cantFail(r.counts.addModule(s->displayName(), depth, moduleType(*s)));
+  }
   llvm::DenseSet<const CommCell *> unknownBytes; // cells a collective of unknown size joins
   for (const CollectiveRecord &c : state.collectives) {
     if ((c.phase == Phase::Forward && !forward) || (c.phase == Phase::Backward && !backward))
