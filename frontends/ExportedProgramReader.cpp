@@ -562,6 +562,10 @@ private:
         inlineHigherOrderOp(n, target, stack);
         return;
       }
+      // commlens::* are the boundary ops apply-plan inserts (its passes trust their arguments);
+      // torch.export writes none.
+      if (OpName::parse(target).ns == "commlens")
+        n.field("target").fail("commlens:: ops are commlens' own plan-boundary ops, not ops of an exported program");
       llvm::SmallVector<NamedArgument, 4> inputs;
       for (const JsonRef &in : n.field("inputs").items()) {
         NamedArgument a;

@@ -281,6 +281,15 @@ def _(b):
     return ["inspect", p], f"{p}: {M}: graph_module.graph.nodes[1].target: expected a string"
 
 
+@kind("commlens-namespace-target")
+def _(b):
+    # found by fuzz/predict: a commlens:: op in a program reached propagation's boundary-op code
+    p = b.pt2(edit_node(0, lambda n: n.update(target="commlens::aten.lin%ar.default")))
+    return predict(p, b.plan_path), (f"{p}: {M}: graph_module.graph.nodes[0].target: commlens:: ops are commlens' own "
+                                     "plan-boundary ops, not ops of an exported program (node 'linear' "
+                                     "commlens::aten.lin%ar.default in TwoLinears.fc1)")
+
+
 @kind("unknown-argument-variant")
 def _(b):
     p = b.pt2(edit_node(0, lambda n: n["inputs"][2].update(arg={"as_widget": 3})))
