@@ -5,8 +5,6 @@
 
 #include "llvm/Support/MathExtras.h"
 
-#include <fnmatch.h>
-
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -411,7 +409,7 @@ llvm::Error checkShardDims(const PlacementSpec &spec, size_t rank, const std::st
 
 bool anyMatch(llvm::StringRef pattern, const std::vector<std::string> &names) {
   for (const std::string &n : names)
-    if (fnmatch(pattern.str().c_str(), n.c_str(), 0) == 0)
+    if (matchesGlob(pattern, n))
       return true;
   return false;
 }
@@ -510,7 +508,7 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
       return makeError("placement pattern '{}' matches no parameter or buffer of {}", pattern, rootName);
     for (const InputSpec &in : g.inputs())
       if ((in.kind == InputKind::Parameter || in.kind == InputKind::Buffer) && in.value && in.value->meta() &&
-          fnmatch(pattern.c_str(), in.target.c_str(), 0) == 0)
+          matchesGlob(pattern, in.target))
         if (llvm::Error err = checkShardDims(spec, in.value->meta()->sizes.size(),
                                              fmt::format("placements['{}'] on '{}'", pattern, in.target)))
           return err;
