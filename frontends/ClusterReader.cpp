@@ -13,12 +13,6 @@
 namespace commlens {
 namespace {
 
-void rejectUnknownKeys(const JsonRef &obj, std::initializer_list<const char *> known) {
-  for (const auto &[key, value] : obj.members())
-    if (std::none_of(known.begin(), known.end(), [&](const char *k) { return key == k; }))
-      obj.fail(fmt::format("unknown key '{}'", key));
-}
-
 double positive(const JsonRef &r) {
   double v = r.asFloat();
   if (!(v > 0) || !std::isfinite(v))
@@ -34,7 +28,7 @@ int64_t positiveInt(const JsonRef &r, int64_t max) {
 }
 
 Link decodeLink(const JsonRef &r, Link base) {
-  rejectUnknownKeys(r, {"link", "bus_bandwidth_GBps"});
+  r.rejectUnknownKeys({"link", "bus_bandwidth_GBps"});
   if (auto k = r.optField("link")) {
     auto kind = linkKindByName(k->asString());
     if (!kind)
@@ -56,7 +50,7 @@ std::string readText(llvm::StringRef path, std::string &error) {
 }
 
 Calibration decodeCalibration(const JsonRef &r, llvm::StringRef baseDir) {
-  rejectUnknownKeys(r, {"collective", "ranks", "nodes", "samples", "nccl_tests"});
+  r.rejectUnknownKeys({"collective", "ranks", "nodes", "samples", "nccl_tests"});
   Calibration cal;
   JsonRef coll = r.field("collective");
   auto kind = collectiveKindByName(coll.asString());
@@ -72,8 +66,7 @@ Calibration decodeCalibration(const JsonRef &r, llvm::StringRef baseDir) {
   if (rows == file)
     r.fail("expected exactly one of 'samples' ([[size, busbw GB/s], ...]) or 'nccl_tests' (a file)");
   if (rows) {
-    double n = static_cast<double>(cal.ranks);
-    double factor = cal.collective == CollectiveKind::AllReduce ? 2 * (n - 1) / n : (n - 1) / n;
+    double factor = busBandwidthFactor(cal.collective, cal.ranks);
     for (const JsonRef &row : r.field("samples").items()) {
       if (!row.raw().is_array() || row.size() != 2)
         row.fail("expected [size in bytes, bus bandwidth in GB/s]");
@@ -108,7 +101,7 @@ Calibration decodeCalibration(const JsonRef &r, llvm::StringRef baseDir) {
 }
 
 Cluster decodeCluster(const JsonRef &root, llvm::StringRef baseDir) {
-  rejectUnknownKeys(root, {"format", "version", "name", "base", "gpu", "gpus_per_node", "channels", "intra", "inter",
+  root.rejectUnknownKeys({"format", "version", "name", "base", "gpu", "gpus_per_node", "channels", "intra", "inter",
                            "mesh_dims", "calibration"});
   if (root.field("format").asString() != "commlens-cluster")
     root.field("format").fail(fmt::format("expected \"commlens-cluster\", got \"{}\"", root.field("format").asString()));

@@ -8,7 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -75,6 +77,13 @@ public:
       fail("expected an object with exactly one variant key");
     auto it = j_->begin();
     return {it.key(), JsonRef(it.value(), child(it.key()))};
+  }
+
+  /// Fails on the first member whose key is not in `known`.
+  void rejectUnknownKeys(std::initializer_list<const char *> known) const {
+    for (const auto &[key, value] : members())
+      if (std::none_of(known.begin(), known.end(), [&](const char *k) { return key == k; }))
+        fail(fmt::format("unknown key '{}'", key));
   }
 
   int64_t asInt() const {

@@ -15,16 +15,6 @@ namespace {
 /// The largest world a plan may describe (2^20 ranks, beyond any machine built so far).
 constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
 
-void rejectUnknownKeys(const JsonRef &obj, std::initializer_list<const char *> known) {
-  for (const auto &[key, value] : obj.members()) {
-    bool ok = false;
-    for (const char *k : known)
-      ok |= key == k;
-    if (!ok)
-      obj.fail(fmt::format("unknown key '{}'", key));
-  }
-}
-
 Placement decodePlacement(const JsonRef &r) {
   auto p = Placement::parse(r.asString());
   if (!p)
@@ -109,28 +99,28 @@ ParallelStyle decodeStyle(const JsonRef &r, const std::string &pattern) {
   // Missing fields take the constructor defaults (docs/plan-format.md, "Styles").
   switch (s.kind) {
   case ParallelStyle::Kind::Colwise:
-    rejectUnknownKeys(r, {"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
+    r.rejectUnknownKeys({"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
     s.inputLayouts = singlePlacement(r, "input_layouts").value_or(OptionalPlacements{Placement::replicate()});
     s.outputLayouts = singlePlacement(r, "output_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
     s.desiredInputLayouts = OptionalPlacements{Placement::replicate()};
     s.useLocalOutput = boolOr(r, "use_local_output", true);
     break;
   case ParallelStyle::Kind::Rowwise:
-    rejectUnknownKeys(r, {"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
+    r.rejectUnknownKeys({"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
     s.inputLayouts = singlePlacement(r, "input_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
     s.outputLayouts = singlePlacement(r, "output_layouts").value_or(OptionalPlacements{Placement::replicate()});
     s.desiredInputLayouts = singlePlacement(r, "desired_input_layouts"); // set per module type at apply time
     s.useLocalOutput = boolOr(r, "use_local_output", true);
     break;
   case ParallelStyle::Kind::Sequence: {
-    rejectUnknownKeys(r, {"fqn", "style", "sequence_sharding", "use_local_output"});
+    r.rejectUnknownKeys({"fqn", "style", "sequence_sharding", "use_local_output"});
     auto seq = singlePlacement(r, "sequence_sharding").value_or(OptionalPlacements{Placement::shard(1)});
     s.sequenceSharding = *seq[0];
     s.useLocalOutput = boolOr(r, "use_local_output", false);
     break;
   }
   case ParallelStyle::Kind::PrepareModuleInput:
-    rejectUnknownKeys(r, {"fqn", "style", "input_layouts", "desired_input_layouts", "input_kwarg_layouts",
+    r.rejectUnknownKeys({"fqn", "style", "input_layouts", "desired_input_layouts", "input_kwarg_layouts",
                           "desired_input_kwarg_layouts", "use_local_output", "with_kwargs"});
     s.inputLayouts = optionalPlacementList(r, "input_layouts");
     s.desiredInputLayouts = optionalPlacementList(r, "desired_input_layouts");
@@ -151,7 +141,7 @@ ParallelStyle decodeStyle(const JsonRef &r, const std::string &pattern) {
     }
     break;
   case ParallelStyle::Kind::PrepareModuleOutput:
-    rejectUnknownKeys(r, {"fqn", "style", "output_layouts", "desired_output_layouts", "use_local_output"});
+    r.rejectUnknownKeys({"fqn", "style", "output_layouts", "desired_output_layouts", "use_local_output"});
     s.outputLayouts = decodePlacementList(r.field("output_layouts"));
     s.desiredOutputLayouts = decodePlacementList(r.field("desired_output_layouts"));
     s.useLocalOutput = boolOr(r, "use_local_output", true);
@@ -160,7 +150,7 @@ ParallelStyle decodeStyle(const JsonRef &r, const std::string &pattern) {
     checkLayoutPairs(r, "output_layouts", s.outputLayouts, "desired_output_layouts", s.desiredOutputLayouts);
     break;
   case ParallelStyle::Kind::PrepareModuleInputOutput: {
-    rejectUnknownKeys(r, {"fqn", "style", "prepare_module_input", "prepare_module_output"});
+    r.rejectUnknownKeys({"fqn", "style", "prepare_module_input", "prepare_module_output"});
     ParallelStyle in = decodeStyle(r.field("prepare_module_input"), pattern);
     ParallelStyle out = decodeStyle(r.field("prepare_module_output"), pattern);
     if (in.kind != ParallelStyle::Kind::PrepareModuleInput || out.kind != ParallelStyle::Kind::PrepareModuleOutput)
@@ -218,7 +208,7 @@ std::optional<ScalarType> decodeDtype(const JsonRef &policy, const char *field) 
 
 /// One fully_shard entry (docs/plan-format.md, "fully_shard").
 FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
-  rejectUnknownKeys(r, {"fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
+  r.rejectUnknownKeys({"fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
                         "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch"});
   FullyShardUnit u;
   u.pattern = r.field("fqn").asString();
@@ -248,7 +238,7 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
     }
   }
   if (auto mp = r.optField("mp_policy")) {
-    rejectUnknownKeys(*mp, {"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"});
+    mp->rejectUnknownKeys({"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"});
     u.paramDtype = decodeDtype(*mp, "param_dtype");
     u.reduceDtype = decodeDtype(*mp, "reduce_dtype");
     u.outputDtype = decodeDtype(*mp, "output_dtype");
@@ -257,11 +247,11 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   if (auto off = r.optField("offload_policy")) {
     std::string kind = off->field("kind").asString();
     if (kind == "cpu") {
-      rejectUnknownKeys(*off, {"kind", "pin_memory"});
+      off->rejectUnknownKeys({"kind", "pin_memory"});
       u.offloadToCpu = true;
       u.pinMemory = boolOr(*off, "pin_memory", true);
     } else if (kind == "none") {
-      rejectUnknownKeys(*off, {"kind"});
+      off->rejectUnknownKeys({"kind"});
     } else {
       off->field("kind").fail(fmt::format("offload policy '{}' (expected \"none\" or \"cpu\")", kind));
     }
@@ -281,7 +271,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
   if (root.field("version").asInt() != 1)
     root.field("version").fail(fmt::format("unsupported plan version {} (commlens reads version 1)",
                                            root.field("version").asInt()));
-  rejectUnknownKeys(root, {"format", "version", "name", "source", "mesh", "parallelize", "fully_shard",
+  root.rejectUnknownKeys({"format", "version", "name", "source", "mesh", "parallelize", "fully_shard",
                            "src_data_rank", "placements", "inputs", "frozen", "frozen_after_parallelize", "loss",
                            "loss_parallel", "activation_checkpoint"});
   ShardingPlan plan;
@@ -338,7 +328,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
     }
   if (auto units = root.optField("activation_checkpoint"))
     for (const JsonRef &u : units->items()) {
-      rejectUnknownKeys(u, {"fqn", "wrapper", "save_ops"});
+      u.rejectUnknownKeys({"fqn", "wrapper", "save_ops"});
       ActivationCheckpointUnit unit{u.field("fqn").asString(), boolOr(u, "wrapper", true), {}};
       if (auto ops = u.optField("save_ops"))
         for (const JsonRef &op : ops->items()) {

@@ -66,6 +66,11 @@ std::optional<CollectiveKind> collectiveKindByName(llvm::StringRef n) {
       .Default(std::nullopt);
 }
 
+double busBandwidthFactor(CollectiveKind kind, int64_t ranks) {
+  double n = static_cast<double>(ranks);
+  return kind == CollectiveKind::AllReduce ? 2 * (n - 1) / n : (n - 1) / n;
+}
+
 std::optional<CollectiveKind> collectiveKindOfOp(llvm::StringRef opKey) {
   return llvm::StringSwitch<std::optional<CollectiveKind>>(opKey)
       .Cases("c10d_functional.all_reduce", "c10d.allreduce_", CollectiveKind::AllReduce)

@@ -37,6 +37,8 @@ struct Link {
 enum class CollectiveKind : uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll };
 llvm::StringRef name(CollectiveKind k);
 std::optional<CollectiveKind> collectiveKindByName(llvm::StringRef name);
+/// nccl-tests' bus-bandwidth factor: 2(n-1)/n for all_reduce, (n-1)/n for the others.
+double busBandwidthFactor(CollectiveKind kind, int64_t ranks);
 /// The kind of a collective op as CommDebugMode keys it (c10d_functional.all_reduce,
 /// c10d._allgather_base_, _dtensor.shard_dim_alltoall, ...); nullopt for anything else.
 std::optional<CollectiveKind> collectiveKindOfOp(llvm::StringRef opKey);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 namespace commlens {
 namespace {
@@ -166,11 +167,6 @@ int64_t ncclMessageBytes(CollectiveKind kind, int64_t bytesPerRank, int64_t rank
   return kind == CollectiveKind::AllGather ? bytesPerRank * ranks : bytesPerRank;
 }
 
-double busBandwidthFactor(CollectiveKind kind, int64_t ranks) {
-  double n = static_cast<double>(ranks);
-  return kind == CollectiveKind::AllReduce ? 2 * (n - 1) / n : (n - 1) / n;
-}
-
 CollectiveTime estimateCollectiveTime(const Cluster &cluster, CollectiveKind kind, int64_t bytesPerRank,
                                       GroupTopology group) {
   CollectiveTime t;
@@ -203,11 +199,16 @@ llvm::Error EstimateCommTime::run(PassContext &ctx) {
   if (!ctx.options.cluster || !ctx.plan)
     return llvm::Error::success();
   const Cluster &cluster = *ctx.options.cluster;
+  // A group's span depends only on its mesh dims: found once per dims, not per collective.
+  std::map<llvm::SmallVector<unsigned, 2>, GroupTopology> topologies;
   for (CollectiveRecord &r : ctx.state.collectives) {
     std::optional<CollectiveKind> kind = collectiveKindOfOp(r.opKey);
     if (!kind)
       continue; // not a collective the model knows: reported without a time
-    r.time = estimateCollectiveTime(cluster, *kind, r.bytesPerRank, groupTopology(ctx.plan->mesh, r.meshDims, cluster));
+    auto [it, inserted] = topologies.try_emplace(r.meshDims);
+    if (inserted)
+      it->second = groupTopology(ctx.plan->mesh, r.meshDims, cluster);
+    r.time = estimateCollectiveTime(cluster, *kind, r.bytesPerRank, it->second);
   }
   return llvm::Error::success();
 }

@@ -27,9 +27,6 @@ GroupTopology groupTopology(const DeviceMesh &mesh, llvm::ArrayRef<unsigned> dim
 /// collective: all_gather's is the gathered output (bytes x ranks), the others' their input.
 int64_t ncclMessageBytes(CollectiveKind kind, int64_t bytesPerRank, int64_t ranks);
 
-/// nccl-tests' bus-bandwidth factor: 2(n-1)/n for all_reduce, (n-1)/n for the others.
-double busBandwidthFactor(CollectiveKind kind, int64_t ranks);
-
 /// Estimates one collective; `time.us` is 0 for a group of one.
 CollectiveTime estimateCollectiveTime(const Cluster &cluster, CollectiveKind kind, int64_t bytesPerRank,
                                       GroupTopology group);

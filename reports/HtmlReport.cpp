@@ -143,20 +143,18 @@ std::string predictionHtml(const PredictionReport &report, llvm::StringRef title
     totalsRow("forward", fw, "");
   if (report.backward)
     totalsRow("backward", bw, "");
-  totalsRow("step", {fw.collectives + bw.collectives, fw.bytesPerRank + bw.bytesPerRank, fw.timeUs + bw.timeUs},
-            "totals");
+  totalsRow("step", fw + bw, "totals");
   body += "</table>\n";
   // Per mesh dim.
   body += "<table id=\"mesh-dims\"><tr><th>mesh dim</th><th class=\"num\">ranks</th><th class=\"num\">nodes</th>"
           "<th class=\"num\">collectives</th><th class=\"num\">bytes / rank</th>";
   body += timed ? "<th class=\"num\">time</th></tr>\n" : "</tr>\n";
   for (const MeshDimTotals &d : report.meshDimTotals()) {
+    CommTotals both = d.both();
     body += fmt::format("<tr data-dims=\"{}\"><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
                         "<td class=\"num\">{}</td><td class=\"num\">{}</td>",
-                        escape(d.dims), escape(d.dims), d.ranks, d.nodes, d.forward.collectives + d.backward.collectives,
-                        d.forward.bytesPerRank + d.backward.bytesPerRank);
-    body += timed ? fmt::format("<td class=\"num\">{}</td></tr>\n",
-                                escape(formatMicroseconds(d.forward.timeUs + d.backward.timeUs)))
+                        escape(d.dims), escape(d.dims), d.ranks, d.nodes, both.collectives, both.bytesPerRank);
+    body += timed ? fmt::format("<td class=\"num\">{}</td></tr>\n", escape(formatMicroseconds(both.timeUs)))
                   : "</tr>\n";
   }
   body += "</table>\n";
@@ -165,9 +163,9 @@ std::string predictionHtml(const PredictionReport &report, llvm::StringRef title
   std::map<std::string, std::pair<double, double>> perModule, perKind;
   std::vector<std::string> moduleOrder;
   for (const CollectiveRecord &c : report.state->collectives) {
-    bool forward = c.phase == Phase::Forward;
-    if ((forward && !report.forward) || (!forward && !report.backward))
+    if (!report.includes(c))
       continue;
+    bool forward = c.phase == Phase::Forward;
     double v = timed ? (c.time ? c.time->us : 0) : static_cast<double>(c.bytesPerRank);
     std::string m = c.module ? c.module->displayName() : "Global";
     if (!perModule.count(m))
@@ -210,9 +208,9 @@ std::string predictionHtml(const PredictionReport &report, llvm::StringRef title
   body += timed ? "<th class=\"num\">time</th>" : "";
   body += "<th>op, operand</th><th>why</th></tr>\n";
   for (const CollectiveRecord &c : report.state->collectives) {
-    bool forward = c.phase == Phase::Forward;
-    if ((forward && !report.forward) || (!forward && !report.backward))
+    if (!report.includes(c))
       continue;
+    bool forward = c.phase == Phase::Forward;
     std::string dims;
     for (unsigned d : c.meshDims)
       dims += (dims.empty() ? "" : ",") + std::to_string(d);

@@ -62,10 +62,6 @@ json recordJson(const CollectiveRecord &r) {
   return j;
 }
 
-bool wantedPhase(const CollectiveRecord &c, bool forward, bool backward) {
-  return c.phase == Phase::Forward ? forward : backward;
-}
-
 /// "tp", "dp,tp": the plan mesh's names of a collective's dims (indices where unnamed).
 std::string dimNames(const DeviceMesh &mesh, llvm::ArrayRef<unsigned> dims) {
   std::string out;
@@ -83,7 +79,6 @@ void add(CommTotals &t, const CollectiveRecord &c) {
   if (c.time)
     t.timeUs += c.time->us;
 }
-
 
 } // namespace
 
@@ -129,7 +124,7 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
   }
   llvm::DenseSet<const CommCell *> unknownBytes; // cells a collective of unknown size joins
   for (const CollectiveRecord &c : state.collectives) {
-    if ((c.phase == Phase::Forward && !forward) || (c.phase == Phase::Backward && !backward))
+    if (!r.includes(c))
       continue;
     auto bump = [&](llvm::StringRef fqn) {
       CommCell &cell = r.counts.find(fqn)->phase(commPhase(c.phase))[c.opKey];
@@ -154,7 +149,7 @@ PredictionReport PredictionReport::build(const ExportedProgram &program, const S
 CommTotals PredictionReport::totals(Phase phase) const {
   CommTotals t;
   for (const CollectiveRecord &c : state->collectives)
-    if (c.phase == phase && wantedPhase(c, forward, backward))
+    if (c.phase == phase && includes(c))
       add(t, c);
   return t;
 }
@@ -162,7 +157,7 @@ CommTotals PredictionReport::totals(Phase phase) const {
 std::vector<MeshDimTotals> PredictionReport::meshDimTotals() const {
   std::vector<MeshDimTotals> out;
   for (const CollectiveRecord &c : state->collectives) {
-    if (!wantedPhase(c, forward, backward))
+    if (!includes(c))
       continue;
     std::string dims = dimNames(plan->mesh, c.meshDims);
     auto it = std::find_if(out.begin(), out.end(), [&](const MeshDimTotals &m) { return m.dims == dims; });
@@ -252,12 +247,9 @@ void PredictionReport::printTimeSummary(llvm::raw_ostream &os) const {
     line("forward", fw);
   if (backward)
     line("backward", bw);
-  line("step", {fw.collectives + bw.collectives, fw.bytesPerRank + bw.bytesPerRank, fw.timeUs + bw.timeUs});
-  for (const MeshDimTotals &m : meshDimTotals()) {
-    CommTotals both{m.forward.collectives + m.backward.collectives, m.forward.bytesPerRank + m.backward.bytesPerRank,
-                    m.forward.timeUs + m.backward.timeUs};
-    line(fmt::format("mesh dim {} ({} ranks, {} node{})", m.dims, m.ranks, m.nodes, m.nodes == 1 ? "" : "s"), both);
-  }
+  line("step", fw + bw);
+  for (const MeshDimTotals &m : meshDimTotals())
+    line(fmt::format("mesh dim {} ({} ranks, {} node{})", m.dims, m.ranks, m.nodes, m.nodes == 1 ? "" : "s"), m.both());
 }
 
 std::string PredictionReport::toJson() const {

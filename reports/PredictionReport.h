@@ -28,12 +28,16 @@ struct CommTotals {
   int64_t bytesPerRank = 0;
   double timeUs = 0;
 };
+inline CommTotals operator+(const CommTotals &a, const CommTotals &b) {
+  return {a.collectives + b.collectives, a.bytesPerRank + b.bytesPerRank, a.timeUs + b.timeUs};
+}
 
 /// Per mesh dim (or dims, for collectives over several) and phase, with the group's topology.
 struct MeshDimTotals {
   std::string dims; // "tp", "dp,tp"
   int64_t ranks = 1, nodes = 1;
   CommTotals forward, backward;
+  CommTotals both() const { return forward + backward; }
 };
 
 /// "12.3 us", "4.567 ms", "1.234 s".
@@ -50,6 +54,8 @@ struct PredictionReport {
 
   static PredictionReport build(const ExportedProgram &program, const ShardingPlan &plan, const PredictionState &state,
                                 bool forward, bool backward, const Cluster *cluster = nullptr);
+  /// Whether the report covers this collective's phase.
+  bool includes(const CollectiveRecord &c) const { return c.phase == Phase::Forward ? forward : backward; }
   /// Step totals per phase over the phases predicted (times only with a cluster).
   CommTotals totals(Phase phase) const;
   /// Totals per mesh dim, in the order of first use.

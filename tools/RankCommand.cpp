@@ -30,9 +30,7 @@ struct RankedPlan {
   std::vector<MeshDimTotals> dims;
   std::map<std::string, int64_t> byCollective; // op key -> count, both phases
   double seconds = 0;                          // decode + passes + report
-  double stepUs() const { return forward.timeUs + backward.timeUs; }
-  int64_t collectives() const { return forward.collectives + backward.collectives; }
-  int64_t bytes() const { return forward.bytesPerRank + backward.bytesPerRank; }
+  CommTotals step() const { return forward + backward; }
 };
 
 struct FailedPlan {
@@ -88,7 +86,7 @@ llvm::Expected<RankedPlan> predictOne(const Pt2Records &records, bool checkSchem
   r.backward = report.totals(Phase::Backward);
   r.dims = report.meshDimTotals();
   for (const CollectiveRecord &c : (*prediction)->state().collectives)
-    if (backward || c.phase == Phase::Forward)
+    if (report.includes(c))
       ++r.byCollective[c.opKey];
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -100,9 +98,9 @@ std::string dimsSummary(const RankedPlan &r) {
   for (const MeshDimTotals &d : r.dims) {
     if (!out.empty())
       out += "; ";
-    out += fmt::format("{} ({}x{}n): {} coll, {} B, {}", d.dims, d.ranks, d.nodes,
-                       d.forward.collectives + d.backward.collectives, d.forward.bytesPerRank + d.backward.bytesPerRank,
-                       formatMicroseconds(d.forward.timeUs + d.backward.timeUs));
+    CommTotals both = d.both();
+    out += fmt::format("{} ({}x{}n): {} coll, {} B, {}", d.dims, d.ranks, d.nodes, both.collectives, both.bytesPerRank,
+                       formatMicroseconds(both.timeUs));
   }
   return out;
 }
@@ -160,7 +158,7 @@ int runRank(int argc, char **argv) {
       failed.push_back({path, takeMessage(r.takeError())});
   }
   std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const RankedPlan &a, const RankedPlan &b) { return a.stepUs() < b.stepUs(); });
+                   [](const RankedPlan &a, const RankedPlan &b) { return a.step().timeUs < b.step().timeUs; });
   double planSeconds = 0;
   for (const RankedPlan &r : ranked)
     planSeconds += r.seconds;
@@ -182,7 +180,7 @@ int runRank(int argc, char **argv) {
                        {"plan", r.path},
                        {"name", r.name},
                        {"mesh", r.mesh},
-                       {"time_us", r.stepUs()},
+                       {"time_us", r.step().timeUs},
                        {"forward", totalsJson(r.forward)},
                        {"backward", totalsJson(r.backward)},
                        {"mesh_dims", dims},
@@ -206,8 +204,8 @@ int runRank(int argc, char **argv) {
                       "bytes/rank", "per mesh dim (ranks x nodes)");
     for (size_t i = 0; i < ranked.size(); ++i) {
       const RankedPlan &r = ranked[i];
-      os << fmt::format("{:>4}  {:<{}}  {:>12}  {:>11}  {:>14}  {}\n", i + 1, r.name, width, formatMicroseconds(r.stepUs()),
-                        r.collectives(), r.bytes(), dimsSummary(r));
+      os << fmt::format("{:>4}  {:<{}}  {:>12}  {:>11}  {:>14}  {}\n", i + 1, r.name, width, formatMicroseconds(r.step().timeUs),
+                        r.step().collectives, r.step().bytesPerRank, dimsSummary(r));
     }
     for (const FailedPlan &f : failed)
       os << "not ranked: " << f.error << "\n";
