@@ -2,6 +2,7 @@
 
 #include "ir/Error.h"
 #include "passes/ActivationCheckpoint.h"
+#include "passes/Autodiff.h"
 #include "passes/FullyShard.h"
 #include "passes/RedistributePlanner.h"
 #include "passes/ShardingRules.h"
@@ -68,15 +69,20 @@ class Propagator {
 public:
   Propagator(PassContext &ctx, const Graph &graph, Phase phase)
       : ctx_(ctx), state_(ctx.state), mesh_(ctx.state.dtensorMesh), graph_(graph), phase_(phase),
-        castsCompute_(castsCompute(ctx)) {}
+        castReason_(computeCastReason(ctx)) {}
 
   llvm::Error run() {
+    size_t first = state_.collectives.size();
     for (const auto &n : graph_.nodes()) {
       node_ = n.get();
       llvm::Error err = n->op().ns == "commlens" ? boundary(*n) : atenOp(*n);
       if (err)
         return err;
     }
+    auto added = llvm::make_range(state_.collectives.begin() + first, state_.collectives.end());
+    if (auto unknown = llvm::count_if(added, [](const CollectiveRecord &r) { return !r.bytesKnown; }))
+      state_.warnings.push_back(fmt::format("bytes of the {} {} DTensor collectives are unknown: {}", unknown,
+                                            phase_ == Phase::Forward ? "forward" : "backward", *castReason_));
     return llvm::Error::success();
   }
 
@@ -109,7 +115,7 @@ private:
       r.fromPlacements = normalized(from, v->meta()->rank());
       r.toPlacements = normalized(to, v->meta()->rank());
       r.bytesPerRank = step->inputBytes;
-      r.bytesKnown = !castsCompute_;
+      r.bytesKnown = !castReason_;
       r.why = why;
       r.approximate = approx;
       state_.collectives.push_back(std::move(r));
@@ -408,7 +414,7 @@ private:
       r.fromPlacements = xp;
       r.toPlacements = xp;
       r.bytesPerRank = bytes;
-      r.bytesKnown = !castsCompute_;
+      r.bytesKnown = !castReason_;
       r.why = fmt::format("loss_parallel {}: {}", op.str(), what);
       state_.collectives.push_back(std::move(r));
     };
@@ -467,21 +473,38 @@ private:
   }
 
   PassContext &ctx_;
-  /// Whether an FSDP MixedPrecisionPolicy or torch.autocast runs the compute in another dtype than
-  /// the program records (commlens does not re-type activations yet, so their collectives' bytes
-  /// are unknown).
-  static bool castsCompute(const PassContext &ctx) {
-    return ctx.program.autocastRegions || llvm::any_of(ctx.state.fsdp.units, [](const FsdpUnit &u) {
-      return u.spec->paramDtype && llvm::any_of(u.params, [&](const Value *p) {
-               return p->meta() && p->meta()->dtype != *u.spec->paramDtype;
-             });
-    });
+  /// Why the run computes in another dtype than the program records, if it does (then the DTensor
+  /// collectives' bytes are unknown: commlens does not re-type activations, since export bakes
+  /// trace-time dtypes into casts). A program exported under the plan's FSDP MixedPrecisionPolicy
+  /// (commlens.export --plan) already holds the run-time dtypes. FSDP leaves non-floating
+  /// parameters uncast.
+  static std::optional<std::string> computeCastReason(const PassContext &ctx) {
+    for (const FsdpUnit &u : ctx.state.fsdp.units) {
+      if (!u.spec->paramDtype)
+        continue;
+      for (const Value *p : u.params)
+        if (p->meta() && isFloating(p->meta()->dtype) && p->meta()->dtype != *u.spec->paramDtype)
+          return fmt::format("FSDP unit '{}' ({}) computes in {} under its MixedPrecisionPolicy, but the program "
+                             "holds parameter '{}' in {} (export with the plan, `python -m commlens.export ... "
+                             "--plan PLAN`, to record the run-time dtypes)",
+                             u.spec->pattern, u.scope->displayName(), torchName(*u.spec->paramDtype),
+                             parameterFqn(ctx.program.graph(), p), torchName(p->meta()->dtype));
+    }
+    if (ctx.program.autocastRegions)
+      return std::string("a torch.autocast region runs the compute in another dtype than the program records");
+    return std::nullopt;
+  }
+  static std::string parameterFqn(const Graph &g, const Value *p) {
+    for (const InputSpec &in : g.inputs())
+      if (in.value == p)
+        return in.target;
+    return p->name();
   }
   PredictionState &state_;
   const DeviceMesh &mesh_;
   const Graph &graph_;
   Phase phase_;
-  const bool castsCompute_;
+  const std::optional<std::string> castReason_;
   const Node *node_ = nullptr;
 };
 

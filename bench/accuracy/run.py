@@ -327,21 +327,37 @@ def _write_atomic(path, write):
     os.replace(tmp, path)
 
 
-def ensure_export(spec, work):
-    """Cached torch.export of a model factory spec; returns the .pt2 path."""
-    path = _cache_path(work / "models", spec, _model_digest(), ".pt2")
+def mixed_precision_key(plan_spec):
+    """The FSDP mixed-precision dtypes a plan runs its model in, as a cache key ("" when none):
+    such a plan's model is exported under them (commlens.export --plan), as a user does to get the
+    bytes of a bf16 run's DTensor collectives."""
+    from commlens.plan import resolve_plan
+
+    units = resolve_plan(plan_spec).fully_shard
+    if not any(u.mp_policy.param_dtype or u.mp_policy.output_dtype for u in units):
+        return ""
+    return ";".join(f"{u.fqn}:{u.mp_policy.param_dtype}:{u.mp_policy.output_dtype}:{u.mp_policy.cast_forward_inputs}"
+                    for u in units)
+
+
+def ensure_export(spec, work, plan_spec=None):
+    """Cached torch.export of a model factory spec, under ``plan_spec``'s FSDP mixed precision
+    when it has one; returns the .pt2 path."""
+    mp_key = mixed_precision_key(plan_spec) if plan_spec else ""
+    path = _cache_path(work / "models", spec, _model_digest() + mp_key, ".pt2")
     if path.exists():
         return path
     import torch
 
     from commlens._factory import call_model_factory
     from commlens.export import export_model
+    from commlens.plan import resolve_plan
 
     path.parent.mkdir(parents=True, exist_ok=True)
     made = call_model_factory(spec)
     model, args = made[0], made[1]
     kwargs = made[2] if len(made) > 2 else None
-    ep = export_model(model, args, kwargs)
+    ep = export_model(model, args, kwargs, resolve_plan(plan_spec) if mp_key else None)
     _write_atomic(path, lambda tmp: torch.export.save(ep, str(tmp)))
     return path
 
@@ -476,7 +492,7 @@ def run_config(cfg, work, commlens):
     t0 = time.time()
     try:
         plan_path = ensure_plan(cfg.plan, work)
-        model_path = ensure_export(cfg.model, work)
+        model_path = ensure_export(cfg.model, work, cfg.plan)
     except Exception as err:  # noqa: BLE001 - reported per configuration
         r.update(status="export error", error=f"{type(err).__name__}: {err}".splitlines()[0])
         return r
@@ -600,8 +616,9 @@ def main(argv=None):
         # Exports first, once per model, so that workers do not race to write the same file.
         ctx = mp.get_context("spawn")
         with ctx.Pool(min(ns.jobs, len(tasks)), initializer=_worker_init) as pool:
-            models = sorted({c.model for c in configs})
-            pool.map(_export_only, [(m, work) for m in models])
+            exports = sorted({(c.model, _mixed_precision_plan(c.plan)) for c in configs},
+                             key=lambda e: (e[0], e[1] or ""))
+            pool.map(_export_only, [(m, p, work) for m, p in exports])
             for r in pool.imap(_run_one, tasks):
                 report(r)
 
@@ -619,10 +636,19 @@ def main(argv=None):
     return 1 if any(is_failure(r, ns.strict) for r in results) else 0
 
 
-def _export_only(args):
-    spec, work = args
+def _mixed_precision_plan(plan_spec):
+    """The plan spec when its model is exported under it, else None (also for a plan that does
+    not resolve: run_config reports that)."""
     try:
-        ensure_export(spec, work)
+        return plan_spec if mixed_precision_key(plan_spec) else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _export_only(args):
+    spec, plan_spec, work = args
+    try:
+        ensure_export(spec, work, plan_spec)
     except Exception:  # noqa: BLE001 - reported again by run_config
         pass
 

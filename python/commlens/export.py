@@ -2,14 +2,17 @@
 
 CLI::
 
-    python -m commlens.export MODULE:FACTORY[(k=v, ...)] -o model.pt2 [--describe desc.json]
+    python -m commlens.export MODULE:FACTORY[(k=v, ...)] -o model.pt2 [--plan PLAN] [--describe desc.json]
 
 The factory returns ``(model, args)`` or ``(model, args, kwargs)``.  The model
 is exported non-strict (``torch.export.export(model, args, kwargs,
 strict=False)``, every submodule's call signature preserved: see
 :func:`export_model`) in whatever mode the factory left it (``nn.Module`` default:
 training mode, so ``aten.dropout`` nodes are kept) and written with
-``torch.export.save``.  One summary line goes to stdout.
+``torch.export.save``.  One summary line goes to stdout.  With ``--plan``, the
+model is traced in the dtypes the plan's FSDP ``MixedPrecisionPolicy`` gives it
+at run time (:func:`fsdp_mixed_precision`), so predict knows the bytes of the
+DTensor collectives of a bf16 run.
 
 Meta-device models (``device="meta"``) export and save directly in torch 2.13:
 ``torch.export.save`` stores meta parameters as meta tensors (no data, the
@@ -22,6 +25,7 @@ facts that ``commlens inspect --json`` must reproduce.
 """
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -31,8 +35,63 @@ from commlens._errors import CommlensError, cli_main
 from commlens._factory import call_model_factory
 
 
-def export_model(model, args, kwargs=None):
-    """``torch.export.export`` (non-strict), preserving every submodule's call signature.
+@contextlib.contextmanager
+def fsdp_mixed_precision(model, plan):
+    """Within the block, ``model`` computes in the dtypes the plan's FSDP2 ``MixedPrecisionPolicy``
+    units give it at run time, so a trace records them (the bytes of DTensor collectives depend on
+    them, and export bakes trace-time dtypes into its casts, so they cannot be changed afterwards).
+
+    As ``fully_shard`` does: each unit (children before parents) takes the parameters of its
+    modules that no earlier unit took, and the floating ones it takes are held in ``param_dtype``
+    (fresh ``nn.Parameter`` objects, tied parameters stay tied); with ``cast_forward_inputs`` each
+    of its modules casts its floating tensor inputs to ``param_dtype`` in a pre-hook that runs
+    before any other (FSDP prepends its own), and ``output_dtype`` casts its outputs after the
+    module's other hooks.  Buffers keep their dtype.  On exit the model gets its parameters back
+    and loses the hooks; a program exported inside keeps the cast parameters.  A plan without
+    FSDP units, or whose units set neither dtype, leaves the model alone."""
+    import torch
+    from torch.utils._pytree import tree_map_only
+
+    from commlens.plan import fully_shard_modules
+
+    def cast_to(dtype):
+        def cast(x):
+            return x.to(dtype) if torch.is_floating_point(x) and x.dtype != dtype else x
+        return lambda tree: tree_map_only(torch.Tensor, cast, tree)
+
+    calls = [(unit.mp_policy, model.get_submodule(path) if path else model)
+             for _, unit, path in (fully_shard_modules(plan, model) if plan is not None else ())]
+    taken, cast_params, hooks = set(), {}, []
+    for mp, module in calls:
+        for p in module.parameters():
+            if id(p) in taken:
+                continue
+            taken.add(id(p))
+            if mp.param_dtype is not None and torch.is_floating_point(p) and p.dtype != mp.param_dtype:
+                cast_params[id(p)] = torch.nn.Parameter(p.detach().to(mp.param_dtype), requires_grad=p.requires_grad)
+        if mp.cast_forward_inputs and mp.param_dtype is not None:
+            cast_in = cast_to(mp.param_dtype)
+            hooks.append(module.register_forward_pre_hook(lambda _m, args, kwargs, f=cast_in: f((args, kwargs)),
+                                                          with_kwargs=True, prepend=True))
+        if mp.output_dtype is not None:
+            cast_out = cast_to(mp.output_dtype)
+            hooks.append(module.register_forward_hook(lambda _m, _args, out, f=cast_out: f(out)))
+    swapped = [(m, name, p) for m in model.modules() for name, p in m._parameters.items()
+               if p is not None and id(p) in cast_params]
+    for m, name, p in swapped:
+        m._parameters[name] = cast_params[id(p)]
+    try:
+        yield model
+    finally:
+        for h in hooks:
+            h.remove()
+        for m, name, p in swapped:
+            m._parameters[name] = p
+
+
+def export_model(model, args, kwargs=None, plan=None):
+    """``torch.export.export`` (non-strict), preserving every submodule's call signature; with a
+    ``plan``, under its FSDP mixed precision (:func:`fsdp_mixed_precision`).
 
     The program then records, per module call (``fqn``, ``fqn@1``, ...), which graph values are
     its positional and keyword arguments (``module_call_graph``), which commlens needs to apply
@@ -44,13 +103,14 @@ def export_model(model, args, kwargs=None):
     import torch
 
     names = tuple(name for name, _ in model.named_modules() if name)
-    try:
-        return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
-                                   preserve_module_call_signature=names)
-    except Exception as err:  # noqa: BLE001 - retried below without the signatures
-        print(f"commlens: warning: exporting without module call signatures "
-              f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})", file=sys.stderr)
-    return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
+    with fsdp_mixed_precision(model, plan):
+        try:
+            return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
+                                       preserve_module_call_signature=names)
+        except Exception as err:  # noqa: BLE001 - retried below without the signatures
+            print(f"commlens: warning: exporting without module call signatures "
+                  f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})", file=sys.stderr)
+        return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
 
 
 def _module_type(mod_or_str):
@@ -214,6 +274,9 @@ def main(argv=None):
     )
     parser.add_argument("factory", help="MODULE:FACTORY or MODULE:FACTORY(key=literal, ...)")
     parser.add_argument("-o", "--output", required=True, help="output .pt2 path")
+    parser.add_argument("--plan", metavar="PLAN",
+                        help="export as the run under this plan computes: its FSDP MixedPrecisionPolicy's dtypes "
+                             "(a plan file or MODULE:FACTORY spec; nothing else of the plan is applied)")
     parser.add_argument("--describe", metavar="JSON",
                         help="also write commlens.export.describe() output to this file")
     ns = parser.parse_args(argv)
@@ -225,9 +288,14 @@ def main(argv=None):
     if not os.path.isdir(parent):
         raise CommlensError(ns.output, f"cannot write: directory {parent} does not exist")
     model, args, kwargs = call_model_factory(ns.factory)
+    plan = None
+    if ns.plan:
+        from commlens.plan import resolve_plan
+
+        plan = resolve_plan(ns.plan)
     t0 = time.time()
     try:
-        ep = export_model(model, args, kwargs)
+        ep = export_model(model, args, kwargs, plan)
     except Exception as err:  # noqa: BLE001
         raise CommlensError(ns.factory, f"torch.export failed: {type(err).__name__}: {err}") from None
     try:

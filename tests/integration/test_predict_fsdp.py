@@ -95,8 +95,8 @@ def test_explicit_placements_on_a_sharded_parameter(run_commlens, stacked_pt2, t
 
 def test_mixed_precision_leaves_activation_bytes_unknown(run_commlens, tmp_path):
     """FSDP's MixedPrecisionPolicy(param_dtype=bf16) runs the blocks in bf16, so the TP collectives
-    inside them send half the bytes of the fp32 program; commlens does not re-type activations yet,
-    so it records no bytes for those cells (compare then checks counts only there), while FSDP's own
+    inside them send half the bytes of the fp32 program; commlens does not re-type a float32 program
+    (test_mixed_precision.py exports under the plan instead), so it records no bytes for those cells (compare then checks counts only there), while FSDP's own
     all-gathers and reduce-scatters keep exact bytes (bf16 parameters, fp32 gradients)."""
     import json
 

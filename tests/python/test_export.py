@@ -150,3 +150,64 @@ def test_export_cli_unwritable(cli, tmp_path):
     assert r.returncode == 2
     lines = error_lines(r.stderr)
     assert lines == [f"commlens: error: {tmp_path}/nodir/m.pt2: cannot write: directory {tmp_path}/nodir does not exist"]
+
+
+class _Tied(torch.nn.Module):
+    """A block with its own unit and a root holding an embedding tied to the head, a float32
+    buffer and an integer parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.block = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+        self.register_buffer("scale", torch.ones(4))
+        self.steps = torch.nn.Parameter(torch.zeros(1, dtype=torch.long), requires_grad=False)
+
+    def forward(self, ids, extra):
+        h = self.block(self.emb(ids) * self.scale + extra)
+        return self.head(h.to(self.head.weight.dtype))
+
+
+def test_fsdp_mixed_precision_follows_fully_shard():
+    """By FSDP2's rules: the block unit (bf16, cast_forward_inputs) takes the block's parameters
+    first, the root unit (float16, output float32, inputs not cast) the rest; tied parameters stay
+    one Parameter, buffers and integer parameters keep their dtype; everything is given back."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    from commlens.export import fsdp_mixed_precision
+    from commlens.plan import FullyShard, Plan
+
+    plan = Plan(mesh_shape=(2,), mesh_dim_names=("dp",), device_type="cpu", fully_shard=(
+        FullyShard("block", ("dp",), mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16)),
+        FullyShard("", ("dp",), mp_policy=MixedPrecisionPolicy(param_dtype=torch.float16,
+                                                               output_dtype=torch.float32,
+                                                               cast_forward_inputs=False))))
+    model = _Tied()
+    before = dict(model.named_parameters())
+    seen = {}
+    model.block.register_forward_pre_hook(lambda _m, args: seen.update(block_in=args[0].dtype))
+    with fsdp_mixed_precision(model, plan):
+        assert {n: p.dtype for n, p in model.named_parameters()} == {
+            "emb.weight": torch.float16, "block.weight": torch.bfloat16, "block.bias": torch.bfloat16,
+            "steps": torch.int64}
+        assert model.head.weight is model.emb.weight and model.scale.dtype == torch.float32
+        out = model(torch.tensor([[1, 2]]), torch.zeros(1, 2, 4, dtype=torch.float16))
+        assert out.dtype == torch.float32  # the root's output_dtype
+        # the block's input (float16 * float32 buffer -> float32) was cast to bf16 before its hooks
+        assert seen["block_in"] == torch.bfloat16
+    assert dict(model.named_parameters()) == before
+    assert all(p.dtype in (torch.float32, torch.int64) for p in model.parameters())
+    assert not model._forward_pre_hooks and not model._forward_hooks and len(model.block._forward_pre_hooks) == 1
+
+
+def test_export_under_plan_records_run_time_dtypes():
+    from examples.plans import stacked_mlp_fsdp
+
+    model, args, kwargs = call_model_factory("examples.mlp:stacked_mlp(n_layers=2)")
+    ep = export_model(model, args, kwargs, plan=stacked_mlp_fsdp(dp=2, mixed_precision="bf16"))
+    linears = [n for n in ep.graph.nodes if n.target == torch.ops.aten.linear.default]
+    assert [n.meta["val"].dtype for n in linears] == [torch.bfloat16] * 4
+    assert {v.dtype for v in ep.state_dict.values()} == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # the model is given back
