@@ -3,7 +3,10 @@
 #include "frontends/ExportedProgramReader.h"
 #include "frontends/OpSchemas.h"
 #include "frontends/Pt2Archive.h"
+#include "frontends/TorchScriptLoader.h"
 #include "ir/Error.h"
+
+#include "llvm/Support/MemoryBuffer.h"
 
 #include <map>
 
@@ -35,11 +38,27 @@ void markTiedParameters(ExportedProgram &program) {
   }
 }
 
-/// The records of an opened archive.
-llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive>> archive) {
+/// The records of an opened archive whose bytes `bytes` reads (a TorchScript archive is converted
+/// from them).
+template <typename ReadBytes>
+llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive>> archive, ReadBytes bytes) {
   if (!archive)
     return archive.takeError();
   Pt2Archive &ar = **archive;
+  if (isTorchScriptArchive(ar)) {
+    auto data = bytes();
+    if (!data)
+      return data.takeError();
+    auto converted = convertTorchScript(*data);
+    if (!converted)
+      return converted.takeError();
+    Pt2Records records;
+    records.modelJson = std::move(converted->programJson);
+    records.modelRecord = "the program converted from TorchScript";
+    records.weightsConfig = std::move(converted->weightsConfigJson);
+    records.weightsRecord = "the weights config converted from TorchScript";
+    return records;
+  }
   if (ar.hasRecord("archive_format")) {
     auto format = ar.read("archive_format");
     if (!format)
@@ -75,10 +94,17 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
 
 } // namespace
 
-llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) { return readRecords(Pt2Archive::open(path)); }
+llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) {
+  return readRecords(Pt2Archive::open(path), [&]() -> llvm::Expected<std::string> {
+    auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+    if (!buffer)
+      return makeError("cannot read: {}", buffer.getError().message());
+    return (*buffer)->getBuffer().str();
+  });
+}
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &records, bool checkSchemas) {
-  auto program = parseExportedProgram(records.modelJson, "models/model.json",
+  auto program = parseExportedProgram(records.modelJson, records.modelRecord,
                                       checkSchemas ? NodeCheck(checkNodeAgainstOpSchema) : NodeCheck());
   if (!program)
     return program.takeError();
@@ -97,7 +123,7 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
 }
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2Buffer(llvm::StringRef bytes) {
-  auto records = readRecords(Pt2Archive::openBuffer(bytes));
+  auto records = readRecords(Pt2Archive::openBuffer(bytes), [&]() -> llvm::Expected<std::string> { return bytes.str(); });
   if (!records)
     return records.takeError();
   return decodePt2(*records);

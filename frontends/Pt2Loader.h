@@ -1,5 +1,6 @@
 // Loads a `torch.export.save` archive into the IR: finds the model record and weights config,
-// checks the archive format, and parses them. Messages are "<what is wrong>" (the caller adds
+// checks the archive format, and parses them. A TorchScript archive (torch.jit.save) is converted
+// to the same program JSON first (frontends/TorchScriptLoader). Messages are "<what is wrong>" (the caller adds
 // the file name).
 #pragma once
 
@@ -17,6 +18,7 @@ namespace commlens {
 /// fresh program per plan from them (the passes rewrite the program they run on).
 struct Pt2Records {
   std::string modelJson;
+  std::string modelRecord = "models/model.json"; // where modelJson came from, for messages
   std::optional<std::string> weightsConfig;
   std::string weightsRecord;
 };

@@ -113,6 +113,24 @@ def export_model(model, args, kwargs=None, plan=None):
         return torch.export.export(model, tuple(args), kwargs or {}, strict=False)
 
 
+def save_torchscript(model, args, path, how="trace"):
+    """``torch.jit.trace`` (``how="trace"``) or ``torch.jit.script`` the model and ``torch.jit.save``
+    it to ``path`` with the example inputs' shapes and dtypes in the archive's extra file
+    ``commlens_inputs.json`` (``{"inputs": [{"shape": [...], "dtype": "float32"}, ...]}``, one per
+    positional argument of ``forward``), which commlens' TorchScript frontend needs: TorchScript
+    code carries no shapes."""
+    import torch
+
+    if how not in ("trace", "script"):
+        raise ValueError(f"how must be 'trace' or 'script', got {how!r}")
+    if not all(isinstance(a, torch.Tensor) for a in args):
+        raise CommlensError(str(path), "TorchScript export takes tensor positional inputs only")
+    module = torch.jit.trace(model, tuple(args)) if how == "trace" else torch.jit.script(model)
+    shapes = {"inputs": [{"shape": list(a.shape), "dtype": str(a.dtype).removeprefix("torch.")} for a in args]}
+    torch.jit.save(module, str(path), _extra_files={"commlens_inputs.json": json.dumps(shapes)})
+    return module
+
+
 def _module_type(mod_or_str):
     return mod_or_str if isinstance(mod_or_str, str) else (
         f"{type(mod_or_str).__module__}.{type(mod_or_str).__qualname__}"
@@ -277,6 +295,9 @@ def main(argv=None):
     parser.add_argument("--plan", metavar="PLAN",
                         help="export as the run under this plan computes: its FSDP MixedPrecisionPolicy's dtypes "
                              "(a plan file or MODULE:FACTORY spec; nothing else of the plan is applied)")
+    parser.add_argument("--torchscript", choices=("trace", "script"),
+                        help="write a TorchScript archive (torch.jit.trace or torch.jit.script, with the input "
+                             "shapes commlens needs) instead of a torch.export .pt2")
     parser.add_argument("--describe", metavar="JSON",
                         help="also write commlens.export.describe() output to this file")
     ns = parser.parse_args(argv)
@@ -294,6 +315,18 @@ def main(argv=None):
 
         plan = resolve_plan(ns.plan)
     t0 = time.time()
+    if ns.torchscript:
+        if kwargs or plan is not None or ns.describe:
+            raise CommlensError(ns.factory, "--torchscript takes a factory without keyword inputs, and no --plan "
+                                "or --describe")
+        try:
+            save_torchscript(model, args, ns.output, ns.torchscript)
+        except (RuntimeError, torch.jit.frontend.FrontendError) as err:
+            why = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+            raise CommlensError(ns.factory, f"torch.jit.{ns.torchscript} failed: {why}") from None
+        print(f"commlens: saved {ns.factory} ({type(model).__name__}) as TorchScript ({ns.torchscript}) to "
+              f"{ns.output} in {time.time() - t0:.1f}s")
+        return 0
     try:
         ep = export_model(model, args, kwargs, plan)
     except Exception as err:  # noqa: BLE001
