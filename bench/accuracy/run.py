@@ -73,6 +73,7 @@ class Config:
     plan: str  # MODULE:PLAN_FACTORY(...) spec
     phase: str  # forward | backward | both
     ci: bool = False
+    frontend: str = "export"  # the program: torch.export, or TorchScript "trace" / "script"
 
 
 MLP = "examples.mlp:mlp"
@@ -109,6 +110,15 @@ CONFIGS = [
     Config("stacked_mlp-tp-tp8-backward", STACKED, P + "stacked_mlp_tp(tp=8)", "backward"),
     # GPT-2, explicit matmul attention: TP, TP+SP (PrepareModuleInput on attn/mlp), loss_parallel, 2-D
     Config("gpt2-tp-tp4-both", GPT2, P + "gpt2_tp(tp=4)", "both", ci=True),
+    # TorchScript input (torch.jit.trace / script of the same model, commlens' TorchScript frontend)
+    Config("gpt2-tp_sp-tp4-torchscript_trace-both", GPT2, P + "gpt2_tp_sp(tp=4)", "both", ci=True, frontend="trace"),
+    Config("gpt2-tp_sp-tp4-torchscript_script-both", GPT2, P + "gpt2_tp_sp(tp=4)", "both", frontend="script"),
+    Config("gpt2-fsdp_tp_sp-dp2xtp2-torchscript_trace-both", GPT2, P + "gpt2_fsdp_tp(dp=2, tp=2, sp=True)", "both",
+           frontend="trace"),
+    Config("llama-fsdp_tp_sp-dp2xtp4-torchscript_trace-both", LLAMA, P + "llama_fsdp_tp(dp=2, tp=4)", "both", ci=True,
+           frontend="trace"),
+    Config("mlp-2d-dp2xtp2-grad-torchscript_script-both", MLP, P + "mlp_2d(dp=2, tp=2, input_requires_grad=True)",
+           "both", frontend="script"),
     Config("gpt2-tp-tp2-forward", GPT2, P + "gpt2_tp(tp=2)", "forward", ci=True),
     Config("gpt2-tp_sp-tp4-both", GPT2, P + "gpt2_tp_sp(tp=4)", "both", ci=True),
     Config("gpt2-tp_sp-tp8-backward", GPT2, P + "gpt2_tp_sp(tp=8)", "backward"),
@@ -340,23 +350,27 @@ def mixed_precision_key(plan_spec):
                     for u in units)
 
 
-def ensure_export(spec, work, plan_spec=None):
+def ensure_export(spec, work, plan_spec=None, frontend="export"):
     """Cached torch.export of a model factory spec, under ``plan_spec``'s FSDP mixed precision
-    when it has one; returns the .pt2 path."""
-    mp_key = mixed_precision_key(plan_spec) if plan_spec else ""
-    path = _cache_path(work / "models", spec, _model_digest() + mp_key, ".pt2")
+    when it has one, or its TorchScript archive (``frontend`` "trace" / "script"); returns the path."""
+    mp_key = mixed_precision_key(plan_spec) if plan_spec and frontend == "export" else ""
+    suffix = ".pt2" if frontend == "export" else f".{frontend}.pt"
+    path = _cache_path(work / "models", spec, _model_digest() + mp_key, suffix)
     if path.exists():
         return path
     import torch
 
     from commlens._factory import call_model_factory
-    from commlens.export import export_model
+    from commlens.export import export_model, save_torchscript
     from commlens.plan import resolve_plan
 
     path.parent.mkdir(parents=True, exist_ok=True)
     made = call_model_factory(spec)
     model, args = made[0], made[1]
     kwargs = made[2] if len(made) > 2 else None
+    if frontend != "export":
+        _write_atomic(path, lambda tmp: save_torchscript(model, args, tmp, frontend))
+        return path
     ep = export_model(model, args, kwargs, resolve_plan(plan_spec) if mp_key else None)
     _write_atomic(path, lambda tmp: torch.export.save(ep, str(tmp)))
     return path
@@ -492,7 +506,7 @@ def run_config(cfg, work, commlens):
     t0 = time.time()
     try:
         plan_path = ensure_plan(cfg.plan, work)
-        model_path = ensure_export(cfg.model, work, cfg.plan)
+        model_path = ensure_export(cfg.model, work, cfg.plan, cfg.frontend)
     except Exception as err:  # noqa: BLE001 - reported per configuration
         r.update(status="export error", error=f"{type(err).__name__}: {err}".splitlines()[0])
         return r
@@ -616,9 +630,9 @@ def main(argv=None):
         # Exports first, once per model, so that workers do not race to write the same file.
         ctx = mp.get_context("spawn")
         with ctx.Pool(min(ns.jobs, len(tasks)), initializer=_worker_init) as pool:
-            exports = sorted({(c.model, _mixed_precision_plan(c.plan)) for c in configs},
-                             key=lambda e: (e[0], e[1] or ""))
-            pool.map(_export_only, [(m, p, work) for m, p in exports])
+            exports = sorted({(c.model, None if c.frontend != "export" else _mixed_precision_plan(c.plan), c.frontend)
+                              for c in configs}, key=lambda e: (e[0], e[1] or "", e[2]))
+            pool.map(_export_only, [(m, p, f, work) for m, p, f in exports])
             for r in pool.imap(_run_one, tasks):
                 report(r)
 
@@ -646,9 +660,9 @@ def _mixed_precision_plan(plan_spec):
 
 
 def _export_only(args):
-    spec, plan_spec, work = args
+    spec, plan_spec, frontend, work = args
     try:
-        ensure_export(spec, work, plan_spec)
+        ensure_export(spec, work, plan_spec, frontend)
     except Exception:  # noqa: BLE001 - reported again by run_config
         pass
 
