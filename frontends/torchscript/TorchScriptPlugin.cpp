@@ -26,6 +26,8 @@ namespace jit = torch::jit;
 /// The example inputs' shapes: an archive extra file that `python -m commlens.export
 /// --torchscript` writes (TorchScript code carries no shapes).
 constexpr const char *kInputsFile = "commlens_inputs.json";
+/// A model's loops unroll into ops; a loop running longer than this is a `while` that never ends.
+constexpr int64_t kMaxLoopTrips = 100000;
 
 struct ConversionError {
   std::string message;
@@ -372,6 +374,8 @@ private:
       Values carried = valuesOf(n.inputs(), env, 2);
       jit::Block *body = n.blocks()[0];
       for (int64_t i = 0; go && i < trips; ++i) {
+        if (i == kMaxLoopTrips)
+          fail("a loop in " + where() + " runs more than " + std::to_string(kMaxLoopTrips) + " times");
         bind(body->inputs().slice(0, 1), Values{{c10::IValue(i)}, {false}}, env);
         bind(body->inputs().slice(1), carried, env);
         runBlock(*body, env);

@@ -185,3 +185,18 @@ def test_export_cli_reports_a_model_torchscript_cannot_compile(tmp_path):
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == ("commlens: error: examples.llama:llama: torch.jit.script failed: cannot statically infer the "
                         "expected size of a list in this context:\n")
+
+
+class Endless(torch.nn.Module):
+    def forward(self, x):
+        while x.dim() > 0:  # a condition on shapes that never changes
+            x = x + 1
+        return x
+
+
+def test_endless_loop_is_refused(run_commlens, tmp_path):
+    path = _save(Endless(), tmp_path / "m.pt", SHAPES)
+    r = run_commlens("inspect", path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {path}: TorchScript: a loop in {Endless.__module__}.Endless runs more "
+                        "than 100000 times\n")
