@@ -39,9 +39,7 @@ build_targets=""
 for t in $TARGETS; do build_targets="$build_targets fuzz_$t"; done
 cmake --build "$BUILD" --target $build_targets -- -j"${FUZZ_JOBS:-2}" --quiet || exit 2
 
-# LibTorch's zip reader (miniz, not instrumented) leaks at exit: scripts/lsan.supp.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
-export LSAN_OPTIONS="suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 status=0
