@@ -30,10 +30,9 @@ PY=.venv/bin/python
 [ -x "$PY" ] || bash scripts/setup.sh || exit 2
 
 if [ ! -f "$BUILD/build.ninja" ]; then
-  TORCH_PREFIX="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DCOMMLENS_FUZZ=ON >/dev/null || exit 2
+    -DPython_EXECUTABLE="$ROOT/$PY" -DCOMMLENS_FUZZ=ON >/dev/null || exit 2
 fi
 build_targets=""
 for t in $TARGETS; do build_targets="$build_targets fuzz_$t"; done

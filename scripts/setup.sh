@@ -49,9 +49,7 @@ BUILD=build; SAN=OFF
 if [ "${COMMLENS_SANITIZE:-0}" = 1 ]; then BUILD=build-asan; SAN=ON; fi
 WERROR=OFF; [ "${CI:-}" = true ] && WERROR=ON
 if [ ! -f "$BUILD/build.ninja" ] || [ "$(cat "$BUILD/.config" 2>/dev/null)" != "$SAN $WERROR" ]; then
-  TORCH_PREFIX="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$ROOT/$PY" \
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython_EXECUTABLE="$ROOT/$PY" \
     -DCOMMLENS_SANITIZE=$SAN -DCOMMLENS_WERROR=$WERROR -DCOMMLENS_PYTHON=$([ $SAN = ON ] && echo OFF || echo ON) \
     >/dev/null
   echo "$SAN $WERROR" > "$BUILD/.config"
