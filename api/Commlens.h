@@ -60,7 +60,7 @@ private:
 
 /// Decodes the ExportedProgram JSON (`models/model.json` of a .pt2 archive, or the
 /// `exported_program` bytes torch._export.serde.serialize.serialize returns), checking each node
-/// against LibTorch's operator schemas. No weights config: parameters the archive would store
+/// against its operator's schema (OpSchemas.h). No weights config: parameters the archive would store
 /// once are not recognised as tied.
 llvm::Expected<std::unique_ptr<ExportedProgram>> decodeProgramJson(llvm::StringRef json);
 

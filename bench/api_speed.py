@@ -6,7 +6,7 @@ and plan, measured in this run:
 
 Prints, best of --repeat: torch.export (once, shared), then for each path the time from the
 ExportedProgram to the prediction: in memory = serialise to JSON + decode + passes + report in
-this process; file = torch.export.save + the CLI (start-up, LibTorch's zip reader, decode, passes,
+this process; file = torch.export.save + the CLI (start-up, zip reader, decode, passes,
 report), and their ratio. Both must give the same counts.
 """
 import argparse

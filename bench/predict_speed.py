@@ -58,7 +58,7 @@ def main():
     total = float(stages[-1].split()[0])
     print(f"config: {model} x {args.plan}, phase {args.phase}")
     print("predict stages (--time-passes):")
-    print(f"  {wall - total:9.4f} s  process start-up (LibTorch load, before main)")
+    print(f"  {wall - total:9.4f} s  process start-up (before main)")
     for line in stages:
         print(line)
     print(f"commlens predict:        {predict_s:8.3f} s   peak RSS {predict_mib:8.1f} MiB")

@@ -1,21 +1,24 @@
 #include "frontends/OpSchemas.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/function_schema.h>
+#include "frontends/OpSchemaTable.h"
+#include "ir/Error.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <string_view>
 #include <type_traits>
-#include <unordered_map>
-#include <vector>
 
-// Built without fmt: LibTorch's include folder carries its own fmt, which must not meet ours.
 namespace commlens {
 namespace {
 
-llvm::Error schemaError(const std::string &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
-}
+using K = opschema::TypeKind;
+
+/// Orders schemas by name, for equal_range over the sorted table.
+struct ByName {
+  bool operator()(const opschema::Schema &s, std::string_view name) const { return std::string_view(s.name) < name; }
+  bool operator()(std::string_view name, const opschema::Schema &s) const { return name < std::string_view(s.name); }
+};
 
 /// "an int", "a Tensor list", ...: the kind of a decoded argument, for messages.
 std::string describe(const Argument &a) {
@@ -61,81 +64,71 @@ bool isEmptyList(const Argument &a) {
          (a.is<SymIntList>() && a.get<SymIntList>().empty());
 }
 
-/// Whether some overload of `op` takes a Scalar as its argument `arg`. Export keeps the Tensor
-/// overload of such ops with a Python number where the Tensor goes (`aten.add.Tensor(x, 1)`,
+/// The schemas of op `name` ("aten::add"), one per overload.
+llvm::ArrayRef<opschema::Schema> overloadsOf(std::string_view name) {
+  llvm::ArrayRef<opschema::Schema> all = opschema::schemas();
+  auto [first, last] = std::equal_range(all.begin(), all.end(), name, ByName());
+  return all.slice(first - all.begin(), last - first);
+}
+
+/// Whether one of an op's `overloads` takes a Scalar as its argument `arg`. Export keeps the
+/// Tensor overload of such ops with a Python number where the Tensor goes (`aten.add.Tensor(x, 1)`,
 /// a wrapped number at run time); an op without a Scalar form (`aten.linear`) needs a tensor.
-bool takesScalarAs(const std::string &op, const std::string &arg) {
-  static const auto overloads = [] {
-    std::unordered_map<std::string, std::vector<c10::OperatorName>> byName;
-    for (const c10::OperatorName &name : c10::Dispatcher::singleton().getAllOpNames())
-      byName[name.name].push_back(name);
-    return byName;
-  }();
-  auto it = overloads.find(op);
-  if (it == overloads.end())
-    return false;
-  for (const c10::OperatorName &name : it->second) {
-    auto handle = c10::Dispatcher::singleton().findSchema(name);
-    if (!handle)
-      continue;
-    for (const c10::Argument &p : handle->schema().arguments())
-      if (p.name() == arg && p.real_type()->kind() == c10::TypeKind::NumberType)
+bool takesScalarAs(llvm::ArrayRef<opschema::Schema> overloads, const std::string &arg) {
+  for (const opschema::Schema &schema : overloads)
+    for (const opschema::Arg &p : opschema::arguments(schema))
+      if (p.name == arg && opschema::type(p.type).kinds[0] == K::Number)
         return true;
-  }
   return false;
 }
 
-/// Whether a decoded argument fits a schema type (the real type: SymInt, ScalarType, ...).
-/// Types the IR does not model (Generator, Dimname, ...) accept anything. `scalarForTensor`: a
-/// number may stand for a Tensor (see takesScalarAs).
-bool fits(const c10::TypePtr &type, const Argument &a, bool scalarForTensor) {
-  using K = c10::TypeKind;
-  switch (type->kind()) {
-  case K::OptionalType:
-    return a.isNone() || fits(type->castRaw<c10::OptionalType>()->getElementType(), a, scalarForTensor);
-  case K::TensorType:
+/// Whether a decoded argument fits a schema type (the real type: SymInt, ScalarType, ...), given
+/// as its kinds (opschema::Type::kinds). Types the IR does not model (Generator, Dimname, ...)
+/// accept anything. `scalarForTensor`: a number may stand for a Tensor (see takesScalarAs).
+bool fits(const K *kind, const Argument &a, bool scalarForTensor) {
+  switch (kind[0]) {
+  case K::Optional:
+    return a.isNone() || fits(kind + 1, a, scalarForTensor);
+  case K::Tensor:
     return a.isTensor() || (scalarForTensor && (isFloat(a) || isBool(a)));
-  case K::IntType:
-  case K::SymIntType:
+  case K::Int:
+  case K::SymInt:
     return isInt(a);
-  case K::FloatType:
-  case K::SymFloatType:
+  case K::Float:
+  case K::SymFloat:
     return isFloat(a);
-  case K::BoolType:
-  case K::SymBoolType:
+  case K::Bool:
+  case K::SymBool:
     return isBool(a);
-  case K::ComplexType:
-  case K::NumberType:
+  case K::Complex:
+  case K::Number:
     return isFloat(a) || isBool(a) || a.is<ComplexArg>();
-  case K::StringType:
+  case K::String:
     return a.is<std::string>();
-  case K::ScalarTypeType:
+  case K::ScalarType:
     return a.is<ScalarType>();
-  case K::LayoutType:
+  case K::Layout:
     return a.is<Layout>();
-  case K::MemoryFormatType:
+  case K::MemoryFormat:
     return a.is<MemoryFormat>();
-  case K::DeviceObjType:
+  case K::Device:
     return a.is<Device>();
-  case K::ListType: {
+  case K::List: {
     if (isEmptyList(a))
       return true;
-    const c10::TypePtr &elem = type->castRaw<c10::ListType>()->getElementType();
-    switch (elem->kind()) {
-    case K::TensorType:
+    switch (kind[1]) {
+    case K::Tensor:
       return a.is<TensorList>();
-    case K::OptionalType:
-      return elem->castRaw<c10::OptionalType>()->getElementType()->kind() == K::TensorType
-                 ? a.is<OptionalTensorList>() || a.is<TensorList>()
-                 : true;
-    case K::IntType:
-    case K::SymIntType:
+    case K::Optional:
+      return kind[2] == K::Tensor ? a.is<OptionalTensorList>() || a.is<TensorList>() : true;
+    case K::Int:
+    case K::SymInt:
       return a.is<IntList>() || a.is<SymIntList>();
-    case K::FloatType:
+    case K::Float:
       return a.is<FloatList>();
-    case K::BoolType:
+    case K::Bool:
       return a.is<BoolList>();
-    case K::StringType:
+    case K::String:
       return a.is<StringList>();
     default:
       return true;
@@ -147,22 +140,21 @@ bool fits(const c10::TypePtr &type, const Argument &a, bool scalarForTensor) {
 }
 
 /// Whether a node result fits a schema return type. An unused tensor result may be None.
-bool fitsResult(const c10::TypePtr &type, const Argument &a) {
-  using K = c10::TypeKind;
-  switch (type->kind()) {
-  case K::TensorType:
+bool fitsResult(K kind, const Argument &a) {
+  switch (kind) {
+  case K::Tensor:
     return a.isTensor() || a.isNone();
-  case K::ListType:
+  case K::List:
     return a.is<TensorList>() || a.is<OptionalTensorList>() || a.isNone();
-  case K::IntType:
-  case K::SymIntType:
+  case K::Int:
+  case K::SymInt:
     return isInt(a);
   default:
     return true;
   }
 }
 
-std::string plural(size_t n, const char *word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
+std::string plural(size_t n, const char *word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
 
 } // namespace
 
@@ -170,43 +162,39 @@ llvm::Error checkNodeAgainstOpSchema(const Node &node) {
   const OpName &op = node.op();
   if (op.ns.empty())
     return llvm::Error::success();
-  std::optional<c10::OperatorHandle> handle;
-  try {
-    handle = c10::Dispatcher::singleton().findSchema(
-        {op.ns + "::" + op.name, op.overload == "default" ? std::string() : op.overload});
-  } catch (const std::exception &) {
+  llvm::ArrayRef<opschema::Schema> overloads = overloadsOf(op.ns + "::" + op.name);
+  std::string_view overload = op.overload == "default" ? std::string_view() : std::string_view(op.overload);
+  auto schema = llvm::find_if(overloads, [&](const opschema::Schema &s) { return s.overload == overload; });
+  if (schema == overloads.end())
     return llvm::Error::success();
-  }
-  if (!handle)
-    return llvm::Error::success();
-  const c10::FunctionSchema &schema = handle->schema();
   const std::string opName = op.str();
-  const auto &params = schema.arguments();
+  llvm::ArrayRef<opschema::Arg> params = opschema::arguments(*schema);
   std::set<std::string> given;
   for (const NamedArgument &in : node.inputs()) {
-    auto it = std::find_if(params.begin(), params.end(), [&](const c10::Argument &p) { return p.name() == in.name; });
+    auto it = llvm::find_if(params, [&](const opschema::Arg &p) { return p.name == in.name; });
     if (it == params.end())
-      return schemaError(opName + " has no argument '" + in.name + "'");
+      return makeError("{} has no argument '{}'", opName, in.name);
     if (!given.insert(in.name).second)
-      return schemaError("argument '" + in.name + "' of " + opName + " is given twice");
-    if (!fits(it->real_type(), in.value, !in.value.isTensor() && takesScalarAs(schema.name(), in.name)))
-      return schemaError("argument '" + in.name + "' of " + opName + " is " + describe(in.value) + ", expected " +
-                         it->real_type()->str());
+      return makeError("argument '{}' of {} is given twice", in.name, opName);
+    const opschema::Type &type = opschema::type(it->type);
+    if (!fits(type.kinds, in.value, !in.value.isTensor() && takesScalarAs(overloads, in.name)))
+      return makeError("argument '{}' of {} is {}, expected {}", in.name, opName, describe(in.value), type.text);
   }
-  for (const c10::Argument &p : params)
-    if (!p.default_value() && !given.count(p.name()))
-      return schemaError(opName + " needs argument '" + p.name() + "' (" + p.real_type()->str() +
-                         "), the node has " + plural(node.inputs().size(), "argument"));
-  const auto &returns = schema.returns();
+  for (const opschema::Arg &p : params)
+    if (!p.hasDefault && !given.count(p.name))
+      return makeError("{} needs argument '{}' ({}), the node has {}", opName, p.name, opschema::type(p.type).text,
+                       plural(node.inputs().size(), "argument"));
+  llvm::ArrayRef<uint16_t> returns = opschema::returns(*schema);
   llvm::ArrayRef<Argument> outputs = node.outputs();
-  bool allNone = std::all_of(outputs.begin(), outputs.end(), [](const Argument &a) { return a.isNone(); });
+  bool allNone = llvm::all_of(outputs, [](const Argument &a) { return a.isNone(); });
   if (returns.empty() ? !allNone : outputs.size() != returns.size())
-    return schemaError(opName + " returns " + plural(returns.size(), "result") + ", the node has " +
-                       plural(outputs.size(), "result"));
-  for (size_t i = 0; i < returns.size(); ++i)
-    if (!fitsResult(returns[i].real_type(), outputs[i]))
-      return schemaError("result " + std::to_string(i) + " of " + opName + " is " + describe(outputs[i]) +
-                         ", expected " + returns[i].real_type()->str());
+    return makeError("{} returns {}, the node has {}", opName, plural(returns.size(), "result"),
+                     plural(outputs.size(), "result"));
+  for (size_t i = 0; i < returns.size(); ++i) {
+    const opschema::Type &type = opschema::type(returns[i]);
+    if (!fitsResult(type.kinds[0], outputs[i]))
+      return makeError("result {} of {} is {}, expected {}", i, opName, describe(outputs[i]), type.text);
+  }
   return llvm::Error::success();
 }
 

@@ -1,5 +1,6 @@
-// Read access to the records of a `torch.export.save` archive (a PyTorchStreamWriter zip with
-// one root folder). Backed by LibTorch's stream reader; this header exposes no torch types.
+// Read access to the records of a `torch.export.save` archive (a zip, zip64 as torch writes it,
+// with one root folder). Backed by libzip; this header exposes no libzip types. One thread at a
+// time: the records share one libzip handle.
 #pragma once
 
 #include "llvm/ADT/StringRef.h"

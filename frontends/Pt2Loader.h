@@ -25,8 +25,8 @@ struct Pt2Records {
 
 llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path);
 
-/// Decodes the records; `checkSchemas` checks each node against LibTorch's operator registry
-/// (needed once per archive).
+/// Decodes the records; `checkSchemas` checks each node against its operator's schema (OpSchemas.h;
+/// needed once per archive).
 llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &records, bool checkSchemas = true);
 
 /// readPt2Records + decodePt2.

@@ -1,6 +1,6 @@
-// libFuzzer target: the .pt2 zip archive reader on a memory buffer (Pt2Archive::openBuffer, LibTorch's
-// PyTorchStreamReader over miniz) and the loader on top of it (loadPt2Buffer: archive format
-// record, model record, weights config, tied parameters).
+// libFuzzer target: the .pt2 zip archive reader on a memory buffer (Pt2Archive::openBuffer, over
+// libzip) and the loader on top of it (loadPt2Buffer: archive format record, model record,
+// weights config, tied parameters).
 #include "FuzzCommon.h"
 
 #include "frontends/Pt2Archive.h"

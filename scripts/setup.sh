@@ -6,7 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 # chromium + chromium-driver: the HTML report tests run the page in a headless browser.
-APT_PACKAGES="cmake ninja-build g++ llvm-14-dev llvm-14-tools libfmt-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libzstd-dev libtinfo-dev unzip chromium chromium-driver"
+# zipcmp, zipmerge, ziptool: Debian's libzip-dev CMake package refuses to load without them.
+APT_PACKAGES="cmake ninja-build g++ llvm-14-dev llvm-14-tools libfmt-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libzstd-dev libtinfo-dev libzip-dev zipcmp zipmerge ziptool unzip chromium chromium-driver"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -48,9 +49,7 @@ BUILD=build; SAN=OFF
 if [ "${COMMLENS_SANITIZE:-0}" = 1 ]; then BUILD=build-asan; SAN=ON; fi
 WERROR=OFF; [ "${CI:-}" = true ] && WERROR=ON
 if [ ! -f "$BUILD/build.ninja" ] || [ "$(cat "$BUILD/.config" 2>/dev/null)" != "$SAN $WERROR" ]; then
-  TORCH_PREFIX="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython_EXECUTABLE="$ROOT/$PY" \
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython_EXECUTABLE="$ROOT/$PY" \
     -DCOMMLENS_SANITIZE=$SAN -DCOMMLENS_WERROR=$WERROR -DCOMMLENS_PYTHON=$([ $SAN = ON ] && echo OFF || echo ON) \
     >/dev/null
   echo "$SAN $WERROR" > "$BUILD/.config"

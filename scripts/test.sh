@@ -10,10 +10,8 @@ bash scripts/setup.sh || exit 2
 BUILD=build
 [ "${COMMLENS_SANITIZE:-0}" = 1 ] && BUILD=build-asan
 
-# Sanitizer runs: stop at the first UBSan report, and leave LibTorch's zip reader (miniz, not
-# instrumented), which leaks at exit, to scripts/lsan.supp. Harmless for the plain build.
+# Sanitizer runs: stop at the first UBSan report. Harmless for the plain build.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
 status=0

@@ -390,8 +390,8 @@ int runPredict(int argc, char **argv) {
   if (int rc = emit(os.str(), args->option("-o")))
     return rc;
   if (args->flag("--time-passes")) {
-    // After the output: what each stage of this run took (the process start-up, e.g. loading
-    // LibTorch, comes before main and is not in it).
+    // After the output: what each stage of this run took (the process start-up comes before main
+    // and is not in it).
     double passes = 0;
     for (const auto &t : timings)
       passes += t.second;

@@ -10,8 +10,6 @@ from commlens._errors import CommlensError
 
 @functools.lru_cache(maxsize=None)
 def core():
-    import torch  # noqa: F401  - loads LibTorch, which the extension links
-
     try:
         from commlens import _core  # installed wheel
 

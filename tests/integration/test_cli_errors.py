@@ -64,7 +64,7 @@ def test_truncated_zip(run_commlens, good_pt2, tmp_path):
     data = good_pt2.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # the central directory is at the end: gone
     check_error(run_commlens, path,
-                "broken zip archive: PytorchStreamReader failed reading zip archive: failed finding central directory")
+                "broken zip archive: no end of central directory record (truncated?)")
 
 
 def test_zip_that_is_not_a_torch_archive(run_commlens, tmp_path):

@@ -17,8 +17,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def example(commlens_bin, tmp_path_factory):
-    import torch.utils
-
     d = tmp_path_factory.mktemp("cpp_api")
     build = pathlib.Path(commlens_bin).parent
     prefix = d / "install"
@@ -27,7 +25,7 @@ def example(commlens_bin, tmp_path_factory):
     assert (prefix / "include" / "commlens" / "api" / "Commlens.h").exists()
     assert (prefix / "lib" / "cmake" / "commlens" / "commlensConfig.cmake").exists()
     r = subprocess.run(["cmake", "-S", str(ROOT / "examples" / "cpp"), "-B", str(d / "build"), "-G", "Ninja",
-                        f"-DCMAKE_PREFIX_PATH={prefix};{torch.utils.cmake_prefix_path}"],
+                        f"-DCMAKE_PREFIX_PATH={prefix}"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run(["cmake", "--build", str(d / "build")], capture_output=True, text=True, timeout=600)

@@ -1,5 +1,5 @@
 // The .pt2 archive reader on a memory buffer (Pt2Archive::openBuffer, loadPt2Buffer), on zip
-// archives built here byte by byte (stored entries, as torch.export.save writes them).
+// archives built here byte by byte (stored entries, as torch.export.save writes them; zip64 too).
 #include "frontends/Pt2Archive.h"
 #include "frontends/Pt2Loader.h"
 
@@ -24,52 +24,90 @@ void put32(std::string &out, uint32_t v) {
   put16(out, v >> 16);
 }
 
+void put64(std::string &out, uint64_t v) {
+  put32(out, static_cast<uint32_t>(v));
+  put32(out, static_cast<uint32_t>(v >> 32));
+}
+
 /// A zip archive of stored (uncompressed) entries: local headers and data, the central
-/// directory, the end record.
-std::string zipOf(const std::vector<std::pair<std::string, std::string>> &entries) {
+/// directory, the end record. `zip64`: sizes and offsets in zip64 extra fields and a zip64 end
+/// record (what a writer does past 4 GiB, and torch always for the end record).
+std::string zipOf(const std::vector<std::pair<std::string, std::string>> &entries, bool zip64 = false) {
+  constexpr uint32_t kInExtra = 0xffffffff;
   std::string out, central;
   for (const auto &[name, data] : entries) {
     uint32_t crc = llvm::crc32(llvm::arrayRefFromStringRef(data));
-    uint32_t offset = static_cast<uint32_t>(out.size());
+    uint64_t offset = out.size();
+    uint32_t size = zip64 ? kInExtra : static_cast<uint32_t>(data.size());
     put32(out, 0x04034b50);
-    put16(out, 20); // version needed
-    put16(out, 0);  // flags
-    put16(out, 0);  // stored
-    put32(out, 0);  // time, date
+    put16(out, zip64 ? 45 : 20); // version needed
+    put16(out, 0);               // flags
+    put16(out, 0);               // stored
+    put32(out, 0);               // time, date
     put32(out, crc);
-    put32(out, static_cast<uint32_t>(data.size()));
-    put32(out, static_cast<uint32_t>(data.size()));
+    put32(out, size);
+    put32(out, size);
     put16(out, static_cast<uint32_t>(name.size()));
-    put16(out, 0); // extra
+    put16(out, zip64 ? 20 : 0); // extra
     out += name;
+    if (zip64) {
+      put16(out, 1); // zip64 extended information: sizes
+      put16(out, 16);
+      put64(out, data.size());
+      put64(out, data.size());
+    }
     out += data;
     put32(central, 0x02014b50);
-    put16(central, 20); // version made by
-    put16(central, 20); // version needed
+    put16(central, zip64 ? 45 : 20); // version made by
+    put16(central, zip64 ? 45 : 20); // version needed
     put16(central, 0);
     put16(central, 0);
     put32(central, 0);
     put32(central, crc);
-    put32(central, static_cast<uint32_t>(data.size()));
-    put32(central, static_cast<uint32_t>(data.size()));
+    put32(central, size);
+    put32(central, size);
     put16(central, static_cast<uint32_t>(name.size()));
-    put16(central, 0); // extra
-    put16(central, 0); // comment
-    put16(central, 0); // disk
-    put16(central, 0); // internal attributes
-    put32(central, 0); // external attributes
-    put32(central, offset);
+    put16(central, zip64 ? 28 : 0); // extra
+    put16(central, 0);              // comment
+    put16(central, 0);              // disk
+    put16(central, 0);              // internal attributes
+    put32(central, 0);              // external attributes
+    put32(central, zip64 ? kInExtra : static_cast<uint32_t>(offset));
     central += name;
+    if (zip64) {
+      put16(central, 1); // zip64 extended information: sizes, offset
+      put16(central, 24);
+      put64(central, data.size());
+      put64(central, data.size());
+      put64(central, offset);
+    }
   }
-  uint32_t centralOffset = static_cast<uint32_t>(out.size());
+  uint64_t centralOffset = out.size();
   out += central;
+  if (zip64) {
+    uint64_t end64Offset = out.size();
+    put32(out, 0x06064b50); // zip64 end of central directory record
+    put64(out, 44);         // its size after this field
+    put16(out, 45);
+    put16(out, 45);
+    put32(out, 0);
+    put32(out, 0);
+    put64(out, entries.size());
+    put64(out, entries.size());
+    put64(out, central.size());
+    put64(out, centralOffset);
+    put32(out, 0x07064b50); // zip64 end of central directory locator
+    put32(out, 0);
+    put64(out, end64Offset);
+    put32(out, 1); // disks
+  }
   put32(out, 0x06054b50);
   put16(out, 0);
   put16(out, 0);
-  put16(out, static_cast<uint32_t>(entries.size()));
-  put16(out, static_cast<uint32_t>(entries.size()));
-  put32(out, static_cast<uint32_t>(central.size()));
-  put32(out, centralOffset);
+  put16(out, zip64 ? 0xffff : static_cast<uint32_t>(entries.size()));
+  put16(out, zip64 ? 0xffff : static_cast<uint32_t>(entries.size()));
+  put32(out, zip64 ? kInExtra : static_cast<uint32_t>(central.size()));
+  put32(out, zip64 ? kInExtra : static_cast<uint32_t>(centralOffset));
   put16(out, 0); // comment
   return out;
 }
@@ -82,16 +120,20 @@ template <typename T> std::string errorOf(llvm::Expected<T> value) {
 } // namespace
 
 TEST(Pt2Archive, OpenBufferReadsRecords) {
-  auto archive = Pt2Archive::openBuffer(zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}}));
-  ASSERT_TRUE(static_cast<bool>(archive)) << llvm::toString(archive.takeError());
-  auto records = (*archive)->records();
-  ASSERT_TRUE(static_cast<bool>(records)) << llvm::toString(records.takeError());
-  EXPECT_EQ(*records, (std::vector<std::string>{"version", "models/model.json"}));
-  EXPECT_TRUE((*archive)->hasRecord("models/model.json"));
-  EXPECT_FALSE((*archive)->hasRecord("models/other.json"));
-  auto text = (*archive)->read("models/model.json");
-  ASSERT_TRUE(static_cast<bool>(text));
-  EXPECT_EQ(*text, "{}");
+  for (bool zip64 : {false, true}) {
+    SCOPED_TRACE(zip64 ? "zip64" : "zip");
+    auto archive = Pt2Archive::openBuffer(zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}}, zip64));
+    ASSERT_TRUE(static_cast<bool>(archive)) << llvm::toString(archive.takeError());
+    auto records = (*archive)->records();
+    ASSERT_TRUE(static_cast<bool>(records)) << llvm::toString(records.takeError());
+    EXPECT_EQ(*records, (std::vector<std::string>{"version", "models/model.json"}));
+    EXPECT_TRUE((*archive)->hasRecord("models/model.json"));
+    EXPECT_FALSE((*archive)->hasRecord("models/other.json"));
+    auto text = (*archive)->read("models/model.json");
+    ASSERT_TRUE(static_cast<bool>(text)) << llvm::toString(text.takeError());
+    EXPECT_EQ(*text, "{}");
+    EXPECT_EQ(errorOf((*archive)->read("models/other.json")), "cannot read record 'models/other.json': no such record");
+  }
 }
 
 TEST(Pt2Archive, OpenBufferRefusesWhatIsNoZip) {
@@ -99,13 +141,31 @@ TEST(Pt2Archive, OpenBufferRefusesWhatIsNoZip) {
   EXPECT_EQ(errorOf(Pt2Archive::openBuffer("")), "not a zip archive (expected a torch.export.save .pt2 file)");
 }
 
-// Found by fuzz/pt2_archive: LibTorch checks that an entry lies in the root folder only when it
-// lists the records, and threw c10::Error out of records() (std::terminate).
+TEST(Pt2Archive, OpenBufferRefusesZipsThatAreNoTorchExportArchive) {
+  std::string zip = zipOf({{"model/version", "1\n"}});
+  EXPECT_EQ(errorOf(Pt2Archive::openBuffer(zip.substr(0, zip.size() - 10))),
+            "broken zip archive: no end of central directory record (truncated?)");
+  EXPECT_EQ(errorOf(Pt2Archive::openBuffer(zipOf({}))), "empty zip archive: not a torch.export.save archive");
+  EXPECT_EQ(errorOf(Pt2Archive::openBuffer(zipOf({{"version", "1\n"}}))),
+            "zip archive without a root folder (torch.export archives from torch <= 2.7 are not supported)");
+  EXPECT_EQ(errorOf(Pt2Archive::openBuffer(zipOf({{"model/models/model.json", "{}"}}))),
+            "zip archive without a version record: not a torch.export.save archive");
+}
+
+TEST(Pt2Archive, ReadChecksTheCrc) {
+  std::string zip = zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}});
+  zip[zip.find("{}")] = '[';
+  auto archive = Pt2Archive::openBuffer(zip);
+  ASSERT_TRUE(static_cast<bool>(archive)) << llvm::toString(archive.takeError());
+  EXPECT_EQ(errorOf((*archive)->read("models/model.json")), "cannot read record 'models/model.json': CRC error");
+}
+
+// Found by fuzz/pt2_archive (with LibTorch's reader, which checked it only when it listed the
+// records, and threw out of records()): records() fails, the archive opens.
 TEST(Pt2Archive, RecordOutsideTheRootFolderIsAnError) {
   auto archive = Pt2Archive::openBuffer(zipOf({{"model/version", "1\n"}, {"other/data.pkl", "x"}}));
   ASSERT_TRUE(static_cast<bool>(archive)) << llvm::toString(archive.takeError());
-  EXPECT_EQ(errorOf((*archive)->records()),
-            "cannot list records: file in archive is not in a subdirectory model/: other/data.pkl");
+  EXPECT_EQ(errorOf((*archive)->records()), "cannot list records: entry other/data.pkl is not in the root folder model/");
 }
 
 TEST(Pt2Archive, LoadPt2BufferNamesTheRecordAtFault) {
