@@ -81,9 +81,11 @@ public:
 
   /// Fails on the first member whose key is not in `known`.
   void rejectUnknownKeys(std::initializer_list<const char *> known) const {
-    for (const auto &[key, value] : members())
+    for (const auto &member : members()) { // not a structured binding: clang 14 cannot capture one
+      const std::string &key = member.first;
       if (std::none_of(known.begin(), known.end(), [&](const char *k) { return key == k; }))
         fail(fmt::format("unknown key '{}'", key));
+    }
   }
 
   int64_t asInt() const {
