@@ -9,7 +9,7 @@ is exported non-strict (``torch.export.export(model, args, kwargs,
 strict=False)``, every submodule's call signature preserved: see
 :func:`export_model`) in whatever mode the factory left it (``nn.Module`` default:
 training mode, so ``aten.dropout`` nodes are kept) and written with
-``torch.export.save``.  One summary line goes to stdout.  With ``--plan``, the
+``torch.export.save`` (:func:`save_program`).  One summary line goes to stdout.  With ``--plan``, the
 model is traced in the dtypes the plan's FSDP ``MixedPrecisionPolicy`` gives it
 at run time (:func:`fsdp_mixed_precision`), so predict knows the bytes of the
 DTensor collectives of a bf16 run.
@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import sys
+import threading
 import time
 from collections import OrderedDict
 
@@ -87,6 +88,55 @@ def fsdp_mixed_precision(model, plan):
             h.remove()
         for m, name, p in swapped:
             m._parameters[name] = p
+
+
+_SERIALIZE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _without_canonical_form_check():
+    """Within the block, torch's program serialiser skips its canonical-form self-check.
+
+    ``ExportedProgramSerializer.serialize`` (torch 2.13) calls ``canonicalize(serialized_ep, ...)``
+    on the program it has just built only to "test canonical form is well defined" and discards
+    the result; ``canonicalize`` begins with a ``copy.deepcopy`` of the whole serialised program,
+    which is most of ``torch.export.save``'s time for a large model (about 60% for a 126-layer
+    Llama). What is written does not depend on it: the archive's entries are byte-identical with
+    and without the check (``tests/python/test_export.py``). The check is skipped by swapping the
+    module's ``canonicalize`` for the identity while the lock is held."""
+    from torch._export.serde import serialize as serde
+
+    with _SERIALIZE_LOCK:
+        original = getattr(serde, "canonicalize", None)
+        if original is None:  # a torch without the check
+            yield
+            return
+        serde.canonicalize = lambda ep, constants=None: ep
+        try:
+            yield
+        finally:
+            serde.canonicalize = original
+
+
+def save_program(exported_program, path):
+    """``torch.export.save(exported_program, path)``, the same archive, without the serialiser's
+    discarded canonical-form self-check (:func:`_without_canonical_form_check`)."""
+    import torch
+
+    with _without_canonical_form_check():
+        torch.export.save(exported_program, path)
+
+
+def program_json(exported_program):
+    """The program's JSON (``models/model.json`` of the archive ``torch.export.save`` writes), in
+    memory: what ``commlens._core.predict_program_json`` decodes. Neither the weights nor the
+    constants nor the example inputs are pickled (``torch.export.save`` writes those to other
+    entries, which predict never reads), nor is the canonical-form self-check run."""
+    from torch._export.serde.serialize import serialize
+
+    with _without_canonical_form_check():
+        return serialize(exported_program, serialize_state_dict=False, serialize_constants=False,
+                         serialize_example_inputs=False).exported_program
 
 
 def export_model(model, args, kwargs=None, plan=None):
@@ -299,7 +349,7 @@ def main(argv=None):
     except Exception as err:  # noqa: BLE001
         raise CommlensError(ns.factory, f"torch.export failed: {type(err).__name__}: {err}") from None
     try:
-        torch.export.save(ep, ns.output)
+        save_program(ep, ns.output)
     except (OSError, RuntimeError) as err:
         raise CommlensError(ns.output, f"cannot write: {getattr(err, 'strerror', None) or err}") from None
     if ns.describe:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from commlens._factory import call_model_factory
-from commlens.export import describe, export_model
+from commlens.export import describe, export_model, program_json, save_program
 from conftest import error_lines
 
 EXAMPLES = [
@@ -127,6 +127,53 @@ def test_export_meta_model(tmp_path):
     assert all(t.device.type == "meta" for t in loaded.state_dict.values())
     assert describe(model, loaded) == describe(model, ep)
     assert (tmp_path / "model.pt2").stat().st_size < 1_000_000
+
+
+def _archive_entries(path):
+    """The archive's entries by name below its top folder (which ``torch.export.save`` names after the file)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        return {name.split("/", 1)[1]: z.read(name) for name in z.namelist()}
+
+
+@pytest.mark.parametrize("spec", ["examples.gpt2:gpt2(n_layers=2)", "examples.llama:llama(n_layers=2, device='meta')",
+                                  "examples.kwargs:gated"])
+def test_save_program_writes_what_torch_export_save_writes(spec, tmp_path):
+    """save_program skips only the serialiser's discarded canonical-form check: every entry of the
+    archive (program JSON, weights, constants, example inputs, configs) is byte-identical to
+    torch.export.save's, the archive loads back, and torch's serialiser is left as it was."""
+    from torch._export.serde import serialize as serde
+
+    model, args, kwargs = call_model_factory(spec)
+    ep = export_model(model, args, kwargs)
+    canonicalize = serde.canonicalize
+    torch.export.save(ep, str(tmp_path / "torch.pt2"))
+    save_program(ep, str(tmp_path / "commlens.pt2"))
+    assert serde.canonicalize is canonicalize
+    expected, got = _archive_entries(tmp_path / "torch.pt2"), _archive_entries(tmp_path / "commlens.pt2")
+    assert sorted(got) == sorted(expected)
+    assert [name for name in expected if got[name] != expected[name]] == []
+    loaded = torch.export.load(str(tmp_path / "commlens.pt2"))
+    assert describe(model, loaded) == describe(model, ep)
+    # program_json is the archive's program, without pickling anything
+    original = serde.serialize_torch_artifact
+    serde.serialize_torch_artifact = None  # would fail if called
+    try:
+        assert program_json(ep) == expected["models/model.json"]
+    finally:
+        serde.serialize_torch_artifact = original
+    assert serde.canonicalize is canonicalize
+
+
+def test_save_program_restores_the_serialiser_on_error(tmp_path):
+    from torch._export.serde import serialize as serde
+
+    canonicalize = serde.canonicalize
+    model, args, _ = call_model_factory("examples.mlp:mlp")
+    with pytest.raises(Exception):
+        save_program(export_model(model, args), str(tmp_path / "nodir" / "m.pt2"))
+    assert serde.canonicalize is canonicalize
 
 
 def test_export_cli(cli, tmp_path):
