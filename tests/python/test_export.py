@@ -166,6 +166,31 @@ def test_save_program_writes_what_torch_export_save_writes(spec, tmp_path):
     assert serde.canonicalize is canonicalize
 
 
+@pytest.mark.parametrize("spec", ["examples.gpt2:gpt2(n_layers=2)", "examples.kwargs:gated"])
+def test_export_without_stack_traces_is_the_same_program(spec):
+    """export_model leaves out only the nodes' stack_trace metadata: the serialised programs are
+    equal once it is removed, and the module call signatures commlens reads are all there."""
+    import torch.fx.config as fx_config
+
+    def serialised(stack_traces):
+        model, args, kwargs = call_model_factory(spec)
+        ep = export_model(model, args, kwargs, stack_traces=stack_traces)
+        return model, json.loads(program_json(ep))
+
+    _, with_traces = serialised(True)
+    model, without = serialised(False)
+    assert fx_config.do_not_emit_stack_traces is False
+    nodes = without["graph_module"]["graph"]["nodes"]
+    assert [n["name"] for n in nodes if "stack_trace" in n["metadata"]] == []
+    assert sum("stack_trace" in n["metadata"] for n in with_traces["graph_module"]["graph"]["nodes"]) > len(nodes) // 2
+    for n in with_traces["graph_module"]["graph"]["nodes"]:
+        n["metadata"].pop("stack_trace", None)
+    assert without == with_traces
+    # every submodule's call is recorded, the root's first
+    recorded = [c["fqn"] for c in without["graph_module"]["module_call_graph"]]
+    assert recorded[0] == "" and sorted(recorded[1:]) == sorted(name for name, _ in model.named_modules() if name)
+
+
 def test_save_program_restores_the_serialiser_on_error(tmp_path):
     from torch._export.serde import serialize as serde
 
