@@ -1,6 +1,7 @@
 """Export of every example model, and commlens.export.describe()."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -191,6 +192,41 @@ def test_export_without_stack_traces_is_the_same_program(spec):
     assert recorded[0] == "" and sorted(recorded[1:]) == sorted(name for name, _ in model.named_modules() if name)
 
 
+def test_no_cyclic_gc_while_tracing_and_serialising(tmp_path):
+    """export_model, save_program and program_json run without the cyclic garbage collector and
+    leave it as they found it (enabled or disabled), also when they fail."""
+    import gc
+
+    from torch._export.serde import serialize as serde
+
+    seen = []
+    model, args, _ = call_model_factory("examples.mlp:mlp")
+    model.w1.register_forward_hook(lambda *_: seen.append(gc.isenabled()))
+    original = serde.serialize_torch_artifact
+
+    def pickle(*a, **k):
+        seen.append(gc.isenabled())
+        return original(*a, **k)
+
+    assert gc.isenabled()
+    ep = export_model(model, args)
+    serde.serialize_torch_artifact = pickle
+    try:
+        save_program(ep, str(tmp_path / "m.pt2"))
+    finally:
+        serde.serialize_torch_artifact = original
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        program_json(ep)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(Exception):
+        save_program(ep, str(tmp_path / "nodir" / "m.pt2"))
+    assert gc.isenabled()
+
+
 def test_save_program_restores_the_serialiser_on_error(tmp_path):
     from torch._export.serde import serialize as serde
 
@@ -211,6 +247,7 @@ def test_export_cli(cli, tmp_path):
     # nodes: per layer linear, relu, linear = 6
     assert lines[0].startswith(f"commlens: exported examples.mlp:stacked_mlp(n_layers=2) "
                                f"(StackedMLP, 2144 parameters on cpu, 6 ops) to {out} in ")
+    assert re.fullmatch(r".* in \d+\.\ds \(torch\.export \d+\.\ds, save \d+\.\ds\)", lines[0]), lines[0]
     ep = torch.export.load(str(out))
     assert sum(1 for n in ep.graph.nodes if n.op == "call_function") == 6
     d = json.loads(desc.read_text())
