@@ -183,7 +183,10 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     and capturing and symbolising a Python stack for every traced node is about a fifth of the
     trace (3 s of 14 s for a 126-layer Llama). Everything else (nodes, their targets, arguments,
     ``nn_module_stack`` and other metadata, signature, module call graph, weights) is the same.
-    The cyclic garbage collector does not run during the trace (:func:`_without_cyclic_gc`).
+    The cyclic garbage collector does not run during the trace (:func:`_without_cyclic_gc`), and
+    the graph modules of the trace generate their Python code when first called instead of after
+    each of export's passes (torch.fx's lazy graph modules, which torch.compile uses): regenerating
+    the code of the whole graph after every pass is a sixth of export's time for a large model.
 
     The program then records, per module call (``fqn``, ``fqn@1``, ...), which graph values are
     its positional and keyword arguments (``module_call_graph``), which commlens needs to apply
@@ -193,9 +196,11 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     commlens then takes a module's tensor inputs in order of first use.
     """
     import torch
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
     names = tuple(name for name, _ in model.named_modules() if name)
-    with fsdp_mixed_precision(model, plan), _stack_traces(stack_traces), _without_cyclic_gc():
+    with fsdp_mixed_precision(model, plan), _stack_traces(stack_traces), _without_cyclic_gc(), \
+            _use_lazy_graph_module(True):
         try:
             return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
                                        preserve_module_call_signature=names)

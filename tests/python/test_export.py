@@ -167,29 +167,36 @@ def test_save_program_writes_what_torch_export_save_writes(spec, tmp_path):
     assert serde.canonicalize is canonicalize
 
 
-@pytest.mark.parametrize("spec", ["examples.gpt2:gpt2(n_layers=2)", "examples.kwargs:gated"])
-def test_export_without_stack_traces_is_the_same_program(spec):
-    """export_model leaves out only the nodes' stack_trace metadata: the serialised programs are
-    equal once it is removed, and the module call signatures commlens reads are all there."""
+@pytest.mark.parametrize("spec", ["examples.gpt2:gpt2(n_layers=2)", "examples.kwargs:gated",
+                                  "examples.llama:llama(n_layers=2, device='meta')"])
+def test_export_model_is_torch_export_without_stack_traces(spec):
+    """export_model's program is torch.export.export's (non-strict, every submodule's call signature
+    preserved), byte for byte once serialised, with stack_traces=True; by default only the nodes'
+    stack_trace metadata is left out. The program runs as the model does."""
     import torch.fx.config as fx_config
 
-    def serialised(stack_traces):
-        model, args, kwargs = call_model_factory(spec)
-        ep = export_model(model, args, kwargs, stack_traces=stack_traces)
-        return model, json.loads(program_json(ep))
-
-    _, with_traces = serialised(True)
-    model, without = serialised(False)
+    model, args, kwargs = call_model_factory(spec)
+    names = tuple(name for name, _ in model.named_modules() if name)
+    reference = program_json(torch.export.export(model, tuple(args), kwargs or {}, strict=False,
+                                                 preserve_module_call_signature=names))
+    assert program_json(export_model(model, args, kwargs, stack_traces=True)) == reference
+    ep = export_model(model, args, kwargs)
     assert fx_config.do_not_emit_stack_traces is False
+    without, expected = json.loads(program_json(ep)), json.loads(reference)
     nodes = without["graph_module"]["graph"]["nodes"]
     assert [n["name"] for n in nodes if "stack_trace" in n["metadata"]] == []
-    assert sum("stack_trace" in n["metadata"] for n in with_traces["graph_module"]["graph"]["nodes"]) > len(nodes) // 2
-    for n in with_traces["graph_module"]["graph"]["nodes"]:
+    assert sum("stack_trace" in n["metadata"] for n in expected["graph_module"]["graph"]["nodes"]) > len(nodes) // 2
+    for n in expected["graph_module"]["graph"]["nodes"]:
         n["metadata"].pop("stack_trace", None)
-    assert without == with_traces
+    assert without == expected
     # every submodule's call is recorded, the root's first
     recorded = [c["fqn"] for c in without["graph_module"]["module_call_graph"]]
-    assert recorded[0] == "" and sorted(recorded[1:]) == sorted(name for name, _ in model.named_modules() if name)
+    assert recorded[0] == "" and sorted(recorded[1:]) == sorted(names)
+    if "meta" not in spec:
+        torch.manual_seed(0)
+        out = ep.module()(*args, **(kwargs or {}))
+        torch.manual_seed(0)
+        torch.testing.assert_close(out, model(*args, **(kwargs or {})))
 
 
 def test_no_cyclic_gc_while_tracing_and_serialising(tmp_path):
