@@ -347,10 +347,9 @@ def ensure_export(spec, work, plan_spec=None):
     path = _cache_path(work / "models", spec, _model_digest() + mp_key, ".pt2")
     if path.exists():
         return path
-    import torch
 
     from commlens._factory import call_model_factory
-    from commlens.export import export_model
+    from commlens.export import export_model, save_program
     from commlens.plan import resolve_plan
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -358,7 +357,7 @@ def ensure_export(spec, work, plan_spec=None):
     model, args = made[0], made[1]
     kwargs = made[2] if len(made) > 2 else None
     ep = export_model(model, args, kwargs, resolve_plan(plan_spec) if mp_key else None)
-    _write_atomic(path, lambda tmp: torch.export.save(ep, str(tmp)))
+    _write_atomic(path, lambda tmp: save_program(ep, str(tmp)))
     return path
 
 
