@@ -108,7 +108,8 @@ def bench_model(name, ns, work, py):
         print(f"one process from the model (export_model + commlens.predict): {one_s:.3f} s = "
               f"{one_s / measure_s:.2f}x measure, peak RSS {one_mib:.1f} MiB (start-up {one['import']:.2f} s, "
               f"factory {one['factory']:.2f} s, torch.export {one['export']:.2f} s, "
-              f"commlens.predict {one['predict']:.2f} s with the program's JSON); counts identical: {'yes' if one_same else 'NO'}", flush=True)
+              f"commlens.predict {one['predict']:.2f} s with the program's JSON); "
+              f"counts identical: {'yes' if one_same else 'NO'}", flush=True)
         rows.append((name, phase, export_s, predict_s, both_s, one_s, measure_s, same and one_same))
     return rows
 
