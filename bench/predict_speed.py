@@ -126,6 +126,8 @@ def main(argv=None):
     ns = ap.parse_args(argv)
     if ns.one_process:
         return one_process(*ns.one_process)
+    if not os.path.exists(ns.commlens):
+        ap.error(f"{ns.commlens} is not built (--commlens PATH or COMMLENS_BUILD=DIR)")
     ns.phases = ns.phases.split(",")
     # the one-process child loads the extension built beside this binary
     os.environ["COMMLENS_BUILD"] = str(pathlib.Path(ns.commlens).resolve().parent)
