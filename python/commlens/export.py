@@ -380,8 +380,6 @@ def main(argv=None):
     parser.add_argument("--describe", metavar="JSON",
                         help="also write commlens.export.describe() output to this file")
     ns = parser.parse_args(argv)
-    import torch
-
     import os
 
     parent = os.path.dirname(os.path.abspath(ns.output))
