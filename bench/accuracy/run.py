@@ -358,10 +358,9 @@ def ensure_export(spec, work, plan_spec=None, frontend="export"):
     path = _cache_path(work / "models", spec, _model_digest() + mp_key, suffix)
     if path.exists():
         return path
-    import torch
 
     from commlens._factory import call_model_factory
-    from commlens.export import export_model, save_torchscript
+    from commlens.export import export_model, save_program, save_torchscript
     from commlens.plan import resolve_plan
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -372,7 +371,7 @@ def ensure_export(spec, work, plan_spec=None, frontend="export"):
         _write_atomic(path, lambda tmp: save_torchscript(model, args, tmp, frontend))
         return path
     ep = export_model(model, args, kwargs, resolve_plan(plan_spec) if mp_key else None)
-    _write_atomic(path, lambda tmp: torch.export.save(ep, str(tmp)))
+    _write_atomic(path, lambda tmp: save_program(ep, str(tmp)))
     return path
 
 

@@ -2,14 +2,17 @@
 
 CLI::
 
-    python -m commlens.export MODULE:FACTORY[(k=v, ...)] -o model.pt2 [--plan PLAN] [--describe desc.json]
+    python -m commlens.export MODULE:FACTORY[(k=v, ...)] -o model.pt2 [--plan PLAN] [--stack-traces]
+        [--describe desc.json]
 
 The factory returns ``(model, args)`` or ``(model, args, kwargs)``.  The model
 is exported non-strict (``torch.export.export(model, args, kwargs,
 strict=False)``, every submodule's call signature preserved: see
 :func:`export_model`) in whatever mode the factory left it (``nn.Module`` default:
 training mode, so ``aten.dropout`` nodes are kept) and written with
-``torch.export.save``.  One summary line goes to stdout.  With ``--plan``, the
+``torch.export.save`` (:func:`save_program`), without the Python stack trace of each node unless
+``--stack-traces`` is given.  One summary line goes to stdout: what was exported and the time
+torch.export and the save took.  With ``--plan``, the
 model is traced in the dtypes the plan's FSDP ``MixedPrecisionPolicy`` gives it
 at run time (:func:`fsdp_mixed_precision`), so predict knows the bytes of the
 DTensor collectives of a bf16 run.
@@ -26,8 +29,10 @@ facts that ``commlens inspect --json`` must reproduce.
 
 import argparse
 import contextlib
+import gc
 import json
 import sys
+import threading
 import time
 from collections import OrderedDict
 
@@ -89,9 +94,99 @@ def fsdp_mixed_precision(model, plan):
             m._parameters[name] = p
 
 
-def export_model(model, args, kwargs=None, plan=None):
+_SERIALIZE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _without_cyclic_gc():
+    """Within the block, Python's cyclic garbage collector does not run (reference counting still
+    frees what it can). Tracing and serialising a large model allocate hundreds of thousands of
+    objects, each full collection walks all of them, and none of it is garbage yet: collections
+    are a tenth of torch.export's time and nearly half of serialising the program. What was
+    allocated is collected at the next collection after the block."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def _without_canonical_form_check():
+    """Within the block, torch's program serialiser skips its canonical-form self-check.
+
+    ``ExportedProgramSerializer.serialize`` (torch 2.13) calls ``canonicalize(serialized_ep, ...)``
+    on the program it has just built only to "test canonical form is well defined" and discards
+    the result; ``canonicalize`` begins with a ``copy.deepcopy`` of the whole serialised program,
+    which is most of ``torch.export.save``'s time for a large model (about 60% for a 126-layer
+    Llama). What is written does not depend on it: the archive's entries are byte-identical with
+    and without the check (``tests/python/test_export.py``). The check is skipped by swapping the
+    module's ``canonicalize`` for the identity while the lock is held."""
+    from torch._export.serde import serialize as serde
+
+    with _SERIALIZE_LOCK:
+        original = getattr(serde, "canonicalize", None)
+        if original is None:  # a torch without the check
+            yield
+            return
+        serde.canonicalize = lambda ep, constants=None: ep
+        try:
+            yield
+        finally:
+            serde.canonicalize = original
+
+
+def save_program(exported_program, path):
+    """``torch.export.save(exported_program, path)``, the same archive, without the serialiser's
+    discarded canonical-form self-check (:func:`_without_canonical_form_check`) and without cyclic
+    garbage collections while it runs (:func:`_without_cyclic_gc`)."""
+    import torch
+
+    with _without_canonical_form_check(), _without_cyclic_gc():
+        torch.export.save(exported_program, path)
+
+
+def program_json(exported_program):
+    """The program's JSON (``models/model.json`` of the archive ``torch.export.save`` writes), in
+    memory: what ``commlens._core.predict_program_json`` decodes. Neither the weights nor the
+    constants nor the example inputs are pickled (``torch.export.save`` writes those to other
+    entries, which predict never reads), nor is the canonical-form self-check run, nor the cyclic
+    garbage collector."""
+    from torch._export.serde.serialize import serialize
+
+    with _without_canonical_form_check(), _without_cyclic_gc():
+        return serialize(exported_program, serialize_state_dict=False, serialize_constants=False,
+                         serialize_example_inputs=False).exported_program
+
+
+@contextlib.contextmanager
+def _stack_traces(record):
+    """Within the block, tracing records each node's Python stack (``node.meta["stack_trace"]``)
+    or not (``torch.fx.config.do_not_emit_stack_traces``)."""
+    import torch.fx.config as fx_config
+
+    before = fx_config.do_not_emit_stack_traces
+    fx_config.do_not_emit_stack_traces = not record
+    try:
+        yield
+    finally:
+        fx_config.do_not_emit_stack_traces = before
+
+
+def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     """``torch.export.export`` (non-strict), preserving every submodule's call signature; with a
     ``plan``, under its FSDP mixed precision (:func:`fsdp_mixed_precision`).
+
+    Nodes carry no ``stack_trace`` metadata unless ``stack_traces=True``: commlens never reads it,
+    and capturing and symbolising a Python stack for every traced node is about a fifth of the
+    trace (3 s of 14 s for a 126-layer Llama). Everything else (nodes, their targets, arguments,
+    ``nn_module_stack`` and other metadata, signature, module call graph, weights) is the same.
+    The cyclic garbage collector does not run during the trace (:func:`_without_cyclic_gc`), and
+    the graph modules of the trace generate their Python code when first called instead of after
+    each of export's passes (torch.fx's lazy graph modules, which torch.compile uses): regenerating
+    the code of the whole graph after every pass is a sixth of export's time for a large model.
 
     The program then records, per module call (``fqn``, ``fqn@1``, ...), which graph values are
     its positional and keyword arguments (``module_call_graph``), which commlens needs to apply
@@ -101,9 +196,11 @@ def export_model(model, args, kwargs=None, plan=None):
     commlens then takes a module's tensor inputs in order of first use.
     """
     import torch
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
     names = tuple(name for name, _ in model.named_modules() if name)
-    with fsdp_mixed_precision(model, plan):
+    with fsdp_mixed_precision(model, plan), _stack_traces(stack_traces), _without_cyclic_gc(), \
+            _use_lazy_graph_module(True):
         try:
             return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
                                        preserve_module_call_signature=names)
@@ -298,11 +395,12 @@ def main(argv=None):
     parser.add_argument("--torchscript", choices=("trace", "script"),
                         help="write a TorchScript archive (torch.jit.trace or torch.jit.script, with the input "
                              "shapes commlens needs) instead of a torch.export .pt2")
+    parser.add_argument("--stack-traces", action="store_true",
+                        help="record each node's Python stack trace (node.meta['stack_trace']; commlens does not "
+                             "read them, and recording them makes export slower)")
     parser.add_argument("--describe", metavar="JSON",
                         help="also write commlens.export.describe() output to this file")
     ns = parser.parse_args(argv)
-    import torch
-
     import os
 
     parent = os.path.dirname(os.path.abspath(ns.output))
@@ -314,27 +412,29 @@ def main(argv=None):
         from commlens.plan import resolve_plan
 
         plan = resolve_plan(ns.plan)
-    t0 = time.time()
+    t0 = time.perf_counter()
     if ns.torchscript:
-        if kwargs or plan is not None or ns.describe:
-            raise CommlensError(ns.factory, "--torchscript takes a factory without keyword inputs, and no --plan "
-                                "or --describe")
+        if kwargs or plan is not None or ns.describe or ns.stack_traces:
+            raise CommlensError(ns.factory, "--torchscript takes a factory without keyword inputs, and no --plan, "
+                                "--describe or --stack-traces")
         try:
             save_torchscript(model, args, ns.output, ns.torchscript)
         except (RuntimeError, torch.jit.frontend.FrontendError) as err:
             why = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
             raise CommlensError(ns.factory, f"torch.jit.{ns.torchscript} failed: {why}") from None
         print(f"commlens: saved {ns.factory} ({type(model).__name__}) as TorchScript ({ns.torchscript}) to "
-              f"{ns.output} in {time.time() - t0:.1f}s")
+              f"{ns.output} in {time.perf_counter() - t0:.1f}s")
         return 0
     try:
-        ep = export_model(model, args, kwargs, plan)
+        ep = export_model(model, args, kwargs, plan, stack_traces=ns.stack_traces)
     except Exception as err:  # noqa: BLE001
         raise CommlensError(ns.factory, f"torch.export failed: {type(err).__name__}: {err}") from None
+    t1 = time.perf_counter()
     try:
-        torch.export.save(ep, ns.output)
+        save_program(ep, ns.output)
     except (OSError, RuntimeError) as err:
         raise CommlensError(ns.output, f"cannot write: {getattr(err, 'strerror', None) or err}") from None
+    t2 = time.perf_counter()
     if ns.describe:
         with open(ns.describe, "w") as f:
             json.dump(describe(model, ep), f, indent=2)
@@ -343,12 +443,20 @@ def main(argv=None):
     n_params = sum(p.numel() for p in model.parameters())
     devices = sorted({str(p.device) for p in model.parameters()}) or ["none"]
     print(f"commlens: exported {ns.factory} ({type(model).__name__}, {n_params} parameters "
-          f"on {','.join(devices)}, {n_nodes} ops) to {ns.output} in {time.time() - t0:.1f}s")
+          f"on {','.join(devices)}, {n_nodes} ops) to {ns.output} in {t2 - t0:.1f}s "
+          f"(torch.export {t1 - t0:.1f}s, save {t2 - t1:.1f}s)")
     return 0
 
 
 if __name__ == "__main__":
     # run the imported module's main so classes (e.g. Plan) have one identity
+    import os
+
     from commlens.export import main as _main
 
-    sys.exit(_main())
+    status = _main()
+    # Everything is written and closed: leave without the interpreter's teardown, which frees the
+    # traced program object by object (a second for the 126-layer Llama, twice a bare torch import's).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -1,12 +1,13 @@
 """Export of every example model, and commlens.export.describe()."""
 
 import json
+import re
 
 import pytest
 import torch
 
 from commlens._factory import call_model_factory
-from commlens.export import describe, export_model
+from commlens.export import describe, export_model, program_json, save_program
 from conftest import error_lines
 
 EXAMPLES = [
@@ -129,6 +130,120 @@ def test_export_meta_model(tmp_path):
     assert (tmp_path / "model.pt2").stat().st_size < 1_000_000
 
 
+def _archive_entries(path):
+    """The archive's entries by name below its top folder (which ``torch.export.save`` names after the file)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        return {name.split("/", 1)[1]: z.read(name) for name in z.namelist()}
+
+
+@pytest.mark.parametrize("spec", ["examples.gpt2:gpt2(n_layers=2)", "examples.llama:llama(n_layers=2, device='meta')",
+                                  "examples.kwargs:gated"])
+def test_save_program_writes_what_torch_export_save_writes(spec, tmp_path):
+    """save_program skips only the serialiser's discarded canonical-form check: every entry of the
+    archive (program JSON, weights, constants, example inputs, configs) is byte-identical to
+    torch.export.save's, the archive loads back, and torch's serialiser is left as it was."""
+    from torch._export.serde import serialize as serde
+
+    model, args, kwargs = call_model_factory(spec)
+    ep = export_model(model, args, kwargs)
+    canonicalize = serde.canonicalize
+    torch.export.save(ep, str(tmp_path / "torch.pt2"))
+    save_program(ep, str(tmp_path / "commlens.pt2"))
+    assert serde.canonicalize is canonicalize
+    expected, got = _archive_entries(tmp_path / "torch.pt2"), _archive_entries(tmp_path / "commlens.pt2")
+    assert sorted(got) == sorted(expected)
+    assert [name for name in expected if got[name] != expected[name]] == []
+    loaded = torch.export.load(str(tmp_path / "commlens.pt2"))
+    assert describe(model, loaded) == describe(model, ep)
+    # program_json is the archive's program, without pickling anything
+    original = serde.serialize_torch_artifact
+    serde.serialize_torch_artifact = None  # would fail if called
+    try:
+        assert program_json(ep) == expected["models/model.json"]
+    finally:
+        serde.serialize_torch_artifact = original
+    assert serde.canonicalize is canonicalize
+
+
+@pytest.mark.parametrize("spec", ["examples.gpt2:gpt2(n_layers=2)", "examples.kwargs:gated",
+                                  "examples.llama:llama(n_layers=2, device='meta')"])
+def test_export_model_is_torch_export_without_stack_traces(spec):
+    """export_model's program is torch.export.export's (non-strict, every submodule's call signature
+    preserved), byte for byte once serialised, with stack_traces=True; by default only the nodes'
+    stack_trace metadata is left out. The program runs as the model does."""
+    import torch.fx.config as fx_config
+
+    model, args, kwargs = call_model_factory(spec)
+    names = tuple(name for name, _ in model.named_modules() if name)
+    reference = program_json(torch.export.export(model, tuple(args), kwargs or {}, strict=False,
+                                                 preserve_module_call_signature=names))
+    assert program_json(export_model(model, args, kwargs, stack_traces=True)) == reference
+    ep = export_model(model, args, kwargs)
+    assert fx_config.do_not_emit_stack_traces is False
+    without, expected = json.loads(program_json(ep)), json.loads(reference)
+    nodes = without["graph_module"]["graph"]["nodes"]
+    assert [n["name"] for n in nodes if "stack_trace" in n["metadata"]] == []
+    assert sum("stack_trace" in n["metadata"] for n in expected["graph_module"]["graph"]["nodes"]) > len(nodes) // 2
+    for n in expected["graph_module"]["graph"]["nodes"]:
+        n["metadata"].pop("stack_trace", None)
+    assert without == expected
+    # every submodule's call is recorded, the root's first
+    recorded = [c["fqn"] for c in without["graph_module"]["module_call_graph"]]
+    assert recorded[0] == "" and sorted(recorded[1:]) == sorted(names)
+    if "meta" not in spec:
+        torch.manual_seed(0)
+        out = ep.module()(*args, **(kwargs or {}))
+        torch.manual_seed(0)
+        torch.testing.assert_close(out, model(*args, **(kwargs or {})))
+
+
+def test_no_cyclic_gc_while_tracing_and_serialising(tmp_path):
+    """export_model, save_program and program_json run without the cyclic garbage collector and
+    leave it as they found it (enabled or disabled), also when they fail."""
+    import gc
+
+    from torch._export.serde import serialize as serde
+
+    seen = []
+    model, args, _ = call_model_factory("examples.mlp:mlp")
+    model.w1.register_forward_hook(lambda *_: seen.append(gc.isenabled()))
+    original = serde.serialize_torch_artifact
+
+    def pickle(*a, **k):
+        seen.append(gc.isenabled())
+        return original(*a, **k)
+
+    assert gc.isenabled()
+    ep = export_model(model, args)
+    serde.serialize_torch_artifact = pickle
+    try:
+        save_program(ep, str(tmp_path / "m.pt2"))
+    finally:
+        serde.serialize_torch_artifact = original
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        program_json(ep)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(Exception):
+        save_program(ep, str(tmp_path / "nodir" / "m.pt2"))
+    assert gc.isenabled()
+
+
+def test_save_program_restores_the_serialiser_on_error(tmp_path):
+    from torch._export.serde import serialize as serde
+
+    canonicalize = serde.canonicalize
+    model, args, _ = call_model_factory("examples.mlp:mlp")
+    with pytest.raises(Exception):
+        save_program(export_model(model, args), str(tmp_path / "nodir" / "m.pt2"))
+    assert serde.canonicalize is canonicalize
+
+
 def test_export_cli(cli, tmp_path):
     out, desc = tmp_path / "m.pt2", tmp_path / "d.json"
     r = cli("commlens.export", "examples.mlp:stacked_mlp(n_layers=2)", "-o", out, "--describe", desc)
@@ -139,6 +254,7 @@ def test_export_cli(cli, tmp_path):
     # nodes: per layer linear, relu, linear = 6
     assert lines[0].startswith(f"commlens: exported examples.mlp:stacked_mlp(n_layers=2) "
                                f"(StackedMLP, 2144 parameters on cpu, 6 ops) to {out} in ")
+    assert re.fullmatch(r".* in \d+\.\ds \(torch\.export \d+\.\ds, save \d+\.\ds\)", lines[0]), lines[0]
     ep = torch.export.load(str(out))
     assert sum(1 for n in ep.graph.nodes if n.op == "call_function") == 6
     d = json.loads(desc.read_text())
