@@ -414,6 +414,8 @@ def main(argv=None):
         plan = resolve_plan(ns.plan)
     t0 = time.perf_counter()
     if ns.torchscript:
+        import torch
+
         if kwargs or plan is not None or ns.describe or ns.stack_traces:
             raise CommlensError(ns.factory, "--torchscript takes a factory without keyword inputs, and no --plan, "
                                 "--describe or --stack-traces")
