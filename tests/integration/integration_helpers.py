@@ -36,3 +36,17 @@ class TwoLinears(torch.nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.relu(self.fc1(x)))
+
+
+def compare_with_measure(run_commlens, predicted, model_spec, plan, directory):
+    """`commlens compare --json`'s summary of a prediction file against CommDebugMode's counts for
+    the same model and plan (commlens.measure, both phases); fails when compare does."""
+    import json
+
+    from commlens.measure import format_counts, measure
+
+    measured = pathlib.Path(directory) / "measured.counts.json"
+    measured.write_text(format_counts(measure(model_spec, plan, phase="both", return_document=True)))
+    r = run_commlens("compare", predicted, measured, "--json")
+    assert r.returncode == 0, r.stdout
+    return json.loads(r.stdout)["summary"]

@@ -10,9 +10,8 @@ import sys
 import pytest
 
 from commlens import plan as planlib
-from commlens.measure import format_counts, measure
 from examples.plans import _fsdp_units, stacked_mlp_tp
-from integration_helpers import save_plan
+from integration_helpers import compare_with_measure, save_plan
 
 STACKED = "examples.mlp:stacked_mlp"  # 3 layers, input (2, 8, 16) float32, hidden 32
 GPT2_BF16 = "examples.plans:gpt2_fsdp_tp(dp=2, tp=4, sp=True, mixed_precision='bf16')"
@@ -54,12 +53,7 @@ def test_program_exported_under_the_plan_has_exact_bytes(run_commlens, tmp_path,
         # each way (3072 if the program's float32 were taken).
         assert root["collective_bytes_forward"]["c10d_functional.all_reduce"] == 1536
         assert root["collective_bytes_backward"]["c10d_functional.all_reduce"] == 1536
-    doc = measure(model, plan_obj, phase="both", return_document=True)
-    measured = tmp_path / "measured.counts.json"
-    measured.write_text(format_counts(doc))
-    r = run_commlens("compare", predicted, measured, "--json")
-    assert r.returncode == 0, r.stdout
-    summary = json.loads(r.stdout)["summary"]
+    summary = compare_with_measure(run_commlens, predicted, model, plan_obj, tmp_path)
     assert summary["differ"] == 0 and summary["bytes_compared"] == summary["cells"] > 0
 
 

@@ -8,7 +8,7 @@ from commlens import plan as planlib
 from commlens._factory import call_model_factory
 from commlens.measure import measure
 from commlens.plan import FullyShard
-from integration_helpers import export_pt2, save_plan
+from integration_helpers import compare_with_measure, export_pt2, save_plan
 
 STACKED = "examples.mlp:stacked_mlp"
 
@@ -110,11 +110,5 @@ def test_mixed_precision_leaves_activation_bytes_unknown(run_commlens, tmp_path)
     assert set(root["collective_bytes_forward"]) == {"c10d._allgather_base_"}  # no c10d_functional bytes
     details = [d for d in root["children"][0]["children"][-1]["collectives_forward_detail"]]
     assert details and all(d.get("bytes_known", True) is False for d in details if d["op"].startswith("c10d_func"))
-    doc = measure(model, plan_spec, phase="both", return_document=True)
-    from commlens.measure import format_counts
-    measured = tmp_path / "measured.counts.json"
-    measured.write_text(format_counts(doc))
-    r = run_commlens("compare", predicted, measured, "--json")
-    assert r.returncode == 0, r.stdout
-    summary = json.loads(r.stdout)["summary"]
+    summary = compare_with_measure(run_commlens, predicted, model, plan_spec, tmp_path)
     assert summary["differ"] == 0 and 0 < summary["bytes_compared"] < summary["cells"]

@@ -11,7 +11,7 @@ import torch
 from commlens import plan as planlib
 from commlens._factory import call_model_factory
 from commlens.export import export_model, save_torchscript
-from commlens.measure import format_counts, measure
+from integration_helpers import compare_with_measure
 
 P = "examples.plans:"
 CASES = [  # (model factory, plan factory, torch.jit mode)
@@ -66,11 +66,7 @@ def test_torchscript_prediction_equals_comm_debug_mode(run_commlens, tmp_path, m
     plan_path = tmp_path / "plan.json"
     planlib.save(planlib.resolve_plan(plan), str(plan_path))
     _predict(run_commlens, tmp_path / "m.pt", plan_path, tmp_path / "pred.json")
-    measured = tmp_path / "measured.counts.json"
-    measured.write_text(format_counts(measure(model, plan, phase="both", return_document=True)))
-    r = run_commlens("compare", tmp_path / "pred.json", measured, "--json")
-    assert r.returncode == 0, r.stdout
-    summary = json.loads(r.stdout)["summary"]
+    summary = compare_with_measure(run_commlens, tmp_path / "pred.json", model, plan, tmp_path)
     assert summary["differ"] == 0 and summary["bytes_compared"] == summary["cells"] > 0
 
 
