@@ -1,4 +1,5 @@
 #include "frontends/ExportedProgramReader.h"
+#include "frontends/JsonRef.h"
 #include "ir/Error.h"
 
 #include <gtest/gtest.h>
@@ -240,4 +241,18 @@ TEST(ExportedProgramReader, WithoutARootSignatureUserInputsAreTakenInOrder) {
   EXPECT_EQ(g.userInput("0")->tensor(), g.lookupValue("x"));
   EXPECT_EQ(g.userInput("x")->tensor(), g.lookupValue("x"));
   EXPECT_FALSE(g.userInput("1"));
+}
+
+// parseJsonText's depth limit is a scan before the parse: exactly kMaxJsonDepth containers nest,
+// one more is refused, and brackets inside strings (escaped quotes included) do not count.
+TEST(JsonText, DepthLimitCountsContainersOutsideStrings) {
+  auto nested = [](int n) { return std::string(n, '[') + std::string(n, ']'); };
+  EXPECT_TRUE(static_cast<bool>(parseJsonText(nested(kMaxJsonDepth), "r")));
+  auto deep = parseJsonText(nested(kMaxJsonDepth + 1), "r");
+  ASSERT_FALSE(static_cast<bool>(deep));
+  EXPECT_EQ(llvm::toString(deep.takeError()), "r: invalid JSON: nested deeper than 256 levels");
+  std::string inString = "[\"" + std::string(300, '[') + "\\\"" + std::string(300, '{') + "\"]";
+  auto parsed = parseJsonText(inString, "r");
+  ASSERT_TRUE(static_cast<bool>(parsed));
+  EXPECT_EQ((*parsed)[0].get<std::string>().size(), 601u);
 }
