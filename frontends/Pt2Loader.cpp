@@ -38,10 +38,10 @@ void markTiedParameters(ExportedProgram &program) {
   }
 }
 
-/// The records of an opened archive whose bytes `bytes` reads (a TorchScript archive is converted
-/// from them).
-template <typename ReadBytes>
-llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive>> archive, ReadBytes bytes) {
+/// The records of an opened archive whose bytes `bytes` gives (a TorchScript archive is converted
+/// from them; a .pt2 archive never reads them whole).
+template <typename Bytes>
+llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive>> archive, Bytes bytes) {
   if (!archive)
     return archive.takeError();
   Pt2Archive &ar = **archive;
@@ -49,7 +49,7 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
     auto data = bytes();
     if (!data)
       return data.takeError();
-    auto converted = convertTorchScript(*data);
+    auto converted = convertTorchScript((*data)->getBuffer());
     if (!converted)
       return converted.takeError();
     Pt2Records records;
@@ -95,11 +95,11 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
 } // namespace
 
 llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) {
-  return readRecords(Pt2Archive::open(path), [&]() -> llvm::Expected<std::string> {
+  return readRecords(Pt2Archive::open(path), [&]() -> llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> {
     auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
     if (!buffer)
       return makeError("cannot read: {}", buffer.getError().message());
-    return (*buffer)->getBuffer().str();
+    return std::move(*buffer);
   });
 }
 
@@ -123,7 +123,9 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
 }
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2Buffer(llvm::StringRef bytes) {
-  auto records = readRecords(Pt2Archive::openBuffer(bytes), [&]() -> llvm::Expected<std::string> { return bytes.str(); });
+  auto records = readRecords(Pt2Archive::openBuffer(bytes), [&]() -> llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> {
+    return llvm::MemoryBuffer::getMemBuffer(bytes, "", /*RequiresNullTerminator=*/false);
+  });
   if (!records)
     return records.takeError();
   return decodePt2(*records);

@@ -44,36 +44,31 @@ std::vector<std::string> candidatePaths() {
 using Convert = int (*)(const char *, size_t, char **, char **, char **);
 using Free = void (*)(char *);
 
-/// The library's two entry points, loaded once per process.
-llvm::Expected<std::pair<Convert, Free>> plugin() {
-  static std::string error;
-  static std::pair<Convert, Free> entries{nullptr, nullptr};
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    std::vector<std::string> paths = candidatePaths();
-    for (const std::string &path : paths) {
-      if (!llvm::sys::fs::exists(path))
-        continue;
-      std::string why;
-      auto lib = llvm::sys::DynamicLibrary::getPermanentLibrary(path.c_str(), &why);
-      if (!lib.isValid()) {
-        error = fmt::format("cannot load the TorchScript frontend {}: {}", path, why);
-        break;
-      }
-      entries = {reinterpret_cast<Convert>(lib.getAddressOfSymbol("commlens_torchscript_to_program_json")),
-                 reinterpret_cast<Free>(lib.getAddressOfSymbol("commlens_torchscript_free"))};
-      if (!entries.first || !entries.second)
-        error = fmt::format("{} lacks the commlens_torchscript entry points", path);
-      break;
-    }
-    if (!entries.first && error.empty())
-      error = fmt::format("the TorchScript frontend {} is not installed (looked in {})", kLibrary.str(),
-                          llvm::join(paths, ", "));
+/// The library's two entry points, or why they cannot be had.
+struct Plugin {
+  Convert convert = nullptr;
+  Free release = nullptr;
+  std::string error;
+};
+
+Plugin loadPlugin() {
+  std::vector<std::string> paths = candidatePaths();
+  for (const std::string &path : paths) {
+    if (!llvm::sys::fs::exists(path))
+      continue;
+    std::string why;
+    auto lib = llvm::sys::DynamicLibrary::getPermanentLibrary(path.c_str(), &why);
+    if (!lib.isValid())
+      return {nullptr, nullptr, fmt::format("cannot load the TorchScript frontend {}: {}", path, why)};
+    Plugin p{reinterpret_cast<Convert>(lib.getAddressOfSymbol("commlens_torchscript_to_program_json")),
+             reinterpret_cast<Free>(lib.getAddressOfSymbol("commlens_torchscript_free")), ""};
+    if (!p.convert || !p.release)
+      p.error = fmt::format("{} lacks the commlens_torchscript entry points", path);
+    return p;
   }
-  if (!error.empty())
-    return makeError("{}", error);
-  return entries;
+  return {nullptr, nullptr,
+          fmt::format("the TorchScript frontend {} is not installed (looked in {})", kLibrary.str(),
+                      llvm::join(paths, ", "))};
 }
 
 } // namespace
@@ -90,19 +85,18 @@ bool isTorchScriptArchive(const Pt2Archive &archive) {
 }
 
 llvm::Expected<TorchScriptProgram> convertTorchScript(llvm::StringRef bytes) {
-  auto entries = plugin();
-  if (!entries)
-    return entries.takeError();
-  auto [convert, release] = *entries;
+  static const Plugin plugin = loadPlugin(); // once per process
+  if (!plugin.error.empty())
+    return makeError("{}", plugin.error);
   char *program = nullptr, *weights = nullptr, *error = nullptr;
-  if (convert(bytes.data(), bytes.size(), &program, &weights, &error) != 0) {
+  if (plugin.convert(bytes.data(), bytes.size(), &program, &weights, &error) != 0) {
     std::string message = error ? error : "unknown error";
-    release(error);
+    plugin.release(error);
     return makeError("TorchScript: {}", message);
   }
   TorchScriptProgram out{program, weights};
-  release(program);
-  release(weights);
+  plugin.release(program);
+  plugin.release(weights);
   return out;
 }
 

@@ -1,5 +1,8 @@
 #include "frontends/torchscript/TorchScriptPlugin.h"
 
+#include <sys/types.h> // off_t, which in_memory_adapter.h uses without including it
+
+#include <caffe2/serialize/in_memory_adapter.h>
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -11,7 +14,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -98,6 +100,8 @@ json intList(c10::IntArrayRef values) {
 
 /// pytree spec of one leaf, and of the (args, kwargs) pair a module call receives.
 json leafSpec() { return {{"type", nullptr}, {"context", nullptr}, {"children_spec", json::array()}}; }
+/// The out_spec of a call: one leaf (commlens reads only in_spec).
+std::string leafOutSpec() { return json::array({1, leafSpec()}).dump(); }
 std::string callSpec(const json &argSpecs) {
   json args = {{"type", "builtins.tuple"}, {"context", "null"}, {"children_spec", argSpecs}};
   json kwargs = {{"type", "builtins.dict"}, {"context", "[]"}, {"children_spec", json::array()}};
@@ -112,7 +116,12 @@ class Converter {
 public:
   Converter(jit::Module module, const json &inputs) : module_(std::move(module)), inputs_(inputs) {}
 
-  json run() {
+  /// The program, and torch.export's weights config (which parameters share storage).
+  struct Converted {
+    json program, weightsConfig;
+  };
+
+  Converted run() {
     for (const jit::NameModule &m : module_.named_modules())
       objectPaths_[m.value._ivalue().get()] = m.name;
     // As torch.export: one placeholder per parameter and buffer name, tied names included (the ops
@@ -134,7 +143,7 @@ public:
     jit::Method forward = module_.get_method("forward");
     const std::vector<c10::Argument> &params = forward.function().getSchema().arguments();
     if (!inputs_.contains("inputs") || !inputs_["inputs"].is_array())
-      fail(std::string(kInputsFile) + ": expected {\"inputs\": [{\"name\", \"shape\", \"dtype\"}, ...]}");
+      fail(std::string(kInputsFile) + ": expected {\"inputs\": [{\"shape\": [...], \"dtype\": \"...\"}, ...]}");
     const json &shapes = inputs_["inputs"];
     if (shapes.size() + 1 != params.size())
       fail(std::string(kInputsFile) + ": " + std::to_string(shapes.size()) + " inputs for forward's " +
@@ -178,7 +187,7 @@ public:
     json rootCall = {{"fqn", ""},
                      {"signature",
                       {{"inputs", json::array()}, {"outputs", json::array()}, {"in_spec", callSpec(rootLeaves)},
-                       {"out_spec", "[1, {\"type\": null, \"context\": null, \"children_spec\": []}]"},
+                       {"out_spec", leafOutSpec()},
                        {"forward_arg_names", forwardArgNames}}}};
     moduleCalls_.insert(moduleCalls_.begin(), rootCall);
     json graph = {{"inputs", graphInputs},         {"outputs", outputs},
@@ -196,7 +205,7 @@ public:
             {"range_constraints", json::object()},
             {"verifiers", json::array({"TRAINING"})},
             {"torch_version", TORCH_VERSION}};
-    return {{"program", program}, {"weights_config", {{"config", weights_}}}}; // split by the C entry point
+    return {std::move(program), {{"config", weights_}}};
   }
 
 private:
@@ -452,7 +461,7 @@ private:
                              {{"inputs", inputs},
                               {"outputs", json::array()},
                               {"in_spec", callSpec(specs)},
-                              {"out_spec", "[1, {\"type\": null, \"context\": null, \"children_spec\": []}]"},
+                              {"out_spec", leafOutSpec()},
                               {"forward_arg_names", json::array()}}}});
   }
 
@@ -526,26 +535,24 @@ private:
           readsContents |= !knownScalars_.count(t.unsafeGetTensorImpl());
     bool tainted = anyTainted(n.inputs(), env);
     Values results;
+    bool yieldsTensors = false;
     for (const c10::IValue &v : out) {
-      bool isTensor = !tensorsIn(v).empty();
+      std::vector<at::Tensor> tensors = tensorsIn(v);
+      yieldsTensors |= !tensors.empty();
       results.values.push_back(v);
-      results.dataDependent.push_back(tainted || (readsContents && !isTensor));
+      results.dataDependent.push_back(tainted || (readsContents && tensors.empty()));
       if (n.kind() == c10::prim::NumToTensor && !tainted)
         knownScalars_.insert(v.toTensor().unsafeGetTensorImpl());
+      for (at::Tensor &t : tensors)
+        alive_.push_back(std::move(t)); // keeps TensorImpl addresses unique while they are mapped
     }
     bind(n.outputs(), results, env);
-    for (const c10::IValue &v : out)
-      for (at::Tensor &t : tensorsIn(v))
-        alive_.push_back(std::move(t)); // keeps TensorImpl addresses unique while they are mapped
     if (!n.kind().is_aten())
       return; // prim:: plumbing (lists, tuples, numbers) is folded into the arguments of the ops
     if (isWholeSlice(op, in)) { // eager indexing returns self for these; the tracer records them
       names_[out[0].toTensor().unsafeGetTensorImpl()] = tensorName(in[0].toTensor());
       return;
     }
-    bool yieldsTensors = false;
-    for (const c10::IValue &v : out)
-      yieldsTensors |= !tensorsIn(v).empty();
     if (yieldsTensors)
       emit(n, in, out);
   }
@@ -691,12 +698,12 @@ char *copyOut(const std::string &s) {
   return p;
 }
 
-json convert(const char *bytes, size_t size) {
-  std::istringstream stream(std::string(bytes, size));
+Converter::Converted convert(const char *bytes, size_t size) {
   jit::ExtraFilesMap extra{{kInputsFile, ""}};
   jit::Module module;
-  try {
-    module = jit::load(stream, c10::Device(c10::kCPU), extra);
+  try { // read in place: the archive holds the model's weights
+    module = jit::load(std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes, static_cast<off_t>(size)),
+                       c10::Device(c10::kCPU), extra);
   } catch (const c10::Error &e) {
     fail("not a loadable TorchScript archive: " + firstLine(e.what_without_backtrace()));
   }
@@ -714,9 +721,9 @@ json convert(const char *bytes, size_t size) {
 extern "C" int commlens_torchscript_to_program_json(const char *bytes, size_t size, char **programJson,
                                                     char **weightsConfigJson, char **error) {
   try {
-    json out = convert(bytes, size);
-    *programJson = copyOut(out["program"].dump());
-    *weightsConfigJson = copyOut(out["weights_config"].dump());
+    Converter::Converted out = convert(bytes, size);
+    *programJson = copyOut(out.program.dump());
+    *weightsConfigJson = copyOut(out.weightsConfig.dump());
     return 0;
   } catch (const ConversionError &e) {
     *error = copyOut(e.message);
