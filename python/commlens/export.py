@@ -452,13 +452,9 @@ def main(argv=None):
 
 if __name__ == "__main__":
     # run the imported module's main so classes (e.g. Plan) have one identity
-    import os
-
+    from commlens._errors import exit_without_teardown
     from commlens.export import main as _main
 
-    status = _main()
-    # Everything is written and closed: leave without the interpreter's teardown, which frees the
-    # traced program object by object (a second for the 126-layer Llama, twice a bare torch import's).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    # Everything is written and closed: the teardown would free the traced program object by object
+    # (a second for the 126-layer Llama, twice a bare torch import's).
+    exit_without_teardown(_main())

@@ -105,7 +105,7 @@ import sys
 import tempfile
 import warnings
 
-from commlens._errors import CommlensError, cli_main
+from commlens._errors import CommlensError, cli_main, exit_without_teardown
 from commlens.plan import Loss, PlanError, check_against_model, resolve_plan, to_json
 
 BACKENDS = ("fake", "gloo", "nccl")
@@ -656,12 +656,9 @@ def _gloo_worker(rank, world_size, store_path, jobs, noise_level, out_dir):
         result["exception"] = f"{type(err).__name__}: {err}\n{traceback.format_exc()}"
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
-    # The result is on disk: leave without the interpreter's teardown, where torch's c10d/gloo
-    # threads now and then abort the process ("terminate called without an active exception",
-    # seen once in CI after a complete, correct measurement).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # The result is on disk: torch's c10d/gloo threads now and then abort the teardown ("terminate
+    # called without an active exception", seen once in CI after a complete, correct measurement).
+    exit_without_teardown(0)
 
 
 def _collect(results, subjects):
