@@ -98,6 +98,8 @@ llvm::Expected<std::vector<std::string>> Pt2Archive::records() const {
 
 bool Pt2Archive::hasRecord(llvm::StringRef name) const { return impl_->locate(name) >= 0; }
 
+llvm::StringRef Pt2Archive::bytes() const { return impl_->bytes->getBuffer(); }
+
 llvm::Expected<std::string> Pt2Archive::read(llvm::StringRef name) const {
   zip_t *zip = impl_->zip.get();
   zip_int64_t index = impl_->locate(name);

@@ -23,6 +23,8 @@ public:
   /// Record names relative to the archive's root folder; fails when an entry is outside it.
   llvm::Expected<std::vector<std::string>> records() const;
   bool hasRecord(llvm::StringRef name) const;
+  /// The whole archive as opened (the file mapped, or the copy openBuffer made).
+  llvm::StringRef bytes() const;
   llvm::Expected<std::string> read(llvm::StringRef name) const;
 
 private:

@@ -6,8 +6,6 @@
 #include "frontends/TorchScriptLoader.h"
 #include "ir/Error.h"
 
-#include "llvm/Support/MemoryBuffer.h"
-
 #include <map>
 
 namespace commlens {
@@ -38,18 +36,13 @@ void markTiedParameters(ExportedProgram &program) {
   }
 }
 
-/// The records of an opened archive whose bytes `bytes` gives (a TorchScript archive is converted
-/// from them; a .pt2 archive never reads them whole).
-template <typename Bytes>
-llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive>> archive, Bytes bytes) {
+/// The records of an opened archive (a TorchScript one converted from its bytes).
+llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive>> archive) {
   if (!archive)
     return archive.takeError();
   Pt2Archive &ar = **archive;
   if (isTorchScriptArchive(ar)) {
-    auto data = bytes();
-    if (!data)
-      return data.takeError();
-    auto converted = convertTorchScript((*data)->getBuffer());
+    auto converted = convertTorchScript(ar.bytes());
     if (!converted)
       return converted.takeError();
     Pt2Records records;
@@ -94,14 +87,7 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
 
 } // namespace
 
-llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) {
-  return readRecords(Pt2Archive::open(path), [&]() -> llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> {
-    auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-    if (!buffer)
-      return makeError("cannot read: {}", buffer.getError().message());
-    return std::move(*buffer);
-  });
-}
+llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) { return readRecords(Pt2Archive::open(path)); }
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &records, bool checkSchemas) {
   auto program = parseExportedProgram(records.modelJson, records.modelRecord,
@@ -123,9 +109,7 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
 }
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2Buffer(llvm::StringRef bytes) {
-  auto records = readRecords(Pt2Archive::openBuffer(bytes), [&]() -> llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> {
-    return llvm::MemoryBuffer::getMemBuffer(bytes, "", /*RequiresNullTerminator=*/false);
-  });
+  auto records = readRecords(Pt2Archive::openBuffer(bytes));
   if (!records)
     return records.takeError();
   return decodePt2(*records);
