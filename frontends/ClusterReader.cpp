@@ -16,7 +16,7 @@ namespace {
 double positive(const JsonRef &r) {
   double v = r.asFloat();
   if (!(v > 0) || !std::isfinite(v))
-    r.fail(fmt::format("expected a positive number, got {}", r.raw().dump()));
+    r.fail(fmt::format("expected a positive number, got {}", r.dump()));
   return v;
 }
 
@@ -68,7 +68,7 @@ Calibration decodeCalibration(const JsonRef &r, llvm::StringRef baseDir) {
   if (rows) {
     double factor = busBandwidthFactor(cal.collective, cal.ranks);
     for (const JsonRef &row : r.field("samples").items()) {
-      if (!row.raw().is_array() || row.size() != 2)
+      if (!row.isArray() || row.size() != 2)
         row.fail("expected [size in bytes, bus bandwidth in GB/s]");
       int64_t bytes = positiveInt(row.at(0), int64_t{1} << 50);
       double busbw = positive(row.at(1));
@@ -134,7 +134,7 @@ Cluster decodeCluster(const JsonRef &root, llvm::StringRef baseDir) {
       std::string w = where.asString();
       if (w != "intra" && w != "inter")
         where.fail(fmt::format("expected \"intra\" or \"inter\", got \"{}\"", w));
-      c.dimPlacement[dim] = w == "intra" ? DimPlacement::IntraNode : DimPlacement::InterNode;
+      c.dimPlacement[dim.str()] = w == "intra" ? DimPlacement::IntraNode : DimPlacement::InterNode;
     }
   if (auto cals = root.optField("calibration"))
     for (const JsonRef &cal : cals->items())
@@ -185,7 +185,7 @@ llvm::Expected<Cluster> parseCluster(llvm::StringRef text, llvm::StringRef baseD
   if (!doc)
     return doc.takeError();
   try {
-    return decodeCluster(JsonRef(*doc, ""), baseDir);
+    return decodeCluster((*doc)->root(), baseDir);
   } catch (const ParseError &e) {
     return makeError("{}", e.message);
   }

@@ -72,7 +72,7 @@ SymInt decodeSymInt(const JsonRef &r) {
     s.expr = v.field("expr_str").asString();
     s.hasHint = false;
     if (auto hint = v.optField("hint")) {
-      if (hint->raw().is_number_integer()) { // older files: a bare int
+      if (hint->isInteger()) { // older files: a bare int
         s.hint = hint->asInt();
         s.hasHint = true;
       } else {
@@ -352,12 +352,12 @@ private:
     auto parsed = parseJsonText(specText.asString(), specText.path());
     if (!parsed)
       specText.fail(takeMessage(parsed.takeError()));
-    JsonRef spec(*parsed, specText.path());
-    if (!spec.raw().is_array() || spec.size() != 2)
+    JsonRef spec = (*parsed)->root(specText.path());
+    if (!spec.isArray() || spec.size() != 2)
       spec.fail("expected [protocol, treespec]");
     JsonRef top = spec.at(1);
     std::vector<JsonRef> halves = top.field("children_spec").items();
-    if (top.field("type").raw() != "builtins.tuple" || halves.size() != 2)
+    if (!top.field("type").isString("builtins.tuple") || halves.size() != 2)
       top.fail("expected the pytree spec of an (args, kwargs) pair");
     if (!out.path.empty() && leaves.empty() && countLeaves(top) > 0)
       return std::nullopt;
@@ -369,7 +369,7 @@ private:
         child.fail(fmt::format("the spec has more leaves than the {} recorded inputs", leaves.size()));
       size_t first = next;
       next += n;
-      if (child.field("type").raw().is_null())
+      if (child.field("type").isNull())
         return leaves[first];
       TensorList tensors;
       for (size_t i = first; i < next; ++i)
@@ -384,8 +384,8 @@ private:
     auto keys = parseJsonText(keysText.asString(), keysText.path());
     if (!keys)
       keysText.fail(takeMessage(keys.takeError()));
-    JsonRef keyList(*keys, keysText.path());
-    if (!keyList.raw().is_array() || keyList.size() != kwargValues.size())
+    JsonRef keyList = (*keys)->root(keysText.path());
+    if (!keyList.isArray() || keyList.size() != kwargValues.size())
       keysText.fail(fmt::format("expected {} keyword names", kwargValues.size()));
     for (size_t i = 0; i < kwargValues.size(); ++i)
       out.kwargs.emplace_back(keyList.at(i).asString(), takeArgument(kwargValues[i]));
@@ -395,7 +395,7 @@ private:
   }
 
   static size_t countLeaves(const JsonRef &spec) {
-    if (spec.field("type").raw().is_null())
+    if (spec.field("type").isNull())
       return 1;
     size_t n = 0;
     for (const JsonRef &child : spec.field("children_spec").items())
@@ -413,8 +413,8 @@ private:
       InputSpec in;
       // Named variables, not a structured binding: the lambda below captures them, which C++20
       // allows but clang before 16 rejects.
-      std::pair<std::string, JsonRef> argVariant = args[i].variant();
-      const std::string &argKind = argVariant.first;
+      std::pair<llvm::StringRef, JsonRef> argVariant = args[i].variant();
+      llvm::StringRef argKind = argVariant.first;
       const JsonRef &arg = argVariant.second;
       auto defineArg = [&]() -> Value * {
         if (argKind == "as_tensor")
@@ -738,7 +738,7 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> parseExportedProgram(llvm::Stri
     return doc.takeError();
   auto program = std::make_unique<ExportedProgram>();
   try {
-    ProgramDecoder(*program, check).decode(JsonRef(*doc, ""));
+    ProgramDecoder(*program, check).decode((*doc)->root());
   } catch (const ParseError &e) {
     return makeError("{}: {}", recordName.str(), e.message);
   }
@@ -750,10 +750,10 @@ llvm::Error parseWeightsConfig(llvm::StringRef configJson, ExportedProgram &prog
   if (!doc)
     return doc.takeError();
   try {
-    JsonRef root(*doc, "");
+    JsonRef root = (*doc)->root();
     for (const auto &[fqn, payload] : root.field("config").members()) {
       WeightInfo w;
-      w.fqn = fqn;
+      w.fqn = fqn.str();
       w.record = payload.field("path_name").asString();
       w.isParameter = payload.field("is_param").asBool();
       if (auto meta = payload.optField("tensor_meta"))

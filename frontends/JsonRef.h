@@ -2,16 +2,18 @@
 // ("graph_module.graph.nodes[3].inputs[1].arg: unknown argument variant 'as_foo'").
 #pragma once
 
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Allocator.h"
 #include "llvm/Support/Error.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <simdjson.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
-#include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,112 +21,170 @@
 
 namespace commlens {
 
-using json = nlohmann::json;
-
 /// Decoding failure at a JSON path; converted to llvm::Error at the API boundary.
 struct ParseError {
   std::string message;
 };
 
-/// A JSON node together with its path, so every error names where it happened.
+class JsonDocument;
+
+/// One step of a node's path: a member key or an array index, below its parent's step. Steps
+/// live in their document's arena and are made only for nodes that hand out children, so a
+/// decoder that reads a leaf pays nothing for the path it would print on failure.
+struct JsonPathStep {
+  const JsonPathStep *parent;
+  llvm::StringRef key; // empty for an index step
+  size_t index;
+  bool isIndex;
+};
+
+/// A JSON node of a JsonDocument together with its path, so every error names where it
+/// happened. Valid while its document lives.
 class JsonRef {
 public:
-  JsonRef(const json &j, std::string path) : j_(&j), path_(std::move(path)) {}
+  JsonRef(simdjson::dom::element e, JsonDocument &doc, const JsonPathStep *parent, llvm::StringRef key,
+          size_t index, bool isIndex)
+      : e_(e), doc_(&doc), parent_(parent), key_(key), index_(index), isIndex_(isIndex) {}
 
-  const json &raw() const { return *j_; }
-  const std::string &path() const { return path_; }
+  /// "graph_module.graph.nodes[3]"; "" for a root read without a prefix.
+  std::string path() const;
 
-  [[noreturn]] void fail(const std::string &what) const {
-    throw ParseError{path_.empty() ? what : fmt::format("{}: {}", path_, what)};
+  [[noreturn]] void fail(const std::string &what) const;
+
+  bool isNull() const { return e_.is_null(); }
+  bool isArray() const { return e_.is_array(); }
+  bool isBool() const { return e_.is_bool(); }
+  bool isInteger() const {
+    return e_.type() == simdjson::dom::element_type::INT64 || e_.type() == simdjson::dom::element_type::UINT64;
   }
+  /// Whether the node is the string `s`.
+  bool isString(llvm::StringRef s) const {
+    std::string_view v;
+    return e_.get_string().get(v) == simdjson::SUCCESS && llvm::StringRef(v.data(), v.size()) == s;
+  }
+  /// The node as compact JSON text, for messages.
+  std::string dump() const { return simdjson::minify(e_); }
 
   JsonRef field(const char *name) const {
-    if (!j_->is_object())
-      fail("expected an object");
-    auto it = j_->find(name);
-    if (it == j_->end())
+    simdjson::dom::element v;
+    if (!lookup(object(), name, v))
       fail(fmt::format("missing required field '{}'", name));
-    return JsonRef(*it, child(name));
+    return JsonRef(v, *doc_, step(), name, 0, false);
   }
-  bool has(const char *name) const { return j_->is_object() && j_->contains(name) && !(*j_)[name].is_null(); }
+  bool has(const char *name) const {
+    simdjson::dom::object o;
+    simdjson::dom::element v;
+    return e_.get_object().get(o) == simdjson::SUCCESS && lookup(o, name, v) && !v.is_null();
+  }
   std::optional<JsonRef> optField(const char *name) const {
     if (!has(name))
       return std::nullopt;
-    return JsonRef((*j_)[name], child(name));
+    return field(name);
   }
-  JsonRef at(size_t i) const { return JsonRef((*j_)[i], fmt::format("{}[{}]", path_, i)); }
-  size_t size() const { return j_->size(); }
+  /// The i-th element of an array.
+  JsonRef at(size_t i) const {
+    simdjson::dom::element v;
+    if (array().at(i).get(v) != simdjson::SUCCESS)
+      fail(fmt::format("expected at least {} elements", i + 1));
+    return JsonRef(v, *doc_, step(), {}, i, true);
+  }
+  /// Elements of an array or members of an object.
+  size_t size() const;
 
   std::vector<JsonRef> items() const {
-    if (!j_->is_array())
-      fail("expected an array");
+    simdjson::dom::array a = array();
     std::vector<JsonRef> out;
-    for (size_t i = 0; i < j_->size(); ++i)
-      out.push_back(at(i));
+    out.reserve(a.size());
+    const JsonPathStep *self = step();
+    size_t i = 0;
+    for (simdjson::dom::element v : a)
+      out.emplace_back(v, *doc_, self, llvm::StringRef(), i++, true);
     return out;
   }
-  std::vector<std::pair<std::string, JsonRef>> members() const {
-    if (!j_->is_object())
-      fail("expected an object");
-    std::vector<std::pair<std::string, JsonRef>> out;
-    for (auto it = j_->begin(); it != j_->end(); ++it)
-      out.emplace_back(it.key(), JsonRef(it.value(), child(it.key())));
-    return out;
-  }
+  /// The members of an object in key order (not the writer's), as the decoders have always
+  /// read them: what they build does not depend on how a writer ordered its keys.
+  std::vector<std::pair<llvm::StringRef, JsonRef>> members() const;
   /// The single key of a union object ({"as_tensor": {...}}).
-  std::pair<std::string, JsonRef> variant() const {
-    if (!j_->is_object() || j_->size() != 1)
+  std::pair<llvm::StringRef, JsonRef> variant() const {
+    simdjson::dom::object o;
+    if (e_.get_object().get(o) != simdjson::SUCCESS || o.size() != 1)
       fail("expected an object with exactly one variant key");
-    auto it = j_->begin();
-    return {it.key(), JsonRef(it.value(), child(it.key()))};
+    auto kv = *o.begin();
+    llvm::StringRef key(kv.key.data(), kv.key.size());
+    return {key, JsonRef(kv.value, *doc_, step(), key, 0, false)};
   }
 
-  /// Fails on the first member whose key is not in `known`.
-  void rejectUnknownKeys(std::initializer_list<const char *> known) const {
-    for (const auto &member : members()) { // not a structured binding: clang 14 cannot capture one
-      const std::string &key = member.first;
-      if (std::none_of(known.begin(), known.end(), [&](const char *k) { return key == k; }))
-        fail(fmt::format("unknown key '{}'", key));
-    }
-  }
+  /// Fails on the first member, in key order, whose key is not in `known`.
+  void rejectUnknownKeys(std::initializer_list<const char *> known) const;
 
   int64_t asInt() const {
-    if (!j_->is_number_integer())
-      fail("expected an integer");
-    // Unsigned first: a value past INT64_MAX would read as negative.
-    if (j_->is_number_unsigned() && j_->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail(fmt::format("integer {} is out of range", j_->get<uint64_t>()));
-    return j_->get<int64_t>();
+    int64_t v;
+    if (e_.get_int64().get(v) == simdjson::SUCCESS)
+      return v;
+    uint64_t u; // a value past INT64_MAX
+    if (e_.get_uint64().get(u) == simdjson::SUCCESS)
+      fail(fmt::format("integer {} is out of range", u));
+    fail("expected an integer");
   }
   bool asBool() const {
-    if (!j_->is_boolean())
+    bool v;
+    if (e_.get_bool().get(v) != simdjson::SUCCESS)
       fail("expected a boolean");
-    return j_->get<bool>();
+    return v;
   }
-  double asFloat() const {
-    if (j_->is_number())
-      return j_->get<double>();
-    if (j_->is_string()) { // the serializer writes non-finite floats as strings
-      const auto &s = j_->get_ref<const std::string &>();
-      if (s == "Infinity" || s == "inf")
-        return std::numeric_limits<double>::infinity();
-      if (s == "-Infinity" || s == "-inf")
-        return -std::numeric_limits<double>::infinity();
-      if (s == "NaN" || s == "nan")
-        return std::numeric_limits<double>::quiet_NaN();
-    }
-    fail("expected a number");
-  }
-  std::string asString() const {
-    if (!j_->is_string())
+  double asFloat() const;
+  std::string asString() const { return std::string(asStringRef()); }
+  llvm::StringRef asStringRef() const {
+    std::string_view v;
+    if (e_.get_string().get(v) != simdjson::SUCCESS)
       fail("expected a string");
-    return j_->get<std::string>();
+    return llvm::StringRef(v.data(), v.size());
   }
 
 private:
-  std::string child(const std::string &name) const { return path_.empty() ? name : path_ + "." + name; }
-  const json *j_;
-  std::string path_;
+  simdjson::dom::object object() const {
+    simdjson::dom::object o;
+    if (e_.get_object().get(o) != simdjson::SUCCESS)
+      fail("expected an object");
+    return o;
+  }
+  simdjson::dom::array array() const {
+    simdjson::dom::array a;
+    if (e_.get_array().get(a) != simdjson::SUCCESS)
+      fail("expected an array");
+    return a;
+  }
+  /// The member `name` of `o`; objects with many members are looked up in an index the document
+  /// builds once (a simdjson object is a list: a 10,000-entry tensor_values read by name would
+  /// be quadratic).
+  bool lookup(simdjson::dom::object o, llvm::StringRef name, simdjson::dom::element &out) const;
+  /// This node's path step, made on first use.
+  const JsonPathStep *step() const;
+
+  simdjson::dom::element e_;
+  JsonDocument *doc_;
+  const JsonPathStep *parent_;
+  llvm::StringRef key_;
+  size_t index_;
+  bool isIndex_;
+  mutable const JsonPathStep *step_ = nullptr;
+};
+
+/// A parsed JSON text: owns the parse and the path steps of the nodes read from it.
+class JsonDocument {
+public:
+  /// The root node; `path` prefixes every path below it ("" names none).
+  JsonRef root(llvm::StringRef path = "");
+
+private:
+  friend class JsonRef;
+  friend llvm::Expected<std::unique_ptr<JsonDocument>> parseJsonText(llvm::StringRef, llvm::StringRef);
+  simdjson::dom::parser parser_;
+  simdjson::dom::element root_;
+  llvm::BumpPtrAllocator steps_;
+  /// Member indexes of the large objects looked up by key, by the address of their first key
+  /// (inside the parse, unique per object).
+  llvm::DenseMap<const char *, llvm::StringMap<simdjson::dom::element>> indexes_;
 };
 
 /// The deepest nesting of arrays and objects the readers accept. Real documents nest a few
@@ -134,6 +194,6 @@ inline constexpr int kMaxJsonDepth = 256;
 
 /// Parses JSON text; a syntax error names the record and the position. Nesting deeper than
 /// kMaxJsonDepth is refused.
-llvm::Expected<json> parseJsonText(llvm::StringRef text, llvm::StringRef recordName);
+llvm::Expected<std::unique_ptr<JsonDocument>> parseJsonText(llvm::StringRef text, llvm::StringRef recordName);
 
 } // namespace commlens

@@ -25,7 +25,7 @@ Placement decodePlacement(const JsonRef &r) {
 OptionalPlacements decodePlacementList(const JsonRef &r) {
   OptionalPlacements out;
   for (const JsonRef &item : r.items())
-    out.push_back(item.raw().is_null() ? std::nullopt : std::optional<Placement>(decodePlacement(item)));
+    out.push_back(item.isNull() ? std::nullopt : std::optional<Placement>(decodePlacement(item)));
   return out;
 }
 
@@ -41,7 +41,7 @@ std::optional<OptionalPlacements> singlePlacement(const JsonRef &style, const ch
   auto f = style.optField(field);
   if (!f)
     return std::nullopt;
-  if (f->raw().is_array() && f->size() != 1)
+  if (f->isArray() && f->size() != 1)
     f->fail(fmt::format("expected one placement, got {}", f->size()));
   OptionalPlacements list = decodePlacementList(*f);
   if (!list[0])
@@ -52,7 +52,7 @@ std::optional<OptionalPlacements> singlePlacement(const JsonRef &style, const ch
 std::map<std::string, std::optional<Placement>> decodeKwargLayouts(const JsonRef &r) {
   std::map<std::string, std::optional<Placement>> out;
   for (const auto &[k, v] : r.members())
-    out[k] = v.raw().is_null() ? std::nullopt : std::optional<Placement>(decodePlacement(v));
+    out[k.str()] = v.isNull() ? std::nullopt : std::optional<Placement>(decodePlacement(v));
   return out;
 }
 
@@ -223,7 +223,7 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
     dims.fail(fmt::format("{} mesh dims (fully_shard takes a 1-D mesh, or a 2-D (replicate, shard) mesh for HSDP)",
                           u.meshDims.size()));
   if (auto raf = r.optField("reshard_after_forward")) {
-    if (raf->raw().is_boolean()) {
+    if (raf->isBool()) {
       u.reshard = raf->asBool() ? FullyShardUnit::Reshard::Yes : FullyShardUnit::Reshard::No;
     } else {
       int64_t group = raf->asInt();
@@ -411,7 +411,7 @@ llvm::Expected<ShardingPlan> parsePlan(llvm::StringRef text) {
   if (!doc)
     return doc.takeError();
   try {
-    return decodePlan(JsonRef(*doc, ""));
+    return decodePlan((*doc)->root());
   } catch (const ParseError &e) {
     return makeError("{}", e.message);
   }

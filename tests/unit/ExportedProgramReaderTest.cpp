@@ -243,8 +243,8 @@ TEST(ExportedProgramReader, WithoutARootSignatureUserInputsAreTakenInOrder) {
   EXPECT_FALSE(g.userInput("1"));
 }
 
-// parseJsonText's depth limit is a scan before the parse: exactly kMaxJsonDepth containers nest,
-// one more is refused, and brackets inside strings (escaped quotes included) do not count.
+// parseJsonText's depth limit: exactly kMaxJsonDepth containers nest, one more is refused, and
+// brackets inside strings (escaped quotes included) do not count.
 TEST(JsonText, DepthLimitCountsContainersOutsideStrings) {
   auto nested = [](int n) { return std::string(n, '[') + std::string(n, ']'); };
   EXPECT_TRUE(static_cast<bool>(parseJsonText(nested(kMaxJsonDepth), "r")));
@@ -254,5 +254,5 @@ TEST(JsonText, DepthLimitCountsContainersOutsideStrings) {
   std::string inString = "[\"" + std::string(300, '[') + "\\\"" + std::string(300, '{') + "\"]";
   auto parsed = parseJsonText(inString, "r");
   ASSERT_TRUE(static_cast<bool>(parsed));
-  EXPECT_EQ((*parsed)[0].get<std::string>().size(), 601u);
+  EXPECT_EQ((*parsed)->root().at(0).asString().size(), 601u);
 }
