@@ -5,6 +5,8 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/JSON.h"
 
 #include <algorithm>
 #include <functional>
@@ -12,8 +14,6 @@
 
 namespace commlens {
 namespace {
-
-using nlohmann::json;
 
 constexpr const char *kGlobal = "Global";
 
@@ -35,31 +35,49 @@ std::string placementsRepr(const Placements &p) {
   return out + ")";
 }
 
-json recordJson(const CollectiveRecord &r) {
-  json j = {{"op", r.opKey},
-            {"mesh_dims", std::vector<unsigned>(r.meshDims.begin(), r.meshDims.end())},
-            {"src", r.src.str()},
-            {"dst", r.dst.str()},
-            {"from", str(r.fromPlacements)},
-            {"to", str(r.toPlacements)},
-            {"bytes_per_rank", r.bytesPerRank},
-            {"aten_op", r.node ? r.node->opString() : ""},
-            {"node", r.node ? r.node->name() : ""},
-            {"argument", r.argument},
-            {"module", r.module ? r.module->displayName() : kGlobal},
-            {"why", r.why}};
-  if (r.approximate)
-    j["approximate"] = true;
-  if (!r.bytesKnown) // bytes_per_rank is at the program's dtype, not the run's
-    j["bytes_known"] = false;
-  if (r.time)
-    j["time"] = {{"us", r.time->us},
-                 {"algorithm", r.time->algorithm},
-                 {"ranks", r.time->ranks},
-                 {"nodes", r.time->nodes},
-                 {"message_bytes", r.time->messageBytes},
-                 {"bus_bandwidth_GBps", r.time->busBandwidthGBps}};
-  return j;
+/// A double as the reports have always written it (nlohmann's shortest round trip, "12.0" for
+/// integral values, as Python's json writes them too); llvm::json would write 17 digits.
+void writeDouble(llvm::json::OStream &j, double d) {
+  j.rawValue([&](llvm::raw_ostream &os) { os << nlohmann::json(d).dump(); });
+}
+
+/// One collective's record. Keys in sorted order here and below: the tree reads as it did when
+/// a sorted-map JSON library wrote it.
+void writeRecord(llvm::json::OStream &j, const CollectiveRecord &r) {
+  j.object([&] {
+    if (r.approximate)
+      j.attribute("approximate", true);
+    j.attribute("argument", r.argument);
+    j.attribute("aten_op", r.node ? r.node->opString() : "");
+    if (!r.bytesKnown) // bytes_per_rank is at the program's dtype, not the run's
+      j.attribute("bytes_known", false);
+    j.attribute("bytes_per_rank", r.bytesPerRank);
+    j.attribute("dst", r.dst.str());
+    j.attribute("from", str(r.fromPlacements));
+    j.attributeArray("mesh_dims", [&] {
+      for (unsigned d : r.meshDims)
+        j.value(static_cast<int64_t>(d));
+    });
+    j.attribute("module", r.module ? r.module->displayName() : kGlobal);
+    j.attribute("node", r.node ? r.node->name() : "");
+    j.attribute("op", r.opKey);
+    j.attribute("src", r.src.str());
+    if (r.time)
+      j.attributeObject("time", [&] {
+        j.attribute("algorithm", r.time->algorithm);
+        j.attributeBegin("bus_bandwidth_GBps");
+        writeDouble(j, r.time->busBandwidthGBps);
+        j.attributeEnd();
+        j.attribute("message_bytes", r.time->messageBytes);
+        j.attribute("nodes", r.time->nodes);
+        j.attribute("ranks", r.time->ranks);
+        j.attributeBegin("us");
+        writeDouble(j, r.time->us);
+        j.attributeEnd();
+      });
+    j.attribute("to", str(r.toPlacements));
+    j.attribute("why", r.why);
+  });
 }
 
 /// "tp", "dp,tp": the plan mesh's names of a collective's dims (indices where unnamed).
@@ -253,105 +271,171 @@ void PredictionReport::printTimeSummary(llvm::raw_ostream &os) const {
 }
 
 std::string PredictionReport::toJson() const {
-  std::map<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  writeJson(os);
+  return out;
+}
+
+void PredictionReport::writeJson(llvm::raw_ostream &os) const {
+  llvm::DenseMap<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
   for (const CollectiveRecord &c : state->collectives)
     own[c.module].push_back(&c);
   // Backward ATen ops per module, as CommDebugMode lists them (name, DTensor input shardings).
-  std::map<const ModuleScope *, json> bwOps;
+  llvm::DenseMap<const ModuleScope *, std::vector<const Node *>> bwOps;
   if (backward && state->backward)
-    for (const auto &n : state->backward->nodes()) {
-      if (n->op().ns != "aten")
-        continue;
-      json sharding = json::array(), shapes = json::array();
-      for (Value *v : n->operands())
-        if (v->kind() == ValueKind::Tensor)
-          if (const DTensorLayout *l = state->layout(v)) {
-            sharding.push_back(placementsRepr(l->placements));
-            shapes.push_back(v->meta() ? v->meta()->str() : "");
-          }
-      json &list = bwOps[n->scope()];
-      if (list.is_null())
-        list = json::array();
-      list.push_back({{"name", "aten." + n->op().name + "." + n->op().overload},
-                      {"input_shape", shapes},
-                      {"input_sharding", sharding},
-                      {"is_bw", true}});
-    }
-  auto opsOf = [&](const ModuleScope *s) {
-    auto it = bwOps.find(s);
-    return it == bwOps.end() ? json::array() : it->second;
+    for (const auto &n : state->backward->nodes())
+      if (n->op().ns == "aten")
+        bwOps[n->scope()].push_back(n.get());
+
+  llvm::json::OStream j(os, 2);
+  auto writeOps = [&](const ModuleScope *s) {
+    j.attributeArray("operations_backward", [&] {
+      auto it = bwOps.find(s);
+      if (it == bwOps.end())
+        return;
+      for (const Node *n : it->second) {
+        llvm::SmallVector<const Value *, 4> sharded;
+        for (Value *v : n->operands())
+          if (v->kind() == ValueKind::Tensor && state->layout(v))
+            sharded.push_back(v);
+        j.object([&] {
+          j.attributeArray("input_shape", [&] {
+            for (const Value *v : sharded)
+              j.value(v->meta() ? v->meta()->str() : "");
+          });
+          j.attributeArray("input_sharding", [&] {
+            for (const Value *v : sharded)
+              j.value(placementsRepr(state->layout(v)->placements));
+          });
+          j.attribute("is_bw", true);
+          j.attribute("name", "aten." + n->op().name + "." + n->op().overload);
+        });
+      }
+    });
+    j.attributeArray("operations_forward", [] {});
   };
-  auto cellsJson = [&](const ModuleCounts &m, CommPhase p, json &node) {
-    json list = json::array(), approx = json::array(), bytes = json::object(), times = json::object();
-    for (const auto &[op, cell] : m.phase(p)) {
-      list.push_back({op, cell.count});
-      if (cell.approximate)
-        approx.push_back(op);
-      if (cell.bytes) // unknown where an operand's run-time dtype is (FSDP mixed precision)
-        bytes[op] = *cell.bytes;
-      if (cell.timeUs)
-        times[op] = *cell.timeUs;
-    }
-    std::string phase = phaseName(p).str();
-    node["collectives_" + phase] = list;
-    node["collective_bytes_" + phase] = bytes;
+  const CommPhase phases[] = {CommPhase::Backward, CommPhase::Forward}; // in key order
+  auto phaseKey = [](const char *prefix, CommPhase p) { return fmt::format("{}{}", prefix, phaseName(p).str()); };
+  auto writeApproximate = [&](const ModuleCounts &m) {
+    for (CommPhase p : phases)
+      if (llvm::any_of(m.phase(p), [](const auto &entry) { return entry.second.approximate; }))
+        j.attributeArray(phaseKey("approximate_", p), [&] {
+          for (const auto &[op, cell] : m.phase(p))
+            if (cell.approximate)
+              j.value(op);
+        });
+  };
+  // collective_bytes_*, collective_time_us_*, collectives_* and (modules) their detail records.
+  auto writeCounts = [&](const ModuleCounts &m, const ModuleScope *s, bool details) {
+    for (CommPhase p : phases) // unknown bytes where an operand's run-time dtype is (FSDP mixed precision)
+      j.attributeObject(phaseKey("collective_bytes_", p), [&] {
+        for (const auto &[op, cell] : m.phase(p))
+          if (cell.bytes)
+            j.attribute(op, *cell.bytes);
+      });
     if (cluster)
-      node["collective_time_us_" + phase] = times;
-    if (!approx.empty())
-      node["approximate_" + phase] = approx;
+      for (CommPhase p : phases)
+        j.attributeObject(phaseKey("collective_time_us_", p), [&] {
+          for (const auto &[op, cell] : m.phase(p))
+            if (cell.timeUs) {
+              j.attributeBegin(op);
+              writeDouble(j, *cell.timeUs);
+              j.attributeEnd();
+            }
+        });
+    for (CommPhase p : phases) {
+      j.attributeArray(phaseKey("collectives_", p), [&] {
+        for (const auto &[op, cell] : m.phase(p))
+          j.array([&] {
+            j.value(op);
+            j.value(cell.count);
+          });
+      });
+      if (details)
+        j.attributeArray(phaseKey("collectives_", p) + "_detail", [&] {
+          auto it = own.find(s);
+          if (it != own.end())
+            for (const CollectiveRecord *c : it->second)
+              if (commPhase(c->phase) == p)
+                writeRecord(j, *c);
+        });
+    }
   };
-  std::function<json(const ModuleScope *)> moduleJson = [&](const ModuleScope *s) {
+  std::function<void(const ModuleScope *)> writeModule = [&](const ModuleScope *s) {
     const ModuleCounts &m = *counts.find(s->displayName());
-    json params = json::array();
-    for (const auto &[name, placements] : dtensorParameters(*s))
-      params.push_back({name, placements});
-    json node = {{"fqn", s->displayName()}, {"module_type", moduleType(*s)}, {"parameters", params}};
-    json children = json::array();
-    for (const ModuleScope *c : s->children())
-      children.push_back(moduleJson(c));
-    node["children"] = children;
-    cellsJson(m, CommPhase::Forward, node);
-    cellsJson(m, CommPhase::Backward, node);
-    node["operations_forward"] = json::array();
-    node["operations_backward"] = opsOf(s);
-    json fwd = json::array(), bwd = json::array();
-    for (const CollectiveRecord *c : own[s])
-      (c->phase == Phase::Forward ? fwd : bwd).push_back(recordJson(*c));
-    node["collectives_forward_detail"] = fwd;
-    node["collectives_backward_detail"] = bwd;
-    return node;
+    j.object([&] {
+      writeApproximate(m);
+      j.attributeArray("children", [&] {
+        for (const ModuleScope *c : s->children())
+          writeModule(c);
+      });
+      writeCounts(m, s, true);
+      j.attribute("fqn", s->displayName());
+      j.attribute("module_type", moduleType(*s));
+      writeOps(s);
+      j.attributeArray("parameters", [&] {
+        for (const auto &[name, placements] : dtensorParameters(*s))
+          j.array([&] {
+            j.value(name);
+            j.value(placements);
+          });
+      });
+    });
   };
+
   const ModuleCounts &global = *counts.find(kGlobal);
-  json root = {{"fqn", kGlobal}, {"module_type", ""}, {"parameters", json::array()}};
-  root["children"] = json::array({moduleJson(program->graph().scopes().root())});
-  cellsJson(global, CommPhase::Forward, root);
-  cellsJson(global, CommPhase::Backward, root);
-  root["operations_forward"] = json::array();
-  root["operations_backward"] = opsOf(nullptr);
-  root["phase"] = forward && backward ? "both" : (forward ? "forward" : "backward");
-  root["commlens"] = {{"source", "predict"},
-                      {"phases", forward && backward ? "both" : (forward ? "forward" : "backward")},
-                      {"mesh", plan->mesh.str()},
-                      {"warnings", state->warnings}};
-  if (cluster) {
-    auto totalsJson = [](const CommTotals &t) {
-      return json{{"collectives", t.collectives}, {"bytes_per_rank", t.bytesPerRank}, {"time_us", t.timeUs}};
-    };
-    CommTotals fw = totals(Phase::Forward), bw = totals(Phase::Backward);
-    json dims = json::array();
-    for (const MeshDimTotals &m : meshDimTotals())
-      dims.push_back({{"dims", m.dims},
-                      {"ranks", m.ranks},
-                      {"nodes", m.nodes},
-                      {"forward", totalsJson(m.forward)},
-                      {"backward", totalsJson(m.backward)}});
-    root["commlens"]["cluster"] = cluster->str();
-    root["commlens"]["step"] = {{"forward", totalsJson(fw)},
-                                {"backward", totalsJson(bw)},
-                                {"time_us", fw.timeUs + bw.timeUs},
-                                {"mesh_dims", dims}};
-  }
-  return root.dump(2) + "\n";
+  const char *phase = forward && backward ? "both" : (forward ? "forward" : "backward");
+  j.object([&] {
+    writeApproximate(global);
+    j.attributeArray("children", [&] { writeModule(program->graph().scopes().root()); });
+    writeCounts(global, nullptr, false);
+    j.attributeObject("commlens", [&] {
+      auto writeTotals = [&](llvm::StringRef key, const CommTotals &t) {
+        j.attributeObject(key, [&] {
+          j.attribute("bytes_per_rank", t.bytesPerRank);
+          j.attribute("collectives", t.collectives);
+          j.attributeBegin("time_us");
+          writeDouble(j, t.timeUs);
+          j.attributeEnd();
+        });
+      };
+      if (cluster)
+        j.attribute("cluster", cluster->str());
+      j.attribute("mesh", plan->mesh.str());
+      j.attribute("phases", phase);
+      j.attribute("source", "predict");
+      if (cluster)
+        j.attributeObject("step", [&] {
+          CommTotals fw = totals(Phase::Forward), bw = totals(Phase::Backward);
+          writeTotals("backward", bw);
+          writeTotals("forward", fw);
+          j.attributeArray("mesh_dims", [&] {
+            for (const MeshDimTotals &m : meshDimTotals())
+              j.object([&] {
+                writeTotals("backward", m.backward);
+                j.attribute("dims", m.dims);
+                writeTotals("forward", m.forward);
+                j.attribute("nodes", m.nodes);
+                j.attribute("ranks", m.ranks);
+              });
+          });
+          j.attributeBegin("time_us");
+          writeDouble(j, fw.timeUs + bw.timeUs);
+          j.attributeEnd();
+        });
+      j.attributeArray("warnings", [&] {
+        for (const std::string &w : state->warnings)
+          j.value(w);
+      });
+    });
+    j.attribute("fqn", kGlobal);
+    j.attribute("module_type", "");
+    writeOps(nullptr);
+    j.attributeArray("parameters", [] {});
+    j.attribute("phase", phase);
+  });
+  os << "\n";
 }
 
 } // namespace commlens

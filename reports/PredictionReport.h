@@ -66,6 +66,8 @@ struct PredictionReport {
   /// CommDebugMode's generate_json_dump tree (as at noise level 1 or more: module types and
   /// parameter placements) with "collectives_*_detail" records per module.
   std::string toJson() const;
+  /// toJson, written as it is made (an 8 MB tree for a 126-layer model's two phases).
+  void writeJson(llvm::raw_ostream &os) const;
   /// The module's own DTensor parameters as CommDebugMode lists them: (name, placements repr).
   llvm::ArrayRef<std::pair<std::string, std::string>> dtensorParameters(const ModuleScope &s) const;
 

@@ -3,7 +3,9 @@
 
 #include "passes/PassManager.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <initializer_list>
 #include <string>
@@ -43,8 +45,13 @@ llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initialize
 /// Prints "commlens: error: <message>" (one line) and returns kExitBadInput.
 int fail(const std::string &message);
 
+/// Writes what `write` writes to FILE, or to stdout when the path is empty, as it is written; a
+/// failed write is an error.
+int emit(llvm::function_ref<void(llvm::raw_ostream &)> write, const std::string &outPath);
 /// Writes the text to FILE, or to stdout when the path is empty; a failed write is an error.
-int emit(const std::string &text, const std::string &outPath);
+inline int emit(const std::string &text, const std::string &outPath) {
+  return emit([&](llvm::raw_ostream &os) { os << text; }, outPath);
+}
 
 /// Prints a command's usage for `commlens <command> --help`.
 int printUsage(const char *command);
