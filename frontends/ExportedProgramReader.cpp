@@ -68,22 +68,15 @@ SymInt decodeSymInt(const JsonRef &r) {
   if (kind == "as_int")
     return SymInt::concrete(v.asInt());
   if (kind == "as_expr") {
-    SymInt s;
-    s.expr = v.field("expr_str").asString();
-    s.hasHint = false;
+    llvm::StringRef expr = v.field("expr_str").asStringRef();
     if (auto hint = v.optField("hint")) {
-      if (hint->isInteger()) { // older files: a bare int
-        s.hint = hint->asInt();
-        s.hasHint = true;
-      } else {
-        auto [hk, hv] = hint->variant();
-        if (hk == "as_int") {
-          s.hint = hv.asInt();
-          s.hasHint = true;
-        }
-      }
+      if (hint->isInteger()) // older files: a bare int
+        return SymInt::symbolic(expr, hint->asInt(), true);
+      auto [hk, hv] = hint->variant();
+      if (hk == "as_int")
+        return SymInt::symbolic(expr, hv.asInt(), true);
     }
-    return s;
+    return SymInt::symbolic(expr, 0, false);
   }
   r.fail(fmt::format("unknown SymInt variant '{}'", kind));
 }

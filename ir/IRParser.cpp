@@ -147,8 +147,8 @@ private:
       return SymInt::concrete(v);
     auto [expr, hint] = text.rsplit('=');
     if (!hint.empty() && !hint.getAsInteger(10, v))
-      return SymInt{v, expr.trim().str(), true};
-    return SymInt{0, text.str(), false};
+      return SymInt::symbolic(expr.trim(), v, true);
+    return SymInt::symbolic(text, 0, false);
   }
 
   llvm::Expected<llvm::SmallVector<SymInt, 4>> symIntList() {

@@ -1,8 +1,11 @@
 #include "ir/Types.h"
 
+#include "llvm/ADT/StringSet.h"
+
 #include <fmt/format.h>
 
 #include <array>
+#include <mutex>
 
 namespace commlens {
 namespace {
@@ -64,10 +67,18 @@ llvm::StringRef name(MemoryFormat m) {
 
 std::string Device::str() const { return index ? fmt::format("{}:{}", type, *index) : type; }
 
+SymInt SymInt::symbolic(llvm::StringRef expr, int64_t hint, bool hasHint) {
+  // Few distinct texts per process ("s0", "s0 + 1"); kept for its lifetime.
+  static std::mutex lock;
+  static llvm::StringSet<> texts; // entries never move: the keys stay valid
+  std::lock_guard<std::mutex> guard(lock);
+  return SymInt{hint, texts.insert(expr).first->getKey(), hasHint};
+}
+
 std::string SymInt::str() const {
   if (!isSymbolic())
     return std::to_string(hint);
-  return hasHint ? fmt::format("{}={}", expr, hint) : expr;
+  return hasHint ? fmt::format("{}={}", expr.str(), hint) : expr.str();
 }
 
 int64_t TensorMeta::numel() const {
