@@ -89,10 +89,18 @@ int64_t TensorMeta::numel() const {
 }
 
 std::string TensorMeta::str() const {
-  std::string out = fmt::format("{}[", shortName(dtype));
-  for (size_t i = 0; i < sizes.size(); ++i)
-    out += (i ? ", " : "") + sizes[i].str();
-  return out + "]";
+  fmt::memory_buffer out; // one string per call: reports print the shape of every operand
+  fmt::format_to(std::back_inserter(out), "{}[", std::string_view(shortName(dtype)));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i)
+      out.append(std::string_view(", "));
+    if (sizes[i].isSymbolic())
+      fmt::format_to(std::back_inserter(out), "{}", sizes[i].str());
+    else
+      fmt::format_to(std::back_inserter(out), "{}", sizes[i].hint);
+  }
+  out.push_back(']');
+  return fmt::to_string(out);
 }
 
 } // namespace commlens
