@@ -42,6 +42,20 @@ TEST(TensorMeta, NumelBytesAndText) {
   EXPECT_EQ(scalarTypeFromShortName("i64"), ScalarType::Long);
 }
 
+// A symbolic size keeps its text after the string it was made from is gone, once per text.
+TEST(SymInt, SymbolicTextIsInterned) {
+  std::string text = "s0 + 1";
+  SymInt a = SymInt::symbolic(text, 3, true);
+  text.assign("overwritten");
+  SymInt b = SymInt::symbolic("s0 + 1", 3, true);
+  EXPECT_EQ(a.str(), "s0 + 1=3");
+  EXPECT_EQ(a.expr.data(), b.expr.data());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, SymInt::symbolic("s0 + 1", 3, false));
+  EXPECT_EQ(SymInt::symbolic("s1", 0, false).str(), "s1");
+  EXPECT_FALSE(SymInt::concrete(4).isSymbolic());
+}
+
 TEST(ModuleScopeTree, NamesLikeCommDebugModeAndKeepsForwardOrder) {
   ModuleScopeTree tree;
   ModuleScope *wq = tree.getOrCreate({{"", "__main__.Transformer", 0},
