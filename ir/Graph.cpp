@@ -103,16 +103,44 @@ Value *Graph::lookupValue(llvm::StringRef name) const {
   return it == valuesByName_.end() ? nullptr : it->second;
 }
 
+const llvm::StringMap<std::string> &Node::metadata() const {
+  static const llvm::StringMap<std::string> none;
+  return metadata_ ? *metadata_ : none;
+}
+
+void Node::setMetadata(llvm::StringRef key, std::string value) {
+  auto own = metadata_ ? std::make_shared<llvm::StringMap<std::string>>(*metadata_)
+                       : std::make_shared<llvm::StringMap<std::string>>();
+  (*own)[key] = std::move(value);
+  metadata_ = std::move(own);
+}
+
 Node *Graph::appendNode(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> inputs,
                         llvm::SmallVector<Argument, 1> outputs, llvm::StringMap<std::string> metadata) {
+  Node *n = append(name, std::move(inputs), std::move(outputs));
+  n->op_ = OpName::parse(target);
+  n->opString_ = n->op_.str();
+  if (!metadata.empty())
+    n->metadata_ = std::make_shared<const llvm::StringMap<std::string>>(std::move(metadata));
+  return n;
+}
+
+Node *Graph::appendNodeLike(llvm::StringRef name, const Node &like, llvm::SmallVector<NamedArgument, 4> inputs,
+                            llvm::SmallVector<Argument, 1> outputs) {
+  Node *n = append(name, std::move(inputs), std::move(outputs));
+  n->op_ = like.op_;
+  n->opString_ = like.opString_;
+  n->metadata_ = like.metadata_;
+  return n;
+}
+
+Node *Graph::append(llvm::StringRef name, llvm::SmallVector<NamedArgument, 4> inputs,
+                    llvm::SmallVector<Argument, 1> outputs) {
   nodes_.push_back(std::make_unique<Node>());
   Node *n = nodes_.back().get();
   n->name_ = name.str();
-  n->op_ = OpName::parse(target);
-  n->opString_ = n->op_.str();
   n->inputs_ = std::move(inputs);
   n->outputs_ = std::move(outputs);
-  n->metadata_ = std::move(metadata);
   n->index_ = static_cast<unsigned>(nodes_.size() - 1);
   n->scope_ = scopes_->root();
   for (Value *v : n->results())

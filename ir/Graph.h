@@ -78,8 +78,8 @@ public:
   /// records nothing for the node.
   bool gradEnabled() const { return gradEnabled_; }
   void setGradEnabled(bool enabled) { gradEnabled_ = enabled; }
-  const llvm::StringMap<std::string> &metadata() const { return metadata_; }
-  void setMetadata(llvm::StringRef key, std::string value) { metadata_[key] = std::move(value); }
+  const llvm::StringMap<std::string> &metadata() const;
+  void setMetadata(llvm::StringRef key, std::string value);
 
 private:
   friend class Graph;
@@ -90,7 +90,9 @@ private:
   llvm::SmallVector<Argument, 1> outputs_;
   ModuleScope *scope_ = nullptr;
   llvm::SmallVector<unsigned, 4> callPath_;
-  llvm::StringMap<std::string> metadata_;
+  /// Shared by the copies passes make of the node (an exported node's nn_module_stack text is
+  /// hundreds of bytes); setMetadata gives the node a map of its own. Null: none.
+  std::shared_ptr<const llvm::StringMap<std::string>> metadata_;
   unsigned index_ = 0;
   bool gradEnabled_ = true;
 };
@@ -150,6 +152,10 @@ public:
   /// Appends a node; `outputs` reference values created beforehand, whose producer becomes it.
   Node *appendNode(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> inputs,
                    llvm::SmallVector<Argument, 1> outputs, llvm::StringMap<std::string> metadata = {});
+  /// Appends a node with the op and metadata of `like` (a node of this or another graph), which
+  /// is not parsed again.
+  Node *appendNodeLike(llvm::StringRef name, const Node &like, llvm::SmallVector<NamedArgument, 4> inputs,
+                       llvm::SmallVector<Argument, 1> outputs);
 
   llvm::ArrayRef<std::unique_ptr<Node>> nodes() const { return nodes_; }
   size_t numNodes() const { return nodes_.size(); }
@@ -175,6 +181,9 @@ public:
   std::optional<Argument> userInput(llvm::StringRef key) const;
 
 private:
+  /// A node without its op, named, in the graph's root scope.
+  Node *append(llvm::StringRef name, llvm::SmallVector<NamedArgument, 4> inputs, llvm::SmallVector<Argument, 1> outputs);
+
   std::vector<std::unique_ptr<Value>> values_;
   llvm::StringMap<Value *> valuesByName_;
   std::vector<std::unique_ptr<Node>> nodes_;

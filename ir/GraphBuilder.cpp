@@ -58,10 +58,7 @@ Node *copyNodeInto(Graph &dst, const Node &node, llvm::StringRef name,
   llvm::SmallVector<Argument, 1> outputs;
   for (const Argument &out : node.outputs())
     outputs.push_back(mapArgument(out, result));
-  llvm::StringMap<std::string> metadata;
-  for (const auto &kv : node.metadata())
-    metadata[kv.getKey()] = kv.getValue();
-  Node *n = dst.appendNode(name, node.opString(), std::move(inputs), std::move(outputs), std::move(metadata));
+  Node *n = dst.appendNodeLike(name, node, std::move(inputs), std::move(outputs));
   n->setScope(node.scope(), llvm::SmallVector<unsigned, 4>(node.callPath().begin(), node.callPath().end()));
   n->setGradEnabled(node.gradEnabled());
   return n;
