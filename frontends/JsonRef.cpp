@@ -113,7 +113,7 @@ namespace {
 /// again for the message users have always had.
 std::optional<std::string> positionedParseError(llvm::StringRef text) {
   try {
-    (void)nlohmann::json::parse(text.begin(), text.end());
+    [[maybe_unused]] nlohmann::json parsed = nlohmann::json::parse(text.begin(), text.end());
     return std::nullopt;
   } catch (const nlohmann::json::exception &e) {
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> keep the tail;
