@@ -9,21 +9,31 @@ namespace commlens {
 
 ModuleCalls::ModuleCalls(const Graph &graph, llvm::function_ref<bool(const ModuleScope *)> wanted) : graph_(graph) {
   std::map<std::pair<const ModuleScope *, llvm::SmallVector<unsigned, 4>>, size_t> index;
+  // Consecutive nodes mostly run in the same calls: a node with its predecessor's scope and
+  // call path joins the calls the predecessor joined, without finding them again.
+  const Node *previous = nullptr;
+  llvm::SmallVector<size_t, 8> joined;
   for (const auto &n : graph.nodes()) {
-    for (const ModuleScope *s = n->scope(); s; s = s->parent()) {
-      if (!wanted(s))
-        continue;
-      llvm::ArrayRef<unsigned> path = n->callPath();
-      llvm::ArrayRef<unsigned> own = path.take_front(std::min<size_t>(s->depth(), path.size()));
-      llvm::SmallVector<unsigned, 4> key(own.begin(), own.end());
-      auto [it, fresh] = index.try_emplace({s, key}, calls_.size());
-      if (fresh) {
-        calls_.emplace_back();
-        calls_.back().scope = s;
-        calls_.back().callPath = key;
-        calls_.back().first = n->index();
+    if (!previous || n->scope() != previous->scope() || n->callPath() != previous->callPath()) {
+      joined.clear();
+      for (const ModuleScope *s = n->scope(); s; s = s->parent()) {
+        if (!wanted(s))
+          continue;
+        llvm::ArrayRef<unsigned> path = n->callPath();
+        llvm::ArrayRef<unsigned> own = path.take_front(std::min<size_t>(s->depth(), path.size()));
+        auto [it, fresh] = index.try_emplace({s, llvm::SmallVector<unsigned, 4>(own.begin(), own.end())}, calls_.size());
+        if (fresh) {
+          calls_.emplace_back();
+          calls_.back().scope = s;
+          calls_.back().callPath.assign(own.begin(), own.end());
+          calls_.back().first = n->index();
+        }
+        joined.push_back(it->second);
       }
-      ModuleCall &c = calls_[it->second];
+      previous = n.get();
+    }
+    for (size_t call : joined) {
+      ModuleCall &c = calls_[call];
       c.last = n->index();
       c.nodes.insert(n.get());
     }
@@ -45,8 +55,8 @@ ModuleCalls::ModuleCalls(const Graph &graph, llvm::function_ref<bool(const Modul
         if (v->kind() != ValueKind::Tensor)
           continue;
         bool escapes = graphOutputs.count(v);
-        for (const Node *u : users.lookup(v))
-          escapes |= !c.nodes.count(u);
+        if (auto it = users.find(v); it != users.end())
+          escapes |= llvm::any_of(it->second, [&](const Node *u) { return !c.nodes.count(u); });
         if (escapes)
           c.outputs.push_back(v);
       }
