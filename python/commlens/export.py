@@ -187,6 +187,8 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     the graph modules of the trace generate their Python code when first called instead of after
     each of export's passes (torch.fx's lazy graph modules, which torch.compile uses): regenerating
     the code of the whole graph after every pass is a sixth of export's time for a large model.
+    The tracepoints that record module calls go straight to their handler
+    (:func:`commlens._export_shortcuts.direct_tracepoints`).
 
     The program then records, per module call (``fqn``, ``fqn@1``, ...), which graph values are
     its positional and keyword arguments (``module_call_graph``), which commlens needs to apply
@@ -198,9 +200,11 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     import torch
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
+    from commlens._export_shortcuts import direct_tracepoints
+
     names = tuple(name for name, _ in model.named_modules() if name)
     with fsdp_mixed_precision(model, plan), _stack_traces(stack_traces), _without_cyclic_gc(), \
-            _use_lazy_graph_module(True):
+            _use_lazy_graph_module(True), direct_tracepoints():
         try:
             return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
                                        preserve_module_call_signature=names)

@@ -1,0 +1,122 @@
+"""Shortcuts through torch 2.13 internals that make ``torch.export`` and its serialiser cheaper
+for a large model without changing what they produce.
+
+Each is a context manager that swaps one torch internal for an equivalent while the block runs
+and restores it after, and does nothing when the internal it relies on is absent (another torch
+version): export and serialisation then take torch's own path. ``tests/python/test_export.py``
+checks, per shortcut, that the program's JSON is byte-identical with and without it, and that
+the fallback is taken when the internal is missing.
+
+The swaps are process-wide while active (torch looks these functions up at call time), so a
+second thread that uses the same shortcut waits for the first to finish (:func:`_swapped`).
+"""
+
+import contextlib
+import logging
+import threading
+
+_LOCKS = {}
+_SWAPPED = set()
+
+
+@contextlib.contextmanager
+def _swapped(key, swap):
+    """Within the block, ``swap()``'s replacement is in place (``swap`` installs it and returns the
+    function that restores torch's, or returns None, installing nothing, when the internals it
+    needs are absent). Blocks with the same ``key`` in other threads wait for this one; one
+    nested in it, in this thread, finds the replacement in place and leaves it."""
+    with _LOCKS.setdefault(key, threading.RLock()):
+        restore = swap() if key not in _SWAPPED else None
+        if restore is None:
+            yield
+            return
+        _SWAPPED.add(key)
+        try:
+            yield
+        finally:
+            _SWAPPED.discard(key)
+            restore()
+
+
+def direct_tracepoints():
+    """Within the block, a module-call tracepoint goes straight to the proxy mode's handler.
+
+    Preserving a module's call signature (``preserve_module_call_signature``) makes the traced
+    module's forward hooks call the higher-order operator ``_export_tracepoint`` on its flattened
+    inputs and outputs (``torch._export.wrappers``): twice per module call, 3,030 calls for the
+    126-layer Llama. Each call first passes through the three torch-function modes of a
+    non-strict pre-dispatch trace (``TorchFunctionMetadataMode``, which records it as the last
+    torch function with its count, ``PreDispatchTorchFunctionMode`` and
+    ``_NonStrictTorchFunctionHandler``, which pass it on unchanged), then through
+    ``HigherOrderOperator.dispatch``, which finds the ``PreDispatch`` key, pops the proxy mode off
+    the pre-dispatch stack and pushes it back afterwards, which drops the ``PreDispatch`` entry of
+    the dispatch cache of every operator used so far, and runs the handler registered for the
+    proxy mode (``export_tracepoint_dispatch_mode``, which emits the tracepoint node and its
+    ``getitem`` nodes). That route costs about as much as the handler.
+
+    Here, when the state is exactly that (these three torch-function modes and nothing else, the
+    proxy mode alone on the pre-dispatch stack, fake tensors as the only tensor arguments, Python
+    dispatch not excluded, ``PreDispatch`` the key the operator would dispatch on), the call does
+    what the modes do (the metadata mode's record) and runs the same handler with the
+    torch-function modes off and ``PreDispatch`` excluded, as the handler runs on torch's route;
+    in any other state it takes torch's route. The nodes, names and metadata of the trace are the
+    same, so is the program (``tests/python/test_export.py``). About a fifth of what preserving
+    every module's signature costs."""
+    return _swapped("direct_tracepoints", _swap_tracepoints)
+
+
+def _swap_tracepoints():
+    try:
+        import torch
+        from torch._C import DispatchKey, DispatchKeySet
+        from torch._export import non_strict_utils
+        from torch._export.wrappers import ExportTracepoint
+        from torch._ops import _compute_keyset, mode_stack_state_for_pre_dispatch
+        from torch._subclasses.fake_tensor import FakeTensor
+        from torch.fx.experimental.proxy_tensor import PreDispatchTorchFunctionMode, TorchFunctionMetadataMode
+        from torch.overrides import _get_current_function_mode_stack
+
+        # the torch-function mode stack of a non-strict pre-dispatch trace, bottom to top
+        modes = (non_strict_utils._NonStrictTorchFunctionHandler, PreDispatchTorchFunctionMode, TorchFunctionMetadataMode)
+        plain = ExportTracepoint.__dict__["__call__"]
+        pop_function_mode, push_function_mode = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+        python_excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
+        pre_dispatch = DispatchKey.PreDispatch
+        pre_dispatch_set = DispatchKeySet(pre_dispatch)
+        exclude = torch._C._ExcludeDispatchKeyGuard
+        debug_log = non_strict_utils.log
+        mode_stack_state_for_pre_dispatch().get(0)
+        mode_stack_state_for_pre_dispatch()._schema_check_mode  # noqa: B018 - fails on another torch
+    except (ImportError, AttributeError, KeyError):
+        return None
+
+    def call(self, *args, **kwargs):
+        state = mode_stack_state_for_pre_dispatch()
+        mode = state.get(0)
+        stack = _get_current_function_mode_stack()
+        if (mode is None or state.get(1) is not None or state._schema_check_mode is not None
+                or len(stack) != len(modes) or any(type(m) is not t for m, t in zip(stack, modes))
+                or any(isinstance(a, torch.Tensor) and type(a) is not FakeTensor for a in args)
+                or any(isinstance(v, torch.Tensor) for v in kwargs.values())
+                or type(mode) not in self.python_key_table or python_excluded(DispatchKey.Python)
+                or debug_log.isEnabledFor(logging.DEBUG)
+                or _compute_keyset(args, kwargs, self.non_fallthrough_keys).highestPriorityTypeId() != pre_dispatch):
+            return plain(self, *args, **kwargs)
+        tracer = stack[-1].tracer  # TorchFunctionMetadataMode's record of the call
+        tracer.torch_fn_metadata = self
+        tracer.torch_fn_counts[self] = tracer.torch_fn_counts.get(self, 0) + 1
+        handler = self.python_key_table[type(mode)]
+        for _ in stack:
+            pop_function_mode()
+        try:
+            with exclude(pre_dispatch_set):
+                return handler(mode, *args, **kwargs)
+        finally:
+            for m in stack:
+                push_function_mode(m)
+
+    def restore():
+        ExportTracepoint.__call__ = plain
+
+    ExportTracepoint.__call__ = call
+    return restore

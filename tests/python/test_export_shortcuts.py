@@ -1,0 +1,104 @@
+"""commlens._export_shortcuts: each shortcut through torch internals leaves the exported program
+byte-identical, is taken where it should be, falls back to torch's path where the state or the
+torch version differs, and puts torch back afterwards."""
+
+import contextlib
+
+import pytest
+import torch
+
+from commlens import _export_shortcuts as shortcuts
+from commlens._factory import call_model_factory
+from commlens.export import export_model, program_json
+
+SPECS = [
+    "examples.mlp:mlp",
+    "examples.gpt2:gpt2(n_layers=2, attn='matmul')",
+    "examples.gpt2:gpt2(n_layers=1, attn='sdpa', dropout=0.1)",
+    "examples.llama:llama(n_layers=2, device='meta')",
+    "examples.kwargs:gated",
+    "examples.shared:shared_mlp",
+    "examples.hf:hf_llama",
+]
+
+
+def _torch_json(ep):
+    """The program's JSON from torch's serialiser, no shortcut."""
+    from torch._export.serde.serialize import serialize
+
+    return serialize(ep, serialize_state_dict=False, serialize_constants=False,
+                     serialize_example_inputs=False).exported_program
+
+
+def _export_without(monkeypatch, *names, spec=None, made=None):
+    for name in names:
+        monkeypatch.setattr(shortcuts, name, contextlib.nullcontext)
+    try:
+        return export_model(*(made or call_model_factory(spec)))
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_export_shortcuts_leave_the_program_byte_identical(spec, monkeypatch):
+    plain = _export_without(monkeypatch, "direct_tracepoints", spec=spec)
+    assert _torch_json(export_model(*call_model_factory(spec))) == _torch_json(plain)
+
+
+def test_direct_tracepoints_skip_the_operator_dispatch(monkeypatch):
+    """Inside export_model no module-call tracepoint goes through HigherOrderOperator.dispatch;
+    under a torch-function mode of the user's (another state) every one does, with the same
+    program."""
+    from torch._export import wrappers
+
+    calls = []
+    dispatch = wrappers._export_tracepoint.dispatch
+    monkeypatch.setattr(wrappers._export_tracepoint, "dispatch", lambda *a, **k: (calls.append(a[0]),
+                                                                                  dispatch(*a, **k))[1])
+    call = wrappers.ExportTracepoint.__dict__["__call__"]
+    made = call_model_factory("examples.llama:llama(n_layers=2, device='meta')")
+    ep = export_model(*made)
+    assert calls == [] and wrappers.ExportTracepoint.__dict__["__call__"] is call
+
+    class UserMode(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with UserMode():
+        in_mode = export_model(*made)
+    called = {path for n in ep.graph.nodes for path, _ in n.meta.get("nn_module_stack", {}).values()} - {""}
+    assert len(calls) == 2 * len(called)  # each module call's inputs and outputs
+    assert _torch_json(in_mode) == _torch_json(ep)
+
+
+@pytest.mark.parametrize("swap, module, name", [
+    ("_swap_tracepoints", "torch._export.wrappers", "ExportTracepoint"),
+    ("_swap_tracepoints", "torch._export.non_strict_utils", "_NonStrictTorchFunctionHandler"),
+])
+def test_a_torch_without_the_internal_takes_its_own_path(swap, module, name, monkeypatch):
+    """Where the internal a shortcut relies on is missing, it installs nothing and the block runs
+    (torch's own path)."""
+    import importlib
+
+    monkeypatch.delattr(importlib.import_module(module), name)
+    assert getattr(shortcuts, swap)() is None
+    key = {"_swap_tracepoints": "direct_tracepoints"}[swap]
+    with shortcuts._swapped(key, getattr(shortcuts, swap)):
+        assert key not in shortcuts._SWAPPED
+
+
+def test_nested_blocks_swap_once_and_restore_at_the_outer_exit():
+    from torch._export.wrappers import ExportTracepoint
+
+    call = ExportTracepoint.__dict__["__call__"]
+    with shortcuts.direct_tracepoints():
+        swapped = ExportTracepoint.__dict__["__call__"]
+        assert swapped is not call
+        with shortcuts.direct_tracepoints():
+            assert ExportTracepoint.__dict__["__call__"] is swapped
+        assert ExportTracepoint.__dict__["__call__"] is swapped
+    assert ExportTracepoint.__dict__["__call__"] is call
+    with pytest.raises(RuntimeError):
+        with shortcuts.direct_tracepoints():
+            raise RuntimeError("x")
+    assert ExportTracepoint.__dict__["__call__"] is call
