@@ -188,7 +188,8 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     each of export's passes (torch.fx's lazy graph modules, which torch.compile uses): regenerating
     the code of the whole graph after every pass is a sixth of export's time for a large model.
     The tracepoints that record module calls go straight to their handler
-    (:func:`commlens._export_shortcuts.direct_tracepoints`).
+    (:func:`commlens._export_shortcuts.direct_tracepoints`), and a trace without unbacked symbols
+    skips the walk that looks for them (:func:`commlens._export_shortcuts.no_unbacked_rebinding_walk`).
 
     The program then records, per module call (``fqn``, ``fqn@1``, ...), which graph values are
     its positional and keyword arguments (``module_call_graph``), which commlens needs to apply
@@ -200,11 +201,11 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     import torch
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
-    from commlens._export_shortcuts import direct_tracepoints
+    from commlens._export_shortcuts import direct_tracepoints, no_unbacked_rebinding_walk
 
     names = tuple(name for name, _ in model.named_modules() if name)
     with fsdp_mixed_precision(model, plan), _stack_traces(stack_traces), _without_cyclic_gc(), \
-            _use_lazy_graph_module(True), direct_tracepoints():
+            _use_lazy_graph_module(True), direct_tracepoints(), no_unbacked_rebinding_walk():
         try:
             return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
                                        preserve_module_call_signature=names)

@@ -39,10 +39,20 @@ def _export_without(monkeypatch, *names, spec=None, made=None):
         monkeypatch.undo()
 
 
+class DataDependent(torch.nn.Module):
+    """An output whose size is data-dependent: an unbacked symbol."""
+
+    def forward(self, x):
+        return torch.nonzero(x)
+
+
 @pytest.mark.parametrize("spec", SPECS)
 def test_export_shortcuts_leave_the_program_byte_identical(spec, monkeypatch):
-    plain = _export_without(monkeypatch, "direct_tracepoints", spec=spec)
+    plain = _export_without(monkeypatch, "direct_tracepoints", "no_unbacked_rebinding_walk", spec=spec)
     assert _torch_json(export_model(*call_model_factory(spec))) == _torch_json(plain)
+    # and each one alone
+    assert _torch_json(_export_without(monkeypatch, "direct_tracepoints", spec=spec)) == _torch_json(plain)
+    assert _torch_json(_export_without(monkeypatch, "no_unbacked_rebinding_walk", spec=spec)) == _torch_json(plain)
 
 
 def test_direct_tracepoints_skip_the_operator_dispatch(monkeypatch):
@@ -71,9 +81,29 @@ def test_direct_tracepoints_skip_the_operator_dispatch(monkeypatch):
     assert _torch_json(in_mode) == _torch_json(ep)
 
 
+def test_unbacked_symbols_take_torchs_walk(monkeypatch):
+    """A trace with an unbacked symbol recomputes its bindings with torch's walk (same program);
+    one without does not call it."""
+    import torch.export._trace as trace
+
+    calls = []
+    walk = trace._replace_unbacked_bindings
+    monkeypatch.setattr(trace, "_replace_unbacked_bindings", lambda gm: (calls.append(gm), walk(gm))[1])
+    args = (torch.tensor([0.0, 1.0, 0.0, 2.0]),)
+    ep = export_model(DataDependent(), args)
+    assert len(calls) == 1 and trace._replace_unbacked_bindings is not walk
+    assert any("unbacked_bindings" in n.meta for n in ep.graph.nodes)
+    export_model(*call_model_factory("examples.mlp:mlp"))
+    assert len(calls) == 1
+    with monkeypatch.context() as m:
+        m.setattr(shortcuts, "no_unbacked_rebinding_walk", contextlib.nullcontext)
+        assert _torch_json(export_model(DataDependent(), args)) == _torch_json(ep)
+
+
 @pytest.mark.parametrize("swap, module, name", [
     ("_swap_tracepoints", "torch._export.wrappers", "ExportTracepoint"),
     ("_swap_tracepoints", "torch._export.non_strict_utils", "_NonStrictTorchFunctionHandler"),
+    ("_swap_unbacked_rebinding", "torch.export._trace", "_replace_unbacked_bindings"),
 ])
 def test_a_torch_without_the_internal_takes_its_own_path(swap, module, name, monkeypatch):
     """Where the internal a shortcut relies on is missing, it installs nothing and the block runs
@@ -82,7 +112,7 @@ def test_a_torch_without_the_internal_takes_its_own_path(swap, module, name, mon
 
     monkeypatch.delattr(importlib.import_module(module), name)
     assert getattr(shortcuts, swap)() is None
-    key = {"_swap_tracepoints": "direct_tracepoints"}[swap]
+    key = {"_swap_tracepoints": "direct_tracepoints", "_swap_unbacked_rebinding": "no_unbacked_rebinding_walk"}[swap]
     with shortcuts._swapped(key, getattr(shortcuts, swap)):
         assert key not in shortcuts._SWAPPED
 
