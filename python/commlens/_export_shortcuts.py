@@ -3,9 +3,9 @@ for a large model without changing what they produce.
 
 Each is a context manager that swaps one torch internal for an equivalent while the block runs
 and restores it after, and does nothing when the internal it relies on is absent (another torch
-version): export and serialisation then take torch's own path. ``tests/python/test_export.py``
-checks, per shortcut, that the program's JSON is byte-identical with and without it, and that
-the fallback is taken when the internal is missing.
+version): export and serialisation then take torch's own path.
+``tests/python/test_export_shortcuts.py`` checks, per shortcut, that the program's JSON is
+byte-identical with and without it, and that the fallback is taken when the internal is missing.
 
 The swaps are process-wide while active (torch looks these functions up at call time), so a
 second thread that uses the same shortcut waits for the first to finish (:func:`_swapped`).
@@ -60,8 +60,8 @@ def direct_tracepoints():
     what the modes do (the metadata mode's record) and runs the same handler with the
     torch-function modes off and ``PreDispatch`` excluded, as the handler runs on torch's route;
     in any other state it takes torch's route. The nodes, names and metadata of the trace are the
-    same, so is the program (``tests/python/test_export.py``). About a fifth of what preserving
-    every module's signature costs."""
+    same, so is the program (``tests/python/test_export_shortcuts.py``). About a fifth of what
+    preserving every module's signature costs."""
     return _swapped("direct_tracepoints", _swap_tracepoints)
 
 
@@ -77,9 +77,11 @@ def _swap_tracepoints():
         from torch.overrides import _get_current_function_mode_stack
 
         # the torch-function mode stack of a non-strict pre-dispatch trace, bottom to top
-        modes = (non_strict_utils._NonStrictTorchFunctionHandler, PreDispatchTorchFunctionMode, TorchFunctionMetadataMode)
+        modes = (non_strict_utils._NonStrictTorchFunctionHandler, PreDispatchTorchFunctionMode,
+                 TorchFunctionMetadataMode)
         plain = ExportTracepoint.__dict__["__call__"]
-        pop_function_mode, push_function_mode = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+        pop_function_mode = torch._C._pop_torch_function_stack
+        push_function_mode = torch._C._push_on_torch_function_stack
         python_excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
         pre_dispatch = DispatchKey.PreDispatch
         pre_dispatch_set = DispatchKeySet(pre_dispatch)
@@ -160,4 +162,140 @@ def _swap_unbacked_rebinding():
         trace._replace_unbacked_bindings = plain
 
     trace._replace_unbacked_bindings = replace
+    return restore
+
+
+@contextlib.contextmanager
+def lean_serializer(exported_program=None):
+    """Within the block, torch's program serialiser builds the same objects and JSON with less work.
+
+    ``torch._export.serde.serialize`` spends most of its time in bookkeeping that does not depend
+    on the program: ``_Union.create`` lists the union class's dataclass fields for every value it
+    makes (a tensor argument, an output, each size of each tensor's metadata) and its
+    ``__post_init__`` lists them again to check that no field has a reserved name;
+    ``_dataclass_to_dict`` (the walk before ``json.dumps``) lists the fields of every dataclass
+    it meets and goes through ``_Union.__getattribute__`` for every union; and ``serialize_graph``
+    renders the whole graph as Python source (``print_readable``) for a debug log line it drops
+    when debug logging is off. Here the field names are listed once per class, the reserved-name
+    check runs once per class, a union's tag object is made once per (class, tag) (it is an
+    immutable ``str``), the walk reads each class's fields from a per-type table and an object's
+    values from its ``__dict__``, and ``exported_program``'s graph module skips the debug
+    rendering while debug logging is off (only that call, ``print_readable(print_output=False)``:
+    ``str(exported_program)`` still renders). The objects built and the JSON written are the
+    same (``tests/python/test_export_shortcuts.py``)."""
+    graph_module = getattr(exported_program, "graph_module", None)
+    skip_render = graph_module is not None and "print_readable" not in vars(graph_module)
+    if skip_render:
+        render = graph_module.print_readable
+
+        def print_readable(*args, **kwargs):
+            from torch._export.serde.serialize import log
+
+            if not args and kwargs == {"print_output": False} and not log.isEnabledFor(logging.DEBUG):
+                return ""  # serialize_graph's debug line, which the logger drops
+            return render(*args, **kwargs)
+
+        graph_module.print_readable = print_readable
+    try:
+        with _swapped("lean_serializer", _swap_serializer):
+            yield
+    finally:
+        if skip_render:
+            del graph_module.print_readable
+
+
+def _swap_serializer():
+    try:
+        import dataclasses
+        import math
+
+        from torch._export.serde import serialize as serde
+        from torch._export.serde.union import _Union, _UnionTag
+
+        plain_create_method = _Union.__dict__["create"]
+        plain_create = plain_create_method.__func__
+        plain_post_init = _Union.__dict__["__post_init__"]
+        plain_to_dict = serde._dataclass_to_dict
+    except (ImportError, AttributeError, KeyError):
+        return None
+    field_names, checked, tags = {}, set(), {}
+
+    def names_of(cls):
+        names = field_names.get(cls)
+        if names is None:
+            names = field_names[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        return names
+
+    def create(cls, **kwargs):
+        if len(kwargs) != 1:
+            return plain_create(cls, **kwargs)  # its error
+        values = dict.fromkeys(names_of(cls))
+        values.update(kwargs)
+        obj = cls(**values)
+        (name,) = kwargs
+        tag = tags.get((cls, name))
+        if tag is None:
+            tag = tags[(cls, name)] = _UnionTag.create(name, cls)
+        obj._type = tag
+        return obj
+
+    def post_init(self):
+        cls = type(self)
+        if cls not in checked:
+            plain_post_init(self)
+            checked.add(cls)
+
+    UNION, DATACLASS, LIST, TUPLE, DICT, FLOAT, OTHER = range(7)
+    kinds = {}
+
+    def kind_of(obj):  # the order of serde._dataclass_to_dict's tests
+        if isinstance(obj, _Union):
+            return UNION, None
+        if dataclasses.is_dataclass(obj):
+            return DATACLASS, names_of(type(obj))
+        for kind, cls in ((LIST, list), (TUPLE, tuple), (DICT, dict), (FLOAT, float)):
+            if isinstance(obj, cls):
+                return kind, None
+        return OTHER, None
+
+    def to_dict(obj):
+        entry = kinds.get(type(obj))
+        if entry is None:
+            if isinstance(obj, type):  # a class, not an instance: what is_dataclass says depends on it
+                return plain_to_dict(obj)
+            entry = kinds[type(obj)] = kind_of(obj)
+        kind, names = entry
+        if kind == OTHER:
+            return obj
+        if kind == UNION:
+            values = obj.__dict__
+            tag = values.get("_type")
+            if tag is None:  # not made by create(): torch's error
+                return plain_to_dict(obj)
+            return {tag: to_dict(values[str(tag)])}
+        if kind == DATACLASS:
+            values = getattr(obj, "__dict__", {})
+            return {n: to_dict(values[n] if n in values else getattr(obj, n)) for n in names}
+        if kind == LIST:
+            return [to_dict(x) for x in obj]
+        if kind == TUPLE:
+            return tuple(to_dict(x) for x in obj)
+        if kind == DICT:
+            return {k: to_dict(v) for k, v in obj.items()}
+        if obj == math.inf:
+            return "Infinity"
+        if obj == -math.inf:
+            return "-Infinity"
+        if math.isnan(obj):
+            return "NaN"
+        return obj
+
+    def restore():
+        _Union.create = plain_create_method
+        _Union.__post_init__ = plain_post_init
+        serde._dataclass_to_dict = plain_to_dict
+
+    _Union.create = classmethod(create)
+    _Union.__post_init__ = post_init
+    serde._dataclass_to_dict = to_dict
     return restore

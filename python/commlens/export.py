@@ -140,11 +140,14 @@ def _without_canonical_form_check():
 
 def save_program(exported_program, path):
     """``torch.export.save(exported_program, path)``, the same archive, without the serialiser's
-    discarded canonical-form self-check (:func:`_without_canonical_form_check`) and without cyclic
-    garbage collections while it runs (:func:`_without_cyclic_gc`)."""
+    discarded canonical-form self-check (:func:`_without_canonical_form_check`), with less of its
+    bookkeeping (:func:`commlens._export_shortcuts.lean_serializer`) and without cyclic garbage
+    collections while it runs (:func:`_without_cyclic_gc`)."""
     import torch
 
-    with _without_canonical_form_check(), _without_cyclic_gc():
+    from commlens._export_shortcuts import lean_serializer
+
+    with _without_canonical_form_check(), lean_serializer(exported_program), _without_cyclic_gc():
         torch.export.save(exported_program, path)
 
 
@@ -153,10 +156,12 @@ def program_json(exported_program):
     memory: what ``commlens._core.predict_program_json`` decodes. Neither the weights nor the
     constants nor the example inputs are pickled (``torch.export.save`` writes those to other
     entries, which predict never reads), nor is the canonical-form self-check run, nor the cyclic
-    garbage collector."""
+    garbage collector, and the serialiser's bookkeeping is lighter (as in :func:`save_program`)."""
     from torch._export.serde.serialize import serialize
 
-    with _without_canonical_form_check(), _without_cyclic_gc():
+    from commlens._export_shortcuts import lean_serializer
+
+    with _without_canonical_form_check(), lean_serializer(exported_program), _without_cyclic_gc():
         return serialize(exported_program, serialize_state_dict=False, serialize_constants=False,
                          serialize_example_inputs=False).exported_program
 

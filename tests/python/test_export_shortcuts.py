@@ -3,6 +3,7 @@ byte-identical, is taken where it should be, falls back to torch's path where th
 torch version differs, and puts torch back afterwards."""
 
 import contextlib
+import math
 
 import pytest
 import torch
@@ -39,6 +40,17 @@ def _export_without(monkeypatch, *names, spec=None, made=None):
         monkeypatch.undo()
 
 
+class Edges(torch.nn.Module):
+    """Infinite and NaN float arguments (the JSON's "Infinity", "-Infinity", "NaN")."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).clamp(min=-math.inf, max=math.inf) + float("nan")
+
+
 class DataDependent(torch.nn.Module):
     """An output whose size is data-dependent: an unbacked symbol."""
 
@@ -53,6 +65,35 @@ def test_export_shortcuts_leave_the_program_byte_identical(spec, monkeypatch):
     # and each one alone
     assert _torch_json(_export_without(monkeypatch, "direct_tracepoints", spec=spec)) == _torch_json(plain)
     assert _torch_json(_export_without(monkeypatch, "no_unbacked_rebinding_walk", spec=spec)) == _torch_json(plain)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_lean_serializer_writes_torch_serializers_json(spec):
+    ep = export_model(*call_model_factory(spec))
+    with shortcuts.lean_serializer(ep):
+        lean = _torch_json(ep)
+    assert lean == _torch_json(ep)
+    assert program_json(ep) == lean
+
+
+def test_lean_serializer_floats_and_rendering():
+    """inf and NaN arguments are written as torch writes them; within the block only the
+    serialiser's debug rendering is skipped, str(program) still renders; all is put back after."""
+    from torch._export.serde import serialize as serde
+    from torch._export.serde.union import _Union
+
+    ep = export_model(Edges(), (torch.randn(2, 4),))
+    before = (_Union.__dict__["create"], _Union.__dict__["__post_init__"], serde._dataclass_to_dict)
+    expected = _torch_json(ep)
+    assert b'"Infinity"' in expected and b'"-Infinity"' in expected and b'"NaN"' in expected
+    with shortcuts.lean_serializer(ep):
+        assert serde._dataclass_to_dict is not before[2]
+        assert _torch_json(ep) == expected
+        assert "clamp" in str(ep)
+        assert ep.graph_module.print_readable(print_output=False) == ""
+    assert (_Union.__dict__["create"], _Union.__dict__["__post_init__"], serde._dataclass_to_dict) == before
+    assert "print_readable" not in vars(ep.graph_module)
+    assert "clamp" in ep.graph_module.print_readable(print_output=False)
 
 
 def test_direct_tracepoints_skip_the_operator_dispatch(monkeypatch):
@@ -104,6 +145,8 @@ def test_unbacked_symbols_take_torchs_walk(monkeypatch):
     ("_swap_tracepoints", "torch._export.wrappers", "ExportTracepoint"),
     ("_swap_tracepoints", "torch._export.non_strict_utils", "_NonStrictTorchFunctionHandler"),
     ("_swap_unbacked_rebinding", "torch.export._trace", "_replace_unbacked_bindings"),
+    ("_swap_serializer", "torch._export.serde.serialize", "_dataclass_to_dict"),
+    ("_swap_serializer", "torch._export.serde.union", "_UnionTag"),
 ])
 def test_a_torch_without_the_internal_takes_its_own_path(swap, module, name, monkeypatch):
     """Where the internal a shortcut relies on is missing, it installs nothing and the block runs
@@ -112,7 +155,8 @@ def test_a_torch_without_the_internal_takes_its_own_path(swap, module, name, mon
 
     monkeypatch.delattr(importlib.import_module(module), name)
     assert getattr(shortcuts, swap)() is None
-    key = {"_swap_tracepoints": "direct_tracepoints", "_swap_unbacked_rebinding": "no_unbacked_rebinding_walk"}[swap]
+    key = {"_swap_tracepoints": "direct_tracepoints", "_swap_unbacked_rebinding": "no_unbacked_rebinding_walk",
+           "_swap_serializer": "lean_serializer"}[swap]
     with shortcuts._swapped(key, getattr(shortcuts, swap)):
         assert key not in shortcuts._SWAPPED
 
