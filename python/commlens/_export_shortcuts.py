@@ -299,3 +299,42 @@ def _swap_serializer():
     _Union.__post_init__ = post_init
     serde._dataclass_to_dict = to_dict
     return restore
+
+
+def lazy_program_module():
+    """Within the block (and with torch.fx's lazy graph modules on, as in
+    :func:`commlens.export.export_model`), the exported program's graph module generates its
+    Python code when first called, like the graph modules of the trace before it.
+
+    ``ExportedProgram.__init__`` makes its graph module with
+    ``torch.export.exported_program._create_graph_module_for_export``, an eager
+    ``torch.fx.GraphModule`` that generates and compiles the whole graph's Python source at once:
+    a quarter of a second for the 126-layer Llama, for code that neither ``torch.export.save`` nor
+    :func:`commlens.export.program_json` runs. Here it is a ``_LazyGraphModule`` (torch.fx's,
+    which torch.compile uses: the same graph, code and behaviour, generated on first use). One
+    difference: a graph whose source cannot be compiled (an in-memory object that its code
+    cannot spell) raises the ``SyntaxError`` when first called, where torch warns at export and
+    leaves a module that cannot be called."""
+    return _swapped("lazy_program_module", _swap_program_module)
+
+
+def _swap_program_module():
+    try:
+        import torch.export.exported_program as exported_program
+        from torch.fx import _lazy_graph_module as lazy
+
+        plain = exported_program._create_graph_module_for_export
+        lazy._get_graph_module_cls, lazy._LazyGraphModule  # noqa: B018 - fails on another torch
+    except (ImportError, AttributeError):
+        return None
+
+    def create(root, graph):
+        if lazy._get_graph_module_cls() is not lazy._LazyGraphModule:
+            return plain(root, graph)
+        return lazy._LazyGraphModule(root, graph)
+
+    def restore():
+        exported_program._create_graph_module_for_export = plain
+
+    exported_program._create_graph_module_for_export = create
+    return restore

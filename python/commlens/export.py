@@ -191,7 +191,8 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     The cyclic garbage collector does not run during the trace (:func:`_without_cyclic_gc`), and
     the graph modules of the trace generate their Python code when first called instead of after
     each of export's passes (torch.fx's lazy graph modules, which torch.compile uses): regenerating
-    the code of the whole graph after every pass is a sixth of export's time for a large model.
+    the code of the whole graph after every pass is a sixth of export's time for a large model;
+    the program's own graph module is lazy too (:func:`commlens._export_shortcuts.lazy_program_module`).
     The tracepoints that record module calls go straight to their handler
     (:func:`commlens._export_shortcuts.direct_tracepoints`), and a trace without unbacked symbols
     skips the walk that looks for them (:func:`commlens._export_shortcuts.no_unbacked_rebinding_walk`).
@@ -206,11 +207,11 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     import torch
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
-    from commlens._export_shortcuts import direct_tracepoints, no_unbacked_rebinding_walk
+    from commlens._export_shortcuts import direct_tracepoints, lazy_program_module, no_unbacked_rebinding_walk
 
     names = tuple(name for name, _ in model.named_modules() if name)
     with fsdp_mixed_precision(model, plan), _stack_traces(stack_traces), _without_cyclic_gc(), \
-            _use_lazy_graph_module(True), direct_tracepoints(), no_unbacked_rebinding_walk():
+            _use_lazy_graph_module(True), direct_tracepoints(), no_unbacked_rebinding_walk(), lazy_program_module():
         try:
             return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
                                        preserve_module_call_signature=names)

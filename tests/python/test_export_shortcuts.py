@@ -60,11 +60,11 @@ class DataDependent(torch.nn.Module):
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_export_shortcuts_leave_the_program_byte_identical(spec, monkeypatch):
-    plain = _export_without(monkeypatch, "direct_tracepoints", "no_unbacked_rebinding_walk", spec=spec)
+    names = ("direct_tracepoints", "no_unbacked_rebinding_walk", "lazy_program_module")
+    plain = _export_without(monkeypatch, *names, spec=spec)
     assert _torch_json(export_model(*call_model_factory(spec))) == _torch_json(plain)
-    # and each one alone
-    assert _torch_json(_export_without(monkeypatch, "direct_tracepoints", spec=spec)) == _torch_json(plain)
-    assert _torch_json(_export_without(monkeypatch, "no_unbacked_rebinding_walk", spec=spec)) == _torch_json(plain)
+    for name in names:  # and each one alone
+        assert _torch_json(_export_without(monkeypatch, name, spec=spec)) == _torch_json(plain)
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -141,12 +141,33 @@ def test_unbacked_symbols_take_torchs_walk(monkeypatch):
         assert _torch_json(export_model(DataDependent(), args)) == _torch_json(ep)
 
 
+def test_the_programs_graph_module_is_lazy_and_the_same(monkeypatch):
+    """The program's graph module generates its code on first use: the same code, output, printout
+    and archive as the eager one torch makes; without lazy graph modules it is torch's."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    model, args, kwargs = made = call_model_factory("examples.gpt2:gpt2(n_layers=2)")
+    ep = export_model(*made)
+    eager = _export_without(monkeypatch, "lazy_program_module", made=made)
+    assert isinstance(ep.graph_module, _LazyGraphModule) and not isinstance(eager.graph_module, _LazyGraphModule)
+    assert ep.graph_module.code == eager.graph_module.code and str(ep) == str(eager)
+    torch.manual_seed(0)
+    out = ep.module()(*args)
+    torch.manual_seed(0)
+    torch.testing.assert_close(out, eager.module()(*args), rtol=0, atol=0)
+    with shortcuts.lazy_program_module():
+        ep = torch.export.export(model, tuple(args), strict=False)
+    assert not isinstance(ep.graph_module, _LazyGraphModule)
+
+
 @pytest.mark.parametrize("swap, module, name", [
     ("_swap_tracepoints", "torch._export.wrappers", "ExportTracepoint"),
     ("_swap_tracepoints", "torch._export.non_strict_utils", "_NonStrictTorchFunctionHandler"),
     ("_swap_unbacked_rebinding", "torch.export._trace", "_replace_unbacked_bindings"),
     ("_swap_serializer", "torch._export.serde.serialize", "_dataclass_to_dict"),
     ("_swap_serializer", "torch._export.serde.union", "_UnionTag"),
+    ("_swap_program_module", "torch.export.exported_program", "_create_graph_module_for_export"),
+    ("_swap_program_module", "torch.fx._lazy_graph_module", "_LazyGraphModule"),
 ])
 def test_a_torch_without_the_internal_takes_its_own_path(swap, module, name, monkeypatch):
     """Where the internal a shortcut relies on is missing, it installs nothing and the block runs
@@ -156,7 +177,7 @@ def test_a_torch_without_the_internal_takes_its_own_path(swap, module, name, mon
     monkeypatch.delattr(importlib.import_module(module), name)
     assert getattr(shortcuts, swap)() is None
     key = {"_swap_tracepoints": "direct_tracepoints", "_swap_unbacked_rebinding": "no_unbacked_rebinding_walk",
-           "_swap_serializer": "lean_serializer"}[swap]
+           "_swap_serializer": "lean_serializer", "_swap_program_module": "lazy_program_module"}[swap]
     with shortcuts._swapped(key, getattr(shortcuts, swap)):
         assert key not in shortcuts._SWAPPED
 
