@@ -272,7 +272,8 @@ def _swap_serializer():
             tag = values.get("_type")
             if tag is None:  # not made by create(): torch's error
                 return plain_to_dict(obj)
-            return {tag: to_dict(values[str(tag)])}
+            name = str(tag)  # the tag as a plain str: the same JSON key, hashed in C
+            return {name: to_dict(values[name])}
         if kind == DATACLASS:
             values = getattr(obj, "__dict__", {})
             return {n: to_dict(values[n] if n in values else getattr(obj, n)) for n in names}
