@@ -67,6 +67,22 @@ def test_export_shortcuts_leave_the_program_byte_identical(spec, monkeypatch):
         assert _torch_json(_export_without(monkeypatch, name, spec=spec)) == _torch_json(plain)
 
 
+@pytest.mark.parametrize("spec, plan", [
+    ("examples.mlp:stacked_mlp(n_layers=2)", "examples.plans:stacked_mlp_fsdp(dp=2, mixed_precision='bf16')"),
+    ("examples.gpt2:gpt2(n_layers=2)", "examples.plans:gpt2_fsdp_tp(dp=2, tp=4, sp=True, mixed_precision='bf16')"),
+])
+def test_export_shortcuts_under_fsdp_mixed_precision(spec, plan, monkeypatch):
+    """The plan's cast hooks run before the tracepoints' (prepended) and around them: same program."""
+    from commlens.plan import resolve_plan
+
+    model, args, kwargs = call_model_factory(spec)
+    plan = resolve_plan(plan)
+    ep = export_model(model, args, kwargs, plan)
+    for name in ("direct_tracepoints", "no_unbacked_rebinding_walk", "lazy_program_module"):
+        monkeypatch.setattr(shortcuts, name, contextlib.nullcontext)
+    assert _torch_json(ep) == _torch_json(export_model(model, args, kwargs, plan))
+
+
 @pytest.mark.parametrize("spec", SPECS)
 def test_lean_serializer_writes_torch_serializers_json(spec):
     ep = export_model(*call_model_factory(spec))
