@@ -102,14 +102,24 @@ def _without_cyclic_gc():
     """Within the block, Python's cyclic garbage collector does not run (reference counting still
     frees what it can). Tracing and serialising a large model allocate hundreds of thousands of
     objects, each full collection walks all of them, and none of it is garbage yet: collections
-    are a tenth of torch.export's time and nearly half of serialising the program. What was
-    allocated is collected at the next collection after the block."""
+    are a tenth of torch.export's time and nearly half of serialising the program.
+
+    What survives the block joins the oldest generation (``gc.freeze()`` then ``gc.unfreeze()``,
+    two list splices), where the next full collection looks at it, instead of staying in the
+    youngest, where the first collection after the block would walk all of it (a third of a second
+    after tracing the 126-layer Llama, as long again after serialising it). The block's cyclic
+    garbage is then freed by the next full collection, not the next young one: a higher peak (about
+    70 MiB for that Llama exported and predicted in one process). Not done while the process keeps
+    objects frozen itself (``gc.get_freeze_count()``): unfreezing would release them."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
@@ -140,11 +150,14 @@ def _without_canonical_form_check():
 
 def save_program(exported_program, path):
     """``torch.export.save(exported_program, path)``, the same archive, without the serialiser's
-    discarded canonical-form self-check (:func:`_without_canonical_form_check`) and without cyclic
-    garbage collections while it runs (:func:`_without_cyclic_gc`)."""
+    discarded canonical-form self-check (:func:`_without_canonical_form_check`), with less of its
+    bookkeeping (:func:`commlens._export_shortcuts.lean_serializer`) and without cyclic garbage
+    collections while it runs (:func:`_without_cyclic_gc`)."""
     import torch
 
-    with _without_canonical_form_check(), _without_cyclic_gc():
+    from commlens._export_shortcuts import lean_serializer
+
+    with _without_canonical_form_check(), lean_serializer(exported_program), _without_cyclic_gc():
         torch.export.save(exported_program, path)
 
 
@@ -153,10 +166,12 @@ def program_json(exported_program):
     memory: what ``commlens._core.predict_program_json`` decodes. Neither the weights nor the
     constants nor the example inputs are pickled (``torch.export.save`` writes those to other
     entries, which predict never reads), nor is the canonical-form self-check run, nor the cyclic
-    garbage collector."""
+    garbage collector, and the serialiser's bookkeeping is lighter (as in :func:`save_program`)."""
     from torch._export.serde.serialize import serialize
 
-    with _without_canonical_form_check(), _without_cyclic_gc():
+    from commlens._export_shortcuts import lean_serializer
+
+    with _without_canonical_form_check(), lean_serializer(exported_program), _without_cyclic_gc():
         return serialize(exported_program, serialize_state_dict=False, serialize_constants=False,
                          serialize_example_inputs=False).exported_program
 
@@ -186,7 +201,11 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     The cyclic garbage collector does not run during the trace (:func:`_without_cyclic_gc`), and
     the graph modules of the trace generate their Python code when first called instead of after
     each of export's passes (torch.fx's lazy graph modules, which torch.compile uses): regenerating
-    the code of the whole graph after every pass is a sixth of export's time for a large model.
+    the code of the whole graph after every pass is a sixth of export's time for a large model;
+    the program's own graph module is lazy too (:func:`commlens._export_shortcuts.lazy_program_module`).
+    The tracepoints that record module calls go straight to their handler
+    (:func:`commlens._export_shortcuts.direct_tracepoints`), and a trace without unbacked symbols
+    skips the walk that looks for them (:func:`commlens._export_shortcuts.no_unbacked_rebinding_walk`).
 
     The program then records, per module call (``fqn``, ``fqn@1``, ...), which graph values are
     its positional and keyword arguments (``module_call_graph``), which commlens needs to apply
@@ -198,9 +217,11 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     import torch
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
+    from commlens._export_shortcuts import direct_tracepoints, lazy_program_module, no_unbacked_rebinding_walk
+
     names = tuple(name for name, _ in model.named_modules() if name)
     with fsdp_mixed_precision(model, plan), _stack_traces(stack_traces), _without_cyclic_gc(), \
-            _use_lazy_graph_module(True):
+            _use_lazy_graph_module(True), direct_tracepoints(), no_unbacked_rebinding_walk(), lazy_program_module():
         try:
             return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
                                        preserve_module_call_signature=names)
@@ -455,6 +476,11 @@ if __name__ == "__main__":
     from commlens._errors import exit_without_teardown
     from commlens.export import main as _main
 
+    # No cyclic garbage collection in this process: it imports torch, builds one model, traces and
+    # saves it, and leaves without a teardown; most of what it allocates lives until it exits, yet
+    # collections would walk it all (the one after tracing and the one after saving each walk every
+    # object of the traced program: half a second for the 126-layer Llama, for 26 MiB more at peak).
+    gc.disable()
     # Everything is written and closed: the teardown would free the traced program object by object
     # (a second for the 126-layer Llama, twice a bare torch import's).
     exit_without_teardown(_main())
