@@ -102,24 +102,14 @@ def _without_cyclic_gc():
     """Within the block, Python's cyclic garbage collector does not run (reference counting still
     frees what it can). Tracing and serialising a large model allocate hundreds of thousands of
     objects, each full collection walks all of them, and none of it is garbage yet: collections
-    are a tenth of torch.export's time and nearly half of serialising the program.
-
-    What survives the block joins the oldest generation (``gc.freeze()`` then ``gc.unfreeze()``,
-    two list splices), where the next full collection looks at it, instead of staying in the
-    youngest, where the first collection after the block would walk all of it (a third of a second
-    after tracing the 126-layer Llama, as long again after serialising it). The block's cyclic
-    garbage is then freed by the next full collection, not the next young one: a higher peak (about
-    70 MiB for that Llama exported and predicted in one process). Not done while the process keeps
-    objects frozen itself (``gc.get_freeze_count()``): unfreezing would release them."""
+    are a tenth of torch.export's time and nearly half of serialising the program. What was
+    allocated is collected at the next collection after the block."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
-            if gc.get_freeze_count() == 0:
-                gc.freeze()
-                gc.unfreeze()
             gc.enable()
 
 
@@ -202,10 +192,9 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     the graph modules of the trace generate their Python code when first called instead of after
     each of export's passes (torch.fx's lazy graph modules, which torch.compile uses): regenerating
     the code of the whole graph after every pass is a sixth of export's time for a large model;
-    the program's own graph module is lazy too (:func:`commlens._export_shortcuts.lazy_program_module`).
-    The tracepoints that record module calls go straight to their handler
-    (:func:`commlens._export_shortcuts.direct_tracepoints`), and a trace without unbacked symbols
-    skips the walk that looks for them (:func:`commlens._export_shortcuts.no_unbacked_rebinding_walk`).
+    the program's own graph module is lazy too (:func:`commlens._export_shortcuts.lazy_program_module`),
+    and a trace without unbacked symbols skips the walk that looks for them
+    (:func:`commlens._export_shortcuts.no_unbacked_rebinding_walk`).
 
     The program then records, per module call (``fqn``, ``fqn@1``, ...), which graph values are
     its positional and keyword arguments (``module_call_graph``), which commlens needs to apply
@@ -217,11 +206,11 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     import torch
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
-    from commlens._export_shortcuts import direct_tracepoints, lazy_program_module, no_unbacked_rebinding_walk
+    from commlens._export_shortcuts import lazy_program_module, no_unbacked_rebinding_walk
 
     names = tuple(name for name, _ in model.named_modules() if name)
     with fsdp_mixed_precision(model, plan), _stack_traces(stack_traces), _without_cyclic_gc(), \
-            _use_lazy_graph_module(True), direct_tracepoints(), no_unbacked_rebinding_walk(), lazy_program_module():
+            _use_lazy_graph_module(True), no_unbacked_rebinding_walk(), lazy_program_module():
         try:
             return torch.export.export(model, tuple(args), kwargs or {}, strict=False,
                                        preserve_module_call_signature=names)

@@ -234,26 +234,6 @@ def test_no_cyclic_gc_while_tracing_and_serialising(tmp_path):
     assert gc.isenabled()
 
 
-def test_what_survives_the_no_gc_blocks_joins_the_oldest_generation():
-    """After export_model the program's objects are in the oldest generation, so the next young
-    collection does not walk them; objects the process froze itself stay frozen (program_json)."""
-    import gc
-
-    model, args, _ = call_model_factory("examples.gpt2:gpt2(n_layers=2)")
-    gc.collect()
-    ep = export_model(model, args)
-    oldest = {id(o) for o in gc.get_objects(generation=2)}
-    assert id(ep.graph) in oldest and all(id(n.meta) in oldest for n in ep.graph.nodes if gc.is_tracked(n.meta))
-    assert gc.get_freeze_count() == 0 and gc.isenabled()
-    gc.freeze()
-    try:
-        frozen = gc.get_freeze_count()
-        program_json(ep)
-        assert gc.get_freeze_count() == frozen
-    finally:
-        gc.unfreeze()
-
-
 def test_save_program_restores_the_serialiser_on_error(tmp_path):
     from torch._export.serde import serialize as serde
 

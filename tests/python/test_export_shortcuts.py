@@ -60,7 +60,7 @@ class DataDependent(torch.nn.Module):
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_export_shortcuts_leave_the_program_byte_identical(spec, monkeypatch):
-    names = ("direct_tracepoints", "no_unbacked_rebinding_walk", "lazy_program_module")
+    names = ("no_unbacked_rebinding_walk", "lazy_program_module")
     plain = _export_without(monkeypatch, *names, spec=spec)
     assert _torch_json(export_model(*call_model_factory(spec))) == _torch_json(plain)
     for name in names:  # and each one alone
@@ -78,7 +78,7 @@ def test_export_shortcuts_under_fsdp_mixed_precision(spec, plan, monkeypatch):
     model, args, kwargs = call_model_factory(spec)
     plan = resolve_plan(plan)
     ep = export_model(model, args, kwargs, plan)
-    for name in ("direct_tracepoints", "no_unbacked_rebinding_walk", "lazy_program_module"):
+    for name in ("no_unbacked_rebinding_walk", "lazy_program_module"):
         monkeypatch.setattr(shortcuts, name, contextlib.nullcontext)
     assert _torch_json(ep) == _torch_json(export_model(model, args, kwargs, plan))
 
@@ -110,32 +110,6 @@ def test_lean_serializer_floats_and_rendering():
     assert (_Union.__dict__["create"], _Union.__dict__["__post_init__"], serde._dataclass_to_dict) == before
     assert "print_readable" not in vars(ep.graph_module)
     assert "clamp" in ep.graph_module.print_readable(print_output=False)
-
-
-def test_direct_tracepoints_skip_the_operator_dispatch(monkeypatch):
-    """Inside export_model no module-call tracepoint goes through HigherOrderOperator.dispatch;
-    under a torch-function mode of the user's (another state) every one does, with the same
-    program."""
-    from torch._export import wrappers
-
-    calls = []
-    dispatch = wrappers._export_tracepoint.dispatch
-    monkeypatch.setattr(wrappers._export_tracepoint, "dispatch", lambda *a, **k: (calls.append(a[0]),
-                                                                                  dispatch(*a, **k))[1])
-    call = wrappers.ExportTracepoint.__dict__["__call__"]
-    made = call_model_factory("examples.llama:llama(n_layers=2, device='meta')")
-    ep = export_model(*made)
-    assert calls == [] and wrappers.ExportTracepoint.__dict__["__call__"] is call
-
-    class UserMode(torch.overrides.TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
-    with UserMode():
-        in_mode = export_model(*made)
-    called = {path for n in ep.graph.nodes for path, _ in n.meta.get("nn_module_stack", {}).values()} - {""}
-    assert len(calls) == 2 * len(called)  # each module call's inputs and outputs
-    assert _torch_json(in_mode) == _torch_json(ep)
 
 
 def test_unbacked_symbols_take_torchs_walk(monkeypatch):
@@ -177,8 +151,6 @@ def test_the_programs_graph_module_is_lazy_and_the_same(monkeypatch):
 
 
 @pytest.mark.parametrize("swap, module, name", [
-    ("_swap_tracepoints", "torch._export.wrappers", "ExportTracepoint"),
-    ("_swap_tracepoints", "torch._export.non_strict_utils", "_NonStrictTorchFunctionHandler"),
     ("_swap_unbacked_rebinding", "torch.export._trace", "_replace_unbacked_bindings"),
     ("_swap_serializer", "torch._export.serde.serialize", "_dataclass_to_dict"),
     ("_swap_serializer", "torch._export.serde.union", "_UnionTag"),
@@ -192,24 +164,24 @@ def test_a_torch_without_the_internal_takes_its_own_path(swap, module, name, mon
 
     monkeypatch.delattr(importlib.import_module(module), name)
     assert getattr(shortcuts, swap)() is None
-    key = {"_swap_tracepoints": "direct_tracepoints", "_swap_unbacked_rebinding": "no_unbacked_rebinding_walk",
-           "_swap_serializer": "lean_serializer", "_swap_program_module": "lazy_program_module"}[swap]
+    key = {"_swap_unbacked_rebinding": "no_unbacked_rebinding_walk", "_swap_serializer": "lean_serializer",
+           "_swap_program_module": "lazy_program_module"}[swap]
     with shortcuts._swapped(key, getattr(shortcuts, swap)):
         assert key not in shortcuts._SWAPPED
 
 
 def test_nested_blocks_swap_once_and_restore_at_the_outer_exit():
-    from torch._export.wrappers import ExportTracepoint
+    import torch.export._trace as trace
 
-    call = ExportTracepoint.__dict__["__call__"]
-    with shortcuts.direct_tracepoints():
-        swapped = ExportTracepoint.__dict__["__call__"]
-        assert swapped is not call
-        with shortcuts.direct_tracepoints():
-            assert ExportTracepoint.__dict__["__call__"] is swapped
-        assert ExportTracepoint.__dict__["__call__"] is swapped
-    assert ExportTracepoint.__dict__["__call__"] is call
+    walk = trace._replace_unbacked_bindings
+    with shortcuts.no_unbacked_rebinding_walk():
+        swapped = trace._replace_unbacked_bindings
+        assert swapped is not walk
+        with shortcuts.no_unbacked_rebinding_walk():
+            assert trace._replace_unbacked_bindings is swapped
+        assert trace._replace_unbacked_bindings is swapped
+    assert trace._replace_unbacked_bindings is walk
     with pytest.raises(RuntimeError):
-        with shortcuts.direct_tracepoints():
+        with shortcuts.no_unbacked_rebinding_walk():
             raise RuntimeError("x")
-    assert ExportTracepoint.__dict__["__call__"] is call
+    assert trace._replace_unbacked_bindings is walk
