@@ -19,6 +19,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/format.h>
+#ifdef COMMLENS_MIMALLOC
+#include <mimalloc.h>
+#endif
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -481,6 +484,11 @@ int runCheckPlan(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+#ifdef COMMLENS_MIMALLOC
+  // 2 MiB pages where the kernel gives them (transparent huge pages): a large model's predict
+  // touches ~100 MiB, and faulting it in 4 KiB at a time was a fifth of its time.
+  mi_option_enable(mi_option_large_os_pages);
+#endif
   stdoutWasOpen = fcntl(STDOUT_FILENO, F_GETFD) != -1;
   // A closed fd 0, 1 or 2 gets /dev/null, so that no file the tool opens lands on it.
   (void)llvm::sys::Process::FixupStandardFileDescriptors();
