@@ -71,14 +71,16 @@ SymInt SymInt::symbolic(llvm::StringRef expr, int64_t hint, bool hasHint) {
   // Few distinct texts per process ("s0", "s0 + 1"); kept for its lifetime.
   static std::mutex lock;
   static llvm::StringSet<> texts; // entries never move: the keys stay valid
+  if (expr.empty())
+    return SymInt{hint, hasHint, nullptr};
   std::lock_guard<std::mutex> guard(lock);
-  return SymInt{hint, texts.insert(expr).first->getKey(), hasHint};
+  return SymInt{hint, hasHint, texts.insert(expr).first->getKeyData()};
 }
 
 std::string SymInt::str() const {
   if (!isSymbolic())
     return std::to_string(hint);
-  return hasHint ? fmt::format("{}={}", expr.str(), hint) : expr.str();
+  return hasHint ? fmt::format("{}={}", exprText, hint) : std::string(exprText);
 }
 
 int64_t TensorMeta::numel() const {

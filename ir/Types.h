@@ -37,21 +37,24 @@ struct Device {
   std::string str() const;
 };
 
-/// A size that may be symbolic. Concrete sizes have an empty `expr`; symbolic ones keep the
-/// sympy expression text and the example value the exporter saw (its hint), when it had one.
-/// The text is interned (SymInt::symbolic): every pass copies the sizes and strides of the values
-/// it rewrites, and a SymInt without a string of its own copies as plain words.
+/// A size that may be symbolic. Concrete sizes have no expression; symbolic ones keep the sympy
+/// expression text and the example value the exporter saw (its hint), when it had one. The text
+/// is interned (symbolic()): every pass copies the sizes and strides of the values it rewrites,
+/// and a SymInt without a string of its own copies as plain words.
 struct SymInt {
   int64_t hint = 0;
-  llvm::StringRef expr; // a string literal or interned text (symbolic()), never a temporary
   bool hasHint = true;
 
-  static SymInt concrete(int64_t v) { return SymInt{v, {}, true}; }
+  static SymInt concrete(int64_t v) { return SymInt{v, true, nullptr}; }
   /// A symbolic size; `expr` is copied into a process-wide table of expression texts.
   static SymInt symbolic(llvm::StringRef expr, int64_t hint, bool hasHint);
-  bool isSymbolic() const { return !expr.empty(); }
-  bool operator==(const SymInt &o) const { return hint == o.hint && expr == o.expr && hasHint == o.hasHint; }
+  /// The expression text ("s0 + 1"); empty for a concrete size.
+  llvm::StringRef expr() const { return exprText ? llvm::StringRef(exprText) : llvm::StringRef(); }
+  bool isSymbolic() const { return exprText != nullptr; }
+  bool operator==(const SymInt &o) const { return hint == o.hint && exprText == o.exprText && hasHint == o.hasHint; }
   std::string str() const;
+
+  const char *exprText = nullptr; ///< interned (symbolic()), NUL-terminated; null when concrete
 };
 
 struct TensorMeta {

@@ -21,7 +21,7 @@ nlohmann::json shapeJson(const Value *v) {
   nlohmann::json shape = nlohmann::json::array();
   if (v && v->meta())
     for (const SymInt &s : v->meta()->sizes)
-      shape.push_back(s.isSymbolic() ? nlohmann::json(s.expr.str()) : nlohmann::json(s.hint));
+      shape.push_back(s.isSymbolic() ? nlohmann::json(s.expr().str()) : nlohmann::json(s.hint));
   return shape;
 }
 

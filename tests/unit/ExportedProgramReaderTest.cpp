@@ -104,7 +104,7 @@ TEST(ExportedProgramReader, ReadsGraphSignatureScopesAndShapes) {
   EXPECT_EQ(size.scope(), g.scopes().root()); // no nn_module_stack: the root
   Value *sym = size.results()[0];
   EXPECT_EQ(sym->kind(), ValueKind::SymInt);
-  EXPECT_EQ(sym->symbol().expr, "s0");
+  EXPECT_EQ(sym->symbol().expr(), "s0");
   EXPECT_EQ(sym->symbol().hint, 3);
   ASSERT_EQ(g.outputs().size(), 1u);
   EXPECT_EQ(g.outputs()[0].value.tensor(), lin.results()[0]);

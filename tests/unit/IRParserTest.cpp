@@ -95,11 +95,11 @@ TEST(IRParser, RoundTripsStridesSymbolsCallsAndNames) {
   Value *xt = b.input("xt", f32({4, 2, 4}, std::vector<int64_t>{4, 16, 1}));
   Value *x = b.g.createValue("x", ValueKind::Tensor);
   TensorMeta sym = f32({2, 4});
-  sym.sizes[0] = SymInt{2, "s0", true};
+  sym.sizes[0] = SymInt::symbolic("s0", 2, true);
   x->setMeta(sym);
   b.g.inputs().push_back({InputKind::UserInput, x, "x", true, ""});
   Value *s = b.g.createValue("sym_size_int", ValueKind::SymInt);
-  s->setSymbol(SymInt{2, "s0", true});
+  s->setSymbol(SymInt::symbolic("s0", 2, true));
   Node *size = b.g.appendNode("sym_size_int", "torch.ops.aten.sym_size.int", {{"self", x}, {"dim", int64_t(0)}},
                               {SymIntArg{s, 0}});
   (void)size;
@@ -132,7 +132,7 @@ TEST(IRParser, RoundTripsStridesSymbolsCallsAndNames) {
   ASSERT_TRUE(static_cast<bool>(parsed));
   const Graph &g = (*parsed)->graph();
   EXPECT_EQ(g.lookupValue("xt")->meta()->strides[1].hint, 16);
-  EXPECT_EQ(g.lookupValue("x")->meta()->sizes[0], (SymInt{2, "s0", true}));
+  EXPECT_EQ(g.lookupValue("x")->meta()->sizes[0], (SymInt::symbolic("s0", 2, true)));
   EXPECT_TRUE(g.nodes()[2]->input("size")->is<SymIntList>());
   EXPECT_EQ(g.nodes()[1]->callPath(), llvm::ArrayRef<unsigned>({0, 1}));
   EXPECT_EQ(g.scopes().lookup("block.fc")->numCalls(), 2u);

@@ -36,7 +36,7 @@ TEST(TensorMeta, NumelBytesAndText) {
   EXPECT_EQ(m.nbytes(), 256); // 64 elements x 4 bytes
   m.dtype = ScalarType::BFloat16;
   EXPECT_EQ(m.nbytes(), 128);
-  m.sizes[0] = SymInt{2, "s0", true};
+  m.sizes[0] = SymInt::symbolic("s0", 2, true);
   EXPECT_EQ(m.str(), "bf16[s0=2, 4, 8]");
   EXPECT_EQ(torchName(ScalarType::Float), "torch.float32");
   EXPECT_EQ(scalarTypeFromShortName("i64"), ScalarType::Long);
@@ -49,7 +49,7 @@ TEST(SymInt, SymbolicTextIsInterned) {
   text.assign("overwritten");
   SymInt b = SymInt::symbolic("s0 + 1", 3, true);
   EXPECT_EQ(a.str(), "s0 + 1=3");
-  EXPECT_EQ(a.expr.data(), b.expr.data());
+  EXPECT_EQ(a.expr().data(), b.expr().data());
   EXPECT_EQ(a, b);
   EXPECT_NE(a, SymInt::symbolic("s0 + 1", 3, false));
   EXPECT_EQ(SymInt::symbolic("s1", 0, false).str(), "s1");
