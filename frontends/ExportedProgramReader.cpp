@@ -169,11 +169,13 @@ private:
     std::string irName = ctx().prefix + name;
     Value *v = ctx().top ? graph_.createValue(irName, kind) : graph_.createUniqueValue(irName, kind);
     if (kind == ValueKind::Tensor) {
-      if (!ctx().tensorValues->has(name.c_str()))
+      std::optional<JsonRef> meta = ctx().tensorValues->optField(name.c_str());
+      if (!meta)
         where.fail(fmt::format("tensor '{}' has no entry in graph.tensor_values", name));
-      v->setMeta(decodeTensorMeta(ctx().tensorValues->field(name.c_str())));
-    } else if (kind == ValueKind::SymInt && ctx().symIntValues && ctx().symIntValues->has(name.c_str())) {
-      v->setSymbol(decodeSymInt(ctx().symIntValues->field(name.c_str())));
+      v->setMeta(decodeTensorMeta(*meta));
+    } else if (kind == ValueKind::SymInt && ctx().symIntValues) {
+      if (std::optional<JsonRef> symbol = ctx().symIntValues->optField(name.c_str()))
+        v->setSymbol(decodeSymInt(*symbol));
     }
     ctx().names[name] = v;
     return v;

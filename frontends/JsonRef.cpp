@@ -2,6 +2,8 @@
 
 #include "ir/Error.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -10,17 +12,17 @@
 namespace commlens {
 
 std::string JsonRef::path() const {
-  llvm::SmallVector<JsonPathStep, 16> steps{{parent_, key_, index_, isIndex_}};
-  for (const JsonPathStep *s = parent_; s; s = s->parent)
-    steps.push_back(*s);
+  llvm::SmallVector<const JsonPathStep *, 16> steps{&at_};
+  for (const JsonPathStep *s = at_.parent; s; s = s->parent)
+    steps.push_back(s);
   std::string out;
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    if (it->isIndex)
-      out += fmt::format("[{}]", it->index);
+  for (const JsonPathStep *s : llvm::reverse(steps)) {
+    if (s->isIndex)
+      out += fmt::format("[{}]", s->index);
     else if (out.empty())
-      out = it->key.str();
+      out = s->key.str();
     else
-      out += fmt::format(".{}", it->key.str());
+      out += fmt::format(".{}", s->key.str());
   }
   return out;
 }
@@ -32,7 +34,7 @@ void JsonRef::fail(const std::string &what) const {
 
 const JsonPathStep *JsonRef::step() const {
   if (!step_)
-    step_ = new (doc_->steps_.Allocate<JsonPathStep>()) JsonPathStep{parent_, key_, index_, isIndex_};
+    step_ = new (doc_->steps_.Allocate<JsonPathStep>()) JsonPathStep(at_);
   return step_;
 }
 
@@ -63,10 +65,9 @@ std::vector<std::pair<llvm::StringRef, JsonRef>> JsonRef::members() const {
   simdjson::dom::object o = object();
   std::vector<std::pair<llvm::StringRef, JsonRef>> out;
   out.reserve(o.size());
-  const JsonPathStep *self = step();
   for (auto kv : o) {
     llvm::StringRef key(kv.key.data(), kv.key.size());
-    out.emplace_back(key, JsonRef(kv.value, *doc_, self, key, 0, false));
+    out.emplace_back(key, member(key, kv.value));
   }
   std::stable_sort(out.begin(), out.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
   return out;
@@ -103,7 +104,7 @@ JsonRef JsonDocument::root(llvm::StringRef path) {
     std::copy(path.begin(), path.end(), copy);
     kept = llvm::StringRef(copy, path.size());
   }
-  return JsonRef(root_, *this, nullptr, kept, 0, false);
+  return JsonRef(root_, *this, JsonPathStep{nullptr, kept, 0, false});
 }
 
 namespace {

@@ -42,9 +42,8 @@ struct JsonPathStep {
 /// happened. Valid while its document lives.
 class JsonRef {
 public:
-  JsonRef(simdjson::dom::element e, JsonDocument &doc, const JsonPathStep *parent, llvm::StringRef key,
-          size_t index, bool isIndex)
-      : e_(e), doc_(&doc), parent_(parent), key_(key), index_(index), isIndex_(isIndex) {}
+  /// The node `e` of `doc`, reached by `at` (its key or index below its parent's step).
+  JsonRef(simdjson::dom::element e, JsonDocument &doc, JsonPathStep at) : e_(e), doc_(&doc), at_(at) {}
 
   /// "graph_module.graph.nodes[3]"; "" for a root read without a prefix.
   std::string path() const;
@@ -69,24 +68,25 @@ public:
     simdjson::dom::element v;
     if (!lookup(object(), name, v))
       fail(fmt::format("missing required field '{}'", name));
-    return JsonRef(v, *doc_, step(), name, 0, false);
+    return member(name, v);
   }
   bool has(const char *name) const {
-    simdjson::dom::object o;
     simdjson::dom::element v;
-    return e_.get_object().get(o) == simdjson::SUCCESS && lookup(o, name, v) && !v.is_null();
+    return present(name, v);
   }
+  /// The member `name`, or nothing when it is absent or null (or this is not an object).
   std::optional<JsonRef> optField(const char *name) const {
-    if (!has(name))
+    simdjson::dom::element v;
+    if (!present(name, v))
       return std::nullopt;
-    return field(name);
+    return member(name, v);
   }
   /// The i-th element of an array.
   JsonRef at(size_t i) const {
     simdjson::dom::element v;
     if (array().at(i).get(v) != simdjson::SUCCESS)
       fail(fmt::format("expected at least {} elements", i + 1));
-    return JsonRef(v, *doc_, step(), {}, i, true);
+    return element(i, v);
   }
   /// Elements of an array or members of an object.
   size_t size() const;
@@ -95,10 +95,9 @@ public:
     simdjson::dom::array a = array();
     std::vector<JsonRef> out;
     out.reserve(a.size());
-    const JsonPathStep *self = step();
     size_t i = 0;
     for (simdjson::dom::element v : a)
-      out.emplace_back(v, *doc_, self, llvm::StringRef(), i++, true);
+      out.push_back(element(i++, v));
     return out;
   }
   /// The members of an object in key order (not the writer's), as the decoders have always
@@ -111,7 +110,7 @@ public:
       fail("expected an object with exactly one variant key");
     auto kv = *o.begin();
     llvm::StringRef key(kv.key.data(), kv.key.size());
-    return {key, JsonRef(kv.value, *doc_, step(), key, 0, false)};
+    return {key, member(key, kv.value)};
   }
 
   /// Fails on the first member, in key order, whose key is not in `known`.
@@ -158,15 +157,23 @@ private:
   /// builds once (a simdjson object is a list: a 10,000-entry tensor_values read by name would
   /// be quadratic).
   bool lookup(simdjson::dom::object o, llvm::StringRef name, simdjson::dom::element &out) const;
-  /// This node's path step, made on first use.
+  /// Whether this is an object with a non-null member `name` (then in `out`).
+  bool present(const char *name, simdjson::dom::element &out) const {
+    simdjson::dom::object o;
+    return e_.get_object().get(o) == simdjson::SUCCESS && lookup(o, name, out) && !out.is_null();
+  }
+  /// This node's path step in the document's arena, made on first use.
   const JsonPathStep *step() const;
+  JsonRef member(llvm::StringRef key, simdjson::dom::element v) const {
+    return JsonRef(v, *doc_, JsonPathStep{step(), key, 0, false});
+  }
+  JsonRef element(size_t i, simdjson::dom::element v) const {
+    return JsonRef(v, *doc_, JsonPathStep{step(), {}, i, true});
+  }
 
   simdjson::dom::element e_;
   JsonDocument *doc_;
-  const JsonPathStep *parent_;
-  llvm::StringRef key_;
-  size_t index_;
-  bool isIndex_;
+  JsonPathStep at_;
   mutable const JsonPathStep *step_ = nullptr;
 };
 
