@@ -35,10 +35,21 @@ std::string placementsRepr(const Placements &p) {
   return out + ")";
 }
 
-/// A double as the reports have always written it (nlohmann's shortest round trip, "12.0" for
-/// integral values, as Python's json writes them too); llvm::json would write 17 digits.
-void writeDouble(llvm::json::OStream &j, double d) {
+/// The member `key`: a double as the reports have always written it (nlohmann's shortest round
+/// trip, "12.0" for integral values, as Python's json writes them too); llvm::json would write
+/// 17 digits.
+void attributeDouble(llvm::json::OStream &j, llvm::StringRef key, double d) {
+  j.attributeBegin(key);
   j.rawValue([&](llvm::raw_ostream &os) { os << nlohmann::json(d).dump(); });
+  j.attributeEnd();
+}
+
+/// Each collective record under the module that caused it, in record order.
+llvm::DenseMap<const ModuleScope *, std::vector<const CollectiveRecord *>> recordsByModule(const PredictionState &state) {
+  llvm::DenseMap<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
+  for (const CollectiveRecord &c : state.collectives)
+    own[c.module].push_back(&c);
+  return own;
 }
 
 /// One collective's record. Keys in sorted order here and below: the tree reads as it did when
@@ -65,15 +76,11 @@ void writeRecord(llvm::json::OStream &j, const CollectiveRecord &r) {
     if (r.time)
       j.attributeObject("time", [&] {
         j.attribute("algorithm", r.time->algorithm);
-        j.attributeBegin("bus_bandwidth_GBps");
-        writeDouble(j, r.time->busBandwidthGBps);
-        j.attributeEnd();
+        attributeDouble(j, "bus_bandwidth_GBps", r.time->busBandwidthGBps);
         j.attribute("message_bytes", r.time->messageBytes);
         j.attribute("nodes", r.time->nodes);
         j.attribute("ranks", r.time->ranks);
-        j.attributeBegin("us");
-        writeDouble(j, r.time->us);
-        j.attributeEnd();
+        attributeDouble(j, "us", r.time->us);
       });
     j.attribute("to", str(r.toPlacements));
     j.attribute("why", r.why);
@@ -199,9 +206,7 @@ llvm::ArrayRef<std::pair<std::string, std::string>> PredictionReport::dtensorPar
 }
 
 void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
-  std::map<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
-  for (const CollectiveRecord &c : state->collectives)
-    own[c.module].push_back(&c);
+  auto own = recordsByModule(*state);
   std::vector<const ModuleScope *> order;
   preOrder(program->graph().scopes().root(), order);
 
@@ -278,9 +283,7 @@ std::string PredictionReport::toJson() const {
 }
 
 void PredictionReport::writeJson(llvm::raw_ostream &os) const {
-  llvm::DenseMap<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
-  for (const CollectiveRecord &c : state->collectives)
-    own[c.module].push_back(&c);
+  auto own = recordsByModule(*state);
   // Backward ATen ops per module, as CommDebugMode lists them (name, DTensor input shardings).
   llvm::DenseMap<const ModuleScope *, std::vector<const Node *>> bwOps;
   if (backward && state->backward)
@@ -338,11 +341,8 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
       for (CommPhase p : phases)
         j.attributeObject(phaseKey("collective_time_us_", p), [&] {
           for (const auto &[op, cell] : m.phase(p))
-            if (cell.timeUs) {
-              j.attributeBegin(op);
-              writeDouble(j, *cell.timeUs);
-              j.attributeEnd();
-            }
+            if (cell.timeUs)
+              attributeDouble(j, op, *cell.timeUs);
         });
     for (CommPhase p : phases) {
       j.attributeArray(phaseKey("collectives_", p), [&] {
@@ -395,9 +395,7 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
         j.attributeObject(key, [&] {
           j.attribute("bytes_per_rank", t.bytesPerRank);
           j.attribute("collectives", t.collectives);
-          j.attributeBegin("time_us");
-          writeDouble(j, t.timeUs);
-          j.attributeEnd();
+          attributeDouble(j, "time_us", t.timeUs);
         });
       };
       if (cluster)
@@ -420,9 +418,7 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
                 j.attribute("ranks", m.ranks);
               });
           });
-          j.attributeBegin("time_us");
-          writeDouble(j, fw.timeUs + bw.timeUs);
-          j.attributeEnd();
+          attributeDouble(j, "time_us", fw.timeUs + bw.timeUs);
         });
       j.attributeArray("warnings", [&] {
         for (const std::string &w : state->warnings)
