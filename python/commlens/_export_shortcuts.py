@@ -38,6 +38,34 @@ def _swapped(key, swap):
             restore()
 
 
+def no_canonical_form_check():
+    """Within the block, torch's program serialiser skips its canonical-form self-check.
+
+    ``ExportedProgramSerializer.serialize`` (torch 2.13) calls ``canonicalize(serialized_ep, ...)``
+    on the program it has just built only to "test canonical form is well defined" and discards
+    the result; ``canonicalize`` begins with a ``copy.deepcopy`` of the whole serialised program,
+    which is most of ``torch.export.save``'s time for a large model (about 60% for a 126-layer
+    Llama). What is written does not depend on it: the archive's entries are byte-identical with
+    and without the check (``tests/python/test_export.py``). Here the module's ``canonicalize`` is
+    the identity."""
+    return _swapped("no_canonical_form_check", _swap_canonical_form_check)
+
+
+def _swap_canonical_form_check():
+    try:
+        from torch._export.serde import serialize as serde
+
+        plain = serde.canonicalize
+    except (ImportError, AttributeError):
+        return None
+
+    def restore():
+        serde.canonicalize = plain
+
+    serde.canonicalize = lambda ep, constants=None: ep
+    return restore
+
+
 def no_unbacked_rebinding_walk():
     """Within the block, export's recomputation of ``unbacked_bindings`` skips its walk of every
     node's value when the trace has no unbacked symbol.

@@ -32,7 +32,6 @@ import contextlib
 import gc
 import json
 import sys
-import threading
 import time
 from collections import OrderedDict
 
@@ -94,9 +93,6 @@ def fsdp_mixed_precision(model, plan):
             m._parameters[name] = p
 
 
-_SERIALIZE_LOCK = threading.Lock()
-
-
 @contextlib.contextmanager
 def _without_cyclic_gc():
     """Within the block, Python's cyclic garbage collector does not run (reference counting still
@@ -114,40 +110,23 @@ def _without_cyclic_gc():
 
 
 @contextlib.contextmanager
-def _without_canonical_form_check():
-    """Within the block, torch's program serialiser skips its canonical-form self-check.
+def _lean_serialization(exported_program):
+    """Within the block, torch's serialiser skips its discarded canonical-form self-check
+    (:func:`commlens._export_shortcuts.no_canonical_form_check`), does less bookkeeping
+    (:func:`commlens._export_shortcuts.lean_serializer`) and runs without cyclic garbage
+    collections (:func:`_without_cyclic_gc`)."""
+    from commlens._export_shortcuts import lean_serializer, no_canonical_form_check
 
-    ``ExportedProgramSerializer.serialize`` (torch 2.13) calls ``canonicalize(serialized_ep, ...)``
-    on the program it has just built only to "test canonical form is well defined" and discards
-    the result; ``canonicalize`` begins with a ``copy.deepcopy`` of the whole serialised program,
-    which is most of ``torch.export.save``'s time for a large model (about 60% for a 126-layer
-    Llama). What is written does not depend on it: the archive's entries are byte-identical with
-    and without the check (``tests/python/test_export.py``). The check is skipped by swapping the
-    module's ``canonicalize`` for the identity while the lock is held."""
-    from torch._export.serde import serialize as serde
-
-    with _SERIALIZE_LOCK:
-        original = getattr(serde, "canonicalize", None)
-        if original is None:  # a torch without the check
-            yield
-            return
-        serde.canonicalize = lambda ep, constants=None: ep
-        try:
-            yield
-        finally:
-            serde.canonicalize = original
+    with no_canonical_form_check(), lean_serializer(exported_program), _without_cyclic_gc():
+        yield
 
 
 def save_program(exported_program, path):
-    """``torch.export.save(exported_program, path)``, the same archive, without the serialiser's
-    discarded canonical-form self-check (:func:`_without_canonical_form_check`), with less of its
-    bookkeeping (:func:`commlens._export_shortcuts.lean_serializer`) and without cyclic garbage
-    collections while it runs (:func:`_without_cyclic_gc`)."""
+    """``torch.export.save(exported_program, path)``, the same archive, serialised with less work
+    (:func:`_lean_serialization`)."""
     import torch
 
-    from commlens._export_shortcuts import lean_serializer
-
-    with _without_canonical_form_check(), lean_serializer(exported_program), _without_cyclic_gc():
+    with _lean_serialization(exported_program):
         torch.export.save(exported_program, path)
 
 
@@ -156,12 +135,10 @@ def program_json(exported_program):
     memory: what ``commlens._core.predict_program_json`` decodes. Neither the weights nor the
     constants nor the example inputs are pickled (``torch.export.save`` writes those to other
     entries, which predict never reads), nor is the canonical-form self-check run, nor the cyclic
-    garbage collector, and the serialiser's bookkeeping is lighter (as in :func:`save_program`)."""
+    garbage collector, and the serialiser's bookkeeping is lighter (:func:`_lean_serialization`)."""
     from torch._export.serde.serialize import serialize
 
-    from commlens._export_shortcuts import lean_serializer
-
-    with _without_canonical_form_check(), lean_serializer(exported_program), _without_cyclic_gc():
+    with _lean_serialization(exported_program):
         return serialize(exported_program, serialize_state_dict=False, serialize_constants=False,
                          serialize_example_inputs=False).exported_program
 

@@ -151,6 +151,7 @@ def test_the_programs_graph_module_is_lazy_and_the_same(monkeypatch):
 
 
 @pytest.mark.parametrize("swap, module, name", [
+    ("_swap_canonical_form_check", "torch._export.serde.serialize", "canonicalize"),
     ("_swap_unbacked_rebinding", "torch.export._trace", "_replace_unbacked_bindings"),
     ("_swap_serializer", "torch._export.serde.serialize", "_dataclass_to_dict"),
     ("_swap_serializer", "torch._export.serde.union", "_UnionTag"),
@@ -164,7 +165,8 @@ def test_a_torch_without_the_internal_takes_its_own_path(swap, module, name, mon
 
     monkeypatch.delattr(importlib.import_module(module), name)
     assert getattr(shortcuts, swap)() is None
-    key = {"_swap_unbacked_rebinding": "no_unbacked_rebinding_walk", "_swap_serializer": "lean_serializer",
+    key = {"_swap_canonical_form_check": "no_canonical_form_check",
+           "_swap_unbacked_rebinding": "no_unbacked_rebinding_walk", "_swap_serializer": "lean_serializer",
            "_swap_program_module": "lazy_program_module"}[swap]
     with shortcuts._swapped(key, getattr(shortcuts, swap)):
         assert key not in shortcuts._SWAPPED
