@@ -63,6 +63,7 @@ for _p in (str(ROOT / "python"), str(ROOT)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+REUSE_EXPORTS_ENV = "COMMLENS_ACCURACY_REUSE_EXPORTS"  # --reuse-exports, seen by the worker processes too
 SUMMARY_RE = re.compile(r"^exact: (\d+)/(\d+) configs, (\d+)/(\d+) cells$")
 
 
@@ -74,6 +75,9 @@ class Config:
     phase: str  # forward | backward | both
     ci: bool = False
     frontend: str = "export"  # the program: torch.export, or TorchScript "trace" / "script"
+    # Only the GPU column: FSDP2 on a cuda mesh moves the parameters to the current CUDA device,
+    # so there is no meta-tensor measurement to compare with on a machine without a GPU.
+    gpu_only: bool = False
 
 
 MLP = "examples.mlp:mlp"
@@ -282,6 +286,25 @@ CONFIGS = [
     # kernel sees local tensors here, so the meta-device measurement is the truth.
     Config("gpt2_sdpa-tp_sp-tp4-cuda-both", GPT2_SDPA, P + "gpt2_tp_sp(tp=4, device_type='cuda')", "both"),
     Config("llama-tp_sp-tp4-cuda-both", LLAMA, P + "llama_tp(tp=4, device_type='cuda')", "both"),
+    # bf16 on an H100: SDPA is flash attention; a 2-D mesh and loss parallel on cuda plans
+    Config("gpt2_sdpa_bf16-tp_sp-tp4-cuda-both", "examples.gpt2:gpt2(attn='sdpa', dtype='bfloat16')",
+           P + "gpt2_tp_sp(tp=4, device_type='cuda')", "both"),
+    Config("llama_bf16-tp_sp-tp4-cuda-both", LLAMA + "(dtype='bfloat16')", P + "llama_tp(tp=4, device_type='cuda')",
+           "both"),
+    Config("gpt2_sdpa_bf16_dropout-tp_sp-tp4-cuda-both", "examples.gpt2:gpt2(attn='sdpa', dtype='bfloat16', dropout=0.1)",
+           P + "gpt2_tp_sp(tp=4, device_type='cuda')", "both"),
+    Config("llama_bf16_hd128-tp_sp-tp4-cuda-both", LLAMA + "(dtype='bfloat16', dim=1024, n_heads=8, n_kv_heads=4)",
+           P + "llama_tp(tp=4, device_type='cuda')", "both"),
+    Config("llama-tp_sp-dp2xtp2-cuda-both", LLAMA, P + "llama_2d(dp=2, tp=2, device_type='cuda')", "both"),
+    Config("gpt2_sdpa-tp_loss_parallel-tp4-cuda-both", GPT2_SDPA,
+           P + "gpt2_tp_loss_parallel(tp=4, device_type='cuda')", "both"),
+    # FSDP2 x TP on a cuda mesh, fp32 and bf16 mixed precision: the GPU column alone
+    Config("gpt2_sdpa-fsdp_tp_sp-dp2xtp4-cuda-both", GPT2_SDPA,
+           P + "gpt2_fsdp_tp(dp=2, tp=4, sp=True, device_type='cuda')", "both", gpu_only=True),
+    Config("llama-fsdp_tp_sp-dp2xtp4-bf16-cuda-both", LLAMA,
+           P + "llama_fsdp_tp(dp=2, tp=4, mixed_precision='bf16', device_type='cuda')", "both", gpu_only=True),
+    Config("gpt2-fsdp-dp8-bf16-cuda-both", GPT2, P + "gpt2_fsdp(dp=8, mixed_precision='bf16', device_type='cuda')",
+           "both", gpu_only=True),
     Config("gpt2_sdpa-tp_sp-tp8-forward", GPT2_SDPA, P + "gpt2_tp_sp(tp=8)", "forward"),
     Config("llama-tp-tp8-forward", LLAMA, P + "llama_tp(tp=8, sp=False)", "forward"),
     Config("llama-tp_sp_loss_parallel-tp4-forward", LLAMA, P + "llama_tp(tp=4, loss_parallel=True)", "forward"),
@@ -317,13 +340,23 @@ def _cache_path(directory, spec, digest, suffix):
     return directory / f"{_slug(spec)}-{key}{suffix}"
 
 
-def _model_digest():
+def _export_versions():
     import torch
     import transformers
 
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def _model_digest(work):
+    """The cache key of exported models: the sources and the versions that export them. Under
+    --reuse-exports the versions are those recorded in the work dir (models/versions.json) by the
+    machine that exported, so a GPU machine with another torch measures against those programs."""
     files = sorted((ROOT / "examples").glob("*.py")) + [ROOT / "python/commlens/export.py",
                                                         ROOT / "python/commlens/_factory.py"]
-    return _sources_digest(files) + torch.__version__ + transformers.__version__
+    record = work / "models" / "versions.json"
+    versions = (json.loads(record.read_text()) if os.environ.get(REUSE_EXPORTS_ENV) and record.exists()
+                else _export_versions())
+    return _sources_digest(files) + versions["torch"] + versions["transformers"]
 
 
 def _plan_digest():
@@ -355,9 +388,11 @@ def ensure_export(spec, work, plan_spec=None, frontend="export"):
     when it has one, or its TorchScript archive (``frontend`` "trace" / "script"); returns the path."""
     mp_key = mixed_precision_key(plan_spec) if plan_spec and frontend == "export" else ""
     suffix = ".pt2" if frontend == "export" else f".{frontend}.pt"
-    path = _cache_path(work / "models", spec, _model_digest() + mp_key, suffix)
+    path = _cache_path(work / "models", spec, _model_digest(work) + mp_key, suffix)
     if path.exists():
         return path
+    if os.environ.get(REUSE_EXPORTS_ENV):
+        raise FileNotFoundError(f"{path}: not exported (--reuse-exports exports nothing)")
 
     from commlens._factory import call_model_factory
     from commlens.export import export_model, save_program, save_torchscript
@@ -511,8 +546,11 @@ def run_config(cfg, work, commlens):
         return r
     # Without a GPU, measure emulates a cuda plan on meta tensors: a truth for the collectives
     # DTensor issues when the CUDA kernels see local tensors, not for the CUDA dispatch itself.
-    _measure_predict_compare(cfg, work, commlens, model_path, plan_path, r,
-                             device="meta" if _is_cuda_plan(plan_path) else None)
+    if cfg.gpu_only:
+        r.update(status="gpu only")
+    else:
+        _measure_predict_compare(cfg, work, commlens, model_path, plan_path, r,
+                                 device="meta" if _is_cuda_plan(plan_path) else None)
     if _is_cuda_plan(plan_path):
         reason = no_gpu_reason()
         if reason is not None:
@@ -534,6 +572,8 @@ def format_line(r, width, name=None):
     status = r["status"]
     if status == "DIFF":
         status = f"DIFF ({r['differ_cells']} cells)"
+    elif status == "gpu only":
+        status = "gpu only: fully_shard on a cuda mesh, measured in the GPU column alone"
     elif r["error"]:
         status = f"{status}: {r['error']}"
     name = r["name"] if name is None else name
@@ -559,7 +599,7 @@ def format_gpu_summary(results):
 def is_failure(r, strict):
     if "gpu" in r and r["gpu"]["status"] != "skipped" and is_failure(r["gpu"], strict):
         return True
-    if r["status"] in ("exact", "no prediction"):
+    if r["status"] in ("exact", "no prediction", "gpu only"):
         return False
     if r["status"] == "predict error":
         return strict
@@ -589,6 +629,10 @@ def main(argv=None):
                         help="the commlens CLI (default: $COMMLENS_BUILD/commlens or build/commlens)")
     parser.add_argument("--strict", action="store_true", help="count predict errors as failures")
     parser.add_argument("--list", action="store_true", help="list the configurations and exit")
+    parser.add_argument("--reuse-exports", action="store_true",
+                        help="use the programs exported into the work dir by another machine (its torch and "
+                             "transformers versions, recorded in models/versions.json) and export nothing: a "
+                             "GPU machine with its own torch measuring against programs exported here")
     ns = parser.parse_args(argv)
     configs = select(ns.subset, ns.only)
     if ns.list:
@@ -604,6 +648,12 @@ def main(argv=None):
         print(f"commlens: error: {commlens}: not built (run scripts/setup.sh)", file=sys.stderr)
         return 2
     work = pathlib.Path(ns.work_dir).resolve()
+    if ns.reuse_exports:
+        os.environ[REUSE_EXPORTS_ENV] = "1"
+    else:  # the versions this machine exports with, for a later --reuse-exports elsewhere
+        (work / "models").mkdir(parents=True, exist_ok=True)
+        _write_atomic(work / "models" / "versions.json",
+                      lambda tmp: tmp.write_text(json.dumps(_export_versions()) + "\n"))
     work.mkdir(parents=True, exist_ok=True)
 
     width = max(len(c.name) for c in configs)
@@ -635,9 +685,10 @@ def main(argv=None):
             for r in pool.imap(_run_one, tasks):
                 report(r)
 
-    exact_configs = sum(1 for r in results if r["status"] == "exact")
-    cells = sum(r["cells"] for r in results)
-    exact_cells = sum(r["exact_cells"] for r in results)
+    cpu = [r for r in results if r["status"] != "gpu only"]  # the CPU corpus' summary counts these
+    exact_configs = sum(1 for r in cpu if r["status"] == "exact")
+    cells = sum(r["cells"] for r in cpu)
+    exact_cells = sum(r["exact_cells"] for r in cpu)
     (work / "results.json").write_text(json.dumps(
         {"subset": ns.subset, "seconds": round(time.time() - t0, 1), "configs": results}, indent=1) + "\n")
     bytes_cells = sum(r.get("bytes_cells", 0) for r in results)
@@ -645,7 +696,7 @@ def main(argv=None):
     gpu_summary = format_gpu_summary(results)
     if gpu_summary:  # before the last line, which stays the CPU corpus' summary
         print(gpu_summary)
-    print(f"exact: {exact_configs}/{len(results)} configs, {exact_cells}/{cells} cells")
+    print(f"exact: {exact_configs}/{len(cpu)} configs, {exact_cells}/{cells} cells")
     return 1 if any(is_failure(r, ns.strict) for r in results) else 0
 
 

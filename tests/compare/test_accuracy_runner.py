@@ -25,7 +25,7 @@ def test_runner_with_fake_predictor(commlens_bin, tmp_path):
         "mlp-tp-tp2-forward        measured=1     predicted=1     exact",
         "mlp-tp-tp4-grad-both      measured=2     predicted=3     DIFF (1 cells)",
         "mlp-tp-tp4-both           measured=1     predicted=-     predict error: commlens: error: "
-        f"{work}/models/" + next(p.name for p in (work / "models").iterdir())
+        f"{work}/models/" + next(p.name for p in (work / "models").glob("*.pt2"))
         + ": unsupported operator aten.frobnicate.default",
         "mlp-tp-tp8-grad-backward  measured=1     predicted=-     compare error: commlens: error: "
         f"{work}/predicted/mlp-tp-tp8-grad-backward.json: unknown format: neither a CommDebugMode "
@@ -86,3 +86,74 @@ def test_gpu_predict_options_and_summary():
     assert accuracy.is_failure({"status": "exact", "gpu": results[1]["gpu"]}, strict=False)
     assert not accuracy.is_failure({"status": "exact", "gpu": {"status": "skipped"}}, strict=False)
     assert accuracy.format_gpu_summary([{"status": "exact"}]) is None
+
+
+def _no_gpu():
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("this machine has a GPU: the GPU column runs (scripts/gpu_check.sh)")
+    return torch
+
+
+def test_gpu_only_config_without_a_gpu(commlens_bin, tmp_path):
+    # FSDP2 on a cuda mesh has no meta-tensor measurement: the configuration's CPU line says so and
+    # counts nowhere, its GPU column is skipped here like any cuda plan's.
+    torch = _no_gpu()
+    r = subprocess.run([sys.executable, str(RUN), "--only", "^gpt2-fsdp-dp8-bf16-cuda-both$", "--work-dir",
+                        str(tmp_path / "work"), "--commlens", str(commlens_bin)], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    why = f"no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False)"
+    assert r.stdout.splitlines() == [
+        "gpt2-fsdp-dp8-bf16-cuda-both  measured=?     predicted=-     gpu only: fully_shard on a cuda mesh, "
+        "measured in the GPU column alone",
+        f"  gpu: skipped: {why}",
+        "bytes: compared on 0/0 cells (a byte mismatch makes a cell differ)",
+        f"gpu: skipped 1 cuda-plan configs, not counted: {why}",
+        "exact: 0/0 configs, 0/0 cells",
+    ], r.stderr[-3000:]
+    assert r.returncode == 0
+
+
+def test_reuse_exports_takes_the_recorded_versions(commlens_bin, tmp_path):
+    # --reuse-exports keys the cached programs on the torch/transformers versions recorded in
+    # models/versions.json by the machine that exported them, and exports nothing itself.
+    import torch
+    import transformers
+
+    work = tmp_path / "work"
+    args = [sys.executable, str(RUN), "--only", "^mlp-tp-tp2-forward$", "--work-dir", str(work),
+            "--commlens", str(commlens_bin)]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+    assert r.stdout.splitlines()[-1].startswith("exact: 1/1 configs, "), r.stdout + r.stderr[-3000:]
+    record = work / "models" / "versions.json"
+    assert json.loads(record.read_text()) == {"torch": torch.__version__, "transformers": transformers.__version__}
+    (model,) = [p for p in (work / "models").iterdir() if p.suffix == ".pt2"]
+
+    # the same record: the cached program is found, nothing is exported
+    model.rename(model.with_name("moved.pt2"))
+    r = subprocess.run(args + ["--reuse-exports"], capture_output=True, text=True, timeout=600, env=env)
+    assert r.stdout.splitlines()[0].split(None, 3)[3] == (
+        f"export error: FileNotFoundError: {model}: not exported (--reuse-exports exports nothing)")
+    assert r.returncode == 1 and not model.exists()
+    model.with_name("moved.pt2").rename(model)
+    r = subprocess.run(args + ["--reuse-exports"], capture_output=True, text=True, timeout=600, env=env)
+    assert r.stdout.splitlines()[-1].startswith("exact: 1/1 configs, ") and r.returncode == 0
+
+    # another machine's versions: another key, so this machine's program is not taken for it
+    record.write_text(json.dumps({"torch": "2.11.0+cu130", "transformers": transformers.__version__}))
+    r = subprocess.run(args + ["--reuse-exports"], capture_output=True, text=True, timeout=600, env=env)
+    assert "export error: FileNotFoundError" in r.stdout.splitlines()[0] and r.returncode == 1
+    assert json.loads(record.read_text())["torch"] == "2.11.0+cu130"  # a reuse run keeps the record
+
+
+def test_sdpa_kernels_needs_a_gpu():
+    torch = _no_gpu()
+    r = subprocess.run([sys.executable, str(RUN.with_name("sdpa_kernels.py"))], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == (f"sdpa_kernels: no CUDA device (torch {torch.__version__}): "
+                                         "nothing to check here")
