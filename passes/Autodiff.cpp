@@ -508,7 +508,7 @@ private:
       Placements p;
       for (const Placement &x : l->placements)
         p.push_back(x.isPartial() ? Placement::replicate() : x);
-      state_.dtensors[seed] = DTensorLayout{p, "ones_like(loss)"};
+      state_.dtensors[seed] = DTensorLayout{p};
     }
     root.node->buffer[root.slot] = seed;
     std::priority_queue<AGNode *, std::vector<AGNode *>, Later> ready;

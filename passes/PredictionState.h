@@ -19,11 +19,10 @@ namespace commlens {
 struct ActivationCheckpointUnit;
 struct FullyShardUnit;
 
-/// A value that is a DTensor: its placements on the plan's DTensor mesh, and where they came
-/// from (Shardy-style provenance, shown as the "why" of collectives).
+/// A value that is a DTensor: its placements on the plan's DTensor mesh. (Where a collective's
+/// placements came from is its CollectiveRecord's `why`.)
 struct DTensorLayout {
   Placements placements;
-  std::string origin;
 };
 
 enum class Phase : uint8_t { Forward, Backward };

@@ -5,6 +5,7 @@
 #include "passes/Autodiff.h"
 #include "passes/FullyShard.h"
 #include "passes/RedistributePlanner.h"
+#include "passes/ShardingDecisionCache.h"
 #include "passes/ShardingRules.h"
 
 namespace commlens {
@@ -123,8 +124,8 @@ private:
     return llvm::Error::success();
   }
 
-  void setDTensor(const Value *v, Placements p, std::string origin, bool approx) {
-    state_.dtensors[v] = DTensorLayout{normalized(p, v->meta() ? v->meta()->rank() : 0), std::move(origin)};
+  void setDTensor(const Value *v, Placements p, bool approx) {
+    state_.dtensors[v] = DTensorLayout{normalized(p, v->meta() ? v->meta()->rank() : 0)};
     if (approx)
       state_.approximate[v] = true;
   }
@@ -140,7 +141,7 @@ private:
       auto out = n.results();
       for (size_t i = 0; i < in.size() && i < out.size(); ++i)
         if (const DTensorLayout *l = state_.layout(in[i]))
-          setDTensor(out[i], l->placements, l->origin, approximate(in[i]));
+          setDTensor(out[i], l->placements, approximate(in[i]));
       if (op == "fsdp_pre_forward")
         fsdp.preForward(*unit, n);
       else
@@ -197,9 +198,8 @@ private:
       return llvm::Error::success();
     };
     if (op == "loss_targets") { // from_local(targets, Replicate) when the logits are a DTensor
-      if (const DTensorLayout *l = state_.layout(n.input("logits")->tensor()))
-        setDTensor(out, onMesh(Placement::replicate()), fmt::format("targets wrapped like the logits {}", str(l->placements)),
-                   approx);
+      if (state_.layout(n.input("logits")->tensor()))
+        setDTensor(out, onMesh(Placement::replicate()), approx);
       return llvm::Error::success();
     }
     if (op == "from_local_backward" || op == "to_local_backward" || op == "redistribute_backward")
@@ -209,7 +209,6 @@ private:
       Placements current = in ? in->placements : onMesh(*layout);
       if (!in)
         step(BoundaryStep::Kind::FromLocal, {}, normalized(current, x->meta()->rank()));
-      std::string origin = in ? in->origin : fmt::format("from_local({}) at the input of {}", layout->str(), module);
       Placements result = current;
       if (desired && !(layout == desired)) { // torch compares the layouts unnormalised
         if (auto refusal = userRedistributeRefusal(current, onMesh(*desired), x->meta()->rank()))
@@ -219,10 +218,9 @@ private:
         if (llvm::Error err = redistributeStep(current, onMesh(*desired), why))
           return err;
         result = onMesh(*desired);
-        origin = why;
       }
       if (!boolArg(n, "use_local_output"))
-        setDTensor(out, result, origin, approx);
+        setDTensor(out, result, approx);
       else
         step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
       return llvm::Error::success();
@@ -232,7 +230,7 @@ private:
       Placements target = normalized(onMesh(sharding), x->meta()->rank());
       if (!in) {
         step(BoundaryStep::Kind::FromLocal, {}, target);
-        setDTensor(out, onMesh(sharding), fmt::format("from_local({}) at the input of {}", sharding.str(), module), approx);
+        setDTensor(out, onMesh(sharding), approx);
         return llvm::Error::success();
       }
       if (in->placements != onMesh(sharding)) {
@@ -240,9 +238,9 @@ private:
                                       str(in->placements), str(target));
         if (llvm::Error err = redistributeStep(in->placements, target, why))
           return err;
-        setDTensor(out, target, why, approx);
+        setDTensor(out, target, approx);
       } else {
-        setDTensor(out, in->placements, in->origin, approx);
+        setDTensor(out, in->placements, approx);
       }
       return llvm::Error::success();
     }
@@ -250,17 +248,15 @@ private:
       if (!in)
         return makeError("{}: the output of {} is not a DTensor (the style's output hook would fail)", where(n), module);
       Placements result = in->placements;
-      std::string origin = in->origin;
       if (std::optional<Placement> layout = placementArg(n, "layout"); layout && in->placements != onMesh(*layout)) {
         std::string why = fmt::format("{} redistributes its output {} from {} to {}", module, x->name(),
                                       str(in->placements), str(onMesh(*layout)));
         if (llvm::Error err = redistributeStep(in->placements, onMesh(*layout), why))
           return err;
         result = onMesh(*layout);
-        origin = why;
       }
       if (!boolArg(n, "use_local_output"))
-        setDTensor(out, result, origin, approx);
+        setDTensor(out, result, approx);
       else
         step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
       return llvm::Error::success();
@@ -285,10 +281,10 @@ private:
     if (op == "to_local_backward") {
       Placements target = gradPlacements(normalized(*placements, rank));
       if (in) { // already a DTensor (not expected): keep it
-        setDTensor(out, in->placements, in->origin, approx);
+        setDTensor(out, in->placements, approx);
         return llvm::Error::success();
       }
-      setDTensor(out, target, fmt::format("to_local backward wraps the gradient as {}", str(target)), approx);
+      setDTensor(out, target, approx);
       return llvm::Error::success();
     }
     if (!in)
@@ -305,7 +301,7 @@ private:
         return err;
     }
     if (op == "redistribute_backward")
-      setDTensor(out, target, in->origin, approx);
+      setDTensor(out, target, approx);
     return llvm::Error::success();
   }
 
@@ -341,13 +337,14 @@ private:
                          n.name(), scopeName(n));
       return replicateUnsupported(n, tensors, specs);
     }
-    auto decision = rules.decide(n, specs, mesh_);
-    if (!decision) {
-      std::string msg = takeMessage(decision.takeError());
+    auto decided = decisions_.decide(rules, n, specs, mesh_);
+    if (!decided) {
+      std::string msg = takeMessage(decided.takeError());
       if (!ctx_.options.allowUnsupported)
         return makeError("{}: {}", where(n), msg);
       return replicateUnsupported(n, tensors, specs);
     }
+    const ShardingDecision *decision = *decided;
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (!specs[i] || i >= decision->operandPlacements.size() || !decision->operandPlacements[i])
         continue;
@@ -363,8 +360,7 @@ private:
     auto results = n.results();
     for (size_t i = 0; i < results.size() && i < decision->resultPlacements.size(); ++i)
       if (decision->resultPlacements[i] && results[i]->kind() == ValueKind::Tensor)
-        setDTensor(results[i], *decision->resultPlacements[i], fmt::format("{} ({})", n.opString(), decision->why),
-                   approx);
+        setDTensor(results[i], *decision->resultPlacements[i], approx);
     return llvm::Error::success();
   }
 
@@ -436,9 +432,9 @@ private:
         for (unsigned k = 0; k < xp.size(); ++k)
           out.push_back(k == *meshDim ? Placement::replicate()
                                       : xp[k].isShard() ? Placement::partial() : xp[k]);
-        setDTensor(results[i], out, "loss_parallel nll_loss_forward", false);
+        setDTensor(results[i], out, false);
       } else {
-        setDTensor(results[i], xp, fmt::format("loss_parallel {}", op.str()), false);
+        setDTensor(results[i], xp, false);
       }
     }
     return llvm::Error::success();
@@ -460,7 +456,7 @@ private:
     }
     for (Value *r : n.results())
       if (r->kind() == ValueKind::Tensor)
-        setDTensor(r, onMesh(Placement::replicate()), "unsupported op, assumed replicated", true);
+        setDTensor(r, onMesh(Placement::replicate()), true);
     return llvm::Error::success();
   }
 
@@ -505,6 +501,7 @@ private:
   const Graph &graph_;
   Phase phase_;
   const std::optional<std::string> castReason_;
+  ShardingDecisionCache decisions_; // repeated layers ask the same questions
   const Node *node_ = nullptr;
 };
 
