@@ -130,39 +130,39 @@ private:
     return llvm::Error::success();
   }
 
-  void setParam(const InputSpec &in, Placement p, std::string origin) {
-    ctx_.state.dtensors[in.value] = DTensorLayout{{p}, std::move(origin)};
-  }
+  void setParam(const InputSpec &in, Placement p) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}}; }
 
   llvm::Error distributeParameters() {
+    // Parameters by FQN, so that those below a module are one range (its path and a dot).
+    std::vector<const InputSpec *> params;
+    for (const InputSpec &in : graph_.inputs())
+      if (in.kind == InputKind::Parameter && in.value)
+        params.push_back(&in);
+    llvm::sort(params, [](const InputSpec *a, const InputSpec *b) { return a->target < b->target; });
     // In plan order: a later style on the same parameter overrides, as re-registration does.
     for (const auto &[scope, style] : applications_) {
       std::string prefix = scope->path().empty() ? "" : scope->path() + ".";
-      for (const InputSpec &in : graph_.inputs()) {
-        if (in.kind != InputKind::Parameter || !llvm::StringRef(in.target).startswith(prefix) || !in.value)
-          continue;
+      auto first = llvm::partition_point(params, [&](const InputSpec *in) { return in->target < prefix; });
+      for (auto it = first; it != params.end() && llvm::StringRef((*it)->target).startswith(prefix); ++it) {
+        const InputSpec &in = **it;
         llvm::StringRef local = llvm::StringRef(in.target).drop_front(prefix.size());
         bool direct = !local.contains('.');
-        {
-          std::string origin = fmt::format("{} on {}", name(style->kind).str(), scope->displayName());
-          switch (style->kind) {
-          case ParallelStyle::Kind::Colwise:
-            if (direct)
-              setParam(in, Placement::shard(isEmbedding(*scope) ? 1 : 0), origin);
-            break;
-          case ParallelStyle::Kind::Rowwise:
-            if (direct)
-              setParam(in, isEmbedding(*scope) ? Placement::shard(0)
-                                               : (local == "bias" ? Placement::replicate() : Placement::shard(1)),
-                       origin);
-            break;
-          case ParallelStyle::Kind::Sequence: // every parameter below the module, replicated
-            setParam(in, Placement::replicate(), origin);
-            ctx_.state.retrainedByStyle.insert(in.value);
-            break;
-          default:
-            break;
-          }
+        switch (style->kind) {
+        case ParallelStyle::Kind::Colwise:
+          if (direct)
+            setParam(in, Placement::shard(isEmbedding(*scope) ? 1 : 0));
+          break;
+        case ParallelStyle::Kind::Rowwise:
+          if (direct)
+            setParam(in, isEmbedding(*scope) ? Placement::shard(0)
+                                             : (local == "bias" ? Placement::replicate() : Placement::shard(1)));
+          break;
+        case ParallelStyle::Kind::Sequence: // every parameter below the module, replicated
+          setParam(in, Placement::replicate());
+          ctx_.state.retrainedByStyle.insert(in.value);
+          break;
+        default:
+          break;
         }
       }
     }
@@ -174,8 +174,7 @@ private:
           if (ctx_.state.dtensors.count(in.value))
             return makeError("placements for '{}': it is already a DTensor after parallelize_module", in.target);
           explicitlyPlaced_[in.value] = &in;
-          ctx_.state.dtensors[in.value] =
-              DTensorLayout{spec.placements, fmt::format("plan placements for '{}'", pattern)};
+          ctx_.state.dtensors[in.value] = DTensorLayout{spec.placements};
         }
     for (const InputSetting &setting : plan_.inputs) {
       if (!setting.placements)
@@ -184,8 +183,7 @@ private:
       if (!input || !input->isTensor())
         return makeError("plan placements for input '{}': the model has no tensor input '{}'", setting.key,
                          setting.key);
-      ctx_.state.dtensors[input->tensor()] =
-          DTensorLayout{setting.placements->placements, fmt::format("plan placements for input '{}'", setting.key)};
+      ctx_.state.dtensors[input->tensor()] = DTensorLayout{setting.placements->placements};
     }
     return llvm::Error::success();
   }
@@ -474,30 +472,33 @@ private:
     for (auto &[canonical, members] : groups) {
       if (members.size() < 2)
         continue;
+      std::vector<TiedMember> tied;
+      for (const InputSpec *m : members) // scopes are named on the tree checkpoint_wrapper leaves
+        tied.push_back({m->value, pathAfterCheckpointWrappers(plan_, m->target)});
       for (const InputSpec *m : members)
-        tiedGroup_[m->value] = members;
+        tiedGroup_[m->value] = tied;
     }
   }
 
+  /// The tied member registered directly on the innermost of `scope` and its ancestors; `v`
+  /// itself when it is not tied or no such module registers one.
   const Value *ownerOfUse(const Value *v, const ModuleScope *scope) const {
     auto it = tiedGroup_.find(v);
     if (it == tiedGroup_.end())
       return v;
-    const InputSpec *best = nullptr;
-    size_t bestLen = 0;
     for (const ModuleScope *s = scope; s; s = s->parent()) {
-      std::string prefix = s->path().empty() ? "" : s->path() + ".";
-      for (const InputSpec *m : it->second)
-        if (std::string target = pathAfterCheckpointWrappers(plan_, m->target);
-            llvm::StringRef(target).startswith(prefix) && !llvm::StringRef(target).drop_front(prefix.size()).contains('.') &&
-            (!best || prefix.size() > bestLen)) {
-          best = m;
-          bestLen = prefix.size();
-        }
-      if (best)
-        break;
+      llvm::StringRef path = s->path();
+      for (const TiedMember &m : it->second) {
+        llvm::StringRef local = m.target;
+        if (!path.empty() && !(local.startswith(path) && local.drop_front(path.size()).startswith(".")))
+          continue;
+        if (!path.empty())
+          local = local.drop_front(path.size() + 1);
+        if (!local.contains('.'))
+          return m.value;
+      }
     }
-    return best ? best->value : v;
+    return v;
   }
 
   llvm::Error rewrite() {
@@ -583,7 +584,11 @@ private:
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;
   std::vector<StyledCall> calls_;
-  llvm::DenseMap<const Value *, std::vector<const InputSpec *>> tiedGroup_;
+  struct TiedMember {
+    const Value *value;
+    std::string target; // its FQN on the module tree checkpoint wrappers make
+  };
+  llvm::DenseMap<const Value *, std::vector<TiedMember>> tiedGroup_;
 };
 
 } // namespace
