@@ -534,15 +534,23 @@ private:
     for (const auto &[k, v] : n.field("metadata").members())
       metadata[k] = v.asString();
 
-    // Scope first, so that argument errors can name the module.
+    // Scope first, so that argument errors can name the module. Consecutive nodes mostly share
+    // one module stack text: it is parsed and looked up once per run of them.
     llvm::SmallVector<ModuleStackEntry, 4> stack(inherited.begin(), inherited.end());
+    ModuleScope *scope = nullptr;
     if (auto it = metadata.find("nn_module_stack"); it != metadata.end()) {
-      auto parsed = parseModuleStack(it->second);
-      if (!parsed)
-        n.fail(fmt::format("metadata.nn_module_stack: {}", takeMessage(parsed.takeError())));
-      stack = std::move(*parsed);
+      if (!lastStack_ || lastStack_->text != it->second) {
+        auto parsed = parseModuleStack(it->second);
+        if (!parsed)
+          n.fail(fmt::format("metadata.nn_module_stack: {}", takeMessage(parsed.takeError())));
+        lastStack_ = ParsedStack{it->second, std::move(*parsed), nullptr};
+        lastStack_->scope = graph_.scopes().getOrCreate(lastStack_->entries);
+      }
+      stack = lastStack_->entries;
+      scope = lastStack_->scope;
+    } else {
+      scope = graph_.scopes().getOrCreate(stack);
     }
-    ModuleScope *scope = graph_.scopes().getOrCreate(stack);
     llvm::SmallVector<unsigned, 4> callPath;
     for (const ModuleStackEntry &e : stack)
       if (!e.path.empty())
@@ -699,6 +707,12 @@ private:
   const NodeCheck &check_;
   std::vector<NameContext> contexts_;
   llvm::StringSet<> nodeNames_; // IR names of the nodes so far
+  struct ParsedStack {
+    std::string text; // metadata.nn_module_stack as written
+    llvm::SmallVector<ModuleStackEntry, 4> entries;
+    ModuleScope *scope;
+  };
+  std::optional<ParsedStack> lastStack_; // the previous node's
 };
 
 } // namespace
