@@ -3,8 +3,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/Twine.h"
 
-#include <fmt/format.h>
 
 namespace commlens {
 
@@ -35,7 +35,10 @@ OpName OpName::parse(llvm::StringRef target) {
 std::string OpName::str() const {
   if (ns.empty())
     return name;
-  return fmt::format("{}::{}.{}", ns, name, overload);
+  std::string s; // every node's op string: plain appends, no format parsing
+  s.reserve(ns.size() + name.size() + overload.size() + 3);
+  s.append(ns).append("::").append(name).append(".").append(overload);
+  return s;
 }
 
 const Argument *Node::input(llvm::StringRef argName) const {
@@ -93,7 +96,7 @@ Value *Graph::createUniqueValue(llvm::StringRef hint, ValueKind kind) {
     return createValue(hint, kind);
   std::string name;
   do
-    name = fmt::format("{}_{}", hint.str(), ++uniqueCounter_);
+    name = (hint + "_" + llvm::Twine(++uniqueCounter_)).str();
   while (valuesByName_.count(name));
   return createValue(name, kind);
 }

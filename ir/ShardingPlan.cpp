@@ -26,14 +26,18 @@ bool matchesGlob(llvm::StringRef pattern, llvm::StringRef text) {
 bool matchesModulePath(llvm::StringRef pattern, llvm::StringRef path) {
   if (pattern.empty() || path.empty())
     return pattern.empty() && path.empty();
-  llvm::SmallVector<llvm::StringRef, 8> want, have;
-  pattern.split(want, '.');
-  path.split(have, '.');
-  if (want.size() != have.size())
+  // Segment by segment, without splitting into lists: plans are matched against every module.
+  size_t dots = pattern.count('.');
+  if (dots != path.count('.'))
     return false;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (!matchesGlob(want[i], have[i]))
+  for (size_t i = 0; i <= dots; ++i) {
+    auto [want, wantRest] = pattern.split('.');
+    auto [have, haveRest] = path.split('.');
+    if (!matchesGlob(want, have))
       return false;
+    pattern = wantRest;
+    path = haveRest;
+  }
   return true;
 }
 

@@ -167,15 +167,17 @@ ShardingDecisionCache::decide(const ShardingRules &rules, const Node &node,
                               llvm::ArrayRef<std::optional<DTensorSpec>> operands, const DeviceMesh &mesh) {
   scratch_.clear();
   key(node, operands, mesh, scratch_);
-  auto it = decisions_.find(scratch_);
-  if (it != decisions_.end()) {
+  auto it = index_.find(scratch_.str());
+  if (it != index_.end()) {
     ++hits_;
-    return &it->second;
+    return it->second;
   }
   llvm::Expected<ShardingDecision> d = rules.decide(node, operands, mesh);
   if (!d)
     return d.takeError();
-  return &decisions_.try_emplace(scratch_, std::move(*d)).first->second;
+  const ShardingDecision *stored = &decisions_.emplace_back(std::move(*d));
+  index_[keys_.save(scratch_.str())] = stored;
+  return stored;
 }
 
 } // namespace commlens
