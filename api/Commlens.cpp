@@ -33,6 +33,12 @@ llvm::Expected<std::unique_ptr<Prediction>> Prediction::run(std::unique_ptr<Expo
   if (request.customizePipeline)
     request.customizePipeline(pm);
   p->ctx_ = std::make_unique<PassContext>(PassContext{*p->program_, &p->plan_, request.options, PredictionState()});
+  // Ties decide which FSDP unit manages a parameter and what a frozen pattern reaches.
+  if (p->program_->tiedParametersUnknown &&
+      (!p->plan_.fullyShard.empty() || !p->plan_.frozen.empty() || !p->plan_.frozenAfterParallelize.empty()))
+    p->ctx_->state.warnings.push_back(
+        "the parameters are on the meta device and the archive has no commlens tie record: tied parameters "
+        "cannot be told apart and are taken as untied (export with commlens.export to record ties)");
   if (llvm::Error err = pm.run(*p->ctx_))
     return err;
   const PassOptions &opts = p->ctx_->options;

@@ -57,14 +57,17 @@ NB_MODULE(_core, m) {
       .def("html", [](const Prediction &p, const std::string &title) { return p.html(title); }, nb::arg("title"));
   m.def(
       "predict_program_json",
-      [](nb::bytes programJson, const std::string &planJson, const std::string &planName, const std::string &phase,
-         std::optional<std::string> cluster, std::optional<std::string> gpu, bool allowUnsupported) {
+      [](nb::bytes programJson, const std::string &tiedParametersJson, const std::string &planJson,
+         const std::string &planName, const std::string &phase, std::optional<std::string> cluster,
+         std::optional<std::string> gpu, bool allowUnsupported) {
         std::string text(programJson.c_str(), programJson.size());
         auto program = unwrap(decodeProgramJson(text), "exported program");
+        if (llvm::Error err = applyTiedParameters(*program, tiedParametersJson, "tied parameters"))
+          throw CoreError(takeMessage(std::move(err)));
         return run(std::move(program), planJson, planName, phase, cluster, gpu, allowUnsupported);
       },
-      nb::arg("program_json"), nb::arg("plan_json"), nb::arg("plan_name"), nb::arg("phase"), nb::arg("cluster").none(),
-      nb::arg("gpu").none(), nb::arg("allow_unsupported"));
+      nb::arg("program_json"), nb::arg("tied_parameters_json"), nb::arg("plan_json"), nb::arg("plan_name"),
+      nb::arg("phase"), nb::arg("cluster").none(), nb::arg("gpu").none(), nb::arg("allow_unsupported"));
   m.def(
       "predict_pt2",
       [](const std::string &path, const std::string &planJson, const std::string &planName, const std::string &phase,

@@ -1,19 +1,26 @@
 #include "frontends/Pt2Loader.h"
 
 #include "frontends/ExportedProgramReader.h"
+#include "frontends/JsonRef.h"
 #include "frontends/OpSchemas.h"
 #include "frontends/Pt2Archive.h"
 #include "frontends/TorchScriptLoader.h"
 #include "ir/Error.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <map>
+#include <set>
 
 namespace commlens {
 namespace {
 
-/// Tied parameters are separate placeholders that the archive stores once: a parameter whose
-/// weight record and layout equal an earlier parameter's is an alias of it.
-void markTiedParameters(ExportedProgram &program) {
+/// Without a tie record: tied parameters are separate placeholders that the archive stores once, so
+/// a parameter whose weight record and layout equal an earlier parameter's is an alias of it. Not
+/// on the meta device: torch.export.save groups tensors by their storage's data pointer (0 for
+/// every meta tensor), so all meta weights share one record whether tied or not.
+void markTiedParametersByStorage(ExportedProgram &program) {
   std::map<std::string, const WeightInfo *> byFqn;
   for (const WeightInfo &w : program.weights)
     byFqn[w.fqn] = &w;
@@ -25,6 +32,10 @@ void markTiedParameters(ExportedProgram &program) {
     if (it == byFqn.end())
       continue;
     const WeightInfo &w = *it->second;
+    if (w.meta.device.type == "meta") {
+      program.tiedParametersUnknown = true;
+      continue;
+    }
     for (const auto &[earlier, fqn] : seen)
       if (earlier->record == w.record && earlier->meta.sizes == w.meta.sizes &&
           earlier->meta.strides == w.meta.strides && earlier->meta.storageOffset == w.meta.storageOffset) {
@@ -82,6 +93,12 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
     records.weightsRecord = record.str();
     break;
   }
+  if (ar.hasRecord(kTiedParametersRecord)) {
+    auto tied = ar.read(kTiedParametersRecord);
+    if (!tied)
+      return tied.takeError();
+    records.tiedParameters = std::move(*tied);
+  }
   return records;
 }
 
@@ -97,8 +114,53 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &rec
   if (records.weightsConfig)
     if (llvm::Error err = parseWeightsConfig(*records.weightsConfig, **program, records.weightsRecord))
       return err;
-  markTiedParameters(**program);
+  if (records.tiedParameters) {
+    if (llvm::Error err = applyTiedParameters(**program, *records.tiedParameters, kTiedParametersRecord))
+      return err;
+  } else {
+    markTiedParametersByStorage(**program);
+  }
   return program;
+}
+
+llvm::Error applyTiedParameters(ExportedProgram &program, llvm::StringRef json, llvm::StringRef recordName) {
+  auto doc = parseJsonText(json, recordName);
+  if (!doc)
+    return doc.takeError();
+  std::map<std::string, InputSpec *, std::less<>> params;
+  for (InputSpec &in : program.graph().inputs())
+    if (in.kind == InputKind::Parameter)
+      params.emplace(in.target, &in);
+  try {
+    JsonRef root = (*doc)->root();
+    if (std::string format = root.field("format").asString(); format != "commlens-tied-parameters")
+      root.field("format").fail(fmt::format("'{}' is not 'commlens-tied-parameters'", format));
+    if (int64_t version = root.field("version").asInt(); version != 1)
+      root.field("version").fail(fmt::format("version {} is not supported (expected 1)", version));
+    std::set<std::string, std::less<>> grouped;
+    for (const JsonRef &group : root.field("groups").items()) {
+      std::vector<JsonRef> names = group.items();
+      if (names.size() < 2)
+        group.fail("a group of tied parameters needs at least two names");
+      std::vector<InputSpec *> members;
+      for (const JsonRef &name : names) {
+        llvm::StringRef fqn = name.asStringRef();
+        auto it = params.find(fqn);
+        if (it == params.end())
+          name.fail(fmt::format("'{}' is not a parameter of the program", fqn.str()));
+        if (!grouped.insert(fqn.str()).second)
+          name.fail(fmt::format("'{}' is in two groups", fqn.str()));
+        members.push_back(it->second);
+      }
+      InputSpec *canonical = *std::min_element(members.begin(), members.end()); // one vector: first input
+      for (InputSpec *m : members)
+        if (m != canonical)
+          m->aliasOf = canonical->target;
+    }
+  } catch (const ParseError &e) {
+    return makeError("{}: {}", recordName.str(), e.message);
+  }
+  return llvm::Error::success();
 }
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {

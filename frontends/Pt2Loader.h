@@ -21,7 +21,17 @@ struct Pt2Records {
   std::string modelRecord = "models/model.json"; // where modelJson came from, for messages
   std::optional<std::string> weightsConfig;
   std::string weightsRecord;
+  std::optional<std::string> tiedParameters; // kTiedParametersRecord, written by commlens.export
 };
+
+/// The record commlens.export adds to the archive (torch.export.save's extra_files): the groups of
+/// parameter FQNs that are one nn.Parameter, from the exported program's state_dict,
+/// {"format": "commlens-tied-parameters", "version": 1, "groups": [["tok.weight", "head.weight"]]}.
+inline constexpr llvm::StringLiteral kTiedParametersRecord = "extra/commlens_tied_parameters.json";
+
+/// Marks the tied parameters a tie record names (aliasOf: the member first among the program's
+/// inputs); `recordName` is for messages. Each name must be a parameter of the program, in one group.
+llvm::Error applyTiedParameters(ExportedProgram &program, llvm::StringRef json, llvm::StringRef recordName);
 
 llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path);
 

@@ -221,6 +221,10 @@ struct ExportedProgram {
   std::string torchVersion;
   std::vector<std::string> verifiers;
   std::vector<WeightInfo> weights;
+  /// The parameters are on the meta device and no commlens tie record came with them: the archive
+  /// gives every meta tensor one weight record, so tied parameters cannot be told apart (they are
+  /// taken as untied).
+  bool tiedParametersUnknown = false;
   /// Whether regions ran under torch.autocast (wrap_with_autocast): autocast casts operands at
   /// run time, which the program's recorded dtypes do not show for every tensor.
   bool autocastRegions = false;

@@ -118,10 +118,10 @@ def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_uns
         if isinstance(program, (str, os.PathLike)):
             native = core().predict_pt2(os.fspath(program), text, name, phase, cluster, gpu, allow_unsupported)
         else:
-            from commlens.export import program_json
+            from commlens.export import program_json, tied_parameters_json
 
-            native = core().predict_program_json(program_json(program), text, name, phase, cluster, gpu,
-                                                 allow_unsupported)
+            native = core().predict_program_json(program_json(program), tied_parameters_json(program), text, name,
+                                                 phase, cluster, gpu, allow_unsupported)
     except core().Error as err:
         subject, _, message = str(err).partition(": ")
         raise CommlensError(subject, message) from None

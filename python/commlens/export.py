@@ -123,11 +123,35 @@ def _lean_serialization(exported_program):
 
 def save_program(exported_program, path):
     """``torch.export.save(exported_program, path)``, the same archive, serialised with less work
-    (:func:`_lean_serialization`)."""
+    (:func:`_lean_serialization`), plus commlens' tie record (:func:`tied_parameters_json`)."""
     import torch
 
     with _lean_serialization(exported_program):
-        torch.export.save(exported_program, path)
+        torch.export.save(exported_program, path,
+                          extra_files={TIED_PARAMETERS_FILE: tied_parameters_json(exported_program)})
+
+
+# extra/<this> in the archive (frontends/Pt2Loader.h: kTiedParametersRecord)
+TIED_PARAMETERS_FILE = "commlens_tied_parameters.json"
+
+
+def tied_parameters(exported_program):
+    """Groups of parameter FQNs that are one ``nn.Parameter`` (``state_dict`` identity), each in
+    the program's input order. The archive cannot say it for meta-device parameters: its weight
+    records are grouped by storage pointer, 0 for every meta tensor."""
+    from torch.export.graph_signature import InputKind
+
+    groups = {}
+    for spec in exported_program.graph_signature.input_specs:
+        if spec.kind == InputKind.PARAMETER and spec.target in exported_program.state_dict:
+            groups.setdefault(id(exported_program.state_dict[spec.target]), []).append(spec.target)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def tied_parameters_json(exported_program):
+    """The tie record commlens reads with the program (``commlens-tied-parameters`` version 1)."""
+    return json.dumps({"format": "commlens-tied-parameters", "version": 1,
+                       "groups": tied_parameters(exported_program)})
 
 
 def program_json(exported_program):
