@@ -5,7 +5,6 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/Twine.h"
 
-
 namespace commlens {
 
 OpName OpName::parse(llvm::StringRef target) {
