@@ -138,21 +138,28 @@ def _archive_entries(path):
         return {name.split("/", 1)[1]: z.read(name) for name in z.namelist()}
 
 
-@pytest.mark.parametrize("spec", ["examples.gpt2:gpt2(n_layers=2)", "examples.llama:llama(n_layers=2, device='meta')",
-                                  "examples.kwargs:gated"])
-def test_save_program_writes_what_torch_export_save_writes(spec, tmp_path):
-    """save_program skips only the serialiser's discarded canonical-form check: every entry of the
-    archive (program JSON, weights, constants, example inputs, configs) is byte-identical to
-    torch.export.save's, the archive loads back, and torch's serialiser is left as it was."""
+# GPT-2 ties its output projection to the token embedding (tie_weights=True); the others tie nothing.
+@pytest.mark.parametrize("spec,ties", [("examples.gpt2:gpt2(n_layers=2)", [["tok_embeddings.weight", "lm_head.weight"]]),
+                                       ("examples.llama:llama(n_layers=2, device='meta')", []),
+                                       ("examples.kwargs:gated", [])])
+def test_save_program_writes_what_torch_export_save_writes(spec, ties, tmp_path):
+    """save_program skips only the serialiser's discarded canonical-form check and adds the tie
+    record: every entry of the archive (program JSON, weights, constants, example inputs, configs,
+    the extra file) is byte-identical to torch.export.save's given that extra file, the archive
+    loads back, and torch's serialiser is left as it was."""
     from torch._export.serde import serialize as serde
+
+    from commlens.export import TIED_PARAMETERS_FILE, tied_parameters_json
 
     model, args, kwargs = call_model_factory(spec)
     ep = export_model(model, args, kwargs)
     canonicalize = serde.canonicalize
-    torch.export.save(ep, str(tmp_path / "torch.pt2"))
+    torch.export.save(ep, str(tmp_path / "torch.pt2"), extra_files={TIED_PARAMETERS_FILE: tied_parameters_json(ep)})
     save_program(ep, str(tmp_path / "commlens.pt2"))
     assert serde.canonicalize is canonicalize
     expected, got = _archive_entries(tmp_path / "torch.pt2"), _archive_entries(tmp_path / "commlens.pt2")
+    assert json.loads(got["extra/commlens_tied_parameters.json"]) == {
+        "format": "commlens-tied-parameters", "version": 1, "groups": ties}
     assert sorted(got) == sorted(expected)
     assert [name for name in expected if got[name] != expected[name]] == []
     loaded = torch.export.load(str(tmp_path / "commlens.pt2"))
