@@ -44,6 +44,22 @@ void attributeDouble(llvm::json::OStream &j, llvm::StringRef key, double d) {
   j.attributeEnd();
 }
 
+/// A string value. llvm::json quotes byte by byte through the stream (a fifth of the report's
+/// time); a string with nothing to escape (printable ASCII but '"' and '\\') is written as is,
+/// the same bytes quote() gives.
+void stringValue(llvm::json::OStream &j, llvm::StringRef s) {
+  if (llvm::all_of(s, [](unsigned char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; }))
+    j.rawValue([&](llvm::raw_ostream &os) { os << '"' << s << '"'; });
+  else
+    j.value(s);
+}
+
+void stringAttribute(llvm::json::OStream &j, llvm::StringRef key, llvm::StringRef s) {
+  j.attributeBegin(key);
+  stringValue(j, s);
+  j.attributeEnd();
+}
+
 /// Each collective record under the module that caused it, in record order.
 llvm::DenseMap<const ModuleScope *, std::vector<const CollectiveRecord *>> recordsByModule(const PredictionState &state) {
   llvm::DenseMap<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
@@ -58,21 +74,21 @@ void writeRecord(llvm::json::OStream &j, const CollectiveRecord &r) {
   j.object([&] {
     if (r.approximate)
       j.attribute("approximate", true);
-    j.attribute("argument", r.argument);
-    j.attribute("aten_op", r.node ? r.node->opString() : "");
+    stringAttribute(j, "argument", r.argument);
+    stringAttribute(j, "aten_op", r.node ? r.node->opString() : "");
     if (!r.bytesKnown) // bytes_per_rank is at the program's dtype, not the run's
       j.attribute("bytes_known", false);
     j.attribute("bytes_per_rank", r.bytesPerRank);
-    j.attribute("dst", r.dst.str());
-    j.attribute("from", str(r.fromPlacements));
+    stringAttribute(j, "dst", r.dst.str());
+    stringAttribute(j, "from", str(r.fromPlacements));
     j.attributeArray("mesh_dims", [&] {
       for (unsigned d : r.meshDims)
         j.value(static_cast<int64_t>(d));
     });
-    j.attribute("module", r.module ? r.module->displayName() : kGlobal);
-    j.attribute("node", r.node ? r.node->name() : "");
-    j.attribute("op", r.opKey);
-    j.attribute("src", r.src.str());
+    stringAttribute(j, "module", r.module ? r.module->displayName() : kGlobal);
+    stringAttribute(j, "node", r.node ? r.node->name() : "");
+    stringAttribute(j, "op", r.opKey);
+    stringAttribute(j, "src", r.src.str());
     if (r.time)
       j.attributeObject("time", [&] {
         j.attribute("algorithm", r.time->algorithm);
@@ -82,8 +98,8 @@ void writeRecord(llvm::json::OStream &j, const CollectiveRecord &r) {
         j.attribute("ranks", r.time->ranks);
         attributeDouble(j, "us", r.time->us);
       });
-    j.attribute("to", str(r.toPlacements));
-    j.attribute("why", r.why);
+    stringAttribute(j, "to", str(r.toPlacements));
+    stringAttribute(j, "why", r.why);
   });
 }
 
@@ -305,14 +321,14 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
         j.object([&] {
           j.attributeArray("input_shape", [&] {
             for (const Value *v : sharded)
-              j.value(v->meta() ? v->meta()->str() : "");
+              stringValue(j, v->meta() ? v->meta()->str() : "");
           });
           j.attributeArray("input_sharding", [&] {
             for (const Value *v : sharded)
-              j.value(placementsRepr(state->layout(v)->placements));
+              stringValue(j, placementsRepr(state->layout(v)->placements));
           });
           j.attribute("is_bw", true);
-          j.attribute("name", "aten." + n->op().name + "." + n->op().overload);
+          stringAttribute(j, "name", "aten." + n->op().name + "." + n->op().overload);
         });
       }
     });
@@ -348,7 +364,7 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
       j.attributeArray(phaseKey("collectives_", p), [&] {
         for (const auto &[op, cell] : m.phase(p))
           j.array([&] {
-            j.value(op);
+            stringValue(j, op);
             j.value(cell.count);
           });
       });
