@@ -4,6 +4,7 @@
 
 #include "ir/Error.h"
 #include "ir/Graph.h"
+#include "passes/Derivatives.h"
 
 #include <gtest/gtest.h>
 
@@ -14,13 +15,7 @@ using namespace commlens;
 
 namespace {
 
-TensorMeta meta(std::vector<int64_t> sizes, ScalarType dt = ScalarType::Float) {
-  TensorMeta m;
-  m.dtype = dt;
-  for (int64_t s : sizes)
-    m.sizes.push_back(SymInt::concrete(s));
-  return m;
-}
+TensorMeta meta(std::vector<int64_t> sizes, ScalarType dt = ScalarType::Float) { return metaOf(dt, sizes, Device{}); }
 
 Placements pl(llvm::StringRef text) { return {llvm::cantFail(Placement::parse(text))}; }
 
