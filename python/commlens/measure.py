@@ -703,6 +703,9 @@ def _measure_torchrun(jobs, backend, noise_level):
     rank = int(os.environ["RANK"])
     device = None
     if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise CommlensError("measure", f"the nccl backend needs CUDA GPUs (torch {torch.__version__}: "
+                                "torch.cuda.is_available() is False)")
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
         device = f"cuda:{local_rank}"

@@ -26,13 +26,16 @@ _api.py, _ops/_matrix_ops.py):
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from commlens import CommlensError
 from commlens.measure import measure, measure_many
 from commlens.plan import PlanError
-from conftest import error_lines
+from conftest import REPO, error_lines
 
 AR = "c10d_functional.all_reduce"
 AG = "c10d_functional.all_gather_into_tensor"
@@ -351,6 +354,21 @@ def test_nccl_needs_torchrun():
         measure("examples.mlp:mlp", "examples.plans:mlp_tp(tp=2, device_type='cuda')", backend="nccl")
     assert str(info.value) == ("measure: the nccl backend must run under torchrun (RANK/WORLD_SIZE not set); "
                                "see python -m commlens.measure --help")
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has a GPU")
+def test_nccl_under_torchrun_without_a_gpu(tmp_path):
+    # One line naming the missing GPUs, not torch's traceback from torch.cuda.set_device.
+    import torch
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(REPO)])}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                        "-m", "commlens.measure", "examples.mlp:mlp", "--plan",
+                        "examples.plans:mlp_tp(tp=1, device_type='cuda')", "--backend", "nccl", "-o",
+                        str(tmp_path / "m.json")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert error_lines(r.stderr) == [f"commlens: error: measure: the nccl backend needs CUDA GPUs (torch "
+                                     f"{torch.__version__}: torch.cuda.is_available() is False)"], r.stderr[-3000:]
 
 
 def test_measure_cli_world_size_error(cli, tmp_path):
