@@ -473,8 +473,11 @@ private:
       if (members.size() < 2)
         continue;
       std::vector<TiedMember> tied;
-      for (const InputSpec *m : members) // scopes are named on the tree checkpoint_wrapper leaves
-        tied.push_back({m->value, pathAfterCheckpointWrappers(plan_, m->target)});
+      for (const InputSpec *m : members) { // scopes are named on the tree checkpoint_wrapper leaves
+        std::string target = pathAfterCheckpointWrappers(plan_, m->target);
+        llvm::StringRef owner = llvm::StringRef(target).contains('.') ? llvm::StringRef(target).rsplit('.').first : "";
+        tied.push_back({m->value, owner.str()});
+      }
       for (const InputSpec *m : members)
         tiedGroup_[m->value] = tied;
     }
@@ -486,18 +489,10 @@ private:
     auto it = tiedGroup_.find(v);
     if (it == tiedGroup_.end())
       return v;
-    for (const ModuleScope *s = scope; s; s = s->parent()) {
-      llvm::StringRef path = s->path();
-      for (const TiedMember &m : it->second) {
-        llvm::StringRef local = m.target;
-        if (!path.empty() && !(local.startswith(path) && local.drop_front(path.size()).startswith(".")))
-          continue;
-        if (!path.empty())
-          local = local.drop_front(path.size() + 1);
-        if (!local.contains('.'))
+    for (const ModuleScope *s = scope; s; s = s->parent())
+      for (const TiedMember &m : it->second)
+        if (m.owner == s->path())
           return m.value;
-      }
-    }
     return v;
   }
 
@@ -586,7 +581,7 @@ private:
   std::vector<StyledCall> calls_;
   struct TiedMember {
     const Value *value;
-    std::string target; // its FQN on the module tree checkpoint wrappers make
+    std::string owner; // the module registering it, on the tree checkpoint wrappers make ("" the root)
   };
   llvm::DenseMap<const Value *, std::vector<TiedMember>> tiedGroup_;
 };
