@@ -286,7 +286,8 @@ CONFIGS = [
     # kernel sees local tensors here, so the meta-device measurement is the truth.
     Config("gpt2_sdpa-tp_sp-tp4-cuda-both", GPT2_SDPA, P + "gpt2_tp_sp(tp=4, device_type='cuda')", "both"),
     Config("llama-tp_sp-tp4-cuda-both", LLAMA, P + "llama_tp(tp=4, device_type='cuda')", "both"),
-    # bf16 on an H100: SDPA is flash attention; a 2-D mesh and loss parallel on cuda plans
+    # bf16 (on an H100: flash attention, or cuDNN attention from cuDNN 9.15.1 on), dropout, head dim
+    # 128 (sdpa_kernels.py checks the kernel on a GPU); a 2-D mesh and loss parallel on cuda plans
     Config("gpt2_sdpa_bf16-tp_sp-tp4-cuda-both", "examples.gpt2:gpt2(attn='sdpa', dtype='bfloat16')",
            P + "gpt2_tp_sp(tp=4, device_type='cuda')", "both"),
     Config("llama_bf16-tp_sp-tp4-cuda-both", LLAMA + "(dtype='bfloat16')", P + "llama_tp(tp=4, device_type='cuda')",

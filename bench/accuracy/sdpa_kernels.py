@@ -17,6 +17,7 @@ Exit status 0 when every configuration ran the predicted kernels, 1 on a differe
 """
 import argparse
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -76,7 +77,7 @@ def main(argv=None):
         print(f"sdpa_kernels: no CUDA device (torch {torch.__version__}): nothing to check here", file=sys.stderr)
         return 2
     if ns.reuse_exports:
-        accuracy.os.environ[accuracy.REUSE_EXPORTS_ENV] = "1"
+        os.environ[accuracy.REUSE_EXPORTS_ENV] = "1"
     work = pathlib.Path(ns.work_dir).resolve()
     configs = [c for c in accuracy.select("full", ns.only) if "device_type='cuda'" in c.plan]
     width = max(len(c.name) for c in configs)
