@@ -352,8 +352,8 @@ def _model_digest(work):
     """The cache key of exported models: the sources and the versions that export them. Under
     --reuse-exports the versions are those recorded in the work dir (models/versions.json) by the
     machine that exported, so a GPU machine with another torch measures against those programs."""
-    files = sorted((ROOT / "examples").glob("*.py")) + [ROOT / "python/commlens/export.py",
-                                                        ROOT / "python/commlens/_factory.py"]
+    files = sorted((ROOT / "examples").glob("*.py")) + [ROOT / f"python/commlens/{name}.py" for name in
+                                                        ("export", "_export_shortcuts", "_module_calls", "_factory")]
     record = work / "models" / "versions.json"
     versions = (json.loads(record.read_text()) if os.environ.get(REUSE_EXPORTS_ENV) and record.exists()
                 else _export_versions())
