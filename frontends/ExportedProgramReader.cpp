@@ -741,8 +741,8 @@ llvm::Expected<llvm::SmallVector<ModuleStackEntry, 4>> parseModuleStack(llvm::St
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> parseExportedProgram(llvm::StringRef modelJson,
                                                                       llvm::StringRef recordName,
-                                                                      const NodeCheck &check) {
-  auto doc = parseJsonText(modelJson, recordName);
+                                                                      const NodeCheck &check, bool padded) {
+  auto doc = parseJsonText(modelJson, recordName, padded);
   if (!doc)
     return doc.takeError();
   auto program = std::make_unique<ExportedProgram>();

@@ -20,9 +20,11 @@ using NodeCheck = std::function<llvm::Error(const Node &)>;
 
 /// Parses `models/<name>.json`. Errors name the record and the JSON path at fault. Node names are
 /// unique, every reference to a tensor names a tensor, and `check` (when given) accepts each node.
+/// `padded`: as for parseJsonText.
 llvm::Expected<std::unique_ptr<ExportedProgram>> parseExportedProgram(llvm::StringRef modelJson,
                                                                       llvm::StringRef recordName = "models/model.json",
-                                                                      const NodeCheck &check = nullptr);
+                                                                      const NodeCheck &check = nullptr,
+                                                                      bool padded = false);
 
 /// Parses a `data/weights/<name>_weights_config.json` PayloadConfig into `program.weights`.
 llvm::Error parseWeightsConfig(llvm::StringRef configJson, ExportedProgram &program,

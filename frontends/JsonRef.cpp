@@ -128,11 +128,12 @@ std::optional<std::string> positionedParseError(llvm::StringRef text) {
 
 } // namespace
 
-llvm::Expected<std::unique_ptr<JsonDocument>> parseJsonText(llvm::StringRef text, llvm::StringRef recordName) {
+llvm::Expected<std::unique_ptr<JsonDocument>> parseJsonText(llvm::StringRef text, llvm::StringRef recordName,
+                                                            bool padded) {
   auto doc = std::make_unique<JsonDocument>();
   simdjson::error_code err = doc->parser_.allocate(text.size(), kMaxJsonDepth);
   if (!err)
-    err = doc->parser_.parse(text.data(), text.size()).get(doc->root_);
+    err = doc->parser_.parse(text.data(), text.size(), /*realloc_if_needed=*/!padded).get(doc->root_);
   if (!err)
     return doc;
   if (err == simdjson::DEPTH_ERROR)

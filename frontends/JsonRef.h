@@ -185,7 +185,7 @@ public:
 
 private:
   friend class JsonRef;
-  friend llvm::Expected<std::unique_ptr<JsonDocument>> parseJsonText(llvm::StringRef, llvm::StringRef);
+  friend llvm::Expected<std::unique_ptr<JsonDocument>> parseJsonText(llvm::StringRef, llvm::StringRef, bool);
   simdjson::dom::parser parser_;
   simdjson::dom::element root_;
   llvm::BumpPtrAllocator steps_;
@@ -199,8 +199,13 @@ private:
 /// the stack in the recursive code that walks or prints JSON values.
 inline constexpr int kMaxJsonDepth = 256;
 
+/// How many readable bytes must follow a JSON text for the parser to read it where it lies.
+inline constexpr size_t kJsonPadding = simdjson::SIMDJSON_PADDING;
+
 /// Parses JSON text; a syntax error names the record and the position. Nesting deeper than
-/// kMaxJsonDepth is refused.
-llvm::Expected<std::unique_ptr<JsonDocument>> parseJsonText(llvm::StringRef text, llvm::StringRef recordName);
+/// kMaxJsonDepth is refused. `padded`: kJsonPadding readable bytes follow the text, so it is parsed
+/// in place rather than copied into a padded buffer.
+llvm::Expected<std::unique_ptr<JsonDocument>> parseJsonText(llvm::StringRef text, llvm::StringRef recordName,
+                                                            bool padded = false);
 
 } // namespace commlens

@@ -2,6 +2,8 @@
 
 #include "ir/Error.h"
 
+#include "llvm/Support/CRC.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <zip.h>
@@ -20,6 +22,57 @@ struct ZipFileClose {
 };
 
 bool hasZipMagic(llvm::StringRef bytes) { return bytes.size() >= 4 && bytes.startswith("PK"); }
+
+/// Where the data of entry `index`, named `name`, starts in `zip`: libzip keeps the offset of its
+/// local header to itself, so this reads the central directory as torch.export.save writes it (no
+/// archive comment; zip64 where an offset needs it). Nothing when the archive says otherwise.
+std::optional<uint64_t> dataOffset(llvm::StringRef zip, uint64_t index, llvm::StringRef name) {
+  using llvm::support::endian::read16le, llvm::support::endian::read32le, llvm::support::endian::read64le;
+  constexpr uint32_t kInZip64 = 0xffffffff;
+  constexpr size_t kEnd = 22, kEnd64Locator = 20, kEnd64 = 56, kCentral = 46, kLocal = 30;
+  auto has = [&](uint64_t at, uint64_t size, uint32_t signature) {
+    return at <= zip.size() && zip.size() - at >= size && read32le(zip.data() + at) == signature;
+  };
+  if (!has(zip.size() - std::min(zip.size(), kEnd), kEnd, 0x06054b50))
+    return std::nullopt;
+  uint64_t entry = read32le(zip.end() - kEnd + 16);
+  if (entry == kInZip64) {
+    uint64_t locator = zip.size() - kEnd - std::min(zip.size() - kEnd, kEnd64Locator);
+    if (!has(locator, kEnd64Locator, 0x07064b50))
+      return std::nullopt;
+    uint64_t end64 = read64le(zip.data() + locator + 8);
+    if (!has(end64, kEnd64, 0x06064b50))
+      return std::nullopt;
+    entry = read64le(zip.data() + end64 + 48);
+  }
+  for (; index > 0; --index) {
+    if (!has(entry, kCentral, 0x02014b50))
+      return std::nullopt;
+    const char *header = zip.data() + entry;
+    entry += kCentral + read16le(header + 28) + read16le(header + 30) + read16le(header + 32);
+  }
+  if (!has(entry, kCentral, 0x02014b50))
+    return std::nullopt;
+  const char *header = zip.data() + entry;
+  uint64_t nameSize = read16le(header + 28), extraSize = read16le(header + 30);
+  if (zip.size() - entry - kCentral < nameSize + extraSize || zip.substr(entry + kCentral, nameSize) != name)
+    return std::nullopt;
+  uint64_t local = read32le(header + 42);
+  if (local == kInZip64) {
+    // The zip64 extra field holds the sizes before the offset, each only where it overflowed.
+    llvm::StringRef extra = zip.substr(entry + kCentral + nameSize, extraSize);
+    while (extra.size() >= 4 && read16le(extra.data()) != 1)
+      extra = extra.drop_front(4 + read16le(extra.data() + 2));
+    size_t at = 4 + 8 * (read32le(header + 24) == kInZip64) + 8 * (read32le(header + 20) == kInZip64);
+    if (extra.size() < at + 8 || read16le(extra.data() + 2) < at + 4)
+      return std::nullopt;
+    local = read64le(extra.data() + at);
+  }
+  if (!has(local, kLocal, 0x04034b50) || read16le(zip.data() + local + 8) != ZIP_CM_STORE ||
+      zip.substr(local + kLocal, read16le(zip.data() + local + 26)) != name)
+    return std::nullopt;
+  return local + kLocal + read16le(zip.data() + local + 26) + read16le(zip.data() + local + 28);
+}
 
 } // namespace
 
@@ -126,6 +179,24 @@ llvm::Expected<std::string> Pt2Archive::read(llvm::StringRef name) const {
     used += n;
   }
   data.resize(used);
+  return data;
+}
+
+std::optional<llvm::StringRef> Pt2Archive::readInPlace(llvm::StringRef name, size_t trailing) const {
+  constexpr zip_uint64_t kNeeded = ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD | ZIP_STAT_CRC;
+  zip_int64_t index = impl_->locate(name);
+  zip_stat_t stat;
+  if (index < 0 || zip_stat_index(impl_->zip.get(), index, 0, &stat) != 0 || (stat.valid & kNeeded) != kNeeded ||
+      stat.comp_method != ZIP_CM_STORE || stat.comp_size != stat.size ||
+      ((stat.valid & ZIP_STAT_ENCRYPTION_METHOD) && stat.encryption_method != ZIP_EM_NONE))
+    return std::nullopt;
+  llvm::StringRef zip = impl_->bytes->getBuffer();
+  std::optional<uint64_t> start = dataOffset(zip, index, (impl_->root + name).str());
+  if (!start || *start > zip.size() || zip.size() - *start < stat.size || zip.size() - *start - stat.size < trailing)
+    return std::nullopt;
+  llvm::StringRef data = zip.substr(*start, stat.size);
+  if (llvm::crc32(llvm::arrayRefFromStringRef(data)) != stat.crc)
+    return std::nullopt;
   return data;
 }
 

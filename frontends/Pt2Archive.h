@@ -7,6 +7,7 @@
 #include "llvm/Support/Error.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ public:
   /// The whole archive as opened (the file mapped, or the copy openBuffer made).
   llvm::StringRef bytes() const;
   llvm::Expected<std::string> read(llvm::StringRef name) const;
+  /// The record's bytes where they lie in bytes(), when it is stored uncompressed, its CRC matches
+  /// and at least `trailing` bytes of the archive follow it (a parser's padding, read past the
+  /// end); nothing otherwise, and read() copies it out or says what is wrong with it.
+  std::optional<llvm::StringRef> readInPlace(llvm::StringRef name, size_t trailing) const;
 
 private:
   struct Impl;

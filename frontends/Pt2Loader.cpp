@@ -78,10 +78,13 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
     return makeError("no {} record: not a torch.export.save archive", kModelRecord.str());
   }
   Pt2Records records;
-  auto modelJson = ar.read(kModelRecord);
-  if (!modelJson)
-    return modelJson.takeError();
-  records.modelJson = std::move(*modelJson);
+  records.modelJsonInPlace = ar.readInPlace(kModelRecord, kJsonPadding);
+  if (!records.modelJsonInPlace) {
+    auto modelJson = ar.read(kModelRecord);
+    if (!modelJson)
+      return modelJson.takeError();
+    records.modelJson = std::move(*modelJson);
+  }
   // The writer's name and the older documented name of the weights config.
   for (llvm::StringRef record : {"data/weights/model_weights_config.json", "data/weights/model_model_param_config.json"}) {
     if (!ar.hasRecord(record))
@@ -99,6 +102,8 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
       return tied.takeError();
     records.tiedParameters = std::move(*tied);
   }
+  if (records.modelJsonInPlace)
+    records.archive = std::move(*archive);
   return records;
 }
 
@@ -107,8 +112,9 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
 llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) { return readRecords(Pt2Archive::open(path)); }
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &records, bool checkSchemas) {
-  auto program = parseExportedProgram(records.modelJson, records.modelRecord,
-                                      checkSchemas ? NodeCheck(checkNodeAgainstOpSchema) : NodeCheck());
+  auto program = parseExportedProgram(records.modelJsonInPlace.value_or(records.modelJson), records.modelRecord,
+                                      checkSchemas ? NodeCheck(checkNodeAgainstOpSchema) : NodeCheck(),
+                                      /*padded=*/records.modelJsonInPlace.has_value());
   if (!program)
     return program.takeError();
   if (records.weightsConfig)

@@ -4,6 +4,7 @@
 // the file name).
 #pragma once
 
+#include "frontends/Pt2Archive.h"
 #include "ir/Graph.h"
 
 #include "llvm/Support/Error.h"
@@ -17,7 +18,11 @@ namespace commlens {
 /// The records of an archive the IR is decoded from, read once: `commlens rank` decodes a
 /// fresh program per plan from them (the passes rewrite the program they run on).
 struct Pt2Records {
-  std::string modelJson;
+  std::string modelJson; // unless modelJsonInPlace
+  /// The model record where it lies in `archive` (stored uncompressed, followed by kJsonPadding
+  /// readable bytes), parsed there: the largest record, not copied.
+  std::optional<llvm::StringRef> modelJsonInPlace;
+  std::unique_ptr<Pt2Archive> archive; // kept open for modelJsonInPlace
   std::string modelRecord = "models/model.json"; // where modelJson came from, for messages
   std::optional<std::string> weightsConfig;
   std::string weightsRecord;

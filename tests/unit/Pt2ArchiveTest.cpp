@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,21 +32,33 @@ void put64(std::string &out, uint64_t v) {
 
 /// A zip archive of stored (uncompressed) entries: local headers and data, the central
 /// directory, the end record. `zip64`: sizes and offsets in zip64 extra fields and a zip64 end
-/// record (what a writer does past 4 GiB, and torch always for the end record).
-std::string zipOf(const std::vector<std::pair<std::string, std::string>> &entries, bool zip64 = false) {
+/// record (what a writer does past 4 GiB, and torch always for the end record). `deflated`: each
+/// entry's data in one stored block of a deflate stream (method 8, as a compressor leaves data it
+/// cannot shrink).
+std::string zipOf(const std::vector<std::pair<std::string, std::string>> &entries, bool zip64 = false,
+                  bool deflated = false) {
   constexpr uint32_t kInExtra = 0xffffffff;
+  const uint32_t method = deflated ? 8 : 0;
   std::string out, central;
-  for (const auto &[name, data] : entries) {
-    uint32_t crc = llvm::crc32(llvm::arrayRefFromStringRef(data));
+  for (const auto &[name, uncompressed] : entries) {
+    uint32_t crc = llvm::crc32(llvm::arrayRefFromStringRef(uncompressed));
+    std::string data = uncompressed;
+    if (deflated) {
+      std::string block(1, '\x01'); // the final block, stored
+      put16(block, static_cast<uint32_t>(data.size()));
+      put16(block, ~static_cast<uint32_t>(data.size()) & 0xffff);
+      data = block + data;
+    }
     uint64_t offset = out.size();
-    uint32_t size = zip64 ? kInExtra : static_cast<uint32_t>(data.size());
+    uint32_t size = zip64 ? kInExtra : static_cast<uint32_t>(uncompressed.size());
+    uint32_t compressedSize = zip64 ? kInExtra : static_cast<uint32_t>(data.size());
     put32(out, 0x04034b50);
     put16(out, zip64 ? 45 : 20); // version needed
     put16(out, 0);               // flags
-    put16(out, 0);               // stored
+    put16(out, method);
     put32(out, 0);               // time, date
     put32(out, crc);
-    put32(out, size);
+    put32(out, compressedSize);
     put32(out, size);
     put16(out, static_cast<uint32_t>(name.size()));
     put16(out, zip64 ? 20 : 0); // extra
@@ -53,18 +66,18 @@ std::string zipOf(const std::vector<std::pair<std::string, std::string>> &entrie
     if (zip64) {
       put16(out, 1); // zip64 extended information: sizes
       put16(out, 16);
-      put64(out, data.size());
+      put64(out, uncompressed.size());
       put64(out, data.size());
     }
     out += data;
     put32(central, 0x02014b50);
     put16(central, zip64 ? 45 : 20); // version made by
     put16(central, zip64 ? 45 : 20); // version needed
-    put16(central, 0);
-    put16(central, 0);
-    put32(central, 0);
+    put16(central, 0); // flags
+    put16(central, method);
+    put32(central, 0); // time, date
     put32(central, crc);
-    put32(central, size);
+    put32(central, compressedSize);
     put32(central, size);
     put16(central, static_cast<uint32_t>(name.size()));
     put16(central, zip64 ? 28 : 0); // extra
@@ -77,7 +90,7 @@ std::string zipOf(const std::vector<std::pair<std::string, std::string>> &entrie
     if (zip64) {
       put16(central, 1); // zip64 extended information: sizes, offset
       put16(central, 24);
-      put64(central, data.size());
+      put64(central, uncompressed.size());
       put64(central, data.size());
       put64(central, offset);
     }
@@ -158,6 +171,31 @@ TEST(Pt2Archive, ReadChecksTheCrc) {
   auto archive = Pt2Archive::openBuffer(zip);
   ASSERT_TRUE(static_cast<bool>(archive)) << llvm::toString(archive.takeError());
   EXPECT_EQ(errorOf((*archive)->read("models/model.json")), "cannot read record 'models/model.json': CRC error");
+  EXPECT_EQ((*archive)->readInPlace("models/model.json", 0), std::nullopt);
+}
+
+// A stored record is read where it lies, up to its end, when enough of the archive follows it;
+// one the archive compresses, or one too near its end, is read() instead.
+TEST(Pt2Archive, ReadInPlace) {
+  for (bool zip64 : {false, true}) {
+    SCOPED_TRACE(zip64 ? "zip64" : "zip");
+    auto archive = Pt2Archive::openBuffer(zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}}, zip64));
+    ASSERT_TRUE(static_cast<bool>(archive)) << llvm::toString(archive.takeError());
+    llvm::StringRef bytes = (*archive)->bytes();
+    std::optional<llvm::StringRef> text = (*archive)->readInPlace("models/model.json", 64);
+    ASSERT_TRUE(text.has_value());
+    EXPECT_EQ(*text, "{}");
+    EXPECT_TRUE(text->begin() >= bytes.begin() && text->end() + 64 <= bytes.end());
+    EXPECT_EQ((*archive)->readInPlace("models/model.json", bytes.end() - text->end() + 1), std::nullopt);
+    EXPECT_EQ((*archive)->readInPlace("models/other.json", 0), std::nullopt);
+  }
+  auto deflated =
+      Pt2Archive::openBuffer(zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}}, false, /*deflated=*/true));
+  ASSERT_TRUE(static_cast<bool>(deflated)) << llvm::toString(deflated.takeError());
+  EXPECT_EQ((*deflated)->readInPlace("models/model.json", 0), std::nullopt);
+  auto text = (*deflated)->read("models/model.json");
+  ASSERT_TRUE(static_cast<bool>(text)) << llvm::toString(text.takeError());
+  EXPECT_EQ(*text, "{}");
 }
 
 // Found by fuzz/pt2_archive (with LibTorch's reader, which checked it only when it listed the
@@ -171,6 +209,10 @@ TEST(Pt2Archive, RecordOutsideTheRootFolderIsAnError) {
 TEST(Pt2Archive, LoadPt2BufferNamesTheRecordAtFault) {
   EXPECT_EQ(errorOf(loadPt2Buffer(zipOf({{"model/version", "1\n"}}))),
             "no models/model.json record: not a torch.export.save archive");
-  EXPECT_EQ(errorOf(loadPt2Buffer(zipOf({{"model/version", "1\n"}, {"model/models/model.json", "[1e999]"}}))),
-            "models/model.json: invalid JSON: number overflow parsing '1e999'");
+  for (bool deflated : {false, true}) { // the record parsed in place, and copied out
+    SCOPED_TRACE(deflated ? "deflated" : "stored");
+    EXPECT_EQ(errorOf(loadPt2Buffer(
+                  zipOf({{"model/version", "1\n"}, {"model/models/model.json", "[1e999]"}}, false, deflated))),
+              "models/model.json: invalid JSON: number overflow parsing '1e999'");
+  }
 }
