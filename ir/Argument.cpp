@@ -7,15 +7,8 @@ namespace commlens {
 int64_t SymIntArg::hint() const { return value ? value->symbol().hint : constant; }
 
 llvm::SmallVector<Value *, 4> Argument::tensors() const {
-  if (is<Value *>())
-    return {get<Value *>()};
-  if (is<TensorList>())
-    return get<TensorList>();
   llvm::SmallVector<Value *, 4> out;
-  if (is<OptionalTensorList>())
-    for (Value *v : get<OptionalTensorList>().items)
-      if (v)
-        out.push_back(v);
+  forEachTensor([&](Value *v) { out.push_back(v); });
   return out;
 }
 

@@ -57,26 +57,14 @@ llvm::SmallVector<Value *, 4> Node::results() const {
     else if (a.is<SymFloatArg>() && a.get<SymFloatArg>().value)
       out.push_back(a.get<SymFloatArg>().value);
     else
-      for (Value *v : a.tensors())
-        out.push_back(v);
+      a.forEachTensor([&](Value *v) { out.push_back(v); });
   }
   return out;
 }
 
 llvm::SmallVector<Value *, 4> Node::operands() const {
   llvm::SmallVector<Value *, 4> out;
-  for (const NamedArgument &na : inputs_) {
-    const Argument &a = na.value;
-    if (a.is<SymIntArg>() && a.get<SymIntArg>().value)
-      out.push_back(a.get<SymIntArg>().value);
-    else if (a.is<SymIntList>()) {
-      for (const SymIntArg &s : a.get<SymIntList>())
-        if (s.value)
-          out.push_back(s.value);
-    } else
-      for (Value *v : a.tensors())
-        out.push_back(v);
-  }
+  forEachOperand([&](Value *v) { out.push_back(v); });
   return out;
 }
 

@@ -65,6 +65,22 @@ public:
   llvm::SmallVector<Value *, 4> results() const;
   /// Every value this node reads, flattened, in argument order.
   llvm::SmallVector<Value *, 4> operands() const;
+  /// Calls `f` on each of operands(), without building the list (hot in every pass).
+  template <typename F> void forEachOperand(F &&f) const {
+    for (const NamedArgument &na : inputs_) {
+      const Argument &a = na.value;
+      if (const auto *s = std::get_if<SymIntArg>(&a.storage())) {
+        if (s->value)
+          f(s->value);
+      } else if (const auto *list = std::get_if<SymIntList>(&a.storage())) {
+        for (const SymIntArg &s : *list)
+          if (s.value)
+            f(s.value);
+      } else {
+        a.forEachTensor(f);
+      }
+    }
+  }
   ModuleScope *scope() const { return scope_; }
   /// Call index per level of `scope()`'s ancestry below the root (outermost first).
   llvm::ArrayRef<unsigned> callPath() const { return callPath_; }

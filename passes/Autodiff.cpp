@@ -67,9 +67,10 @@ StringList placementsList(const Placements &p) {
 /// The tensor operands of a node (Node::operands() restricted to tensors).
 llvm::SmallVector<Value *, 4> tensorOperands(const Node &n) {
   llvm::SmallVector<Value *, 4> out;
-  for (Value *v : n.operands())
+  n.forEachOperand([&](Value *v) {
     if (v->kind() == ValueKind::Tensor)
       out.push_back(v);
+  });
   return out;
 }
 

@@ -40,8 +40,7 @@ ModuleCalls::ModuleCalls(const Graph &graph, llvm::function_ref<bool(const Modul
   }
   llvm::DenseMap<const Value *, llvm::SmallVector<const Node *, 2>> users;
   for (const auto &n : graph.nodes())
-    for (Value *v : n->operands())
-      users[v].push_back(n.get());
+    n->forEachOperand([&](Value *v) { users[v].push_back(n.get()); });
   llvm::DenseSet<const Value *> graphOutputs;
   for (const OutputSpec &o : graph.outputs())
     for (Value *v : o.value.tensors())
@@ -71,15 +70,15 @@ std::vector<const Value *> ModuleCalls::externalTensors(const ModuleCall &c, uns
     const Node &n = *graph_.nodes()[i];
     if (!c.nodes.count(&n))
       continue;
-    for (Value *v : n.operands()) {
+    n.forEachOperand([&](Value *v) {
       if (v->kind() != ValueKind::Tensor || seen.count(v))
-        continue;
+        return;
       const Node *p = v->producer();
       if ((p && c.nodes.count(p) && p->index() >= from) || skip(v))
-        continue;
+        return;
       seen.insert(v);
       tensors.push_back(v);
-    }
+    });
   }
   return tensors;
 }

@@ -128,9 +128,10 @@ private:
 void ShardingDecisionCache::key(const Node &node, llvm::ArrayRef<std::optional<DTensorSpec>> operands,
                                 const DeviceMesh &mesh, llvm::SmallVectorImpl<char> &out) {
   llvm::SmallVector<const Value *, 4> tensors;
-  for (const Value *v : node.operands())
+  node.forEachOperand([&](const Value *v) {
     if (v->kind() == ValueKind::Tensor)
       tensors.push_back(v);
+  });
   KeyWriter w(out, tensors);
   w.text(node.opString());
   w.pod(&mesh);

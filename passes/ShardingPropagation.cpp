@@ -309,9 +309,9 @@ private:
     llvm::SmallVector<const Value *, 4> tensors;
     llvm::SmallVector<std::optional<DTensorSpec>, 4> specs;
     bool anyDTensor = false, approx = false;
-    for (Value *v : n.operands()) {
+    n.forEachOperand([&](Value *v) {
       if (v->kind() != ValueKind::Tensor)
-        continue;
+        return;
       tensors.push_back(v);
       if (const DTensorLayout *l = state_.layout(v)) {
         specs.push_back(DTensorSpec{l->placements, *v->meta()});
@@ -320,7 +320,7 @@ private:
       } else {
         specs.push_back(std::nullopt);
       }
-    }
+    });
     if (!anyDTensor)
       return llvm::Error::success(); // plain local tensors: no DTensor dispatch, no communication
     for (size_t i = 0; i < tensors.size(); ++i)

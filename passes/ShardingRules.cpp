@@ -61,9 +61,10 @@ llvm::Expected<ShardingDecision> ShardingRules::decide(const Node &node,
       call.results.push_back(r);
 
   llvm::SmallVector<Value *, 4> tensorOperands;
-  for (Value *v : node.operands())
+  node.forEachOperand([&](Value *v) {
     if (v->kind() == ValueKind::Tensor)
       tensorOperands.push_back(v);
+  });
   if (tensorOperands.size() != operands.size())
     return makeError("{}: {} operand specs given for {} tensor operands", op, operands.size(), tensorOperands.size());
 

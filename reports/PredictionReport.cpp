@@ -315,9 +315,10 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
         return;
       for (const Node *n : it->second) {
         llvm::SmallVector<const Value *, 4> sharded;
-        for (Value *v : n->operands())
+        n->forEachOperand([&](const Value *v) {
           if (v->kind() == ValueKind::Tensor && state->layout(v))
             sharded.push_back(v);
+        });
         j.object([&] {
           j.attributeArray("input_shape", [&] {
             for (const Value *v : sharded)
