@@ -3,6 +3,7 @@
 #include "frontends/JsonRef.h"
 #include "ir/Error.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <fstream>
@@ -438,10 +439,7 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
   const std::string &rootName = g.scopes().root()->displayName();
   for (const ParallelizeStep &step : plan.steps)
     for (const ParallelStyle &style : step.styles) {
-      bool matched = false;
-      for (const std::string &p : paths)
-        matched |= matchesModulePath(style.pattern, p);
-      if (!matched)
+      if (llvm::none_of(paths, [&](const std::string &p) { return matchesModulePath(style.pattern, p); }))
         return makeError("plan pattern '{}' matches no module of {}", style.pattern, rootName);
     }
   std::map<std::string, std::string> checkpointedBy; // module path -> its activation_checkpoint pattern

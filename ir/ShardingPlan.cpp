@@ -12,6 +12,8 @@ llvm::StringRef name(ParallelStyle::Kind k) {
 }
 
 bool matchesGlob(llvm::StringRef pattern, llvm::StringRef text) {
+  if (pattern == "*") // the usual wildcard segment ("layers.*"), matched against every module path
+    return true;
   if (pattern.find_first_of("*?[\\") == llvm::StringRef::npos) // a plain name: no pattern to compile
     return pattern == text;
   llvm::Expected<llvm::GlobPattern> glob = llvm::GlobPattern::create(pattern);
