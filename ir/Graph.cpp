@@ -5,6 +5,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/Twine.h"
 
+#include <tuple>
+
 namespace commlens {
 
 OpName OpName::parse(llvm::StringRef target) {
@@ -68,24 +70,26 @@ llvm::SmallVector<Value *, 4> Node::operands() const {
   return out;
 }
 
-Value *Graph::createValue(llvm::StringRef name, ValueKind kind) {
-  assert(!valuesByName_.count(name) && "value names are unique");
+Value *Graph::define(llvm::StringMapEntry<Value *> &entry, ValueKind kind) {
   values_.push_back(std::make_unique<Value>());
   Value *v = values_.back().get();
-  v->name_ = name.str();
+  v->name_ = entry.getKey().str();
   v->kind_ = kind;
-  valuesByName_[name] = v;
+  entry.second = v;
   return v;
 }
 
+Value *Graph::createValue(llvm::StringRef name, ValueKind kind) {
+  assert(!valuesByName_.count(name) && "value names are unique");
+  return define(*valuesByName_.try_emplace(name).first, kind);
+}
+
 Value *Graph::createUniqueValue(llvm::StringRef hint, ValueKind kind) {
-  if (!valuesByName_.count(hint))
-    return createValue(hint, kind);
-  std::string name;
-  do
-    name = (hint + "_" + llvm::Twine(++uniqueCounter_)).str();
-  while (valuesByName_.count(name));
-  return createValue(name, kind);
+  // Each name tried is looked up once: try_emplace finds it taken or claims it.
+  auto [it, fresh] = valuesByName_.try_emplace(hint);
+  while (!fresh)
+    std::tie(it, fresh) = valuesByName_.try_emplace((hint + "_" + llvm::Twine(++uniqueCounter_)).str());
+  return define(*it, kind);
 }
 
 Value *Graph::lookupValue(llvm::StringRef name) const {

@@ -197,6 +197,8 @@ public:
   std::optional<Argument> userInput(llvm::StringRef key) const;
 
 private:
+  /// A new value, named by its (just claimed) entry in valuesByName_.
+  Value *define(llvm::StringMapEntry<Value *> &entry, ValueKind kind);
   /// A node without its op, named, in the graph's root scope.
   Node *append(llvm::StringRef name, llvm::SmallVector<NamedArgument, 4> inputs, llvm::SmallVector<Argument, 1> outputs);
 
