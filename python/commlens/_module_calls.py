@@ -24,7 +24,8 @@ erased, they leave their names behind. A ``getitem`` after a module call (``torc
 subgraph (``torch.no_grad``, ``torch.autocast``) keep the names of the tracepoint values that fed
 them. ``tests/python/test_module_calls.py`` checks that the archive is byte-identical to torch's
 for models with neither, and the same once every value is named after where it is defined for
-Hugging Face models with both; commlens reads names only to connect values.
+Hugging Face models with both; predict's counts do not depend on names (its report's detail
+records name values as the archive does).
 
 Whatever it cannot reproduce exactly it declines (:meth:`ModuleCallRecorder.module_call_graph`
 returns None, and :func:`commlens.export.export_model` exports again with torch's tracepoints):
