@@ -16,7 +16,10 @@ them and points their users back at their inputs), so the marked nodes are what 
 up naming. The recorder builds the entries as torch's ``_get_module_call_graph`` and
 ``CollectTracepointsPass`` do: the module hierarchy's entries in ``named_modules`` order, each with
 the signature of the module's first call (or none if it was not called), then one ``path@N`` entry
-per later call, in the order those calls began.
+per later call, in the order those calls began. Torch's walk also moves the nodes that a call's
+earlier forward pre-hooks made (an FSDP ``MixedPrecisionPolicy`` casting the call's inputs), those
+just before its input tracepoint in the call's own scope, out to the caller's scope; the recorder
+marks the same nodes when its pre-hook, the last, runs, and moves them after the export.
 
 The program is torch's but for the names of some values: torch's tracepoints were values too, and
 erased, they leave their names behind. A ``getitem`` after a module call (``torch.split``) is
@@ -46,6 +49,10 @@ _CONSTANT_TYPES = (str, int, float, bool, type(None))
 # later passes may rebuild the graph (regions under torch.autocast or torch.no_grad are split out
 # and inlined back), copying each node's metadata to its copy: the number finds the final node.
 _MARK = "commlens_module_call_value"
+# Marks a node a forward pre-hook made inside a module call before the call's arguments were taken
+# (an FSDP MixedPrecisionPolicy's input casts): torch's walk moves such nodes, those just before a
+# call's input tracepoint in the call's own scope, out to the caller's scope.
+_HOOK_NODE = "commlens_module_call_hook_node"
 
 
 class _Value:
@@ -119,6 +126,20 @@ class ModuleCallRecorder:
                 raise _Declined(f"a module received or returned a {type(leaf).__name__}")
         return out
 
+    def _mark_hook_nodes(self):
+        """Marks the nodes that end the trace so far in the scope of the call now beginning: the
+        work of the call's earlier pre-hooks (the recorder's runs last)."""
+        tracer = get_proxy_mode().tracer
+        stack = getattr(tracer, "module_stack", None)
+        if stack is None:
+            raise _Declined("the tracer keeps no module stack")
+        for node in reversed(tracer.graph.nodes):
+            if node.op != "call_function":
+                continue
+            if node.meta.get("nn_module_stack", {}).keys() != stack.keys():  # keys: the calls
+                break
+            node.meta[_HOOK_NODE] = True
+
     def _pre_hook(self, path):
         def hook(_module, args, kwargs):
             if self._declined:
@@ -128,6 +149,7 @@ class ModuleCallRecorder:
                 number = self._counts.get(path, 0)
                 self._counts[path] = number + 1
                 call = _Call(path, number, self._arguments(flat), in_spec)
+                self._mark_hook_nodes()
             except _Declined as why:
                 self._declined = str(why)
                 return None
@@ -157,12 +179,19 @@ class ModuleCallRecorder:
         # mark -> the node of the program carrying it (None: more than one does). A region export
         # made a subgraph (torch.autocast, torch.no_grad) has copies of the metadata of values
         # that cross its boundary; the program's own graph names them, as torch's walk does.
-        final = {}
+        if self._declined is None and any(self._open.values()):
+            self._declined = "a module call began whose end the hooks did not see"
+        final, moved = {}, set()  # moved: the scope stacks already moved out (copies share them)
         for module in exported_program.graph_module.modules():
             if not isinstance(module, torch.fx.GraphModule):
                 continue
             marks = {}
             for node in module.graph.nodes:
+                if node.meta.pop(_HOOK_NODE, False) and self._declined is None:
+                    stack = node.meta["nn_module_stack"]
+                    if id(stack) not in moved:
+                        moved.add(id(stack))
+                        stack.popitem()
                 mark = node.meta.pop(_MARK, None)
                 if mark is not None:
                     marks[mark] = node if mark not in marks else None
@@ -170,8 +199,7 @@ class ModuleCallRecorder:
                 final.setdefault(mark, node)
         for node in self._marked:  # the trace's own nodes, where export did not keep them
             node.meta.pop(_MARK, None)
-        if self._declined is None and any(self._open.values()):
-            self._declined = "a module call began whose end the hooks did not see"
+            node.meta.pop(_HOOK_NODE, None)
         if self._declined is not None:
             return None
 

@@ -143,13 +143,19 @@ def test_repeated_calls_keywords_and_constants(monkeypatch):
     assert calls["same"]["inputs"] == calls["same"]["outputs"]
 
 
-def test_under_fsdp_mixed_precision(monkeypatch):
+@pytest.mark.parametrize("spec, plan", [
+    ("examples.gpt2:gpt2(n_layers=2)", "examples.plans:gpt2_fsdp_tp(dp=2, tp=4, sp=True, mixed_precision='bf16')"),
+    ("examples.llama:llama(n_layers=2)", "examples.plans:llama_fsdp_tp(dp=2, tp=4, mixed_precision='bf16')"),
+    ("examples.mlp:stacked_mlp(n_layers=2)", "examples.plans:stacked_mlp_fsdp(dp=2, mixed_precision='bf16')"),
+])
+def test_under_fsdp_mixed_precision(spec, plan, monkeypatch):
     """The plan's input casts are prepended pre-hooks and its output casts are registered before
-    the recorder's hooks: the recorder sees the cast values, as torch's tracepoints did."""
+    the recorder's hooks: the recorder sees the cast values, as torch's tracepoints did, and the
+    casts a block's pre-hook makes (llama's layers take float activations) move out to the
+    caller's scope, as torch's walk moves them."""
     from commlens.plan import resolve_plan
 
-    plan = resolve_plan("examples.plans:gpt2_fsdp_tp(dp=2, tp=4, sp=True, mixed_precision='bf16')")
-    spec = "examples.gpt2:gpt2(n_layers=2)"
+    plan = resolve_plan(plan)
     recorded = program_json(export_model(*call_model_factory(spec), plan))
     assert recorded == _torch_path(monkeypatch, call_model_factory(spec), plan)
 
