@@ -62,7 +62,7 @@ std::optional<uint64_t> dataOffset(llvm::StringRef zip, uint64_t index, llvm::St
     // The zip64 extra field holds the sizes before the offset, each only where it overflowed.
     llvm::StringRef extra = zip.substr(entry + kCentral + nameSize, extraSize);
     while (extra.size() >= 4 && read16le(extra.data()) != 1)
-      extra = extra.drop_front(4 + read16le(extra.data() + 2));
+      extra = extra.substr(4 + read16le(extra.data() + 2)); // substr, not drop_front: may run past the end
     size_t at = 4 + 8 * (read32le(header + 24) == kInZip64) + 8 * (read32le(header + 20) == kInZip64);
     if (extra.size() < at + 8 || read16le(extra.data() + 2) < at + 4)
       return std::nullopt;
