@@ -36,7 +36,10 @@ a module reachable under two names (torch records such calls under the name they
 with), an argument or result that is neither a tensor the trace knows nor a Python constant
 (symbolic sizes, tensors created outside the trace, other objects), a call whose tree specs
 differ from the module's first call (torch refuses those), a hook that did not see its module's
-call end, or a tensor the program does not hold as exactly one node.
+call end, or a tensor that is not exactly one node of the program's own graph (a module called
+inside a ``torch.no_grad`` or ``torch.autocast`` region, where torch's tracepoints change what
+the region's subgraph returns). An export that fails with the hooks in place (a region dynamo
+must capture whole) is also retried on torch's path.
 """
 
 import torch
@@ -176,16 +179,16 @@ class ModuleCallRecorder:
     def module_call_graph(self, exported_program):
         """The program's ``module_call_graph`` as torch's tracepoints would have made it, or None
         (with the reason in :attr:`declined`) when the recorder declines."""
-        # mark -> the node of the program carrying it (None: more than one does). A region export
-        # made a subgraph (torch.autocast, torch.no_grad) has copies of the metadata of values
-        # that cross its boundary; the program's own graph names them, as torch's walk does.
         if self._declined is None and any(self._open.values()):
             self._declined = "a module call began whose end the hooks did not see"
+        # mark -> the node of the program's own graph carrying it (None: more than one does). A
+        # region export made a subgraph of (torch.no_grad, torch.autocast) has copies of the
+        # metadata of values crossing its boundary; a value only there (a module called inside
+        # such a region) is declined: torch's tracepoints there change the region's outputs.
         final, moved = {}, set()  # moved: the scope stacks already moved out (copies share them)
         for module in exported_program.graph_module.modules():
             if not isinstance(module, torch.fx.GraphModule):
                 continue
-            marks = {}
             for node in module.graph.nodes:
                 if node.meta.pop(_HOOK_NODE, False) and self._declined is None:
                     stack = node.meta["nn_module_stack"]
@@ -193,10 +196,8 @@ class ModuleCallRecorder:
                         moved.add(id(stack))
                         stack.popitem()
                 mark = node.meta.pop(_MARK, None)
-                if mark is not None:
-                    marks[mark] = node if mark not in marks else None
-            for mark, node in marks.items():
-                final.setdefault(mark, node)
+                if mark is not None and module is exported_program.graph_module:
+                    final[mark] = node if mark not in final else None
         for node in self._marked:  # the trace's own nodes, where export did not keep them
             node.meta.pop(_MARK, None)
             node.meta.pop(_HOOK_NODE, None)
@@ -208,7 +209,7 @@ class ModuleCallRecorder:
                 return ConstantArgument(name="", value=arg.value)
             node = final.get(arg.mark)
             if node is None:
-                raise _Declined("a tensor a module call used is not one node of the program")
+                raise _Declined("a tensor a module call used is not one node of the program's graph")
             if not isinstance(node.meta.get("val"), torch.Tensor):
                 raise _Declined("a tensor a module call used is not a tensor in the program")
             return TensorArgument(name=node.name)

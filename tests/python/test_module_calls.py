@@ -177,6 +177,38 @@ def test_declines_an_aliased_module_and_export_takes_torchs_path(monkeypatch):
     assert recorded == _torch_path(monkeypatch, made)
 
 
+class CalledUnderNoGrad(torch.nn.Module):
+    """A module called inside a torch.no_grad region: its result is a value of the region's
+    subgraph only (torch's tracepoints there make the region return more), so the recorder
+    declines."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            y = self.inner(x).sigmoid()
+        return x * y
+
+
+def test_declines_a_module_called_inside_a_region(monkeypatch):
+    reasons = []
+    plain = _module_calls.ModuleCallRecorder.module_call_graph
+
+    def spy(self, ep):
+        graph = plain(self, ep)
+        reasons.append(self.declined)
+        return graph
+
+    monkeypatch.setattr(_module_calls.ModuleCallRecorder, "module_call_graph", spy)
+    made = (CalledUnderNoGrad(), (torch.randn(2, 4),), {})
+    recorded = program_json(export_model(*made))
+    monkeypatch.undo()
+    assert reasons == ["a tensor a module call used is not one node of the program's graph"]
+    assert recorded == _torch_path(monkeypatch, made)
+
+
 def test_marks_do_not_stay_in_the_program():
     ep = export_model(*call_model_factory("examples.hf:hf_llama"))
     for module in ep.graph_module.modules():
