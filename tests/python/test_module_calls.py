@@ -160,23 +160,6 @@ def test_under_fsdp_mixed_precision(spec, plan, monkeypatch):
     assert recorded == _torch_path(monkeypatch, call_model_factory(spec), plan)
 
 
-def test_declines_an_aliased_module_and_export_takes_torchs_path(monkeypatch):
-    reasons = []
-    plain = _module_calls.ModuleCallRecorder.module_call_graph
-
-    def spy(self, ep):
-        graph = plain(self, ep)
-        reasons.append(self.declined)
-        return graph
-
-    monkeypatch.setattr(_module_calls.ModuleCallRecorder, "module_call_graph", spy)
-    made = (Aliased(), (torch.randn(2, 4),), {})
-    recorded = program_json(export_model(*made))
-    monkeypatch.undo()
-    assert reasons == ["a module is reachable under more than one name"]
-    assert recorded == _torch_path(monkeypatch, made)
-
-
 class CalledUnderNoGrad(torch.nn.Module):
     """A module called inside a torch.no_grad region: its result is a value of the region's
     subgraph only (torch's tracepoints there make the region return more), so the recorder
@@ -192,7 +175,11 @@ class CalledUnderNoGrad(torch.nn.Module):
         return x * y
 
 
-def test_declines_a_module_called_inside_a_region(monkeypatch):
+@pytest.mark.parametrize("model, reason", [
+    (Aliased, "a module is reachable under more than one name"),
+    (CalledUnderNoGrad, "a tensor a module call used is not one node of the program's graph"),
+])
+def test_declines_and_export_takes_torchs_path(model, reason, monkeypatch):
     reasons = []
     plain = _module_calls.ModuleCallRecorder.module_call_graph
 
@@ -202,10 +189,10 @@ def test_declines_a_module_called_inside_a_region(monkeypatch):
         return graph
 
     monkeypatch.setattr(_module_calls.ModuleCallRecorder, "module_call_graph", spy)
-    made = (CalledUnderNoGrad(), (torch.randn(2, 4),), {})
+    made = (model(), (torch.randn(2, 4),), {})
     recorded = program_json(export_model(*made))
     monkeypatch.undo()
-    assert reasons == ["a tensor a module call used is not one node of the program's graph"]
+    assert reasons == [reason]
     assert recorded == _torch_path(monkeypatch, made)
 
 
