@@ -70,6 +70,15 @@ llvm::SmallVector<Value *, 4> Node::operands() const {
   return out;
 }
 
+llvm::SmallVector<Value *, 4> Node::tensorOperands() const {
+  llvm::SmallVector<Value *, 4> out;
+  forEachOperand([&](Value *v) {
+    if (v->kind() == ValueKind::Tensor)
+      out.push_back(v);
+  });
+  return out;
+}
+
 Value *Graph::define(llvm::StringMapEntry<Value *> &entry, ValueKind kind) {
   values_.push_back(std::make_unique<Value>());
   Value *v = values_.back().get();

@@ -65,6 +65,8 @@ public:
   llvm::SmallVector<Value *, 4> results() const;
   /// Every value this node reads, flattened, in argument order.
   llvm::SmallVector<Value *, 4> operands() const;
+  /// operands() that are tensors (what DTensor dispatch and the derivatives see).
+  llvm::SmallVector<Value *, 4> tensorOperands() const;
   /// Calls `f` on each of operands(), without building the list (hot in every pass).
   template <typename F> void forEachOperand(F &&f) const {
     for (const NamedArgument &na : inputs_) {

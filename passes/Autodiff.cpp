@@ -64,16 +64,6 @@ StringList placementsList(const Placements &p) {
   return out;
 }
 
-/// The tensor operands of a node (Node::operands() restricted to tensors).
-llvm::SmallVector<Value *, 4> tensorOperands(const Node &n) {
-  llvm::SmallVector<Value *, 4> out;
-  n.forEachOperand([&](Value *v) {
-    if (v->kind() == ValueKind::Tensor)
-      out.push_back(v);
-  });
-  return out;
-}
-
 // ------------------------------------------------------------------------------------------------
 // loss
 // ------------------------------------------------------------------------------------------------
@@ -453,7 +443,7 @@ private:
   }
 
   void recordOp(const Node &n) {
-    auto operands = tensorOperands(n);
+    auto operands = n.tensorOperands();
     bool any = false;
     for (Value *v : operands)
       any |= static_cast<bool>(edgeOf(v));

@@ -127,11 +127,7 @@ private:
 
 void ShardingDecisionCache::key(const Node &node, llvm::ArrayRef<std::optional<DTensorSpec>> operands,
                                 const DeviceMesh &mesh, llvm::SmallVectorImpl<char> &out) {
-  llvm::SmallVector<const Value *, 4> tensors;
-  node.forEachOperand([&](const Value *v) {
-    if (v->kind() == ValueKind::Tensor)
-      tensors.push_back(v);
-  });
+  llvm::SmallVector<Value *, 4> tensors = node.tensorOperands();
   KeyWriter w(out, tensors);
   w.text(node.opString());
   w.pod(&mesh);

@@ -60,11 +60,7 @@ llvm::Expected<ShardingDecision> ShardingRules::decide(const Node &node,
     if (r->kind() == ValueKind::Tensor)
       call.results.push_back(r);
 
-  llvm::SmallVector<Value *, 4> tensorOperands;
-  node.forEachOperand([&](Value *v) {
-    if (v->kind() == ValueKind::Tensor)
-      tensorOperands.push_back(v);
-  });
+  llvm::SmallVector<Value *, 4> tensorOperands = node.tensorOperands();
   if (tensorOperands.size() != operands.size())
     return makeError("{}: {} operand specs given for {} tensor operands", op, operands.size(), tensorOperands.size());
 
