@@ -58,14 +58,6 @@ _MARK = "commlens_module_call_value"
 _HOOK_NODE = "commlens_module_call_hook_node"
 
 
-class _Value:
-    """A tensor a module call received or returned: the number its traced node was marked with."""
-    __slots__ = ("mark",)
-
-    def __init__(self, mark):
-        self.mark = mark
-
-
 class _Declined(Exception):
     """The recorder cannot reproduce torch's module call graph for this trace."""
 
@@ -89,15 +81,13 @@ class ModuleCallRecorder:
         self._open = {}  # path -> calls begun and not yet ended (innermost last)
         self._counts = {}
         self._marked = []  # traced nodes, by mark
-        self._declined = None
+        self._declined = None  # known before the trace for a model with aliases: no trace is needed
+        if len(dict(model.named_modules(remove_duplicate=False))) != len(dict(model.named_modules())):
+            self._declined = "a module is reachable under more than one name"
         self._handles = []
 
     def __enter__(self):
-        aliases = len(dict(self._model.named_modules(remove_duplicate=False))) != \
-            len(dict(self._model.named_modules()))
-        if aliases:
-            self._declined = "a module is reachable under more than one name"
-        for path in self._paths:
+        for path in self._paths if self._declined is None else ():
             module = self._model.get_submodule(path)
             self._handles.append(module.register_forward_pre_hook(self._pre_hook(path), with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post_hook(path), with_kwargs=True))
@@ -109,18 +99,23 @@ class ModuleCallRecorder:
         self._handles.clear()
         return False
 
-    def _arguments(self, flat):
+    @staticmethod
+    def _tracer():
         mode = get_proxy_mode()
         if mode is None:
             raise _Declined("a module ran outside the trace")
+        return mode.tracer
+
+    def _arguments(self, flat, tracer):
+        """Per leaf: a tensor's mark (an int), or a constant's ConstantArgument."""
         out = []
         for leaf in flat:
             if isinstance(leaf, torch.Tensor):
-                slot = get_proxy_slot(leaf, mode.tracer, None)
+                slot = get_proxy_slot(leaf, tracer, None)
                 if slot is None:
                     raise _Declined("a module received or returned a tensor the trace does not hold")
                 node = slot.proxy.node
-                out.append(_Value(node.meta.setdefault(_MARK, len(self._marked))))
+                out.append(node.meta.setdefault(_MARK, len(self._marked)))
                 if node.meta[_MARK] == len(self._marked):
                     self._marked.append(node)
             elif isinstance(leaf, _CONSTANT_TYPES):
@@ -129,10 +124,10 @@ class ModuleCallRecorder:
                 raise _Declined(f"a module received or returned a {type(leaf).__name__}")
         return out
 
-    def _mark_hook_nodes(self):
+    @staticmethod
+    def _mark_hook_nodes(tracer):
         """Marks the nodes that end the trace so far in the scope of the call now beginning: the
         work of the call's earlier pre-hooks (the recorder's runs last)."""
-        tracer = get_proxy_mode().tracer
         stack = getattr(tracer, "module_stack", None)
         if stack is None:
             raise _Declined("the tracer keeps no module stack")
@@ -151,8 +146,9 @@ class ModuleCallRecorder:
                 flat, in_spec = pytree.tree_flatten((args, kwargs))
                 number = self._counts.get(path, 0)
                 self._counts[path] = number + 1
-                call = _Call(path, number, self._arguments(flat), in_spec)
-                self._mark_hook_nodes()
+                tracer = self._tracer()
+                call = _Call(path, number, self._arguments(flat, tracer), in_spec)
+                self._mark_hook_nodes(tracer)
             except _Declined as why:
                 self._declined = str(why)
                 return None
@@ -168,7 +164,7 @@ class ModuleCallRecorder:
             try:
                 call = self._open[path].pop()
                 flat, out_spec = pytree.tree_flatten(result)
-                call.outputs, call.out_spec = self._arguments(flat), out_spec
+                call.outputs, call.out_spec = self._arguments(flat, self._tracer()), out_spec
             except _Declined as why:
                 self._declined = str(why)
             except (KeyError, IndexError):
@@ -207,7 +203,7 @@ class ModuleCallRecorder:
         def spec(arg):
             if isinstance(arg, ConstantArgument):
                 return ConstantArgument(name="", value=arg.value)
-            node = final.get(arg.mark)
+            node = final.get(arg)
             if node is None:
                 raise _Declined("a tensor a module call used is not one node of the program's graph")
             if not isinstance(node.meta.get("val"), torch.Tensor):

@@ -217,11 +217,13 @@ def export_model(model, args, kwargs=None, plan=None, *, stack_traces=False):
     names = tuple(name for name, _ in model.named_modules() if name)
     with fsdp_mixed_precision(model, plan), _stack_traces(stack_traces), _without_cyclic_gc(), \
             _use_lazy_graph_module(True), no_unbacked_rebinding_walk(), lazy_program_module():
-        try:
-            with ModuleCallRecorder(model, names) as recorder:
-                ep = torch.export.export(model, tuple(args), kwargs or {}, strict=False)
-        except Exception:  # noqa: BLE001 - e.g. the hooks inside a region dynamo must capture whole;
-            ep = None  # torch's path below says what fails, or exports without the signatures
+        recorder, ep = ModuleCallRecorder(model, names), None
+        if recorder.declined is None:  # declined before the trace: a model with aliased modules
+            try:
+                with recorder:
+                    ep = torch.export.export(model, tuple(args), kwargs or {}, strict=False)
+            except Exception:  # noqa: BLE001 - e.g. the hooks inside a region dynamo must capture whole;
+                pass  # torch's path below says what fails, or exports without the signatures
         if ep is not None and (module_call_graph := recorder.module_call_graph(ep)) is not None:
             ep._module_call_graph = module_call_graph
             return ep

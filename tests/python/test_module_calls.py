@@ -180,19 +180,18 @@ class CalledUnderNoGrad(torch.nn.Module):
     (CalledUnderNoGrad, "a tensor a module call used is not one node of the program's graph"),
 ])
 def test_declines_and_export_takes_torchs_path(model, reason, monkeypatch):
-    reasons = []
-    plain = _module_calls.ModuleCallRecorder.module_call_graph
+    recorders = []
+    plain = _module_calls.ModuleCallRecorder.__init__
 
-    def spy(self, ep):
-        graph = plain(self, ep)
-        reasons.append(self.declined)
-        return graph
+    def spy(self, *args):
+        plain(self, *args)
+        recorders.append(self)
 
-    monkeypatch.setattr(_module_calls.ModuleCallRecorder, "module_call_graph", spy)
+    monkeypatch.setattr(_module_calls.ModuleCallRecorder, "__init__", spy)
     made = (model(), (torch.randn(2, 4),), {})
     recorded = program_json(export_model(*made))
     monkeypatch.undo()
-    assert reasons == [reason]
+    assert [r.declined for r in recorders] == [reason]
     assert recorded == _torch_path(monkeypatch, made)
 
 
