@@ -146,7 +146,7 @@ public:
           program_.modulePaths.push_back(path.str());
         if (auto sig = entry.optField("signature"))
           if (auto decoded = decodeCallSignature(*sig, path.str(), call))
-            graph_.callSignatures().push_back(std::move(*decoded));
+            graph_.addCallSignature(std::move(*decoded));
       }
     addCalledModulesWithoutOps(graph_);
   }

@@ -158,11 +158,17 @@ const InputSpec *Graph::parameter(llvm::StringRef fqn) const {
   return nullptr;
 }
 
+void Graph::addCallSignature(CallSignature sig) {
+  callSignatureIndex_[sig.path].try_emplace(sig.call, callSignatures_.size());
+  callSignatures_.push_back(std::move(sig));
+}
+
 const CallSignature *Graph::callSignature(llvm::StringRef path, unsigned call) const {
-  for (const CallSignature &s : callSignatures_)
-    if (s.path == path && s.call == call)
-      return &s;
-  return nullptr;
+  auto calls = callSignatureIndex_.find(path);
+  if (calls == callSignatureIndex_.end())
+    return nullptr;
+  auto it = calls->second.find(call);
+  return it == calls->second.end() ? nullptr : &callSignatures_[it->second];
 }
 
 std::optional<Argument> Graph::userInput(llvm::StringRef key) const {

@@ -8,6 +8,7 @@
 
 #include "llvm/ADT/StringMap.h"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -189,9 +190,9 @@ public:
   /// Input spec of a parameter by FQN, or null.
   const InputSpec *parameter(llvm::StringRef fqn) const;
 
-  std::vector<CallSignature> &callSignatures() { return callSignatures_; }
   const std::vector<CallSignature> &callSignatures() const { return callSignatures_; }
-  /// The recorded signature of a module's call, or null.
+  void addCallSignature(CallSignature sig);
+  /// The recorded signature of a module's call (the first recorded for it), or null.
   const CallSignature *callSignature(llvm::StringRef path, unsigned call) const;
   /// The user input a plan names by position ("0") or keyword ("mask"): by the root's call
   /// signature; in a graph without one, the N-th user input or the one of that name. Null when
@@ -210,6 +211,9 @@ private:
   std::vector<InputSpec> inputs_;
   std::vector<OutputSpec> outputs_;
   std::vector<CallSignature> callSignatures_;
+  /// path -> call -> index of its first signature in callSignatures_ (a deep model has thousands,
+  /// looked up per module call).
+  llvm::StringMap<std::map<unsigned, size_t>> callSignatureIndex_;
   std::shared_ptr<ModuleScopeTree> scopes_;
   unsigned uniqueCounter_ = 0;
 };

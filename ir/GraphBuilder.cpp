@@ -118,7 +118,7 @@ std::unique_ptr<Graph> GraphBuilder::finish() {
       s.args.push_back(mapArgument(a));
     for (const auto &[name, a] : sig.kwargs)
       s.kwargs.emplace_back(name, mapArgument(a));
-    dst_->callSignatures().push_back(std::move(s));
+    dst_->addCallSignature(std::move(s));
   }
   for (const OutputSpec &out : src_.outputs()) {
     OutputSpec o = out;

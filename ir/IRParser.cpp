@@ -767,7 +767,7 @@ private:
     skipSpace();
     if (!rest_.empty())
       return fail("unexpected '{}'", rest_.str());
-    graph_.callSignatures().push_back(std::move(sig));
+    graph_.addCallSignature(std::move(sig));
     return llvm::Error::success();
   }
 

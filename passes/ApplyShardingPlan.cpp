@@ -194,10 +194,6 @@ private:
     for (const InputSpec &in : graph_.inputs())
       if (in.value)
         inputSpecOf[in.value] = &in;
-    // Graph::callSignature scans every signature (thousands in a deep model): index them once.
-    std::map<std::pair<llvm::StringRef, unsigned>, const CallSignature *> signatureOf;
-    for (const CallSignature &s : graph_.callSignatures())
-      signatureOf.try_emplace({s.path, s.call}, &s); // the first, as callSignature finds
     for (ModuleCall &call : analysis.calls()) {
       StyledCall &c = calls_.emplace_back(std::move(call));
       c.gradEnabled = graph_.nodes()[c.first]->gradEnabled();
@@ -205,8 +201,7 @@ private:
         c.styles = styled->second;
       if (auto unit = fsdpUnitOf_.find(c.scope); unit != fsdpUnitOf_.end())
         c.fsdpUnit = unit->second;
-      if (auto found = signatureOf.find({c.scope->path(), c.number()}); found != signatureOf.end()) {
-        const CallSignature *sig = found->second;
+      if (const CallSignature *sig = graph_.callSignature(c.scope->path(), c.number())) {
         c.hasSignature = true;
         llvm::DenseSet<const Value *> seen;
         llvm::Error err = llvm::Error::success();

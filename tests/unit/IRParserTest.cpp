@@ -119,8 +119,8 @@ TEST(IRParser, RoundTripsStridesSymbolsCallsAndNames) {
                   {"name", std::string("q\"uote")}, {"flags", BoolList{true, false}}, {"opt", OptionalTensorList{{c, nullptr}}}},
                  {});
   b.output(c);
-  b.g.callSignatures().push_back({"", 0, {Argument(xt), Argument(x)}, {}});
-  b.g.callSignatures().push_back({"block", 1, {Argument(x)}, {{"scale", Argument(0.5)}}});
+  b.g.addCallSignature({"", 0, {Argument(xt), Argument(x)}, {}});
+  b.g.addCallSignature({"block", 1, {Argument(x)}, {{"scale", Argument(0.5)}}});
   std::string text = print(b.g);
   EXPECT_NE(text.find("input %xt : f32[4, 2, 4] strides [4, 16, 1] user_input \"xt\""), std::string::npos) << text;
   EXPECT_NE(text.find("@M.block.fc#1\n"), std::string::npos) << text; // [0, 1]: outer calls first
