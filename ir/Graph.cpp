@@ -5,6 +5,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/Twine.h"
 
+#include <mutex>
 #include <tuple>
 
 namespace commlens {
@@ -40,6 +41,23 @@ std::string OpName::str() const {
   s.reserve(ns.size() + name.size() + overload.size() + 3);
   s.append(ns).append("::").append(name).append(".").append(overload);
   return s;
+}
+
+const InternedOp &InternedOp::get(llvm::StringRef target) {
+  static std::mutex lock;
+  static llvm::StringMap<InternedOp> ops; // entries never move: references stay valid
+  std::lock_guard<std::mutex> guard(lock);
+  auto [it, added] = ops.try_emplace(target);
+  if (added) {
+    it->second.name = OpName::parse(target);
+    it->second.text = it->second.name.str();
+  }
+  return it->second;
+}
+
+const InternedOp *InternedOp::none() {
+  static const InternedOp *empty = &get("");
+  return empty;
 }
 
 const Argument *Node::input(llvm::StringRef argName) const {
@@ -121,8 +139,7 @@ void Node::setMetadata(llvm::StringRef key, std::string value) {
 Node *Graph::appendNode(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> inputs,
                         llvm::SmallVector<Argument, 1> outputs, llvm::StringMap<std::string> metadata) {
   Node *n = append(name, std::move(inputs), std::move(outputs));
-  n->op_ = OpName::parse(target);
-  n->opString_ = n->op_.str();
+  n->op_ = &InternedOp::get(target);
   if (!metadata.empty())
     n->metadata_ = std::make_shared<const llvm::StringMap<std::string>>(std::move(metadata));
   return n;
@@ -132,7 +149,6 @@ Node *Graph::appendNodeLike(llvm::StringRef name, const Node &like, llvm::SmallV
                             llvm::SmallVector<Argument, 1> outputs) {
   Node *n = append(name, std::move(inputs), std::move(outputs));
   n->op_ = like.op_;
-  n->opString_ = like.opString_;
   n->metadata_ = like.metadata_;
   return n;
 }

@@ -52,11 +52,23 @@ struct OpName {
   bool operator==(const OpName &) const = default;
 };
 
+/// A node's operator: the parsed name and its text, made once per distinct target and kept for
+/// the life of the process (a large model's graphs hold ~40k nodes of a few dozen ops; each node
+/// parsing and owning its own copy was 4% of a predict).
+struct InternedOp {
+  OpName name;
+  std::string text; ///< name.str()
+  /// The entry for `target` (as OpName::parse reads it); thread-safe, never moves.
+  static const InternedOp &get(llvm::StringRef target);
+  /// The entry of the empty target (a node before its op is set).
+  static const InternedOp *none();
+};
+
 class Node {
 public:
   const std::string &name() const { return name_; }
-  const OpName &op() const { return op_; }
-  const std::string &opString() const { return opString_; }
+  const OpName &op() const { return op_->name; }
+  const std::string &opString() const { return op_->text; }
   llvm::ArrayRef<NamedArgument> inputs() const { return inputs_; }
   llvm::MutableArrayRef<NamedArgument> inputs() { return inputs_; }
   const Argument *input(llvm::StringRef argName) const;
@@ -103,8 +115,7 @@ public:
 private:
   friend class Graph;
   std::string name_;
-  OpName op_;
-  std::string opString_;
+  const InternedOp *op_ = InternedOp::none();
   llvm::SmallVector<NamedArgument, 4> inputs_;
   llvm::SmallVector<Argument, 1> outputs_;
   ModuleScope *scope_ = nullptr;
