@@ -2,10 +2,10 @@
 
 #include "ir/Error.h"
 
-#include "llvm/Support/CRC.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <libdeflate.h>
 #include <zip.h>
 
 #include <algorithm>
@@ -195,7 +195,8 @@ std::optional<llvm::StringRef> Pt2Archive::readInPlace(llvm::StringRef name, siz
   if (!start || *start > zip.size() || zip.size() - *start < stat.size || zip.size() - *start - stat.size < trailing)
     return std::nullopt;
   llvm::StringRef data = zip.substr(*start, stat.size);
-  if (llvm::crc32(llvm::arrayRefFromStringRef(data)) != stat.crc)
+  // libdeflate's CRC-32 uses the CPU's carry-less multiply: zlib's took 3% of a large model's predict.
+  if (libdeflate_crc32(0, data.data(), data.size()) != stat.crc)
     return std::nullopt;
   return data;
 }

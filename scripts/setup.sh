@@ -7,7 +7,7 @@ cd "$ROOT"
 
 # chromium + chromium-driver: the HTML report tests run the page in a headless browser.
 # zipcmp, zipmerge, ziptool: Debian's libzip-dev CMake package refuses to load without them.
-APT_PACKAGES="cmake ninja-build g++ llvm-14-dev llvm-14-tools libfmt-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libzstd-dev libtinfo-dev libzip-dev libsimdjson-dev libmimalloc-dev zipcmp zipmerge ziptool unzip chromium chromium-driver"
+APT_PACKAGES="cmake ninja-build g++ llvm-14-dev llvm-14-tools libfmt-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libzstd-dev libtinfo-dev libzip-dev libsimdjson-dev libdeflate-dev libmimalloc-dev zipcmp zipmerge ziptool unzip chromium chromium-driver"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
