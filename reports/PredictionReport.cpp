@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <future>
 #include <map>
+#include <optional>
 
 namespace commlens {
 namespace {
@@ -298,25 +300,59 @@ std::string PredictionReport::toJson() const {
   return out;
 }
 
-void PredictionReport::writeJson(llvm::raw_ostream &os) const {
-  auto own = recordsByModule(*state);
-  // Backward ATen ops per module, as CommDebugMode lists them (name, DTensor input shardings).
-  llvm::DenseMap<const ModuleScope *, std::vector<const Node *>> bwOps;
-  if (backward && state->backward)
-    for (const auto &n : state->backward->nodes())
-      if (n->op().ns == "aten")
-        bwOps[n->scope()].push_back(n.get());
+namespace {
 
-  llvm::json::OStream j(os, 2);
-  auto writeOps = [&](const ModuleScope *s) {
+/// Writes the generate_json_dump tree of a report. The module subtrees are independent, and a
+/// large model's tree is megabytes of per-op records: a second writer renders a share of them on
+/// another thread at the same time (both only read the report), and the first writes that text
+/// where it belongs.
+class JsonTreeWriter {
+public:
+  /// What every writer of one report reads.
+  struct Inputs {
+    const PredictionReport &report;
+    llvm::DenseMap<const ModuleScope *, std::vector<const CollectiveRecord *>> own;
+    /// Backward ATen ops per module, as CommDebugMode lists them (name, DTensor input shardings).
+    llvm::DenseMap<const ModuleScope *, std::vector<const Node *>> bwOps;
+  };
+  class Handover;
+
+  JsonTreeWriter(const Inputs &in, llvm::json::OStream &j, Handover *handover = nullptr)
+      : in_(in), r_(in.report), j(j), handover_(handover) {}
+
+  void module(const ModuleScope *s) {
+    const ModuleCounts &m = *r_.counts.find(s->displayName());
+    j.object([&] {
+      approximate(m);
+      j.attributeArray("children", [&] {
+        for (const ModuleScope *c : s->children())
+          child(c);
+      });
+      counts(m, s, true);
+      j.attribute("fqn", s->displayName());
+      j.attribute("module_type", moduleType(*s));
+      ops(s);
+      j.attributeArray("parameters", [&] {
+        for (const auto &[name, placements] : r_.dtensorParameters(*s))
+          j.array([&] {
+            j.value(name);
+            j.value(placements);
+          });
+      });
+    });
+  }
+
+  void child(const ModuleScope *c);
+
+  void ops(const ModuleScope *s) {
     j.attributeArray("operations_backward", [&] {
-      auto it = bwOps.find(s);
-      if (it == bwOps.end())
+      auto it = in_.bwOps.find(s);
+      if (it == in_.bwOps.end())
         return;
       for (const Node *n : it->second) {
         llvm::SmallVector<const Value *, 4> sharded;
         n->forEachOperand([&](const Value *v) {
-          if (v->kind() == ValueKind::Tensor && state->layout(v))
+          if (v->kind() == ValueKind::Tensor && r_.state->layout(v))
             sharded.push_back(v);
         });
         j.object([&] {
@@ -326,7 +362,7 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
           });
           j.attributeArray("input_sharding", [&] {
             for (const Value *v : sharded)
-              stringValue(j, placementsRepr(state->layout(v)->placements));
+              stringValue(j, placementsRepr(r_.state->layout(v)->placements));
           });
           j.attribute("is_bw", true);
           stringAttribute(j, "name", "aten." + n->op().name + "." + n->op().overload);
@@ -334,34 +370,34 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
       }
     });
     j.attributeArray("operations_forward", [] {});
-  };
-  const CommPhase phases[] = {CommPhase::Backward, CommPhase::Forward}; // in key order
-  auto phaseKey = [](const char *prefix, CommPhase p) { return fmt::format("{}{}", prefix, phaseName(p).str()); };
-  auto writeApproximate = [&](const ModuleCounts &m) {
-    for (CommPhase p : phases)
+  }
+
+  void approximate(const ModuleCounts &m) {
+    for (CommPhase p : kPhases)
       if (llvm::any_of(m.phase(p), [](const auto &entry) { return entry.second.approximate; }))
         j.attributeArray(phaseKey("approximate_", p), [&] {
           for (const auto &[op, cell] : m.phase(p))
             if (cell.approximate)
               j.value(op);
         });
-  };
-  // collective_bytes_*, collective_time_us_*, collectives_* and (modules) their detail records.
-  auto writeCounts = [&](const ModuleCounts &m, const ModuleScope *s, bool details) {
-    for (CommPhase p : phases) // unknown bytes where an operand's run-time dtype is (FSDP mixed precision)
+  }
+
+  /// collective_bytes_*, collective_time_us_*, collectives_* and (modules) their detail records.
+  void counts(const ModuleCounts &m, const ModuleScope *s, bool details) {
+    for (CommPhase p : kPhases) // unknown bytes where an operand's run-time dtype is (FSDP mixed precision)
       j.attributeObject(phaseKey("collective_bytes_", p), [&] {
         for (const auto &[op, cell] : m.phase(p))
           if (cell.bytes)
             j.attribute(op, *cell.bytes);
       });
-    if (cluster)
-      for (CommPhase p : phases)
+    if (r_.cluster)
+      for (CommPhase p : kPhases)
         j.attributeObject(phaseKey("collective_time_us_", p), [&] {
           for (const auto &[op, cell] : m.phase(p))
             if (cell.timeUs)
               attributeDouble(j, op, *cell.timeUs);
         });
-    for (CommPhase p : phases) {
+    for (CommPhase p : kPhases) {
       j.attributeArray(phaseKey("collectives_", p), [&] {
         for (const auto &[op, cell] : m.phase(p))
           j.array([&] {
@@ -371,42 +407,144 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
       });
       if (details)
         j.attributeArray(phaseKey("collectives_", p) + "_detail", [&] {
-          auto it = own.find(s);
-          if (it != own.end())
+          auto it = in_.own.find(s);
+          if (it != in_.own.end())
             for (const CollectiveRecord *c : it->second)
               if (commPhase(c->phase) == p)
                 writeRecord(j, *c);
         });
     }
-  };
-  std::function<void(const ModuleScope *)> writeModule = [&](const ModuleScope *s) {
-    const ModuleCounts &m = *counts.find(s->displayName());
-    j.object([&] {
-      writeApproximate(m);
-      j.attributeArray("children", [&] {
-        for (const ModuleScope *c : s->children())
-          writeModule(c);
-      });
-      writeCounts(m, s, true);
-      j.attribute("fqn", s->displayName());
-      j.attribute("module_type", moduleType(*s));
-      writeOps(s);
-      j.attributeArray("parameters", [&] {
-        for (const auto &[name, placements] : dtensorParameters(*s))
-          j.array([&] {
-            j.value(name);
-            j.value(placements);
-          });
-      });
-    });
+  }
+
+private:
+  static constexpr CommPhase kPhases[] = {CommPhase::Backward, CommPhase::Forward}; // in key order
+  static std::string phaseKey(const char *prefix, CommPhase p) { return fmt::format("{}{}", prefix, phaseName(p).str()); }
+
+  const Inputs &in_;
+  const PredictionReport &r_;
+  llvm::json::OStream &j;
+  Handover *handover_;
+};
+
+/// Module subtrees rendered by a second writer on another thread, started at construction.
+class JsonTreeWriter::Handover {
+public:
+  Handover(const Inputs &in, std::vector<const ModuleScope *> subtrees)
+      : modules_(subtrees.begin(), subtrees.end()),
+        rendering_(std::async(std::launch::async, [&in, subtrees = std::move(subtrees)] { return render(in, subtrees); })) {}
+
+  /// The text of `s`'s value when it is one of the subtrees (waiting for the rendering).
+  std::optional<llvm::StringRef> text(const ModuleScope *s) {
+    if (!modules_.count(s))
+      return std::nullopt;
+    if (!rendered_)
+      rendered_ = rendering_.get();
+    auto [begin, size] = rendered_->ranges.lookup(s);
+    return llvm::StringRef(rendered_->text).substr(begin, size);
+  }
+
+private:
+  struct Rendered {
+    std::string text;
+    llvm::DenseMap<const ModuleScope *, std::pair<size_t, size_t>> ranges; // each value's, in text
   };
 
+  /// The subtrees (siblings, in order) as a writer at their depth in the tree writes them.
+  static Rendered render(const Inputs &in, llvm::ArrayRef<const ModuleScope *> subtrees) {
+    Rendered out;
+    llvm::raw_string_ostream os(out.text);
+    os.SetBuffered(); // as the file a report goes to: unbuffered, each token was an append
+    llvm::json::OStream j(os, 2);
+    // The containers around a module's object: per level above it an object and its "children"
+    // array, and Global's. Indentation depends on their number only.
+    unsigned enclosing = 2 * (subtrees.front()->depth() + 1);
+    for (unsigned i = 0; i < enclosing; ++i)
+      j.arrayBegin();
+    JsonTreeWriter writer(in, j);
+    for (const ModuleScope *s : subtrees) {
+      size_t before = os.tell();
+      writer.module(s);
+      os.flush();
+      size_t begin = out.text.find('{', before); // past the separator and indentation before it
+      out.ranges[s] = {begin, out.text.size() - begin};
+    }
+    for (unsigned i = 0; i < enclosing; ++i)
+      j.arrayEnd();
+    os.flush();
+    return out;
+  }
+
+  llvm::DenseSet<const ModuleScope *> modules_;
+  std::future<Rendered> rendering_;
+  std::optional<Rendered> rendered_;
+};
+
+void JsonTreeWriter::child(const ModuleScope *c) {
+  if (handover_)
+    if (std::optional<llvm::StringRef> text = handover_->text(c)) {
+      j.rawValue([&](llvm::raw_ostream &os) { os << *text; });
+      return;
+    }
+  module(c);
+}
+
+/// The siblings whose subtrees hold about half of the tree's records (op records and collective
+/// records, the bulk of its text): the last children of the deepest module holding more than
+/// half. None when there is nothing below the root to share.
+std::vector<const ModuleScope *> halfOfTheTree(const JsonTreeWriter::Inputs &in, const ModuleScope *root) {
+  llvm::DenseMap<const ModuleScope *, size_t> weight;
+  std::function<size_t(const ModuleScope *)> measure = [&](const ModuleScope *s) {
+    size_t w = 1;
+    if (auto it = in.bwOps.find(s); it != in.bwOps.end())
+      w += it->second.size();
+    if (auto it = in.own.find(s); it != in.own.end())
+      w += it->second.size();
+    for (const ModuleScope *c : s->children())
+      w += measure(c);
+    return weight[s] = w;
+  };
+  size_t total = measure(root);
+  const ModuleScope *parent = root;
+  for (;;) {
+    const ModuleScope *heaviest = nullptr;
+    for (const ModuleScope *c : parent->children())
+      if (!heaviest || weight[c] > weight[heaviest])
+        heaviest = c;
+    if (!heaviest || 2 * weight[heaviest] <= total)
+      break;
+    parent = heaviest;
+  }
+  std::vector<const ModuleScope *> half;
+  size_t taken = 0;
+  for (auto it = parent->children().rbegin(); it != parent->children().rend() && 2 * taken < total; ++it) {
+    half.insert(half.begin(), *it);
+    taken += weight[*it];
+  }
+  return half;
+}
+
+} // namespace
+
+void PredictionReport::writeJson(llvm::raw_ostream &os) const {
+  JsonTreeWriter::Inputs in{*this, recordsByModule(*state), llvm::DenseMap<const ModuleScope *, std::vector<const Node *>>()};
+  if (backward && state->backward)
+    for (const auto &n : state->backward->nodes())
+      if (n->op().ns == "aten")
+        in.bwOps[n->scope()].push_back(n.get());
+
+  const ModuleScope *root = program->graph().scopes().root();
+  std::optional<JsonTreeWriter::Handover> handover;
+  if (std::vector<const ModuleScope *> half = halfOfTheTree(in, root); !half.empty())
+    handover.emplace(in, std::move(half));
+
+  llvm::json::OStream j(os, 2);
+  JsonTreeWriter writer(in, j, handover ? &*handover : nullptr);
   const ModuleCounts &global = *counts.find(kGlobal);
   const char *phase = forward && backward ? "both" : (forward ? "forward" : "backward");
   j.object([&] {
-    writeApproximate(global);
-    j.attributeArray("children", [&] { writeModule(program->graph().scopes().root()); });
-    writeCounts(global, nullptr, false);
+    writer.approximate(global);
+    j.attributeArray("children", [&] { writer.child(root); });
+    writer.counts(global, nullptr, false);
     j.attributeObject("commlens", [&] {
       auto writeTotals = [&](llvm::StringRef key, const CommTotals &t) {
         j.attributeObject(key, [&] {
@@ -444,7 +582,7 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
     });
     j.attribute("fqn", kGlobal);
     j.attribute("module_type", "");
-    writeOps(nullptr);
+    writer.ops(nullptr);
     j.attributeArray("parameters", [] {});
     j.attribute("phase", phase);
   });

@@ -1,8 +1,11 @@
-// The prediction report's module rows (PredictionReport::build).
+// The prediction report: its module rows (PredictionReport::build) and its JSON tree.
 #include "passes/PassManager.h"
 #include "reports/PredictionReport.h"
 
 #include "TestPrograms.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 
 #include <gtest/gtest.h>
 
@@ -43,4 +46,84 @@ TEST(PredictionReport, ModuleUnderTwoParentsGetsOneRow) {
   for (const ModuleCounts &m : r.counts.modules())
     rows.push_back(m.fqn + " " + std::to_string(m.depth));
   EXPECT_EQ(rows, (std::vector<std::string>{"Global 0", "Net 1", "Net.a 2", "Net.b 2"}));
+}
+
+// The JSON tree of a large model is written by two writers at once: a second one renders the
+// subtrees of the last layers on another thread, and the first splices its text in (reports/
+// PredictionReport.cpp, JsonTreeWriter::Handover). Spliced or not, the text must be exactly what
+// one llvm::json writer writes for the same tree: parsing it and printing it again gives the same
+// bytes (the report writes object keys in sorted order, as llvm::json prints objects, and has no
+// floating-point values without a cluster).
+TEST(PredictionReport, JsonTreeIsOneWritersText) {
+  test::TestProgram t("examples.Stack");
+  ShardingPlan plan;
+  plan.mesh.shape = {4};
+  plan.mesh.dimNames = {"tp"};
+  ParallelizeStep step;
+  step.meshDim = 0;
+  ParallelStyle colwise;
+  colwise.kind = ParallelStyle::Kind::Colwise;
+  colwise.pattern = "layers.*.w1";
+  colwise.inputLayouts = OptionalPlacements{Placement::replicate()};
+  colwise.desiredInputLayouts = OptionalPlacements{Placement::replicate()};
+  colwise.outputLayouts = OptionalPlacements{Placement::shard(-1)};
+  ParallelStyle rowwise;
+  rowwise.kind = ParallelStyle::Kind::Rowwise;
+  rowwise.pattern = "layers.*.w2";
+  rowwise.inputLayouts = OptionalPlacements{Placement::shard(-1)};
+  rowwise.outputLayouts = OptionalPlacements{Placement::replicate()};
+  step.styles = {colwise, rowwise};
+  plan.steps = {step};
+
+  Value *h = t.input("x", f32({8, 16}));
+  const unsigned kLayers = 6;
+  for (unsigned i = 0; i < kLayers; ++i) {
+    std::string layer = fmt::format("layers.{}", i);
+    std::vector<ModuleStackEntry> block{{"layers", "torch.nn.modules.container.ModuleList", 0},
+                                        {layer, "examples.Block", 0}};
+    auto in = [&](const char *linear) {
+      std::vector<ModuleStackEntry> s = block;
+      s.push_back({layer + "." + linear, test::kLinear, 0});
+      return s;
+    };
+    Value *w1 = t.param(layer + ".w1.weight", f32({32, 16}));
+    Value *w2 = t.param(layer + ".w2.weight", f32({16, 32}));
+    Value *t1 = t.op(fmt::format("t_{}", 2 * i), "aten::t.default", {{"self", w1}},
+                     f32({16, 32}, std::vector<int64_t>{1, 16}), in("w1"));
+    Value *h1 = t.op(fmt::format("mm_{}", 2 * i), "aten::mm.default", {{"self", h}, {"mat2", t1}}, f32({8, 32}), in("w1"));
+    Value *a = t.op(fmt::format("relu_{}", i), "aten::relu.default", {{"self", h1}}, f32({8, 32}), block);
+    Value *t2 = t.op(fmt::format("t_{}", 2 * i + 1), "aten::t.default", {{"self", w2}},
+                     f32({32, 16}, std::vector<int64_t>{1, 32}), in("w2"));
+    h = t.op(fmt::format("mm_{}", 2 * i + 1), "aten::mm.default", {{"self", a}, {"mat2", t2}}, f32({8, 16}), in("w2"));
+  }
+  t.output(h);
+  PassManager pm;
+  buildPipeline(pm, /*backward=*/true);
+  PassContext ctx{t.p, &plan, {}, PredictionState()};
+  ASSERT_FALSE(static_cast<bool>(pm.run(ctx)));
+  PredictionReport r = PredictionReport::build(t.p, plan, ctx.state, true, true);
+  std::string text = r.toJson();
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
+  ASSERT_TRUE(static_cast<bool>(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(llvm::formatv("{0:2}", *parsed).str() + "\n", text);
+  // The tree holds what the splice must place: every layer, with its Linears' backward op
+  // records (DTensor input shardings included) and their collectives (Rowwise's all_reduce of
+  // the forward output).
+  const llvm::json::Array *layers = (*parsed).getAsObject()->getArray("children");
+  ASSERT_NE(layers, nullptr);
+  layers = (*layers)[0].getAsObject()->getArray("children");
+  ASSERT_TRUE(layers && layers->size() == 1);
+  layers = (*layers)[0].getAsObject()->getArray("children");
+  ASSERT_TRUE(layers && layers->size() == kLayers);
+  for (unsigned i = 0; i < kLayers; ++i) {
+    const llvm::json::Object &layer = *(*layers)[i].getAsObject();
+    EXPECT_EQ(layer.getString("fqn"), llvm::StringRef(fmt::format("Stack.layers.{}", i)));
+    const llvm::json::Object &w2 = *(*layer.getArray("children"))[1].getAsObject();
+    EXPECT_EQ(w2.getString("fqn"), llvm::StringRef(fmt::format("Stack.layers.{}.w2", i)));
+    const llvm::json::Array &ops = *w2.getArray("operations_backward");
+    ASSERT_FALSE(ops.empty());
+    EXPECT_EQ(ops[0].getAsObject()->getString("name"), llvm::StringRef("aten.t.default"));
+    EXPECT_FALSE(ops[0].getAsObject()->getArray("input_sharding")->empty());
+    EXPECT_EQ(w2.getArray("collectives_forward")->size(), 1u);
+  }
 }
