@@ -207,7 +207,7 @@ private:
         llvm::Error err = llvm::Error::success();
         auto take = [&](const Argument &a) -> const Value * {
           for (const Value *v : a.tensors()) {
-            if (v->producer() && c.nodes.count(v->producer()) && !err)
+            if (v->producer() && c.contains(*v->producer()) && !err)
               err = makeError("{}: argument '{}' of its call {} is computed inside the call", c.scope->displayName(),
                               v->name(), c.number());
             if (seen.insert(v).second)

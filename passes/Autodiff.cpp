@@ -253,7 +253,7 @@ private:
       c.bodyStart = c.first;
       while (c.bodyStart < c.last) {
         const Node &n = *fwd_.nodes()[c.bodyStart];
-        if (c.nodes.count(&n) && !(n.scope() == c.scope && isPreHookOp(n)))
+        if (c.contains(n) && !(n.scope() == c.scope && isPreHookOp(n)))
           break;
         ++c.bodyStart;
       }
@@ -267,8 +267,9 @@ private:
       auto unit = state_.checkpointed.find(c.scope);
       if (unit == state_.checkpointed.end())
         continue;
-      for (const Node *n : c.nodes)
-        regionOf_[n] = static_cast<unsigned>(regions_.size());
+      for (unsigned i = c.first; i <= c.last; ++i)
+        if (const Node *n = fwd_.nodes()[i].get(); c.contains(*n))
+          regionOf_[n] = static_cast<unsigned>(regions_.size());
       regions_.push_back(Region{&c, unit->second, {}, std::nullopt, false});
     }
   }
@@ -609,7 +610,7 @@ private:
     };
     for (unsigned i = r.call->first; i <= stop; ++i) {
       const Node &n = *fwd_.nodes()[i];
-      if (!r.call->nodes.count(&n))
+      if (!r.call->contains(n))
         continue;
       if (n.op().ns == "commlens" && llvm::StringRef(n.op().name).startswith("fsdp_")) {
         auto in = n.input("inputs")->tensors();

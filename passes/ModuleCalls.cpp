@@ -25,6 +25,7 @@ ModuleCalls::ModuleCalls(const Graph &graph, llvm::function_ref<bool(const Modul
         if (fresh) {
           calls_.emplace_back();
           calls_.back().scope = s;
+          calls_.back().scopeDepth = s->depth();
           calls_.back().callPath.assign(own.begin(), own.end());
           calls_.back().first = n->index();
         }
@@ -32,11 +33,8 @@ ModuleCalls::ModuleCalls(const Graph &graph, llvm::function_ref<bool(const Modul
       }
       previous = n.get();
     }
-    for (size_t call : joined) {
-      ModuleCall &c = calls_[call];
-      c.last = n->index();
-      c.nodes.insert(n.get());
-    }
+    for (size_t call : joined)
+      calls_[call].last = n->index();
   }
   llvm::DenseMap<const Value *, llvm::SmallVector<const Node *, 2>> users;
   for (const auto &n : graph.nodes())
@@ -48,14 +46,14 @@ ModuleCalls::ModuleCalls(const Graph &graph, llvm::function_ref<bool(const Modul
   for (ModuleCall &c : calls_)
     for (unsigned i = c.first; i <= c.last; ++i) {
       const Node &n = *graph.nodes()[i];
-      if (!c.nodes.count(&n))
+      if (!c.contains(n))
         continue;
       for (Value *v : n.results()) {
         if (v->kind() != ValueKind::Tensor)
           continue;
         bool escapes = graphOutputs.count(v);
         if (auto it = users.find(v); it != users.end())
-          escapes |= llvm::any_of(it->second, [&](const Node *u) { return !c.nodes.count(u); });
+          escapes |= llvm::any_of(it->second, [&](const Node *u) { return !c.contains(*u); });
         if (escapes)
           c.outputs.push_back(v);
       }
@@ -68,13 +66,13 @@ std::vector<const Value *> ModuleCalls::externalTensors(const ModuleCall &c, uns
   llvm::DenseSet<const Value *> seen;
   for (unsigned i = std::max(from, c.first); i <= c.last; ++i) {
     const Node &n = *graph_.nodes()[i];
-    if (!c.nodes.count(&n))
+    if (!c.contains(n))
       continue;
     n.forEachOperand([&](Value *v) {
       if (v->kind() != ValueKind::Tensor || seen.count(v))
         return;
       const Node *p = v->producer();
-      if ((p && c.nodes.count(p) && p->index() >= from) || skip(v))
+      if ((p && c.contains(*p) && p->index() >= from) || skip(v))
         return;
       seen.insert(v);
       tensors.push_back(v);

@@ -9,6 +9,7 @@
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace commlens {
@@ -20,12 +21,25 @@ struct ModuleCall {
   /// paths); empty for the root, which is called once.
   llvm::SmallVector<unsigned, 4> callPath;
   unsigned first = 0, last = 0; ///< graph indices of its first and last node
-  llvm::DenseSet<const Node *> nodes;
   /// Tensors computed inside and read outside the call (or returned by the graph), in graph order.
   std::vector<const Value *> outputs;
 
   /// The module's N-th call (`fqn@N` in the program's call signatures).
   unsigned number() const { return callPath.empty() ? 0 : callPath.back(); }
+  /// Whether the node (of the call's graph) ran in this call, in the module or a submodule: its
+  /// scope is at or below the module and its call path goes through this call. A test rather
+  /// than a set of the nodes: every node is in the calls of all its modules.
+  bool contains(const Node &n) const {
+    if (n.index() < first || n.index() > last)
+      return false;
+    const ModuleScope *s = n.scope();
+    while (s && s != scope)
+      s = s->parent();
+    llvm::ArrayRef<unsigned> path = n.callPath();
+    return s && path.take_front(std::min<size_t>(scopeDepth, path.size())) == llvm::ArrayRef<unsigned>(callPath);
+  }
+
+  unsigned scopeDepth = 0; ///< scope->depth()
 };
 
 class ModuleCalls {
