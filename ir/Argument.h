@@ -35,7 +35,9 @@ using IntList = llvm::SmallVector<int64_t, 4>;
 using FloatList = std::vector<double>;
 using BoolList = std::vector<bool>;
 using StringList = std::vector<std::string>;
-using SymIntList = llvm::SmallVector<SymIntArg, 4>;
+/// Not a SmallVector, unlike the lists above: only programs with symbolic sizes have these, and
+/// four inline entries would make every argument of every node 32 bytes larger.
+using SymIntList = std::vector<SymIntArg>;
 
 /// One argument or result. `Value *` is a tensor reference.
 class Argument {
