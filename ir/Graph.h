@@ -180,12 +180,12 @@ public:
   Value *lookupValue(llvm::StringRef name) const;
 
   /// Appends a node; `outputs` reference values created beforehand, whose producer becomes it.
-  Node *appendNode(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> inputs,
-                   llvm::SmallVector<Argument, 1> outputs, llvm::StringMap<std::string> metadata = {});
+  Node *appendNode(llvm::StringRef name, llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> &&inputs,
+                   llvm::SmallVector<Argument, 1> &&outputs, llvm::StringMap<std::string> metadata = {});
   /// Appends a node with the op and metadata of `like` (a node of this or another graph), which
   /// is not parsed again.
-  Node *appendNodeLike(llvm::StringRef name, const Node &like, llvm::SmallVector<NamedArgument, 4> inputs,
-                       llvm::SmallVector<Argument, 1> outputs);
+  Node *appendNodeLike(llvm::StringRef name, const Node &like, llvm::SmallVector<NamedArgument, 4> &&inputs,
+                       llvm::SmallVector<Argument, 1> &&outputs);
 
   llvm::ArrayRef<std::unique_ptr<Node>> nodes() const { return nodes_; }
   size_t numNodes() const { return nodes_.size(); }
@@ -214,7 +214,7 @@ private:
   /// A new value, named by its (just claimed) entry in valuesByName_.
   Value *define(llvm::StringMapEntry<Value *> &entry, ValueKind kind);
   /// A node without its op, named, in the graph's root scope.
-  Node *append(llvm::StringRef name, llvm::SmallVector<NamedArgument, 4> inputs, llvm::SmallVector<Argument, 1> outputs);
+  Node *append(llvm::StringRef name, llvm::SmallVector<NamedArgument, 4> &&inputs, llvm::SmallVector<Argument, 1> &&outputs);
 
   std::vector<std::unique_ptr<Value>> values_;
   llvm::StringMap<Value *> valuesByName_;

@@ -86,8 +86,8 @@ Value *GraphBuilder::tensor(llvm::StringRef hint, TensorMeta meta) {
   return v;
 }
 
-Node *GraphBuilder::emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> inputs,
-                         llvm::SmallVector<Argument, 1> outputs, const Node &origin) {
+Node *GraphBuilder::emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&inputs,
+                         llvm::SmallVector<Argument, 1> &&outputs, const Node &origin) {
   std::string name;
   for (const Argument &o : outputs)
     for (Value *v : o.tensors())

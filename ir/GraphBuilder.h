@@ -36,7 +36,7 @@ public:
   /// A fresh tensor value named after `hint` (uniquified).
   Value *tensor(llvm::StringRef hint, TensorMeta meta);
   /// Appends a node in the scope, call and grad mode of `origin`.
-  Node *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> inputs, llvm::SmallVector<Argument, 1> outputs,
+  Node *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&inputs, llvm::SmallVector<Argument, 1> &&outputs,
              const Node &origin);
 
   Graph &graph() { return *dst_; }

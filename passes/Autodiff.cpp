@@ -672,8 +672,8 @@ private:
     return v;
   }
   /// Appends one backward runtime op in the current module.
-  Node *emitNode(llvm::StringRef name, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args,
-                 llvm::SmallVector<Argument, 1> results) override {
+  Node *emitNode(llvm::StringRef name, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args,
+                 llvm::SmallVector<Argument, 1> &&results) override {
     Node *n = bw_->appendNode(name, op, std::move(args), std::move(results));
     n->setScope(const_cast<ModuleScope *>(current_), {});
     return n;

@@ -173,7 +173,7 @@ private:
   }
   const Value *result(unsigned i) const { return n_->results()[i]; }
 
-  Value *emit1(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, const TensorMeta &meta,
+  Value *emit1(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args, const TensorMeta &meta,
                llvm::StringRef name) {
     Value *out = b_.tensor(name, meta);
     b_.emit(op, std::move(args), {out}, *n_);

@@ -146,7 +146,7 @@ llvm::Error layerNorm(GradCall &c) {
                 A("mean", mut(c.result(1))), A("rstd", mut(c.result(2))),
                 A("weight", weight ? Argument(weight) : Argument(NoneArg{})),
                 A("bias", bias ? Argument(bias) : Argument(NoneArg{})), A("output_mask", mask)},
-               results);
+               std::move(results));
   c.set("input", gi);
   if (gw)
     c.set("weight", gw);
@@ -1673,7 +1673,7 @@ const llvm::StringSet<> &nonDifferentiable() {
 
 // ---- GradEmitter helpers ----------------------------------------------------------------------
 
-Value *GradEmitter::emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, TensorMeta meta,
+Value *GradEmitter::emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args, TensorMeta meta,
                          llvm::StringRef hint) {
   Value *v = newValue(hint, std::move(meta));
   emitNode(v->name(), op, std::move(args), {Argument(v)});

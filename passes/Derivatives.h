@@ -29,15 +29,15 @@ public:
   /// A fresh backward value with this meta.
   virtual Value *newValue(llvm::StringRef hint, TensorMeta meta) = 0;
   /// Appends one backward node (in the current module).
-  virtual Node *emitNode(llvm::StringRef name, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args,
-                         llvm::SmallVector<Argument, 1> results) = 0;
+  virtual Node *emitNode(llvm::StringRef name, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args,
+                         llvm::SmallVector<Argument, 1> &&results) = 0;
   /// Whether the plan runs under loss_parallel().
   virtual bool lossParallel() const = 0;
   /// Whether forward propagation made this value a DTensor.
   virtual bool isDTensor(const Value *v) const = 0;
 
   /// Emits a single-result op.
-  Value *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, TensorMeta meta, llvm::StringRef hint);
+  Value *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args, TensorMeta meta, llvm::StringRef hint);
   /// Contiguous meta of v's dtype and sizes.
   static TensorMeta like(const Value *v);
   static TensorMeta withSizes(const Value *v, llvm::ArrayRef<int64_t> sizes);

@@ -107,7 +107,7 @@ public:
     return *this;
   }
   llvm::Expected<ShardingDecision> decide(const DeviceMesh &mesh) {
-    Node *n = g_.appendNode("n", op_, args_, outs_);
+    Node *n = g_.appendNode("n", op_, llvm::SmallVector<NamedArgument, 4>(args_), llvm::SmallVector<Argument, 1>(outs_));
     return ShardingRules::get().decide(*n, specs_, mesh);
   }
 
