@@ -34,9 +34,10 @@ void put64(std::string &out, uint64_t v) {
 /// directory, the end record. `zip64`: sizes and offsets in zip64 extra fields and a zip64 end
 /// record (what a writer does past 4 GiB, and torch always for the end record). `deflated`: each
 /// entry's data in one stored block of a deflate stream (method 8, as a compressor leaves data it
-/// cannot shrink).
+/// cannot shrink). `centralExtraBefore`: bytes put before the zip64 field in each central
+/// directory record's extra area (other extra fields).
 std::string zipOf(const std::vector<std::pair<std::string, std::string>> &entries, bool zip64 = false,
-                  bool deflated = false) {
+                  bool deflated = false, const std::string &centralExtraBefore = "") {
   constexpr uint32_t kInExtra = 0xffffffff;
   const uint32_t method = deflated ? 8 : 0;
   std::string out, central;
@@ -80,7 +81,7 @@ std::string zipOf(const std::vector<std::pair<std::string, std::string>> &entrie
     put32(central, compressedSize);
     put32(central, size);
     put16(central, static_cast<uint32_t>(name.size()));
-    put16(central, zip64 ? 28 : 0); // extra
+    put16(central, zip64 ? 28 + static_cast<uint32_t>(centralExtraBefore.size()) : 0); // extra
     put16(central, 0);              // comment
     put16(central, 0);              // disk
     put16(central, 0);              // internal attributes
@@ -88,6 +89,7 @@ std::string zipOf(const std::vector<std::pair<std::string, std::string>> &entrie
     put32(central, zip64 ? kInExtra : static_cast<uint32_t>(offset));
     central += name;
     if (zip64) {
+      central += centralExtraBefore;
       put16(central, 1); // zip64 extended information: sizes, offset
       put16(central, 24);
       put64(central, uncompressed.size());
@@ -215,4 +217,20 @@ TEST(Pt2Archive, LoadPt2BufferNamesTheRecordAtFault) {
                   zipOf({{"model/version", "1\n"}, {"model/models/model.json", "[1e999]"}}, false, deflated))),
               "models/model.json: invalid JSON: number overflow parsing '1e999'");
   }
+}
+
+// The in-place reader walks the central directory's extra fields itself to find the zip64 one
+// (a writer may put others first). A field whose stated length runs past the extra area must end
+// the walk without reading past it: libzip refuses such an archive when it opens it.
+TEST(Pt2Archive, ReadInPlaceWalksOtherExtraFields) {
+  std::string other("\x55\x54\x05\x00\x03\x00\x00\x00\x00", 9); // extended timestamp, 5 bytes
+  auto archive = Pt2Archive::openBuffer(
+      zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}}, /*zip64=*/true, false, other));
+  ASSERT_TRUE(static_cast<bool>(archive)) << llvm::toString(archive.takeError());
+  EXPECT_EQ((*archive)->readInPlace("models/model.json", 0), std::optional<llvm::StringRef>("{}"));
+
+  std::string runsPast("\x55\x54\xff\xff\x03", 5); // says 65535 bytes follow
+  EXPECT_EQ(errorOf(Pt2Archive::openBuffer(
+                zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}}, true, false, runsPast))),
+            "broken zip archive: Zip archive inconsistent");
 }
