@@ -4,7 +4,6 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/Twine.h"
 
 #include <charconv>
 #include <mutex>
@@ -118,7 +117,7 @@ Value *Graph::createUniqueValue(llvm::StringRef hint, ValueKind kind) {
   auto [it, fresh] = valuesByName_.try_emplace(hint);
   if (fresh)
     return define(*it, kind);
-  // `hint_N`, made in place (autodiff names 20k values from a few hints: Twine::str was most of it).
+  // `hint_N`, made in place (autodiff names 20k values from a few hints: a Twine was most of it).
   llvm::SmallString<64> name(hint);
   name.push_back('_');
   size_t stem = name.size();

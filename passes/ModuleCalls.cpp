@@ -1,6 +1,7 @@
 #include "passes/ModuleCalls.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <algorithm>
 #include <map>

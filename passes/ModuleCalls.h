@@ -5,7 +5,6 @@
 
 #include "ir/Graph.h"
 
-#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -17,6 +16,7 @@ namespace commlens {
 /// One call of a module: the nodes it and its submodules ran, in graph order.
 struct ModuleCall {
   const ModuleScope *scope = nullptr;
+  unsigned scopeDepth = 0; ///< scope->depth()
   /// Call numbers of the module and its ancestors, outermost first (a prefix of its nodes' call
   /// paths); empty for the root, which is called once.
   llvm::SmallVector<unsigned, 4> callPath;
@@ -38,8 +38,6 @@ struct ModuleCall {
     llvm::ArrayRef<unsigned> path = n.callPath();
     return s && path.take_front(std::min<size_t>(scopeDepth, path.size())) == llvm::ArrayRef<unsigned>(callPath);
   }
-
-  unsigned scopeDepth = 0; ///< scope->depth()
 };
 
 class ModuleCalls {
