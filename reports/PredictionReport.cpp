@@ -1,12 +1,13 @@
 #include "reports/PredictionReport.h"
 
+#include "reports/JsonWriter.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallVector.h"
-#include "llvm/Support/JSON.h"
 
 #include <algorithm>
 #include <functional>
@@ -40,7 +41,7 @@ std::string placementsRepr(const Placements &p) {
 /// The member `key`: a double as the reports have always written it (nlohmann's shortest round
 /// trip, "12.0" for integral values, as Python's json writes them too); llvm::json would write
 /// 17 digits.
-void attributeDouble(llvm::json::OStream &j, llvm::StringRef key, double d) {
+void attributeDouble(JsonWriter &j, llvm::StringRef key, double d) {
   j.attributeBegin(key);
   j.rawValue([&](llvm::raw_ostream &os) { os << nlohmann::json(d).dump(); });
   j.attributeEnd();
@@ -49,14 +50,14 @@ void attributeDouble(llvm::json::OStream &j, llvm::StringRef key, double d) {
 /// A string value. llvm::json quotes byte by byte through the stream (a fifth of the report's
 /// time); a string with nothing to escape (printable ASCII but '"' and '\\') is written as is,
 /// the same bytes quote() gives.
-void stringValue(llvm::json::OStream &j, llvm::StringRef s) {
+void stringValue(JsonWriter &j, llvm::StringRef s) {
   if (llvm::all_of(s, [](unsigned char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; }))
     j.rawValue([&](llvm::raw_ostream &os) { os << '"' << s << '"'; });
   else
     j.value(s);
 }
 
-void stringAttribute(llvm::json::OStream &j, llvm::StringRef key, llvm::StringRef s) {
+void stringAttribute(JsonWriter &j, llvm::StringRef key, llvm::StringRef s) {
   j.attributeBegin(key);
   stringValue(j, s);
   j.attributeEnd();
@@ -72,7 +73,7 @@ llvm::DenseMap<const ModuleScope *, std::vector<const CollectiveRecord *>> recor
 
 /// One collective's record. Keys in sorted order here and below: the tree reads as it did when
 /// a sorted-map JSON library wrote it.
-void writeRecord(llvm::json::OStream &j, const CollectiveRecord &r) {
+void writeRecord(JsonWriter &j, const CollectiveRecord &r) {
   j.object([&] {
     if (r.approximate)
       j.attribute("approximate", true);
@@ -317,7 +318,7 @@ public:
   };
   class Handover;
 
-  JsonTreeWriter(const Inputs &in, llvm::json::OStream &j, Handover *handover = nullptr)
+  JsonTreeWriter(const Inputs &in, JsonWriter &j, Handover *handover = nullptr)
       : in_(in), r_(in.report), j(j), handover_(handover) {}
 
   void module(const ModuleScope *s) {
@@ -333,10 +334,10 @@ public:
       j.attribute("module_type", moduleType(*s));
       ops(s);
       j.attributeArray("parameters", [&] {
-        for (const auto &[name, placements] : r_.dtensorParameters(*s))
+        for (const auto &parameter : r_.dtensorParameters(*s)) // named: clang before 16 captures no binding
           j.array([&] {
-            j.value(name);
-            j.value(placements);
+            j.value(parameter.first);
+            j.value(parameter.second);
           });
       });
     });
@@ -399,10 +400,10 @@ public:
         });
     for (CommPhase p : kPhases) {
       j.attributeArray(phaseKey("collectives_", p), [&] {
-        for (const auto &[op, cell] : m.phase(p))
+        for (const auto &entry : m.phase(p)) // named: clang before 16 captures no binding
           j.array([&] {
-            stringValue(j, op);
-            j.value(cell.count);
+            stringValue(j, entry.first);
+            j.value(entry.second.count);
           });
       });
       if (details)
@@ -422,7 +423,7 @@ private:
 
   const Inputs &in_;
   const PredictionReport &r_;
-  llvm::json::OStream &j;
+  JsonWriter &j;
   Handover *handover_;
 };
 
@@ -454,7 +455,7 @@ private:
     Rendered out;
     llvm::raw_string_ostream os(out.text);
     os.SetBuffered(); // as the file a report goes to: unbuffered, each token was an append
-    llvm::json::OStream j(os, 2);
+    JsonWriter j(os, 2);
     // The containers around a module's object: per level above it an object and its "children"
     // array, and Global's. Indentation depends on their number only.
     unsigned enclosing = 2 * (subtrees.front()->depth() + 1);
@@ -537,7 +538,7 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
   if (std::vector<const ModuleScope *> half = halfOfTheTree(in, root); !half.empty())
     handover.emplace(in, std::move(half));
 
-  llvm::json::OStream j(os, 2);
+  JsonWriter j(os, 2);
   JsonTreeWriter writer(in, j, handover ? &*handover : nullptr);
   const ModuleCounts &global = *counts.find(kGlobal);
   const char *phase = forward && backward ? "both" : (forward ? "forward" : "backward");
