@@ -415,12 +415,16 @@ private:
       state_.collectives.push_back(std::move(r));
     };
     int64_t rows = x->meta()->numel() / std::max<int64_t>(1, x->meta()->sizes[channel].hint);
-    int64_t elem = elementSize(x->meta()->dtype);
     if (op == "aten::_log_softmax.default") {
+      // _log_softmax upcasts to utils.elementwise_dtypes' computation dtype before both reductions
+      // (float32 for half and bfloat16 logits); the result goes back to the logits' dtype.
+      ScalarType dtype = x->meta()->dtype;
+      int64_t elem = elementSize(dtype == ScalarType::Half || dtype == ScalarType::BFloat16 ? ScalarType::Float
+                                                                                            : dtype);
       allReduce("MAX of the row max", rows * elem);
       allReduce("SUM of the sum of exponentials", rows * elem);
     } else if (op == "aten::nll_loss_forward.default") {
-      allReduce("SUM of the MaskPartial gather of the target logits", rows * elem);
+      allReduce("SUM of the MaskPartial gather of the target logits", rows * elementSize(x->meta()->dtype));
     }
     (void)backward;
     auto results = n.results();

@@ -15,6 +15,7 @@ from integration_helpers import compare_with_measure, save_plan
 
 STACKED = "examples.mlp:stacked_mlp"  # 3 layers, input (2, 8, 16) float32, hidden 32
 GPT2_BF16 = "examples.plans:gpt2_fsdp_tp(dp=2, tp=4, sp=True, mixed_precision='bf16')"
+LLAMA_BF16_LOSS_PARALLEL = "examples.plans:llama_fsdp_tp(dp=2, tp=4, mixed_precision='bf16', loss_parallel=True)"
 
 
 def stacked_2d_bf16():
@@ -38,7 +39,8 @@ def predict_json(run_commlens, pt2, plan_path, out):
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("model, plan", [(STACKED, "stacked_2d_bf16"), ("examples.gpt2:gpt2", GPT2_BF16)])
+@pytest.mark.parametrize("model, plan", [(STACKED, "stacked_2d_bf16"), ("examples.gpt2:gpt2", GPT2_BF16),
+                                         ("examples.llama:llama", LLAMA_BF16_LOSS_PARALLEL)])
 def test_program_exported_under_the_plan_has_exact_bytes(run_commlens, tmp_path, model, plan):
     plan_obj = stacked_2d_bf16() if plan == "stacked_2d_bf16" else planlib.resolve_plan(plan)
     plan_path = save_plan(plan_obj, tmp_path)
@@ -53,6 +55,12 @@ def test_program_exported_under_the_plan_has_exact_bytes(run_commlens, tmp_path,
         # each way (3072 if the program's float32 were taken).
         assert root["collective_bytes_forward"]["c10d_functional.all_reduce"] == 1536
         assert root["collective_bytes_backward"]["c10d_functional.all_reduce"] == 1536
+    if plan == LLAMA_BF16_LOSS_PARALLEL:
+        # By hand: the only forward all_reduces are loss_parallel's, on the bf16 logits' 2 x 16 = 32
+        # rows. _log_softmax reduces the row max and the sum of exponentials in its computation
+        # dtype (float32 for bf16: 2 x 32 x 4 bytes), nll_loss the gathered target logits in bf16
+        # (32 x 2): 320 bytes (192 if all three were taken in bf16).
+        assert root["collective_bytes_forward"]["c10d_functional.all_reduce"] == 320
     summary = compare_with_measure(run_commlens, predicted, model, plan_obj, tmp_path)
     assert summary["differ"] == 0 and summary["bytes_compared"] == summary["cells"] > 0
 
