@@ -362,6 +362,15 @@ def stacked_mlp_fsdp(*, dp=8, reshard_after_forward=None, mixed_precision=None,
                       device_type=device_type, input_requires_grad=input_requires_grad, frozen=frozen)
 
 
+def stacked_mlp_fsdp_roots(*, dp=4, units=("layers.*",), input_requires_grad=False, device_type="cpu"):
+    """examples.mlp:stacked_mlp with FSDP2 units and no unit on the root, as PyTorch's own FSDP
+    tests often write it: ``units`` (by default every block; ``("layers.*.w1", "layers.*.w2")``:
+    every Linear) on a 1-D ``("dp",)`` mesh. A unit that no other unit encloses is a root of its
+    own: it keeps its parameters after forward and prefetches only within itself in backward."""
+    return _fsdp_only("stacked_mlp_fsdp_roots", (dp,), ("dp",), tuple(FullyShard(u, ("dp",)) for u in units),
+                      device_type=device_type, input_requires_grad=input_requires_grad)
+
+
 def stacked_mlp_fsdp_tp_nested(*, dp=2, tp=2, device_type="cpu"):
     """stacked_mlp_tp's styles on ``tp`` of a ``("dp", "tp")`` mesh, input 0 requiring grad, and
     nested FSDP2 units on ``dp``: every Rowwise ``layers.*.w2`` (a unit on a TP-styled module: FSDP's
@@ -410,7 +419,7 @@ def gpt2_fsdp_tp(*, dp=2, tp=4, sp=False, reshard_after_forward=None, mixed_prec
 
 def llama_fsdp_tp(*, dp=2, tp=4, sp=True, reshard_after_forward=None, mixed_precision=None,
                   loss="cross_entropy", loss_parallel=False, device_type="cpu", frozen=(),
-                  frozen_after=(), prefetch=None, n_layers=2):
+                  frozen_after=(), prefetch=None, n_layers=2, embedding_unit=False):
     """examples.llama:llama, torchtitan-style 2-D parallelism on a
     ``("dp", "tp")`` mesh: the llama_tp styles (with sequence parallel when
     ``sp=True``) on ``tp``, then ``fully_shard`` of every ``layers.*`` block
@@ -418,13 +427,18 @@ def llama_fsdp_tp(*, dp=2, tp=4, sp=True, reshard_after_forward=None, mixed_prec
     (``n_layers`` of them, the model's default 2) with explicit
     forward/backward prefetching.  ``frozen`` patterns are frozen before
     parallelising (SequenceParallel makes its norms trainable again),
-    ``frozen_after`` after the parallelize step."""
+    ``frozen_after`` after the parallelize step.  ``embedding_unit=True``:
+    ``tok_embeddings`` (vocab-parallel) is a unit of its own first, as
+    torchtitan's ``apply_fsdp`` makes it."""
     tp_plan = llama_tp(tp=tp, dp=dp, sp=sp, loss=loss, loss_parallel=loss_parallel,
                        device_type=device_type, frozen=frozen, frozen_after=frozen_after)
     name = "llama_fsdp_tp" + ("_sp" if sp else "") + ("_explicit_prefetch" if prefetch else "")
-    return _tp_with_fsdp(tp_plan, name, (dp, tp), ("dp", "tp"),
-                         _fsdp_units(("dp",), reshard_after_forward, mixed_precision,
-                                     prefetch=prefetch, n_layers=n_layers))
+    units = _fsdp_units(("dp",), reshard_after_forward, mixed_precision, prefetch=prefetch, n_layers=n_layers)
+    if embedding_unit:
+        name += "_embedding_unit"
+        units = (FullyShard("tok_embeddings", ("dp",), reshard_after_forward=reshard_after_forward,
+                            mp_policy=_mp_policy(mixed_precision)),) + units
+    return _tp_with_fsdp(tp_plan, name, (dp, tp), ("dp", "tp"), units)
 
 
 def llama_hsdp_tp(*, replicate=2, shard=2, tp=2, sp=True, reshard_after_forward=None,

@@ -124,6 +124,8 @@ private:
                 !isLinear(*s) && !isEmbedding(*s))
               return makeError("{} on {} ({}): only nn.Linear and nn.Embedding are supported", name(style.kind).str(),
                                s->displayName(), s->type());
+            if (isEmbedding(*s)) // decided now: fully_shard later renames the class to FSDPEmbedding
+              embeddings_.insert(s);
             styles_[s].push_back(&style);
             applications_.emplace_back(s, &style);
           }
@@ -150,11 +152,11 @@ private:
         switch (style->kind) {
         case ParallelStyle::Kind::Colwise:
           if (direct)
-            setParam(in, Placement::shard(isEmbedding(*scope) ? 1 : 0));
+            setParam(in, Placement::shard(embeddings_.contains(scope) ? 1 : 0));
           break;
         case ParallelStyle::Kind::Rowwise:
           if (direct)
-            setParam(in, isEmbedding(*scope) ? Placement::shard(0)
+            setParam(in, embeddings_.contains(scope) ? Placement::shard(0)
                                              : (local == "bias" ? Placement::replicate() : Placement::shard(1)));
           break;
         case ParallelStyle::Kind::Sequence: // every parameter below the module, replicated
@@ -370,7 +372,7 @@ private:
                            c.scope->displayName());
         std::optional<Placement> desired = first(style->desiredInputLayouts);
         if (!desired) // RowwiseParallel picks it per module type when applied
-          desired = isEmbedding(*c.scope) ? Placement::replicate() : Placement::shard(-1);
+          desired = embeddings_.contains(c.scope) ? Placement::replicate() : Placement::shard(-1);
         args[0] = prepareArgument(b, c, args[0], first(style->inputLayouts), desired, false);
         break;
       }
@@ -575,6 +577,7 @@ private:
   const ShardingPlan &plan_;
   const Graph &graph_;
   std::map<const ModuleScope *, std::vector<const ParallelStyle *>> styles_;
+  llvm::DenseSet<const ModuleScope *> embeddings_; // styled modules that are nn.Embedding
   std::map<const ModuleScope *, unsigned> fsdpUnitOf_;
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;

@@ -540,17 +540,18 @@ private:
         }
       }
     }
-    // FSDP's final callback (queued by the first pre-backward): the post-backward of every unit
-    // whose inputs needed no gradient, in the root's named_modules order (forward order here).
-    if (fsdpCallbackQueued_) {
-      std::vector<unsigned> units(state_.fsdp.units.size());
-      std::iota(units.begin(), units.end(), 0u);
-      llvm::stable_sort(units, [&](unsigned a, unsigned b) {
-        return state_.fsdp.units[a].scope->forwardIndex() < state_.fsdp.units[b].scope->forwardIndex();
-      });
+    // FSDP's final callbacks, one per root, queued by the first pre-backward of a unit sharing
+    // that root's context, run in that order: each runs the post-backward of its units whose
+    // inputs needed no gradient, in the root's named_modules order (forward order here).
+    std::vector<unsigned> units(state_.fsdp.units.size());
+    std::iota(units.begin(), units.end(), 0u);
+    llvm::stable_sort(units, [&](unsigned a, unsigned b) {
+      return state_.fsdp.units[a].scope->forwardIndex() < state_.fsdp.units[b].scope->forwardIndex();
+    });
+    for (unsigned root : fsdpCallbackRoots_)
       for (unsigned unit : units)
-        fsdpPostBackward(unit);
-    }
+        if (state_.fsdp.units[unit].root == root)
+          fsdpPostBackward(unit);
     return llvm::Error::success();
   }
 
@@ -646,7 +647,8 @@ private:
   void fsdpPreBackward(unsigned unit) {
     if (!fsdpPreBackwardDone_.insert(unit).second)
       return;
-    fsdpCallbackQueued_ = true;
+    if (!llvm::is_contained(fsdpCallbackRoots_, state_.fsdp.units[unit].root))
+      fsdpCallbackRoots_.push_back(state_.fsdp.units[unit].root);
     emitFsdpHook("commlens::fsdp_pre_backward", unit, {});
   }
 
@@ -759,7 +761,8 @@ private:
   llvm::DenseSet<unsigned> fsdpPreBackwardDone_, fsdpPostBackwardDone_;
   std::vector<Region> regions_;
   llvm::DenseMap<const Node *, unsigned> regionOf_;
-  bool fsdpCallbackQueued_ = false;
+  /// Roots whose final callback is queued, in queue order.
+  llvm::SmallVector<unsigned, 2> fsdpCallbackRoots_;
 };
 
 } // namespace

@@ -51,14 +51,25 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
       u.shardSize = plan.mesh.shape[u.shardDim];
       if (spec.meshDims.size() == 2)
         u.replicateDim = spec.meshDims.front();
-      bool isRoot = s->path().empty();
-      u.reshardAfterForward = spec.reshard == FullyShardUnit::Reshard::Default ? !isRoot
-                                                                                : spec.reshard != FullyShardUnit::Reshard::No;
       u.regatherGroupSize = spec.reshard == FullyShardUnit::Reshard::ToGroup ? spec.reshardGroupSize : u.shardSize;
       units.push_back(std::move(u));
     }
     if (!matched)
       return makeError("fully_shard pattern '{}' matches no module that runs in the exported program", spec.pattern);
+  }
+  // Roots (FSDPState._lazy_init): a unit no other unit encloses is the root of its own state
+  // context: every unit it encloses shares its post-forward order and its final callback, and by
+  // default it does not reshard after forward. Units beside each other with no common enclosing
+  // unit (every Linear its own fully_shard) are separate roots.
+  for (FsdpUnit &u : units) {
+    u.root = static_cast<unsigned>(&u - units.data());
+    for (const ModuleScope *s = u.scope->parent(); s; s = s->parent())
+      if (auto it = llvm::find_if(units, [&](const FsdpUnit &t) { return t.scope == s; }); it != units.end())
+        u.root = static_cast<unsigned>(it - units.begin()); // the outermost enclosing unit wins
+    bool isRoot = u.root == static_cast<unsigned>(&u - units.data());
+    u.reshardAfterForward = u.spec->reshard == FullyShardUnit::Reshard::Default
+                                ? !isRoot
+                                : u.spec->reshard != FullyShardUnit::Reshard::No;
   }
   // Parameters: those below the unit's module that no nested unit manages. Tied parameters are
   // one nn.Parameter (managed once, by the first unit that reaches them in named_parameters
@@ -168,8 +179,9 @@ void FsdpRuntime::postForward(unsigned unit) {
     return;
   if (u.reshardAfterForward)
     u.unsharded = false;
-  u.postForwardIndices.push_back(static_cast<unsigned>(state_.postForwardOrder.size()));
-  state_.postForwardOrder.push_back(unit);
+  std::vector<unsigned> &order = state_.postForwardOrder[u.root];
+  u.postForwardIndices.push_back(static_cast<unsigned>(order.size()));
+  order.push_back(unit);
 }
 
 void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
@@ -186,13 +198,14 @@ void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
                           name, state_.units[target].scope->displayName()));
     return;
   }
-  // The default backward prefetch: the unit before this call in post-forward order.
+  // The default backward prefetch: the unit before this call in its root's post-forward order
+  // (each root's FSDPCommContext keeps its own).
   if (u.postForwardIndices.empty())
     return;
   unsigned current = u.postForwardIndices.pop_back_val();
   if (current == 0)
     return;
-  unsigned target = state_.postForwardOrder[current - 1];
+  unsigned target = state_.postForwardOrder[u.root][current - 1];
   unshard(target, at, Phase::Backward,
           fmt::format("FSDP pre-backward of {} prefetches {}'s parameters", name,
                       state_.units[target].scope->displayName()));

@@ -9,6 +9,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,7 +76,10 @@ struct FsdpUnit {
   unsigned shardDim = 0;                 // dims of the plan's full mesh
   std::optional<unsigned> replicateDim; // HSDP
   int64_t shardSize = 1;
-  bool reshardAfterForward = true; // resolved (the root's default is false)
+  /// The root unit whose FSDP state context this unit shares: the outermost unit enclosing it
+  /// (itself when no other unit does). Each root has its own post-forward order and final callback.
+  unsigned root = 0;
+  bool reshardAfterForward = true; // resolved (a root's default is false)
   int64_t regatherGroupSize = 1;   // the group its backward re-gather runs on
   /// Explicit prefetch targets (unit indices); an empty backward list keeps the default.
   llvm::SmallVector<unsigned, 2> forwardPrefetch, backwardPrefetch;
@@ -89,7 +93,8 @@ struct FsdpUnit {
 
 struct FsdpState {
   std::vector<FsdpUnit> units;
-  std::vector<unsigned> postForwardOrder; // unit indices, one entry per post-forward
+  /// Per root unit: unit indices, one entry per post-forward of a unit sharing that root's context.
+  std::map<unsigned, std::vector<unsigned>> postForwardOrder;
 };
 
 struct PredictionState {

@@ -247,6 +247,17 @@ CONFIGS = [
            P + "gpt2_fsdp(dp=8, prefetch='explicit', n_layers=4)", "both"),
     Config("llama-fsdp_tp_sp-dp2xtp4-explicit_prefetch-both", LLAMA,
            P + "llama_fsdp_tp(dp=2, tp=4, prefetch='explicit')", "both", ci=True),
+    # units with no common root (each a root of its own: no reshard after forward, no prefetch
+    # across roots), and torchtitan's vocab-parallel tok_embeddings as its own unit
+    Config("stacked_mlp-fsdp_roots-dp4-both", STACKED, P + "stacked_mlp_fsdp_roots(dp=4)", "both", ci=True),
+    Config("stacked_mlp-fsdp_linear_roots-dp4-grad-both", STACKED,
+           P + "stacked_mlp_fsdp_roots(dp=4, units=('layers.*.w1', 'layers.*.w2'), input_requires_grad=True)", "both"),
+    Config("llama-fsdp_tp_sp-dp2xtp4-embedding_unit-both", LLAMA, P + "llama_fsdp_tp(dp=2, tp=4, embedding_unit=True)",
+           "both", ci=True),
+    Config("llama-fsdp_tp-dp2xtp2-embedding_unit-both", LLAMA,
+           P + "llama_fsdp_tp(dp=2, tp=2, sp=False, embedding_unit=True)", "both"),
+    Config("llama-fsdp_tp_sp-dp2xtp4-bf16-loss_parallel-both", LLAMA,
+           P + "llama_fsdp_tp(dp=2, tp=4, mixed_precision='bf16', loss_parallel=True)", "both"),
     # Activation checkpointing (non-reentrant, early stop): checkpoint_wrapper per block, sub-blocks,
     # under FSDP2 (units on the wrappers, and a unit inside a wrapped block), and the model's own
     # checkpointing (Hugging Face gradient_checkpointing_enable)
