@@ -456,21 +456,24 @@ def llama_hsdp_tp(*, replicate=2, shard=2, tp=2, sp=True, reshard_after_forward=
 
 # ------------------------------------------------------- activation checkpointing
 
-def with_ac(*, plan, ac=("layers.*",), wrapper=True, save_ops=(), **options):
+def with_ac(*, plan, ac=("layers.*",), wrapper=True, save_ops=(), early_stop=True, **options):
     """The plan factory ``plan`` (a name in this module) called with
     ``options``, plus non-reentrant activation checkpointing of every module
     an ``ac`` pattern matches (``wrapper=True``: torchtitan's
     ``checkpoint_wrapper`` per block; ``False``: the model checkpoints them
     itself).  ``save_ops``: selective checkpointing's op list (op overload
-    names such as ``"aten.mm.default"``)."""
+    names such as ``"aten.mm.default"``).  ``early_stop=False``: torchtitan's
+    default, recomputation runs each block's whole forward."""
     factory = globals().get(plan)
     if not callable(factory) or plan.startswith("_") or plan == "with_ac":
         raise ValueError(f"with_ac: no plan factory {plan!r} in examples.plans")
     if isinstance(ac, str):
         ac = (ac,)
     base = factory(**options)
-    return dataclasses.replace(base, name=f"{base.name}_{'sac' if save_ops else 'ac'}",
-                               activation_checkpoint=tuple(ActivationCheckpoint(p, wrapper=wrapper, save_ops=save_ops)
+    name = f"{base.name}_{'sac' if save_ops else 'ac'}" + ("" if early_stop else "_no_early_stop")
+    return dataclasses.replace(base, name=name,
+                               activation_checkpoint=tuple(ActivationCheckpoint(p, wrapper=wrapper, save_ops=save_ops,
+                                                                                early_stop=early_stop)
                                                            for p in ac))
 
 

@@ -329,8 +329,9 @@ ShardingPlan decodePlan(const JsonRef &root) {
     }
   if (auto units = root.optField("activation_checkpoint"))
     for (const JsonRef &u : units->items()) {
-      u.rejectUnknownKeys({"fqn", "wrapper", "save_ops"});
-      ActivationCheckpointUnit unit{u.field("fqn").asString(), boolOr(u, "wrapper", true), {}};
+      u.rejectUnknownKeys({"fqn", "wrapper", "save_ops", "early_stop"});
+      ActivationCheckpointUnit unit{u.field("fqn").asString(), boolOr(u, "wrapper", true), {},
+                                    boolOr(u, "early_stop", true)};
       if (auto ops = u.optField("save_ops"))
         for (const JsonRef &op : ops->items()) {
           std::string name = op.asString();
@@ -341,6 +342,8 @@ ShardingPlan decodePlan(const JsonRef &root) {
         }
       if (!unit.saveOps.empty() && !unit.wrapper)
         u.field("save_ops").fail("save_ops needs wrapper=true (a selective policy is passed to checkpoint_wrapper)");
+      if (!unit.earlyStop && !unit.wrapper)
+        u.field("early_stop").fail("early_stop=false needs wrapper=true (it is passed to checkpoint_wrapper)");
       plan.activationCheckpoint.push_back(std::move(unit));
     }
   if (auto r = root.optField("src_data_rank"))

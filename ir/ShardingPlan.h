@@ -91,6 +91,9 @@ struct ActivationCheckpointUnit {
   /// torch names them ("aten.mm.default", "_c10d_functional.reduce_scatter_tensor.default") whose
   /// outputs the forward keeps; recomputation reuses them instead of running them.
   std::vector<std::string> saveOps;
+  /// checkpoint_wrapper's early_stop (torch.utils.checkpoint): false recomputes the module's whole
+  /// forward, not only up to the last tensor it saved.
+  bool earlyStop = true;
 };
 
 struct ShardingPlan {

@@ -593,7 +593,8 @@ private:
   }
 
   /// Non-reentrant checkpoint's recomputation, at the first unpack of a tensor the call saved:
-  /// its forward nodes again, up to the one whose autograd Function saved last (early stop).
+  /// its forward nodes again, up to the one whose autograd Function saved last (early stop), or
+  /// all of them (early_stop=False).
   /// Copies read values from outside the call as they are and each other's results inside; they
   /// keep their forward modules (CommDebugMode charges those, in backward). fully_shard's hooks
   /// skip recomputation (FSDP2 unshards in its pre-backward instead); so do the ops a selective
@@ -601,8 +602,11 @@ private:
   void recompute(Region &r) {
     r.recomputed = true;
     unsigned stop = 0;
-    for (const AGNode *a : savers(r))
-      stop = std::max(stop, a->fwd->index());
+    if (!r.unit->earlyStop)
+      stop = r.call->last;
+    else
+      for (const AGNode *a : savers(r))
+        stop = std::max(stop, a->fwd->index());
     const std::string kept = keptCollectives(*r.unit);
     llvm::DenseMap<const Value *, Value *> copies;
     auto operand = [&](const Value *v) {

@@ -265,7 +265,7 @@ def _apply_activation_checkpoint(plan, model, plan_subject):
             continue  # the model's forward checkpoints it itself
         parent_path, _, leaf = path.rpartition(".")
         parent = model.get_submodule(parent_path) if parent_path else model
-        kwargs = {}
+        kwargs = {"early_stop": unit.early_stop}
         if unit.save_ops:
             ops = [checkpoint_save_op(op, plan_subject) for op in unit.save_ops]
             kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, ops)

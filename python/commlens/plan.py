@@ -165,11 +165,17 @@ class ActivationCheckpoint:
     ``create_selective_checkpoint_contexts([ops])`` passed as ``context_fn``
     does; recomputation reuses them instead of running them again (a saved
     collective is not issued again).  Only with ``wrapper=True``.
+
+    ``early_stop=False`` passes ``early_stop=False`` to ``checkpoint_wrapper``
+    (torchtitan's default): recomputation runs the module's whole forward
+    again, issuing the collectives after its last saved tensor too.  Only with
+    ``wrapper=True`` (a model that checkpoints itself decides for itself).
     """
 
     fqn: str
     wrapper: bool = True
     save_ops: tuple = ()
+    early_stop: bool = True
 
     def __post_init__(self):
         if isinstance(self.save_ops, (str, list)):
@@ -741,7 +747,9 @@ def to_json(plan, source=None):
         "loss_parallel": bool(plan.loss_parallel),
     }
     if plan.activation_checkpoint:  # absent when empty: plans without it keep their bytes
-        out["activation_checkpoint"] = [{"fqn": u.fqn, "wrapper": u.wrapper, "save_ops": list(u.save_ops)}
+        out["activation_checkpoint"] = [{"fqn": u.fqn, "wrapper": u.wrapper, "save_ops": list(u.save_ops),
+                                         # absent when True: plans without it keep their bytes
+                                         **({} if u.early_stop else {"early_stop": False})}
                                         for u in plan.activation_checkpoint]
     return out
 
@@ -824,14 +832,14 @@ def from_json(obj, subject="plan"):
         where = f"activation_checkpoint[{i}]"
         if not isinstance(u, dict) or not isinstance(u.get("fqn"), str):
             raise PlanError(subject, f"bad {where}: expected an object with a string \"fqn\"")
-        unknown = sorted(set(u) - {"fqn", "wrapper", "save_ops"})
+        unknown = sorted(set(u) - {"fqn", "wrapper", "save_ops", "early_stop"})
         if unknown:
             raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
         save_ops = u.get("save_ops", [])
         if not isinstance(save_ops, list):
             raise PlanError(subject, f"bad save_ops at {where}: expected a list of op names")
         checkpoints.append(ActivationCheckpoint(fqn=u["fqn"], wrapper=u.get("wrapper", True),
-                                                save_ops=tuple(save_ops)))
+                                                save_ops=tuple(save_ops), early_stop=u.get("early_stop", True)))
     placements = {}
     for k, v in (obj.get("placements") or {}).items():
         placements[k] = _placement_spec_from_json(v, subject, f"placements[{k!r}]")
@@ -968,6 +976,11 @@ def validate(plan, subject="plan"):
             checkpoint_save_op(op, subject, where)
         if unit.save_ops and not unit.wrapper:
             raise PlanError(subject, f"{where}: save_ops needs wrapper=True (a selective policy is passed to "
+                            "checkpoint_wrapper)")
+        if not isinstance(unit.early_stop, bool):
+            raise PlanError(subject, f"{where}: early_stop must be True or False")
+        if not unit.early_stop and not unit.wrapper:
+            raise PlanError(subject, f"{where}: early_stop=False needs wrapper=True (it is passed to "
                             "checkpoint_wrapper)")
     for table, label in ((plan.placements, "placements"), (plan.input_placements, "input_placements")):
         for key, spec in table.items():

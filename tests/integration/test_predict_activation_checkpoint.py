@@ -48,6 +48,27 @@ def test_checkpoint_wrapper_counts_match_comm_debug_mode(run_commlens, llama_pt2
     assert measured["Global"]["backward"][ag] > plain["Global"]["backward"][ag]
 
 
+@pytest.mark.parametrize("plan_spec, blocks", [
+    ("examples.plans:with_ac(plan='llama_tp', tp=4, early_stop=False)", "Transformer.layers"),
+    ("examples.plans:with_ac(plan='llama_fsdp_tp', dp=2, tp=4, early_stop=False)", "FSDPTransformer.layers"),
+])
+def test_without_early_stop_the_whole_block_is_recomputed(run_commlens, llama_pt2, tmp_path, plan_spec, blocks):
+    """torchtitan's full AC passes early_stop=False to checkpoint_wrapper: recomputation runs each
+    block's whole forward, so the ops after the last tensor the block saved run again too."""
+    plan = planlib.resolve_plan(plan_spec)
+    measured, _table = _compare(run_commlens, llama_pt2, save_plan(plan, tmp_path), tmp_path)
+    early = measure(LLAMA, dataclasses.replace(plan, activation_checkpoint=tuple(
+        dataclasses.replace(u, early_stop=True) for u in plan.activation_checkpoint)), phase="both")
+    # By hand: the last op of a block is feed_forward.w2's RowwiseParallel output hook, Partial ->
+    # Shard(1) (sequence parallel): one reduce_scatter_tensor more per block (2 blocks) in backward,
+    # charged to feed_forward.w2; with early stop recomputation ends at w2's matmul, which saved.
+    rs = "c10d_functional.reduce_scatter_tensor"
+    assert measured["Global"]["backward"][rs] == early["Global"]["backward"][rs] + 2
+    for i in range(2):
+        w2 = f"{blocks}.{i}._checkpoint_wrapped_module.feed_forward.w2"
+        assert measured[w2]["backward"].get(rs, 0) == early[w2]["backward"].get(rs, 0) + 1
+
+
 def test_wrapped_names_follow_checkpoint_wrapper(run_commlens, llama_pt2, tmp_path):
     from examples.plans import llama_tp
 

@@ -757,10 +757,12 @@ def test_activation_checkpoint_roundtrip_and_bytes():
 
     base = Plan(mesh_shape=(4,), mesh_dim_names=("tp",))
     plan = dataclasses.replace(base, activation_checkpoint=(ActivationCheckpoint("layers.*", save_ops=["aten.mm.default"]),
-                                                            ActivationCheckpoint("blk", wrapper=False)))
+                                                            ActivationCheckpoint("blk", wrapper=False),
+                                                            ActivationCheckpoint("head", early_stop=False)))
     obj = json.loads(dumps(plan, "spec"))
     assert obj["activation_checkpoint"] == [{"fqn": "layers.*", "wrapper": True, "save_ops": ["aten.mm.default"]},
-                                            {"fqn": "blk", "wrapper": False, "save_ops": []}]
+                                            {"fqn": "blk", "wrapper": False, "save_ops": []},
+                                            {"fqn": "head", "wrapper": True, "save_ops": [], "early_stop": False}]
     assert from_json(obj).activation_checkpoint == plan.activation_checkpoint
     # Plans without checkpointing keep their bytes (no empty key).
     assert "activation_checkpoint" not in json.loads(dumps(base, "spec"))
@@ -777,6 +779,9 @@ def test_activation_checkpoint_roundtrip_and_bytes():
      "'aten.mm.default')"),
     ({"fqn": "layers.*", "wrapper": False, "save_ops": ["aten.mm.default"]},
      "activation_checkpoint[0]: save_ops needs wrapper=True (a selective policy is passed to checkpoint_wrapper)"),
+    ({"fqn": "layers.*", "early_stop": "no"}, "activation_checkpoint[0]: early_stop must be True or False"),
+    ({"fqn": "layers.*", "wrapper": False, "early_stop": False},
+     "activation_checkpoint[0]: early_stop=False needs wrapper=True (it is passed to checkpoint_wrapper)"),
 ])
 def test_activation_checkpoint_load_errors(entry, message):
     obj = json.loads(dumps(Plan(mesh_shape=(4,), mesh_dim_names=("tp",)), "spec"))

@@ -197,6 +197,7 @@ TEST(PlanReader, ReadsActivationCheckpoint) {
   ASSERT_EQ(plan->activationCheckpoint.size(), 2u);
   EXPECT_EQ(plan->activationCheckpoint[0].pattern, "layers.*");
   EXPECT_TRUE(plan->activationCheckpoint[0].wrapper); // the default: checkpoint_wrapper
+  EXPECT_TRUE(plan->activationCheckpoint[0].earlyStop); // torch.utils.checkpoint's default
   EXPECT_EQ(plan->activationCheckpoint[1].pattern, "blk");
   EXPECT_FALSE(plan->activationCheckpoint[1].wrapper);
   // Below a wrapped module, paths gain the wrapper's attribute; the wrapper keeps the path.
@@ -212,6 +213,14 @@ TEST(PlanReader, ReadsActivationCheckpoint) {
             "'aten.mm.default')");
   EXPECT_EQ(errorOf(doc, R"x("wrapper": false)x", R"x("wrapper": false, "save_ops": ["aten.mm.default"])x"),
             "activation_checkpoint[1].save_ops: save_ops needs wrapper=true (a selective policy is passed to "
+            "checkpoint_wrapper)");
+  std::string noEarlyStop = doc;
+  noEarlyStop.replace(noEarlyStop.find(R"x({"fqn": "layers.*"})x"), 19, R"x({"fqn": "layers.*", "early_stop": false})x");
+  auto torchtitans = parsePlan(noEarlyStop);
+  ASSERT_TRUE(static_cast<bool>(torchtitans)) << takeMessage(torchtitans.takeError());
+  EXPECT_FALSE(torchtitans->activationCheckpoint[0].earlyStop);
+  EXPECT_EQ(errorOf(doc, R"x("wrapper": false)x", R"x("wrapper": false, "early_stop": false)x"),
+            "activation_checkpoint[1].early_stop: early_stop=false needs wrapper=true (it is passed to "
             "checkpoint_wrapper)");
 }
 
