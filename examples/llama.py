@@ -15,7 +15,10 @@ shape ``[batch, seq]``.  Module names (root class ``Transformer``)::
     output                                nn.Linear(dim, vocab, bias=False)
 
 The root holds a non-persistent buffer ``rope`` of shape
-``[max_seq, head_dim // 2, 2]`` (cos, sin).  The root slices it to
+``[max_seq, head_dim // 2, 2]`` (cos, sin), or with ``complex_rope=True``
+torchtitan's complex64 ``freqs_cis`` ``[max_seq, head_dim // 2]``, applied
+as torchtitan's ``apply_rotary_emb`` does (``view_as_complex``, a complex
+multiply, ``view_as_real``).  The root slices it to
 ``[seq, head_dim // 2, 2]`` and passes it to every block and attention module as
 a second positional argument (so ``PrepareModuleInput`` plans use
 ``input_layouts=(Shard(1), None)``).  RoPE rotates interleaved pairs of q/k
@@ -38,10 +41,14 @@ import torch.nn.functional as F
 from examples._common import check_divisible, resolve_dtype
 
 
-def precompute_rope(head_dim, max_seq, theta, device, dtype=torch.float32):
+def rope_angles(head_dim, max_seq, theta, device, dtype=torch.float32):
     freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=dtype) / head_dim))
     t = torch.arange(max_seq, device=device, dtype=dtype)
-    angles = torch.outer(t, freqs)  # [max_seq, head_dim // 2]
+    return torch.outer(t, freqs)  # [max_seq, head_dim // 2]
+
+
+def precompute_rope(head_dim, max_seq, theta, device, dtype=torch.float32):
+    angles = rope_angles(head_dim, max_seq, theta, device, dtype)
     return torch.stack([angles.cos(), angles.sin()], dim=-1)
 
 
@@ -53,6 +60,19 @@ def apply_rope(x, rope):
     sin = rope[..., 1].view(1, rope.shape[0], 1, rope.shape[1])
     out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
     return out.flatten(3).type_as(x)
+
+
+def precompute_freqs_cis(head_dim, max_seq, theta, device):
+    """torchtitan's complex RoPE table: [max_seq, head_dim // 2] complex64 (cos + i sin)."""
+    angles = rope_angles(head_dim, max_seq, theta, device)
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def apply_rope_complex(x, freqs_cis):
+    """torchtitan's apply_rotary_emb for one tensor: pairs as complex numbers times freqs_cis."""
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    freqs = freqs_cis.view(1, xc.shape[1], 1, xc.shape[-1])
+    return torch.view_as_real(xc * freqs).flatten(3).type_as(x)
 
 
 def repeat_kv(x, n_rep):
@@ -83,8 +103,9 @@ class Attention(nn.Module):
         q = self.wq(x).view(bsz, seqlen, -1, self.head_dim)
         k = self.wk(x).view(bsz, seqlen, -1, self.head_dim)
         v = self.wv(x).view(bsz, seqlen, -1, self.head_dim)
-        q = apply_rope(q, rope)
-        k = apply_rope(k, rope)
+        rotate = apply_rope_complex if rope.is_complex() else apply_rope
+        q = rotate(q, rope)
+        k = rotate(k, rope)
         k = repeat_kv(k, self.n_rep)
         v = repeat_kv(v, self.n_rep)
         out = F.scaled_dot_product_attention(
@@ -121,13 +142,11 @@ class TransformerBlock(nn.Module):
 
 class Transformer(nn.Module):
     def __init__(self, *, vocab, dim, n_layers, n_heads, n_kv_heads, hidden,
-                 max_seq, rope_theta, eps, device=None, dtype=None):
+                 max_seq, rope_theta, eps, device=None, dtype=None, complex_rope=False):
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, dim, device=device, dtype=dtype)
-        self.register_buffer(
-            "rope", precompute_rope(dim // n_heads, max_seq, rope_theta, device),
-            persistent=False,
-        )
+        precompute = precompute_freqs_cis if complex_rope else precompute_rope
+        self.register_buffer("rope", precompute(dim // n_heads, max_seq, rope_theta, device), persistent=False)
         self.layers = nn.ModuleList(
             TransformerBlock(dim, n_heads, n_kv_heads, hidden, eps, device, dtype)
             for _ in range(n_layers)
@@ -153,7 +172,7 @@ def ffn_hidden(dim, multiple_of, ffn_dim_multiplier):
 
 def llama(*, batch=2, seq=16, vocab=256, dim=128, n_layers=2, n_heads=16,
           n_kv_heads=8, multiple_of=32, ffn_dim_multiplier=None, max_seq=None,
-          rope_theta=10000.0, eps=1e-5, device="cpu", dtype="float32", seed=0):
+          rope_theta=10000.0, eps=1e-5, device="cpu", dtype="float32", seed=0, complex_rope=False):
     dtype = resolve_dtype(dtype)
     check_divisible("dim", dim, "n_heads", n_heads)
     check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
@@ -166,7 +185,7 @@ def llama(*, batch=2, seq=16, vocab=256, dim=128, n_layers=2, n_heads=16,
     model = Transformer(
         vocab=vocab, dim=dim, n_layers=n_layers, n_heads=n_heads,
         n_kv_heads=n_kv_heads, hidden=ffn_hidden(dim, multiple_of, ffn_dim_multiplier),
-        max_seq=max_seq, rope_theta=rope_theta, eps=eps, device=device, dtype=dtype,
+        max_seq=max_seq, rope_theta=rope_theta, eps=eps, device=device, dtype=dtype, complex_rope=complex_rope,
     )
     tokens = torch.randint(0, vocab, (batch, seq), device=device)
     return model, (tokens,)

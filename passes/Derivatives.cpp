@@ -479,12 +479,80 @@ llvm::Error rsub(GradCall &c) {
   return llvm::Error::success();
 }
 
+bool isComplex(ScalarType t) {
+  return t == ScalarType::ComplexHalf || t == ScalarType::ComplexFloat || t == ScalarType::ComplexDouble;
+}
+
+/// Tensor.conj() as an operand of mul: for a complex tensor a view with the conjugate bit
+/// (aten::_conj), which the conjugate fallback materialises (a clone) before the kernel runs; the
+/// tensor itself otherwise.
+Argument conj(GradCall &c, const Argument &x) {
+  if (!x.isTensor() || !isComplex(x.tensor()->meta()->dtype))
+    return x;
+  Value *v = const_cast<Value *>(x.tensor());
+  Value *view = c.e.emit("aten::_conj.default", {A("self", v)},
+                         metaOf(v->meta()->dtype, sizesOf(*v->meta()), v->meta()->device, stridesOf(*v->meta())),
+                         "grad_conj");
+  return Argument(c.e.emit("aten::clone.default", {A("self", view)}, GradEmitter::like(view), "grad_resolve_conj"));
+}
+
+/// Tensor.contiguous(): the tensor itself when it already is, else a contiguous clone.
+Value *contiguous(GradCall &c, Value *x) {
+  auto sizes = sizesOf(*x->meta());
+  auto st = stridesOf(*x->meta());
+  auto want = contiguousStrides(sizes);
+  bool isContiguous = true; // as TensorImpl::is_contiguous: size-1 dims have any stride
+  for (size_t i = 0; i < sizes.size(); ++i)
+    isContiguous &= sizes[i] == 1 || st[i] == want[i].hint;
+  if (isContiguous)
+    return x;
+  return c.e.emit("aten::clone.default", {A("self", x), K("memory_format", MemoryFormat::Contiguous)},
+                  GradEmitter::like(x), "grad_contiguous");
+}
+
+/// mul_tensor_backward (torch 2.13 FunctionsManual.cpp): grad * other.conj(), and the real part
+/// where a real operand met a complex one (handle_r_to_c: at::real, which the dispatcher
+/// decomposes to view_as_real(g).select(-1, 0)).
+Value *mulBackward(GradCall &c, const Argument &other, const Value *operand) {
+  Value *g = mul(c, c.g(), conj(c, other));
+  if (isComplex(g->meta()->dtype) && !isComplex(operand->meta()->dtype)) {
+    auto sizes = sizesOf(*g->meta());
+    auto pairs = sizes;
+    pairs.push_back(2);
+    llvm::SmallVector<int64_t, 4> strides;
+    for (int64_t st : stridesOf(*g->meta()))
+      strides.push_back(2 * st);
+    Value *r = c.e.emit("aten::view_as_real.default", {A("self", g)},
+                        metaOf(operand->meta()->dtype, pairs, g->meta()->device), "grad_view_as_real");
+    g = c.e.emit("aten::select.int", {A("self", r), A("dim", int64_t(-1)), A("index", int64_t(0))},
+                 metaOf(operand->meta()->dtype, sizes, g->meta()->device, strides), "grad_real");
+  }
+  return g;
+}
+
 llvm::Error mulTensor(GradCall &c) {
   const Argument &other = *c.n.input("other"); // a tensor or a wrapped number
   if (c.want("self"))
-    c.set("self", mul(c, c.g(), other));
+    c.set("self", mulBackward(c, other, c.self()));
   if (c.want("other"))
-    c.set("other", mul(c, c.g(), c.self()));
+    c.set("other", mulBackward(c, Argument(c.self()), c.n.input("other")->tensor()));
+  return llvm::Error::success();
+}
+
+/// view_as_real: self's gradient is at::view_as_complex(grad.contiguous()).
+llvm::Error viewAsRealBackward(GradCall &c) {
+  Value *g = contiguous(c, c.g());
+  c.set("self", c.e.emit("aten::view_as_complex.default", {A("self", g)}, GradEmitter::like(c.self()),
+                         "grad_view_as_complex"));
+  return llvm::Error::success();
+}
+
+/// view_as_complex: self's gradient is at::view_as_real(grad.contiguous().resolve_conj()) (the
+/// gradient carries no conjugate bit here: resolve_conj returns it unchanged).
+llvm::Error viewAsComplexBackward(GradCall &c) {
+  Value *g = contiguous(c, c.g());
+  c.set("self", c.e.emit("aten::view_as_real.default", {A("self", g)}, GradEmitter::like(c.self()),
+                         "grad_view_as_real"));
   return llvm::Error::success();
 }
 
@@ -1525,6 +1593,8 @@ const Table &table() {
     reg({"aten::sub.Tensor"}, sub);
     reg({"aten::rsub.Tensor", "aten::rsub.Scalar"}, rsub);
     reg({"aten::mul.Tensor", "aten::mul_.Tensor"}, mulTensor);
+    reg({"aten::view_as_real.default"}, viewAsRealBackward);
+    reg({"aten::view_as_complex.default"}, viewAsComplexBackward);
     reg({"aten::mul.Scalar", "aten::div.Scalar"}, scaleByScalar);
     reg({"aten::div.Tensor", "aten::true_divide.Tensor"}, divTensor);
     reg({"aten::neg.default"}, negBackward);
@@ -1790,8 +1860,15 @@ Value *GradEmitter::unsqueezeMultiple(Value *g, llvm::ArrayRef<int64_t> dims, bo
 
 Value *GradEmitter::sumBackward(Value *g, llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<int64_t> dims, bool keepdim) {
   Value *x = unsqueezeMultiple(g, dims, keepdim);
+  // Tensor.expand's strides: 0 on every broadcast dim (later contiguous() calls copy such a grad).
+  auto xs = sizesOf(*x->meta());
+  auto xst = stridesOf(*x->meta());
+  llvm::SmallVector<int64_t, 4> strides(sizes.size(), 0);
+  size_t lead = sizes.size() - xs.size();
+  for (size_t i = lead; i < sizes.size(); ++i)
+    strides[i] = xs[i - lead] == sizes[i] ? xst[i - lead] : 0;
   return emit("aten::expand.default", {A("self", x), A("size", IntList(sizes.begin(), sizes.end()))},
-              metaOf(x->meta()->dtype, sizes, x->meta()->device), "grad_expand");
+              metaOf(x->meta()->dtype, sizes, x->meta()->device, strides), "grad_expand");
 }
 
 // ---- GradCall ---------------------------------------------------------------------------------

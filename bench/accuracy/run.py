@@ -85,6 +85,7 @@ STACKED = "examples.mlp:stacked_mlp"
 GPT2 = "examples.gpt2:gpt2"
 GPT2_SDPA = "examples.gpt2:gpt2(attn='sdpa')"
 LLAMA = "examples.llama:llama"
+LLAMA_COMPLEX_ROPE = "examples.llama:llama(complex_rope=True)"  # torchtitan's complex RoPE
 GATED = "examples.kwargs:gated"
 SHARED = "examples.shared:shared_mlp"
 HF_LLAMA = "examples.hf:hf_llama"
@@ -247,6 +248,10 @@ CONFIGS = [
            P + "gpt2_fsdp(dp=8, prefetch='explicit', n_layers=4)", "both"),
     Config("llama-fsdp_tp_sp-dp2xtp4-explicit_prefetch-both", LLAMA,
            P + "llama_fsdp_tp(dp=2, tp=4, prefetch='explicit')", "both", ci=True),
+    # torchtitan's complex RoPE (view_as_complex, complex mul, view_as_real), both phases
+    Config("llama_complex_rope-tp_sp-tp4-both", LLAMA_COMPLEX_ROPE, P + "llama_tp(tp=4)", "both", ci=True),
+    Config("llama_complex_rope-fsdp_tp_sp-dp2xtp4-ac_no_early_stop-both", LLAMA_COMPLEX_ROPE,
+           P + "with_ac(plan='llama_fsdp_tp', dp=2, tp=4, early_stop=False, embedding_unit=True)", "both"),
     # units with no common root (each a root of its own: no reshard after forward, no prefetch
     # across roots), and torchtitan's vocab-parallel tok_embeddings as its own unit
     Config("stacked_mlp-fsdp_roots-dp4-both", STACKED, P + "stacked_mlp_fsdp_roots(dp=4)", "both", ci=True),

@@ -552,9 +552,42 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> tRule(const OpCall &call) {
   return cands;
 }
 
+/// view_as_real: every dim follows its input dim, the complex last dim splits into (size, 2)
+/// (torch 2.13 `_view_ops.py` dim_view_as_real).
+llvm::Expected<llvm::SmallVector<Candidate, 8>> viewAsRealRule(const OpCall &call) {
+  if (llvm::Error e = needOneInput(call))
+    return e;
+  int64_t nd = call.rank(0);
+  if (nd == 0)
+    return call.error("expected a tensor of at least one dim");
+  DimMap rule;
+  for (int64_t i = 0; i + 1 < nd; ++i)
+    rule.push_back(inputDim(i));
+  std::vector<int64_t> group{call.shape(0)[nd - 1], 2};
+  rule.push_back(splitNew(inputDim(nd - 1), group, 0));
+  rule.push_back(splitNew(inputDim(nd - 1), group, 1));
+  return viewStrategy(call, rule, false);
+}
+
+/// view_as_complex (torch 2.13 `_view_ops.py` view_as_complex_single_dim_strategy): Shard of
+/// every dim but the (real, imag) pair follows, Partial sum and avg pass through (max and min do
+/// not: complex numbers have no order).
+llvm::Expected<llvm::SmallVector<Candidate, 8>> viewAsComplexRule(const OpCall &call) {
+  if (llvm::Error e = needOneInput(call))
+    return e;
+  std::vector<SingleDimRule> rules;
+  for (int64_t d = 0; d + 1 < call.rank(0); ++d)
+    rules.push_back({RulePlacement::ph(d), RulePlacement::ph(d)});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
+    rules.push_back({RulePlacement::P(op), RulePlacement::P(op)});
+  return expandSingleDim(call, std::move(rules), ExpandOptions());
+}
+
 } // namespace
 
 void registerViewRules(RuleTable &t) {
+  t["aten::view_as_real.default"] = viewAsRealRule;
+  t["aten::view_as_complex.default"] = viewAsComplexRule;
   t["aten::view.default"] = viewRule<true>;
   t["aten::_unsafe_view.default"] = viewRule<true>;
   t["aten::reshape.default"] = viewRule<false>;

@@ -30,6 +30,11 @@ def f32(*shape, lo=None):
     return t.abs() + 0.5 if lo == "pos" else t
 
 
+def c64(*shape):
+    """A complex64 tensor (needs no gradient: only floating inputs require grad)."""
+    return torch.polar(torch.ones(*shape), f32(*shape))
+
+
 def idx(high, *shape):
     g = torch.Generator().manual_seed(7)
     return torch.randint(0, high, shape, generator=g)
@@ -116,6 +121,15 @@ CASES = [
     ("rsub", lambda a: 1.0 - a, [(f32(4, 6), R)]),
     ("mul", lambda a, b: a * b, [(f32(4, 6), R), (f32(4, 6), R)]),
     ("mul-scalar", lambda a: a * 3.0, [(f32(4, 6), R)]),
+    # complex RoPE as torchtitan applies it: view_as_complex, a complex mul, view_as_real (their
+    # backward: view_as_real / view_as_complex of the contiguous gradient, grad * other.conj())
+    ("complex-rope", lambda x, f: torch.view_as_real(torch.view_as_complex(x.reshape(2, 4, 3, 2)) * f).flatten(2),
+     [(f32(2, 4, 6), R), (c64(4, 3), R)]),
+    ("complex-rope-shard-batch", lambda x, f: torch.view_as_real(torch.view_as_complex(x.reshape(2, 4, 3, 2)) * f)
+     .flatten(2), [(f32(2, 4, 6), S0), (c64(4, 3), R)]),
+    ("complex-rope-shard-pairs", lambda x, f: torch.view_as_real(torch.view_as_complex(x.reshape(2, 4, 3, 2)) * f)
+     .flatten(2), [(f32(2, 4, 6), S1), (c64(4, 3), S0)]),
+
     ("div", lambda a, b: a / b, [(f32(4, 6), R), (f32(4, 6, lo="pos"), R)]),
     ("div-scalar", lambda a: a / 3.0, [(f32(4, 6), R)]),
     ("pow2", lambda a: a.pow(2), [(f32(4, 6), R)]),

@@ -32,7 +32,7 @@ from torch.utils._pytree import tree_leaves
 
 WORLD = 4
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
-          "i64": torch.int64, "i32": torch.int32, "b8": torch.bool}
+          "i64": torch.int64, "i32": torch.int32, "b8": torch.bool, "c64": torch.complex64}
 SHORT = {v: k for k, v in DTYPES.items()}
 
 try:
@@ -92,7 +92,7 @@ def make_tensor(t, mesh, device=None):
             x.copy_(torch.eye(x.shape[-2], x.shape[-1], dtype=dtype).expand(x.shape))
         elif init == "ones":
             x.fill_(1)
-        elif dtype.is_floating_point:
+        elif dtype.is_floating_point or dtype.is_complex:
             x.normal_()
         else:
             x.zero_()  # indices: all zeros are valid everywhere

@@ -111,6 +111,10 @@ def all_cases():
     cases += unary_cases("aten::transpose.int", [4, 6], lambda t: [t, I("dim0", 0), I("dim1", -1)])
     cases += unary_cases("aten::permute.default", [4, 6, 8], lambda t: [t, L("dims", [2, 0, 1])])
     cases += unary_cases("aten::t.default", [6, 8], lambda t: [t])
+    # complex RoPE's views (torchtitan): float pairs <-> complex
+    cases += unary_cases("aten::view_as_complex.default", [4, 6, 2], lambda t: [t],
+                         partials=("P(sum)", "P(avg)", "P(max)"))
+    cases += unary_cases("aten::view_as_real.default", [4, 6], lambda t: [t], dtype="c64")
     cases += unary_cases("aten::expand.default", [1, 6], lambda t: [t, L("size", [4, 6])])
     cases += unary_cases("aten::expand.default", [4, 1, 6], lambda t: [t, L("size", [2, 4, 3, 6])])
     cases += unary_cases("aten::unsqueeze.default", [4, 6], lambda t: [t, I("dim", 1)])
