@@ -149,6 +149,14 @@ public:
       return chunk();
     if (op == "aten::_assert_tensor_metadata.default")
       return llvm::Error::success(); // export's check of a .to() call: eager code never dispatches it
+    if (op == "aten::movedim.int" || op == "aten::movedim.intlist")
+      return movedim();
+    if (op == "aten::std.dim" || op == "aten::var.dim")
+      return stdVarDim(op == "aten::std.dim" ? "aten::std.correction" : "aten::var.correction");
+    if (op == "aten::pad.default")
+      return pad();
+    if (op == "aten::cross_entropy_loss.default")
+      return crossEntropyLoss();
     b_.copy(n);
     return llvm::Error::success();
   }
@@ -398,6 +406,104 @@ private:
     Value *scaled = emit1("aten::div_.Scalar", {{"self", drawn, false}, {"other", 1.0 - prob, false}}, m, tmp("div"));
     b_.bind(result(0), emit1("aten::mul.Tensor", {{"self", x, false}, {"other", scaled, false}}, *result(0)->meta(),
                              result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// movedim (TensorShape.cpp): a permute whose order puts each source dim at its destination
+  /// and the other dims, in order, in the remaining places.
+  llvm::Error movedim() {
+    Value *x = in("self");
+    int64_t rank = x->meta()->rank();
+    auto norm = [&](int64_t d) { return d < 0 ? d + rank : d; };
+    IntList src, dst;
+    for (auto [name, list] : {std::pair{"source", &src}, std::pair{"destination", &dst}}) {
+      const Argument *a = n_->input(name);
+      if (auto one = a ? a->asInt() : std::nullopt)
+        list->push_back(norm(*one));
+      else if (auto many = a ? a->asIntList() : std::nullopt)
+        for (int64_t d : *many)
+          list->push_back(norm(d));
+    }
+    if (src.size() != dst.size())
+      return makeError("node '{}' {}: source and destination differ in length", n_->name(), n_->opString());
+    IntList perm(rank, -1);
+    llvm::SmallVector<bool, 4> used(rank, false);
+    for (size_t i = 0; i < src.size(); ++i) {
+      perm[dst[i]] = src[i];
+      used[src[i]] = true;
+    }
+    int64_t next = 0;
+    for (int64_t &p : perm)
+      if (p < 0) {
+        while (used[next])
+          ++next;
+        p = next++;
+      }
+    b_.bind(result(0), unary("aten::permute.default", x, *result(0)->meta(), result(0)->name(), {{"dims", perm, false}}));
+    return llvm::Error::success();
+  }
+
+  /// std.dim / var.dim (ReduceOps.cpp): the .correction overload, correction 1 when unbiased.
+  llvm::Error stdVarDim(llvm::StringRef runtimeOp) {
+    const Argument *unbiased = n_->input("unbiased");
+    int64_t correction = unbiased && unbiased->is<bool>() && !unbiased->get<bool>() ? 0 : 1;
+    llvm::SmallVector<NamedArgument, 4> args{{"self", in("self"), false}};
+    if (const Argument *dim = n_->input("dim"))
+      args.push_back({"dim", b_.map(*dim), false});
+    args.push_back({"correction", correction, true});
+    if (const Argument *keepdim = n_->input("keepdim"))
+      args.push_back({"keepdim", b_.map(*keepdim), true});
+    b_.bind(result(0), emit1(runtimeOp, std::move(args), *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// F.pad's aten::pad (PadNd.cpp): mode "constant" runs constant_pad_nd; the other modes' kernels
+  /// (reflection/replication/circular) are not modelled.
+  llvm::Error pad() {
+    const Argument *mode = n_->input("mode");
+    std::string m = mode && mode->is<std::string>() ? mode->get<std::string>() : "constant";
+    if (m != "constant")
+      return makeError("node '{}' aten::pad.default with mode '{}' in {}: only mode 'constant' is supported",
+                       n_->name(), m, n_->scope() ? n_->scope()->displayName() : "Global");
+    llvm::SmallVector<NamedArgument, 4> args{{"self", in("self"), false}, {"pad", b_.map(*n_->input("pad")), false}};
+    if (const Argument *value = n_->input("value"); value && !value->isNone())
+      args.push_back({"value", b_.map(*value), false});
+    b_.bind(result(0), emit1("aten::constant_pad_nd.default", std::move(args), *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// cross_entropy_loss (LossNLL.cpp) with class-index targets and no label smoothing:
+  /// log_softmax over the class dim, then nll_loss (nll_loss_forward for 1-D and 2-D input).
+  llvm::Error crossEntropyLoss() {
+    Value *x = in("self"), *target = in("target");
+    const Argument *smoothing = n_->input("label_smoothing");
+    bool smoothed = smoothing && ((smoothing->is<double>() && smoothing->get<double>() != 0) ||
+                                  (smoothing->asInt() && *smoothing->asInt() != 0));
+    std::string where = fmt::format("node '{}' aten::cross_entropy_loss.default in {}", n_->name(),
+                                    n_->scope() ? n_->scope()->displayName() : "Global");
+    if (smoothed)
+      return makeError("{}: label_smoothing is not supported", where);
+    if (!target || isFloating(target->meta()->dtype))
+      return makeError("{}: class-probability targets are not supported (class indices only)", where);
+    if (x->meta()->rank() > 2)
+      return makeError("{}: input of rank {} (nll_loss_nd's reshape to 2-D) is not supported", where,
+                       x->meta()->rank());
+    int64_t classDim = x->meta()->rank() == 1 ? 0 : 1;
+    Value *logp = emit1("aten::_log_softmax.default",
+                        {{"self", x, false}, {"dim", classDim, false}, {"half_to_float", false, false}},
+                        withShape(*x->meta(), hints(x->meta()->sizes)), tmp("log_softmax"));
+    llvm::SmallVector<NamedArgument, 4> args{{"self", logp, false}, {"target", target, false}};
+    // cross_entropy_loss's defaults, spelled out: nll_loss_forward has none.
+    for (auto [name, fallback] : {std::pair<const char *, Argument>{"weight", NoneArg{}},
+                                  {"reduction", int64_t{1}}, {"ignore_index", int64_t{-100}}})
+      if (const Argument *a = n_->input(name))
+        args.push_back({name, b_.map(*a), false});
+      else
+        args.push_back({name, fallback, false});
+    Value *totalWeight = b_.tensor(tmp("total_weight"), withShape(*x->meta(), {}));
+    Value *out = b_.tensor(result(0)->name(), *result(0)->meta());
+    b_.emit("aten::nll_loss_forward.default", std::move(args), {out, totalWeight}, *n_);
+    b_.bind(result(0), out);
     return llvm::Error::success();
   }
 

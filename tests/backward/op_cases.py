@@ -121,6 +121,14 @@ CASES = [
     ("rsub", lambda a: 1.0 - a, [(f32(4, 6), R)]),
     ("mul", lambda a, b: a * b, [(f32(4, 6), R), (f32(4, 6), R)]),
     ("mul-scalar", lambda a: a * 3.0, [(f32(4, 6), R)]),
+    # composite ops export keeps and the dispatcher decomposes before DTensor sees them
+    ("movedim", lambda a: torch.movedim(a, 2, 0) * 1.0, [(f32(2, 4, 6), S1)]),
+    ("std-dim", lambda a: torch.std(a, dim=1), [(f32(2, 4, 6), S1)]),
+    ("var-dim-biased-keepdim", lambda a: torch.var(a, dim=-1, unbiased=False, keepdim=True), [(f32(2, 4, 6), S0)]),
+    ("pad-constant", lambda a: F.pad(a, (1, 2), value=0.5), [(f32(2, 4, 6), S0)]),
+    ("cross-entropy", lambda a, t: F.cross_entropy(a, t), [(f32(8, 5), S0), (idx(5, 8), S0)]),
+    ("cross-entropy-sum-ignore", lambda a, t: F.cross_entropy(a, t, reduction="sum", ignore_index=1),
+     [(f32(8, 5), R), (idx(5, 8), R)]),
     # complex RoPE as torchtitan applies it: view_as_complex, a complex mul, view_as_real (their
     # backward: view_as_real / view_as_complex of the contiguous gradient, grad * other.conj())
     ("complex-rope", lambda x, f: torch.view_as_real(torch.view_as_complex(x.reshape(2, 4, 3, 2)) * f).flatten(2),

@@ -1,0 +1,84 @@
+"""Composite ops that torch.export keeps but the dispatcher decomposes before DTensor sees them
+(movedim, std.dim / var.dim, pad, cross_entropy_loss): predict runs their decompositions (checked
+op by op against DTensor in tests/backward/op_cases.py) and refuses, by node, op and module, the
+variants whose kernels it does not model."""
+import pathlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.distributed.tensor import Shard
+
+from commlens.plan import Loss, Plan
+from integration_helpers import compare_with_measure, save_plan
+
+
+class Head(torch.nn.Module):
+    """x * w, then the op under test."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+        self.w = torch.nn.Parameter(torch.randn(4, 6, 8))
+
+    def forward(self, x):
+        return self.op(x * self.w)
+
+
+OPS = {
+    "movedim": lambda y: torch.movedim(y, 1, 0) * 2.0,
+    "std": lambda y: torch.std(y, dim=1),
+    "pad": lambda y: F.pad(y, (1, 2)),
+    "cross_entropy": lambda y: F.cross_entropy(y.reshape(-1, 8), (y.reshape(-1, 8)[:, 0] > 0).long()),
+    "pad_reflect": lambda y: F.pad(y, (1, 2), mode="reflect"),
+    "cross_entropy_smoothed": lambda y: F.cross_entropy(y.reshape(-1, 8), (y.reshape(-1, 8)[:, 0] > 0).long(),
+                                                        label_smoothing=0.1),
+}
+
+
+def head(name):
+    torch.manual_seed(0)
+    return Head(OPS[name]), (torch.randn(4, 6, 8),)
+
+
+def sharded(dim=0):
+    """The input sharded on `dim` over 2 ranks, the parameter replicated (a DTensor too)."""
+    from torch.distributed.tensor import Replicate
+
+    return Plan(name="sharded", mesh_shape=(2,), mesh_dim_names=("dp",), input_placements={0: (Shard(dim),)},
+                placements={"w": (Replicate(),)}, inputs_requires_grad=(0,), loss=Loss.sum())
+
+
+def export(name, directory):
+    from commlens.export import export_model
+
+    model, args = head(name)
+    path = pathlib.Path(directory) / f"{name}.pt2"
+    torch.export.save(export_model(model, args), str(path))
+    return path
+
+
+# (op, input shard dim, cells): std over the sharded dim 1 and cross_entropy's row-sharded mean
+# reduce across ranks, so CommDebugMode records collectives there (cells > 0).
+@pytest.mark.parametrize("name, dim, with_collectives", [
+    ("movedim", 1, False), ("std", 1, True), ("pad", 0, False), ("cross_entropy", 0, True)])
+def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim, with_collectives):
+    pt2 = export(name, tmp_path)
+    plan = sharded(dim)
+    predicted = tmp_path / "pred.json"
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both", "--format", "json",
+                     "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    summary = compare_with_measure(run_commlens, predicted, lambda: head(name), plan, tmp_path)
+    assert summary["differ"] == 0 and (summary["cells"] > 0) == with_collectives
+
+
+@pytest.mark.parametrize("name, message", [
+    ("pad_reflect", "node 'pad' aten::pad.default with mode 'reflect' in Head: only mode 'constant' is supported"),
+    ("cross_entropy_smoothed",
+     "node 'cross_entropy_loss' aten::cross_entropy_loss.default in Head: label_smoothing is not supported"),
+])
+def test_unmodelled_variants_are_refused_by_name(run_commlens, tmp_path, name, message):
+    pt2 = export(name, tmp_path)
+    r = run_commlens("predict", pt2, "--plan", save_plan(sharded(), tmp_path))
+    assert (r.returncode, r.stderr) == (2, f"commlens: error: {pt2}: {message}\n")
