@@ -120,16 +120,43 @@ private:
       for (const ParallelStyle &style : step.styles)
         for (const ModuleScope *s : graph_.scopes().inForwardOrder())
           if (matchesModulePath(style.pattern, s->path())) {
+            bool embedding = isEmbedding(*s) || isEmbeddingSubclass(*s);
             if ((style.kind == ParallelStyle::Kind::Colwise || style.kind == ParallelStyle::Kind::Rowwise) &&
-                !isLinear(*s) && !isEmbedding(*s))
+                !isLinear(*s) && !embedding)
               return makeError("{} on {} ({}): only nn.Linear and nn.Embedding are supported", name(style.kind).str(),
                                s->displayName(), s->type());
-            if (isEmbedding(*s)) // decided now: fully_shard later renames the class to FSDPEmbedding
+            if (embedding) // decided now: fully_shard later renames the class to FSDPEmbedding
               embeddings_.insert(s);
             styles_[s].push_back(&style);
             applications_.emplace_back(s, &style);
           }
     return llvm::Error::success();
+  }
+
+  /// A subclass of nn.Embedding (Gemma's scaled word embedding): the program keeps only the class
+  /// name, so the module is recognised by what nn.Embedding is: one direct parameter, `weight`,
+  /// that an aten::embedding lookup in the module itself reads. The styles then treat it as torch's
+  /// isinstance(module, nn.Embedding) does.
+  bool isEmbeddingSubclass(const ModuleScope &s) const {
+    std::string prefix = s.path().empty() ? "" : s.path() + ".";
+    const Value *weight = nullptr;
+    unsigned direct = 0;
+    for (const InputSpec &in : graph_.inputs()) {
+      llvm::StringRef target(in.target);
+      if (in.kind != InputKind::Parameter || !target.startswith(prefix) ||
+          target.drop_front(prefix.size()).contains('.'))
+        continue;
+      ++direct;
+      if (target.drop_front(prefix.size()) == "weight")
+        weight = in.value;
+    }
+    if (direct != 1 || !weight || !weight->meta() || weight->meta()->rank() != 2)
+      return false;
+    return llvm::any_of(graph_.nodes(), [&](const auto &n) {
+      const Argument *w = n->input("weight");
+      return n->scope() == &s && n->opString() == "aten::embedding.default" && w && w->isTensor() &&
+             w->tensor() == weight;
+    });
   }
 
   void setParam(const InputSpec &in, Placement p) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}}; }

@@ -157,6 +157,8 @@ public:
       return pad();
     if (op == "aten::cross_entropy_loss.default")
       return crossEntropyLoss();
+    if (op.startswith("aten::upsample_") && op.endswith(".vec"))
+      return upsampleVec();
     b_.copy(n);
     return llvm::Error::success();
   }
@@ -504,6 +506,34 @@ private:
     Value *out = b_.tensor(result(0)->name(), *result(0)->meta());
     b_.emit("aten::nll_loss_forward.default", std::move(args), {out, totalWeight}, *n_);
     b_.bind(result(0), out);
+    return llvm::Error::success();
+  }
+
+  /// upsample_*.vec (UpSample.cpp): the .default kernel with the output size the result has and
+  /// each scale factor as its scales_* argument (None when sizes were given).
+  llvm::Error upsampleVec() {
+    llvm::StringRef op = n_->opString();
+    std::string runtimeOp = (op.drop_back(llvm::StringRef(".vec").size()) + ".default").str();
+    auto outSizes = hints(result(0)->meta()->sizes);
+    int64_t spatial = static_cast<int64_t>(outSizes.size()) - 2;
+    llvm::SmallVector<NamedArgument, 4> args{
+        {"self", in("input"), false},
+        {"output_size", IntList(outSizes.begin() + 2, outSizes.end()), false}};
+    if (const Argument *align = n_->input("align_corners"))
+      args.push_back({"align_corners", b_.map(*align), false});
+    const Argument *factors = n_->input("scale_factors");
+    static const char *kScales1[] = {"scales"}, *kScales2[] = {"scales_h", "scales_w"},
+                      *kScales3[] = {"scales_d", "scales_h", "scales_w"};
+    llvm::ArrayRef<const char *> names = spatial == 1   ? llvm::ArrayRef<const char *>(kScales1)
+                                         : spatial == 2 ? llvm::ArrayRef<const char *>(kScales2)
+                                                        : llvm::ArrayRef<const char *>(kScales3);
+    for (size_t i = 0; i < names.size(); ++i) {
+      Argument scale = NoneArg{};
+      if (factors && factors->is<FloatList>() && i < factors->get<FloatList>().size())
+        scale = factors->get<FloatList>()[i];
+      args.push_back({names[i], scale, false});
+    }
+    b_.bind(result(0), emit1(runtimeOp, std::move(args), *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
   }
 
