@@ -1,5 +1,5 @@
 """Hugging Face ``transformers`` models (pinned by scripts/setup.sh) with the tensor-parallel plan
-the model family ships, for the accuracy corpus.
+transformers applies to the model family, for the accuracy corpus.
 
 ``hf_llama(...)`` / ``hf_qwen2(...)`` / ``hf_mistral(...)`` / ``hf_granite(...)``, and ``hf_model(family=...)``
 for any family in ``_FAMILIES`` (also gemma, gemma2, cohere, starcoder2, olmo, olmo2, olmo3, phi, phi3, glm,
@@ -16,29 +16,46 @@ token ids and returns the logits; they return ``(model, (ids,))``. Module names 
                                             them in a wrap_with_set_grad_enabled subgraph)
     model.lm_head
 
-``hf_tp(family=..., tp=...)`` turns the family's shipped ``base_model_tp_plan`` (the config class
-attribute, keys relative to ``model.model``) and, with ``lm_head=True``, the CausalLM's ``_tp_plan``
-into the real torch styles: ``colwise`` -> ``ColwiseParallel()``, ``rowwise`` ->
-``RowwiseParallel()``, ``colwise_gather_output`` -> ``ColwiseParallel(output_layouts=Replicate())``
-(the torch style that gathers the output as transformers' does), ``rowwise_split_input`` ->
-``RowwiseParallel(input_layouts=Replicate())`` (transformers registers exactly that). Any other string
-is refused: Qwen3's ``replicated_with_grad_allreduce`` (a transformers hook calling ``dist.all_reduce``
-on a parameter's grad, not a DTensor style) and the MoE families' ``packed_colwise`` / ``moe_tp_experts``
-have no torch style to map to.
+``hf_tp(family=..., tp=...)`` turns the plan transformers applies to the family's model into the
+real torch styles: the plan a model instance resolves (``init_parallel_plans``, what
+``from_pretrained(tp_plan="auto")`` applies), i.e. the config's ``base_model_tp_plan`` (keys relative
+to ``model.model``) with ``embed_tokens: embedding_rowwise`` put first (transformers adds it to every
+non-empty plan whose base model has an nn.Embedding ``embed_tokens`` and does not name it) and, with
+``lm_head=True``, the CausalLM's ``_tp_plan``. Each string becomes the torch style with the layouts
+transformers registers for it (``distributed/tensor_parallel.py``): ``embedding_rowwise`` ->
+``RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())`` (on an nn.Embedding:
+vocab-sharded weight, ids replicated, partial lookups summed), ``colwise`` ->
+``ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1))``, ``rowwise`` ->
+``RowwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate())``, ``colwise_gather_output``
+-> ``ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())``,
+``rowwise_split_input`` -> ``RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())``.
+Any other string is refused: Qwen3's ``replicated_with_grad_allreduce`` (a transformers hook calling
+``dist.all_reduce`` on a parameter's grad, not a DTensor style) and the MoE families'
+``packed_colwise`` / ``moe_tp_experts`` have no torch style to map to.
 None of these families ships a sequence-parallel plan in this transformers version.
+In training, the counts of those styles equal, per module and in bytes, what transformers' own
+layer classes issue (``examples.hf_real:measure_transformers_tp``,
+tests/integration/test_hf_real_path.py). Not in inference: under no_grad transformers' rowwise
+Linear runs on local tensors and calls ``dist.all_reduce`` in place. ``commlens predict`` refuses
+Gemma's and Gemma2's plan: their ``embed_tokens`` is an nn.Embedding subclass, which the apply-plan
+pass does not recognise as an embedding.
 """
 
 import torch
-from torch.distributed.tensor import Replicate
+from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
 from commlens.plan import ActivationCheckpoint, FullyShard, Loss, Plan
 
+# transformers' registrations (distributed/tensor_parallel.py, ALL_PARALLEL_STYLES), layouts as there.
+# Its EmbeddingParallel(shard_dim=0) shards the vocabulary, takes the ids replicated and sums the
+# partial lookups to Replicate: torch's RowwiseParallel on an nn.Embedding with a Replicate input.
 _STYLES = {
-    "colwise": lambda: ColwiseParallel(),
-    "rowwise": lambda: RowwiseParallel(),
-    "colwise_gather_output": lambda: ColwiseParallel(output_layouts=Replicate()),
-    "rowwise_split_input": lambda: RowwiseParallel(input_layouts=Replicate()),
+    "embedding_rowwise": lambda: RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+    "colwise": lambda: ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1)),
+    "rowwise": lambda: RowwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate()),
+    "colwise_gather_output": lambda: ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+    "rowwise_split_input": lambda: RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
 }
 
 
@@ -69,8 +86,8 @@ class HFCausalLM(torch.nn.Module):
         return self.model(input_ids=ids, use_cache=False).logits
 
 
-def _build(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0,
-           gradient_checkpointing=False):
+def tiny_config(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, seq=16):
+    """The tiny ``<Family>Config`` the factories build their model from."""
     config_cls, model_cls = _family(family)
     config = config_cls(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=n_layers,
                         num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
@@ -80,14 +97,24 @@ def _build(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv
         config.pad_token_id = 0  # Phi3, Glm, SmolLM3 default to an id past a tiny vocabulary
     # sdpa where the family supports it (eager otherwise, e.g. Gemma2's logit soft-capping)
     config._attn_implementation = "sdpa" if model_cls._supports_sdpa else "eager"
+    return config
+
+
+def token_ids(*, vocab=256, batch=2, seq=16, seed=0):
+    """The factories' input: ``(batch, seq)`` token ids drawn from a generator seeded with ``seed``."""
+    return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def _build(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2, seq=16, seed=0,
+           gradient_checkpointing=False):
+    config = tiny_config(family, n_layers=n_layers, vocab=vocab, dim=dim, hidden=hidden, n_heads=n_heads,
+                         n_kv_heads=n_kv_heads, seq=seq)
     torch.manual_seed(seed)
-    lm = model_cls(config)
+    lm = _family(family)[1](config)
     if gradient_checkpointing:
         # each decoder layer's call goes through torch.utils.checkpoint (non-reentrant) in training
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = HFCausalLM(lm)
-    ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
-    return model, (ids,)
+    return HFCausalLM(lm), (token_ids(vocab=vocab, batch=batch, seq=seq, seed=seed),)
 
 
 # Factories (keywords: n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, batch=2,
@@ -119,11 +146,18 @@ def hf_granite(**kw):
 
 
 def shipped_tp_plan(family, *, lm_head=True):
-    """The family's own plan, keys as FQNs under HFCausalLM, values as torch styles."""
-    config_cls, model_cls = _family(family)
-    entries = [("model.model." + k, v) for k, v in config_cls.base_model_tp_plan.items()]
+    """The plan transformers applies to the family's model, keys as FQNs under HFCausalLM, values as
+    torch styles."""
+    _, model_cls = _family(family)
+    # The plan a model instance resolves (PreTrainedModel.post_init -> init_parallel_plans), which is
+    # what from_pretrained applies: the config's base_model_tp_plan with embed_tokens added, then
+    # the CausalLM's own _tp_plan (lm_head). A meta-device instance of the tiny config is enough.
+    with torch.device("meta"):
+        lm = model_cls(tiny_config(family))
+    head = getattr(model_cls, "_tp_plan", None) or {}
+    entries = [("model." + k, v) for k, v in lm.tp_plan.items() if k not in head]
     if lm_head:
-        entries += [("model." + k, v) for k, v in getattr(model_cls, "_tp_plan", {}).items()]
+        entries += [("model." + k, v) for k, v in head.items()]
     styles = {}
     for key, kind in entries:
         if kind not in _STYLES:

@@ -36,11 +36,17 @@ if ! "$PY" -c "import selenium, nanobind; assert selenium.__version__ == '$SELEN
   "$PY" -m pip install -q --disable-pip-version-check "selenium==$SELENIUM" "nanobind==$NANOBIND"
 fi
 # Hugging Face models for the accuracy corpus (examples/hf.py), pinned (it does not depend on
-# torch, so pip leaves the CPU build alone).
+# torch, so pip leaves the CPU build alone), and accelerate, which transformers' from_pretrained
+# needs for a tp_plan (examples/hf_real.py; it accepts any torch >= 2.0, so the CPU build stays too).
 TRANSFORMERS=5.23.0
+ACCELERATE=1.15.0
 if ! "$PY" -c "import transformers; assert transformers.__version__ == '$TRANSFORMERS'" 2>/dev/null; then
   echo "setup: installing transformers==$TRANSFORMERS into .venv"
   "$PY" -m pip install -q --disable-pip-version-check "transformers==$TRANSFORMERS"
+fi
+if ! "$PY" -c "import accelerate; assert accelerate.__version__ == '$ACCELERATE'" 2>/dev/null; then
+  echo "setup: installing accelerate==$ACCELERATE into .venv"
+  "$PY" -m pip install -q --disable-pip-version-check "accelerate==$ACCELERATE"
 fi
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 printf '%s\n%s\n' "$ROOT/python" "$ROOT" > "$SITE/commlens-dev.pth"

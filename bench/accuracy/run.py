@@ -11,7 +11,9 @@ For every configuration (model factory spec, plan factory spec, phase):
    and the plan serialised (as ``python -m commlens.plan`` does), both cached under
    ``WORK/models/`` and ``WORK/plans/``, keyed by the spec and the sources they come from;
 2. the truth is measured with ``commlens.measure`` (fake process group, in-process, CommDebugMode)
-   from the cached plan JSON: ``WORK/measured/CONFIG.counts.json``;
+   from the cached plan JSON, or by the configuration's own ``measure`` function, which
+   parallelises the model as the user's stack does (``examples.hf_real:measure_transformers_tp``:
+   transformers' ``tp_plan="auto"``): ``WORK/measured/CONFIG.counts.json``;
 3. ``commlens predict MODEL.pt2 --plan PLAN.json --phase P --format json -o
    WORK/predicted/CONFIG.json`` and, when that succeeds, ``commlens compare PREDICTED MEASURED
    --phase P --json``.
@@ -78,6 +80,10 @@ class Config:
     # Only the GPU column: FSDP2 on a cuda mesh moves the parameters to the current CUDA device,
     # so there is no meta-tensor measurement to compare with on a machine without a GPU.
     gpu_only: bool = False
+    # MODULE:FUNCTION(...) measuring the truth natively, as the user's own stack parallelises the
+    # model (called with phase=, returns a commlens-counts document), instead of commlens.measure
+    # applying the plan; the plan is then only what commlens predicts from.
+    measure: str | None = None
 
 
 MLP = "examples.mlp:mlp"
@@ -92,6 +98,10 @@ HF_LLAMA = "examples.hf:hf_llama"
 HF_QWEN2 = "examples.hf:hf_qwen2"
 P = "examples.plans:"
 H = "examples.hf:"
+# Dense families whose real transformers tp_plan="auto" path the corpus measures natively. Not
+# Qwen3: hf_tp refuses its replicated_with_grad_allreduce (tests/integration/test_hf_real_path.py).
+HF_TRANSFORMERS_TP = ("llama", "qwen2", "mistral", "granite", "gemma", "gemma2", "cohere", "starcoder2", "olmo",
+                      "olmo2", "olmo3", "phi", "phi3", "glm", "smollm3", "ministral", "ernie4_5", "arcee")
 
 CONFIGS = [
     # MLP: w1 Colwise, w2 Rowwise; input with and without requires_grad; 1-D and 2-D meshes
@@ -203,6 +213,13 @@ CONFIGS = [
     Config("hf_arcee-tp-tp4-both", "examples.hf:hf_model(family='arcee')", H + "hf_tp(family='arcee', tp=4)", "both"),
     Config("hf_ernie4_5-tp-tp4-forward", "examples.hf:hf_model(family='ernie4_5')",
            H + "hf_tp(family='ernie4_5', tp=4)", "forward"),
+    # transformers' own tensor parallelism, as a user runs it: from_pretrained(tp_plan="auto") applies
+    # its layer classes on the plan the model resolves (with the vocab-parallel embed_tokens), one
+    # training step measured natively (examples.hf_real), predicted from hf_tp
+    *[Config(f"hf_{family}-transformers_tp-tp{tp}-both", f"examples.hf:hf_model(family={family!r})",
+             H + f"hf_tp(family={family!r}, tp={tp})", "both",
+             measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
+      for family in HF_TRANSFORMERS_TP for tp in ((2, 4) if family == "llama" else (4,))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",
@@ -488,12 +505,17 @@ def _measure_predict_compare(cfg, work, commlens, model_path, plan_path, r, *, s
     measured_path = work / "measured" / f"{cfg.name}{suffix}.counts.json"
     measured_path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        from commlens._factory import resolve
         from commlens.measure import measure
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            doc = measure(cfg.model, str(plan_path), backend="fake", phase=cfg.phase, device=device,
-                          return_document=True)
+            if cfg.measure:
+                native, kwargs = resolve(cfg.measure)
+                doc = native(phase=cfg.phase, **kwargs)
+            else:
+                doc = measure(cfg.model, str(plan_path), backend="fake", phase=cfg.phase, device=device,
+                              return_document=True)
         doc.pop("rank", None)
         measured_path.write_text(json.dumps(doc, indent=1) + "\n")
     except Exception as err:  # noqa: BLE001

@@ -97,6 +97,7 @@ one process).
 """
 
 import argparse
+import contextlib
 import json
 import functools
 import math
@@ -171,13 +172,13 @@ def _make_targets(loss, logits, args):
     return torch.randint(0, classes, shape, generator=gen).to(device)
 
 
-def _compute_loss(plan, out, args):
+def _compute_loss(loss, loss_parallel, out, args):
     import torch
     import torch.nn.functional as F
     from torch.distributed.tensor import DTensor, Replicate
     from torch.utils._pytree import tree_leaves
 
-    loss = plan.loss if isinstance(plan.loss, Loss) else Loss(kind=plan.loss)
+    loss = loss if isinstance(loss, Loss) else Loss(kind=loss)
     leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
     if not leaves:
         raise CommlensError("plan", "the model output contains no tensor to compute a loss from")
@@ -189,7 +190,7 @@ def _compute_loss(plan, out, args):
         return total
     logits = leaves[0]
     targets = _make_targets(loss, logits, args)
-    if isinstance(logits, DTensor) and not plan.loss_parallel and not isinstance(targets, DTensor):
+    if isinstance(logits, DTensor) and not loss_parallel and not isinstance(targets, DTensor):
         targets = DTensor.from_local(targets, logits.device_mesh,
                                      [Replicate()] * logits.device_mesh.ndim, run_check=False)
     return F.cross_entropy(logits.flatten(0, -2), targets.flatten(),
@@ -334,9 +335,8 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, distribute_tensor
-    from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module
     import fnmatch
-    import contextlib
 
     world = dist.get_world_size()
     if math.prod(plan.mesh_shape) != world:
@@ -423,9 +423,21 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
             kwargs[key] = t
     args = tuple(args)
 
+    modules = count_collectives(model, args, kwargs, phase, plan.loss, loss_parallel=plan.loss_parallel,
+                                json_dump=json_dump, noise_level=noise_level)
+    return {"modules": modules, "device": device_info(ran_on)}
+
+
+def count_collectives(model, args, kwargs, phase, loss, *, loss_parallel=False, json_dump=None, noise_level=3):
+    """Step 7 on a model parallelised by whatever means: in one fresh CommDebugMode (inside
+    ``loss_parallel()`` when asked), ``out = model(*args, **kwargs)`` and, for phase
+    ``backward``/``both``, ``loss`` (a :class:`commlens.plan.Loss` or its kind) of ``out`` and
+    its backward; returns the per-module counts (:func:`counts_from_comm_mode`)."""
+    from torch.distributed.tensor.parallel import loss_parallel as loss_parallel_context
+
     comm_mode = _bytes_recording_comm_debug_mode()
     _fix_repeated_call_tracking(comm_mode)
-    ctx = loss_parallel() if plan.loss_parallel else contextlib.nullcontext()
+    ctx = loss_parallel_context() if loss_parallel else contextlib.nullcontext()
     with ctx, comm_mode, warnings.catch_warnings():
         # "Full backward hook is firing when gradients are computed with
         # respect to module outputs since no inputs require gradients" comes
@@ -434,13 +446,12 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         # fully_shard warns when a unit returns a view (in-place ops on it
         # would skip its pre-backward hook); measure does no in-place op.
         warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
-        out = model(*args, **kwargs)
+        out = model(*args, **(kwargs or {}))
         if phase != "forward":
-            loss = _compute_loss(plan, out, args)
-            loss.backward()
+            _compute_loss(loss, loss_parallel, out, args).backward()
     if json_dump is not None:
         comm_mode.generate_json_dump(file_name=json_dump, noise_level=noise_level)
-    return {"modules": counts_from_comm_mode(comm_mode, phase), "device": device_info(ran_on)}
+    return counts_from_comm_mode(comm_mode, phase)
 
 
 # Where each c10d op (the ops FSDP2 calls) takes the tensors it sends: the input list or tensor
@@ -514,7 +525,15 @@ def _fix_repeated_call_tracking(comm_mode):
     tracker._fw_pre_hook = pre_hook
 
 
-def _counts_doc(modules, *, backend, world_size, phase, model, plan, plan_source, device):
+def plan_mesh(plan):
+    """The ``mesh`` field of a counts document for a plan's mesh."""
+    return {"shape": list(plan.mesh_shape),
+            "dim_names": None if plan.mesh_dim_names is None else list(plan.mesh_dim_names),
+            "device_type": plan.device_type}
+
+
+def counts_document(modules, *, backend, world_size, phase, model, mesh, plan_source, device):
+    """A commlens-counts document (``mesh``: see :func:`plan_mesh`; ``device``: :func:`device_info`)."""
     import torch
 
     return {
@@ -526,9 +545,7 @@ def _counts_doc(modules, *, backend, world_size, phase, model, plan, plan_source
         "phase": phase,
         "model": model,
         "plan": plan_source,
-        "mesh": {"shape": list(plan.mesh_shape),
-                 "dim_names": None if plan.mesh_dim_names is None else list(plan.mesh_dim_names),
-                 "device_type": plan.device_type},
+        "mesh": mesh,
         "device": device,
         "torch_version": torch.__version__,
         "modules": modules,
@@ -607,17 +624,25 @@ def device_info(device):
 
 
 def _measure_fake(model_spec, plan, phase, ws, json_dump, noise_level, subject, model_device):
+    with fake_process_group(ws):
+        return _run_measurement(model_spec, plan, phase, "fake", json_dump=json_dump,
+                                noise_level=noise_level, plan_subject=subject,
+                                model_device=model_device)
+
+
+@contextlib.contextmanager
+def fake_process_group(world_size):
+    """``dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)`` for the
+    block: rank 0 of ``world_size``, collectives counted but not run; destroyed after it."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
         raise CommlensError("measure", "a default process group is already initialised; "
                             "the fake backend needs its own (call dist.destroy_process_group())")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=ws)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
-        return _run_measurement(model_spec, plan, phase, "fake", json_dump=json_dump,
-                                noise_level=noise_level, plan_subject=subject,
-                                model_device=model_device)
+        yield
     finally:
         dist.destroy_process_group()
         # DTensor caches sharding decisions keyed by the mesh's value (ranks, dim names), not
@@ -791,8 +816,8 @@ def measure_many(cases, backend="fake", phase="both", world_size=None, *, noise_
     for (m, plan, src, _subj, ph, _jd, _ws, _dev), result in zip(prepared, results):
         modules = result["modules"]
         if return_documents:
-            doc = _counts_doc(modules, backend=backend, world_size=ws, phase=ph,
-                              model=_spec_name(m), plan=plan, plan_source=src, device=result["device"])
+            doc = counts_document(modules, backend=backend, world_size=ws, phase=ph, model=_spec_name(m),
+                                  mesh=plan_mesh(plan), plan_source=src, device=result["device"])
             doc["rank"] = rank
             out.append(doc)
         else:

@@ -1,5 +1,6 @@
-"""examples.hf: shipped transformers TP plans mapped to torch styles, or refused by name.
-(Every mapped family's counts are checked against CommDebugMode by bench/accuracy.)"""
+"""examples.hf: the TP plans transformers applies mapped to torch styles, or refused by name.
+(Every mapped family's counts are checked against CommDebugMode by bench/accuracy, and against
+transformers' own tp_plan="auto" path by tests/integration/test_hf_real_path.py.)"""
 import pytest
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
@@ -20,12 +21,27 @@ def test_olmo2_plan_gathers_qkv_and_splits_o_proj_input():
     assert isinstance(plan["model.lm_head"], ColwiseParallel)
 
 
+def test_plan_shards_embed_tokens_on_the_vocabulary_as_transformers_adds_it():
+    # transformers' init_parallel_plans puts embed_tokens: embedding_rowwise first in every plan
+    # whose base model has an nn.Embedding embed_tokens: vocab-sharded weight, the ids replicated,
+    # the partial lookups summed (Partial -> Replicate)
+    for family in ("llama", "phi3", "gemma"):
+        plan = shipped_tp_plan(family)
+        key, embed = next(iter(plan.items()))
+        assert key == "model.model.embed_tokens"
+        assert isinstance(embed, RowwiseParallel)
+        assert embed.input_layouts == (Replicate(),) and embed.output_layouts == (Replicate(),)
+    assert "model.model.embed_tokens" in shipped_tp_plan("llama", lm_head=False)
+    assert "model.lm_head" not in shipped_tp_plan("llama", lm_head=False)
+
+
 def test_unmapped_style_is_refused_by_name():
     with pytest.raises(ValueError) as err:
         shipped_tp_plan("qwen3")
     assert str(err.value) == (
         "qwen3 ships tp plan entry 'model.model.layers.*.self_attn.q_norm': 'replicated_with_grad_allreduce', "
-        "which commlens does not map (known: colwise, rowwise, colwise_gather_output, rowwise_split_input)")
+        "which commlens does not map (known: embedding_rowwise, colwise, rowwise, colwise_gather_output, "
+        "rowwise_split_input)")
 
 
 def test_unknown_family_is_refused():

@@ -1,0 +1,84 @@
+"""What transformers' own tensor parallelism issues: the truth ``examples.hf:hf_tp`` is checked against.
+
+A user runs ``AutoModelForCausalLM.from_pretrained(path, tp_plan="auto")`` (or
+``distributed_config=DistributedConfig(tp_plan="auto")``) under torchrun; transformers then shards
+the model with its own layer classes (``transformers/distributed/tensor_parallel.py``), which
+replace each module's ``forward``, on the plan the model instance resolves
+(``distributed/mixin.py:init_parallel_plans``). :func:`measure_transformers_tp` does exactly that
+in one process, as rank 0 of the fake process group, on the tiny model ``examples.hf`` builds
+(same weights, saved with ``save_pretrained`` to a temporary directory), and counts one training
+step under CommDebugMode as ``commlens.measure`` does for a plan: forward, then phase
+``backward``/``both`` the cross-entropy against random targets (seed 0) and backward.
+
+transformers needs ``accelerate`` for ``from_pretrained`` with a ``tp_plan`` (scripts/setup.sh
+installs it).
+"""
+
+import contextlib
+import os
+import tempfile
+
+from commlens.measure import count_collectives, counts_document, device_info, fake_process_group
+from commlens.plan import Loss
+from examples.hf import HFCausalLM, _build, _family
+
+# What torchrun sets for rank 0; transformers reads WORLD_SIZE (tp_size defaults to it) and
+# LOCAL_RANK (the device it binds).
+_TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@contextlib.contextmanager
+def _torchrun_env(world_size):
+    saved = {k: os.environ.get(k) for k in _TORCHRUN_ENV}
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """transformers' "Writing model shards" / "Loading weights" bars, off for the block."""
+    from transformers.utils import logging
+
+    was_enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            logging.enable_progress_bar()
+
+
+def measure_transformers_tp(*, family="llama", tp=4, phase="both", **model_kw):
+    """The commlens-counts document of one step of ``examples.hf:hf_model(family=..., **model_kw)``
+    as transformers' ``from_pretrained(distributed_config=DistributedConfig(tp_plan="auto"))``
+    parallelises it on ``tp`` ranks (fake process group, rank 0). Module names are those of the
+    model wrapped in ``examples.hf.HFCausalLM`` (``HFCausalLM.model.model.embed_tokens``, ...), as
+    measure and ``commlens predict`` name the exported factory's modules."""
+    from transformers.distributed import DistributedConfig
+
+    model, (ids,) = _build(family, **model_kw)
+    with tempfile.TemporaryDirectory(prefix="commlens-hf-") as path, _no_progress_bars():
+        model.model.save_pretrained(path)
+        with _torchrun_env(tp), fake_process_group(tp):
+            loaded = _family(family)[1].from_pretrained(
+                path, distributed_config=DistributedConfig(tp_plan="auto"),
+                attn_implementation=model.model.config._attn_implementation)
+            loaded.train()  # from_pretrained returns the model in eval mode; this is a training step
+            modules = count_collectives(HFCausalLM(loaded), (ids,), {}, phase,
+                                        Loss.cross_entropy(targets="random", seed=0))
+            tp_mesh = next(p.device_mesh for p in loaded.parameters() if hasattr(p, "device_mesh"))
+            mesh = {"shape": list(tp_mesh.shape), "dim_names": list(tp_mesh.mesh_dim_names),
+                    "device_type": tp_mesh.device_type}
+    return counts_document(modules, backend="fake", world_size=tp, phase=phase,
+                           model=f"examples.hf:hf_model(family={family!r})", mesh=mesh,
+                           plan_source="transformers:from_pretrained(distributed_config="
+                                       "DistributedConfig(tp_plan='auto'))",
+                           device=device_info(ids.device))
