@@ -129,6 +129,10 @@ CASES = [
     ("cross-entropy", lambda a, t: F.cross_entropy(a, t), [(f32(8, 5), S0), (idx(5, 8), S0)]),
     ("cross-entropy-sum-ignore", lambda a, t: F.cross_entropy(a, t, reduction="sum", ignore_index=1),
      [(f32(8, 5), R), (idx(5, 8), R)]),
+    ("upsample-bilinear-scale", lambda a: F.interpolate(a, scale_factor=2, mode="bilinear"), [(f32(2, 3, 4, 4), S0)]),
+    ("upsample-bilinear-size-shard-h", lambda a: F.interpolate(a, size=(6, 8), mode="bilinear", align_corners=True),
+     [(f32(2, 3, 4, 4), S2)]),
+    ("upsample-nearest-scale", lambda a: F.interpolate(a, scale_factor=2, mode="nearest"), [(f32(2, 3, 4, 4), S1)]),
     # complex RoPE as torchtitan applies it: view_as_complex, a complex mul, view_as_real (their
     # backward: view_as_real / view_as_complex of the contiguous gradient, grad * other.conj())
     ("complex-rope", lambda x, f: torch.view_as_real(torch.view_as_complex(x.reshape(2, 4, 3, 2)) * f).flatten(2),
