@@ -99,6 +99,13 @@ std::optional<llvm::SmallVector<int64_t, 4>> viewStrides(const TensorMeta &meta,
 
 namespace {
 
+/// F.interpolate's composite overloads, each run as its .default kernel.
+constexpr llvm::StringLiteral kUpsampleVec[] = {
+    "aten::upsample_nearest1d.vec", "aten::upsample_nearest2d.vec",  "aten::upsample_nearest3d.vec",
+    "aten::_upsample_nearest_exact1d.vec", "aten::_upsample_nearest_exact2d.vec",
+    "aten::_upsample_nearest_exact3d.vec", "aten::upsample_linear1d.vec", "aten::upsample_bilinear2d.vec",
+    "aten::upsample_bicubic2d.vec",  "aten::upsample_trilinear3d.vec"};
+
 /// Emits the runtime ops of one exported node.
 class Decomposer {
 public:
@@ -157,7 +164,7 @@ public:
       return pad();
     if (op == "aten::cross_entropy_loss.default")
       return crossEntropyLoss();
-    if (op.startswith("aten::upsample_") && op.endswith(".vec"))
+    if (llvm::is_contained(kUpsampleVec, op))
       return upsampleVec();
     b_.copy(n);
     return llvm::Error::success();
