@@ -24,4 +24,14 @@ def predict(program, plan, phase="forward", **kwargs):
     return _predict(program, plan, phase, **kwargs)
 
 
-__all__ = ["CommlensError", "predict"]
+__all__ = ["CommlensError", "capture", "predict"]
+
+
+def __getattr__(name):
+    # commlens.capture is a callable module (python -m commlens.capture, commlens.capture(...)),
+    # imported on first use: it loads torch.
+    if name == "capture":
+        import importlib
+
+        return importlib.import_module("commlens.capture")
+    raise AttributeError(f"module 'commlens' has no attribute {name!r}")

@@ -97,6 +97,7 @@ one process).
 """
 
 import argparse
+import contextlib
 import json
 import functools
 import math
@@ -334,9 +335,8 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, distribute_tensor
-    from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module
     import fnmatch
-    import contextlib
 
     world = dist.get_world_size()
     if math.prod(plan.mesh_shape) != world:
@@ -423,6 +423,16 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
             kwargs[key] = t
     args = tuple(args)
 
+    modules = count_step(model, args, kwargs, plan, phase, json_dump=json_dump, noise_level=noise_level)
+    return {"modules": modules, "device": device_info(ran_on)}
+
+
+def count_step(model, args, kwargs, plan, phase, *, json_dump=None, noise_level=3):
+    """One step of a parallelised ``model`` in one fresh CommDebugMode: forward and, unless
+    ``phase`` is ``forward``, the plan's loss and backward (inside ``loss_parallel()`` when the
+    plan says so).  Returns the per-module counts (:func:`counts_from_comm_mode`)."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
     comm_mode = _bytes_recording_comm_debug_mode()
     _fix_repeated_call_tracking(comm_mode)
     ctx = loss_parallel() if plan.loss_parallel else contextlib.nullcontext()
@@ -440,7 +450,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
             loss.backward()
     if json_dump is not None:
         comm_mode.generate_json_dump(file_name=json_dump, noise_level=noise_level)
-    return {"modules": counts_from_comm_mode(comm_mode, phase), "device": device_info(ran_on)}
+    return counts_from_comm_mode(comm_mode, phase)
 
 
 # Where each c10d op (the ops FSDP2 calls) takes the tensors it sends: the input list or tensor
@@ -607,17 +617,25 @@ def device_info(device):
 
 
 def _measure_fake(model_spec, plan, phase, ws, json_dump, noise_level, subject, model_device):
+    with fake_process_group(ws, "measure"):
+        return _run_measurement(model_spec, plan, phase, "fake", json_dump=json_dump,
+                                noise_level=noise_level, plan_subject=subject,
+                                model_device=model_device)
+
+
+@contextlib.contextmanager
+def fake_process_group(world_size, subject):
+    """A default ``fake`` process group of ``world_size`` ranks (this process is rank 0) for the
+    duration of the block; ``subject`` names the caller in the error when one already exists."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        raise CommlensError("measure", "a default process group is already initialised; "
+        raise CommlensError(subject, "a default process group is already initialised; "
                             "the fake backend needs its own (call dist.destroy_process_group())")
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=ws)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
-        return _run_measurement(model_spec, plan, phase, "fake", json_dump=json_dump,
-                                noise_level=noise_level, plan_subject=subject,
-                                model_device=model_device)
+        yield
     finally:
         dist.destroy_process_group()
         # DTensor caches sharding decisions keyed by the mesh's value (ranks, dim names), not
