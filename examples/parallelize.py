@@ -13,14 +13,14 @@ PyTorch's FSDP tests), for ``commlens.capture``: each takes the model, builds it
   selective policy); ``prefetch`` sets torchtitan's explicit prefetch lists;
 * ``stacked_mlp_fsdp()``: examples.mlp:stacked_mlp, ``fully_shard`` with its default mesh on
   every block and the root, no gradient sync for the last block;
-* ``mlp_placed(dp, tp)``: examples.mlp:mlp, parameters placed by ``distribute_tensor`` on a 2-D
-  mesh, ``w2.bias`` frozen.
+* ``mlp_placed(dp, tp)``: examples.mlp:mlp, its input made a replicated DTensor by
+  ``PrepareModuleInput`` on the root and its parameters placed by ``distribute_tensor`` on ``tp``
+  of a ``("dp", "tp")`` mesh, ``w2.bias`` frozen.
 """
 
 import functools
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
 from torch.distributed.device_mesh import init_device_mesh
@@ -97,13 +97,17 @@ def stacked_mlp_fsdp(model):
 
 def mlp_placed(model, *, dp=2, tp=2):
     mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    tp_mesh = mesh["tp"]
+    # the input becomes a replicated DTensor, so the placed parameters' ops run as DTensor ops
+    parallelize_module(model, tp_mesh, PrepareModuleInput(input_layouts=(Replicate(),),
+                                                          desired_input_layouts=(Replicate(),),
+                                                          use_local_output=False))
     placements = {
-        model.w1: {"weight": (Replicate(), Shard(0)), "bias": (Replicate(), Shard(0))},
-        model.w2: {"weight": (Shard(0), Shard(1)), "bias": (Replicate(), Replicate())},
+        model.w1: {"weight": (Shard(0),), "bias": (Shard(0),)},
+        model.w2: {"weight": (Shard(1),), "bias": (Replicate(),)},
     }
     for module, params in placements.items():
         for name, pls in params.items():
             param = getattr(module, name)
-            module.register_parameter(name, nn.Parameter(distribute_tensor(param.detach(), mesh, pls)))
+            module.register_parameter(name, nn.Parameter(distribute_tensor(param.detach(), tp_mesh, pls)))
     model.w2.bias.requires_grad_(False)
-    assert dist.get_world_size() == dp * tp

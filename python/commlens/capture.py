@@ -106,6 +106,8 @@ class _Recorder:
     # ---- ParallelStyle._apply
 
     def _wrap_style_class(self, cls):
+        from torch.distributed.tensor.parallel import RowwiseParallel
+
         original = cls.__dict__.get("_apply")
         if original is None or getattr(original, "_commlens_original", None) is not None:
             return
@@ -115,8 +117,11 @@ class _Recorder:
         def _apply(style, module, device_mesh):
             if recorder._depth:  # a style calling another (PrepareModuleInputOutput, super()._apply)
                 return original(style, module, device_mesh)
-            # RowwiseParallel._apply sets desired_input_layouts on the style: keep it as constructed
             before = copy.deepcopy(style) if type(style).__module__.startswith("torch.") else style
+            if type(style) is RowwiseParallel:
+                # RowwiseParallel._apply sets it from the module's class, whatever it was, and a
+                # style applied again carries the last module's
+                vars(before).pop("desired_input_layouts", None)
             hooks, params = _hook_ids(module), _param_slots(module)
             recorder._depth += 1
             try:
@@ -172,8 +177,10 @@ class _Recorder:
                                     and not getattr(owner, "_is_fsdp_managed_module", False)):
                                 recorder.placed_then_sharded.append((owner, name))
             out = original(state, modules, *args, **kwargs)
-            handles = (state._pre_forward_hook_handle, state._post_forward_hook_handle)
-            recorder.hooks.setdefault(id(modules[0]), set()).update(h.id for h in handles)
+            for handle in (state._pre_forward_hook_handle, state._post_forward_hook_handle):
+                for h in getattr(handle, "handles", (handle,)):  # a list unit's _MultiHandle
+                    for module in modules:
+                        recorder.hooks.setdefault(id(module), set()).add(h.id)
             recorder.units.append({"state": state, "modules": tuple(modules), "call": call,
                                    "caller": caller.f_code.co_qualname})
             return out
@@ -278,9 +285,10 @@ class _Capture:
 
     def shown(self, module, unwrapped=False):
         path = (self.unwrapped if unwrapped else self.path_of).get(id(module))
+        name = _unsharded_class(type(module)).__name__
         if path is None:
-            return f"a {type(module).__name__} that is no longer in the model"
-        return f"{path!r} ({type(module).__name__})" if path else f"the root ({type(module).__name__})"
+            return f"a {name} that is no longer in the model"
+        return f"{path!r} ({name})" if path else f"the root ({name})"
 
     # ---- meshes
 
@@ -313,8 +321,8 @@ class _Capture:
             before = self.original.get(id(module))
             if before is None:
                 if cls is not CheckpointWrapper:
-                    self.fail(f"module {self.shown(module)} of class {_qualname(cls)} was added by the "
-                              "parallelization; commlens models no module wrapper but checkpoint_wrapper")
+                    self.fail(f"module {self.path_of[id(module)]!r} is a {_qualname(cls)} the parallelization "
+                              "added; commlens models no module wrapper but checkpoint_wrapper")
                 continue
             if cls is not before[1]:
                 self.fail(f"module {self.shown(module)} changed class from {_qualname(before[1])} to "
