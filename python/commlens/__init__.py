@@ -7,6 +7,8 @@ Submodules (each also a CLI via ``python -m``):
   describe an exported program (``describe``).
 * :mod:`commlens.plan`    -- the :class:`~commlens.plan.Plan` dataclass and its
   versioned JSON format (``docs/plan-format.md``).
+* :mod:`commlens.capture` -- the plan a user's own parallelize function applies
+  (``commlens.capture(...)``, docs/plan-format.md "Capturing a plan").
 * :mod:`commlens.measure` -- run a parallelised model under ``CommDebugMode``
   and write per-module collective counts.
 * :mod:`commlens.api` -- :func:`predict`: the C++ prediction pipeline on an

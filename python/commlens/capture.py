@@ -99,7 +99,7 @@ class _Recorder:
         self.units = []     # fully_shard's arguments, its state and modules
         self.hooks = {}     # id(module) -> hook ids a style or unit registered on it
         self.styled = set()  # (id(owner), name) of parameters a style replaced
-        self.placed_then_sharded = []  # (owner, name, placements): a distribute_tensor fully_shard took
+        self.placed_then_sharded = []  # (owner, name): a distribute_tensor parameter fully_shard took
         self._depth = 0
         self._restore = []
 
@@ -261,13 +261,12 @@ def _group_patterns(entries, paths, containers):
 class _Capture:
     """Reads the plan off the model FN parallelized and the recorder's log."""
 
-    def __init__(self, subject, model, original, recorder, world_size):
+    def __init__(self, subject, model, original, recorder):
         from commlens.measure import _unwrapped_path
 
         self.subject = subject
         self.model = model
         self.recorder = recorder
-        self.world_size = world_size
         self.root_name = type(model).__name__
         named = list(model.named_modules())
         self.path_of = {id(m): path for path, m in named}
@@ -442,6 +441,7 @@ class _Capture:
     # ---- activation checkpointing
 
     def checkpoints(self):
+        import torch.utils.checkpoint as checkpoint
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, CheckpointWrapper
 
         from commlens.plan import ActivationCheckpoint, checkpoint_save_op
@@ -455,8 +455,6 @@ class _Capture:
                 self.fail(f"{where} is reentrant ({module.checkpoint_impl}); commlens models non-reentrant "
                           "checkpointing only")
             fn = module.checkpoint_fn
-            import torch.utils.checkpoint as checkpoint
-
             if not (isinstance(fn, functools.partial) and fn.func is checkpoint.checkpoint and not fn.args):
                 self.fail(f"{where} runs {getattr(fn, '__qualname__', fn)!r}, not torch.utils.checkpoint."
                           "checkpoint; commlens cannot model it")
@@ -602,7 +600,7 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
             raise CaptureError(subject, f"the parallelize function returned a {_qualname(returned)}, not the "
                                f"{type(model).__name__} it was given; commlens captures a model parallelized "
                                "in place")
-        cap = _Capture(subject, model, original, recorder, world_size)
+        cap = _Capture(subject, model, original, recorder)
         cap.check_modules()
         steps = cap.parallelize_steps()
         units = cap.units()

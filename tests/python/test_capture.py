@@ -1,7 +1,7 @@
 """commlens.capture: the plan a user's own parallelize function applies equals the hand-written
 plan of examples/plans.py for the same parallelization, and what a plan cannot state is refused in
 one line naming the class and the module (in Python and, exit 2, from the CLI).  Counts against
-CommDebugMode: tests/integration/test_capture.py."""
+CommDebugMode: tests/integration/test_capture_predict.py."""
 import json
 import pathlib
 
