@@ -7,6 +7,8 @@ Submodules (each also a CLI via ``python -m``):
   describe an exported program (``describe``).
 * :mod:`commlens.plan`    -- the :class:`~commlens.plan.Plan` dataclass and its
   versioned JSON format (``docs/plan-format.md``).
+* :mod:`commlens.capture` -- the plan a user's own parallelize function applies
+  (``commlens.capture(...)``, docs/plan-format.md "Capturing a plan").
 * :mod:`commlens.measure` -- run a parallelised model under ``CommDebugMode``
   and write per-module collective counts.
 * :mod:`commlens.api` -- :func:`predict`: the C++ prediction pipeline on an
@@ -24,4 +26,14 @@ def predict(program, plan, phase="forward", **kwargs):
     return _predict(program, plan, phase, **kwargs)
 
 
-__all__ = ["CommlensError", "predict"]
+__all__ = ["CommlensError", "capture", "predict"]
+
+
+def __getattr__(name):
+    # commlens.capture is a callable module (python -m commlens.capture, commlens.capture(...)),
+    # imported on first use: it loads torch.
+    if name == "capture":
+        import importlib
+
+        return importlib.import_module("commlens.capture")
+    raise AttributeError(f"module 'commlens' has no attribute {name!r}")

@@ -631,14 +631,15 @@ def _measure_fake(model_spec, plan, phase, ws, json_dump, noise_level, subject, 
 
 
 @contextlib.contextmanager
-def fake_process_group(world_size):
+def fake_process_group(world_size, subject="measure"):
     """``dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)`` for the
-    block: rank 0 of ``world_size``, collectives counted but not run; destroyed after it."""
+    block: rank 0 of ``world_size``, collectives counted but not run; destroyed after it. ``subject``
+    names the caller in the error when a default process group already exists."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        raise CommlensError("measure", "a default process group is already initialised; "
+        raise CommlensError(subject, "a default process group is already initialised; "
                             "the fake backend needs its own (call dist.destroy_process_group())")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:

@@ -1,0 +1,693 @@
+"""Capture the plan a user's own parallelization code applies.
+
+CLI::
+
+    python -m commlens.capture --model MODULE:FACTORY[(k=v, ...)] --parallelize MODULE:FN[(k=v, ...)] \\
+        --world-size N [--loss sum|cross_entropy] [--loss-parallel] [--input-requires-grad KEY ...] -o plan.json
+
+Python: ``commlens.capture(model_factory, parallelize, world_size=N, ...)`` (this module is
+callable) or :func:`capture`; both return a :class:`commlens.plan.Plan`.
+
+The model factory (what ``commlens.export`` takes, returning ``(model, args[, kwargs])``) builds
+the model on the meta device; ``FN(model)`` then runs under a fake process group of N ranks, as
+the user wrote it: ``parallelize_module`` with torch's styles, ``fully_shard``,
+``checkpoint_wrapper``, ``distribute_tensor`` on parameters, ``requires_grad_(False)``, on any
+``DeviceMesh`` FN builds.  While it runs, every ``ParallelStyle._apply`` is recorded (the class
+attribute, so however FN imported ``parallelize_module``) with the style as it was before
+``_apply`` touched it, its module and its mesh, and every ``fully_shard`` call with its arguments
+(``FSDPState.init`` reads them from ``fully_shard``'s frame).  The plan is then read off the
+result: styles and units in application order, merged into ``layers.*`` patterns where every
+module a pattern matches had the same style, the FSDP setters' state (gradient sync, prefetch
+lists), ``CheckpointWrapper`` modules, parameters placed by ``distribute_tensor``, frozen
+parameters.
+
+Whatever the plan format cannot state is refused in one line naming the class and the module:
+another ``ParallelStyle`` (a subclass included), a module FN added or whose class it changed
+(other than ``checkpoint_wrapper`` and ``fully_shard``'s class swap), a forward or backward hook
+that no style or unit registered (``distribute_module``'s ``input_fn``/``output_fn``), a
+``fully_shard`` of a list of modules, its ``shard_placement_fn`` / ``ignored_params`` /
+``dp_mesh_dims``, the FSDP setters commlens does not model, a reentrant or custom checkpoint, a
+selective-checkpoint policy that is not an op list, two unrelated device meshes.
+"""
+
+import argparse
+import copy
+import fnmatch
+import functools
+import inspect
+import json
+import sys
+import types
+import warnings
+
+from commlens._errors import CommlensError, cli_main
+
+# Module classes whose children are list or dict items: where a recorded path may become a
+# "layers.*" pattern.
+_CONTAINER_NAMES = ("ModuleList", "ModuleDict", "Sequential")
+
+# FSDPParamGroup state the plan format has no field for, with its default and the setter that
+# changes it; a unit with any other value is refused.
+_UNMODELLED_GROUP_STATE = (
+    ("reshard_after_backward", True, "set_reshard_after_backward"),
+    ("unshard_in_backward", True, "set_unshard_in_backward"),
+    ("gradient_divide_factor", None, "set_gradient_divide_factor"),
+    ("force_sum_reduction_for_comms", False, "set_force_sum_reduction_for_comms"),
+    ("reduce_scatter_unused_params", False, "set_reduce_scatter_unused_params"),
+    ("_all_reduce_hook", None, "set_all_reduce_hook"),
+)
+
+# checkpoint() keywords that change no collective, so a wrapper may set them.
+_NEUTRAL_CHECKPOINT_KWARGS = ("preserve_rng_state", "determinism_check", "debug")
+
+
+class CaptureError(CommlensError):
+    """A parallelization the plan format cannot state (refused by class and module)."""
+
+
+def _qualname(obj):
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _unsharded_class(cls):
+    """The class ``fully_shard`` swapped for ``FSDP<Class>`` (``(FSDPModule, Class)``), else ``cls``."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if issubclass(cls, FSDPModule) and len(cls.__bases__) == 2 and cls.__bases__[0] is FSDPModule:
+        return cls.__bases__[1]
+    return cls
+
+
+def _hook_ids(module):
+    """Ids of the module's forward and backward hooks (each dict keyed by handle id)."""
+    return {key for table in (module._forward_pre_hooks, module._forward_hooks,
+                              module._backward_pre_hooks, module._backward_hooks) for key in table}
+
+
+def _param_slots(module):
+    """``{(id(owner), name): parameter}`` for every parameter below ``module`` (itself included)."""
+    return {(id(owner), name): p for owner in module.modules()
+            for name, p in owner._parameters.items() if p is not None}
+
+
+class _Recorder:
+    """Records style applications and fully_shard calls while the user's function runs."""
+
+    def __init__(self):
+        self.styles = []    # (style before _apply, module, mesh, src_data_rank)
+        self.units = []     # fully_shard's arguments, its state and modules
+        self.hooks = {}     # id(module) -> hook ids a style or unit registered on it
+        self.styled = set()  # (id(owner), name) of parameters a style replaced
+        self.placed_then_sharded = []  # (owner, name): a distribute_tensor parameter fully_shard took
+        self._depth = 0
+        self._restore = []
+
+    # ---- ParallelStyle._apply
+
+    def _wrap_style_class(self, cls):
+        from torch.distributed.tensor.parallel import RowwiseParallel
+
+        original = cls.__dict__.get("_apply")
+        if original is None or getattr(original, "_commlens_original", None) is not None:
+            return
+        recorder = self
+
+        @functools.wraps(original)
+        def _apply(style, module, device_mesh):
+            if recorder._depth:  # a style calling another (PrepareModuleInputOutput, super()._apply)
+                return original(style, module, device_mesh)
+            before = copy.deepcopy(style) if type(style).__module__.startswith("torch.") else style
+            if type(style) is RowwiseParallel:
+                # RowwiseParallel._apply sets it from the module's class, whatever it was, and a
+                # style applied again carries the last module's
+                vars(before).pop("desired_input_layouts", None)
+            hooks, params = _hook_ids(module), _param_slots(module)
+            recorder._depth += 1
+            try:
+                out = original(style, module, device_mesh)
+            finally:
+                recorder._depth -= 1
+            recorder.styles.append((before, module, device_mesh, style.src_data_rank))
+            recorder.hooks.setdefault(id(module), set()).update(_hook_ids(module) - hooks)
+            recorder.styled.update(slot for slot, p in _param_slots(module).items() if params.get(slot) is not p)
+            return out
+
+        _apply._commlens_original = original
+        cls._apply = _apply
+        self._restore.append(lambda: setattr(cls, "_apply", original))
+
+    def _wrap_styles(self):
+        from torch.distributed.tensor.parallel.style import ParallelStyle
+
+        pending = [ParallelStyle]
+        while pending:
+            cls = pending.pop()
+            self._wrap_style_class(cls)
+            pending.extend(cls.__subclasses__())
+        recorder = self
+
+        def init_subclass(cls, **kwargs):  # styles FN defines while it runs
+            super(ParallelStyle, cls).__init_subclass__(**kwargs)
+            recorder._wrap_style_class(cls)
+
+        ParallelStyle.__init_subclass__ = classmethod(init_subclass)
+        self._restore.append(lambda: delattr(ParallelStyle, "__init_subclass__"))
+
+    # ---- fully_shard (FSDPState.init, called by fully_shard with the unit's modules)
+
+    def _wrap_fsdp_state(self):
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+        from torch.distributed.tensor import DTensor
+
+        original = FSDPState.init
+        fully_shard_code = inspect.unwrap(fully_shard).__code__
+        recorder = self
+
+        def init(state, modules, *args, **kwargs):
+            caller = sys._getframe(1)
+            call = dict(caller.f_locals) if caller.f_code is fully_shard_code else None
+            if call is not None:
+                # A parameter distribute_tensor placed before fully_shard: a plan places after it.
+                for module in modules:
+                    for owner in module.modules():
+                        for name, p in owner._parameters.items():
+                            if (isinstance(p, DTensor) and (id(owner), name) not in recorder.styled
+                                    and not getattr(owner, "_is_fsdp_managed_module", False)):
+                                recorder.placed_then_sharded.append((owner, name))
+            out = original(state, modules, *args, **kwargs)
+            for handle in (state._pre_forward_hook_handle, state._post_forward_hook_handle):
+                for h in getattr(handle, "handles", (handle,)):  # a list unit's _MultiHandle
+                    for module in modules:
+                        recorder.hooks.setdefault(id(module), set()).add(h.id)
+            recorder.units.append({"state": state, "modules": tuple(modules), "call": call,
+                                   "caller": caller.f_code.co_qualname})
+            return out
+
+        FSDPState.init = init
+        self._restore.append(lambda: setattr(FSDPState, "init", original))
+
+    def __enter__(self):
+        self._wrap_styles()
+        self._wrap_fsdp_state()
+        return self
+
+    def __exit__(self, *exc):
+        for restore in reversed(self._restore):
+            restore()
+
+
+# --------------------------------------------------------------------------
+# paths and patterns
+# --------------------------------------------------------------------------
+
+
+def _match(paths, pattern):
+    """The paths ``pattern`` matches, token by token as ``parallelize_module`` matches plan keys."""
+    if pattern == "":
+        return [""]
+    tokens = pattern.split(".")
+    return [p for p in paths if p and len(p.split(".")) == len(tokens)
+            and all(fnmatch.fnmatch(name, token) for name, token in zip(p.split("."), tokens))]
+
+
+def _related(a, b):
+    return a == b or a == "" or b == "" or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _group_patterns(entries, paths, containers):
+    """Merge ``entries`` (``(path, key)`` in application order) into ``[(pattern, [indices])]``.
+
+    The entries of one group share a key, and its pattern (one list or dict index of a path
+    replaced by ``*``) matches exactly their paths; the group takes the place of its first entry.
+    An entry moves earlier only past entries on unrelated modules (neither the same, an ancestor
+    nor a descendant), so every module still sees its styles (or units) in the order FN applied
+    them."""
+    done = [False] * len(entries)
+    groups = []
+    for i, (path, key) in enumerate(entries):
+        if done[i]:
+            continue
+        pattern, members = path, [i]
+        tokens = path.split(".") if path else []
+        for j in range(len(tokens)):
+            if ".".join(tokens[:j]) not in containers:
+                continue
+            candidate = ".".join(tokens[:j] + ["*"] + tokens[j + 1:])
+            picked = []
+            for match in _match(paths, candidate):
+                k = next((k for k in range(i, len(entries))
+                          if not done[k] and k not in picked and entries[k] == (match, key)), None)
+                if k is None:
+                    break
+                picked.append(k)
+            else:
+                if all(not _related(entries[m][0], entries[k][0])
+                       for k in picked for m in range(i + 1, k) if not done[m] and m not in picked):
+                    pattern, members = candidate, picked
+                    break
+        for k in members:
+            done[k] = True
+        groups.append((pattern, members))
+    return groups
+
+
+# --------------------------------------------------------------------------
+# capture
+# --------------------------------------------------------------------------
+
+
+class _Capture:
+    """Reads the plan off the model FN parallelized and the recorder's log."""
+
+    def __init__(self, subject, model, original, recorder):
+        from commlens.measure import _unwrapped_path
+
+        self.subject = subject
+        self.model = model
+        self.recorder = recorder
+        self.root_name = type(model).__name__
+        named = list(model.named_modules())
+        self.path_of = {id(m): path for path, m in named}
+        self.unwrapped = {id(m): _unwrapped_path(path) for path, m in named}
+        self.modules_by_path = dict(named)
+        self.original = original
+        self.wrapped_paths = [path for path, _m in named]
+        self.plain_paths = list(dict.fromkeys(_unwrapped_path(path) for path, _m in named))
+        self.wrapped_containers = {path for path, m in named if type(m).__name__ in _CONTAINER_NAMES}
+        self.plain_containers = {_unwrapped_path(p) for p in self.wrapped_containers}
+        self.root_mesh = None
+
+    def fail(self, message):
+        raise CaptureError(self.subject, message)
+
+    def shown(self, module, unwrapped=False):
+        path = (self.unwrapped if unwrapped else self.path_of).get(id(module))
+        name = _unsharded_class(type(module)).__name__
+        if path is None:
+            return f"a {name} that is no longer in the model"
+        return f"{path!r} ({name})" if path else f"the root ({name})"
+
+    # ---- meshes
+
+    def mesh_dims(self, mesh, what):
+        """The plan's mesh dims for ``mesh``: None for the whole (1-D, unnamed) root mesh, else
+        its dim names, which must be dims of the one root mesh."""
+        root = mesh._get_root_mesh()
+        if self.root_mesh is None:
+            self.root_mesh = root
+        elif root != self.root_mesh:
+            self.fail(f"{what} runs on {root}, another device mesh than {self.root_mesh}; a plan has one "
+                      "mesh (slice every mesh from one init_device_mesh)")
+        names = mesh.mesh_dim_names
+        if mesh == root:
+            return tuple(names) if names else None
+        root_names = root.mesh_dim_names or ()
+        for name in names or ():
+            if name not in root_names:
+                self.fail(f"{what} runs on mesh dim {name!r}, which is not a dim of the root mesh "
+                          f"{tuple(root_names)} (flattened meshes are not modelled)")
+        return tuple(names)
+
+    # ---- the model's modules and hooks
+
+    def check_modules(self):
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+        for module in self.modules_by_path.values():
+            cls = _unsharded_class(type(module))
+            before = self.original.get(id(module))
+            if before is None:
+                if cls is not CheckpointWrapper:
+                    self.fail(f"module {self.path_of[id(module)]!r} is a {_qualname(cls)} the parallelization "
+                              "added; commlens models no module wrapper but checkpoint_wrapper")
+                continue
+            if cls is not before[1]:
+                self.fail(f"module {self.shown(module)} changed class from {_qualname(before[1])} to "
+                          f"{_qualname(cls)} in the parallelization; commlens cannot model it")
+            added = _hook_ids(module) - before[2] - self.recorder.hooks.get(id(module), set())
+            if added:
+                tables = (module._forward_pre_hooks, module._forward_hooks, module._backward_pre_hooks,
+                          module._backward_hooks)
+                hook = next(t[k] for t in tables for k in t if k in added)
+                name = getattr(hook, "__qualname__", None) or getattr(getattr(hook, "func", None), "__qualname__", "?")
+                self.fail(f"module {self.shown(module)} got a hook ({name}) from the parallelization that no "
+                          "ParallelStyle or fully_shard registered (distribute_module input_fn/output_fn?); "
+                          "commlens cannot model it")
+
+    # ---- styles
+
+    def parallelize_steps(self):
+        from commlens.plan import _CLASS_TO_NAME, style_to_json
+
+        entries, styles = [], []
+        for style, module, mesh, _rank in self.recorder.styles:
+            if type(style) not in _CLASS_TO_NAME:
+                self.fail(f"parallel style {_qualname(style)} on module {self.shown(module, True)} is not "
+                          f"modelled (commlens models {', '.join(_CLASS_TO_NAME.values())})")
+            if id(module) not in self.unwrapped:
+                self.fail(f"{type(style).__name__} was applied to a {type(module).__name__} that the "
+                          "parallelization then removed from the model")
+            dims = self.mesh_dims(mesh, f"{type(style).__name__} on module {self.shown(module, True)}")
+            dim = dims[0] if dims else None
+            text = json.dumps(style_to_json(style, self.subject))
+            entries.append((self.unwrapped[id(module)], (dim, text)))
+            styles.append(style)
+        steps = []
+        for pattern, members in _group_patterns(entries, self.plain_paths, self.plain_containers):
+            dim = entries[members[0]][1][0]
+            if not steps or steps[-1][0] != dim or pattern in steps[-1][1]:
+                steps.append((dim, {}))
+            steps[-1][1][pattern] = styles[members[0]]
+        return steps
+
+    def src_data_rank(self):
+        ranks = {rank for *_s, rank in self.recorder.styles}
+        if len(ranks) > 1:
+            self.fail(f"parallelize_module ran with different src_data_rank values {sorted(ranks, key=str)}; "
+                      "a plan has one")
+        return ranks.pop() if ranks else 0
+
+    # ---- fully_shard units
+
+    def units(self):
+        from commlens.plan import FullyShard, fully_shard_to_json
+
+        entries, units = [], []
+        for record in self.recorder.units:
+            modules, state, call = record["modules"], record["state"], record["call"]
+            if call is None:
+                self.fail(f"{record['caller']} sharded module {self.shown(modules[0])} with FSDP2's state; "
+                          "commlens models fully_shard only")
+            if len(modules) > 1:
+                self.fail(f"fully_shard of a list of {len(modules)} modules "
+                          f"({', '.join(self.shown(m) for m in modules)}) makes one unit of them; commlens "
+                          "models one module per fully_shard call")
+            module = modules[0]
+            where = f"fully_shard of module {self.shown(module)}"
+            for arg in ("shard_placement_fn", "ignored_params", "dp_mesh_dims"):
+                if call.get(arg):
+                    self.fail(f"{where}: {arg} is not modelled")
+            groups = state._fsdp_param_groups
+            for group in groups:
+                for attr, default, setter in _UNMODELLED_GROUP_STATE:
+                    if getattr(group, attr, default) != default:
+                        self.fail(f"{where}: {setter}({getattr(group, attr)!r}) is not modelled")
+                for attr, default, setter in (("_all_gather_comm", "DefaultAllGather", "set_custom_all_gather"),
+                                              ("_reduce_scatter_comm", "DefaultReduceScatter",
+                                               "set_custom_reduce_scatter")):
+                    if type(getattr(group, attr)).__name__ != default:
+                        self.fail(f"{where}: {setter}({_qualname(getattr(group, attr))}) is not modelled")
+            dims = self.mesh_dims(call["mesh"], where)
+            raf = self.reshard_after_forward(call, state)
+            group = groups[0] if groups else None
+            unit = FullyShard(
+                fqn=self.path_of[id(module)], mesh_dims=dims or (), reshard_after_forward=raf,
+                mp_policy=call["mp_policy"], offload_policy=call["offload_policy"],
+                requires_gradient_sync=group.reduce_grads if group else True,
+                # without reduce_grads FSDP skips the all-reduce too (FSDPParamGroup.post_backward)
+                requires_all_reduce=group.all_reduce_grads if group and group.reduce_grads else True,
+                forward_prefetch=tuple(self.path_of[id(s._modules[0])] for s in state._states_to_forward_prefetch),
+                backward_prefetch=tuple(self.path_of[id(s._modules[0])] for s in state._states_to_backward_prefetch))
+            body = fully_shard_to_json(unit, self.subject, where)
+            del body["fqn"]
+            entries.append((unit.fqn, json.dumps(body)))
+            units.append(unit)
+        out = []
+        for pattern, members in _group_patterns(entries, self.wrapped_paths, self.wrapped_containers):
+            unit = units[members[0]]
+            unit.fqn = pattern
+            out.append(unit)
+        return out
+
+    @staticmethod
+    def reshard_after_forward(call, state):
+        """fully_shard's argument, unless ``set_reshard_after_forward(b)`` changed it since (then
+        ``b``, read off the unit's post-forward mesh)."""
+        raf = call["reshard_after_forward"]
+        groups = state._fsdp_param_groups
+        if state._auto_reshard_after_forward or not groups:
+            return raf  # None, or a unit without parameters, which nothing reshards
+        shard_size = groups[0].mesh_info.shard_mesh_size
+        now = groups[0].post_forward_mesh_info
+        now_size = 0 if now is None else now.shard_mesh_size
+        if isinstance(raf, bool):
+            given = shard_size if raf else 0
+        else:  # an int: 1 keeps the parameters unsharded, the shard size is True
+            given = None if raf is None else 0 if raf == 1 else raf
+        return raf if given == now_size else now is not None
+
+    # ---- activation checkpointing
+
+    def checkpoints(self):
+        import torch.utils.checkpoint as checkpoint
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, CheckpointWrapper
+
+        from commlens.plan import ActivationCheckpoint, checkpoint_save_op
+
+        entries = []
+        for module in self.modules_by_path.values():
+            if _unsharded_class(type(module)) is not CheckpointWrapper:
+                continue
+            where = f"checkpoint_wrapper of module {self.shown(module, True)}"
+            if module.checkpoint_impl is not CheckpointImpl.NO_REENTRANT:
+                self.fail(f"{where} is reentrant ({module.checkpoint_impl}); commlens models non-reentrant "
+                          "checkpointing only")
+            fn = module.checkpoint_fn
+            if not (isinstance(fn, functools.partial) and fn.func is checkpoint.checkpoint and not fn.args):
+                self.fail(f"{where} runs {getattr(fn, '__qualname__', fn)!r}, not torch.utils.checkpoint."
+                          "checkpoint; commlens cannot model it")
+            save_ops, early_stop = (), True
+            for key, value in fn.keywords.items():
+                if key in _NEUTRAL_CHECKPOINT_KWARGS or (key, value) == ("use_reentrant", False):
+                    continue
+                if key == "early_stop" and isinstance(value, bool):
+                    early_stop = value
+                    continue
+                if key == "context_fn" and value is checkpoint.noop_context_fn:
+                    continue
+                if key == "context_fn":
+                    save_ops = self.save_ops(value, where)
+                    continue
+                self.fail(f"{where}: checkpoint option {key}={value!r} is not modelled")
+            for op in save_ops:
+                checkpoint_save_op(op, self.subject, where)
+            entries.append((self.unwrapped[id(module)], json.dumps([save_ops, early_stop])))
+        groups = _group_patterns(entries, self.plain_paths, self.plain_containers)
+        options = [json.loads(entries[members[0]][1]) for _pattern, members in groups]
+        return tuple(ActivationCheckpoint(pattern, save_ops=tuple(save_ops), early_stop=early_stop)
+                     for (pattern, _members), (save_ops, early_stop) in zip(groups, options))
+
+    def save_ops(self, context_fn, where):
+        """The op list of ``partial(create_selective_checkpoint_contexts, [ops])``."""
+        import torch
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        if (isinstance(context_fn, functools.partial) and context_fn.func is create_selective_checkpoint_contexts
+                and len(context_fn.args) == 1 and not context_fn.keywords
+                and isinstance(context_fn.args[0], (list, tuple))
+                and all(isinstance(op, torch._ops.OpOverload) for op in context_fn.args[0])):
+            return tuple(str(op) for op in context_fn.args[0])
+        shown = getattr(getattr(context_fn, "func", context_fn), "__qualname__", repr(context_fn))
+        self.fail(f"{where}: context_fn {shown} is not partial(create_selective_checkpoint_contexts, "
+                  "[op overloads]) (an op-list policy); commlens cannot model it")
+
+    # ---- parameters
+
+    def placements_and_frozen(self, fsdp_params):
+        from torch.distributed.tensor import DTensor
+
+        for owner, name in self.recorder.placed_then_sharded:
+            self.fail(f"parameter {name!r} of module {self.shown(owner, True)} was placed by distribute_tensor "
+                      "and then sharded by fully_shard; a plan places parameters after its fully_shard units")
+        placements, frozen = {}, []
+        for module in self.modules_by_path.values():
+            prefix = self.unwrapped[id(module)]
+            for table in (module._parameters, module._buffers):
+                for name, t in table.items():
+                    if t is None:
+                        continue
+                    fqn = f"{prefix}.{name}" if prefix else name
+                    if table is module._parameters and not t.requires_grad and fqn not in frozen:
+                        frozen.append(fqn)
+                    if (isinstance(t, DTensor) and id(t) not in fsdp_params
+                            and (id(module), name) not in self.recorder.styled and fqn not in placements):
+                        dims = self.mesh_dims(t.device_mesh, f"distribute_tensor of {fqn!r}")
+                        pls = tuple(t.placements)
+                        placements[fqn] = pls if dims is None or t.device_mesh == self.root_mesh \
+                            else dict(zip(dims, pls))
+        return placements, tuple(frozen)
+
+
+def _build_meta_model(model_factory):
+    """``(model, args, kwargs)`` from the factory, built on the meta device: with ``device="meta"``
+    when the factory takes a ``device`` argument the spec leaves out, under ``torch.device("meta")``
+    in any case, then moved there (a factory that pins a device)."""
+    import torch
+
+    from commlens._factory import normalize_model_result, resolve
+
+    if isinstance(model_factory, str):
+        fn, kwargs = resolve(model_factory)
+        name = model_factory
+    else:
+        fn, kwargs, name = model_factory, {}, getattr(model_factory, "__qualname__", repr(model_factory))
+    try:
+        takes_device = "device" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes_device = False
+    if takes_device and "device" not in kwargs:
+        kwargs = dict(kwargs, device="meta")
+    try:
+        with torch.device("meta"):
+            result = fn(**kwargs)
+    except CommlensError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise CommlensError(name, f"calling the factory failed: {err}") from None
+    model, args, kw = normalize_model_result(name, result)
+    return model.to("meta"), args, kw
+
+
+def _resolve_parallelize(parallelize):
+    from commlens._factory import resolve
+
+    if isinstance(parallelize, str):
+        fn, kwargs = resolve(parallelize)
+        return functools.partial(fn, **kwargs), parallelize
+    if not callable(parallelize):
+        raise CommlensError(repr(parallelize), "parallelize must be a MODULE:FN spec or a callable FN(model)")
+    return parallelize, f"{getattr(parallelize, '__module__', '?')}:{getattr(parallelize, '__qualname__', '?')}"
+
+
+def _loss(loss):
+    from commlens.plan import Loss
+
+    if isinstance(loss, Loss):
+        return loss
+    if loss == "sum":
+        return Loss.sum()
+    if loss == "cross_entropy":
+        return Loss.cross_entropy()
+    raise CommlensError("capture", f"unknown loss {loss!r} (expected 'sum' or 'cross_entropy')")
+
+
+def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel=False, inputs_requires_grad=()):
+    """The :class:`commlens.plan.Plan` that ``parallelize(model)`` applies to the factory's model.
+
+    ``model_factory``: a ``MODULE:FACTORY(...)`` spec or a callable returning ``(model, args[,
+    kwargs])``; the model is built on the meta device.  ``parallelize``: a ``MODULE:FN(...)`` spec
+    or a callable ``FN(model)``, run under a fake process group of ``world_size`` ranks.
+    ``loss`` (``"sum"``, ``"cross_entropy"`` or a :class:`commlens.plan.Loss`), ``loss_parallel``
+    and ``inputs_requires_grad`` are what the plan says about the training step, which FN does not
+    run.  Raises :class:`CaptureError` (a :class:`commlens.CommlensError`) for what a plan cannot
+    state."""
+    from commlens.measure import fake_process_group
+    from commlens.plan import Plan, validate
+
+    fn, subject = _resolve_parallelize(parallelize)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise CommlensError(subject, f"world size must be a positive int, got {world_size!r}")
+    plan_loss = _loss(loss)
+    model, args, kwargs = _build_meta_model(model_factory)
+    original = {id(m): (m, type(m), _hook_ids(m)) for m in model.modules()}
+    with fake_process_group(world_size, subject), _Recorder() as recorder, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            returned = fn(model)
+        except CommlensError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the user's code: one line naming it
+            raise CaptureError(subject, f"the parallelize function raised {type(err).__name__}: {err}") from None
+        if returned is not None and returned is not model:
+            raise CaptureError(subject, f"the parallelize function returned a {_qualname(returned)}, not the "
+                               f"{type(model).__name__} it was given; commlens captures a model parallelized "
+                               "in place")
+        cap = _Capture(subject, model, original, recorder)
+        cap.check_modules()
+        steps = cap.parallelize_steps()
+        units = cap.units()
+        checkpoints = cap.checkpoints()
+        fsdp_params = {id(p.sharded_param) for r in recorder.units
+                       for g in r["state"]._fsdp_param_groups for p in g.fsdp_params}
+        placements, frozen = cap.placements_and_frozen(fsdp_params)
+        src_data_rank = cap.src_data_rank()
+    root = cap.root_mesh
+    if root is None:
+        shape, names, device_type = (world_size,), None, "cpu"
+    else:
+        shape, names, device_type = tuple(root.shape), root.mesh_dim_names, root.device_type
+        if names is None and units:
+            # fully_shard's default mesh (and any 1-D init_device_mesh without names): a plan's
+            # units name their dims; the name changes no collective
+            names = ("dp",)
+            for unit in units:
+                unit.mesh_dims = names
+    if len(steps) == 1:
+        (tp_dim, parallelize_plan), = steps
+    else:
+        tp_dim, parallelize_plan = None, steps
+    plan = Plan(mesh_shape=shape, mesh_dim_names=None if names is None else tuple(names), device_type=device_type,
+                parallelize_plan=parallelize_plan, tp_mesh_dim=tp_dim, placements=placements,
+                inputs_requires_grad=tuple(inputs_requires_grad), frozen_after_parallelize=frozen,
+                loss=plan_loss, loss_parallel=loss_parallel, src_data_rank=src_data_rank,
+                name=getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None),
+                source=subject, fully_shard=tuple(units), activation_checkpoint=checkpoints)
+    if plan.world_size != world_size:
+        raise CaptureError(subject, f"the device mesh {shape} has {plan.world_size} devices but the world size "
+                           f"is {world_size}")
+    validate(plan, subject)
+    return plan
+
+
+def _input_key(text):
+    return int(text) if text.isdigit() else text
+
+
+@cli_main
+def main(argv=None):
+    from commlens.plan import save
+
+    parser = argparse.ArgumentParser(
+        prog="python -m commlens.capture",
+        description="Run a parallelize function on a meta-device model under a fake process group and write "
+                    "the commlens plan it applied.")
+    parser.add_argument("--model", required=True, metavar="MODULE:FACTORY",
+                        help="model factory (returns (model, args)), as commlens.export takes it")
+    parser.add_argument("--parallelize", required=True, metavar="MODULE:FN",
+                        help="FN(model) applying parallelize_module / fully_shard / checkpoint_wrapper / "
+                             "distribute_tensor, optionally with (key=literal, ...) arguments")
+    parser.add_argument("--world-size", required=True, type=int, help="ranks of the fake process group")
+    parser.add_argument("--loss", default="sum", choices=("sum", "cross_entropy"),
+                        help="the training step's loss (cross_entropy: random targets, seed 0)")
+    parser.add_argument("--loss-parallel", action="store_true", help="the step runs inside loss_parallel()")
+    parser.add_argument("--input-requires-grad", action="append", default=[], metavar="KEY",
+                        help="a user input (position or keyword name) that requires grad; repeatable")
+    parser.add_argument("-o", "--output", required=True, help="plan JSON path")
+    ns = parser.parse_args(argv)
+    plan = capture(ns.model, ns.parallelize, ns.world_size, loss=ns.loss, loss_parallel=ns.loss_parallel,
+                   inputs_requires_grad=tuple(_input_key(k) for k in ns.input_requires_grad))
+    save(plan, ns.output)
+    entries = sum(len(styles) for _dim, styles in plan.parallelize_steps())
+    print(f"commlens: wrote {ns.output} ({entries} plan entries, {len(plan.fully_shard)} fully_shard units, "
+          f"{len(plan.activation_checkpoint)} activation checkpoints, mesh {tuple(plan.mesh_shape)}"
+          f"{'' if plan.mesh_dim_names is None else ' ' + str(tuple(plan.mesh_dim_names))}, {plan.device_type})")
+    return 0
+
+
+class _CallableModule(types.ModuleType):
+    """``commlens.capture(...)`` calls :func:`capture`: the name is both this module (for
+    ``python -m commlens.capture``) and the function."""
+
+    def __call__(self, *args, **kwargs):
+        return capture(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+
+if __name__ == "__main__":
+    from commlens.capture import main as _main
+
+    sys.exit(_main())

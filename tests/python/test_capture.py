@@ -1,0 +1,161 @@
+"""commlens.capture: the plan a user's own parallelize function applies equals the hand-written
+plan of examples/plans.py for the same parallelization, and what a plan cannot state is refused in
+one line naming the class and the module (in Python and, exit 2, from the CLI).  Counts against
+CommDebugMode: tests/integration/test_capture_predict.py."""
+import json
+import pathlib
+
+import pytest
+import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    parallelize_module,
+)
+
+import commlens
+from commlens import plan as planlib
+from commlens.capture import CaptureError, capture
+from commlens.plan import Plan
+from conftest import error_lines
+
+HERE = pathlib.Path(__file__).resolve().parent
+LLAMA = "examples.llama:llama"
+STACKED = "examples.mlp:stacked_mlp"
+
+
+def _json(plan):
+    """The plan's JSON without its informational name and source."""
+    doc = planlib.to_json(plan)
+    del doc["name"], doc["source"]
+    return doc
+
+
+@pytest.mark.parametrize("parallelize, world_size, hand_written", [
+    ("examples.parallelize:llama_tp_sp(tp=4)", 4, "examples.plans:llama_tp(tp=4)"),
+    ("examples.parallelize:llama_fsdp_tp(dp=2, tp=4)", 8, "examples.plans:llama_fsdp_tp(dp=2, tp=4)"),
+    ("examples.parallelize:llama_fsdp_tp(dp=2, tp=4, ac=True)", 8,
+     "examples.plans:with_ac(plan='llama_fsdp_tp', dp=2, tp=4)"),
+    ("examples.parallelize:llama_fsdp_tp(dp=2, tp=4, ac=True, early_stop=False, embedding_unit=True)", 8,
+     "examples.plans:with_ac(plan='llama_fsdp_tp', dp=2, tp=4, early_stop=False, embedding_unit=True)"),
+    ("examples.parallelize:llama_fsdp_tp(dp=2, tp=4, ac='sac', prefetch=True)", 8,
+     "examples.plans:with_ac(plan='llama_fsdp_tp', dp=2, tp=4, prefetch='explicit', "
+     "save_ops=('aten.mm.default', '_c10d_functional.reduce_scatter_tensor.default'))"),
+])
+def test_captured_plan_equals_the_hand_written_one(parallelize, world_size, hand_written):
+    captured = commlens.capture(LLAMA, parallelize, world_size=world_size, loss="cross_entropy")
+    assert captured.source == parallelize
+    assert _json(captured) == _json(planlib.resolve_plan(hand_written))
+
+
+def test_placements_and_frozen_parameters_are_read_off_the_model():
+    captured = capture("examples.mlp:mlp", "examples.parallelize:mlp_placed(dp=2, tp=2)", 4,
+                       inputs_requires_grad=(0,))
+    rep = Replicate()
+    hand = Plan(
+        mesh_shape=(2, 2), mesh_dim_names=("dp", "tp"), tp_mesh_dim="tp",
+        parallelize_plan={"": PrepareModuleInput(input_layouts=(rep,), desired_input_layouts=(rep,),
+                                                 use_local_output=False)},
+        placements={"w1.weight": {"tp": Shard(0)}, "w1.bias": {"tp": Shard(0)},
+                    "w2.weight": {"tp": Shard(1)}, "w2.bias": {"tp": rep}},
+        inputs_requires_grad=(0,), frozen_after_parallelize=("w2.bias",))
+    assert _json(captured) == _json(hand)
+
+
+def _partly_styled(model):
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+    parallelize_module(model, mesh, {"layers.0.w1": ColwiseParallel(), "layers.*.w2": RowwiseParallel()})
+    parallelize_module(model.layers[1], mesh, {"w1": ColwiseParallel()})
+    parallelize_module(model.layers[2], mesh, {"w1": ColwiseParallel(use_local_output=False)})
+
+
+def test_patterns_only_where_every_matched_module_has_the_style():
+    captured = capture(STACKED, _partly_styled, 2)
+    steps = [(dim, {fqn: type(s).__name__ + ("" if s.use_local_output else "(local=False)")
+                    for fqn, s in styles.items()}) for dim, styles in captured.parallelize_steps()]
+    # layers.*.w1 would take block 2's w1 too, whose style differs; one RowwiseParallel object
+    # applied three times is one pattern (its _apply's desired_input_layouts left out)
+    assert steps == [("tp", {"layers.0.w1": "ColwiseParallel", "layers.*.w2": "RowwiseParallel",
+                             "layers.1.w1": "ColwiseParallel", "layers.2.w1": "ColwiseParallel(local=False)"})]
+
+
+# ---------------------------------------------------------------- refusals
+
+
+class MyColwise(ColwiseParallel):
+    """A ParallelStyle subclass (its _apply is ColwiseParallel's)."""
+
+
+class Wrapper(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def list_unit(model):
+    fully_shard([model.layers[0], model.layers[1]])
+    fully_shard(model)
+
+
+def style_subclass(model):
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+    parallelize_module(model, mesh, {"layers.*.w1": MyColwise(), "layers.*.w2": RowwiseParallel()})
+
+
+def custom_wrapper(model):
+    model.layers[1] = Wrapper(model.layers[1])
+    for block in model.layers:
+        fully_shard(block)
+
+
+def fails(model):
+    fully_shard(model, reshard_after_forward=3)
+
+
+REFUSALS = [
+    (list_unit, "fully_shard of a list of 2 modules ('layers.0' (MLP), 'layers.1' (MLP)) makes one unit of them; "
+                "commlens models one module per fully_shard call"),
+    (style_subclass, f"parallel style {MyColwise.__module__}.MyColwise on module 'layers.0.w1' (Linear) is not "
+                     "modelled (commlens models ColwiseParallel, RowwiseParallel, SequenceParallel, "
+                     "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput)"),
+    (custom_wrapper, f"module 'layers.1' is a {Wrapper.__module__}.Wrapper the parallelization added; commlens "
+                     "models no module wrapper but checkpoint_wrapper"),
+    (fails, "the parallelize function raised ValueError: If passing reshard_after_forward as an int, it should "
+            "be a factor of 2, not 3"),
+]
+
+
+@pytest.mark.parametrize("fn, message", REFUSALS, ids=[fn.__name__ for fn, _m in REFUSALS])
+def test_refusals_name_the_class_and_the_module(fn, message):
+    with pytest.raises(CaptureError) as info:
+        capture(STACKED, fn, 2)
+    assert str(info.value) == f"{__name__}:{fn.__name__}: {message}"
+
+
+@pytest.mark.parametrize("fn, message", REFUSALS[:3], ids=[fn.__name__ for fn, _m in REFUSALS[:3]])
+def test_cli_refuses_in_one_line_with_exit_2(cli, tmp_path, fn, message):
+    spec = f"{__name__}:{fn.__name__}"
+    r = cli("commlens.capture", "--model", STACKED, "--parallelize", spec, "--world-size", 2,
+            "-o", tmp_path / "plan.json", cwd=HERE)
+    assert (r.returncode, r.stdout, error_lines(r.stderr)) == (2, "", [f"commlens: error: {spec}: {message}"])
+    assert not (tmp_path / "plan.json").exists()
+
+
+def test_cli_writes_the_plan(cli, tmp_path):
+    out = tmp_path / "plan.json"
+    r = cli("commlens.capture", "--model", LLAMA, "--parallelize", "examples.parallelize:llama_fsdp_tp(dp=2, tp=4)",
+            "--world-size", 8, "--loss", "cross_entropy", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"commlens: wrote {out} (14 plan entries, 2 fully_shard units, 0 activation checkpoints, "
+                        "mesh (2, 4) ('dp', 'tp'), cpu)\n")
+    hand = planlib.to_json(planlib.resolve_plan("examples.plans:llama_fsdp_tp(dp=2, tp=4)"))
+    written = json.loads(out.read_text())
+    assert {k: v for k, v in written.items() if k not in ("name", "source")} == \
+        {k: v for k, v in hand.items() if k not in ("name", "source")}
