@@ -2,6 +2,7 @@
 
 #include "frontends/JsonRef.h"
 #include "ir/Error.h"
+#include "ir/InputFile.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MathExtras.h"
@@ -419,6 +420,8 @@ llvm::Expected<ShardingPlan> parsePlan(llvm::StringRef text) {
 }
 
 llvm::Expected<ShardingPlan> readPlanFile(llvm::StringRef path) {
+  if (llvm::Error err = checkInputFile(path, kMaxTextFileBytes))
+    return err;
   std::ifstream in(path.str(), std::ios::binary);
   if (!in)
     return makeError("cannot open file");

@@ -1,6 +1,7 @@
 #include "frontends/Pt2Archive.h"
 
 #include "ir/Error.h"
+#include "ir/InputFile.h"
 
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -126,6 +127,8 @@ llvm::Expected<std::unique_ptr<Pt2Archive>> Pt2Archive::Impl::open(std::unique_p
 
 llvm::Expected<std::unique_ptr<Pt2Archive>> Pt2Archive::open(llvm::StringRef path) {
   // Mapped, not read: a .pt2 with weights may be large, and only a few records are read.
+  if (llvm::Error err = checkInputFile(path, kNoSizeBound))
+    return err;
   auto bytes = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
   if (!bytes)
     return makeError("cannot open file");

@@ -1,6 +1,7 @@
 #include "reports/CommCounts.h"
 
 #include "ir/Error.h"
+#include "ir/InputFile.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -451,12 +452,11 @@ llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
 }
 
 llvm::Expected<CommCounts> loadCommCounts(llvm::StringRef path) {
+  if (llvm::Error err = checkInputFile(path, kMaxTextFileBytes))
+    return makeError("{}: {}", path.str(), takeMessage(std::move(err)));
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!buffer) {
-    if (buffer.getError() == std::errc::is_a_directory)
-      return makeError("{}: is a directory", path.str());
+  if (!buffer)
     return makeError("{}: cannot open file", path.str());
-  }
   auto counts = parseCommCounts((*buffer)->getBuffer());
   if (!counts)
     return makeError("{}: {}", path.str(), takeMessage(counts.takeError()));
