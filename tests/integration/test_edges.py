@@ -60,3 +60,60 @@ def test_device_fifo_and_directory_are_refused(run_commlens, two_linears_pt2, tm
                                  "--ranks", "2")) == f"--cluster: {fifo}: {NOT_REGULAR}"
 
 
+# ---------------------------------------------------------------------------------------------
+# The archive's records
+
+
+def rewrite(src, dst, replace=None, append=()):
+    """A copy of the archive `src` with records (names under the root folder) replaced by
+    `replace`'s bytes and extra (name, bytes) entries appended."""
+    replace = replace or {}
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        root = zin.namelist()[0].split("/", 1)[0]
+        for info in zin.infolist():
+            zout.writestr(info, replace.get(info.filename.split("/", 1)[1], zin.read(info)))
+        for name, data in append:
+            zout.writestr(f"{root}/{name}", data)
+    return dst
+
+
+def test_torch_writes_the_records_checked(two_linears_pt2):
+    with zipfile.ZipFile(two_linears_pt2) as z:
+        root = z.namelist()[0].split("/", 1)[0]
+        assert (z.read(f"{root}/.data/version"), z.read(f"{root}/archive_format"),
+                z.read(f"{root}/archive_version")) == (b"6\n", b"pt2", b"0")
+
+
+@pytest.mark.parametrize("record,text,what", [
+    (".data/version", b"six\n", ".data/version is 'six\\0A', not a version number"),
+    (".data/version", b"", ".data/version is '', not a version number"),
+    (".data/version", b"99999999999999999999999\n",
+     ".data/version is '99999999999999999999999': torch 2.13 reads versions 1 to 10"),
+    (".data/version", b"11\n", ".data/version is '11': torch 2.13 reads versions 1 to 10"),
+    (".data/version", b"0\n", ".data/version is '0': torch 2.13 reads versions 1 to 10"),
+    ("archive_version", b"1", "archive_version is '1', expected '0'"),
+    ("archive_version", b"zero", "archive_version is 'zero', expected '0'"),
+    ("archive_format", b"pt2\n", "archive_format is 'pt2\\0A', expected 'pt2'"),
+])
+def test_version_records_are_checked(run_commlens, two_linears_pt2, tmp_path, record, text, what):
+    bad = rewrite(two_linears_pt2, tmp_path / "bad.pt2", {record: text})
+    assert error_of(run_commlens("inspect", bad)) == f"{bad}: {what}"
+
+
+def test_absent_archive_version_and_format_are_accepted(run_commlens, two_linears_pt2, tmp_path):
+    # torch reads an archive without archive_version as version 0 (PT2ArchiveReader.archive_version)
+    src = tmp_path / "no_records.pt2"
+    with zipfile.ZipFile(two_linears_pt2) as zin, zipfile.ZipFile(src, "w") as zout:
+        for info in zin.infolist():
+            if not info.filename.endswith(("/archive_version", "/archive_format")):
+                zout.writestr(info, zin.read(info))
+    assert run_commlens("inspect", src).returncode == 0
+
+
+def test_duplicate_zip_entries_are_refused(run_commlens, two_linears_pt2, tmp_path):
+    with pytest.warns(UserWarning, match="Duplicate name"):
+        bad = rewrite(two_linears_pt2, tmp_path / "dup.pt2", append=[("models/model.json", b"{broken")])
+    root = zipfile.ZipFile(bad).namelist()[0].split("/", 1)[0]
+    assert error_of(run_commlens("inspect", bad)) == f"{bad}: zip archive with two entries named '{root}/models/model.json'"
+
+
