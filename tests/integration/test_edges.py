@@ -117,3 +117,40 @@ def test_duplicate_zip_entries_are_refused(run_commlens, two_linears_pt2, tmp_pa
     assert error_of(run_commlens("inspect", bad)) == f"{bad}: zip archive with two entries named '{root}/models/model.json'"
 
 
+# ---------------------------------------------------------------------------------------------
+# Integers of a program checked for range
+
+
+def edit_model(src, dst, edit):
+    with zipfile.ZipFile(src) as z:
+        name = next(n for n in z.namelist() if n.endswith("/models/model.json"))
+        doc = json.loads(z.read(name))
+    edit(doc)
+    return rewrite(src, dst, {"models/model.json": json.dumps(doc).encode()})
+
+
+def test_schema_major_is_compared_before_narrowing(run_commlens, two_linears_pt2, tmp_path):
+    def edit(doc):
+        doc["schema_version"]["major"] = 2**32 + 8  # 8 once truncated to 32 bits
+    bad = edit_model(two_linears_pt2, tmp_path / "bad.pt2", edit)
+    minor = json.loads(zipfile.ZipFile(two_linears_pt2).read(
+        next(n for n in zipfile.ZipFile(two_linears_pt2).namelist() if n.endswith("models/model.json"))))[
+        "schema_version"]["minor"]
+    assert error_of(run_commlens("inspect", bad)) == (
+        f"{bad}: models/model.json: unsupported export schema version 4294967304.{minor} (commlens reads major "
+        "version 8)")
+
+
+def test_call_index_past_the_call_counter_is_refused(run_commlens, two_linears_pt2, tmp_path):
+    def edit(doc):
+        node = doc["graph_module"]["graph"]["nodes"][0]
+        stack = node["metadata"]["nn_module_stack"]
+        key = stack.split(",", 1)[0]
+        node["metadata"]["nn_module_stack"] = stack.replace(key, key + "@4294967295", 1)
+    bad = edit_model(two_linears_pt2, tmp_path / "bad.pt2", edit)
+    what = error_of(run_commlens("inspect", bad))
+    assert what.startswith(f"{bad}: models/model.json: graph_module.graph.nodes[0]: metadata.nn_module_stack: call "
+                           "index 4294967295 in key '"), what
+    assert what.endswith("' is out of range (at most 4294967294)"), what
+
+
