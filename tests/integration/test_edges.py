@@ -154,3 +154,43 @@ def test_call_index_past_the_call_counter_is_refused(run_commlens, two_linears_p
     assert what.endswith("' is out of range (at most 4294967294)"), what
 
 
+# ---------------------------------------------------------------------------------------------
+# Bytes are 64-bit: one cell of the 405B-shaped Llama under llama_tp(tp=8) is 8,751,939,584 bytes
+
+BIG = 8_751_939_584  # > 2^32 = 4,294,967,296
+
+
+def test_compare_bytes_past_2_to_the_32(run_commlens, tmp_path):
+    predicted = counts_file(tmp_path / "p.json", BIG)
+    measured = counts_file(tmp_path / "m.json", BIG)
+    r = run_commlens("compare", predicted, measured, "--phase", "forward")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == ("summary: 1 cells, 0 differ; collectives predicted 126, measured 126 "
+                                         "(forward); bytes compared on 1 cells")
+    r = run_commlens("compare", predicted, measured, "--phase", "forward", "--json")
+    cell = json.loads(r.stdout)["cells"][0]
+    assert (cell["predicted_bytes"], cell["measured_bytes"], cell["match"]) == (BIG, BIG, True)
+    r = run_commlens("compare", predicted, measured, "--phase", "forward", "--html")
+    assert r.returncode == 0 and str(BIG) in r.stdout
+    # one byte more on one side is a mismatch, told in full
+    r = run_commlens("compare", predicted, counts_file(tmp_path / "m1.json", BIG + 1), "--phase", "forward")
+    assert r.returncode == 1
+    assert f"MISMATCH (bytes {BIG} predicted, {BIG + 1} measured)" in r.stdout
+
+
+def test_bytes_bound_is_2_to_the_53(run_commlens, tmp_path):
+    ok = counts_file(tmp_path / "ok.json", 2**53 - 1)
+    assert run_commlens("compare", ok, ok, "--phase", "forward").returncode == 0
+    big = counts_file(tmp_path / "big.json", 2**53)
+    assert error_of(run_commlens("compare", big, ok, "--phase", "forward")) == (
+        f"{big}: modules[0].forward_bytes[\"{AG}\"]: bytes 9007199254740992 is out of range (at most 9007199254740991)")
+    # each cell in range, their sum not: every sum over the file stays exact as a double
+    doc = {"format": "commlens-counts", "version": 1, "phase": "forward", "modules": [
+        {"fqn": "Global", "forward": {AG: 1, AR: 1}, "backward": {}, "forward_bytes": {AG: 2**52, AR: 2**52}}]}
+    total = tmp_path / "total.json"
+    total.write_text(json.dumps(doc))
+    assert error_of(run_commlens("compare", total, ok, "--phase", "forward")) == (
+        f"{total}: modules[0].forward_bytes[\"{AR}\"]: bytes 4503599627370496 take the file's total past "
+        "9007199254740991")
+
+
