@@ -194,3 +194,45 @@ def test_bytes_bound_is_2_to_the_53(run_commlens, tmp_path):
         "9007199254740991")
 
 
+# ---------------------------------------------------------------------------------------------
+# A plan pattern that matches no module: torch warns and skips it
+
+
+def plan_with_unmatched_pattern():
+    from commlens import plan as planlib
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return planlib.Plan(mesh_shape=(2,), mesh_dim_names=("tp",), parallelize_plan={
+        "fc1": ColwiseParallel(), "fc2": RowwiseParallel(), "fc3": ColwiseParallel()})
+
+
+SKIPPED = "plan pattern 'fc3' matches no module of TwoLinears: skipped, as torch's parallelize_module skips it"
+
+
+def test_unmatched_pattern_is_skipped_with_a_warning(run_commlens, tmp_path):
+    plan_path = save_plan(plan_with_unmatched_pattern(), tmp_path)
+    pt2 = export_pt2("test_edges:two_linears", tmp_path)
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == f"warning: {SKIPPED}"
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o",
+                     tmp_path / "predicted.json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "predicted.json").read_text())["commlens"]["warnings"] == [SKIPPED]
+
+    from commlens.measure import format_counts, measure
+
+    with pytest.warns(UserWarning) as caught:
+        doc = measure("test_edges:two_linears", plan_with_unmatched_pattern(), phase="both", return_document=True)
+    assert [str(w.message) for w in caught if "fc3" in str(w.message)] == [f"plan: {SKIPPED}"]
+    (tmp_path / "measured.json").write_text(format_counts(doc))
+    r = run_commlens("compare", tmp_path / "predicted.json", tmp_path / "measured.json")
+    assert r.returncode == 0, r.stdout
+    # the same plan without the entry: the same collectives (fc1's and fc2's)
+    skipped = plan_with_unmatched_pattern()
+    del skipped.parallelize_plan["fc3"]
+    assert measure("test_edges:two_linears", skipped, phase="both") == measure(
+        "test_edges:two_linears", plan_with_unmatched_pattern(), phase="both")
+    # check-plan still flags it
+    assert error_of(run_commlens("check-plan", pt2, "--plan", plan_path)) == (
+        f"{plan_path}: plan pattern 'fc3' matches no module of TwoLinears")
