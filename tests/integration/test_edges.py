@@ -236,3 +236,58 @@ def test_unmatched_pattern_is_skipped_with_a_warning(run_commlens, tmp_path):
     # check-plan still flags it
     assert error_of(run_commlens("check-plan", pt2, "--plan", plan_path)) == (
         f"{plan_path}: plan pattern 'fc3' matches no module of TwoLinears")
+# ---------------------------------------------------------------------------------------------
+# A plain tensor input under a Shard input layout: each rank passes its shard
+
+
+WORLD = 4
+
+
+def sharded_input_plan():
+    from commlens import plan as planlib
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return planlib.Plan(mesh_shape=(WORLD,), mesh_dim_names=("tp",), parallelize_plan={
+        "fc1": ColwiseParallel(input_layouts=Shard(0)), "fc2": RowwiseParallel()})
+
+
+def test_sharded_plain_input_bytes_match_comm_debug_mode(run_commlens, tmp_path):
+    """What a user runs: every rank passes its 2-row shard of the 8-row input. By hand: fc1's
+    pre-hook all-gathers the 2x4 float32 shard (32 bytes) into the 8x4 global input; fc2 gives
+    a Partial 8x4 output, all-reduced whole (128 bytes)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from commlens.measure import measure
+
+    model, (x,) = two_linears()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
+    try:
+        mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("tp",))
+        parallelize_module(model, mesh, sharded_input_plan().parallelize_plan)
+        with CommDebugMode() as comm:
+            out = model(x.chunk(WORLD)[0])
+        assert out.shape == (8, 4)  # the global batch is the exported one
+        counts = {str(k): v for k, v in comm.get_comm_counts().items()}
+    finally:
+        dist.destroy_process_group()
+    assert counts == {AG: 1, AR: 1}
+
+    plan_path = save_plan(sharded_input_plan(), tmp_path)
+    pt2 = export_pt2("test_edges:two_linears", tmp_path)
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "forward", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    tree = json.loads(r.stdout)
+    assert dict(tree["collectives_forward"]) == counts
+    assert tree["collective_bytes_forward"] == {AG: 32, AR: 128}
+
+    doc = measure("test_edges:two_linears", sharded_input_plan(), phase="forward", return_document=True)
+    measured = {m["fqn"]: m for m in doc["modules"]}
+    assert measured["Global"]["forward"] == counts
+    assert measured["Global"]["forward_bytes"] == {AG: 32, AR: 128}
+
+
