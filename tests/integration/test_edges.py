@@ -291,3 +291,52 @@ def test_sharded_plain_input_bytes_match_comm_debug_mode(run_commlens, tmp_path)
     assert measured["Global"]["forward_bytes"] == {AG: 32, AR: 128}
 
 
+# ---------------------------------------------------------------------------------------------
+# A program without nodes
+
+
+class Inner(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+class Identity(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner()
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def identity():
+    return Identity(), (torch.randn(8, 4),)
+
+
+@pytest.mark.parametrize("layout,collectives", [
+    ("Replicate()", {}),
+    # by hand: each rank's 4x4 float32 shard of the 8x4 input is all-gathered, 64 bytes
+    ("Shard(0)", {AG: (1, 64)}),
+])
+def test_identity_program_is_predicted(run_commlens, tmp_path, layout, collectives):
+    """The program has no node: the hooks of the module that runs no op go after the last one
+    (none here), and the program returns what they give."""
+    from commlens import plan as planlib
+    from commlens.measure import measure
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import PrepareModuleInput
+
+    pt2 = export_pt2("test_edges:identity", tmp_path)
+    plan = planlib.Plan(mesh_shape=(2,), mesh_dim_names=("tp",), parallelize_plan={
+        "inner": PrepareModuleInput(input_layouts=(planlib.placement_from_str(layout),),
+                                    desired_input_layouts=(Replicate(),))})
+    plan_path = save_plan(plan, tmp_path)
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "forward", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    tree = json.loads(r.stdout)
+    predicted = {op: (n, tree.get("collective_bytes_forward", {}).get(op)) for op, n in tree["collectives_forward"]}
+    assert predicted == collectives
+    doc = measure("test_edges:identity", plan, phase="forward", return_document=True)
+    measured = doc["modules"][0]
+    assert measured["fqn"] == "Global"
+    assert {op: (n, measured["forward_bytes"][op]) for op, n in measured["forward"].items()} == collectives
