@@ -22,7 +22,8 @@ llvm::Expected<PredictPhase> parsePredictPhase(llvm::StringRef text) {
 
 llvm::Expected<std::unique_ptr<Prediction>> Prediction::run(std::unique_ptr<ExportedProgram> program,
                                                             ShardingPlan plan, const PredictRequest &request) {
-  if (llvm::Error err = checkPlanAgainstProgram(plan, *program))
+  std::vector<std::string> skippedStyles;
+  if (llvm::Error err = checkPlanAgainstProgram(plan, *program, std::nullopt, &skippedStyles))
     return makeError("plan: {}", takeMessage(std::move(err)));
   std::unique_ptr<Prediction> p(new Prediction());
   p->program_ = std::move(program);
@@ -33,6 +34,7 @@ llvm::Expected<std::unique_ptr<Prediction>> Prediction::run(std::unique_ptr<Expo
   if (request.customizePipeline)
     request.customizePipeline(pm);
   p->ctx_ = std::make_unique<PassContext>(PassContext{*p->program_, &p->plan_, request.options, PredictionState()});
+  p->ctx_->state.warnings = std::move(skippedStyles);
   // Ties decide which FSDP unit manages a parameter and what a frozen pattern reaches.
   if (p->program_->tiedParametersUnknown &&
       (!p->plan_.fullyShard.empty() || !p->plan_.frozen.empty() || !p->plan_.frozenAfterParallelize.empty()))

@@ -2,6 +2,7 @@
 
 #include "frontends/JsonRef.h"
 #include "ir/Error.h"
+#include "ir/InputFile.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -40,12 +41,12 @@ Link decodeLink(const JsonRef &r, Link base) {
   return base;
 }
 
-std::string readText(llvm::StringRef path, std::string &error) {
+llvm::Expected<std::string> readText(llvm::StringRef path) {
+  if (llvm::Error err = checkInputFile(path, kMaxTextFileBytes))
+    return err;
   auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buf) {
-    error = buf.getError().message();
-    return {};
-  }
+  if (!buf)
+    return makeError("cannot open file: {}", buf.getError().message());
   return (*buf)->getBuffer().str();
 }
 
@@ -81,11 +82,10 @@ Calibration decodeCalibration(const JsonRef &r, llvm::StringRef baseDir) {
       path = baseDir;
       llvm::sys::path::append(path, f.asString());
     }
-    std::string error;
-    std::string text = readText(path, error);
-    if (!error.empty())
-      f.fail(fmt::format("{}: cannot open file: {}", path.str(), error));
-    auto samples = parseNcclTestsOutput(text);
+    auto text = readText(path);
+    if (!text)
+      f.fail(fmt::format("{}: {}", path.str(), takeMessage(text.takeError())));
+    auto samples = parseNcclTestsOutput(*text);
     if (!samples)
       f.fail(fmt::format("{}: {}", path.str(), takeMessage(samples.takeError())));
     cal.samples = std::move(*samples);
@@ -192,11 +192,10 @@ llvm::Expected<Cluster> parseCluster(llvm::StringRef text, llvm::StringRef baseD
 }
 
 llvm::Expected<Cluster> readClusterFile(llvm::StringRef path) {
-  std::string error;
-  std::string text = readText(path, error);
-  if (!error.empty())
-    return makeError("cannot open file: {}", error);
-  return parseCluster(text, llvm::sys::path::parent_path(path));
+  auto text = readText(path);
+  if (!text)
+    return text.takeError();
+  return parseCluster(*text, llvm::sys::path::parent_path(path));
 }
 
 llvm::Expected<Cluster> resolveCluster(llvm::StringRef nameOrPath) {

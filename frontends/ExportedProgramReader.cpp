@@ -12,6 +12,10 @@
 namespace commlens {
 namespace {
 
+/// The largest call index of a module ("path@N"): the module's number of calls, index + 1, is an
+/// unsigned (ModuleScope::numCalls).
+constexpr unsigned kMaxCallIndex = std::numeric_limits<unsigned>::max() - 1;
+
 ScalarType decodeScalarType(const JsonRef &r) {
   // Export schema numbering (torch/_export/serde/schema.py), not c10's.
   switch (r.asInt()) {
@@ -102,12 +106,15 @@ public:
 
   void decode(const JsonRef &root) {
     JsonRef version = root.field("schema_version");
-    program_.schemaVersion.major = static_cast<int>(version.field("major").asInt());
-    program_.schemaVersion.minor = static_cast<int>(version.field("minor").asInt());
-    if (program_.schemaVersion.major != kSupportedSchemaMajor)
-      throw ParseError{fmt::format("unsupported export schema version {}.{} (commlens reads major version {})",
-                                   program_.schemaVersion.major, program_.schemaVersion.minor,
-                                   kSupportedSchemaMajor)};
+    // Compared as read, before they are narrowed to the IR's int (2^32 + 8 is not 8).
+    int64_t major = version.field("major").asInt(), minor = version.field("minor").asInt();
+    if (major != kSupportedSchemaMajor)
+      throw ParseError{fmt::format("unsupported export schema version {}.{} (commlens reads major version {})", major,
+                                   minor, kSupportedSchemaMajor)};
+    if (minor < 0 || minor > std::numeric_limits<int>::max())
+      version.field("minor").fail(fmt::format("integer {} is out of range (0 to {})", minor,
+                                              std::numeric_limits<int>::max()));
+    program_.schemaVersion = {static_cast<int>(major), static_cast<int>(minor)};
     if (auto tv = root.optField("torch_version"))
       program_.torchVersion = tv->asString();
     if (auto verifiers = root.optField("verifiers"))
@@ -142,6 +149,8 @@ public:
         unsigned call = 0;
         if (!callText.empty() && callText.getAsInteger(10, call))
           entry.field("fqn").fail(fmt::format("malformed call index in '{}'", fqn));
+        if (call > kMaxCallIndex)
+          entry.field("fqn").fail(fmt::format("call index {} is out of range (at most {})", call, kMaxCallIndex));
         if (call == 0)
           program_.modulePaths.push_back(path.str());
         if (auto sig = entry.optField("signature"))
@@ -733,6 +742,8 @@ llvm::Expected<llvm::SmallVector<ModuleStackEntry, 4>> parseModuleStack(llvm::St
     unsigned idx = 0;
     if (!call.empty() && key != parts[0] && call.getAsInteger(10, idx))
       return makeError("malformed call index in key '{}'", parts[0].str());
+    if (idx > kMaxCallIndex)
+      return makeError("call index {} in key '{}' is out of range (at most {})", idx, parts[0].str(), kMaxCallIndex);
     e.callIndex = idx;
     out.push_back(std::move(e));
   }

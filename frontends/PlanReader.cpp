@@ -2,6 +2,7 @@
 
 #include "frontends/JsonRef.h"
 #include "ir/Error.h"
+#include "ir/InputFile.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/MathExtras.h"
@@ -422,6 +423,8 @@ llvm::Expected<ShardingPlan> parsePlan(llvm::StringRef text) {
 }
 
 llvm::Expected<ShardingPlan> readPlanFile(llvm::StringRef path) {
+  if (llvm::Error err = checkInputFile(path, kMaxTextFileBytes))
+    return err;
   std::ifstream in(path.str(), std::ios::binary);
   if (!in)
     return makeError("cannot open file");
@@ -431,7 +434,7 @@ llvm::Expected<ShardingPlan> readPlanFile(llvm::StringRef path) {
 }
 
 llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProgram &program,
-                                    std::optional<int64_t> worldSize) {
+                                    std::optional<int64_t> worldSize, std::vector<std::string> *skippedStyles) {
   const Graph &g = program.graph();
   if (worldSize && *worldSize != plan.mesh.size())
     return makeError("mesh shape {} has {} devices but the world size is {}", plan.mesh.str(), plan.mesh.size(),
@@ -442,8 +445,12 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
   const std::string &rootName = g.scopes().root()->displayName();
   for (const ParallelizeStep &step : plan.steps)
     for (const ParallelStyle &style : step.styles) {
-      if (llvm::none_of(paths, [&](const std::string &p) { return matchesModulePath(style.pattern, p); }))
-        return makeError("plan pattern '{}' matches no module of {}", style.pattern, rootName);
+      if (llvm::any_of(paths, [&](const std::string &p) { return matchesModulePath(style.pattern, p); }))
+        continue;
+      std::string unmatched = fmt::format("plan pattern '{}' matches no module of {}", style.pattern, rootName);
+      if (!skippedStyles)
+        return makeError("{}", unmatched);
+      skippedStyles->push_back(unmatched + ": skipped, as torch's parallelize_module skips it");
     }
   std::map<std::string, std::string> checkpointedBy; // module path -> its activation_checkpoint pattern
   for (const ActivationCheckpointUnit &unit : plan.activationCheckpoint) {

@@ -1,9 +1,14 @@
 #include "frontends/Pt2Archive.h"
 
 #include "ir/Error.h"
+#include "ir/InputFile.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <libdeflate.h>
 #include <zip.h>
@@ -11,6 +16,17 @@
 #include <algorithm>
 
 namespace commlens {
+
+std::string quoteRecordText(llvm::StringRef text) {
+  constexpr size_t kShown = 40;
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << '\'';
+  llvm::printEscapedString(text.take_front(kShown), os);
+  os << (text.size() > kShown ? "'..." : "'");
+  return os.str();
+}
+
 namespace {
 
 /// Read-only, so nothing to write back: zip_discard, not zip_close.
@@ -22,6 +38,23 @@ struct ZipFileClose {
 };
 
 bool hasZipMagic(llvm::StringRef bytes) { return bytes.size() >= 4 && bytes.startswith("PK"); }
+
+/// The zip format versions torch 2.13's PyTorchStreamReader reads (caffe2/serialize/versions.h:
+/// kMinSupportedFileFormatVersion, kMaxSupportedFileFormatVersion); torch.export.save writes 6.
+constexpr uint64_t kMinFileFormatVersion = 1, kMaxFileFormatVersion = 10;
+
+/// Checks the zip format version record as PyTorchStreamReader::init does
+/// (caffe2/serialize/inline_container.cc): a decimal number, within the versions torch reads.
+llvm::Error checkFileFormatVersion(llvm::StringRef record, llvm::StringRef text) {
+  llvm::StringRef digits = text.trim();
+  if (digits.empty() || !llvm::all_of(digits, llvm::isDigit))
+    return makeError("{} is {}, not a version number", record.str(), quoteRecordText(text));
+  uint64_t version;
+  if (digits.getAsInteger(10, version) || version < kMinFileFormatVersion || version > kMaxFileFormatVersion)
+    return makeError("{} is {}: torch 2.13 reads versions {} to {}", record.str(), quoteRecordText(digits),
+                     kMinFileFormatVersion, kMaxFileFormatVersion);
+  return llvm::Error::success();
+}
 
 /// Where the data of entry `index`, named `name`, starts in `zip`: libzip keeps the offset of its
 /// local header to itself, so this reads the central directory as torch.export.save writes it (no
@@ -119,13 +152,28 @@ llvm::Expected<std::unique_ptr<Pt2Archive>> Pt2Archive::Impl::open(std::unique_p
   if (slash == llvm::StringRef::npos)
     return makeError("zip archive without a root folder (torch.export archives from torch <= 2.7 are not supported)");
   impl->root = first.take_front(slash + 1).str();
-  if (impl->locate("version") < 0 && impl->locate(".data/version") < 0)
+  // One entry per name: a second copy of a record would be read or skipped depending on the reader.
+  llvm::StringSet<> names;
+  for (zip_int64_t i = 0, n = zip_get_num_entries(zip, 0); i < n; ++i)
+    if (const char *name = zip_get_name(zip, i, 0); name && !names.insert(name).second)
+      return makeError("zip archive with two entries named {}", quoteRecordText(name));
+  // PyTorchStreamReader reads ".data/version" where it is, "version" otherwise.
+  llvm::StringRef versionRecord = impl->locate(".data/version") >= 0 ? ".data/version" : "version";
+  if (impl->locate(versionRecord) < 0)
     return makeError("zip archive without a version record: not a torch.export.save archive");
-  return std::unique_ptr<Pt2Archive>(new Pt2Archive(std::move(impl)));
+  auto archive = std::unique_ptr<Pt2Archive>(new Pt2Archive(std::move(impl)));
+  auto version = archive->read(versionRecord);
+  if (!version)
+    return version.takeError();
+  if (llvm::Error err = checkFileFormatVersion(versionRecord, *version))
+    return err;
+  return archive;
 }
 
 llvm::Expected<std::unique_ptr<Pt2Archive>> Pt2Archive::open(llvm::StringRef path) {
   // Mapped, not read: a .pt2 with weights may be large, and only a few records are read.
+  if (llvm::Error err = checkInputFile(path, kNoSizeBound))
+    return err;
   auto bytes = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
   if (!bytes)
     return makeError("cannot open file");

@@ -13,6 +13,9 @@
 
 namespace commlens {
 
+/// Text from an archive, for a one-line message: quoted, escaped, its first 40 bytes.
+std::string quoteRecordText(llvm::StringRef text);
+
 class Pt2Archive {
 public:
   /// Opens the zip; fails with a one-line message when it is not a readable archive.

@@ -63,12 +63,17 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
     records.weightsRecord = "the weights config converted from TorchScript";
     return records;
   }
-  if (ar.hasRecord("archive_format")) {
-    auto format = ar.read("archive_format");
-    if (!format)
-      return format.takeError();
-    if (llvm::StringRef(*format).trim() != "pt2")
-      return makeError("archive_format is '{}', expected 'pt2'", llvm::StringRef(*format).trim().str());
+  // The PT2 archive records torch 2.13 writes (torch/csrc/export/pt2_archive_constants.h) and its
+  // reader checks (torch/export/pt2_archive/_package.py): archive_format is "pt2", archive_version
+  // "0" (absent: an archive from before the versions, read as 0).
+  for (auto [record, expected] : {std::pair{"archive_format", "pt2"}, std::pair{"archive_version", "0"}}) {
+    if (!ar.hasRecord(record))
+      continue;
+    auto text = ar.read(record);
+    if (!text)
+      return text.takeError();
+    if (*text != expected)
+      return makeError("{} is {}, expected '{}'", record, quoteRecordText(*text), expected);
   }
   // torch.export.save always names the program "model".
   constexpr llvm::StringLiteral kModelRecord = "models/model.json";

@@ -1,6 +1,7 @@
 #include "ir/IRParser.h"
 
 #include "ir/Error.h"
+#include "ir/InputFile.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -794,6 +795,9 @@ llvm::Expected<std::unique_ptr<ExportedProgram>> parseProgram(llvm::StringRef te
 }
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> parseProgramFile(llvm::StringRef path) {
+  if (path != "-") // standard input
+    if (llvm::Error err = checkInputFile(path, kMaxTextFileBytes))
+      return err;
   auto buffer = llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
   if (!buffer)
     return makeError("cannot open file: {}", buffer.getError().message());

@@ -76,17 +76,8 @@ public:
                         s->displayName(), s->numCalls()));
     if (llvm::Error err = collectCalls())
       return err;
-    // A module that runs no op (nn.Identity) has no place in the graph for its hooks yet; its
-    // styles would silently do nothing, so say so.
-    for (const auto &entry : styles_) {
-      // Named, not structured bindings: the lambda captures the scope (clang before 16 rejects
-      // capturing a structured binding).
-      const auto &scope = entry.first;
-      const auto &styles = entry.second;
-      if (llvm::none_of(calls_, [&](const StyledCall &c) { return c.scope == scope; }))
-        return makeError("{} '{}' on {}: the module runs no op, and commlens cannot place hooks on such a "
-                         "module yet", name(styles.front()->kind), styles.front()->pattern, scope->displayName());
-    }
+    if (llvm::Error err = collectCallsWithoutOps())
+      return err;
     return rewrite();
   }
 
@@ -231,24 +222,7 @@ private:
       if (auto unit = fsdpUnitOf_.find(c.scope); unit != fsdpUnitOf_.end())
         c.fsdpUnit = unit->second;
       if (const CallSignature *sig = graph_.callSignature(c.scope->path(), c.number())) {
-        c.hasSignature = true;
-        llvm::DenseSet<const Value *> seen;
-        llvm::Error err = llvm::Error::success();
-        auto take = [&](const Argument &a) -> const Value * {
-          for (const Value *v : a.tensors()) {
-            if (v->producer() && c.contains(*v->producer()) && !err)
-              err = makeError("{}: argument '{}' of its call {} is computed inside the call", c.scope->displayName(),
-                              v->name(), c.number());
-            if (seen.insert(v).second)
-              c.inputs.push_back(v);
-          }
-          return a.isTensor() ? a.tensor() : nullptr;
-        };
-        for (const Argument &a : sig->args)
-          c.args.push_back(take(a));
-        for (const auto &[key, a] : sig->kwargs)
-          c.kwargs.emplace_back(key, take(a));
-        if (err)
+        if (llvm::Error err = takeSignature(c, *sig))
           return err;
         if (llvm::Error err = checkInputsPrecede(c))
           return err;
@@ -265,6 +239,81 @@ private:
       c.args = c.inputs;
       if (llvm::Error err = checkInputsPrecede(c))
         return err;
+    }
+    return llvm::Error::success();
+  }
+
+  /// The call's arguments and inputs from its signature.
+  static llvm::Error takeSignature(StyledCall &c, const CallSignature &sig) {
+    c.hasSignature = true;
+    llvm::DenseSet<const Value *> seen;
+    llvm::Error err = llvm::Error::success();
+    auto take = [&](const Argument &a) -> const Value * {
+      for (const Value *v : a.tensors()) {
+        if (v->producer() && c.contains(*v->producer()) && !err)
+          err = makeError("{}: argument '{}' of its call {} is computed inside the call", c.scope->displayName(),
+                          v->name(), c.number());
+        if (seen.insert(v).second)
+          c.inputs.push_back(v);
+      }
+      return a.isTensor() ? a.tensor() : nullptr;
+    };
+    for (const Argument &a : sig.args)
+      c.args.push_back(take(a));
+    for (const auto &[key, a] : sig.kwargs)
+      c.kwargs.emplace_back(key, take(a));
+    return err;
+  }
+
+  /// A styled module that runs no op (an identity) has no node for its hooks to go before. Where
+  /// its tensor arguments reach no op of the program, only its outputs (as an identity's return
+  /// value, its argument after the pre-hooks, does), its call and hooks go after the program's
+  /// last node, and the program returns what they give; its collectives are the same wherever
+  /// the call stands. Otherwise the graph does not tell which uses of an argument read the
+  /// module's return value (no op in between): refused rather than predicted without the hooks.
+  llvm::Error collectCallsWithoutOps() {
+    llvm::DenseSet<const Value *> readByOps, returned;
+    for (const auto &n : graph_.nodes())
+      for (const Value *v : n->operands())
+        readByOps.insert(v);
+    for (const OutputSpec &out : graph_.outputs())
+      for (const Value *v : out.value.tensors())
+        returned.insert(v);
+    for (const auto &entry : styles_) {
+      // Named, not structured bindings: the lambdas capture the scope (clang before 16 rejects
+      // capturing a structured binding).
+      const ModuleScope *scope = entry.first;
+      const std::vector<const ParallelStyle *> &styles = entry.second;
+      if (llvm::any_of(calls_, [&](const StyledCall &c) { return c.scope == scope; }))
+        continue;
+      auto refuse = [&](llvm::StringRef why) {
+        return makeError("{} '{}' on {}: the module runs no op, and {}", name(styles.front()->kind),
+                         styles.front()->pattern, scope->displayName(), why.str());
+      };
+      const CallSignature *sig = graph_.callSignature(scope->path(), 0);
+      if (!sig || graph_.callSignature(scope->path(), 1))
+        return refuse("commlens places hooks on such a module only when it is called once with a recorded call "
+                      "signature (python -m commlens.export records them)");
+      for (const ModuleScope *a = scope->parent(); a; a = a->parent())
+        if (a->numCalls() > 1)
+          return refuse(fmt::format("its parent {} is called {} times", a->displayName(), a->numCalls()));
+      StyledCall c{ModuleCall{}};
+      c.scope = scope;
+      c.scopeDepth = scope->depth();
+      c.callPath.assign(c.scopeDepth, 0);
+      c.first = c.last = static_cast<unsigned>(graph_.nodes().size());
+      c.styles = styles;
+      if (llvm::Error err = takeSignature(c, *sig))
+        return err;
+      for (const Value *v : c.inputs) {
+        if (readByOps.count(v))
+          return refuse(fmt::format("its argument '{}' is read by ops too: commlens cannot tell which of them read "
+                                    "the module's return value",
+                                    v->name()));
+        if (returned.count(v))
+          c.outputs.push_back(v);
+      }
+      callsWithoutOps_.push_back(std::move(c));
     }
     return llvm::Error::success();
   }
@@ -584,6 +633,23 @@ private:
           b.bind(c->outputs[i], outputs[i]);
       }
     }
+    for (const StyledCall &c : callsWithoutOps_) {
+      std::vector<std::pair<const Value *, Value *>> saved;
+      for (const Value *v : c.inputs)
+        saved.emplace_back(v, b.map(v));
+      if (llvm::Error err = preHooks(b, c))
+        return err;
+      // The module returns its argument as its pre-hooks left it.
+      std::vector<Value *> outputs;
+      for (const Value *v : c.outputs)
+        outputs.push_back(b.map(v));
+      for (const auto &[old, mapped] : saved)
+        b.bind(old, mapped);
+      if (llvm::Error err = postHooks(b, c, outputs))
+        return err;
+      for (size_t i = 0; i < outputs.size(); ++i)
+        b.bind(c.outputs[i], outputs[i]);
+    }
     // Parameter and input layouts were keyed by the old graph's values.
     llvm::DenseMap<const Value *, DTensorLayout> remapped;
     for (auto &[v, layout] : ctx_.state.dtensors)
@@ -609,6 +675,7 @@ private:
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;
   std::vector<StyledCall> calls_;
+  std::vector<StyledCall> callsWithoutOps_; // called after the program's last node (collectCallsWithoutOps)
   struct TiedMember {
     const Value *value;
     std::string owner; // the module registering it, on the tree checkpoint wrappers make ("" the root)

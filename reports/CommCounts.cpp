@@ -1,6 +1,7 @@
 #include "reports/CommCounts.h"
 
 #include "ir/Error.h"
+#include "ir/InputFile.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
@@ -107,6 +108,10 @@ struct ParseError {
 /// Counts are summed over modules and collectives (totals, inclusive counts): each is capped so
 /// that no sum over a file's cells can overflow.
 constexpr uint64_t kMaxCount = std::numeric_limits<uint32_t>::max();
+/// Bytes are 64-bit (one cell of a 405B-shaped Llama under tensor parallelism passes 2^33), bounded,
+/// cell by cell and summed over the file, by the largest integer a double holds exactly: the HTML
+/// reports' script and other JSON readers keep numbers as doubles, and no sum of bytes overflows.
+constexpr uint64_t kMaxBytes = (uint64_t(1) << 53) - 1;
 /// The deepest nesting of arrays and objects read (a tree file nests one level per module).
 constexpr int kMaxJsonDepth = 256;
 struct TooDeep {};
@@ -144,12 +149,15 @@ struct JsonRef {
       fail(fmt::format("expected a string, got {}", describe()));
     return v.get<std::string>();
   }
-  int64_t count() const {
+  int64_t count() const { return nonNegative("count", kMaxCount); }
+  int64_t bytes() const { return nonNegative("bytes", kMaxBytes); }
+  /// A non-negative integer `what` of at most `max`.
+  int64_t nonNegative(const char *what, uint64_t max) const {
     if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
-      fail(fmt::format("expected a non-negative integer count, got {}", describe()));
-    // Unsigned first: a count past INT64_MAX would read as negative.
-    if (v.get<uint64_t>() > kMaxCount)
-      fail(fmt::format("count {} is out of range (at most {})", describe(), kMaxCount));
+      fail(fmt::format("expected a non-negative integer {}, got {}", what, describe()));
+    // Unsigned first: a value past INT64_MAX would read as negative.
+    if (v.get<uint64_t>() > max)
+      fail(fmt::format("{} {} is out of range (at most {})", what, describe(), max));
     return v.get<int64_t>();
   }
   std::string describe() const {
@@ -185,8 +193,9 @@ void readApproximate(ModuleCounts &m, const JsonRef &module) {
 }
 
 /// Bytes per collective of a module's phase: `field` is an {op: bytes} object (counts format) or
-/// a list of [op, bytes] pairs (tree); each op must have a count.
-void readBytes(ModuleCounts &m, const JsonRef &module, CommPhase p, const char *field) {
+/// a list of [op, bytes] pairs (tree); each op must have a count. `fileTotal`: the bytes of the
+/// file read so far.
+void readBytes(ModuleCounts &m, const JsonRef &module, CommPhase p, const char *field, uint64_t &fileTotal) {
   if (!module.has(field))
     return;
   JsonRef bytes = module[field];
@@ -194,7 +203,11 @@ void readBytes(ModuleCounts &m, const JsonRef &module, CommPhase p, const char *
     auto cell = m.phase(p).find(key);
     if (cell == m.phase(p).end())
       value.fail(fmt::format("bytes for collective '{}', which has no count", key));
-    cell->second.bytes = value.count();
+    int64_t n = value.bytes();
+    if (fileTotal + n > kMaxBytes) // both at most 2^53: no overflow
+      value.fail(fmt::format("bytes {} take the file's total past {}", n, kMaxBytes));
+    fileTotal += n;
+    cell->second.bytes = n;
   };
   if (bytes.v.is_array()) {
     for (size_t i = 0; i < bytes.v.size(); ++i) {
@@ -216,7 +229,7 @@ std::string moduleTypeOf(const JsonRef &module) {
   return module["module_type"].string();
 }
 
-void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth) {
+void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth, uint64_t &fileBytes) {
   node.object();
   std::string fqn = node["fqn"].string();
   ModuleCounts scratch;
@@ -232,7 +245,7 @@ void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth) {
         pair.fail(fmt::format("expected an [op, count] pair, got {}", pair.describe()));
       setCount(scratch, p, pair.at(0).string(), pair.at(1).count(), pair);
     }
-    readBytes(scratch, node, p, fmt::format("collective_bytes_{}", phaseName(p).str()).c_str());
+    readBytes(scratch, node, p, fmt::format("collective_bytes_{}", phaseName(p).str()).c_str(), fileBytes);
   }
   readApproximate(scratch, node);
   JsonRef children = node["children"];
@@ -249,7 +262,7 @@ void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth) {
     (*added)->phases = std::move(scratch.phases);
   }
   for (size_t i = 0; i < children.v.size(); ++i)
-    readTreeModule(counts, children.at(i), depth + 1);
+    readTreeModule(counts, children.at(i), depth + 1, fileBytes);
 }
 
 /// Depth of a flat-file module: one below the nearest earlier module whose fqn is a dotted
@@ -269,6 +282,7 @@ unsigned flatDepth(const CommCounts &counts, const std::string &fqn) {
 }
 
 void readFlat(CommCounts &counts, const JsonRef &doc) {
+  uint64_t fileBytes = 0;
   JsonRef version = doc["version"];
   if (!version.v.is_number_integer())
     version.fail(fmt::format("expected an integer, got {}", version.describe()));
@@ -300,7 +314,7 @@ void readFlat(CommCounts &counts, const JsonRef &doc) {
         JsonRef value{it.value(), keyPath(cells, it.key())};
         setCount(m, p, it.key(), value.count(), value);
       }
-      readBytes(m, module, p, fmt::format("{}_bytes", phaseName(p).str()).c_str());
+      readBytes(m, module, p, fmt::format("{}_bytes", phaseName(p).str()).c_str(), fileBytes);
     }
     readApproximate(m, module);
   }
@@ -439,7 +453,8 @@ llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
       readFlat(counts, root);
     } else if (doc.contains("fqn")) {
       counts.format = CountsFormat::CommDebugModeTree;
-      readTreeModule(counts, root, 0);
+      uint64_t fileBytes = 0;
+      readTreeModule(counts, root, 0, fileBytes);
     } else {
       return makeError("unknown format: neither a CommDebugMode generate_json_dump tree (no 'fqn') nor a "
                        "commlens-counts file (no 'format')");
@@ -451,12 +466,11 @@ llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
 }
 
 llvm::Expected<CommCounts> loadCommCounts(llvm::StringRef path) {
+  if (llvm::Error err = checkInputFile(path, kMaxTextFileBytes))
+    return makeError("{}: {}", path.str(), takeMessage(std::move(err)));
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!buffer) {
-    if (buffer.getError() == std::errc::is_a_directory)
-      return makeError("{}: is a directory", path.str());
+  if (!buffer)
     return makeError("{}: cannot open file", path.str());
-  }
   auto counts = parseCommCounts((*buffer)->getBuffer());
   if (!counts)
     return makeError("{}: {}", path.str(), takeMessage(counts.takeError()));

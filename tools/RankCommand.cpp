@@ -68,7 +68,9 @@ llvm::Expected<RankedPlan> predictOne(const Pt2Records &records, bool checkSchem
   auto program = decodePt2(records, checkSchemas);
   if (!program)
     return program.takeError();
-  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program))
+  // Prediction::run checks it again, and warns of the style patterns it skips.
+  std::vector<std::string> skippedStyles;
+  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, std::nullopt, &skippedStyles))
     return makeError("{}: {}", planPath, takeMessage(std::move(err)));
   PredictRequest request;
   request.phase = backward ? PredictPhase::Both : PredictPhase::Forward;

@@ -301,8 +301,10 @@ struct ModelAndPlan {
   ShardingPlan plan;
 };
 
+/// `skippedStyles`: as for checkPlanAgainstProgram (null: a style pattern matching no module is an error).
 llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::string &modelPath,
-                                              const std::string &planPath) {
+                                              const std::string &planPath,
+                                              std::vector<std::string> *skippedStyles = nullptr) {
   std::optional<int64_t> worldSize;
   if (std::string ws = args.option("--world-size"); !ws.empty()) {
     int64_t n;
@@ -316,7 +318,7 @@ llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::strin
   auto plan = readPlanFile(planPath);
   if (!plan)
     return makeError("{}: {}", planPath, takeMessage(plan.takeError()));
-  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, worldSize))
+  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, worldSize, skippedStyles))
     return makeError("{}: {}", planPath, takeMessage(std::move(err)));
   return ModelAndPlan{std::move(*program), std::move(*plan)};
 }
@@ -349,7 +351,9 @@ int runPredict(int argc, char **argv) {
   const std::string &modelPath = args->positional[0];
   std::string planPath = args->option("--plan");
   auto loadStart = Clock::now();
-  auto inputs = loadModelAndPlan(*args, modelPath, planPath);
+  // Prediction::run checks the plan again and puts the style patterns it skips in its warnings.
+  std::vector<std::string> skippedStyles;
+  auto inputs = loadModelAndPlan(*args, modelPath, planPath, &skippedStyles);
   if (!inputs)
     return fail(takeMessage(inputs.takeError()));
   auto &[program, plan] = *inputs;

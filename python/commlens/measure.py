@@ -15,12 +15,17 @@ commlens-counts file described in ``docs/plan-format.md``.
 What one measurement does (every rank, identically):
 
 1. build a **fresh** model with the factory (never reuse a model that ran
-   under CommDebugMode), check the plan's patterns against it;
+   under CommDebugMode), check the plan's patterns against it (a style
+   pattern that matches no module is skipped with a warning, as
+   ``parallelize_module`` skips it);
 2. ``init_device_mesh(device_type, mesh_shape, mesh_dim_names=...)``;
 3. set ``requires_grad=False`` on ``frozen`` parameters (``frozen_after_parallelize``:
    after step 4's ``parallelize_module`` calls, before ``fully_shard``);
 4. ``parallelize_module(model, mesh[dim] or mesh, styles, src_data_rank=...)``
-   for every parallelize step, in order;
+   for every parallelize step, in order; where a style's pre-hook makes a
+   model input a DTensor with a ``Shard`` layout (``DTensor.from_local``), the
+   style gets this rank's chunk of it: the example inputs are the global
+   tensors (docs/plan-format.md, "Inputs and local shards");
 5. the ``fully_shard`` units, in order, and for each unit every module its
    pattern matches, in match order: ``fully_shard(module, mesh=sub,
    mp_policy=..., offload_policy=...)`` where ``sub`` is ``mesh[name]`` (FSDP)
@@ -344,7 +349,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
                         f"{math.prod(plan.mesh_shape)} devices but the world size is {world}")
     model, args, kwargs = _model_from(model_spec)
     model_name = _spec_name(model_spec)
-    check_against_model(plan, model, plan_subject, args, kwargs)
+    check_against_model(plan, model, plan_subject, args, kwargs, skip_unmatched_styles=True)
 
     if backend != "fake":
         devs = {p.device.type for p in model.parameters()}
@@ -371,11 +376,13 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         if any(fnmatch.fnmatchcase(name, pat) for pat in plan.frozen):
             p.requires_grad_(False)
 
+    input_tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for dim, styles in plan.parallelize_steps():
             target = mesh if dim is None else _submesh(mesh, (dim,))
             parallelize_module(model, target, styles, src_data_rank=plan.src_data_rank)
+            _pass_local_shards_of_inputs(model, target, styles, input_tensors)
         for name, p in model.named_parameters():
             if any(fnmatch.fnmatchcase(name, pat) for pat in plan.frozen_after_parallelize):
                 p.requires_grad_(False)
@@ -452,6 +459,59 @@ def count_collectives(model, args, kwargs, phase, loss, *, loss_parallel=False, 
     if json_dump is not None:
         comm_mode.generate_json_dump(file_name=json_dump, noise_level=noise_level)
     return counts_from_comm_mode(comm_mode, phase)
+
+
+def _sharded_input_layouts(style):
+    """``(positional {index: placement}, keyword {name: placement})``: the arguments ``style``'s
+    pre-hook wraps with ``DTensor.from_local`` when they are plain tensors (torch 2.13's
+    torch/distributed/tensor/parallel/style.py), where the placement is a ``Shard``."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   PrepareModuleInputOutput, RowwiseParallel, SequenceParallel)
+
+    if isinstance(style, PrepareModuleInputOutput):
+        style = style.prepare_module_input
+    if isinstance(style, (ColwiseParallel, RowwiseParallel)):
+        positional, keyword = dict(enumerate(style.input_layouts[:1])), {}
+    elif isinstance(style, SequenceParallel):
+        positional, keyword = {0: style.sequence_sharding[0]}, {}
+    elif isinstance(style, PrepareModuleInput):
+        positional, keyword = dict(enumerate(style.input_layouts or ())), dict(style.input_kwarg_layouts or {})
+    else:
+        return {}, {}
+    return ({i: p for i, p in positional.items() if isinstance(p, Shard)},
+            {k: p for k, p in keyword.items() if isinstance(p, Shard)})
+
+
+def _pass_local_shards_of_inputs(model, mesh, styles, input_tensors):
+    """Where a style's pre-hook makes a model input a DTensor with ``DTensor.from_local(x, mesh,
+    Shard(d))``, each rank passes its own shard of the input: the factory's example inputs are the
+    global tensors, as the exported program's shapes are (docs/plan-format.md).  A forward pre-hook,
+    run before the style's, hands this rank's chunk of such an input (the tensor itself or a view
+    of it) to the style; a plain tensor computed from other values (a ``to_local`` output) is local
+    already and passes as it is."""
+    import torch
+    from commlens.plan import match_modules
+
+    def is_input(t):
+        return isinstance(t, torch.Tensor) and any(t is x or t._base is x for x in input_tensors)
+
+    def local_shard(t, placement):
+        return t.chunk(mesh.size(), dim=placement.dim)[mesh.get_local_rank()]
+
+    for pattern, style in styles.items():
+        positional, keyword = _sharded_input_layouts(style)
+        if not positional and not keyword:
+            continue
+
+        def hook(module, args, kwargs, positional=positional, keyword=keyword):
+            args = tuple(local_shard(a, positional[i]) if i in positional and is_input(a) else a
+                         for i, a in enumerate(args))
+            kwargs = {k: local_shard(v, keyword[k]) if k in keyword and is_input(v) else v for k, v in kwargs.items()}
+            return args, kwargs
+
+        for path in match_modules(model, pattern):
+            model.get_submodule(path).register_forward_pre_hook(hook, prepend=True, with_kwargs=True)
 
 
 # Where each c10d op (the ops FSDP2 calls) takes the tensors it sends: the input list or tensor

@@ -24,6 +24,7 @@ import argparse
 import os
 import dataclasses
 import fnmatch
+import warnings
 import json
 import math
 import re
@@ -1171,13 +1172,20 @@ def checkpointed_modules(plan, model, subject="plan"):
     return found
 
 
-def check_against_model(plan, model, subject="plan", args=(), kwargs=None):
-    """Checks that need the (unparallelised) model and its example inputs."""
+def check_against_model(plan, model, subject="plan", args=(), kwargs=None, skip_unmatched_styles=False):
+    """Checks that need the (unparallelised) model and its example inputs.
+
+    ``skip_unmatched_styles``: a style pattern that matches no module is a warning, not an error, as
+    torch's ``parallelize_module`` warns and skips such a plan entry (measure runs it so; predict
+    warns the same; ``commlens check-plan`` and ``--check`` refuse it)."""
     root = type(model).__name__
     for _dim, pp in plan.parallelize_steps():
         for pattern in pp:
             if not match_modules(model, pattern):
-                raise PlanError(subject, f"plan pattern {pattern!r} matches no module of {root}")
+                message = f"plan pattern {pattern!r} matches no module of {root}"
+                if not skip_unmatched_styles:
+                    raise PlanError(subject, message)
+                warnings.warn(f"{subject}: {message}: skipped, as torch's parallelize_module skips it", stacklevel=2)
     if not any(u.wrapper for u, _path in checkpointed_modules(plan, model, subject)):
         # (with checkpoint wrappers, fully_shard patterns name the wrapped model: measure checks
         # them once the wrappers are in)

@@ -34,16 +34,31 @@ def test_identity_modules_are_listed_in_call_order(run_commlens, tmp_path):
     assert "    IdentityMLP.act                                          0     0      1  \n" in inspect
 
 
-def test_a_style_on_a_module_without_ops_is_refused(run_commlens, tmp_path):
+def test_a_style_on_a_module_without_ops(run_commlens, tmp_path):
+    """post (nn.Identity) runs no op and its argument, w2's output, reaches no op: its hooks go after
+    the last node and the program returns what they give. pre's argument, the input, is read by w1
+    too: the graph does not tell which use reads pre's return value, so that is refused."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import PrepareModuleOutput
+    from torch.distributed.tensor.parallel import PrepareModuleInput, PrepareModuleOutput
+
+    from integration_helpers import compare_with_measure
 
     pt2 = export_pt2(MODEL, tmp_path)
     base = planlib.resolve_plan("examples.plans:mlp_tp(tp=2)")
-    styles = dict(base.parallelize_plan, post=PrepareModuleOutput(output_layouts=Shard(-1),
-                                                                   desired_output_layouts=Replicate()))
-    plan_path = save_plan(dataclasses.replace(base, parallelize_plan=styles), tmp_path)
-    r = run_commlens("predict", pt2, "--plan", plan_path)
+    plan = dataclasses.replace(base, parallelize_plan=dict(
+        base.parallelize_plan, post=PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(-1),
+                                                       use_local_output=False)))
+    predicted = tmp_path / "pred.json"
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both", "--format", "json", "-o",
+                     predicted)
+    assert r.returncode == 0, r.stderr
+    summary = compare_with_measure(run_commlens, predicted, MODEL, plan, tmp_path)
+    assert summary["differ"] == 0 and summary["predicted_collectives"] == summary["measured_collectives"], summary
+
+    plan = dataclasses.replace(base, parallelize_plan=dict(
+        base.parallelize_plan, pre=PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),))))
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path))
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == (f"commlens: error: {pt2}: PrepareModuleOutput 'post' on IdentityMLP.post: the module runs "
-                        "no op, and commlens cannot place hooks on such a module yet\n")
+    assert r.stderr == (f"commlens: error: {pt2}: PrepareModuleInput 'pre' on IdentityMLP.pre: the module runs no op, "
+                        "and its argument 'x' is read by ops too: commlens cannot tell which of them read the "
+                        "module's return value\n")

@@ -88,10 +88,17 @@ def test_bad_arguments(run_commlens, files, args, message):
 
 
 def test_plan_naming_a_missing_module(run_commlens, files, tmp_path):
+    # parallelize_module warns and skips such an entry; predict does the same (here both entries:
+    # no DTensor, no collective), check-plan refuses it
     pt2, plan = files
     bad = tmp_path / "bad.json"
-    bad.write_text(plan.read_text().replace('"fqn": "w2"', '"fqn": "w3"'))
+    bad.write_text(plan.read_text().replace('"fqn": "w1"', '"fqn": "w3"').replace('"fqn": "w2"', '"fqn": "w4"'))
     r = run_commlens("predict", pt2, "--plan", bad)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.splitlines()[-2:] == [
+        f"warning: plan pattern '{p}' matches no module of RepeatNet: skipped, as torch's parallelize_module skips it"
+        for p in ("w3", "w4")]
+    r = run_commlens("check-plan", pt2, "--plan", bad)
     assert (r.returncode, r.stderr) == (2, f"commlens: error: {bad}: plan pattern 'w3' matches no module of RepeatNet\n")
 
 

@@ -344,6 +344,22 @@ TEST(CommCounts, RangeAndDepthLimits) {
   EXPECT_EQ(parseError(deep), "invalid JSON: nested deeper than 256 levels");
 }
 
+// Bytes are 64-bit: a 405B-shaped Llama's all-gather cell is 8,751,939,584 (> 2^32); a cell and
+// the file's sum are bounded by 2^53 - 1 (exact as a double).
+TEST(CommCounts, BytesPastTwoToThe32) {
+  auto withBytes = [](const std::string &ag, const std::string &ar) {
+    return R"({"format": "commlens-counts", "version": 1, "modules": [{"fqn": "Global", "forward": )"
+           R"({"ag": 1, "ar": 1}, "backward": {}, "forward_bytes": {"ag": )" +
+           ag + R"(, "ar": )" + ar + "}}]}";
+  };
+  CommCounts counts = parseOk(withBytes("8751939584", "9007190502801407"));
+  EXPECT_EQ(counts.find("Global")->phase(FW).at("ag").bytes, std::optional<int64_t>(8751939584));
+  EXPECT_EQ(parseError(withBytes("0", "9007199254740992")),
+            "modules[0].forward_bytes.ar: bytes 9007199254740992 is out of range (at most 9007199254740991)");
+  EXPECT_EQ(parseError(withBytes("8751939584", "9007190502801408")),
+            "modules[0].forward_bytes.ar: bytes 9007190502801408 take the file's total past 9007199254740991");
+}
+
 // A number past double's range is an out_of_range exception in nlohmann's parser, not a
 // parse_error: it is bad input all the same (found by fuzz/counts).
 TEST(CommCounts, NumberOverflowIsInvalidJson) {

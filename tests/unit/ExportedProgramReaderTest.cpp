@@ -121,11 +121,24 @@ TEST(ExportedProgramReader, ModuleStackParsing) {
   auto bad = parseModuleStack("L__self__,__main__.M");
   ASSERT_FALSE(static_cast<bool>(bad));
   EXPECT_EQ(takeMessage(bad.takeError()), "malformed entry 'L__self__,__main__.M' (expected key,path,type)");
+  // the module's call count, index + 1, must fit its unsigned
+  auto last = parseModuleStack("L__self__fc@4294967294,fc,torch.nn.Linear");
+  ASSERT_TRUE(static_cast<bool>(last));
+  EXPECT_EQ((*last)[0].callIndex, 4294967294u);
+  auto past = parseModuleStack("L__self__fc@4294967295,fc,torch.nn.Linear");
+  ASSERT_FALSE(static_cast<bool>(past));
+  EXPECT_EQ(takeMessage(past.takeError()),
+            "call index 4294967295 in key 'L__self__fc@4294967295' is out of range (at most 4294967294)");
 }
 
 TEST(ExportedProgramReader, RejectsOtherSchemaMajors) {
   EXPECT_EQ(errorOf(replaced(R"("major": 8)", R"("major": 9)")),
             "models/model.json: unsupported export schema version 9.20 (commlens reads major version 8)");
+  // compared before it is narrowed to an int: 2^32 + 8 is not 8
+  EXPECT_EQ(errorOf(replaced(R"("major": 8)", R"("major": 4294967304)")),
+            "models/model.json: unsupported export schema version 4294967304.20 (commlens reads major version 8)");
+  EXPECT_EQ(errorOf(replaced(R"("minor": 20)", R"("minor": 4294967316)")),
+            "models/model.json: schema_version.minor: integer 4294967316 is out of range (0 to 2147483647)");
 }
 
 TEST(ExportedProgramReader, SyntaxErrorNamesTheRecordAndPosition) {

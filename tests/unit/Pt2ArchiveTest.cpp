@@ -234,3 +234,27 @@ TEST(Pt2Archive, ReadInPlaceWalksOtherExtraFields) {
                 zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}}, true, false, runsPast))),
             "broken zip archive: Zip archive inconsistent");
 }
+
+// The zip format version as PyTorchStreamReader reads it (caffe2/serialize/inline_container.cc,
+// versions.h: 1 to 10), ".data/version" before "version"; a name given to two entries.
+TEST(Pt2Archive, VersionRecordAndDuplicateEntries) {
+  auto openError = [](const std::string &zip) {
+    auto archive = Pt2Archive::openBuffer(zip);
+    return archive ? std::string("(opened)") : llvm::toString(archive.takeError());
+  };
+  auto withVersion = [&](const std::string &record, const std::string &text) {
+    return openError(zipOf({{"model/" + record, text}, {"model/models/model.json", "{}"}}));
+  };
+  EXPECT_EQ(withVersion(".data/version", "10\n"), "(opened)");
+  EXPECT_EQ(withVersion("version", " 1 "), "(opened)");
+  EXPECT_EQ(withVersion(".data/version", "11\n"), ".data/version is '11': torch 2.13 reads versions 1 to 10");
+  EXPECT_EQ(withVersion(".data/version", "18446744073709551616"),
+            ".data/version is '18446744073709551616': torch 2.13 reads versions 1 to 10");
+  EXPECT_EQ(withVersion("version", "6 apples"), "version is '6 apples', not a version number");
+  EXPECT_EQ(withVersion("version", std::string(50, 'x') + "\n"),
+            "version is '" + std::string(40, 'x') + "'..., not a version number");
+  EXPECT_EQ(openError(zipOf({{"model/version", "garbage"}, {"model/.data/version", "6\n"}, {"model/models/model.json", "{}"}})),
+            "(opened)");
+  EXPECT_EQ(openError(zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}, {"model/models/model.json", "{"}})),
+            "zip archive with two entries named 'model/models/model.json'");
+}
