@@ -3,7 +3,7 @@
 meshes x phases.
 
     .venv/bin/python bench/accuracy/run.py [--subset ci|full] [--jobs N] [--only REGEX]
-        [--work-dir out/accuracy] [--commlens build/commlens] [--strict]
+        [--work-dir out/accuracy] [--commlens build/commlens] [--no-strict]
 
 For every configuration (model factory spec, plan factory spec, phase):
 
@@ -42,9 +42,12 @@ do), the bytes its collectives send on one rank agree; B counts the cells whose 
 the same per configuration.
 
 ``no prediction``: ``commlens predict`` does not exist (``unknown command``) or exits 2 with an
-error (``predict error: <its error line>``; ``--strict`` counts that as a failure). Exit status:
-0 when every configuration was measured and every prediction made is exact; 1 otherwise
-(a DIFF, a measure/export/compare error, a crashed predictor); 2 on usage errors.
+error (``predict error: <its error line>``). Exit status: 0 when every configuration was measured
+and every prediction made is exact; 1 otherwise (a DIFF, a measure/export/compare error, a crashed
+predictor, and, unless ``--no-strict``, a predict error, a configuration measured and predicted
+with no cell at all, or one whose bytes were compared on fewer cells than it counts: each of those
+would let a run pass without checking anything; ``strict: CONFIG: why`` on stderr names them);
+2 on usage errors.
 """
 
 import argparse
@@ -386,11 +389,13 @@ def _export_versions():
 
 
 def _model_digest(work):
-    """The cache key of exported models: the sources and the versions that export them. Under
-    --reuse-exports the versions are those recorded in the work dir (models/versions.json) by the
-    machine that exported, so a GPU machine with another torch measures against those programs."""
+    """The cache key of exported models: the sources and the versions that export them (plan.py:
+    a mixed-precision plan's model is exported under its plan). Under --reuse-exports the versions
+    are those recorded in the work dir (models/versions.json) by the machine that exported, so a
+    GPU machine with another torch measures against those programs."""
     files = sorted((ROOT / "examples").glob("*.py")) + [ROOT / f"python/commlens/{name}.py" for name in
-                                                        ("export", "_export_shortcuts", "_module_calls", "_factory")]
+                                                        ("export", "_export_shortcuts", "_module_calls", "_factory",
+                                                         "plan")]
     record = work / "models" / "versions.json"
     versions = (json.loads(record.read_text()) if os.environ.get(REUSE_EXPORTS_ENV) and record.exists()
                 else _export_versions())
@@ -398,8 +403,11 @@ def _model_digest(work):
 
 
 def _plan_digest():
+    """The cache key of serialised plans: their sources and the versions whose ParallelStyle
+    objects (torch) and shipped TP plans (transformers) they are read from."""
     files = [ROOT / "examples/plans.py", ROOT / "examples/hf.py", ROOT / "python/commlens/plan.py"]
-    return _sources_digest(files)
+    versions = _export_versions()
+    return _sources_digest(files) + versions["torch"] + versions["transformers"]
 
 
 def _write_atomic(path, write):
@@ -639,14 +647,26 @@ def format_gpu_summary(results):
             f"{sum(g['cells'] for g in ran)} cells on {', '.join(devices) or '?'}")
 
 
+def strict_problem(r):
+    """Why a configuration (or its GPU column) that is not a failure otherwise fails a strict run,
+    or None: a predict error, or an exact line that checked nothing or not every cell's bytes."""
+    if r["status"] == "predict error":
+        return r["error"]
+    if r["status"] != "exact":
+        return None
+    if r["cells"] == 0:
+        return "no cell measured or predicted"
+    if r.get("bytes_cells", 0) < r["cells"]:
+        return f"bytes compared on {r.get('bytes_cells', 0)}/{r['cells']} cells"
+    return None
+
+
 def is_failure(r, strict):
     if "gpu" in r and r["gpu"]["status"] != "skipped" and is_failure(r["gpu"], strict):
         return True
-    if r["status"] in ("exact", "no prediction", "gpu only"):
-        return False
-    if r["status"] == "predict error":
-        return strict
-    return True
+    if strict and strict_problem(r):
+        return True
+    return r["status"] not in ("exact", "no prediction", "gpu only", "predict error")
 
 
 # ------------------------------------------------------------------------------------------
@@ -670,7 +690,9 @@ def main(argv=None):
     parser.add_argument("--work-dir", default=str(ROOT / "out" / "accuracy"))
     parser.add_argument("--commlens", default=None,
                         help="the commlens CLI (default: $COMMLENS_BUILD/commlens or build/commlens)")
-    parser.add_argument("--strict", action="store_true", help="count predict errors as failures")
+    parser.add_argument("--no-strict", dest="strict", action="store_false",
+                        help="do not fail on predict errors, configurations with no cell, or cells whose bytes "
+                             "were not compared")
     parser.add_argument("--list", action="store_true", help="list the configurations and exit")
     parser.add_argument("--reuse-exports", action="store_true",
                         help="use the programs exported into the work dir by another machine (its torch and "
@@ -740,6 +762,11 @@ def main(argv=None):
     if gpu_summary:  # before the last line, which stays the CPU corpus' summary
         print(gpu_summary)
     print(f"exact: {exact_configs}/{len(cpu)} configs, {exact_cells}/{cells} cells")
+    if ns.strict:
+        for r in results:
+            for name, x in ((r["name"], r), (r["name"] + " gpu", r.get("gpu"))):
+                if x and x["status"] != "skipped" and strict_problem(x):
+                    print(f"strict: {name}: {strict_problem(x)}", file=sys.stderr)
     return 1 if any(is_failure(r, ns.strict) for r in results) else 0
 
 

@@ -519,7 +519,7 @@ def _pass_local_shards_of_inputs(model, mesh, styles, input_tensors):
 # or send in place) sends its first argument.
 _C10D_SENT_ARG = {"_allgather_base_": 1, "_reduce_scatter_base_": 1, "allgather_": 1, "allgather_coalesced_": 1,
                   "allgather_into_tensor_coalesced_": 1, "reduce_scatter_": 1, "reduce_scatter_tensor_coalesced_": 1,
-                  "alltoall_": 1, "alltoall_base_": 1, "gather_": 0, "scatter_": 1}
+                  "alltoall_": 1, "alltoall_base_": 1, "gather_": 1, "scatter_": 1}
 
 
 def _sent_bytes(func, args):

@@ -1,5 +1,5 @@
 """bench/accuracy/run.py's bookkeeping with a stand-in predictor (fake_predictor.py): exact,
-DIFF, predict error and compare error lines, the summary line and the exit status."""
+DIFF, predict error and compare error lines, the summary line, strictness and the exit status."""
 import json
 import os
 import pathlib
@@ -34,14 +34,38 @@ def test_runner_with_fake_predictor(commlens_bin, tmp_path):
         "exact: 1/4 configs, 8/15 cells",
     ], r.stderr[-3000:]
     assert r.returncode == 1
-    # --strict does not change a run whose only failures are already failures; predict errors
-    # alone are not failures without it.
-    r = subprocess.run([sys.executable, str(RUN), "--only", "^mlp-tp-tp4-both$", "--work-dir", str(work),
-                        "--commlens", str(wrapper)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "exact: 0/1 configs, 0/3 cells"
-    r = subprocess.run([sys.executable, str(RUN), "--only", "^mlp-tp-tp4-both$", "--work-dir", str(work),
-                        "--commlens", str(wrapper), "--strict"], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 1
+    # Strict (the default): a predict error fails the run, and so does an exact line whose bytes
+    # were not compared (the stand-in records none); --no-strict lets both pass.
+    args = [sys.executable, str(RUN), "--only", "^mlp-tp-tp(2-forward|4-both)$", "--work-dir", str(work),
+            "--commlens", str(wrapper)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout
+    strict = [line for line in r.stderr.splitlines() if line.startswith("strict: ")]
+    assert [line.split(": ", 2)[:2] for line in strict] == [["strict", "mlp-tp-tp2-forward"],
+                                                            ["strict", "mlp-tp-tp4-both"]], r.stderr[-3000:]
+    assert strict[0] == "strict: mlp-tp-tp2-forward: bytes compared on 0/3 cells"  # Global, MLP, MLP.w2
+    assert strict[1].startswith("strict: mlp-tp-tp4-both: commlens: error: ")
+    r = subprocess.run(args + ["--no-strict"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "strict: " not in r.stderr, r.stdout + r.stderr[-3000:]
+    assert r.stdout.splitlines()[-1] == "exact: 1/2 configs, 3/6 cells"
+
+
+def test_strict_problems():
+    # What a strict run fails that a non-strict one lets pass: each would be a run that checks
+    # nothing (no cell) or less than it says (bytes on fewer cells than counted).
+    sys.path.insert(0, str(RUN.parent))
+    import run as accuracy
+
+    exact = {"status": "exact", "cells": 3, "exact_cells": 3, "bytes_cells": 3}
+    assert accuracy.strict_problem(exact) is None and not accuracy.is_failure(exact, strict=True)
+    for r, why in [(dict(exact, cells=0, exact_cells=0, bytes_cells=0), "no cell measured or predicted"),
+                   (dict(exact, bytes_cells=2), "bytes compared on 2/3 cells"),
+                   ({"status": "predict error", "cells": 3, "error": "commlens: error: m.pt2: x"},
+                    "commlens: error: m.pt2: x")]:
+        assert accuracy.strict_problem(r) == why
+        assert accuracy.is_failure(r, strict=True) and not accuracy.is_failure(r, strict=False)
+    gpu = dict(exact, gpu=dict(exact, bytes_cells=0))
+    assert accuracy.is_failure(gpu, strict=True) and not accuracy.is_failure(gpu, strict=False)
 
 
 def test_gpu_column_without_a_gpu(commlens_bin, tmp_path):
@@ -157,3 +181,22 @@ def test_sdpa_kernels_needs_a_gpu():
     assert r.returncode == 2
     assert r.stderr.splitlines()[-1] == (f"sdpa_kernels: no CUDA device (torch {torch.__version__}): "
                                          "nothing to check here")
+
+
+def test_cache_keys_cover_what_the_cached_files_depend_on(tmp_path, monkeypatch):
+    # An exported program depends on python/commlens/plan.py (mixed-precision plans are exported
+    # under their plan); a serialised plan on the torch and transformers versions (it is read from
+    # torch's ParallelStyle objects and the TP plans transformers ships).
+    sys.path.insert(0, str(RUN.parent))
+    import run as accuracy
+
+    read = []
+    digest = accuracy._sources_digest
+    monkeypatch.setattr(accuracy, "_sources_digest", lambda paths: read.extend(paths) or digest(paths))
+    accuracy._model_digest(tmp_path)
+    assert ROOT / "python/commlens/plan.py" in read
+    plan_key = accuracy._plan_digest()
+    versions = accuracy._export_versions()
+    for name in ("torch", "transformers"):
+        monkeypatch.setattr(accuracy, "_export_versions", lambda name=name: {**versions, name: "0.0.0"})
+        assert accuracy._plan_digest() != plan_key, name

@@ -50,3 +50,25 @@ def compare_with_measure(run_commlens, predicted, model_spec, plan, directory):
     r = run_commlens("compare", predicted, measured, "--json")
     assert r.returncode == 0, r.stdout
     return json.loads(r.stdout)["summary"]
+
+
+def measured_fsdp_tp_step(model_spec, plan):
+    """CommDebugMode's totals (commlens.measure, fake process group, both phases) for a plan with
+    fully_shard on mesh dim dp and the TP styles on tp, shaped as predict's `commlens.step`:
+    collectives and bytes per rank per phase, counts per collective over both phases, and the same
+    per mesh dim. The dims come from the kind of op: FSDP2's collectives are c10d ops (on dp),
+    DTensor's redistributions funcol ops (on tp)."""
+    from commlens.measure import measure
+
+    doc = measure(model_spec, plan, phase="both", return_document=True)
+    glob = next(m for m in doc["modules"] if m["fqn"] == "Global")
+    step = {"collectives": {}, "mesh_dims": {}}
+    for phase in ("forward", "backward"):
+        step[phase] = {"collectives": sum(glob[phase].values()), "bytes_per_rank": sum(glob[phase + "_bytes"].values())}
+        for op, n in glob[phase].items():
+            step["collectives"][op] = step["collectives"].get(op, 0) + n
+            dim = step["mesh_dims"].setdefault("dp" if op.startswith("c10d.") else "tp", {
+                p: {"collectives": 0, "bytes_per_rank": 0} for p in ("forward", "backward")})
+            dim[phase]["collectives"] += n
+            dim[phase]["bytes_per_rank"] += glob[phase + "_bytes"][op]
+    return step

@@ -860,11 +860,35 @@ def test_catalog_is_large():
 
 
 def test_good_inputs_are_accepted(commlens_bin, good_pt2, tmp_path):
+    # The inputs every bad one is made from are read, and read right (derived by hand from
+    # TwoLinears, x [2, 3, 4], and PLAN): were they refused or misread, each bad input's error
+    # could come from the wrong place.
     b = Inputs(tmp_path, good_pt2)
-    for argv in (["inspect", good_pt2], predict(good_pt2, b.plan_path), ["check-plan", good_pt2, "--plan", b.plan_path],
-                 ["compare", b.counts_path, b.counts_path]):
+
+    def run(*argv):
         rc, out, err = run_cli(commlens_bin, argv, "")
         assert (rc, err) == (0, ""), argv
+        return out.splitlines()
+
+    inspect = run("inspect", good_pt2)
+    assert [line.split()[:4] for line in inspect[3:6]] == [
+        ["TwoLinears", "1", "3", "1"], ["TwoLinears.fc1", "1", "1", "1"], ["TwoLinears.fc2", "1", "1", "1"]]
+    # fc1.weight [8, 4] + fc1.bias [8] + fc2.weight [4, 8] + fc2.bias [4] = 76 f32, 304 bytes;
+    # nodes: linear (fc1), relu, linear_1 (fc2)
+    assert inspect[-1] == "totals: 3 nodes, 3 modules, 4 parameters (76 elements, 304 bytes), 0 buffers"
+    assert [line.split() for line in inspect if line.startswith("  x ")] == [["x", "[2,", "3,", "4]", "float32"]]
+    assert [line.split() for line in run("check-plan", good_pt2, "--plan", b.plan_path)[2:]] == [
+        ["fc1", "ColwiseParallel", "TwoLinears.fc1"], ["fc2", "RowwiseParallel", "TwoLinears.fc2"]]
+    # Colwise fc1 turns the replicated x into Shard(-1); Rowwise fc2 contracts that dim, so its
+    # output is Partial(sum) and its Replicate output layout needs one all_reduce of the whole
+    # [2, 3, 4] f32 output, 96 bytes, charged to fc2, TwoLinears and Global (forward only).
+    table = run(*predict(good_pt2, b.plan_path, "--noise-level", "1"))
+    assert [line.strip() for line in table if "all_reduce" in line] == ["*c10d_functional.all_reduce: 1"] * 3 + [
+        "**c10d_functional.all_reduce on mesh dim 0: [P(sum)] -> [R], 96 B/rank, commlens::redistribute_output.default "
+        "'linear_1' (TwoLinears.fc2 redistributes its output linear_1 from [P(sum)] to [R])"]
+    assert table.index("    TwoLinears.fc2") < table.index("        *c10d_functional.all_reduce: 1")
+    assert run("compare", b.counts_path, b.counts_path)[-1] == \
+        "summary: 2 cells, 0 differ; collectives predicted 1, measured 1 (forward+backward)"
 
 
 @pytest.mark.parametrize("kind_name", sorted(CATALOG))

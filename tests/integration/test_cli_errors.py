@@ -44,9 +44,18 @@ def check_error(run_commlens, path, expected_what):
 
 
 def test_good_archive_is_accepted(run_commlens, good_pt2):
+    # What every bad archive here is made from reads right (by hand from TwoLinears, x [2, 4]).
     r = run_commlens("inspect", good_pt2)
-    assert r.returncode == 0, r.stderr
-    assert "TwoLinears.fc1" in r.stdout
+    assert (r.returncode, r.stderr) == (0, "")
+    lines = r.stdout.splitlines()
+    assert [line.split()[:4] for line in lines[3:6]] == [
+        ["TwoLinears", "1", "3", "1"], ["TwoLinears.fc1", "1", "1", "1"], ["TwoLinears.fc2", "1", "1", "1"]]
+    assert [line.split()[:4] for line in lines if line.startswith("  fc")] == [
+        ["fc1.weight", "[8,", "4]", "float32"], ["fc1.bias", "[8]", "float32", "first"],
+        ["fc2.weight", "[4,", "8]", "float32"], ["fc2.bias", "[4]", "float32", "first"]]
+    assert [line.split() for line in lines if line.startswith("  x ")] == [["x", "[2,", "4]", "float32"]]
+    # 8 x 4 + 8 + 4 x 8 + 4 = 76 f32 parameters, 304 bytes; nodes: linear, relu, linear_1
+    assert lines[-1] == "totals: 3 nodes, 3 modules, 4 parameters (76 elements, 304 bytes), 0 buffers"
 
 
 def test_not_a_zip(run_commlens, tmp_path):

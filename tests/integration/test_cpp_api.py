@@ -1,8 +1,7 @@
 """The C++ library API from an installed tree: `cmake --install` the build, configure and build
 examples/cpp against it with find_package(commlens), run it. Its own pass, appended to commlens'
-pipeline, sums collectives and bytes per mesh dim from the prediction state: they must equal what
-`commlens predict --format json` reports for the same model and plan."""
-import json
+pipeline, sums collectives and bytes per mesh dim from the prediction state: they must equal
+CommDebugMode's for the same model and plan (commlens.measure, fake process group)."""
 import os
 import pathlib
 import subprocess
@@ -10,7 +9,7 @@ import subprocess
 import pytest
 
 from commlens import plan as planlib
-from integration_helpers import export_pt2, save_plan
+from integration_helpers import export_pt2, measured_fsdp_tp_step, save_plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -33,21 +32,18 @@ def example(commlens_bin, tmp_path_factory):
     return d / "build" / "bytes_per_mesh_dim", d
 
 
-def test_installed_library_with_its_own_pass(run_commlens, example):
+def test_installed_library_with_its_own_pass(example):
     exe, d = example
     pt2 = export_pt2("examples.llama:llama", d)
     plan = save_plan(planlib.resolve_plan("examples.plans:llama_fsdp_tp(dp=2, tp=4)"), d)
     r = subprocess.run([str(exe), str(pt2), str(plan)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    pred = d / "pred.json"
-    assert run_commlens("predict", pt2, "--plan", plan, "--phase", "both", "--cluster", "h100-ib-ndr", "--format",
-                        "json", "-o", pred).returncode == 0
-    step = json.loads(pred.read_text())["commlens"]["step"]
+    step = measured_fsdp_tp_step("examples.llama:llama", str(plan))
     expected = [f"collectives: forward {step['forward']['collectives']}, backward {step['backward']['collectives']}"]
-    for dim in sorted(step["mesh_dims"], key=lambda m: m["dims"]):
+    for name, dim in sorted(step["mesh_dims"].items()):
         n = dim["forward"]["collectives"] + dim["backward"]["collectives"]
         b = dim["forward"]["bytes_per_rank"] + dim["backward"]["bytes_per_rank"]
-        expected.append(f"mesh dim {dim['dims']}: {n} collectives, {b} bytes per rank")
+        expected.append(f"mesh dim {name}: {n} collectives, {b} bytes per rank")
     assert r.stdout.splitlines() == expected
 
 

@@ -1,13 +1,13 @@
 """commlens rank: every plan predicted in one process, ranked by communication time per step.
-Each ranked plan's figures must be the ones `predict --cluster` gives for that plan alone (whose
-counts and bytes the accuracy corpus checks against CommDebugMode)."""
+Each ranked plan's figures must be the ones `predict --cluster` gives for that plan alone, and
+their collectives and bytes, per phase and mesh dim, CommDebugMode's (measured for two of them)."""
 import json
 import subprocess
 import sys
 
 import pytest
 
-from integration_helpers import export_pt2
+from integration_helpers import export_pt2, measured_fsdp_tp_step
 
 SWEEP = "examples.plans:llama_fsdp_tp(dp={dp}, tp={tp})"
 
@@ -48,6 +48,16 @@ def test_rank_matches_predict_per_plan(run_commlens, llama, tmp_path):
     dp8 = next(p for p in ranked if p["name"].endswith("dp8-tp1"))
     assert [d["dims"] for d in dp8["mesh_dims"]] == ["dp"]
     assert set(dp8["collectives"]) == {"c10d._allgather_base_", "c10d._reduce_scatter_base_"}
+    # The counts and bytes against CommDebugMode, for FSDP x TP and that FSDP-only split
+    # (measuring all four plans would double the test's time).
+    phases = ("forward", "backward")
+    for p in (dp8, next(p for p in ranked if p["name"].endswith("dp2-tp4"))):
+        measured = measured_fsdp_tp_step("examples.llama:llama", p["plan"])
+        assert p["collectives"] == measured["collectives"]
+        assert {ph: {k: p[ph][k] for k in ("collectives", "bytes_per_rank")} for ph in phases} == \
+            {ph: measured[ph] for ph in phases}
+        assert {d["dims"]: {ph: {k: d[ph][k] for k in ("collectives", "bytes_per_rank")} for ph in phases}
+                for d in p["mesh_dims"]} == measured["mesh_dims"]
 
 
 def test_rank_table_and_bad_plans(run_commlens, llama, tmp_path):

@@ -15,7 +15,7 @@ import op_coverage  # noqa: E402
 def test_op_coverage_doc_is_current():
     driver = op_coverage.default_driver()
     if not driver.exists():
-        pytest.skip(f"{driver} not built")
+        pytest.fail(f"{driver} is not built: cmake --build build --target rules_driver")
     want = op_coverage.generate(driver)
     have = op_coverage.DOC.read_text() if op_coverage.DOC.exists() else ""
     assert have == want, "docs/op-coverage.md is out of date: run .venv/bin/python tests/rules/op_coverage.py"

@@ -908,7 +908,7 @@ def _run_lines(cmd, lines, jobs=1):
 @pytest.fixture(scope="module")
 def results():
     if not DRIVER.exists():
-        pytest.skip("build/tests/rules_driver not built")
+        pytest.fail(f"{DRIVER} is not built: cmake --build build --target rules_driver")
     cases = all_cases()
     only = os.environ.get("COMMLENS_RULES_ORACLE_OPS")  # e.g. "view,_unsafe_view" for a quick run
     if only:
@@ -1012,7 +1012,7 @@ def test_rules_match_dtensor(results, family):
 def test_every_supported_op_is_registered_in_dtensor():
     """Each op commlens has a rule for has a strategy of the same kind in torch 2.13."""
     if not DRIVER.exists():
-        pytest.skip("build/tests/rules_driver not built")
+        pytest.fail(f"{DRIVER} is not built: cmake --build build --target rules_driver")
     ops = _run_lines([str(DRIVER)], [json.dumps({"supported": True})])[0]["ops"]
     code = (
         "import json,sys,torch\n"
