@@ -4,8 +4,7 @@ Factories (all keyword-only, all return ``(model, (x,))``):
 
 * ``linear(batch, seq, in_dim, out_dim, bias, input_dim)``: one ``nn.Linear``
   as the root; ``input_dim`` (default ``in_dim``) is the last dim of the
-  example input, e.g. ``in_dim // tp`` for a RowwiseParallel Linear whose
-  input is this rank's Shard(-1) slice.
+  example input.
 * ``mlp(batch, seq, dim, hidden, bias)``: ``w1`` -> relu -> ``w2``.
 * ``stacked_mlp(n_layers, ...)``: a ``layers`` ModuleList of ``MLP`` blocks,
   applied one after the other.

@@ -103,8 +103,8 @@ def linear_colwise(*, tp=4, input_requires_grad=False, device_type="cpu", frozen
 def linear_rowwise(*, tp=4, input_requires_grad=False, device_type="cpu", frozen=(),
                    output="replicate"):
     """Root ``nn.Linear`` with RowwiseParallel; the input is a plain tensor
-    holding this rank's Shard(-1) slice (so the example input's last dim is the
-    *local* in_features / tp)."""
+    that each rank passes as its Shard(-1) slice of the example input (the
+    global one: ``measure`` passes each rank its slice)."""
     out = Replicate() if output == "replicate" else Shard(1)
     return _plan("linear_rowwise", tp, {"": RowwiseParallel(output_layouts=out)},
                  device_type=device_type, input_requires_grad=input_requires_grad, frozen=frozen)

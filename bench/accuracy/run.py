@@ -117,10 +117,13 @@ CONFIGS = [
     # nn.Identity placeholders (no ops): listed where CommDebugMode lists them, counts unchanged
     Config("identity_mlp-tp-tp4-grad-both", "examples.mlp:identity_mlp", P + "mlp_tp(tp=4, input_requires_grad=True)",
            "both"),
-    # a root Linear, Colwise. (linear_rowwise is not here: its example input is the local
-    # Shard(-1) slice, so the unparallelised model does not run, let alone export.)
+    # a root Linear, Colwise; Rowwise, whose plain input each rank passes as its Shard(-1) slice
     Config("linear-colwise-tp4-grad-both", "examples.mlp:linear",
            P + "linear_colwise(tp=4, input_requires_grad=True)", "both"),
+    Config("linear-rowwise-tp4-grad-both", "examples.mlp:linear",
+           P + "linear_rowwise(tp=4, input_requires_grad=True)", "both"),
+    Config("linear-rowwise-shard-tp2-both", "examples.mlp:linear",
+           P + "linear_rowwise(tp=2, output='shard')", "both"),
     # stacked MLP blocks (layers.*)
     Config("stacked_mlp-tp-tp2-forward", STACKED, P + "stacked_mlp_tp(tp=2)", "forward"),
     Config("stacked_mlp-tp-tp4-grad-both", STACKED, P + "stacked_mlp_tp(tp=4, input_requires_grad=True)", "both",

@@ -376,7 +376,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         if any(fnmatch.fnmatchcase(name, pat) for pat in plan.frozen):
             p.requires_grad_(False)
 
-    input_tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    input_tensors = []  # the tensors the model is called with, filled in below
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for dim, styles in plan.parallelize_steps():
@@ -429,6 +429,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         else:
             kwargs[key] = t
     args = tuple(args)
+    input_tensors[:] = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
 
     modules = count_collectives(model, args, kwargs, phase, plan.loss, loss_parallel=plan.loss_parallel,
                                 json_dump=json_dump, noise_level=noise_level)
@@ -489,12 +490,16 @@ def _pass_local_shards_of_inputs(model, mesh, styles, input_tensors):
     global tensors, as the exported program's shapes are (docs/plan-format.md).  A forward pre-hook,
     run before the style's, hands this rank's chunk of such an input (the tensor itself or a view
     of it) to the style; a plain tensor computed from other values (a ``to_local`` output) is local
-    already and passes as it is."""
+    already and passes as it is.  ``input_tensors``: the tensors the model is called with, filled in
+    by the caller once the plan's inputs are placed."""
     import torch
+    from torch.distributed.tensor import DTensor
+
     from commlens.plan import match_modules
 
     def is_input(t):
-        return isinstance(t, torch.Tensor) and any(t is x or t._base is x for x in input_tensors)
+        return (isinstance(t, torch.Tensor) and not isinstance(t, DTensor)
+                and any(t is x or t._base is x for x in input_tensors))
 
     def local_shard(t, placement):
         return t.chunk(mesh.size(), dim=placement.dim)[mesh.get_local_rank()]
