@@ -44,8 +44,11 @@ llvm::Expected<std::unique_ptr<Prediction>> Prediction::run(std::unique_ptr<Expo
   if (llvm::Error err = pm.run(*p->ctx_))
     return err;
   const PassOptions &opts = p->ctx_->options;
-  p->report_ = PredictionReport::build(*p->program_, p->plan_, p->ctx_->state, request.phase != PredictPhase::Backward,
+  auto report = PredictionReport::build(*p->program_, p->plan_, p->ctx_->state, request.phase != PredictPhase::Backward,
                                        backward, opts.cluster ? &*opts.cluster : nullptr);
+  if (!report)
+    return report.takeError();
+  p->report_ = std::move(*report);
   return p;
 }
 

@@ -52,8 +52,11 @@ struct PredictionReport {
   bool forward = true, backward = false;
   CommCounts counts;
 
-  static PredictionReport build(const ExportedProgram &program, const ShardingPlan &plan, const PredictionState &state,
-                                bool forward, bool backward, const Cluster *cluster = nullptr);
+  /// An error only when the module rows cannot be laid out (a name twice, a row without a
+  /// parent): a bug in the scope tree or in build itself, reported rather than assumed away.
+  static llvm::Expected<PredictionReport> build(const ExportedProgram &program, const ShardingPlan &plan,
+                                                const PredictionState &state, bool forward, bool backward,
+                                                const Cluster *cluster = nullptr);
   /// Whether the report covers this collective's phase.
   bool includes(const CollectiveRecord &c) const { return c.phase == Phase::Forward ? forward : backward; }
   /// Step totals per phase over the phases predicted (times only with a cluster).

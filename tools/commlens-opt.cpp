@@ -133,10 +133,12 @@ int main(int argc, char **argv) {
   if (llvm::Error err = pm.run(ctx))
     return fail(fmt::format("{}: {}", inputFile.getValue(), takeMessage(std::move(err))));
   if (report) {
-    PredictionReport r = PredictionReport::build(**program, *plan, ctx.state, /*forward=*/true,
-                                                 /*backward=*/ctx.state.backward != nullptr,
-                                                 options.cluster ? &*options.cluster : nullptr);
-    r.printTable(llvm::outs(), static_cast<int>(noiseLevel));
+    auto r = PredictionReport::build(**program, *plan, ctx.state, /*forward=*/true,
+                                     /*backward=*/ctx.state.backward != nullptr,
+                                     options.cluster ? &*options.cluster : nullptr);
+    if (!r)
+      return fail(fmt::format("{}: {}", inputFile.getValue(), takeMessage(r.takeError())));
+    r->printTable(llvm::outs(), static_cast<int>(noiseLevel));
   } else if (passNames.empty()) {
     printAnnotatedGraph(llvm::outs(), (*program)->graph(), ctx.state);
   }

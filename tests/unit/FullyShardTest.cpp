@@ -173,6 +173,45 @@ TEST(FullyShard, GradientSyncOffSkipsTheReduction) {
   EXPECT_EQ(rs, std::vector<std::string>{rec(kRs, "bwd", "FSDPNet.layers.0", 64)}); // the root's only
 }
 
+// A frozen parameter is gathered like any other (the forward needs it) but has no gradient, and
+// foreach_reduce packs only the gradients the unit's parameters received
+// (_fsdp_param_group.post_backward: the FSDPParams whose unsharded grad is not None).
+TEST(FullyShard, FrozenParameterIsGatheredButNotReduced) {
+  // One root unit holding all four parameters, layers.1.weight frozen. Forward: the root gathers
+  //   its whole group at once, 3 x 128 + 8 = 392 bytes. Backward: the root keeps its parameters
+  //   (no reshard after forward for the root), so nothing is re-gathered; x needs no gradient, so
+  //   its post-backward runs in the final callback, while layers.0 is the last module named, and
+  //   reduce-scatters the three gradients there: 1024 + 1024 + 64 = 2112 bytes (3136 with the
+  //   frozen one's 1024).
+  Net root;
+  root.plan.frozen = {"layers.1.weight"};
+  root.unit("");
+  EXPECT_EQ(root.predict(), (std::vector<std::string>{
+                                rec(kAg, "fwd", "FSDPNet", 392),
+                                rec(kRs, "bwd", "FSDPNet.layers.0", 2112),
+                            }));
+  // Per-block units: as in BlocksAndRootDefaultReshard, except that layers.1, whose one parameter
+  //   is frozen, reduce-scatters nothing in its post-backward. It is still re-gathered (by
+  //   layers.2's prefetch: its output needs a gradient for layers.0's weight) and still
+  //   prefetches layers.0.
+  Net blocks;
+  blocks.plan.frozen = {"layers.1.weight"};
+  blocks.unit("layers.*");
+  blocks.unit("");
+  EXPECT_EQ(blocks.predict(), (std::vector<std::string>{
+                                  rec(kAg, "fwd", "FSDPNet", 8),
+                                  rec(kAg, "fwd", "FSDPNet.layers.0", 128),
+                                  rec(kAg, "fwd", "FSDPNet.layers.1", 128),
+                                  rec(kAg, "fwd", "FSDPNet.layers.2", 128),
+                                  rec(kAg, "bwd", "FSDPNet", 128),
+                                  rec(kAg, "bwd", "FSDPNet.layers.2", 128),
+                                  rec(kRs, "bwd", "FSDPNet.layers.2", 1024),
+                                  rec(kAg, "bwd", "FSDPNet.layers.1", 128),
+                                  rec(kRs, "bwd", "FSDPNet.layers.0", 64),
+                                  rec(kRs, "bwd", "FSDPNet.layers.0", 1024),
+                              }));
+}
+
 TEST(FullyShard, UnitsCalledTwiceAreRefused) {
   Net net;
   net.unit("layers.*");
