@@ -551,8 +551,10 @@ def _(b):
 
 @kind("pattern-matches-nothing")
 def _(b):
+    # check-plan refuses it; predict skips it with a warning, as torch's parallelize_module does
+    # (test_edges.py: test_unmatched_pattern_is_skipped_with_a_warning)
     plan = b.plan(lambda d: d["parallelize"][0]["plan"][0].update(fqn="fc9"))
-    return predict(b.good_pt2, plan), f"{plan}: plan pattern 'fc9' matches no module of TwoLinears"
+    return ["check-plan", b.good_pt2, "--plan", plan], f"{plan}: plan pattern 'fc9' matches no module of TwoLinears"
 
 
 @kind("mesh-dim-not-in-mesh")
