@@ -498,13 +498,7 @@ Argument conj(GradCall &c, const Argument &x) {
 
 /// Tensor.contiguous(): the tensor itself when it already is, else a contiguous clone.
 Value *contiguous(GradCall &c, Value *x) {
-  auto sizes = sizesOf(*x->meta());
-  auto st = stridesOf(*x->meta());
-  auto want = contiguousStrides(sizes);
-  bool isContiguous = true; // as TensorImpl::is_contiguous: size-1 dims have any stride
-  for (size_t i = 0; i < sizes.size(); ++i)
-    isContiguous &= sizes[i] == 1 || st[i] == want[i].hint;
-  if (isContiguous)
+  if (isContiguous(*x->meta()))
     return x;
   return c.e.emit("aten::clone.default", {A("self", x), K("memory_format", MemoryFormat::Contiguous)},
                   GradEmitter::like(x), "grad_contiguous");
