@@ -42,22 +42,9 @@ pass does not recognise as an embedding.
 """
 
 import torch
-from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
+from commlens._transformers import TORCH_STYLES
 from commlens.plan import ActivationCheckpoint, FullyShard, Loss, Plan
-
-# transformers' registrations (distributed/tensor_parallel.py, ALL_PARALLEL_STYLES), layouts as there.
-# Its EmbeddingParallel(shard_dim=0) shards the vocabulary, takes the ids replicated and sums the
-# partial lookups to Replicate: torch's RowwiseParallel on an nn.Embedding with a Replicate input.
-_STYLES = {
-    "embedding_rowwise": lambda: RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-    "colwise": lambda: ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1)),
-    "rowwise": lambda: RowwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate()),
-    "colwise_gather_output": lambda: ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-    "rowwise_split_input": lambda: RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-}
-
 
 # Families whose shipped plan uses only the strings mapped above, and whose decoder is `.model`.
 _FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "granite": "Granite",
@@ -160,10 +147,10 @@ def shipped_tp_plan(family, *, lm_head=True):
         entries += [("model." + k, v) for k, v in head.items()]
     styles = {}
     for key, kind in entries:
-        if kind not in _STYLES:
+        if kind not in TORCH_STYLES:
             raise ValueError(f"{family} ships tp plan entry {key!r}: {kind!r}, which commlens does not map "
-                             f"(known: {', '.join(_STYLES)})")
-        styles[key] = _STYLES[kind]()
+                             f"(known: {', '.join(TORCH_STYLES)})")
+        styles[key] = TORCH_STYLES[kind]()
     return styles
 
 
@@ -188,3 +175,15 @@ def hf_tp(*, family="llama", tp=4, dp=None, lm_head=True, loss="cross_entropy", 
         activation_checkpoint=((ActivationCheckpoint("model.model.layers.*", wrapper=False),)
                                if gradient_checkpointing else ()),
     )
+
+
+def hf_captured(*, family="llama", tp=4):
+    """The plan ``python -m commlens.capture --parallelize transformers`` captures from transformers'
+    own ``from_pretrained(tp_plan="auto")`` calls on the family's model, with the training step's
+    cross-entropy against random targets (seed 0), as ``examples.hf_real`` measures it."""
+    import commlens.capture
+
+    plan = commlens.capture.capture(f"examples.hf:hf_model(family={family!r})", "transformers", tp,
+                                    loss="cross_entropy")
+    plan.name = f"hf_{family}_captured"
+    return plan

@@ -15,32 +15,12 @@ installs it).
 """
 
 import contextlib
-import os
 import tempfile
 
+from commlens._transformers import torchrun_env
 from commlens.measure import count_collectives, counts_document, device_info, fake_process_group
 from commlens.plan import Loss
 from examples.hf import HFCausalLM, _build, _family
-
-# What torchrun sets for rank 0; transformers reads WORLD_SIZE (tp_size defaults to it) and
-# LOCAL_RANK (the device it binds).
-_TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-@contextlib.contextmanager
-def _torchrun_env(world_size):
-    saved = {k: os.environ.get(k) for k in _TORCHRUN_ENV}
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
 
 @contextlib.contextmanager
 def _no_progress_bars():
@@ -67,7 +47,7 @@ def measure_transformers_tp(*, family="llama", tp=4, phase="both", **model_kw):
     model, (ids,) = _build(family, **model_kw)
     with tempfile.TemporaryDirectory(prefix="commlens-hf-") as path, _no_progress_bars():
         model.model.save_pretrained(path)
-        with _torchrun_env(tp), fake_process_group(tp):
+        with torchrun_env(tp), fake_process_group(tp):
             loaded = _family(family)[1].from_pretrained(
                 path, distributed_config=DistributedConfig(tp_plan="auto"),
                 attn_implementation=model.model.config._attn_implementation)

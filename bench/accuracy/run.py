@@ -226,6 +226,12 @@ CONFIGS = [
              H + f"hf_tp(family={family!r}, tp={tp})", "both",
              measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
       for family in HF_TRANSFORMERS_TP for tp in ((2, 4) if family == "llama" else (4,))],
+    # the same runs predicted from the plan commlens.capture reads off transformers' own calls
+    # (--parallelize transformers): no plan written by hand
+    *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-both", f"examples.hf:hf_model(family={family!r})",
+             H + f"hf_captured(family={family!r}, tp={tp})", "both", ci=(family, tp) == ("llama", 4),
+             measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
+      for family in HF_TRANSFORMERS_TP for tp in ((2, 4) if family == "llama" else (4,))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",

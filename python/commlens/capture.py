@@ -21,13 +21,19 @@ module a pattern matches had the same style, the FSDP setters' state (gradient s
 lists), ``CheckpointWrapper`` modules, parameters placed by ``distribute_tensor``, frozen
 parameters.
 
+``--parallelize transformers`` runs the calls transformers' ``from_pretrained(..., tp_plan="auto")``
+makes (:mod:`commlens._transformers`); transformers' layer classes (``shard_param``, then
+``install_forward`` replacing the module's forward) are recorded and mapped to the torch styles
+that issue the same collectives in training, by their registration name.
+
 Whatever the plan format cannot state is refused in one line naming the class and the module:
 another ``ParallelStyle`` (a subclass included), a module FN added or whose class it changed
 (other than ``checkpoint_wrapper`` and ``fully_shard``'s class swap), a forward or backward hook
 that no style or unit registered (``distribute_module``'s ``input_fn``/``output_fn``), a
 ``fully_shard`` of a list of modules, its ``shard_placement_fn`` / ``ignored_params`` /
 ``dp_mesh_dims``, the FSDP setters commlens does not model, a reentrant or custom checkpoint, a
-selective-checkpoint policy that is not an op list, two unrelated device meshes.
+selective-checkpoint policy that is not an op list, two unrelated device meshes, a module whose
+``forward`` was replaced other than by a mapped transformers layer.
 """
 
 import argparse
@@ -56,6 +62,10 @@ _UNMODELLED_GROUP_STATE = (
     ("reduce_scatter_unused_params", False, "set_reduce_scatter_unused_params"),
     ("_all_reduce_hook", None, "set_all_reduce_hook"),
 )
+
+# The built-in parallelize spec: transformers' from_pretrained(tp_plan="auto") (commlens._transformers);
+# "transformers(tp_size=2, ...)" passes DistributedConfig arguments.
+_TRANSFORMERS = "transformers"
 
 # checkpoint() keywords that change no collective, so a wrapper may set them.
 _NEUTRAL_CHECKPOINT_KWARGS = ("preserve_rng_state", "determinism_check", "debug")
@@ -100,7 +110,12 @@ class _Recorder:
         self.hooks = {}     # id(module) -> hook ids a style or unit registered on it
         self.styled = set()  # (id(owner), name) of parameters a style replaced
         self.placed_then_sharded = []  # (owner, name): a distribute_tensor parameter fully_shard took
+        self.replaced_forward = set()  # id(module) whose forward a recorded transformers layer replaced
+        self.unmapped_layers = []  # (registration name or None, layer, module): no torch style to map to
+        self.layer_sharded = []  # (layer, owner, name): a parameter a transformers layer sharded
+        self.layer_installed = set()  # (id(layer), id(module)): a transformers layer's install_forward
         self._depth = 0
+        self._layer_depth = {"install_forward": 0, "shard_param": 0}
         self._restore = []
 
     # ---- ParallelStyle._apply
@@ -188,9 +203,68 @@ class _Recorder:
         FSDPState.init = init
         self._restore.append(lambda: setattr(FSDPState, "init", original))
 
+    # ---- transformers' layer classes (transformers/distributed/tensor_parallel.py): shard_param on a
+    # module's parameters, then install_forward replacing its forward
+
+    def _wrap_transformers_layers(self):
+        tp = sys.modules.get("transformers.distributed.tensor_parallel")
+        if tp is None:
+            # not imported before FN ran: a layer FN applies shows as a replaced forward, refused
+            return
+        from commlens._transformers import NO_OP_STYLES, TORCH_STYLES
+
+        registered = {id(layer): name for name, layer in tp.ALL_PARALLEL_STYLES.items()}
+        recorder = self
+
+        def wrap(cls, method, record):
+            original = cls.__dict__.get(method)
+            if original is None:
+                return
+
+            @functools.wraps(original)
+            def wrapper(layer, module, *args):
+                if recorder._layer_depth[method]:  # a subclass calling super()
+                    return original(layer, module, *args)
+                before = (module.__dict__.get("forward"), dict(module._parameters))
+                recorder._layer_depth[method] += 1
+                try:
+                    out = original(layer, module, *args)
+                finally:
+                    recorder._layer_depth[method] -= 1
+                record(layer, module, args, before)
+                return out
+
+            setattr(cls, method, wrapper)
+            self._restore.append(lambda: setattr(cls, method, original))
+
+        def installed(layer, module, args, before):
+            name = registered.get(id(layer))
+            recorder.layer_installed.add((id(layer), id(module)))
+            if name in NO_OP_STYLES or name in TORCH_STYLES:
+                recorder.replaced_forward.add(id(module))
+            if name in TORCH_STYLES:
+                style = TORCH_STYLES[name]()
+                recorder.styles.append((style, module, args[0], style.src_data_rank))
+            elif name not in NO_OP_STYLES:
+                recorder.unmapped_layers.append((name, layer, module))
+
+        def sharded(layer, module, args, before):
+            name = args[0]
+            if module._parameters.get(name) is not before[1].get(name):
+                recorder.styled.add((id(module), name))
+                recorder.layer_sharded.append((layer, module, name))
+
+        pending = [tp.TensorParallelLayer]
+        while pending:
+            cls = pending.pop()
+            pending.extend(cls.__subclasses__())
+            wrap(cls, "install_forward", installed)
+            wrap(cls, "shard_param", sharded)
+
     def __enter__(self):
         self._wrap_styles()
         self._wrap_fsdp_state()
+        self._wrap_transformers_layers()
         return self
 
     def __exit__(self, *exc):
@@ -315,6 +389,17 @@ class _Capture:
     def check_modules(self):
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
+        from commlens._transformers import TORCH_STYLES
+
+        for name, layer, module in self.recorder.unmapped_layers:
+            shown = f"{name!r} ({_qualname(layer)})" if name else f"{_qualname(layer)} (not a registered instance)"
+            self.fail(f"transformers' tensor-parallel style {shown} on module {self.shown(module)} is not "
+                      f"modelled (commlens models {', '.join(TORCH_STYLES)})")
+        for layer, owner, name in self.recorder.layer_sharded:
+            if (id(layer), id(owner)) not in self.recorder.layer_installed:
+                self.fail(f"transformers' tensor-parallel style {_qualname(layer)} sharded parameter {name!r} of "
+                          f"module {self.shown(owner)} without wrapping that module's forward; commlens models "
+                          "transformers' styles on whole modules")
         for module in self.modules_by_path.values():
             cls = _unsharded_class(type(module))
             before = self.original.get(id(module))
@@ -326,6 +411,11 @@ class _Capture:
             if cls is not before[1]:
                 self.fail(f"module {self.shown(module)} changed class from {_qualname(before[1])} to "
                           f"{_qualname(cls)} in the parallelization; commlens cannot model it")
+            forward = module.__dict__.get("forward")
+            if forward is not before[3] and id(module) not in self.recorder.replaced_forward:
+                name = getattr(forward, "__qualname__", None) or _qualname(forward)
+                self.fail(f"module {self.shown(module)} had its forward replaced ({name}) by the "
+                          "parallelization; commlens cannot model it")
             added = _hook_ids(module) - before[2] - self.recorder.hooks.get(id(module), set())
             if added:
                 tables = (module._forward_pre_hooks, module._forward_hooks, module._backward_pre_hooks,
@@ -554,7 +644,10 @@ def _resolve_parallelize(parallelize):
     from commlens._factory import resolve
 
     if isinstance(parallelize, str):
-        fn, kwargs = resolve(parallelize)
+        spec = parallelize
+        if spec == _TRANSFORMERS or spec.startswith(_TRANSFORMERS + "("):
+            spec = "commlens._transformers:parallelize" + spec[len(_TRANSFORMERS):]
+        fn, kwargs = resolve(spec)
         return functools.partial(fn, **kwargs), parallelize
     if not callable(parallelize):
         raise CommlensError(repr(parallelize), "parallelize must be a MODULE:FN spec or a callable FN(model)")
@@ -591,7 +684,7 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
         raise CommlensError(subject, f"world size must be a positive int, got {world_size!r}")
     plan_loss = _loss(loss)
     model, args, kwargs = _build_meta_model(model_factory)
-    original = {id(m): (m, type(m), _hook_ids(m)) for m in model.modules()}
+    original = {id(m): (m, type(m), _hook_ids(m), m.__dict__.get("forward")) for m in model.modules()}
     with fake_process_group(world_size, subject), _Recorder() as recorder, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -657,7 +750,8 @@ def main(argv=None):
                         help="model factory (returns (model, args)), as commlens.export takes it")
     parser.add_argument("--parallelize", required=True, metavar="MODULE:FN",
                         help="FN(model) applying parallelize_module / fully_shard / checkpoint_wrapper / "
-                             "distribute_tensor, optionally with (key=literal, ...) arguments")
+                             "distribute_tensor, optionally with (key=literal, ...) arguments; 'transformers' "
+                             "for transformers' from_pretrained(tp_plan='auto') calls")
     parser.add_argument("--world-size", required=True, type=int, help="ranks of the fake process group")
     parser.add_argument("--loss", default="sum", choices=("sum", "cross_entropy"),
                         help="the training step's loss (cross_entropy: random targets, seed 0)")

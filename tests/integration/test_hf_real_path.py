@@ -10,6 +10,8 @@ import pytest
 
 from integration_helpers import export_pt2, save_plan
 
+import commlens
+from commlens.capture import CaptureError
 from commlens.measure import format_counts
 from examples.hf import hf_tp
 from examples.hf_real import measure_transformers_tp  # needs accelerate (scripts/setup.sh installs it)
@@ -27,7 +29,8 @@ def _module(doc, fqn):
     # takes it (isinstance), and so does predict (one weight, read by an embedding lookup)
     ("gemma", 2),
 ])
-def test_prediction_equals_transformers_tp_plan_auto(family, tp, tmp_path, run_commlens):
+@pytest.mark.parametrize("plan_source", ["hf_tp", "captured"])
+def test_prediction_equals_transformers_tp_plan_auto(family, tp, plan_source, tmp_path, run_commlens):
     doc = measure_transformers_tp(family=family, tp=tp, phase="both")
     # init_parallel_plans adds a vocab-parallel embed_tokens to every family's plan: the ranks'
     # partial lookups are summed once in forward (the ids need no gradient)
@@ -37,7 +40,12 @@ def test_prediction_equals_transformers_tp_plan_auto(family, tp, tmp_path, run_c
     measured.write_text(format_counts(doc))
 
     pt2 = export_pt2(f"examples.hf:hf_model(family={family!r})", tmp_path)
-    plan = save_plan(hf_tp(family=family, tp=tp), tmp_path)
+    # hf_tp maps the plan strings by hand; capture reads transformers' layers off its own calls
+    # (python -m commlens.capture --parallelize transformers), on a (pp, dp_replicate, fsdp, tp) =
+    # (1, 1, 1, tp) mesh, as transformers builds it
+    plan = save_plan(hf_tp(family=family, tp=tp) if plan_source == "hf_tp" else
+                     commlens.capture(f"examples.hf:hf_model(family={family!r})", "transformers", tp,
+                                      loss="cross_entropy"), tmp_path)
     predicted = tmp_path / "predicted.json"
     r = run_commlens("predict", pt2, "--plan", plan, "--phase", "both", "--format", "json", "-o", predicted)
     assert r.returncode == 0, r.stderr
@@ -61,3 +69,10 @@ def test_qwen3_norm_grad_all_reduce_has_no_torch_style():
                 {}, {"c10d.allreduce_": 1}, {"c10d.allreduce_": 8 * 4})
     with pytest.raises(ValueError, match="'replicated_with_grad_allreduce', which commlens does not map"):
         hf_tp(family="qwen3", tp=2)
+    with pytest.raises(CaptureError) as info:
+        commlens.capture("examples.hf:hf_model(family='qwen3')", "transformers", 2)
+    assert str(info.value) == (
+        "transformers: transformers' tensor-parallel style 'replicated_with_grad_allreduce' "
+        "(transformers.distributed.tensor_parallel.ReplicatedWithGradAllReduce) on module "
+        "'model.model.layers.0.self_attn.q_norm' (Qwen3RMSNorm) is not modelled (commlens models "
+        "embedding_rowwise, colwise, rowwise, colwise_gather_output, rowwise_split_input)")

@@ -119,6 +119,23 @@ def fails(model):
     fully_shard(model, reshard_after_forward=3)
 
 
+def replaced_forward(model):
+    """What transformers' layer classes and hand-rolled tensor parallelism do: shard a weight with
+    distribute_tensor and replace the module's forward to redistribute around it. Read as a bare
+    placement, the wrapper's collectives would silently go missing."""
+    from torch.distributed.tensor import distribute_tensor
+
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+    w1 = model.layers[0].w1
+    w1.weight = nn.Parameter(distribute_tensor(w1.weight, mesh, [Shard(0)]))
+    original = w1.forward
+
+    def colwise_forward(x):
+        return original(x).redistribute(placements=[Replicate()]).to_local()
+
+    w1.forward = colwise_forward
+
+
 REFUSALS = [
     (list_unit, "fully_shard of a list of 2 modules ('layers.0' (MLP), 'layers.1' (MLP)) makes one unit of them; "
                 "commlens models one module per fully_shard call"),
@@ -129,6 +146,8 @@ REFUSALS = [
                      "models no module wrapper but checkpoint_wrapper"),
     (fails, "the parallelize function raised ValueError: If passing reshard_after_forward as an int, it should "
             "be a factor of 2, not 3"),
+    (replaced_forward, "module 'layers.0.w1' (Linear) had its forward replaced "
+                       "(replaced_forward.<locals>.colwise_forward) by the parallelization; commlens cannot model it"),
 ]
 
 

@@ -1,0 +1,72 @@
+"""transformers' own tensor parallelism, as ``from_pretrained(..., tp_plan="auto")`` applies it.
+
+transformers 5.x does not use torch's ``ParallelStyle``s: its layer classes
+(``transformers/distributed/tensor_parallel.py``, registered by name in ``ALL_PARALLEL_STYLES``)
+shard a module's parameters (``shard_param``) and replace its ``forward`` (``install_forward``).
+In training (grad enabled) the registrations below issue, per module and in bytes, what the torch
+style they map to issues: measured by ``examples.hf_real:measure_transformers_tp`` against plans
+built from this table (the accuracy corpus' ``hf_*-transformers_tp`` configurations). Under
+``torch.no_grad()`` they do not (transformers' row-wise Linear then calls ``dist.all_reduce`` in
+place), so a plan made from them describes a training step.
+
+:func:`parallelize` is what ``python -m commlens.capture --parallelize transformers`` runs.
+"""
+
+import contextlib
+import os
+
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+# transformers' registration name -> the torch style with the layouts transformers registers for it.
+# Its EmbeddingParallel(shard_dim=0) shards the vocabulary, takes the ids replicated and sums the
+# partial lookups to Replicate: torch's RowwiseParallel on an nn.Embedding with a Replicate input.
+# Any other registration has no torch style to map to (replicated_with_grad_allreduce: a hook
+# calling dist.all_reduce on a parameter's grad; the MoE and packed styles; ...).
+TORCH_STYLES = {
+    "embedding_rowwise": lambda: RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+    "colwise": lambda: ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1)),
+    "rowwise": lambda: RowwiseParallel(input_layouts=Shard(-1), output_layouts=Replicate()),
+    "colwise_gather_output": lambda: ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+    "rowwise_split_input": lambda: RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+}
+# Registrations that change no parameter and wrap forward with identity transforms.
+NO_OP_STYLES = ("replicate",)
+
+
+@contextlib.contextmanager
+def torchrun_env(world_size):
+    """The variables torchrun sets for rank 0, for the block: transformers reads WORLD_SIZE (its
+    tp_size defaults to it) and LOCAL_RANK (the device it binds)."""
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def parallelize(model, **distributed_config):
+    """Parallelize the first transformers ``PreTrainedModel`` in ``model`` (itself or the outermost
+    one inside a wrapper) with the calls ``from_pretrained(..., distributed_config=
+    DistributedConfig(tp_plan="auto", **distributed_config))`` makes (``prepare_distribute_model``,
+    then ``maybe_distribute_model``), on the process group's world size."""
+    import torch.distributed as dist
+    from transformers import PreTrainedModel
+    from transformers.distributed import DistributedConfig
+
+    from commlens._errors import CommlensError
+
+    inner = next((m for m in model.modules() if isinstance(m, PreTrainedModel)), None)
+    if inner is None:
+        raise CommlensError("transformers", f"the {type(model).__name__} holds no transformers PreTrainedModel")
+    with torchrun_env(dist.get_world_size()):
+        config, _device_map, mesh_manager = type(inner).prepare_distribute_model(
+            DistributedConfig(tp_plan="auto", **distributed_config))
+        type(inner).maybe_distribute_model(inner, config, mesh_manager)
