@@ -18,12 +18,16 @@ status=0
 echo "== C++ tests (ctest, $BUILD)"
 (cd "$BUILD" && ctest --output-on-failure -j"$(nproc)") || status=1
 echo "== Python tests (pytest)"
-COMMLENS_BUILD="$ROOT/$BUILD" .venv/bin/python -m pytest -q tests || status=1
+# One pytest worker per core; a file's tests stay on one worker (--dist loadfile), so each file's
+# module-scoped fixtures (exports, measurements) run once.
+PYTEST_PARALLEL="-n $(nproc) --dist loadfile"
+# shellcheck disable=SC2086
+COMMLENS_BUILD="$ROOT/$BUILD" .venv/bin/python -m pytest -q $PYTEST_PARALLEL tests || status=1
 
-# The CI sanitizer stage, measured on the 2-core CI machine (shared with a fuzzer, so on the
-# slow side): the build-asan build from scratch 727 s (782 s CPU), its ctest 10-20 s, the whole
-# integration suite under ASan 197 s (80 s without), this subset 110-130 s; the plain stages already
-# take most of the 30-minute budget (every pytest suite alone: 712 s, plus set-up and build).
+# The CI sanitizer stage must fit beside the plain stages in CI's 30-minute budget. Measured on this
+# 2-core machine (2026-11-27, shared with four other builds, so on the slow side): build-asan from
+# scratch 951 s CPU at -O0 -g1 (CMakeLists.txt: at -O2 -g GCC's UBSan made each file ~5x slower to
+# compile), its ctest 43 s, this subset 156 s on two pytest workers.
 # SANITIZE_PYTEST is therefore a subset: the error paths, where the readers meet hostile input
 # (every bad input and command line: test_bad_inputs.py, test_cli_errors.py), and the predict
 # tests that drive the whole pipeline, forward and backward, with FSDP and activation
@@ -42,7 +46,7 @@ if [ "${CI:-}" = true ] && [ "$BUILD" = build ]; then
   (cd build-asan && ctest --output-on-failure -j"$(nproc)") || status=1
   echo "== sanitizer stage: integration tests (pytest, build-asan)"
   # shellcheck disable=SC2086
-  COMMLENS_BUILD="$ROOT/build-asan" .venv/bin/python -m pytest -q $SANITIZE_PYTEST || status=1
+  COMMLENS_BUILD="$ROOT/build-asan" .venv/bin/python -m pytest -q $PYTEST_PARALLEL $SANITIZE_PYTEST || status=1
   echo "== sanitizer stage: build $((built - start))s, tests $((SECONDS - built))s"
 fi
 exit $status
