@@ -178,3 +178,28 @@ def test_cli_writes_the_plan(cli, tmp_path):
     written = json.loads(out.read_text())
     assert {k: v for k, v in written.items() if k not in ("name", "source")} == \
         {k: v for k, v in hand.items() if k not in ("name", "source")}
+
+
+def test_cli_parallelize_transformers(cli, tmp_path):
+    """The built-in --parallelize transformers: transformers' own calls, its layers read by name. The
+    Llama plan transformers resolves (init_parallel_plans): embed_tokens embedding_rowwise, q/k/v and
+    gate/up colwise, o/down rowwise, lm_head colwise_gather_output, on a (pp, dp_replicate, fsdp, tp)
+    mesh of transformers' own making."""
+    out = tmp_path / "plan.json"
+    r = cli("commlens.capture", "--model", "examples.hf:hf_model(family='llama')", "--parallelize", "transformers",
+            "--world-size", 2, "--loss", "cross_entropy", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"commlens: wrote {out} (9 plan entries, 0 fully_shard units, 0 activation checkpoints, "
+                        "mesh (1, 1, 1, 2) ('pp', 'dp_replicate', 'fsdp', 'tp'), cpu)\n")
+    styles = {e["fqn"]: (e["style"], e["input_layouts"], e["output_layouts"])
+              for e in json.loads(out.read_text())["parallelize"][0]["plan"]}
+    colwise, rowwise = ("ColwiseParallel", ["Replicate()"], ["Shard(-1)"]), \
+        ("RowwiseParallel", ["Shard(-1)"], ["Replicate()"])
+    layer = "model.model.layers.*."
+    assert styles == {
+        "model.model.embed_tokens": ("RowwiseParallel", ["Replicate()"], ["Replicate()"]),
+        **{layer + m: colwise for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                        "mlp.gate_proj", "mlp.up_proj")},
+        **{layer + m: rowwise for m in ("self_attn.o_proj", "mlp.down_proj")},
+        "model.lm_head": ("ColwiseParallel", ["Replicate()"], ["Replicate()"]),
+    }
