@@ -6,6 +6,7 @@ fast (seconds)."""
 import io
 import json
 import os
+import pathlib
 import re
 import subprocess
 import time
@@ -285,3 +286,28 @@ def test_python_api_limits(tmp_path):
                          torchscript_limits={"memory": 256 << 20})
     assert str(err.value) == (f"{path}: TorchScript: the memory limit of 256 MiB (--torchscript-memory) ran out in "
                               f"'aten::zeros' in {M}.Innocent, allocating 80000000000 bytes")
+
+
+def test_the_worker_cannot_create_remove_or_connect(commlens_bin, tmp_path):
+    # A stand-in frontend library beside the real worker: what it tries is what a bug in LibTorch's
+    # unpickler or kernels could; the seccomp filter refuses all but reading and threads.
+    import shutil
+
+    compiler = shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler")
+    library = tmp_path / "libcommlens_torchscript.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(library),
+                    str(pathlib.Path(__file__).parent / "data" / "torchscript_probe_plugin.cpp"), "-lpthread"],
+                   check=True, timeout=120)
+    (tmp_path / "commlens-torchscript-worker").symlink_to(pathlib.Path(commlens_bin).parent / "commlens-torchscript-worker")
+    existing = tmp_path / "existing"
+    existing.write_text("kept")
+    path = _save(Talkative(), tmp_path / "m.pt")
+    r, _ = _run(commlens_bin, "inspect", path, "--torchscript",
+                env={"COMMLENS_TORCHSCRIPT_LIBRARY": str(library), "FAKE_TARGET": str(tmp_path / "new"),
+                     "FAKE_EXISTING": str(existing)})
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"commlens: error: {path}: TorchScript: create Permission denied; read ok; socket Operation not "
+               "permitted; fork Operation not permitted; thread ok; unlink Operation not permitted\n")
+    assert not (tmp_path / "new").exists() and existing.read_text() == "kept"
