@@ -288,9 +288,8 @@ def test_python_api_limits(tmp_path):
                               f"'aten::zeros' in {M}.Innocent, allocating 80000000000 bytes")
 
 
-def test_the_worker_cannot_create_remove_or_connect(commlens_bin, tmp_path):
-    # A stand-in frontend library beside the real worker: what it tries is what a bug in LibTorch's
-    # unpickler or kernels could; the seccomp filter refuses all but reading and threads.
+def _probe_library(commlens_bin, tmp_path):
+    """A stand-in frontend library (data/torchscript_probe_plugin.cpp) beside the real worker."""
     import shutil
 
     compiler = shutil.which("c++")
@@ -301,6 +300,26 @@ def test_the_worker_cannot_create_remove_or_connect(commlens_bin, tmp_path):
                     str(pathlib.Path(__file__).parent / "data" / "torchscript_probe_plugin.cpp"), "-lpthread"],
                    check=True, timeout=120)
     (tmp_path / "commlens-torchscript-worker").symlink_to(pathlib.Path(commlens_bin).parent / "commlens-torchscript-worker")
+    return library
+
+
+def test_libtorch_assert_text_never_reaches_the_user(commlens_bin, tmp_path):
+    # The issue's print module failed with LibTorch's "INTERNAL ASSERT FAILED ... please report a
+    # bug to PyTorch"; the frontend now pushes vararg ops' input count (test_print_is_inert), and
+    # whatever path such text takes, commlens words it.
+    library = _probe_library(commlens_bin, tmp_path)
+    path = _save(Talkative(), tmp_path / "m.pt")
+    r, _ = _run(commlens_bin, "inspect", path, "--torchscript",
+                env={"COMMLENS_TORCHSCRIPT_LIBRARY": str(library), "FAKE_ASSERT": "1"})
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"commlens: error: {path}: TorchScript: LibTorch failed an internal check on this model (commlens "
+               "cannot convert it)\n")
+
+
+def test_the_worker_cannot_create_remove_or_connect(commlens_bin, tmp_path):
+    # What the stand-in library tries is what a bug in LibTorch's unpickler or kernels could; the
+    # seccomp filter refuses all but reading and threads.
+    library = _probe_library(commlens_bin, tmp_path)
     existing = tmp_path / "existing"
     existing.write_text("kept")
     path = _save(Talkative(), tmp_path / "m.pt")
