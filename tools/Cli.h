@@ -66,6 +66,14 @@ int printUsage(const char *command);
   "--torchscript-memory", "--torchscript-cpu-seconds", "--torchscript-open-files", "--torchscript-wall-seconds"
 llvm::Expected<TorchScriptOptions> torchScriptOptionsFrom(const Args &args);
 
+/// The TorchScript options of every command reading a model, for its usage.
+#define COMMLENS_TORCHSCRIPT_USAGE                                                                                 \
+  "  --torchscript reads a TorchScript archive (torch.jit.save) by running its code in a worker process\n"          \
+  "  under limits: --torchscript-memory BYTES[K|M|G] (address space beyond the worker's own; default\n"           \
+  "  2G + 2 x the archive + 256 x the inputs), --torchscript-cpu-seconds N (default 60 + the weights'\n"          \
+  "  work on the inputs), --torchscript-open-files N (32), --torchscript-wall-seconds N (CPU + 30);\n"            \
+  "  without it such an archive is refused. Only for files you trust: README.md, Security and trust\n"
+
 /// The prediction options predict and rank share: --allow-unsupported, the CUDA target
 /// (--gpu, --gpu-arch, --cudnn-version, --cuda-version) and --cluster.
 llvm::Expected<PassOptions> passOptionsFrom(const Args &args);

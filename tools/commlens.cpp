@@ -62,19 +62,11 @@ inspect, predict, rank and check-plan read a TorchScript archive (torch.jit.save
 (README.md, Security and trust)
 )";
 
-/// The TorchScript options of every command reading a model, for its usage.
-#define TORCHSCRIPT_USAGE                                                                                          \
-  "  --torchscript reads a TorchScript archive (torch.jit.save) by running its code in a worker process\n"          \
-  "  under limits: --torchscript-memory BYTES[K|M|G] (address space beyond the worker's own; default\n"           \
-  "  2G + 2 x the archive + 256 x the inputs), --torchscript-cpu-seconds N (default 60 + the weights'\n"          \
-  "  work on the inputs), --torchscript-open-files N (32), --torchscript-wall-seconds N (CPU + 30);\n"            \
-  "  without it such an archive is refused. Only for files you trust: README.md, Security and trust\n"
-
 /// Per-command usage, for `commlens <command> --help`.
 constexpr std::pair<const char *, const char *> kCommandUsage[] = {
     {"inspect", R"(usage: commlens inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
   module tree in forward order with node counts, parameters, parameter execution order
-)" TORCHSCRIPT_USAGE},
+)" COMMLENS_TORCHSCRIPT_USAGE},
     {"predict", R"(usage: commlens predict MODEL.pt2 --plan PLAN.json [--phase forward|backward|both]
                         [--format table|json|html] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
                         [--allow-unsupported] [--world-size N]
@@ -88,10 +80,10 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   --gpu names a preset (a100, h100, h200, b200, ...), --gpu-arch sets the compute capability,
   --cudnn-version the runtime's torch.backends.cudnn.version() (e.g. 91002), --cuda-version
   the runtime's torch.version.cuda (default 12.x; CUDA 13 builds prefer cuDNN on more GPUs)
-)" TORCHSCRIPT_USAGE},
+)" COMMLENS_TORCHSCRIPT_USAGE},
     {"check-plan", R"(usage: commlens check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
   validates a plan against the model and lists the modules each style applies to
-)" TORCHSCRIPT_USAGE},
+)" COMMLENS_TORCHSCRIPT_USAGE},
     {"rank", R"(usage: commlens rank MODEL.pt2 --plan PLAN.json [--plan PLAN.json ...] [--plans DIR]
                      [--cluster NAME|TOPOLOGY.json] [--phase forward|both] [--format table|json] [-o FILE]
                      [--allow-unsupported] [--gpu NAME] [--gpu-arch M.m] [--cudnn-version N] [--cuda-version M.m]
@@ -99,7 +91,7 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   once, and ranks them by communication time per step on the cluster (default h100-ib-ndr), with
   collectives, bytes and time per mesh dim; plans that cannot be predicted are listed as not ranked
   (exit 2 only when none could be)
-)" TORCHSCRIPT_USAGE},
+)" COMMLENS_TORCHSCRIPT_USAGE},
     {"collective-time", R"(usage: commlens collective-time --cluster NAME|TOPOLOGY.json --collective KIND
                                 --bytes N --ranks N [--nodes N]
   estimated time of one collective on a cluster: KIND all_reduce, all_gather, reduce_scatter or
@@ -169,37 +161,6 @@ llvm::Expected<PassOptions> passOptionsFrom(const Args &args) {
     options.cluster = std::move(*cluster);
   }
   return options;
-}
-
-llvm::Expected<TorchScriptOptions> torchScriptOptionsFrom(const Args &args) {
-  TorchScriptOptions ts;
-  ts.enabled = args.flag("--torchscript");
-  auto count = [&](const char *name, std::optional<uint64_t> &out) -> llvm::Error {
-    std::string v = args.option(name);
-    if (v.empty())
-      return llvm::Error::success();
-    uint64_t n = 0;
-    if (llvm::StringRef(v).getAsInteger(10, n) || n < 1 || n > (uint64_t{1} << 32))
-      return makeError("{} needs a positive integer, got '{}'", name, v);
-    out = n;
-    return llvm::Error::success();
-  };
-  if (std::string v = args.option("--torchscript-memory"); !v.empty()) {
-    ts.limits.memoryBytes = parseByteSize(v);
-    if (!ts.limits.memoryBytes)
-      return makeError("--torchscript-memory needs a size in bytes, optionally with K, M, G or T (4G), got '{}'", v);
-  }
-  if (llvm::Error err = count("--torchscript-cpu-seconds", ts.limits.cpuSeconds))
-    return err;
-  if (llvm::Error err = count("--torchscript-open-files", ts.limits.openFiles))
-    return err;
-  if (llvm::Error err = count("--torchscript-wall-seconds", ts.limits.wallSeconds))
-    return err;
-  if (!ts.enabled)
-    for (const char *name : {COMMLENS_TORCHSCRIPT_OPTIONS})
-      if (!args.option(name).empty())
-        return makeError("{} applies only with --torchscript", name);
-  return ts;
 }
 
 llvm::Expected<Args> parseArgs(int argc, char **argv, int first, std::initializer_list<const char *> flags,
