@@ -330,3 +330,20 @@ def test_the_worker_cannot_create_remove_or_connect(commlens_bin, tmp_path):
         2, "", f"commlens: error: {path}: TorchScript: create Permission denied; read ok; socket Operation not "
                "permitted; fork Operation not permitted; thread ok; unlink Operation not permitted\n")
     assert not (tmp_path / "new").exists() and existing.read_text() == "kept"
+
+
+def test_check_plan_and_rank_read_torchscript_with_the_opt_in(commlens_bin, tmp_path):
+    from commlens import plan as planlib
+    from commlens._factory import call_model_factory
+    from commlens.export import save_torchscript
+
+    m, args, _ = call_model_factory("examples.mlp:mlp")
+    path = tmp_path / "mlp.pt"
+    save_torchscript(m, args, path, "script")
+    plan = tmp_path / "mlp_tp.json"
+    planlib.save(planlib.resolve_plan("examples.plans:mlp_tp(tp=4)"), str(plan))
+    r, _ = _run(commlens_bin, "check-plan", path, "--plan", plan, "--torchscript")
+    assert r.returncode == 0 and r.stderr == "" and "RowwiseParallel" in r.stdout, r.stderr
+    r, _ = _run(commlens_bin, "rank", path, "--plan", plan, "--torchscript", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert [p["name"] for p in json.loads(r.stdout)["plans"]] == ["mlp_tp"]
