@@ -71,10 +71,18 @@ NB_MODULE(_core, m) {
   m.def(
       "predict_pt2",
       [](const std::string &path, const std::string &planJson, const std::string &planName, const std::string &phase,
-         std::optional<std::string> cluster, std::optional<std::string> gpu, bool allowUnsupported) {
-        auto program = unwrap(loadPt2(path), path);
+         std::optional<std::string> cluster, std::optional<std::string> gpu, bool allowUnsupported, bool torchscript,
+         std::optional<uint64_t> tsMemory, std::optional<uint64_t> tsCpuSeconds, std::optional<uint64_t> tsOpenFiles,
+         std::optional<uint64_t> tsWallSeconds) {
+        // A TorchScript archive only on request (torchscript=True), converted by the worker under limits.
+        TorchScriptOptions ts;
+        ts.enabled = torchscript;
+        ts.limits = {tsMemory, tsCpuSeconds, tsOpenFiles, tsWallSeconds};
+        auto program = unwrap(loadPt2(path, ts), path);
         return run(std::move(program), planJson, planName, phase, cluster, gpu, allowUnsupported);
       },
       nb::arg("path"), nb::arg("plan_json"), nb::arg("plan_name"), nb::arg("phase"), nb::arg("cluster").none(),
-      nb::arg("gpu").none(), nb::arg("allow_unsupported"));
+      nb::arg("gpu").none(), nb::arg("allow_unsupported"), nb::arg("torchscript") = false,
+      nb::arg("torchscript_memory").none() = nb::none(), nb::arg("torchscript_cpu_seconds").none() = nb::none(),
+      nb::arg("torchscript_open_files").none() = nb::none(), nb::arg("torchscript_wall_seconds").none() = nb::none());
 }

@@ -48,12 +48,13 @@ void markTiedParametersByStorage(ExportedProgram &program) {
 }
 
 /// The records of an opened archive (a TorchScript one converted from its bytes).
-llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive>> archive) {
+llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive>> archive,
+                                       const TorchScriptOptions &torchScript) {
   if (!archive)
     return archive.takeError();
   Pt2Archive &ar = **archive;
   if (isTorchScriptArchive(ar)) {
-    auto converted = convertTorchScript(ar.bytes());
+    auto converted = convertTorchScript(ar, torchScript);
     if (!converted)
       return converted.takeError();
     Pt2Records records;
@@ -61,6 +62,7 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
     records.modelRecord = "the program converted from TorchScript";
     records.weightsConfig = std::move(converted->weightsConfigJson);
     records.weightsRecord = "the weights config converted from TorchScript";
+    records.torchScriptStats = converted->stats;
     return records;
   }
   // The PT2 archive records torch 2.13 writes (torch/csrc/export/pt2_archive_constants.h) and its
@@ -114,7 +116,9 @@ llvm::Expected<Pt2Records> readRecords(llvm::Expected<std::unique_ptr<Pt2Archive
 
 } // namespace
 
-llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path) { return readRecords(Pt2Archive::open(path)); }
+llvm::Expected<Pt2Records> readPt2Records(llvm::StringRef path, const TorchScriptOptions &torchScript) {
+  return readRecords(Pt2Archive::open(path), torchScript);
+}
 
 llvm::Expected<std::unique_ptr<ExportedProgram>> decodePt2(const Pt2Records &records, bool checkSchemas) {
   auto program = parseExportedProgram(records.modelJsonInPlace.value_or(records.modelJson), records.modelRecord,
@@ -174,15 +178,16 @@ llvm::Error applyTiedParameters(ExportedProgram &program, llvm::StringRef json, 
   return llvm::Error::success();
 }
 
-llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path) {
-  auto records = readPt2Records(path);
+llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2(llvm::StringRef path, const TorchScriptOptions &torchScript) {
+  auto records = readPt2Records(path, torchScript);
   if (!records)
     return records.takeError();
   return decodePt2(*records);
 }
 
-llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2Buffer(llvm::StringRef bytes) {
-  auto records = readRecords(Pt2Archive::openBuffer(bytes));
+llvm::Expected<std::unique_ptr<ExportedProgram>> loadPt2Buffer(llvm::StringRef bytes,
+                                                               const TorchScriptOptions &torchScript) {
+  auto records = readRecords(Pt2Archive::openBuffer(bytes), torchScript);
   if (!records)
     return records.takeError();
   return decodePt2(*records);

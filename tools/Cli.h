@@ -1,6 +1,7 @@
 // The command-line helpers every commlens command shares (defined in commlens.cpp).
 #pragma once
 
+#include "frontends/TorchScriptLoader.h"
 #include "passes/PassManager.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -55,6 +56,23 @@ inline int emit(const std::string &text, const std::string &outPath) {
 
 /// Prints a command's usage for `commlens <command> --help`.
 int printUsage(const char *command);
+
+/// TorchScript input, which every command reading a model takes: the --torchscript flag (without
+/// it a TorchScript archive is refused) and the worker's limits, --torchscript-memory BYTES[K|M|G|T],
+/// --torchscript-cpu-seconds N, --torchscript-open-files N, --torchscript-wall-seconds N (only
+/// with --torchscript). These are the names to add to parseArgs' flags and options.
+#define COMMLENS_TORCHSCRIPT_FLAGS "--torchscript"
+#define COMMLENS_TORCHSCRIPT_OPTIONS                                                                               \
+  "--torchscript-memory", "--torchscript-cpu-seconds", "--torchscript-open-files", "--torchscript-wall-seconds"
+llvm::Expected<TorchScriptOptions> torchScriptOptionsFrom(const Args &args);
+
+/// The TorchScript options of every command reading a model, for its usage.
+#define COMMLENS_TORCHSCRIPT_USAGE                                                                                 \
+  "  --torchscript reads a TorchScript archive (torch.jit.save) by running its code in a worker process\n"          \
+  "  under limits: --torchscript-memory BYTES[K|M|G] (address space beyond the worker's own; default\n"           \
+  "  2G + 2 x the archive + 256 x the inputs), --torchscript-cpu-seconds N (default 60 + the weights'\n"          \
+  "  work on the inputs), --torchscript-open-files N (32), --torchscript-wall-seconds N (CPU + 30);\n"            \
+  "  without it such an archive is refused. Only for files you trust: README.md, Security and trust\n"
 
 /// The prediction options predict and rank share: --allow-unsupported, the CUDA target
 /// (--gpu, --gpu-arch, --cudnn-version, --cuda-version) and --cluster.

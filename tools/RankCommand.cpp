@@ -114,9 +114,9 @@ json totalsJson(const CommTotals &t) {
 } // namespace
 
 int runRank(int argc, char **argv) {
-  auto args = parseArgs(argc, argv, 2, {"--allow-unsupported"},
+  auto args = parseArgs(argc, argv, 2, {"--allow-unsupported", COMMLENS_TORCHSCRIPT_FLAGS},
                         {"--phase", "--format", "-o", "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version",
-                         "--cluster"},
+                         "--cluster", COMMLENS_TORCHSCRIPT_OPTIONS},
                         {"--plan", "--plans"});
   if (!args)
     return fail(takeMessage(args.takeError()));
@@ -141,7 +141,10 @@ int runRank(int argc, char **argv) {
 
   auto start = std::chrono::steady_clock::now();
   const std::string &modelPath = args->positional[0];
-  auto records = readPt2Records(modelPath);
+  auto torchScript = torchScriptOptionsFrom(*args);
+  if (!torchScript)
+    return fail(takeMessage(torchScript.takeError()));
+  auto records = readPt2Records(modelPath, *torchScript);
   if (!records)
     return fail(fmt::format("{}: {}", modelPath, takeMessage(records.takeError())));
   // The archive is read and its nodes checked against the op schemas once; every plan then

@@ -55,13 +55,18 @@ commands:
       validates a plan against the model and lists the modules each style applies to
   compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both] [-o FILE]
       predicted vs measured collectives per module, collective and phase; exit 1 if any differ
+
+inspect, predict, rank and check-plan read a TorchScript archive (torch.jit.save) only with
+--torchscript, which runs its code in a worker process under limits: [--torchscript-memory BYTES[K|M|G]]
+[--torchscript-cpu-seconds N] [--torchscript-open-files N] [--torchscript-wall-seconds N]
+(README.md, Security and trust)
 )";
 
 /// Per-command usage, for `commlens <command> --help`.
 constexpr std::pair<const char *, const char *> kCommandUsage[] = {
     {"inspect", R"(usage: commlens inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
   module tree in forward order with node counts, parameters, parameter execution order
-)"},
+)" COMMLENS_TORCHSCRIPT_USAGE},
     {"predict", R"(usage: commlens predict MODEL.pt2 --plan PLAN.json [--phase forward|backward|both]
                         [--format table|json|html] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
                         [--allow-unsupported] [--world-size N]
@@ -75,10 +80,10 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   --gpu names a preset (a100, h100, h200, b200, ...), --gpu-arch sets the compute capability,
   --cudnn-version the runtime's torch.backends.cudnn.version() (e.g. 91002), --cuda-version
   the runtime's torch.version.cuda (default 12.x; CUDA 13 builds prefer cuDNN on more GPUs)
-)"},
+)" COMMLENS_TORCHSCRIPT_USAGE},
     {"check-plan", R"(usage: commlens check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
   validates a plan against the model and lists the modules each style applies to
-)"},
+)" COMMLENS_TORCHSCRIPT_USAGE},
     {"rank", R"(usage: commlens rank MODEL.pt2 --plan PLAN.json [--plan PLAN.json ...] [--plans DIR]
                      [--cluster NAME|TOPOLOGY.json] [--phase forward|both] [--format table|json] [-o FILE]
                      [--allow-unsupported] [--gpu NAME] [--gpu-arch M.m] [--cudnn-version N] [--cuda-version M.m]
@@ -86,7 +91,7 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   once, and ranks them by communication time per step on the cluster (default h100-ib-ndr), with
   collectives, bytes and time per mesh dim; plans that cannot be predicted are listed as not ranked
   (exit 2 only when none could be)
-)"},
+)" COMMLENS_TORCHSCRIPT_USAGE},
     {"collective-time", R"(usage: commlens collective-time --cluster NAME|TOPOLOGY.json --collective KIND
                                 --bytes N --ranks N [--nodes N]
   estimated time of one collective on a cluster: KIND all_reduce, all_gather, reduce_scatter or
@@ -269,15 +274,19 @@ int checkStdout(int rc) {
 }
 
 int runInspect(int argc, char **argv) {
-  auto args = parseArgs(argc, argv, 2, {"--json", "--print-ir"}, {"-o"});
+  auto args = parseArgs(argc, argv, 2, {"--json", "--print-ir", COMMLENS_TORCHSCRIPT_FLAGS},
+                        {"-o", COMMLENS_TORCHSCRIPT_OPTIONS});
   if (!args)
     return fail(takeMessage(args.takeError()));
   if (args->help)
     return printUsage("inspect");
   if (args->positional.size() != 1)
     return fail("inspect takes one MODEL.pt2 argument");
+  auto torchScript = torchScriptOptionsFrom(*args);
+  if (!torchScript)
+    return fail(takeMessage(torchScript.takeError()));
   const std::string &path = args->positional[0];
-  auto program = loadPt2(path);
+  auto program = loadPt2(path, *torchScript);
   if (!program)
     return fail(fmt::format("{}: {}", path, takeMessage(program.takeError())));
   std::string text;
@@ -312,7 +321,10 @@ llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::strin
       return makeError("--world-size needs a positive integer, got '{}'", ws);
     worldSize = n;
   }
-  auto program = loadPt2(modelPath);
+  auto torchScript = torchScriptOptionsFrom(args);
+  if (!torchScript)
+    return torchScript.takeError();
+  auto program = loadPt2(modelPath, *torchScript);
   if (!program)
     return makeError("{}: {}", modelPath, takeMessage(program.takeError()));
   auto plan = readPlanFile(planPath);
@@ -326,9 +338,10 @@ llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::strin
 int runPredict(int argc, char **argv) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  auto args = parseArgs(argc, argv, 2, {"--allow-unsupported", "--time-passes"},
+  auto args = parseArgs(argc, argv, 2, {"--allow-unsupported", "--time-passes", COMMLENS_TORCHSCRIPT_FLAGS},
                         {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size",
-                         "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version", "--cluster"});
+                         "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version", "--cluster",
+                         COMMLENS_TORCHSCRIPT_OPTIONS});
   if (!args)
     return fail(takeMessage(args.takeError()));
   if (args->help)
@@ -457,7 +470,7 @@ int runCollectiveTime(int argc, char **argv) {
 }
 
 int runCheckPlan(int argc, char **argv) {
-  auto args = parseArgs(argc, argv, 2, {}, {"--plan", "--world-size"});
+  auto args = parseArgs(argc, argv, 2, {COMMLENS_TORCHSCRIPT_FLAGS}, {"--plan", "--world-size", COMMLENS_TORCHSCRIPT_OPTIONS});
   if (!args)
     return fail(takeMessage(args.takeError()));
   if (args->help)

@@ -547,8 +547,10 @@ def _measure_predict_compare(cfg, work, commlens, model_path, plan_path, r, *, s
     if predicted_path.exists():
         predicted_path.unlink()
     target = gpu_target_args(doc["device"]) if doc["device"]["type"] == "cuda" else []
+    # The corpus' own TorchScript archives (saved here from the example models) are read on request.
+    torchscript = ["--torchscript"] if cfg.frontend != "export" else []
     p = subprocess.run([commlens, "predict", str(model_path), "--plan", str(plan_path), "--phase", cfg.phase,
-                        "--format", "json", "-o", str(predicted_path), *target],
+                        "--format", "json", "-o", str(predicted_path), *target, *torchscript],
                        capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         line = _error_line(p.stderr)

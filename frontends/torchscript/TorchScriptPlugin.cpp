@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -30,11 +31,50 @@ namespace jit = torch::jit;
 constexpr const char *kInputsFile = "commlens_inputs.json";
 /// A model's loops unroll into ops; a loop running longer than this is a `while` that never ends.
 constexpr int64_t kMaxLoopTrips = 100000;
+/// Module, method and function calls nest at most this deep (real models: a few dozen).
+constexpr unsigned kMaxCallDepth = 1000;
 
 struct ConversionError {
   std::string message;
 };
 [[noreturn]] void fail(std::string message) { throw ConversionError{std::move(message)}; }
+/// An allocation failed: the worker's memory limit (RLIMIT_AS) ran out. `what`: the request.
+struct OutOfMemory {
+  std::string what;
+};
+
+/// Where the conversion is (commlens_torchscript_set_progress), for a limit that kills the worker.
+char *progressBuffer = nullptr;
+size_t progressSize = 0;
+void setProgress(const std::string &text) {
+  if (!progressBuffer || progressSize == 0)
+    return;
+  size_t n = std::min(text.size(), progressSize - 1);
+  std::memcpy(progressBuffer, text.data(), n);
+  progressBuffer[n] = '\0';
+}
+
+/// LibTorch's text for a failed allocation ("DefaultCPUAllocator: can't allocate memory: you
+/// tried to allocate 80000000000 bytes. Error code 12 ...").
+bool isOutOfMemory(const std::string &what) {
+  return what.find("can't allocate memory") != std::string::npos ||
+         what.find("Could not allocate memory") != std::string::npos ||
+         what.find("std::bad_alloc") != std::string::npos;
+}
+std::string allocationOf(const std::string &what) {
+  const std::string marker = "you tried to allocate ";
+  size_t at = what.find(marker);
+  if (at == std::string::npos)
+    return "";
+  size_t from = at + marker.size(), to = what.find_first_not_of("0123456789", from);
+  return "allocating " + what.substr(from, to - from) + " bytes";
+}
+/// LibTorch's internal checks ("... INTERNAL ASSERT FAILED at ..., please report a bug to PyTorch")
+/// fire on arguments its kernels do not expect; their text is no message for a commlens user.
+bool isInternalAssert(const std::string &what) {
+  return what.find("INTERNAL ASSERT FAILED") != std::string::npos ||
+         what.find("please report a bug to PyTorch") != std::string::npos;
+}
 
 /// torch.export's serialised ScalarType numbering (torch/_export/serde/schema.py).
 int serdeDtype(c10::ScalarType t) {
@@ -80,7 +120,15 @@ std::string pythonTypeName(const c10::ClassTypePtr &type) {
   return out;
 }
 
-std::string firstLine(const std::string &text) { return text.substr(0, text.find('\n')); }
+/// The first line with text, trimmed (TorchScript's compiler errors start with a newline).
+std::string firstLine(const std::string &text) {
+  size_t from = text.find_first_not_of(" \t\r\n");
+  if (from == std::string::npos)
+    return "";
+  size_t to = text.find('\n', from);
+  std::string line = text.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  return line.substr(0, line.find_last_not_of(" \t\r") + 1);
+}
 
 /// A float as torch.export writes it: non-finite values as strings, since JSON has no numbers for them.
 json number(double d) {
@@ -148,6 +196,7 @@ public:
     if (shapes.size() + 1 != params.size())
       fail(std::string(kInputsFile) + ": " + std::to_string(shapes.size()) + " inputs for forward's " +
            std::to_string(params.size() - 1) + " arguments");
+    setProgress("while creating the inputs " + std::string(kInputsFile) + " describes");
     std::vector<c10::IValue> args{module_._ivalue()};
     json userInputs = json::array(), userSpecs = json::array(), rootLeaves = json::array();
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -308,6 +357,16 @@ private:
   }
 
   Values runGraph(jit::Graph &g, const Values &args) {
+    // Each call nests this interpreter's frames; a model nesting calls without end (an archive's
+    // code may call itself) is refused before the worker's stack runs out.
+    if (depth_ == kMaxCallDepth)
+      fail("calls nest deeper than " + std::to_string(kMaxCallDepth) + " in " + where() +
+           " (a function or module that calls itself?)");
+    ++depth_;
+    struct Leave {
+      unsigned &depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     Env env;
     if (args.values.size() != g.inputs().size())
       fail("a call with " + std::to_string(args.values.size()) + " arguments to a graph of " +
@@ -508,8 +567,40 @@ private:
     return fromStart && toEnd && in[4].isInt() && in[4].toInt() == 1;
   }
 
+  /// Ops whose only effect is outside the tensors (text on stderr): not run, the model goes on.
+  static bool isInert(const std::string &op) {
+    return op == "prim::Print" || op == "aten::warn" || op == "aten::_print";
+  }
+
+  /// Why an op is never run: it reaches past the worker (files, network, process-wide state).
+  static const char *refusedBecause(const jit::Node &n, const std::string &op) {
+    static const std::pair<const char *, const char *> kRefused[] = {
+        {"aten::from_file", "reads a file"},
+        {"aten::save", "writes a file"},
+        {"prim::rpc_async", "calls over the network (RPC)"},
+        {"prim::rpc_sync", "calls over the network (RPC)"},
+        {"prim::rpc_remote", "calls over the network (RPC)"},
+        {"aten::manual_seed", "writes the random number generator's state"},
+        {"aten::seed", "writes the random number generator's state"},
+        {"aten::wait", "waits for an asynchronous task"},
+        {"prim::awaitable_wait", "waits for an asynchronous task"},
+        {"prim::awaitable_nowait", "starts an asynchronous task"},
+    };
+    for (const auto &[name, why] : kRefused)
+      if (op == name)
+        return why;
+    if (!n.kind().is_aten() && !n.kind().is_prim())
+      return "is not an aten or prim op (commlens runs no other namespace: distributed, quantized or custom ops)";
+    return nullptr;
+  }
+
   void runOp(jit::Node &n, Env &env) {
     const std::string op = n.kind().toQualString();
+    setProgress("in '" + op + "' in " + where());
+    if (isInert(op) && n.outputs().empty())
+      return;
+    if (const char *why = refusedBecause(n, op))
+      fail("'" + op + "' in " + where() + " " + why + ": commlens never runs it");
     if (!n.maybeOperator())
       fail("TorchScript op '" + op + "' in " + where() + " is not supported by commlens");
     std::vector<c10::IValue> in = valuesOf(n.inputs(), env).values;
@@ -517,12 +608,23 @@ private:
       fail("'" + op + "' in " + where() + ": its output shape depends on tensor values, which commlens cannot " +
            "know before the run");
     jit::Stack stack(in.begin(), in.end());
+    // A vararg op (prim::Print, aten::format) takes its input count on top of the stack, as the
+    // JIT's interpreter pushes it.
+    if (const c10::FunctionSchema *schema = n.maybeSchema(); schema && schema->is_vararg())
+      stack.emplace_back(static_cast<int64_t>(in.size()));
     try {
       n.getOperation()(stack);
+    } catch (const std::bad_alloc &) {
+      throw OutOfMemory{""};
     } catch (const std::exception &e) {
       std::string what = e.what();
       if (const auto *c10e = dynamic_cast<const c10::Error *>(&e))
         what = c10e->what_without_backtrace();
+      if (isOutOfMemory(what))
+        throw OutOfMemory{allocationOf(what)};
+      if (isInternalAssert(what))
+        fail("'" + op + "' in " + where() + " failed a LibTorch internal check on its arguments (commlens cannot " +
+             "run it)");
       fail("'" + op + "' in " + where() + " failed: " + firstLine(what));
     }
     std::vector<c10::IValue> out(stack.end() - static_cast<std::ptrdiff_t>(n.outputs().size()), stack.end());
@@ -688,6 +790,7 @@ private:
   std::unordered_set<const c10::TensorImpl *> knownScalars_; // NumToTensor of known numbers
   std::unordered_map<std::string, unsigned> nameCounts_, callCounts_;
   std::vector<Scope> scopes_;
+  unsigned depth_ = 0;
   json tensorValues_ = json::object(), nodes_ = json::array(), moduleCalls_ = json::array();
   json liftedInputs_ = json::array(), liftedSpecs_ = json::array();
 };
@@ -701,12 +804,23 @@ char *copyOut(const std::string &s) {
 Converter::Converted convert(const char *bytes, size_t size) {
   jit::ExtraFilesMap extra{{kInputsFile, ""}};
   jit::Module module;
+  setProgress("while loading the archive (TorchScript's unpickler)");
   try { // read in place: the archive holds the model's weights
     module = jit::load(std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes, static_cast<off_t>(size)),
                        c10::Device(c10::kCPU), extra);
-  } catch (const c10::Error &e) {
-    fail("not a loadable TorchScript archive: " + firstLine(e.what_without_backtrace()));
+  } catch (const std::bad_alloc &) {
+    throw OutOfMemory{""};
+  } catch (const std::exception &e) { // c10::Error, or the compiler's ErrorReport on the archive's code
+    std::string what = e.what();
+    if (const auto *c10e = dynamic_cast<const c10::Error *>(&e))
+      what = c10e->what_without_backtrace();
+    if (isOutOfMemory(what))
+      throw OutOfMemory{allocationOf(what)};
+    if (isInternalAssert(what))
+      fail("not a loadable TorchScript archive (LibTorch failed an internal check reading it)");
+    fail("not a loadable TorchScript archive: " + firstLine(what));
   }
+  setProgress("while reading " + std::string(kInputsFile));
   if (extra[kInputsFile].empty())
     fail(std::string("archive without ") + kInputsFile +
          " (the example inputs' shapes): save it with `python -m commlens.export ... --torchscript`");
@@ -727,12 +841,33 @@ extern "C" int commlens_torchscript_to_program_json(const char *bytes, size_t si
     return 0;
   } catch (const ConversionError &e) {
     *error = copyOut(e.message);
+  } catch (const OutOfMemory &e) {
+    *error = copyOut(e.what);
+    return 2;
+  } catch (const std::bad_alloc &) {
+    *error = copyOut("");
+    return 2;
   } catch (const json::exception &e) {
     *error = copyOut(std::string(kInputsFile) + ": " + firstLine(e.what()));
   } catch (const std::exception &e) {
-    *error = copyOut(firstLine(e.what()));
+    std::string what = e.what();
+    if (isOutOfMemory(what)) {
+      *error = copyOut(allocationOf(what));
+      return 2;
+    }
+    *error = copyOut(isInternalAssert(what) ? "LibTorch failed an internal check on this model" : firstLine(what));
   }
   return 1;
 }
 
 extern "C" void commlens_torchscript_free(char *p) { std::free(p); }
+
+extern "C" void commlens_torchscript_set_progress(char *buffer, size_t size) {
+  progressBuffer = buffer;
+  progressSize = size;
+}
+
+extern "C" void commlens_torchscript_init(void) {
+  // A parallel op starts the intra-op thread pool, whose threads then exist before the limits.
+  (void)at::ones({1 << 16}).sum().item<float>();
+}

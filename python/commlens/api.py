@@ -102,7 +102,23 @@ def _plan_json(plan):
     raise CommlensError(repr(plan), "expected a Plan, a plan JSON path or a MODULE:PLAN_FACTORY spec")
 
 
-def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_unsupported=False):
+_TORCHSCRIPT_LIMITS = ("memory", "cpu_seconds", "open_files", "wall_seconds")
+
+
+def _torchscript_limits(limits):
+    """The worker's limits from ``torchscript_limits`` (the CLI's --torchscript-* options)."""
+    limits = dict(limits or {})
+    unknown = sorted(set(limits) - set(_TORCHSCRIPT_LIMITS))
+    if unknown:
+        raise CommlensError("torchscript_limits", f"unknown limit {unknown[0]!r} (limits: {', '.join(_TORCHSCRIPT_LIMITS)})")
+    for key, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CommlensError("torchscript_limits", f"{key} needs a positive integer, got {value!r}")
+    return [limits.get(k) for k in _TORCHSCRIPT_LIMITS]
+
+
+def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_unsupported=False, torchscript=False,
+            torchscript_limits=None):
     """Predict the collectives DTensor issues for ``program`` under ``plan``.
 
     ``program``: a ``torch.export.ExportedProgram`` (serialised to JSON in memory) or a ``.pt2``
@@ -110,13 +126,23 @@ def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_uns
     ``phase``: "forward", "backward" or "both". ``cluster``: a preset name or topology file
     (times per collective, module and step); ``gpu``: the CUDA target of ``device_type="cuda"``
     plans (default h100).
+
+    ``torchscript=True`` reads a TorchScript archive (``torch.jit.save``) at ``program``, which
+    means running the model's code: in a worker process under limits (``torchscript_limits``:
+    ``{"memory": bytes, "cpu_seconds": n, "open_files": n, "wall_seconds": n}``, each defaulting
+    as the CLI's ``--torchscript-*`` options). Without it such an archive raises CommlensError.
+    Only for files you trust (README.md, Security and trust).
     """
     if phase not in PHASES:
         raise CommlensError("predict", f"phase must be forward, backward or both, got {phase!r}")
+    limits = _torchscript_limits(torchscript_limits)
+    if limits != [None] * len(limits) and not torchscript:
+        raise CommlensError("torchscript_limits", "applies only with torchscript=True")
     text, name = _plan_json(plan)
     try:
         if isinstance(program, (str, os.PathLike)):
-            native = core().predict_pt2(os.fspath(program), text, name, phase, cluster, gpu, allow_unsupported)
+            native = core().predict_pt2(os.fspath(program), text, name, phase, cluster, gpu, allow_unsupported,
+                                        bool(torchscript), *limits)
         else:
             from commlens.export import program_json, tied_parameters_json
 

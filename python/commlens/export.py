@@ -242,7 +242,8 @@ def save_torchscript(model, args, path, how="trace"):
     it to ``path`` with the example inputs' shapes and dtypes in the archive's extra file
     ``commlens_inputs.json`` (``{"inputs": [{"shape": [...], "dtype": "float32"}, ...]}``, one per
     positional argument of ``forward``), which commlens' TorchScript frontend needs: TorchScript
-    code carries no shapes."""
+    code carries no shapes. commlens reads it only with ``--torchscript`` (``commlens.predict(...,
+    torchscript=True)``), since reading it runs the model's code (README.md, Security and trust)."""
     import torch
 
     if how not in ("trace", "script"):
@@ -421,7 +422,8 @@ def main(argv=None):
                              "(a plan file or MODULE:FACTORY spec; nothing else of the plan is applied)")
     parser.add_argument("--torchscript", choices=("trace", "script"),
                         help="write a TorchScript archive (torch.jit.trace or torch.jit.script, with the input "
-                             "shapes commlens needs) instead of a torch.export .pt2")
+                             "shapes commlens needs) instead of a torch.export .pt2; commlens reads it with "
+                             "--torchscript, which runs its code in a worker process under limits")
     parser.add_argument("--stack-traces", action="store_true",
                         help="record each node's Python stack trace (node.meta['stack_trace']; commlens does not "
                              "read them, and recording them makes export slower)")
@@ -452,7 +454,7 @@ def main(argv=None):
             why = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
             raise CommlensError(ns.factory, f"torch.jit.{ns.torchscript} failed: {why}") from None
         print(f"commlens: saved {ns.factory} ({type(model).__name__}) as TorchScript ({ns.torchscript}) to "
-              f"{ns.output} in {time.perf_counter() - t0:.1f}s")
+              f"{ns.output} in {time.perf_counter() - t0:.1f}s (read it with commlens ... --torchscript)")
         return 0
     try:
         ep = export_model(model, args, kwargs, plan, stack_traces=ns.stack_traces)

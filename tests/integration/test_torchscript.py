@@ -1,6 +1,8 @@
-"""The TorchScript frontend: a scripted or traced module (`python -m commlens.export --torchscript`)
-is predicted exactly as the torch.export program of the same model (the same report, forward and
-backward, bytes included), CommDebugMode agrees, and what it cannot know is refused in one line."""
+"""The TorchScript frontend: a scripted or traced module (`python -m commlens.export --torchscript`),
+read with `--torchscript` (tests/integration/test_torchscript_trust.py: without it, and hostile
+archives), is predicted exactly as the torch.export program of the same model (the same report,
+forward and backward, bytes included), CommDebugMode agrees, and what it cannot know is refused in
+one line."""
 import json
 import subprocess
 import sys
@@ -26,8 +28,8 @@ CASES = [  # (model factory, plan factory, torch.jit mode)
 ]
 
 
-def _predict(run_commlens, model, plan_path, out):
-    r = run_commlens("predict", model, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", out)
+def _predict(run_commlens, model, plan_path, out, *extra):
+    r = run_commlens("predict", model, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", out, *extra)
     assert r.returncode == 0, r.stderr
     return json.loads(out.read_text())
 
@@ -51,7 +53,7 @@ def test_torchscript_predicts_as_the_exported_program(run_commlens, tmp_path, mo
     save_torchscript(m, args, ts, how)
     plan_path = tmp_path / "plan.json"
     planlib.save(planlib.resolve_plan(plan), str(plan_path))
-    from_ts = _predict(run_commlens, ts, plan_path, tmp_path / "ts.json")
+    from_ts = _predict(run_commlens, ts, plan_path, tmp_path / "ts.json", "--torchscript")
     from_ep = _predict(run_commlens, pt2, plan_path, tmp_path / "ep.json")
     assert from_ts["collectives_forward"]
     assert _without_node_names(from_ts) == _without_node_names(from_ep)
@@ -68,7 +70,7 @@ def test_torchscript_from_the_export_cli_equals_comm_debug_mode(run_commlens, tm
     assert r.returncode == 0, r.stderr
     plan_path = tmp_path / "plan.json"
     planlib.save(planlib.resolve_plan(plan), str(plan_path))
-    _predict(run_commlens, tmp_path / "m.pt", plan_path, tmp_path / "pred.json")
+    _predict(run_commlens, tmp_path / "m.pt", plan_path, tmp_path / "pred.json", "--torchscript")
     summary = compare_with_measure(run_commlens, tmp_path / "pred.json", model, plan, tmp_path)
     assert summary["differ"] == 0 and summary["bytes_compared"] == summary["cells"] > 0
 
@@ -80,7 +82,7 @@ def test_python_api_reads_torchscript(tmp_path):
     save_torchscript(m, args, tmp_path / "m.pt", "script")
     # mlp_tp: w2 Rowwise -> one all_reduce forward (its output), none backward (w1 Colwise takes
     # a replicated input that does not require grad).
-    assert commlens.predict(str(tmp_path / "m.pt"), P + "mlp_tp(tp=4)").counts()["MLP.w2"] == {
+    assert commlens.predict(str(tmp_path / "m.pt"), P + "mlp_tp(tp=4)", torchscript=True).counts()["MLP.w2"] == {
         "forward": {"c10d_functional.all_reduce": 1}, "backward": {}}
 
 
@@ -154,13 +156,13 @@ ERRORS = {
 def test_torchscript_errors(run_commlens, tmp_path, name):
     make, what = ERRORS[name]
     path = make(tmp_path / "m.pt")
-    r = run_commlens("inspect", path)
+    r = run_commlens("inspect", path, "--torchscript")
     assert (r.returncode, r.stdout, r.stderr) == (2, "", f"commlens: error: {path}: {what}\n")
 
 
 def test_shape_branches_and_loops_are_followed(run_commlens, tmp_path):
     path = _save(ShapeBranch(), tmp_path / "m.pt", SHAPES)
-    r = run_commlens("inspect", path, "--print-ir")
+    r = run_commlens("inspect", path, "--print-ir", "--torchscript")
     assert r.returncode == 0, r.stderr
     ops = [line.split(" = ")[1].split("(")[0] for line in r.stdout.splitlines() if line.startswith("%")]
     # x + 1 is add.Tensor in eager Python (no Python binding for add.Scalar), as DTensor sees it
@@ -171,7 +173,7 @@ def test_shape_branches_and_loops_are_followed(run_commlens, tmp_path):
 def test_missing_frontend_library_is_named(tmp_path, commlens_bin):
     path = _save(ShapeBranch(), tmp_path / "m.pt", SHAPES)
     missing = tmp_path / "nowhere" / "libcommlens_torchscript.so"
-    r = subprocess.run([commlens_bin, "inspect", str(path)], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([commlens_bin, "inspect", str(path), "--torchscript"], capture_output=True, text=True, timeout=120,
                        env={"COMMLENS_TORCHSCRIPT_LIBRARY": str(missing), "PATH": "/usr/bin:/bin"})
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == (f"commlens: error: {path}: the TorchScript frontend libcommlens_torchscript.so is not "
@@ -195,7 +197,7 @@ class Endless(torch.nn.Module):
 
 def test_endless_loop_is_refused(run_commlens, tmp_path):
     path = _save(Endless(), tmp_path / "m.pt", SHAPES)
-    r = run_commlens("inspect", path)
+    r = run_commlens("inspect", path, "--torchscript")
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == (f"commlens: error: {path}: TorchScript: a loop in {Endless.__module__}.Endless runs more "
                         "than 100000 times\n")

@@ -258,3 +258,42 @@ TEST(Pt2Archive, VersionRecordAndDuplicateEntries) {
   EXPECT_EQ(openError(zipOf({{"model/version", "1\n"}, {"model/models/model.json", "{}"}, {"model/models/model.json", "{"}})),
             "zip archive with two entries named 'model/models/model.json'");
 }
+
+// TorchScript only on request: an archive whose records are torch.jit.save's (data.pkl, code/),
+// whatever it is named, is refused before the frontend is looked for or anything is unpickled.
+TEST(TorchScript, RefusedWithoutTheOptIn) {
+  std::string zip = zipOf({{"m/version", "1\n"}, {"m/data.pkl", "x"}, {"m/code/__torch__.py", "class M:\n"}});
+  auto archive = Pt2Archive::openBuffer(zip);
+  ASSERT_TRUE(static_cast<bool>(archive)) << llvm::toString(archive.takeError());
+  EXPECT_TRUE(isTorchScriptArchive(**archive));
+  EXPECT_EQ(errorOf(loadPt2Buffer(zip)), torchScriptRefusal());
+  EXPECT_EQ(errorOf(convertTorchScript(**archive, TorchScriptOptions{})), torchScriptRefusal());
+  EXPECT_NE(torchScriptRefusal().find("--torchscript"), std::string::npos);
+  EXPECT_EQ(torchScriptRefusal().find('\n'), std::string::npos);
+}
+
+TEST(TorchScript, ByteSizes) {
+  EXPECT_EQ(parseByteSize("4G"), uint64_t{4} << 30);
+  EXPECT_EQ(parseByteSize("512M"), uint64_t{512} << 20);
+  EXPECT_EQ(parseByteSize("64k"), uint64_t{64} << 10);
+  EXPECT_EQ(parseByteSize("1000"), uint64_t{1000});
+  for (const char *bad : {"", "0", "G", "-1", "1.5G", "4GB", "9999999T"})
+    EXPECT_EQ(parseByteSize(bad), std::nullopt) << bad;
+}
+
+TEST(TorchScript, DefaultLimitsAreSizedFromTheArchiveAndInputs) {
+  // 1 MiB archive, inputs of 32 bytes in 8 elements.
+  TorchScriptLimits l = defaultTorchScriptLimits({}, 1 << 20, 32, 8);
+  uint64_t memory = (uint64_t{2} << 30) + (2 << 20) + 256 * 32;
+  EXPECT_LE(*l.memoryBytes, memory); // at most 3/4 of the RAM
+  EXPECT_EQ(*l.cpuSeconds, 61u);     // 60 + ceil(2^18 weights x 8 elements / 1e9)
+  EXPECT_EQ(*l.openFiles, 32u);
+  EXPECT_EQ(*l.wallSeconds, 91u);
+  TorchScriptLimits big = defaultTorchScriptLimits({}, uint64_t{40} << 30, 0, 4096); // 40 GiB of weights
+  EXPECT_EQ(*big.cpuSeconds, 44041u); // 60 + ceil(40 GiB / 4 x 4096 / 1e9) = 60 + 43981
+  TorchScriptLimits given = defaultTorchScriptLimits({uint64_t{1} << 28, 5, 8, std::nullopt}, 1 << 20, 32, 8);
+  EXPECT_EQ(*given.memoryBytes, uint64_t{1} << 28);
+  EXPECT_EQ(*given.cpuSeconds, 5u);
+  EXPECT_EQ(*given.openFiles, 8u);
+  EXPECT_EQ(*given.wallSeconds, 35u);
+}
