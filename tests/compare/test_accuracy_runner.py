@@ -64,6 +64,9 @@ def test_strict_problems():
                     "commlens: error: m.pt2: x")]:
         assert accuracy.strict_problem(r) == why
         assert accuracy.is_failure(r, strict=True) and not accuracy.is_failure(r, strict=False)
+    # A configuration declared to issue no collective is exact with no cell (it is the check).
+    empty = dict(exact, cells=0, exact_cells=0, bytes_cells=0, no_collectives=True)
+    assert accuracy.strict_problem(empty) is None and not accuracy.is_failure(empty, strict=True)
     gpu = dict(exact, gpu=dict(exact, bytes_cells=0))
     assert accuracy.is_failure(gpu, strict=True) and not accuracy.is_failure(gpu, strict=False)
 
