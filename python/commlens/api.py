@@ -32,7 +32,15 @@ class Prediction:
     def __init__(self, native, phase):
         self._native = native
         self.phase = phase
-        self._doc = json.loads(native.json())
+        self._parsed = None
+
+    @property
+    def _doc(self):
+        """The report's JSON document, parsed when first needed (``table``, ``html`` and
+        ``to_json`` do without it)."""
+        if self._parsed is None:
+            self._parsed = json.loads(self._native.json())
+        return self._parsed
 
     def to_json(self):
         """CommDebugMode's ``generate_json_dump`` tree with commlens' records (``predict --format json``)."""
@@ -118,10 +126,10 @@ def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_uns
         if isinstance(program, (str, os.PathLike)):
             native = core().predict_pt2(os.fspath(program), text, name, phase, cluster, gpu, allow_unsupported)
         else:
-            from commlens.export import program_json, tied_parameters_json
+            from commlens.export import decoder_program_json, tied_parameters_json
 
-            native = core().predict_program_json(program_json(program), tied_parameters_json(program), text, name,
-                                                 phase, cluster, gpu, allow_unsupported)
+            native = core().predict_program_json(decoder_program_json(program), tied_parameters_json(program), text,
+                                                 name, phase, cluster, gpu, allow_unsupported)
     except core().Error as err:
         subject, _, message = str(err).partition(": ")
         raise CommlensError(subject, message) from None
