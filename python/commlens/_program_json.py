@@ -42,9 +42,29 @@ class Unsupported(Exception):
 
 def program_json(exported_program):
     """The program's JSON document, as UTF-8 bytes (raises :class:`Unsupported`)."""
+    writer = _Writer()
+    doc = writer.program(exported_program)
+    # The top graph's tensor metadata, a third of the text, is encoded once per distinct value.
+    graph_module = doc.pop("graph_module")
+    graph = graph_module.pop("graph")
+    tensor_values = graph.pop("tensor_values")
+    texts = {}  # id of a metadata dict (each lives in the writer's cache or tensor_values) -> its text
+
+    def text_of(meta):
+        text = texts.get(id(meta))
+        if text is None:
+            text = texts[id(meta)] = _dumps(meta)
+        return text
+
+    values = ",".join(f"{_dumps(name)}:{text_of(meta)}" for name, meta in tensor_values.items())
+    graph_text = f'{_dumps(graph)[:-1]},"tensor_values":{{{values}}}}}'
+    graph_module_text = f'{{"graph":{graph_text},{_dumps(graph_module)[1:]}'
+    return f'{{"graph_module":{graph_module_text},{_dumps(doc)[1:]}'.encode("utf-8")
+
+
+def _dumps(value):
     # Nothing refers back to itself (no circular check); no spaces (less to write and to parse).
-    return json.dumps(_Writer().program(exported_program), allow_nan=False, check_circular=False,
-                      separators=(",", ":")).encode("utf-8")
+    return json.dumps(value, allow_nan=False, check_circular=False, separators=(",", ":"))
 
 
 _CONSTANTS = {int: "as_int", bool: "as_bool", str: "as_string", float: "as_float"}  # ConstantValue
@@ -86,10 +106,12 @@ def _operator_name(target):
 class _Operator:
     """What the writer needs of one call target, found once per target."""
 
-    __slots__ = ("name", "arguments", "returns", "tensor_list_return")
+    __slots__ = ("target", "name", "sym_op", "arguments", "returns", "tensor_list_return")
 
     def __init__(self, target):
+        self.target = target  # kept alive: the writer's table is keyed by its id
         self.name = _operator_name(target)
+        self.sym_op = not isinstance(target, torch._ops.OpOverload) and target in serde._SYM_OPS
         schema = target._schema if isinstance(target, torch._ops.OpOverload) else None
         self.arguments = [(a.name, a.kwarg_only, a.type) for a in schema.arguments] if schema else None
         self.returns = [r.real_type for r in schema.returns] if schema else None
@@ -110,7 +132,7 @@ class _Graph:
 
 class _Writer:
     def __init__(self):
-        self.operators = {}
+        self.operators = {}  # id of a call target -> _Operator
         self.metas = {}  # tensor metadata by its fields (concrete sizes only)
         self.treespecs = {}
         self.duplicate_getitems = {}  # a getitem's name -> the first getitem of the same result
@@ -184,10 +206,10 @@ class _Writer:
         if target is operator.getitem:  # its producer names it
             return
         meta_val = node.meta.get("val")
-        op = self.operators.get(target)
+        op = self.operators.get(id(target))  # by id: an OpOverload hashes in Python
         if op is None:
-            op = self.operators[target] = _Operator(target)
-        if target in serde._SYM_OPS or isinstance(meta_val, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            op = self.operators[id(target)] = _Operator(target)
+        if op.sym_op or isinstance(meta_val, (torch.SymInt, torch.SymBool, torch.SymFloat)):
             if node.kwargs:
                 raise Unsupported(f"symbolic op {node.name} with keyword arguments")
             names = ([a[0] for a in op.arguments] if op.arguments is not None
