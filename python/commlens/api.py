@@ -1,6 +1,7 @@
 """Predict DTensor's collectives from Python, in memory: the C++ pipeline (``commlens._core``) on
-an ``ExportedProgram`` (serialised to JSON in memory: no file, no weights, nothing unpickled in
-C++) or a ``.pt2`` path, under a :class:`commlens.plan.Plan`, a plan JSON file or a plan factory
+an ``ExportedProgram`` (its JSON written from the in-memory graph by
+:func:`commlens.export.decoder_program_json`: no file, no weights, nothing unpickled in C++) or a
+``.pt2`` path, under a :class:`commlens.plan.Plan`, a plan JSON file or a plan factory
 spec.
 
     >>> import commlens
@@ -113,7 +114,7 @@ def _plan_json(plan):
 def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_unsupported=False):
     """Predict the collectives DTensor issues for ``program`` under ``plan``.
 
-    ``program``: a ``torch.export.ExportedProgram`` (serialised to JSON in memory) or a ``.pt2``
+    ``program``: a ``torch.export.ExportedProgram`` (its JSON written in memory) or a ``.pt2``
     path. ``plan``: a :class:`commlens.plan.Plan`, a plan JSON path or a plan factory spec.
     ``phase``: "forward", "backward" or "both". ``cluster``: a preset name or topology file
     (times per collective, module and step); ``gpu``: the CUDA target of ``device_type="cuda"``
