@@ -16,7 +16,8 @@ collection before each, outside the timing:
                  before commlens' writer;
   save + CLI     commlens.export.save_program, then the CLI: the file path of a Python pipeline.
 
-Prints each time, the writer's and torch's serialiser's share, the ratios to the CLI, and whether
+Prints each path's wall time and CPU time (all threads and child processes: on a loaded machine it
+varies less), their ratios to the CLI's, the writer's and torch's serialiser's share, and whether
 the in-memory counts equal the CLI's.
 """
 import argparse
@@ -24,6 +25,7 @@ import gc
 import json
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 import tempfile
@@ -36,11 +38,18 @@ for p in (str(ROOT / "python"), str(ROOT), str(ROOT / "bench")):
 from predict_speed import MODELS  # noqa: E402
 
 
+def cpu_seconds():
+    """CPU time of this process (all its threads) and of its finished children."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def timed(fn):
+    """(wall seconds, CPU seconds, fn's result): on a loaded machine the CPU time varies less."""
     gc.collect()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     result = fn()
-    return time.perf_counter() - t0, result
+    return time.perf_counter() - t0, cpu_seconds() - c0, result
 
 
 def main(argv=None):
@@ -95,11 +104,12 @@ def main(argv=None):
                 "save + CLI": lambda: (save_program(ep, pt2), subprocess.run(cli, check=True)),
             }
             best = {name: float("inf") for name in paths}
+            cpu = dict(best)
             writer_s, serialiser_s = float("inf"), float("inf")
             for _ in range(ns.repeat):
                 for name, fn in paths.items():
-                    elapsed, result = timed(fn)
-                    best[name] = min(best[name], elapsed)
+                    elapsed, cpu_s, result = timed(fn)
+                    best[name], cpu[name] = min(best[name], elapsed), min(cpu[name], cpu_s)
                     if name == "torch JSON":
                         serialiser_s = min(serialiser_s, result)
                 writer_s = min(writer_s, timed(via_writer)[0])
@@ -108,16 +118,18 @@ def main(argv=None):
             same = commlens.predict(ep, plan, phase).counts()["Global"] == {
                 "forward": dict(doc["collectives_forward"]), "backward": dict(doc["collectives_backward"])}
             ok &= same
-            cli_s, mem_s, torch_s, file_s = best["CLI"], best["in memory"], best["torch JSON"], best["save + CLI"]
-            print(f"-- phase {phase}")
-            print(f"CLI (commlens predict on the .pt2, a process):   {cli_s:8.3f} s")
-            print(f"in memory (commlens' writer):                    {mem_s:8.3f} s = {mem_s / cli_s:.2f}x CLI "
-                  f"(writer {writer_s:.3f} s)")
-            print(f"in memory with torch's serialiser (before):      {torch_s:8.3f} s = {torch_s / cli_s:.2f}x CLI "
-                  f"(serialiser {serialiser_s:.3f} s)")
-            print(f"save_program + CLI (the file path):              {file_s:8.3f} s = {file_s / cli_s:.2f}x CLI")
-            print(f"in memory: {torch_s / mem_s:.1f}x faster than with torch's serialiser; counts equal the CLI's: "
-                  f"{'yes' if same else 'NO'}", flush=True)
+            cli_s, mem_s, torch_s = best["CLI"], best["in memory"], best["torch JSON"]
+            print(f"-- phase {phase} (wall seconds, and CPU seconds of all threads and child processes)")
+            for label, name, note in (
+                    ("CLI (commlens predict on the .pt2, a process)", "CLI", ""),
+                    ("in memory (commlens' writer)", "in memory", f" (writer {writer_s:.3f} s)"),
+                    ("in memory with torch's serialiser (before)", "torch JSON", f" (serialiser {serialiser_s:.3f} s)"),
+                    ("save_program + CLI (the file path)", "save + CLI", "")):
+                print(f"{label + ':':<48} {best[name]:7.3f} s = {best[name] / cli_s:5.2f}x CLI;   CPU {cpu[name]:7.3f} s = "
+                      f"{cpu[name] / cpu['CLI']:5.2f}x CLI{note}")
+            print(f"in memory: {torch_s / mem_s:.1f}x faster than with torch's serialiser (CPU "
+                  f"{cpu['torch JSON'] / cpu['in memory']:.1f}x); counts equal the CLI's: {'yes' if same else 'NO'}",
+                  flush=True)
     return 0 if ok else 1
 
 

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 import time
@@ -37,6 +38,13 @@ from predict_speed import LLAMA_405B  # noqa: E402
 # side cannot run fully_shard on the meta-device model (FSDP2 needs real parameters) and a real
 # 405B model does not fit in memory.
 SWEEP = "examples.plans:llama_2d(dp={dp}, tp={tp})"
+
+
+def cpu_seconds():
+    """CPU time of this process and of its finished children: on a loaded machine it varies less
+    than the wall time."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def main(argv=None):
@@ -61,30 +69,30 @@ def main(argv=None):
     work.mkdir(parents=True, exist_ok=True)
     pt2 = work / "model.pt2"
     print(f"model: {ns.model}\nsweep: {ns.sweep}, phase {ns.phase}, cluster {ns.cluster}", flush=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     ep = export_model(*call_model_factory(ns.model))
     save_program(ep, str(pt2))
-    export_s = time.perf_counter() - t0
+    export_s, export_cpu = time.perf_counter() - t0, cpu_seconds() - c0
     del ep
-    print(f"export_model + save_program (once): {export_s:.2f} s", flush=True)
+    print(f"export_model + save_program (once): {export_s:.2f} s (CPU {export_cpu:.2f} s)", flush=True)
 
     rows, ok = [], True
     for world in (int(w) for w in ns.worlds.split(",")):
         plans_dir = work / f"plans{world}"
         for old in plans_dir.glob("*.json"):
             old.unlink()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         paths = sweep(ns.sweep, world, str(plans_dir))
-        plans_s = time.perf_counter() - t0
+        plans_s, plans_cpu = time.perf_counter() - t0, cpu_seconds() - c0
         rank = [ns.commlens, "rank", str(pt2), "--plans", str(plans_dir), "--cluster", ns.cluster,
                 "--phase", ns.phase, "--format", "json"]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         done = subprocess.run(rank, capture_output=True, text=True)
-        rank_s = time.perf_counter() - t0
+        rank_s, rank_cpu = time.perf_counter() - t0, cpu_seconds() - c0
         if done.returncode != 0:
             sys.exit(f"bench: {' '.join(rank)} failed:\n{done.stderr}")
         ranked = json.loads(done.stdout)
-        print(f"== {world} ranks: {len(paths)} plans, ranked by commlens rank in {rank_s:.3f} s "
+        print(f"== {world} ranks: {len(paths)} plans, ranked by commlens rank in {rank_s:.3f} s, CPU {rank_cpu:.3f} s "
               f"(plans written in {plans_s:.3f} s)")
         print(f"{'rank':>4}  {'plan':<28} {'time/step':>12} {'collectives':>12} {'bytes/rank':>15}")
         for entry in ranked["plans"]:
@@ -97,11 +105,11 @@ def main(argv=None):
         # spread over the sweep; a plan CommDebugMode cannot run (its error printed) gives way to the next
         order = sorted(range(len(paths)), key=lambda i: (i * max(ns.sample, 1)) % len(paths))
         wanted = len(paths) if ns.sample <= 0 else min(ns.sample, len(paths))
-        measured, failed = [], 0
+        measured, measured_cpu, failed = [], [], 0
         for path in (paths[i] for i in order):
             if len(measured) == wanted:
                 break
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_seconds()
             try:
                 counts = commlens.measure.measure(ns.model, path, phase=ns.phase)
             except Exception as err:  # noqa: BLE001 - the plan does not run under DTensor: said, not timed
@@ -110,30 +118,36 @@ def main(argv=None):
                 print(f"CommDebugMode (commlens.measure) {pathlib.Path(path).name}: fails after "
                       f"{time.perf_counter() - t0:.2f} s: {why}", flush=True)
                 continue
-            elapsed = time.perf_counter() - t0
+            elapsed, elapsed_cpu = time.perf_counter() - t0, cpu_seconds() - c0
             same = _same_totals(counts, ranked, path)
             ok &= same
             measured.append(elapsed)
-            print(f"CommDebugMode (commlens.measure) {pathlib.Path(path).name}: {elapsed:.2f} s; "
+            measured_cpu.append(elapsed_cpu)
+            print(f"CommDebugMode (commlens.measure) {pathlib.Path(path).name}: {elapsed:.2f} s, CPU {elapsed_cpu:.2f} s; "
                   f"counts equal the ranking's: {'yes' if same else 'NO'}", flush=True)
         if not measured:
             sys.exit("bench: CommDebugMode ran none of the sampled plans")
         cdm_s = sum(measured) / len(measured) * len(paths)
+        cdm_cpu = sum(measured_cpu) / len(measured_cpu) * len(paths)
         estimated = len(paths) - len(measured)
-        print(f"CommDebugMode, {len(paths)} plans: {cdm_s:.1f} s "
+        print(f"CommDebugMode, {len(paths)} plans: {cdm_s:.1f} s, CPU {cdm_cpu:.1f} s "
               f"({'all measured' if not estimated else f'{len(measured)} measured, {estimated} estimated from their mean'}"
               f"{f'; {failed} tried failed under DTensor' if failed else ''})")
-        rows.append((world, len(paths), plans_s + rank_s, cdm_s, estimated))
+        rows.append((world, len(paths), plans_s + rank_s, cdm_s, plans_cpu + rank_cpu, cdm_cpu, estimated))
 
-    print("== summary (seconds; commlens = plans written + one rank process per sweep; the export once for all)")
-    print(f"{'ranks':>6} {'plans':>6} {'commlens':>9} {'CommDebugMode':>14} {'ratio':>8}  CommDebugMode")
-    for world, n, ours, theirs, estimated in rows:
-        print(f"{world:>6} {n:>6} {ours:>9.3f} {theirs:>14.1f} {theirs / ours:>7.0f}x  "
+    print("== summary (seconds, wall and CPU; commlens = plans written + one rank process per sweep, the export once "
+          "for all)")
+    print(f"{'ranks':>6} {'plans':>6} {'commlens':>9} {'CommDebugMode':>14} {'ratio':>7}   {'CPU: commlens':>13} "
+          f"{'CommDebugMode':>14} {'ratio':>7}  CommDebugMode")
+    for world, n, ours, theirs, ours_cpu, theirs_cpu, estimated in rows:
+        print(f"{world:>6} {n:>6} {ours:>9.3f} {theirs:>14.1f} {theirs / ours:>6.0f}x   {ours_cpu:>13.3f} "
+              f"{theirs_cpu:>14.1f} {theirs_cpu / ours_cpu:>6.0f}x  "
               f"{'measured' if not estimated else f'{n - estimated} measured, {estimated} estimated'}")
-    ours = sum(r[2] for r in rows)
-    theirs = sum(r[3] for r in rows)
-    print(f"all sweeps: commlens {ours:.3f} s, CommDebugMode {theirs:.1f} s: {theirs / ours:.0f}x; "
-          f"with the export ({export_s:.2f} s): {theirs / (ours + export_s):.1f}x")
+    ours, theirs = sum(r[2] for r in rows), sum(r[3] for r in rows)
+    ours_cpu, theirs_cpu = sum(r[4] for r in rows), sum(r[5] for r in rows)
+    print(f"all sweeps: commlens {ours:.3f} s, CommDebugMode {theirs:.1f} s: {theirs / ours:.0f}x (CPU "
+          f"{theirs_cpu / ours_cpu:.0f}x); with the export ({export_s:.2f} s, CPU {export_cpu:.2f} s): "
+          f"{theirs / (ours + export_s):.1f}x (CPU {theirs_cpu / (ours_cpu + export_cpu):.1f}x)")
     return 0 if ok else 1
 
 
