@@ -1,6 +1,7 @@
 """Predict DTensor's collectives from Python, in memory: the C++ pipeline (``commlens._core``) on
-an ``ExportedProgram`` (serialised to JSON in memory: no file, no weights, nothing unpickled in
-C++) or a ``.pt2`` path, under a :class:`commlens.plan.Plan`, a plan JSON file or a plan factory
+an ``ExportedProgram`` (its JSON written from the in-memory graph by
+:func:`commlens.export.decoder_program_json`: no file, no weights, nothing unpickled in C++) or a
+``.pt2`` path, under a :class:`commlens.plan.Plan`, a plan JSON file or a plan factory
 spec.
 
     >>> import commlens
@@ -32,7 +33,15 @@ class Prediction:
     def __init__(self, native, phase):
         self._native = native
         self.phase = phase
-        self._doc = json.loads(native.json())
+        self._parsed = None
+
+    @property
+    def _doc(self):
+        """The report's JSON document, parsed when first needed (``table``, ``html`` and
+        ``to_json`` do without it)."""
+        if self._parsed is None:
+            self._parsed = json.loads(self._native.json())
+        return self._parsed
 
     def to_json(self):
         """CommDebugMode's ``generate_json_dump`` tree with commlens' records (``predict --format json``)."""
@@ -121,7 +130,7 @@ def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_uns
             torchscript_limits=None):
     """Predict the collectives DTensor issues for ``program`` under ``plan``.
 
-    ``program``: a ``torch.export.ExportedProgram`` (serialised to JSON in memory) or a ``.pt2``
+    ``program``: a ``torch.export.ExportedProgram`` (its JSON written in memory) or a ``.pt2``
     path. ``plan``: a :class:`commlens.plan.Plan`, a plan JSON path or a plan factory spec.
     ``phase``: "forward", "backward" or "both". ``cluster``: a preset name or topology file
     (times per collective, module and step); ``gpu``: the CUDA target of ``device_type="cuda"``
@@ -144,10 +153,10 @@ def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_uns
             native = core().predict_pt2(os.fspath(program), text, name, phase, cluster, gpu, allow_unsupported,
                                         bool(torchscript), *limits)
         else:
-            from commlens.export import program_json, tied_parameters_json
+            from commlens.export import decoder_program_json, tied_parameters_json
 
-            native = core().predict_program_json(program_json(program), tied_parameters_json(program), text, name,
-                                                 phase, cluster, gpu, allow_unsupported)
+            native = core().predict_program_json(decoder_program_json(program), tied_parameters_json(program), text,
+                                                 name, phase, cluster, gpu, allow_unsupported)
     except core().Error as err:
         subject, _, message = str(err).partition(": ")
         raise CommlensError(subject, message) from None

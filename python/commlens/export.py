@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import gc
 import json
+import logging
 import sys
 import time
 from collections import OrderedDict
@@ -165,6 +166,22 @@ def program_json(exported_program):
     with _lean_serialization(exported_program):
         return serialize(exported_program, serialize_state_dict=False, serialize_constants=False,
                          serialize_example_inputs=False).exported_program
+
+
+def decoder_program_json(exported_program):
+    """The program's JSON as ``commlens._core.predict_program_json`` reads it, from the in-memory
+    graph by commlens' own writer (:mod:`commlens._program_json`: the values torch's serialiser
+    writes, less what the decoder does not read, a small fraction of the time and no cyclic
+    garbage), run without cyclic garbage collections. A program that writer does not cover is
+    serialised by torch's (:func:`program_json`), and the ``commlens`` logger says why at INFO."""
+    from commlens import _program_json
+
+    try:
+        with _without_cyclic_gc():
+            return _program_json.program_json(exported_program)
+    except _program_json.Unsupported as why:
+        logging.getLogger("commlens").info("commlens: the program is serialised by torch's serialiser: %s", why)
+    return program_json(exported_program)
 
 
 @contextlib.contextmanager

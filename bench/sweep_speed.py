@@ -1,0 +1,166 @@
+"""A plan sweep in one run: every dp x tp split of 64 and of 1,024 ranks for the 405B-shaped Llama
+(meta device), ranked by `commlens rank` after one export, against CommDebugMode running each plan:
+
+    .venv/bin/python bench/sweep_speed.py [--worlds 64,1024] [--sample 1] [--phase both]
+        [--cluster h100-ib-ndr] [--model SPEC] [--sweep SPEC] [--work-dir out/bench/sweep]
+
+commlens' side, timed in this run: export_model and save_program once, the plans of each sweep
+written (commlens.plan.sweep), one `commlens rank` process per sweep. CommDebugMode's side:
+commlens.measure (CommDebugMode on a fake process group, the meta-device model built, parallelised
+and run forward and backward for each plan) on --sample plans of each sweep, spread over the
+ranking, their mean scaled by the sweep's number of plans (the output says which plans ran and
+that the rest are estimated; --sample 0 runs every plan). A plan DTensor cannot run (tp above 8
+splits the 8 kv heads, or the 16-token sequence, unevenly) fails under CommDebugMode: its error
+is printed and the next plan is tried. Each measured plan's counts are checked against the
+ranking's (`commlens rank --format json`).
+
+Prints each sweep's ranking, then per sweep and in total the time of each side and their ratios:
+against rank alone (the export is made once and serves every sweep) and against export + rank.
+There is no MoE model among the examples (examples/hf.py leaves the MoE families out: their
+expert-parallel styles have no torch ParallelStyle to map to), so the sweep is the Llama's alone.
+"""
+import argparse
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+for p in (str(ROOT / "python"), str(ROOT), str(ROOT / "bench")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+from predict_speed import LLAMA_405B  # noqa: E402
+
+# Tensor (and sequence) parallel on tp, the batch data-parallel on dp. Not FSDP: CommDebugMode's
+# side cannot run fully_shard on the meta-device model (FSDP2 needs real parameters) and a real
+# 405B model does not fit in memory.
+SWEEP = "examples.plans:llama_2d(dp={dp}, tp={tp})"
+
+
+def cpu_seconds():
+    """CPU time of this process and of its finished children: on a loaded machine it varies less
+    than the wall time."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worlds", default="64,1024", help="comma-separated world sizes")
+    ap.add_argument("--sample", type=int, default=1,
+                    help="plans per sweep CommDebugMode runs (0: all), the rest estimated from their mean")
+    ap.add_argument("--phase", default="both", choices=("forward", "both"))
+    ap.add_argument("--cluster", default="h100-ib-ndr")
+    ap.add_argument("--model", default=LLAMA_405B)
+    ap.add_argument("--sweep", default=SWEEP)
+    ap.add_argument("--work-dir", default=str(ROOT / "out" / "bench" / "sweep"))
+    ap.add_argument("--commlens", default=str(pathlib.Path(os.environ.get("COMMLENS_BUILD", ROOT / "build"))
+                                              / "commlens"))
+    ns = ap.parse_args(argv)
+    import commlens.measure
+    from commlens._factory import call_model_factory
+    from commlens.export import export_model, save_program
+    from commlens.plan import sweep
+
+    work = pathlib.Path(ns.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    pt2 = work / "model.pt2"
+    print(f"model: {ns.model}\nsweep: {ns.sweep}, phase {ns.phase}, cluster {ns.cluster}", flush=True)
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    ep = export_model(*call_model_factory(ns.model))
+    save_program(ep, str(pt2))
+    export_s, export_cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    del ep
+    print(f"export_model + save_program (once): {export_s:.2f} s (CPU {export_cpu:.2f} s)", flush=True)
+
+    rows, ok = [], True
+    for world in (int(w) for w in ns.worlds.split(",")):
+        plans_dir = work / f"plans{world}"
+        for old in plans_dir.glob("*.json"):
+            old.unlink()
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        paths = sweep(ns.sweep, world, str(plans_dir))
+        plans_s, plans_cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        rank = [ns.commlens, "rank", str(pt2), "--plans", str(plans_dir), "--cluster", ns.cluster,
+                "--phase", ns.phase, "--format", "json"]
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        done = subprocess.run(rank, capture_output=True, text=True)
+        rank_s, rank_cpu = time.perf_counter() - t0, cpu_seconds() - c0
+        if done.returncode != 0:
+            sys.exit(f"bench: {' '.join(rank)} failed:\n{done.stderr}")
+        ranked = json.loads(done.stdout)
+        print(f"== {world} ranks: {len(paths)} plans, ranked by commlens rank in {rank_s:.3f} s, CPU {rank_cpu:.3f} s "
+              f"(plans written in {plans_s:.3f} s)")
+        print(f"{'rank':>4}  {'plan':<28} {'time/step':>12} {'collectives':>12} {'bytes/rank':>15}")
+        for entry in ranked["plans"]:
+            print(f"{entry['rank']:>4}  {entry['name']:<28} {entry['time_us'] / 1e3:>9.3f} ms "
+                  f"{sum(entry['collectives'].values()):>12} "
+                  f"{entry['forward']['bytes_per_rank'] + entry['backward']['bytes_per_rank']:>15}")
+        for error in ranked["errors"]:
+            print(f"not ranked: {error}")
+        sys.stdout.flush()
+        # spread over the sweep; a plan CommDebugMode cannot run (its error printed) gives way to the next
+        order = sorted(range(len(paths)), key=lambda i: (i * max(ns.sample, 1)) % len(paths))
+        wanted = len(paths) if ns.sample <= 0 else min(ns.sample, len(paths))
+        measured, measured_cpu, failed = [], [], 0
+        for path in (paths[i] for i in order):
+            if len(measured) == wanted:
+                break
+            t0, c0 = time.perf_counter(), cpu_seconds()
+            try:
+                counts = commlens.measure.measure(ns.model, path, phase=ns.phase)
+            except Exception as err:  # noqa: BLE001 - the plan does not run under DTensor: said, not timed
+                failed += 1
+                why = str(err).strip().splitlines()[-1][:200] if str(err).strip() else type(err).__name__
+                print(f"CommDebugMode (commlens.measure) {pathlib.Path(path).name}: fails after "
+                      f"{time.perf_counter() - t0:.2f} s: {why}", flush=True)
+                continue
+            elapsed, elapsed_cpu = time.perf_counter() - t0, cpu_seconds() - c0
+            same = _same_totals(counts, ranked, path)
+            ok &= same
+            measured.append(elapsed)
+            measured_cpu.append(elapsed_cpu)
+            print(f"CommDebugMode (commlens.measure) {pathlib.Path(path).name}: {elapsed:.2f} s, CPU {elapsed_cpu:.2f} s; "
+                  f"counts equal the ranking's: {'yes' if same else 'NO'}", flush=True)
+        if not measured:
+            sys.exit("bench: CommDebugMode ran none of the sampled plans")
+        cdm_s = sum(measured) / len(measured) * len(paths)
+        cdm_cpu = sum(measured_cpu) / len(measured_cpu) * len(paths)
+        estimated = len(paths) - len(measured)
+        print(f"CommDebugMode, {len(paths)} plans: {cdm_s:.1f} s, CPU {cdm_cpu:.1f} s "
+              f"({'all measured' if not estimated else f'{len(measured)} measured, {estimated} estimated from their mean'}"
+              f"{f'; {failed} tried failed under DTensor' if failed else ''})")
+        rows.append((world, len(paths), plans_s + rank_s, cdm_s, plans_cpu + rank_cpu, cdm_cpu, estimated))
+
+    print("== summary (seconds, wall and CPU; commlens = plans written + one rank process per sweep, the export once "
+          "for all)")
+    print(f"{'ranks':>6} {'plans':>6} {'commlens':>9} {'CommDebugMode':>14} {'ratio':>7}   {'CPU: commlens':>13} "
+          f"{'CommDebugMode':>14} {'ratio':>7}  CommDebugMode")
+    for world, n, ours, theirs, ours_cpu, theirs_cpu, estimated in rows:
+        print(f"{world:>6} {n:>6} {ours:>9.3f} {theirs:>14.1f} {theirs / ours:>6.0f}x   {ours_cpu:>13.3f} "
+              f"{theirs_cpu:>14.1f} {theirs_cpu / ours_cpu:>6.0f}x  "
+              f"{'measured' if not estimated else f'{n - estimated} measured, {estimated} estimated'}")
+    ours, theirs = sum(r[2] for r in rows), sum(r[3] for r in rows)
+    ours_cpu, theirs_cpu = sum(r[4] for r in rows), sum(r[5] for r in rows)
+    print(f"all sweeps: commlens {ours:.3f} s, CommDebugMode {theirs:.1f} s: {theirs / ours:.0f}x (CPU "
+          f"{theirs_cpu / ours_cpu:.0f}x); with the export ({export_s:.2f} s, CPU {export_cpu:.2f} s): "
+          f"{theirs / (ours + export_s):.1f}x (CPU {theirs_cpu / (ours_cpu + export_cpu):.1f}x)")
+    return 0 if ok else 1
+
+
+def _same_totals(counts, ranked, path):
+    """CommDebugMode's collectives per op (forward plus backward, the whole model) equal the
+    ranking's for this plan."""
+    entry = next(p for p in ranked["plans"] if os.path.samefile(p["plan"], path))
+    totals = {}
+    for ops in counts["Global"].values():
+        for op, n in ops.items():
+            totals[op] = totals.get(op, 0) + n
+    return {op: n for op, n in totals.items() if n} == entry["collectives"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
