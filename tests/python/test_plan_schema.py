@@ -319,3 +319,72 @@ def test_plan_reader_refuses_every_schema_invalid_mutation(written_plans, plan_r
                     accepted.add((kind, label))
     assert counted > 500
     assert accepted == set(KNOWN_READER_GAPS)
+
+
+# ------------------------------------------------------- the names PlanReader.cpp spells in its source
+
+# Schema names PlanReader.cpp never spells: what it does not read or check.
+UNREAD_BY_PLAN_READER = {
+    "seed": "loss.seed is not read (random targets change no collective)",
+    "mean": "loss.reduction is read as any string",
+}
+# Schema objects whose keys PlanReader.cpp does not check (rejectUnknownKeys): KNOWN_READER_GAPS.
+KEYS_UNCHECKED_BY_PLAN_READER = {"mesh", "parallelize_step", "placement_spec", "input_setting", "loss"}
+
+
+def plan_reader_source():
+    """PlanReader.cpp without its // comments."""
+    return re.sub(r"//[^\n]*", "", PLAN_READER.read_text())
+
+
+def schema_objects(schema):
+    """{name: its property names} for every object the schema describes: ``plan`` (the top level),
+    each ``$defs`` entry, and ``<name>[i]`` for the i-th alternative of one."""
+    objects = {}
+
+    def visit(name, node):
+        if "properties" in node:
+            objects[name] = set(node["properties"])
+        for i, alternative in enumerate(node.get("oneOf", [])):
+            if "properties" in alternative:
+                visit(f"{name}[{i}]", alternative)
+
+    visit("plan", schema)
+    for name, node in schema["$defs"].items():
+        visit(name, node)
+    return objects
+
+
+def schema_names(schema):
+    """Every key and string value (const, enum) the schema spells."""
+    names = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            names.update(node.get("properties", {}))
+            names.update(v for v in [node.get("const"), *node.get("enum", [])] if isinstance(v, str))
+            for item in node.values():
+                walk(item)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(schema)
+    return names
+
+
+def test_plan_reader_spells_the_schema_names():
+    """A key or value PlanReader.cpp reads that the schema lacks, or one of the schema's it never
+    spells (unless listed as unread), fails here."""
+    spelled = set(re.findall(r'"([A-Za-z_][A-Za-z0-9_]*|commlens-plan)"', plan_reader_source()))
+    assert spelled == schema_names(load_schema()) - set(UNREAD_BY_PLAN_READER)
+
+
+def test_plan_reader_checks_the_keys_of_the_schema_objects():
+    """Each rejectUnknownKeys list of PlanReader.cpp is the key set of a schema object, and every
+    schema object has one, but those listed as unchecked."""
+    checked = [set(re.findall(r'"([^"]+)"', keys))
+               for keys in re.findall(r"rejectUnknownKeys\(\{([^}]*)\}\)", plan_reader_source())]
+    objects = schema_objects(load_schema())
+    assert sorted(map(sorted, checked)) == sorted(sorted(keys) for name, keys in objects.items()
+                                                  if name not in KEYS_UNCHECKED_BY_PLAN_READER)
