@@ -216,8 +216,6 @@ def mutations(doc):
     removed, each non-null value of the wrong JSON type, each string replaced by ``"bogus"`` and
     each int by 0.  ``path`` names the mutated place, with ``[Style]`` for a plan entry of that
     style and ``[*]`` for other list items."""
-    out = []
-
     def walk(node, steps, label):
         if isinstance(node, dict):
             yield ("unknown key", label, steps + ["colour"], 1)
@@ -239,17 +237,7 @@ def mutations(doc):
             yield ("zero", label, steps, 0)
         yield from walk(value, steps, label)
 
-    for kind, label, steps, new in walk(doc, [], ""):
-        mutated = copy.deepcopy(doc)
-        parent = mutated
-        for step in steps[:-1]:
-            parent = parent[step]
-        if new is KeyError:
-            del parent[steps[-1]]
-        else:
-            parent[steps[-1]] = new
-        out.append((kind, label, mutated))
-    return out
+    return [(kind, label, mutated(doc, steps, new)) for kind, label, steps, new in walk(doc, [], "")]
 
 
 # Schema-invalid mutations PlanReader.cpp accepts today: (mutation, path) -> why.  The test fails
@@ -280,15 +268,19 @@ MUTATED = ["every_field_plan()", "examples.plans:mlp_nd()",
 
 
 @pytest.fixture(scope="module")
-def plan_reader(tmp_path_factory):
+def mlp_pt2(tmp_path_factory):
+    model, args, kwargs = call_model_factory("examples.mlp:mlp")
+    pt2 = tmp_path_factory.mktemp("program") / "mlp.pt2"
+    torch.export.save(export_model(model, args, kwargs), str(pt2))
+    return pt2
+
+
+@pytest.fixture(scope="module")
+def plan_reader(mlp_pt2, tmp_path_factory):
     """read(doc): None when PlanReader.cpp reads the plan document ``doc``, else its error message.
     Driven through ``commlens.predict`` on a small program: the reader's errors name the plan file,
     the prediction's (a pattern that matches no module of the program) name ``predict``."""
-    directory = tmp_path_factory.mktemp("plan_reader")
-    model, args, kwargs = call_model_factory("examples.mlp:mlp")
-    pt2 = directory / "mlp.pt2"
-    torch.export.save(export_model(model, args, kwargs), str(pt2))
-    path = directory / "plan.json"
+    pt2, path = mlp_pt2, tmp_path_factory.mktemp("plan_reader") / "plan.json"
 
     def read(doc):
         path.write_text(json.dumps(doc))
@@ -319,6 +311,74 @@ def test_plan_reader_refuses_every_schema_invalid_mutation(written_plans, plan_r
                     accepted.add((kind, label))
     assert counted > 500
     assert accepted == set(KNOWN_READER_GAPS)
+
+
+def mutated(doc, path, value):
+    """``doc`` with the value at ``path`` (keys and indexes) replaced by ``value`` (removed: KeyError)."""
+    doc = copy.deepcopy(doc)
+    parent = doc
+    for step in path[:-1]:
+        parent = parent[step]
+    if value is KeyError:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return doc
+
+
+# every_field_plan()'s plan entries: 0 w1 Colwise, 1 w2 Rowwise, 4 head PrepareModuleOutput.
+READER_MESSAGES = [
+    (["version"], 2, "version: unsupported plan version 2 (commlens reads version 1)"),
+    (["format"], "plan", 'format: not a commlens plan (expected "commlens-plan")'),
+    (["colour"], 1, "unknown key 'colour'"),
+    (["mesh", "shape"], [2, 0], "mesh.shape[1]: mesh sizes must be positive"),
+    (["mesh", "device_type"], "tpu", "mesh.device_type: device type 'tpu' (expected \"cpu\" or \"cuda\")"),
+    (["parallelize", 0, "plan"], KeyError, "parallelize[0]: missing required field 'plan'"),
+    (["parallelize", 0, "plan", 0, "style"], "FooParallel",
+     "parallelize[0].plan[0]: unknown parallel style 'FooParallel'"),
+    (["parallelize", 0, "plan", 0, "input_layouts"], ["Shard(x)"],
+     "parallelize[0].plan[0].input_layouts[0]: bad placement 'Shard(x)' (expected Shard(d), Replicate() or "
+     "Partial(op))"),
+    (["parallelize", 0, "plan", 1, "colour"], 1, "parallelize[0].plan[1]: unknown key 'colour'"),
+    (["parallelize", 0, "plan", 0, "use_local_output"], "yes",
+     "parallelize[0].plan[0].use_local_output: expected a boolean"),
+    (["parallelize", 0, "plan", 4, "output_layouts"], KeyError,
+     "parallelize[0].plan[4]: missing required field 'output_layouts'"),
+    (["fully_shard", 0, "mesh_dims"], ["dp", "tp", "x"],
+     "fully_shard[0].mesh_dims[2]: mesh dim 'x' is not in the mesh (dim names: ['dp', 'tp'])"),
+    (["fully_shard", 0, "mp_policy", "param_dtype"], "float64",
+     "fully_shard[0].mp_policy.param_dtype: dtype 'float64' (expected \"float32\", \"bfloat16\" or \"float16\")"),
+    (["fully_shard", 0, "offload_policy", "kind"], "disk",
+     "fully_shard[0].offload_policy.kind: offload policy 'disk' (expected \"none\" or \"cpu\")"),
+    (["fully_shard", 0, "reshard_after_forward"], 0,
+     "fully_shard[0].reshard_after_forward: reshard_after_forward 0 is not a factor of the shard group size 2"),
+    (["activation_checkpoint", 0, "save_ops"], ["mm"],
+     "activation_checkpoint[0].save_ops[0]: 'mm' is not an op overload name (namespace.op.overload, e.g. "
+     "'aten.mm.default')"),
+    (["activation_checkpoint", 0, "early_stop"], "no", "activation_checkpoint[0].early_stop: expected a boolean"),
+    (["loss", "kind"], "mse", "loss.kind: unknown loss 'mse' (expected \"sum\" or \"cross_entropy\")"),
+    (["loss", "ignore_index"], "7", "loss.ignore_index: expected an integer"),
+    (["src_data_rank"], "0", "src_data_rank: expected an integer"),
+    (["placements", "w3.bias", "placements"], ["R", "Q"],
+     "placements.w3.bias.placements[1]: bad placement 'Q' (expected Shard(d), Replicate() or Partial(op))"),
+    (["inputs", "0", "requires_grad"], 1, "inputs.0.requires_grad: expected a boolean"),
+]
+
+
+@pytest.mark.parametrize("path, value, message", READER_MESSAGES)
+def test_plan_reader_message_for_a_schema_invalid_plan(written_plans, plan_reader, path, value, message):
+    doc = mutated(written_plans["every_field_plan()"], path, value)
+    assert schema_errors(doc) != []
+    assert plan_reader(doc) == message
+
+
+def test_check_plan_refuses_a_schema_invalid_plan_in_one_line(written_plans, mlp_pt2, run_commlens, tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(mutated(written_plans["examples.plans:mlp_tp(tp=4, input_requires_grad=True)"],
+                                       ["mesh", "device_type"], "tpu")))
+    r = run_commlens("check-plan", mlp_pt2, "--plan", plan)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        2, "", f"commlens: error: {plan}: mesh.device_type: device type 'tpu' (expected \"cpu\" or \"cuda\")\n")
 
 
 # ------------------------------------------------------- the names PlanReader.cpp spells in its source
