@@ -10,6 +10,8 @@ import inspect
 import json
 import pathlib
 import re
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -448,3 +450,12 @@ def test_plan_reader_checks_the_keys_of_the_schema_objects():
     objects = schema_objects(load_schema())
     assert sorted(map(sorted, checked)) == sorted(sorted(keys) for name, keys in objects.items()
                                                   if name not in KEYS_UNCHECKED_BY_PLAN_READER)
+
+
+# ---------------------------------------------------------------------------- docs/plan-format.md
+
+
+def test_plan_format_field_tables_are_generated_from_the_schema():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_plan_format_tables.py"), "--check"],
+                       capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (0, "")
