@@ -3,7 +3,7 @@
 A *plan factory* (e.g. ``examples.plans:mlp_tp(tp=4)``) returns a
 :class:`Plan` holding the device mesh description and the very
 ``parallelize_plan`` dict of ``ParallelStyle`` objects a user would pass to
-``torch.distributed.tensor.parallel.parallelize_module``.  This module turns
+``torch.distributed.tensor.parallel.parallelize_module``.  This package turns
 that into versioned JSON (``{"format": "commlens-plan", "version": 1, ...}``,
 documented in ``docs/plan-format.md``) by reading the style objects' fields,
 and :func:`load` rebuilds equal style objects.  A plan may also list FSDP2
@@ -21,9 +21,9 @@ the CLI prints ``commlens: error: <file or spec>: <what>`` and exits 2.
 
 Modules: ``model`` (the dataclasses), ``codec`` (placements, styles and FSDP
 units to and from JSON), ``validation``, ``document`` (the whole plan to and
-from JSON text; its JSON Schema is ``plan.schema.json`` beside them),
-``factory`` (plan factories and sweeps) and ``cli``.  Everything is importable
-from ``commlens.plan`` itself.
+from JSON text), ``schema`` (the format's JSON Schema, ``plan.schema.json``,
+and its validator), ``factory`` (plan factories and sweeps) and ``cli``.
+Everything but ``schema`` is importable from ``commlens.plan`` itself.
 """
 
 from commlens.plan.cli import main

@@ -12,7 +12,7 @@ SCHEMA_PATH = pathlib.Path(__file__).with_name("plan.schema.json")
 
 # JSON Schema keywords the validator applies; a schema using any other is refused, so no keyword
 # is silently ignored.
-_ANNOTATIONS = {"$schema", "$id", "$defs", "title", "description"}
+_ANNOTATIONS = {"$schema", "$defs", "title", "description"}
 _KEYWORDS = {"$ref", "type", "const", "enum", "pattern", "minimum", "items", "minItems", "maxItems",
              "properties", "required", "additionalProperties", "anyOf", "oneOf"}
 _TYPES = {
