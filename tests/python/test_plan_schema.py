@@ -153,6 +153,17 @@ def test_captured_plans_are_schema_valid(model, parallelize, world_size):
     assert schema_errors(doc) == []
 
 
+def test_checked_in_plans_are_schema_valid():
+    """The plan files the lit and C++ tests read (tests/lit/Inputs, ...)."""
+    plans = {}
+    for path in sorted(ROOT.glob("tests/**/*.json")):
+        doc = json.loads(path.read_text())
+        if isinstance(doc, dict) and doc.get("format") == "commlens-plan":
+            plans[str(path.relative_to(ROOT))] = schema_errors(doc)
+    assert len(plans) >= 10
+    assert {path: errors for path, errors in plans.items() if errors} == {}
+
+
 def test_the_every_field_plan_writes_every_schema_key(written_plans):
     """Every property the schema names is written by some plan above (so every key is checked
     against both readers)."""
