@@ -207,8 +207,8 @@ MAPS = {"placements", "inputs", "input_kwarg_layouts", "desired_input_kwarg_layo
 
 def mutations(doc):
     """``[(kind, path, mutated document)]``: every object of ``doc`` with an unknown key, each key
-    removed, each non-null value of the wrong JSON type, each string replaced by ``"bogus"`` and
-    each int by 0.  ``path`` names the mutated place, with ``[Style]`` for a plan entry of that
+    removed, each non-null value of the wrong JSON type, each string replaced by ``"bogus"``, each
+    Shard placement by Replicate() and each int by 0.  ``path`` names the mutated place, with ``[Style]`` for a plan entry of that
     style and ``[*]`` for other list items."""
 
     def walk(node, steps, label):
@@ -228,6 +228,8 @@ def mutations(doc):
             yield ("wrong type", label, steps, WRONG_TYPE[type(value)])
         if isinstance(value, str):
             yield ("bogus string", label, steps, "bogus")
+        if isinstance(value, str) and value.startswith("Shard("):
+            yield ("not a Shard", label, steps, "Replicate()")
         if type(value) is int:
             yield ("zero", label, steps, 0)
         yield from walk(value, steps, label)
@@ -253,6 +255,8 @@ KNOWN_READER_GAPS = {
         "ColwiseParallel.desired_input_layouts is not read (torch always sets Replicate())",
     ("wrong type", "parallelize[*].plan[ColwiseParallel].desired_input_layouts[*]"): "likewise",
     ("bogus string", "parallelize[*].plan[ColwiseParallel].desired_input_layouts[*]"): "likewise",
+    ("not a Shard", "parallelize[*].plan[SequenceParallel].sequence_sharding[*]"):
+        "SequenceParallel.sequence_sharding is read as any placement (torch makes it Shard(sequence_dim))",
 }
 
 # The plans whose mutations are read: together they hold every object kind of the schema.
