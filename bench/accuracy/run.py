@@ -377,6 +377,10 @@ def select(subset, only=None):
 # caches
 
 
+# the commlens.plan package, which writes and reads plans
+_PLAN_SOURCES = sorted((ROOT / "python/commlens/plan").glob("*.py"))
+
+
 def _sources_digest(paths):
     h = hashlib.sha256()
     for p in paths:
@@ -402,13 +406,13 @@ def _export_versions():
 
 
 def _model_digest(work):
-    """The cache key of exported models: the sources and the versions that export them (plan.py:
-    a mixed-precision plan's model is exported under its plan). Under --reuse-exports the versions
+    """The cache key of exported models: the sources and the versions that export them (the plan
+    package: a mixed-precision plan's model is exported under its plan). Under --reuse-exports the versions
     are those recorded in the work dir (models/versions.json) by the machine that exported, so a
     GPU machine with another torch measures against those programs."""
-    files = sorted((ROOT / "examples").glob("*.py")) + [ROOT / f"python/commlens/{name}.py" for name in
-                                                        ("export", "_export_shortcuts", "_module_calls", "_factory",
-                                                         "plan")]
+    files = (sorted((ROOT / "examples").glob("*.py")) + _PLAN_SOURCES
+             + [ROOT / f"python/commlens/{name}.py" for name in ("export", "_export_shortcuts", "_module_calls",
+                                                                   "_factory")])
     record = work / "models" / "versions.json"
     versions = (json.loads(record.read_text()) if os.environ.get(REUSE_EXPORTS_ENV) and record.exists()
                 else _export_versions())
@@ -418,7 +422,7 @@ def _model_digest(work):
 def _plan_digest():
     """The cache key of serialised plans: their sources and the versions whose ParallelStyle
     objects (torch) and shipped TP plans (transformers) they are read from."""
-    files = [ROOT / "examples/plans.py", ROOT / "examples/hf.py", ROOT / "python/commlens/plan.py"]
+    files = [ROOT / "examples/plans.py", ROOT / "examples/hf.py"] + _PLAN_SOURCES
     versions = _export_versions()
     return _sources_digest(files) + versions["torch"] + versions["transformers"]
 

@@ -187,7 +187,7 @@ def test_sdpa_kernels_needs_a_gpu():
 
 
 def test_cache_keys_cover_what_the_cached_files_depend_on(tmp_path, monkeypatch):
-    # An exported program depends on python/commlens/plan.py (mixed-precision plans are exported
+    # An exported program depends on the python/commlens/plan package (mixed-precision plans are exported
     # under their plan); a serialised plan on the torch and transformers versions (it is read from
     # torch's ParallelStyle objects and the TP plans transformers ships).
     sys.path.insert(0, str(RUN.parent))
@@ -197,7 +197,7 @@ def test_cache_keys_cover_what_the_cached_files_depend_on(tmp_path, monkeypatch)
     digest = accuracy._sources_digest
     monkeypatch.setattr(accuracy, "_sources_digest", lambda paths: read.extend(paths) or digest(paths))
     accuracy._model_digest(tmp_path)
-    assert ROOT / "python/commlens/plan.py" in read
+    assert ROOT / "python/commlens/plan/codec.py" in read and ROOT / "python/commlens/plan/document.py" in read
     plan_key = accuracy._plan_digest()
     versions = accuracy._export_versions()
     for name in ("torch", "transformers"):

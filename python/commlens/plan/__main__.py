@@ -1,0 +1,5 @@
+import sys
+
+from commlens.plan.cli import main
+
+sys.exit(main())

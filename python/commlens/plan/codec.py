@@ -1,0 +1,426 @@
+"""JSON encoders and decoders of a plan's values: placements, ``ParallelStyle`` objects (read off
+their instance attributes), FSDP2 units and their policies."""
+
+import json
+import re
+
+import torch
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
+from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    PrepareModuleInputOutput,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+)
+from torch.distributed.tensor.parallel.style import ParallelStyle
+
+from commlens.plan.model import FullyShard, PlanError
+
+# --------------------------------------------------------------------------
+# Placements <-> strings
+# --------------------------------------------------------------------------
+
+_REDUCE_OPS = ("sum", "avg", "max", "min", "product")
+_SHARD_RE = re.compile(r"^(?:Shard|S)\(\s*(?:dim\s*=\s*)?(-?\d+)\s*\)$")
+_PARTIAL_RE = re.compile(r"^(?:Partial|P)\(\s*(?:reduce_op\s*=\s*)?['\"]?([a-z_]*)['\"]?\s*\)$")
+
+
+def placement_to_str(p, where="placement"):
+    """Canonical string: ``Shard(d)``, ``Replicate()``, ``Partial(op)``."""
+    if type(p) is Shard:
+        return f"Shard({p.dim})"
+    if type(p) is Replicate:
+        return "Replicate()"
+    if type(p) is Partial:
+        return f"Partial({p.reduce_op})"
+    raise PlanError(where, f"unsupported placement {p!r} (only Shard, Replicate, Partial)")
+
+
+def placement_from_str(s, subject="plan", where=""):
+    """Parse ``Shard(0)``/``S(0)``/``Shard(dim=0)``, ``Replicate()``/``R``,
+    ``Partial()``/``Partial(sum)``/``P(max)``."""
+    loc = f" at {where}" if where else ""
+    if not isinstance(s, str):
+        raise PlanError(subject, f"bad placement {json.dumps(s)}{loc}: expected a string")
+    text = s.strip()
+    m = _SHARD_RE.match(text)
+    if m:
+        return Shard(int(m.group(1)))
+    if text in ("Replicate()", "R", "Replicate"):
+        return Replicate()
+    m = _PARTIAL_RE.match(text)
+    if m:
+        op = m.group(1) or "sum"
+        if op not in _REDUCE_OPS:
+            raise PlanError(subject, f"bad placement {s!r}{loc}: unknown reduce op {op!r} "
+                            f"(expected one of {', '.join(_REDUCE_OPS)})")
+        return Partial(op)
+    if text in ("P", "Partial"):
+        return Partial()
+    raise PlanError(subject, f"bad placement {s!r}{loc} (expected Shard(d), Replicate() or Partial(op))")
+
+
+def _opt_pl_to_json(p, where):
+    return None if p is None else placement_to_str(p, where)
+
+
+def _opt_pl_from_json(v, subject, where):
+    return None if v is None else placement_from_str(v, subject, where)
+
+
+def _tuple_to_json(t, where):
+    if t is None:
+        return None
+    return [_opt_pl_to_json(p, where) for p in t]
+
+
+def _tuple_from_json(v, subject, where, allow_none_items=True):
+    if v is None:
+        return None
+    if isinstance(v, str):  # a single placement is accepted and wrapped
+        v = [v]
+    if not isinstance(v, list):
+        raise PlanError(subject, f"bad placement list at {where}: expected a list")
+    out = []
+    for i, item in enumerate(v):
+        if item is None and allow_none_items:
+            out.append(None)
+        else:
+            out.append(placement_from_str(item, subject, f"{where}[{i}]"))
+    return tuple(out)
+
+
+def _dict_to_json(d, where):
+    return {k: _opt_pl_to_json(p, where) for k, p in d.items()}
+
+
+def _dict_from_json(v, subject, where):
+    if not isinstance(v, dict):
+        raise PlanError(subject, f"bad placement dict at {where}: expected an object")
+    return {k: _opt_pl_from_json(p, subject, f"{where}.{k}") for k, p in v.items()}
+
+
+# --------------------------------------------------------------------------
+# ParallelStyle <-> JSON
+# --------------------------------------------------------------------------
+
+# For every supported class: the instance attributes (as set by the installed
+# torch/distributed/tensor/parallel/style.py) and how each one is encoded.
+#   "pl1"   : 1-tuple (or tuple) of Placement        -> list of strings
+#   "pltup" : None or tuple of (Placement | None)     -> null or list
+#   "pldict": dict str -> Placement                   -> object
+#   "bool"  : bool
+#   "style" : a nested style object
+_STYLE_FIELDS = {
+    "ColwiseParallel": (ColwiseParallel, [
+        ("input_layouts", "pl1"), ("output_layouts", "pl1"),
+        ("desired_input_layouts", "pl1"), ("use_local_output", "bool"),
+    ]),
+    "RowwiseParallel": (RowwiseParallel, [
+        ("input_layouts", "pl1"), ("output_layouts", "pl1"),
+        ("use_local_output", "bool"),
+        # desired_input_layouts is only set by RowwiseParallel._apply
+        # (Shard(-1) for Linear, Replicate() for Embedding); serialised only
+        # when present on the object.
+        ("desired_input_layouts", "pl1?"),
+    ]),
+    "SequenceParallel": (SequenceParallel, [
+        ("sequence_sharding", "pl1"), ("use_local_output", "bool"),
+    ]),
+    "PrepareModuleInput": (PrepareModuleInput, [
+        ("input_layouts", "pltup"), ("desired_input_layouts", "pltup"),
+        ("input_kwarg_layouts", "pldict"), ("desired_input_kwarg_layouts", "pldict"),
+        ("use_local_output", "bool"), ("with_kwargs", "bool"),
+    ]),
+    "PrepareModuleOutput": (PrepareModuleOutput, [
+        ("output_layouts", "pltup"), ("desired_output_layouts", "pltup"),
+        ("use_local_output", "bool"),
+    ]),
+    "PrepareModuleInputOutput": (PrepareModuleInputOutput, [
+        ("prepare_module_input", "style"), ("prepare_module_output", "style"),
+    ]),
+}
+_CLASS_TO_NAME = {cls: name for name, (cls, _) in _STYLE_FIELDS.items()}
+
+
+def style_to_json(style, where="style"):
+    """Encode a ParallelStyle by reading its instance attributes."""
+    name = _CLASS_TO_NAME.get(type(style))
+    if name is None:
+        raise PlanError(where, f"unsupported parallel style class {type(style).__module__}."
+                        f"{type(style).__qualname__}")
+    _, fields = _STYLE_FIELDS[name]
+    out = {"style": name}
+    attrs = vars(style)
+    for fname, kind in fields:
+        if kind == "pl1?":
+            if fname not in attrs:
+                continue
+            kind = "pl1"
+        val = getattr(style, fname)
+        w = f"{where}.{fname}"
+        if kind in ("pl1", "pltup"):
+            out[fname] = _tuple_to_json(val, w)
+        elif kind == "pldict":
+            out[fname] = _dict_to_json(val, w)
+        elif kind == "bool":
+            out[fname] = bool(val)
+        elif kind == "style":
+            out[fname] = style_to_json(val, w)
+    # src_data_rank is a class attribute that parallelize_module overwrites;
+    # it is recorded plan-wide (Plan.src_data_rank), not per style.
+    return out
+
+
+def style_from_json(obj, subject="plan", where="style"):
+    """Rebuild a ParallelStyle whose fields equal the encoded ones."""
+    if not isinstance(obj, dict):
+        raise PlanError(subject, f"bad style at {where}: expected an object")
+    name = obj.get("style")
+    if name not in _STYLE_FIELDS:
+        raise PlanError(subject, f"unknown parallel style {name!r} at {where} "
+                        f"(known: {', '.join(_STYLE_FIELDS)})")
+    cls, fields = _STYLE_FIELDS[name]
+    known = {f for f, _ in fields}
+    unknown = sorted(set(obj) - known - {"style"})
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} for {name} at {where}")
+    values = {}
+    for fname, kind in fields:
+        if fname not in obj:
+            continue
+        v = obj[fname]
+        w = f"{where}.{fname}"
+        if kind in ("pl1", "pl1?"):
+            t = _tuple_from_json(v, subject, w, allow_none_items=False)
+            if t is None:
+                raise PlanError(subject, f"bad placement list at {w}: must not be null")
+            values[fname] = t
+        elif kind == "pltup":
+            values[fname] = _tuple_from_json(v, subject, w)
+        elif kind == "pldict":
+            values[fname] = _dict_from_json(v, subject, w)
+        elif kind == "bool":
+            if not isinstance(v, bool):
+                raise PlanError(subject, f"bad value at {w}: expected true or false")
+            values[fname] = v
+        elif kind == "style":
+            values[fname] = style_from_json(v, subject, w)
+    style = _construct(cls, name, values, subject, where)
+    # Set every given field verbatim, so fields that constructors normalise
+    # (e.g. desired_input_layouts, with_kwargs) come back exactly.
+    for fname, val in values.items():
+        setattr(style, fname, val)
+    return style
+
+
+def _construct(cls, name, values, subject, where):
+    one = lambda t: None if t is None else t[0]  # noqa: E731
+    try:
+        if name in ("ColwiseParallel", "RowwiseParallel"):
+            return cls(
+                input_layouts=one(values.get("input_layouts")),
+                output_layouts=one(values.get("output_layouts")),
+                use_local_output=values.get("use_local_output", True),
+            )
+        if name == "SequenceParallel":
+            seq = values.get("sequence_sharding", (Shard(1),))
+            if len(seq) != 1 or type(seq[0]) is not Shard:
+                raise PlanError(subject, f"bad value at {where}.sequence_sharding: expected [\"Shard(d)\"]")
+            return cls(sequence_dim=seq[0].dim, use_local_output=values.get("use_local_output", False))
+        if name == "PrepareModuleInput":
+            with_kwargs = values.get("with_kwargs", bool(values.get("input_kwarg_layouts")))
+            return cls(
+                input_layouts=values.get("input_layouts"),
+                desired_input_layouts=values.get("desired_input_layouts"),
+                input_kwarg_layouts=values.get("input_kwarg_layouts", {}) if with_kwargs else None,
+                desired_input_kwarg_layouts=values.get("desired_input_kwarg_layouts"),
+                use_local_output=values.get("use_local_output", False),
+            )
+        if name == "PrepareModuleOutput":
+            if "output_layouts" not in values or "desired_output_layouts" not in values:
+                raise PlanError(subject, f"{name} at {where} needs output_layouts and desired_output_layouts")
+            return cls(
+                output_layouts=values["output_layouts"],
+                desired_output_layouts=values["desired_output_layouts"],
+                use_local_output=values.get("use_local_output", True),
+            )
+        if name == "PrepareModuleInputOutput":
+            pin = values.get("prepare_module_input")
+            pout = values.get("prepare_module_output")
+            if not isinstance(pin, PrepareModuleInput) or not isinstance(pout, PrepareModuleOutput):
+                raise PlanError(subject, f"{name} at {where} needs prepare_module_input "
+                                "(PrepareModuleInput) and prepare_module_output (PrepareModuleOutput)")
+            return cls(
+                input_layouts=pin.input_layouts,
+                desired_input_layouts=pin.desired_input_layouts,
+                input_kwarg_layouts=pin.input_kwarg_layouts if pin.with_kwargs else None,
+                desired_input_kwarg_layouts=pin.desired_input_kwarg_layouts,
+                use_local_input=pin.use_local_output,
+                output_layouts=pout.output_layouts,
+                desired_output_layouts=pout.desired_output_layouts,
+                use_local_output=pout.use_local_output,
+            )
+    except PlanError:
+        raise
+    except (AssertionError, ValueError, TypeError) as err:
+        raise PlanError(subject, f"invalid {name} at {where}: {err}") from None
+    raise AssertionError(name)
+
+
+def style_fields(style):
+    """Instance fields of a style, nested styles expanded (for equality tests)."""
+    out = {"__class__": type(style).__name__}
+    for k, v in vars(style).items():
+        out[k] = style_fields(v) if isinstance(v, ParallelStyle) else v
+    return out
+
+
+# --------------------------------------------------------------------------
+# FSDP2 units (FullyShard) <-> JSON
+# --------------------------------------------------------------------------
+
+# torch dtypes a MixedPrecisionPolicy may name, by their name without "torch."
+_MP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_MP_DTYPE_NAMES = {v: k for k, v in _MP_DTYPES.items()}
+_MP_FIELDS = ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
+_UNIT_FIELDS = ("fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
+                "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch")
+_PREFETCH_FIELDS = ("forward_prefetch", "backward_prefetch")
+_DTYPE_EXPECTED = '(expected "float32", "bfloat16", "float16" or null)'
+
+
+def _dtype_to_json(dtype, subject, where):
+    if dtype is None:
+        return None
+    name = _MP_DTYPE_NAMES.get(dtype)
+    if name is None:
+        raise PlanError(subject, f"bad dtype {dtype!r} at {where} {_DTYPE_EXPECTED}")
+    return name
+
+
+def _dtype_from_json(v, subject, where):
+    if v is None:
+        return None
+    if not isinstance(v, str) or v not in _MP_DTYPES:
+        raise PlanError(subject, f"bad dtype {json.dumps(v)} at {where} {_DTYPE_EXPECTED}")
+    return _MP_DTYPES[v]
+
+
+def mp_policy_to_json(mp, subject="plan", where="mp_policy"):
+    """Encode a ``MixedPrecisionPolicy`` by reading its fields."""
+    if type(mp) is not MixedPrecisionPolicy:
+        raise PlanError(subject, f"{where} is {type(mp).__name__}, not torch.distributed.fsdp.MixedPrecisionPolicy")
+    out = {f: _dtype_to_json(getattr(mp, f), subject, f"{where}.{f}") for f in _MP_FIELDS[:3]}
+    if not isinstance(mp.cast_forward_inputs, bool):
+        raise PlanError(subject, f"bad value at {where}.cast_forward_inputs: expected true or false")
+    out["cast_forward_inputs"] = mp.cast_forward_inputs
+    return out
+
+
+def mp_policy_from_json(obj, subject="plan", where="mp_policy"):
+    if not isinstance(obj, dict):
+        raise PlanError(subject, f"bad {where}: expected an object")
+    unknown = [k for k in obj if k not in _MP_FIELDS]
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
+    kw = {f: _dtype_from_json(obj[f], subject, f"{where}.{f}") for f in _MP_FIELDS[:3] if f in obj}
+    if "cast_forward_inputs" in obj:
+        if not isinstance(obj["cast_forward_inputs"], bool):
+            raise PlanError(subject, f"bad value at {where}.cast_forward_inputs: expected true or false")
+        kw["cast_forward_inputs"] = obj["cast_forward_inputs"]
+    return MixedPrecisionPolicy(**kw)
+
+
+def offload_policy_to_json(policy, subject="plan", where="offload_policy"):
+    """``{"kind": "none"}`` for ``OffloadPolicy()``, ``{"kind": "cpu",
+    "pin_memory": bool}`` for ``CPUOffloadPolicy``."""
+    if type(policy) is OffloadPolicy:
+        return {"kind": "none"}
+    if type(policy) is CPUOffloadPolicy:
+        if not isinstance(policy.pin_memory, bool):
+            raise PlanError(subject, f"bad value at {where}.pin_memory: expected true or false")
+        return {"kind": "cpu", "pin_memory": policy.pin_memory}
+    raise PlanError(subject, f"{where} is {type(policy).__name__}, not torch.distributed.fsdp."
+                    "OffloadPolicy or CPUOffloadPolicy")
+
+
+def offload_policy_from_json(obj, subject="plan", where="offload_policy"):
+    if not isinstance(obj, dict):
+        raise PlanError(subject, f"bad {where}: expected an object")
+    kind = obj.get("kind")
+    if kind == "none":
+        known = ("kind",)
+    elif kind == "cpu":
+        known = ("kind", "pin_memory")
+    else:
+        raise PlanError(subject, f"unknown offload_policy kind {json.dumps(kind)} at {where} "
+                        '(expected "none" or "cpu")')
+    unknown = [k for k in obj if k not in known]
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
+    if kind == "none":
+        return OffloadPolicy()
+    pin = obj.get("pin_memory", True)
+    if not isinstance(pin, bool):
+        raise PlanError(subject, f"bad value at {where}.pin_memory: expected true or false")
+    return CPUOffloadPolicy(pin_memory=pin)
+
+
+def fully_shard_to_json(unit, subject="plan", where="fully_shard[0]"):
+    """Encode a :class:`FullyShard` (every key, in the canonical order)."""
+    return {
+        "fqn": unit.fqn,
+        "mesh_dims": list(unit.mesh_dims),
+        "reshard_after_forward": unit.reshard_after_forward,
+        "mp_policy": mp_policy_to_json(unit.mp_policy, subject, f"{where}.mp_policy"),
+        "offload_policy": offload_policy_to_json(unit.offload_policy, subject, f"{where}.offload_policy"),
+        "requires_gradient_sync": unit.requires_gradient_sync,
+        "requires_all_reduce": unit.requires_all_reduce,
+        "forward_prefetch": list(unit.forward_prefetch),
+        "backward_prefetch": list(unit.backward_prefetch),
+    }
+
+
+def fully_shard_from_json(obj, subject="plan", where="fully_shard[0]"):
+    """Rebuild a :class:`FullyShard` (real policy objects); missing optional
+    keys take the dataclass defaults."""
+    if not isinstance(obj, dict):
+        raise PlanError(subject, f"bad {where}: expected an object")
+    unknown = [k for k in obj if k not in _UNIT_FIELDS]
+    if unknown:
+        raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
+    if not isinstance(obj.get("fqn"), str):
+        raise PlanError(subject, f"bad {where}: expected a string \"fqn\"")
+    dims = obj.get("mesh_dims")
+    if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
+        raise PlanError(subject, f"bad mesh_dims at {where}: expected a list of mesh dim names")
+    kw = {}
+    if "reshard_after_forward" in obj:
+        raf = obj["reshard_after_forward"]
+        if not (raf is None or isinstance(raf, (bool, int))):
+            raise PlanError(subject, f"bad reshard_after_forward at {where}: expected true, false, "
+                            "null or a positive int")
+        kw["reshard_after_forward"] = raf
+    if "mp_policy" in obj:
+        kw["mp_policy"] = mp_policy_from_json(obj["mp_policy"], subject, f"{where}.mp_policy")
+    if "offload_policy" in obj:
+        kw["offload_policy"] = offload_policy_from_json(obj["offload_policy"], subject, f"{where}.offload_policy")
+    if "requires_gradient_sync" in obj:
+        if not isinstance(obj["requires_gradient_sync"], bool):
+            raise PlanError(subject, f"bad value at {where}.requires_gradient_sync: expected true or false")
+        kw["requires_gradient_sync"] = obj["requires_gradient_sync"]
+    if "requires_all_reduce" in obj:
+        if not isinstance(obj["requires_all_reduce"], bool):
+            raise PlanError(subject, f"bad value at {where}.requires_all_reduce: expected true or false")
+        kw["requires_all_reduce"] = obj["requires_all_reduce"]
+    for name in _PREFETCH_FIELDS:
+        if name in obj:
+            targets = obj[name]
+            if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+                raise PlanError(subject, f"bad {name} at {where}: expected a list of module FQNs")
+            kw[name] = tuple(targets)
+    return FullyShard(fqn=obj["fqn"], mesh_dims=tuple(dims), **kw)

@@ -1,0 +1,317 @@
+"""Plan checks: :func:`validate` (model-independent) and the checks against a model
+(:func:`check_against_model`, the modules ``fully_shard`` and activation checkpointing take)."""
+
+import fnmatch
+import re
+import warnings
+
+import torch
+from torch.distributed.tensor import Placement
+from torch.distributed.tensor.parallel.style import ParallelStyle
+
+from commlens.plan.codec import (
+    _CLASS_TO_NAME,
+    _PREFETCH_FIELDS,
+    mp_policy_to_json,
+    offload_policy_to_json,
+    placement_to_str,
+)
+from commlens.plan.model import ActivationCheckpoint, FullyShard, Loss, PlanError
+
+_LOSS_KINDS = ("sum", "cross_entropy")
+_REDUCTIONS = ("mean", "sum")
+
+
+def _mesh_dim_names_of(plan):
+    return tuple(plan.mesh_dim_names) if plan.mesh_dim_names is not None else None
+
+
+def _check_mesh_dim(plan, dim, subject, what):
+    names = _mesh_dim_names_of(plan)
+    if dim is None:
+        if len(plan.mesh_shape) != 1:
+            raise PlanError(subject, f"{what} needs a mesh dim name: the mesh is "
+                            f"{len(plan.mesh_shape)}-D {tuple(plan.mesh_shape)}")
+        return
+    if names is None or dim not in names:
+        raise PlanError(subject, f"mesh dim {dim!r} ({what}) is not in the mesh "
+                        f"(dim names: {list(names) if names else 'none'})")
+
+
+def validate(plan, subject="plan"):
+    """Model-independent checks; raise :class:`PlanError` on the first problem."""
+    shape = tuple(plan.mesh_shape)
+    if not shape or not all(isinstance(s, int) and s > 0 for s in shape):
+        raise PlanError(subject, f"bad mesh shape {shape}")
+    names = _mesh_dim_names_of(plan)
+    if names is not None:
+        if len(names) != len(shape):
+            raise PlanError(subject, f"mesh has {len(shape)} dims but {len(names)} dim names")
+        if len(set(names)) != len(names):
+            raise PlanError(subject, f"duplicate mesh dim names {list(names)}")
+    if plan.device_type not in ("cpu", "cuda"):
+        raise PlanError(subject, f"bad device_type {plan.device_type!r} (expected 'cpu' or 'cuda')")
+    pp = plan.parallelize_plan
+    if not isinstance(pp, (dict, list, tuple)):
+        raise PlanError(subject, "parallelize_plan must be a dict or a list of (mesh_dim, dict)")
+    for dim, d in plan.parallelize_steps():
+        _check_mesh_dim(plan, dim, subject, "parallelize_plan")
+        if not isinstance(d, dict):
+            raise PlanError(subject, "each parallelize_plan must be a dict {fqn_pattern: ParallelStyle}")
+        for pattern, style in d.items():
+            if not isinstance(pattern, str):
+                raise PlanError(subject, f"plan key {pattern!r} is not a string")
+            if not isinstance(style, ParallelStyle):
+                raise PlanError(subject, f"plan entry {pattern!r} is {type(style).__name__}, not a ParallelStyle")
+            if type(style) not in _CLASS_TO_NAME:
+                raise PlanError(subject, f"unsupported parallel style class {type(style).__module__}."
+                                f"{type(style).__qualname__} for {pattern!r}")
+    _validate_fully_shard(plan, subject)
+    if not isinstance(plan.activation_checkpoint, (list, tuple)):
+        raise PlanError(subject, "activation_checkpoint must be a sequence of commlens.plan.ActivationCheckpoint")
+    for i, unit in enumerate(plan.activation_checkpoint):
+        where = f"activation_checkpoint[{i}]"
+        if not isinstance(unit, ActivationCheckpoint):
+            raise PlanError(subject, f"{where} is {type(unit).__name__}, not commlens.plan.ActivationCheckpoint")
+        if not isinstance(unit.fqn, str):
+            raise PlanError(subject, f"{where}: fqn {unit.fqn!r} is not a string")
+        if not isinstance(unit.wrapper, bool):
+            raise PlanError(subject, f"{where}: wrapper must be True or False")
+        for op in unit.save_ops:
+            checkpoint_save_op(op, subject, where)
+        if unit.save_ops and not unit.wrapper:
+            raise PlanError(subject, f"{where}: save_ops needs wrapper=True (a selective policy is passed to "
+                            "checkpoint_wrapper)")
+        if not isinstance(unit.early_stop, bool):
+            raise PlanError(subject, f"{where}: early_stop must be True or False")
+        if not unit.early_stop and not unit.wrapper:
+            raise PlanError(subject, f"{where}: early_stop=False needs wrapper=True (it is passed to "
+                            "checkpoint_wrapper)")
+    for table, label in ((plan.placements, "placements"), (plan.input_placements, "input_placements")):
+        for key, spec in table.items():
+            where = f"{label}[{key!r}]"
+            if isinstance(spec, dict):
+                for dim, p in spec.items():
+                    _check_mesh_dim(plan, dim, subject, where)
+                    placement_to_str(p, subject)
+            else:
+                spec = (spec,) if isinstance(spec, Placement) else tuple(spec)
+                if len(spec) != len(shape):
+                    raise PlanError(subject, f"{where} has {len(spec)} placements for a "
+                                    f"{len(shape)}-D mesh")
+                for p in spec:
+                    placement_to_str(p, subject)
+    loss = plan.loss if isinstance(plan.loss, Loss) else Loss(kind=plan.loss)
+    if loss.kind not in _LOSS_KINDS:
+        raise PlanError(subject, f"unknown loss kind {loss.kind!r} (expected one of {', '.join(_LOSS_KINDS)})")
+    if loss.kind == "cross_entropy":
+        if loss.reduction not in _REDUCTIONS:
+            raise PlanError(subject, f"bad loss reduction {loss.reduction!r} (expected mean or sum)")
+        if not (loss.targets == "random" or re.fullmatch(r"input:\d+", str(loss.targets))):
+            raise PlanError(subject, f"bad loss targets {loss.targets!r} (expected 'random' or 'input:K')")
+    if plan.loss_parallel:
+        if loss.kind != "cross_entropy":
+            raise PlanError(subject, "loss_parallel needs loss kind 'cross_entropy'")
+
+
+def _validate_fully_shard(plan, subject):
+    units = plan.fully_shard
+    if not isinstance(units, (list, tuple)):
+        raise PlanError(subject, "fully_shard must be a sequence of commlens.plan.FullyShard")
+    names = _mesh_dim_names_of(plan)
+    # Mesh dims the parallelize steps use (None on a 1-D mesh: the whole mesh).
+    tp_dims = set()
+    for dim, _ in plan.parallelize_steps():
+        if dim is not None:
+            tp_dims.add(dim)
+        elif names is not None:
+            tp_dims.update(names)
+    for i, unit in enumerate(units):
+        where = f"fully_shard[{i}]"
+        if not isinstance(unit, FullyShard):
+            raise PlanError(subject, f"{where} is {type(unit).__name__}, not commlens.plan.FullyShard")
+        if not isinstance(unit.fqn, str):
+            raise PlanError(subject, f"{where}: fqn {unit.fqn!r} is not a string")
+        dims = unit.mesh_dims
+        if not isinstance(dims, tuple) or not all(isinstance(d, str) for d in dims):
+            raise PlanError(subject, f"{where}: mesh_dims must be a tuple of mesh dim names, got {dims!r}")
+        if len(dims) not in (1, 2):
+            raise PlanError(subject, f"{where}: {len(dims)} mesh dims {list(dims)} (fully_shard takes a 1-D "
+                            "mesh, or a 2-D (replicate, shard) mesh for HSDP)")
+        if names is None:
+            raise PlanError(subject, f"{where}: the mesh has no dim names (fully_shard units name their "
+                            "mesh dims)")
+        for d in dims:
+            _check_mesh_dim(plan, d, subject, where)
+        if len(set(dims)) != len(dims):
+            raise PlanError(subject, f"{where}: mesh dim {dims[0]!r} given twice")
+        for d in dims:
+            if d in tp_dims:
+                raise PlanError(subject, f"{where}: mesh dim {d!r} is used by a parallelize step too "
+                                "(FSDP and tensor parallel dims must differ)")
+        raf = unit.reshard_after_forward
+        if raf is not None and not isinstance(raf, bool):
+            if not isinstance(raf, int):
+                raise PlanError(subject, f"{where}: reshard_after_forward must be True, False, None or a "
+                                f"positive int, got {raf!r}")
+            shard_dim = dims[-1]
+            size = plan.mesh_shape[names.index(shard_dim)]
+            if raf < 1 or size % raf != 0:
+                raise PlanError(subject, f"{where}: reshard_after_forward {raf} is not a factor of the shard "
+                                f"group size {size} (mesh dim {shard_dim!r})")
+        where_mp = f"{where}.mp_policy"
+        mp_policy_to_json(unit.mp_policy, subject, where_mp)
+        offload_policy_to_json(unit.offload_policy, subject, f"{where}.offload_policy")
+        if not isinstance(unit.requires_gradient_sync, bool):
+            raise PlanError(subject, f"{where}: requires_gradient_sync must be True or False")
+        if not isinstance(unit.requires_all_reduce, bool):
+            raise PlanError(subject, f"{where}: requires_all_reduce must be True or False")
+        for name in _PREFETCH_FIELDS:
+            targets = getattr(unit, name)
+            if not isinstance(targets, tuple) or not all(isinstance(t, str) for t in targets):
+                raise PlanError(subject, f"{where}: {name} must be a tuple of module FQNs, got {targets!r}")
+
+
+def fully_shard_modules(plan, model, subject="plan"):
+    """``[(unit_index, unit, module_path)]``: every ``fully_shard`` call the plan
+    makes on ``model``, in call order.  Raises :class:`PlanError` when a
+    pattern matches no module, a module is matched twice, a matched module
+    lies inside a module sharded by an earlier call (children must be sharded
+    first), a match is a container without ``forward`` (fully_shard rejects
+    ``ModuleList``/``ModuleDict``), or a ``forward_prefetch`` /
+    ``backward_prefetch`` target is not the exact FQN of a module some unit
+    matched (torch's setters take FSDP modules only)."""
+    root = type(model).__name__
+    taken = {}  # module path -> pattern that sharded it
+    calls = []
+    for i, unit in enumerate(plan.fully_shard):
+        paths = match_modules(model, unit.fqn)
+        if not paths:
+            raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches no module of {root}")
+        for path in paths:
+            shown = path or root
+            if path in taken:
+                raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches module {shown!r} already "
+                                f"sharded by pattern {taken[path]!r}")
+            for done, pattern in taken.items():
+                if done == "" or path.startswith(done + "."):
+                    raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches module {shown!r} "
+                                    f"inside {done or root!r}, sharded earlier by pattern {pattern!r} "
+                                    "(fully_shard children before their parents)")
+            mod = model.get_submodule(path) if path else model
+            if (isinstance(mod, (torch.nn.ModuleList, torch.nn.ModuleDict))
+                    and type(mod).forward is torch.nn.Module.forward):
+                raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches {shown!r}, a "
+                                f"{type(mod).__name__} without forward (fully_shard rejects containers)")
+            taken[path] = unit.fqn
+            calls.append((i, unit, path))
+    modules = dict(model.named_modules())
+    for i, unit in enumerate(plan.fully_shard):
+        for name in _PREFETCH_FIELDS:
+            for target in getattr(unit, name):
+                if target not in modules:
+                    raise PlanError(subject, f"fully_shard[{i}]: {name} target {target!r} is not a module "
+                                    f"of {root}")
+                if target not in taken:
+                    raise PlanError(subject, f"fully_shard[{i}]: {name} target {target!r} is not sharded "
+                                    "by any fully_shard unit (prefetch targets must be FSDP modules)")
+    return calls
+
+
+def match_modules(model, pattern):
+    """FQN paths of the submodules ``parallelize_module`` applies ``pattern`` to
+    (token-by-token fnmatch against ``named_children()``; ``""`` is the root)."""
+    if pattern == "":
+        return [""]
+    out = []
+
+    def walk(mod, prefix, tokens):
+        token, rest = tokens[0], tokens[1:]
+        for name, child in mod.named_children():
+            if fnmatch.fnmatch(name, token):
+                path = f"{prefix}{name}"
+                if rest:
+                    walk(child, path + ".", rest)
+                else:
+                    out.append(path)
+
+    walk(model, "", pattern.split("."))
+    return out
+
+
+def checkpoint_save_op(name, subject="plan", where="activation_checkpoint"):
+    """The ``torch.ops`` overload a ``save_ops`` entry names (``"aten.mm.default"``)."""
+    if not isinstance(name, str) or name.count(".") != 2:
+        raise PlanError(subject, f"{where}: save_ops entry {name!r} is not an op overload name "
+                        "(namespace.op.overload, e.g. 'aten.mm.default')")
+    ns, op, overload = name.split(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), op), overload)
+    except (AttributeError, RuntimeError):
+        raise PlanError(subject, f"{where}: save_ops entry {name!r} is not an op torch knows") from None
+
+
+def checkpointed_modules(plan, model, subject="plan"):
+    """``[(unit, module_path)]``: every module an :class:`ActivationCheckpoint`
+    entry checkpoints, in plan then match order.  Raises :class:`PlanError`
+    when a pattern matches no module, matches the root (a wrapper needs a
+    parent to re-register it), or a module is checkpointed twice or inside
+    another checkpointed module (nested checkpointing is not modelled)."""
+    root = type(model).__name__
+    found = []
+    for unit in plan.activation_checkpoint:
+        paths = match_modules(model, unit.fqn)
+        if not paths:
+            raise PlanError(subject, f"activation_checkpoint pattern {unit.fqn!r} matches no module of {root}")
+        for path in paths:
+            if not path:
+                raise PlanError(subject, f"activation_checkpoint pattern {unit.fqn!r} matches the root module "
+                                f"{root} (checkpoint its children)")
+            for _u, other in found:
+                if path == other or path.startswith(other + ".") or other.startswith(path + "."):
+                    raise PlanError(subject, f"activation_checkpoint pattern {unit.fqn!r}: module {path!r} "
+                                    f"overlaps checkpointed module {other!r} (nested checkpointing is not "
+                                    "supported)")
+            found.append((unit, path))
+    return found
+
+
+def check_against_model(plan, model, subject="plan", args=(), kwargs=None, skip_unmatched_styles=False):
+    """Checks that need the (unparallelised) model and its example inputs.
+
+    ``skip_unmatched_styles``: a style pattern that matches no module is a warning, not an error, as
+    torch's ``parallelize_module`` warns and skips such a plan entry (measure runs it so; predict
+    warns the same; ``commlens check-plan`` and ``--check`` refuse it)."""
+    root = type(model).__name__
+    for _dim, pp in plan.parallelize_steps():
+        for pattern in pp:
+            if not match_modules(model, pattern):
+                message = f"plan pattern {pattern!r} matches no module of {root}"
+                if not skip_unmatched_styles:
+                    raise PlanError(subject, message)
+                warnings.warn(f"{subject}: {message}: skipped, as torch's parallelize_module skips it", stacklevel=2)
+    if not any(u.wrapper for u, _path in checkpointed_modules(plan, model, subject)):
+        # (with checkpoint wrappers, fully_shard patterns name the wrapped model: measure checks
+        # them once the wrappers are in)
+        fully_shard_modules(plan, model, subject)
+    params = [n for n, _ in model.named_parameters()]
+    tensors = params + [n for n, _ in model.named_buffers()]
+    for pattern in plan.placements:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in tensors):
+            raise PlanError(subject, f"placements pattern {pattern!r} matches no parameter or buffer of {root}")
+    for field_name in ("frozen", "frozen_after_parallelize"):
+        for pattern in getattr(plan, field_name):
+            if not any(fnmatch.fnmatchcase(n, pattern) for n in params):
+                raise PlanError(subject, f"{field_name} pattern {pattern!r} matches no parameter of {root}")
+    kwargs = kwargs or {}
+    for key in list(plan.input_placements) + list(plan.inputs_requires_grad):
+        if isinstance(key, int):
+            if key >= len(args):
+                raise PlanError(subject, f"input {key} does not exist (the model takes {len(args)} positional inputs)")
+        elif key not in kwargs:
+            raise PlanError(subject, f"input {key!r} is not a keyword input of the model")
+    loss = plan.loss
+    if isinstance(loss, Loss) and loss.kind == "cross_entropy" and loss.targets.startswith("input:"):
+        k = int(loss.targets.split(":")[1])
+        if k >= len(args):
+            raise PlanError(subject, f"loss targets {loss.targets!r}: the model takes {len(args)} positional inputs")
