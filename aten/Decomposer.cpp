@@ -1,9 +1,9 @@
-#include "passes/DecomposeToRuntimeOps.h"
+#include "aten/Decomposer.h"
 
+#include "aten/SdpaBackendSelection.h"
 #include "ir/Error.h"
 #include "ir/GraphBuilder.h"
-#include "passes/Autodiff.h"
-#include "passes/SdpaBackendSelection.h"
+#include "ir/TensorMetaUtils.h"
 
 #include <cmath>
 
@@ -11,24 +11,7 @@
 
 namespace commlens {
 
-llvm::SmallVector<SymInt, 4> contiguousStrides(llvm::ArrayRef<int64_t> sizes) {
-  llvm::SmallVector<SymInt, 4> strides(sizes.size());
-  int64_t stride = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = SymInt::concrete(stride);
-    stride *= std::max<int64_t>(sizes[i], 1);
-  }
-  return strides;
-}
-
 namespace {
-
-llvm::SmallVector<int64_t, 4> hints(llvm::ArrayRef<SymInt> s) {
-  llvm::SmallVector<int64_t, 4> out;
-  for (const SymInt &x : s)
-    out.push_back(x.hint);
-  return out;
-}
 
 TensorMeta withShape(const TensorMeta &like, llvm::ArrayRef<int64_t> sizes,
                      std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt) {
@@ -46,58 +29,6 @@ TensorMeta withShape(const TensorMeta &like, llvm::ArrayRef<int64_t> sizes,
   m.storageOffset = SymInt::concrete(0);
   return m;
 }
-
-} // namespace
-
-bool isContiguous(const TensorMeta &meta) {
-  int64_t expected = 1;
-  for (size_t i = meta.sizes.size(); i-- > 0;) {
-    int64_t size = meta.sizes[i].hint;
-    if (size == 1)
-      continue;
-    if (meta.strides[i].hint != expected)
-      return false;
-    expected *= size;
-  }
-  return true;
-}
-
-std::optional<llvm::SmallVector<int64_t, 4>> viewStrides(const TensorMeta &meta, llvm::ArrayRef<int64_t> newSizes) {
-  auto oldShape = hints(meta.sizes);
-  auto oldStride = hints(meta.strides);
-  llvm::SmallVector<int64_t, 4> newStride(newSizes.size(), 1);
-  if (oldShape.empty())
-    return newStride;
-  int64_t numel = std::accumulate(oldShape.begin(), oldShape.end(), int64_t{1}, std::multiplies<>());
-  if (numel == 0)
-    return llvm::SmallVector<int64_t, 4>(contiguousStrides(newSizes).size(), 1);
-  // Walk chunks of dims that are contiguous with each other; each chunk must map onto a run of
-  // new dims with the same element count (ATen's computeStride).
-  int64_t viewD = static_cast<int64_t>(newSizes.size()) - 1;
-  int64_t chunkBaseStride = oldStride.back();
-  int64_t tensorNumel = 1, viewNumel = 1;
-  for (int64_t d = static_cast<int64_t>(oldShape.size()) - 1; d >= 0; --d) {
-    tensorNumel *= oldShape[d];
-    if (d == 0 || (oldShape[d - 1] != 1 && oldStride[d - 1] != tensorNumel * chunkBaseStride)) {
-      while (viewD >= 0 && (viewNumel < tensorNumel || newSizes[viewD] == 1)) {
-        newStride[viewD] = viewNumel * chunkBaseStride;
-        viewNumel *= newSizes[viewD];
-        --viewD;
-      }
-      if (viewNumel != tensorNumel)
-        return std::nullopt;
-      if (d > 0) {
-        chunkBaseStride = oldStride[d - 1];
-        tensorNumel = viewNumel = 1;
-      }
-    }
-  }
-  if (viewD != -1)
-    return std::nullopt;
-  return newStride;
-}
-
-namespace {
 
 /// F.interpolate's composite overloads, each run as its .default kernel.
 constexpr llvm::StringLiteral kUpsampleVec[] = {
@@ -742,23 +673,14 @@ private:
 
 } // namespace
 
-llvm::Error DecomposeToRuntimeOps::run(PassContext &ctx) {
-  GraphBuilder builder(ctx.program.graph());
-  bool cuda = ctx.plan && ctx.plan->mesh.deviceType == MeshDeviceType::Cuda;
-  llvm::DenseSet<const Value *> requiresGrad;
-  if (cuda) {
-    requiresGrad = gradLeaves(ctx.program.graph(), *ctx.plan, nullptr);
-    for (const auto &n : ctx.program.graph().nodes())
-      if (n->gradEnabled() && llvm::any_of(n->operands(), [&](Value *v) { return requiresGrad.count(v); }))
-        for (Value *r : n->results())
-          if (r->meta() && isFloating(r->meta()->dtype))
-            requiresGrad.insert(r);
-  }
-  Decomposer d(builder, cuda ? &ctx.options.cudaTarget : nullptr, std::move(requiresGrad));
-  for (const auto &n : ctx.program.graph().nodes())
+llvm::Error decomposeToRuntimeOps(ExportedProgram &program, const CudaTarget *cuda,
+                                  llvm::DenseSet<const Value *> requiresGrad) {
+  GraphBuilder builder(program.graph());
+  Decomposer d(builder, cuda, std::move(requiresGrad));
+  for (const auto &n : program.graph().nodes())
     if (llvm::Error err = d.rewrite(*n))
       return err;
-  ctx.program.replaceGraph(builder.finish());
+  program.replaceGraph(builder.finish());
   return llvm::Error::success();
 }
 

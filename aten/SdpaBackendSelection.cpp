@@ -1,4 +1,4 @@
-#include "passes/SdpaBackendSelection.h"
+#include "aten/SdpaBackendSelection.h"
 
 #include "ir/Error.h"
 

@@ -1,4 +1,4 @@
-#include "passes/ActivationCheckpoint.h"
+#include "autograd/ActivationCheckpoint.h"
 
 #include "ir/Error.h"
 

@@ -1,7 +1,6 @@
-#include "passes/Derivatives.h"
+#include "autograd/Derivatives.h"
 
 #include "ir/Error.h"
-#include "passes/DecomposeToRuntimeOps.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
@@ -11,41 +10,6 @@
 #include <limits>
 
 namespace commlens {
-
-llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m) {
-  llvm::SmallVector<int64_t, 4> out;
-  for (const SymInt &s : m.sizes)
-    out.push_back(s.hint);
-  return out;
-}
-
-llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m) {
-  llvm::SmallVector<int64_t, 4> out;
-  for (const SymInt &s : m.strides)
-    out.push_back(s.hint);
-  if (out.size() != m.sizes.size()) {
-    out.clear();
-    for (const SymInt &s : contiguousStrides(sizesOf(m)))
-      out.push_back(s.hint);
-  }
-  return out;
-}
-
-TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,
-                  std::optional<llvm::ArrayRef<int64_t>> strides) {
-  TensorMeta m;
-  m.dtype = dtype;
-  m.device = device;
-  for (int64_t s : sizes)
-    m.sizes.push_back(SymInt::concrete(s));
-  if (strides)
-    for (int64_t s : *strides)
-      m.strides.push_back(SymInt::concrete(s));
-  else
-    m.strides = contiguousStrides(sizes);
-  m.storageOffset = SymInt::concrete(0);
-  return m;
-}
 
 namespace {
 

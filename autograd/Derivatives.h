@@ -1,11 +1,12 @@
 // Derivative formulas: for each differentiable forward runtime op, the backward ATen ops torch
 // 2.13's autograd runs for it (derivatives.yaml and FunctionsManual semantics, as DTensor receives
-// them). One registry, op name -> formula; adding an op is one entry (passes/Derivatives.cpp) and
-// one oracle case (tests/backward/op_cases.py). The autograd engine (passes/Autodiff.cpp) applies
+// them). One registry, op name -> formula; adding an op is one entry (autograd/Derivatives.cpp) and
+// one oracle case (tests/backward/op_cases.py). The autograd engine (autograd/Engine.cpp) applies
 // a node's formula with a GradEmitter that appends the ops to the backward graph.
 #pragma once
 
 #include "ir/Graph.h"
+#include "ir/TensorMetaUtils.h"
 
 #include "llvm/Support/Error.h"
 
@@ -14,13 +15,6 @@
 #include <vector>
 
 namespace commlens {
-
-/// Concrete sizes / strides of a meta (symbolic ones by hint; unknown strides: contiguous).
-llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m);
-llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m);
-/// A concrete meta (contiguous unless strides are given).
-TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,
-                  std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt);
 
 /// Where a formula's ops go, plus the helpers formulas share.
 class GradEmitter {

@@ -1,11 +1,11 @@
-#include "passes/Autodiff.h"
+#include "autograd/Engine.h"
 
+#include "autograd/ActivationCheckpoint.h"
+#include "autograd/Derivatives.h"
 #include "ir/Error.h"
 #include "ir/GraphBuilder.h"
-#include "passes/ActivationCheckpoint.h"
-#include "passes/DecomposeToRuntimeOps.h"
-#include "passes/Derivatives.h"
-#include "passes/ModuleCalls.h"
+#include "ir/ModuleCalls.h"
+#include "ir/TensorMetaUtils.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -14,18 +14,6 @@
 #include <queue>
 
 namespace commlens {
-
-bool isFloating(ScalarType t) {
-  switch (t) {
-  case ScalarType::Half: case ScalarType::Float: case ScalarType::Double: case ScalarType::BFloat16:
-  case ScalarType::ComplexHalf: case ScalarType::ComplexFloat: case ScalarType::ComplexDouble:
-  case ScalarType::Float8_e4m3fn: case ScalarType::Float8_e5m2: case ScalarType::Float8_e4m3fnuz:
-  case ScalarType::Float8_e5m2fnuz:
-    return true;
-  default:
-    return false;
-  }
-}
 
 llvm::DenseSet<const Value *> gradLeaves(const Graph &g, const ShardingPlan &plan,
                                          const llvm::DenseSet<const Value *> *retrained) {
@@ -70,7 +58,7 @@ StringList placementsList(const Placements &p) {
 
 class LossBuilder {
 public:
-  explicit LossBuilder(PassContext &ctx) : ctx_(ctx), g_(ctx.program.graph()) {}
+  LossBuilder(Graph &forward, const ShardingPlan &plan, PredictionState &state) : plan_(plan), state_(state), g_(forward) {}
 
   llvm::Error run() {
     std::vector<Value *> outs;
@@ -81,7 +69,7 @@ public:
             outs.push_back(v);
     if (outs.empty())
       return makeError("the model output contains no tensor to compute a loss from");
-    const LossSpec &loss = ctx_.plan->loss;
+    const LossSpec &loss = plan_.loss;
     if (loss.kind == LossSpec::Kind::Sum) {
       Value *total = nullptr;
       for (Value *t : outs) {
@@ -90,7 +78,7 @@ public:
                              "loss_add")
                       : s;
       }
-      ctx_.state.loss = total;
+      state_.loss = total;
       return llvm::Error::success();
     }
     Value *logits = outs.front();
@@ -124,7 +112,7 @@ public:
     }
     // from_local(targets, Replicate) when the logits are a DTensor (decided at propagation).
     Value *tdt = emit("commlens::loss_targets", {{"self", targets, false}, {"logits", logits, false},
-                                                 {"loss_parallel", ctx_.plan->lossParallel, false}},
+                                                 {"loss_parallel", plan_.lossParallel, false}},
                       *targets->meta(), "loss_targets_dt");
     Value *tflat = tdt;
     if (targets->meta()->rank() != 1)
@@ -145,7 +133,7 @@ public:
     n->setScope(nullptr, {});
     if (reduction == 0)
       out = emit("aten::sum.default", {{"self", out, false}}, scalar(lm), "loss_sum");
-    ctx_.state.loss = out;
+    state_.loss = out;
     return llvm::Error::success();
   }
 
@@ -160,7 +148,8 @@ private:
     return v;
   }
 
-  PassContext &ctx_;
+  const ShardingPlan &plan_;
+  PredictionState &state_;
   Graph &g_;
 };
 
@@ -219,9 +208,8 @@ bool isPreHookOp(const Node &n) {
 
 class AutodiffBuilder : public GradEmitter {
 public:
-  explicit AutodiffBuilder(PassContext &ctx)
-      : ctx_(ctx), state_(ctx.state), fwd_(ctx.program.graph()),
-        bw_(std::make_shared<Graph>(ctx.program.graph().sharedScopes())) {}
+  AutodiffBuilder(const Graph &forward, const ShardingPlan &plan, PredictionState &state)
+      : plan_(plan), state_(state), fwd_(forward), bw_(std::make_shared<Graph>(forward.sharedScopes())) {}
 
   llvm::Error run() {
     markLeaves();
@@ -239,7 +227,7 @@ private:
   // ---- forward recording ----------------------------------------------------------------------
 
   void markLeaves() {
-    leaves_ = gradLeaves(fwd_, *ctx_.plan, &state_.retrainedByStyle);
+    leaves_ = gradLeaves(fwd_, plan_, &state_.retrainedByStyle);
     for (const InputSpec &in : fwd_.inputs())
       if (in.value && (in.kind == InputKind::Parameter || in.kind == InputKind::Buffer ||
                        in.kind == InputKind::TensorConstant))
@@ -261,7 +249,7 @@ private:
     }
   }
 
-  /// The calls of checkpointed modules (passes/ActivationCheckpoint.h).
+  /// The calls of checkpointed modules (autograd/ActivationCheckpoint.h).
   void collectCheckpointRegions() {
     for (const Call &c : calls_) {
       auto unit = state_.checkpointed.find(c.scope);
@@ -684,7 +672,7 @@ private:
     n->setScope(const_cast<ModuleScope *>(current_), {});
     return n;
   }
-  bool lossParallel() const override { return ctx_.plan->lossParallel; }
+  bool lossParallel() const override { return plan_.lossParallel; }
   bool isDTensor(const Value *v) const override { return state_.layout(v) != nullptr; }
 
   /// Runs one autograd node; returns the gradient per next edge (null: undefined).
@@ -750,7 +738,7 @@ private:
   }
 
 
-  PassContext &ctx_;
+  const ShardingPlan &plan_;
   PredictionState &state_;
   const Graph &fwd_;
   std::shared_ptr<Graph> bw_;
@@ -771,16 +759,12 @@ private:
 
 } // namespace
 
-llvm::Error AppendLoss::run(PassContext &ctx) {
-  if (!ctx.plan)
-    return makeError("loss needs a plan");
-  return LossBuilder(ctx).run();
+llvm::Error appendLoss(Graph &forward, const ShardingPlan &plan, PredictionState &state) {
+  return LossBuilder(forward, plan, state).run();
 }
 
-llvm::Error Autodiff::run(PassContext &ctx) {
-  if (!ctx.plan)
-    return makeError("autodiff needs a plan");
-  return AutodiffBuilder(ctx).run();
+llvm::Error runAutograd(const Graph &forward, const ShardingPlan &plan, PredictionState &state) {
+  return AutodiffBuilder(forward, plan, state).run();
 }
 
 } // namespace commlens

@@ -1,15 +1,26 @@
 // Communication time per collective on a named cluster: NCCL's own cost model (ring and tree
 // algorithms x LL, LL128 and Simple protocols, the fastest pair wins, as ncclTopoGetAlgoTime
 // picks), or a measured nccl-tests bus-bandwidth table where the cluster has one for that
-// collective and group. And the pass that times every predicted collective.
+// collective and group.
 #pragma once
-
-#include "passes/PassManager.h"
 
 #include "ir/Cluster.h"
 #include "ir/Mesh.h"
 
+#include <string>
+
 namespace commlens {
+
+/// A collective's estimated time on a cluster.
+struct CollectiveTime {
+  double us = 0;
+  /// "ring/simple", "tree/ll128", ... or "measured" (a calibration table).
+  std::string algorithm;
+  int64_t ranks = 1, nodes = 1;
+  /// nccl-tests' message size and the bus bandwidth the estimate achieves on it.
+  int64_t messageBytes = 0;
+  double busBandwidthGBps = 0;
+};
 
 /// Where one collective's group sits: its size and how many nodes it spans.
 struct GroupTopology {
@@ -30,12 +41,5 @@ int64_t ncclMessageBytes(CollectiveKind kind, int64_t bytesPerRank, int64_t rank
 /// Estimates one collective; `time.us` is 0 for a group of one.
 CollectiveTime estimateCollectiveTime(const Cluster &cluster, CollectiveKind kind, int64_t bytesPerRank,
                                       GroupTopology group);
-
-/// Sets CollectiveRecord::time on every predicted collective (no-op without a cluster).
-class EstimateCommTime : public Pass {
-public:
-  llvm::StringRef name() const override { return "estimate-time"; }
-  llvm::Error run(PassContext &ctx) override;
-};
 
 } // namespace commlens

@@ -1,6 +1,7 @@
-#include "passes/RedistributePlanner.h"
+#include "dtensor/RedistributePlanner.h"
 
 #include "ir/Error.h"
+#include "ir/TensorMetaUtils.h"
 
 #include <fmt/format.h>
 
@@ -397,13 +398,6 @@ bool hasNonDefaultOrder(const RedistributeOptions &options) {
   return false;
 }
 
-Shape globalShape(const TensorMeta &meta) {
-  Shape global;
-  for (const SymInt &s : meta.sizes)
-    global.push_back(s.hint);
-  return global;
-}
-
 
 // ---------------------------------------------------------------------------------------------
 // DTensor's cost model (_collective_utils.py), shared by redistributeCost and the graph planner.
@@ -473,7 +467,7 @@ struct CostModel {
 };
 
 double bytesGbOf(const TensorMeta &meta, int64_t numShards) {
-  int64_t bytes = elementSize(meta.dtype) * numel(globalShape(meta));
+  int64_t bytes = elementSize(meta.dtype) * numel(sizesOf(meta));
   return static_cast<double>(bytes) / static_cast<double>(numShards) / 1024 / 1024 / 1024;
 }
 
@@ -684,7 +678,7 @@ private:
   /// get_logical_shape: the global shape with every *other* sharding mesh dim of the state applied
   /// (rank 0's chunks), in shard order.
   Shape logicalShape(const DistState &st, unsigned meshDim) const {
-    Shape shape = globalShape(meta);
+    Shape shape = sizesOf(meta);
     for (const auto &[d, dims] : st.order)
       for (unsigned m : dims)
         if (m != meshDim)
@@ -740,7 +734,7 @@ llvm::Expected<llvm::SmallVector<Transform, 4>> planTransforms(const DeviceMesh 
       return planner.plan(makeState(s->first, s->second), makeState(d->first, d->second));
     }
   }
-  return greedyTransforms(mesh, globalShape(meta), src, dst);
+  return greedyTransforms(mesh, sizesOf(meta), src, dst);
 }
 } // namespace
 
@@ -775,7 +769,7 @@ llvm::Expected<RedistributePlan> planRedistribute(const DeviceMesh &mesh, const 
   if (same(src, dst) && (hasStrided(src) || !hasNonDefaultOrder(options)))
     return plan; // same spec (an order-only change still plans: only op dispatch asks for one)
 
-  Shape global = globalShape(meta);
+  Shape global = sizesOf(meta);
   Placements start;
   bool usedGraph = false;
   auto planned = planTransforms(mesh, meta, src, dst, options, start, usedGraph);

@@ -1,4 +1,4 @@
-#include "passes/ShardingDecisionCache.h"
+#include "dtensor/ShardingDecisionCache.h"
 
 #include "ir/Graph.h"
 

@@ -7,7 +7,7 @@
 // is (so `mul(x, x)` and `mul(x, y)` differ), each operand's placements and global meta, each
 // result's meta, and the mesh. A value that is not a tensor operand (a symbolic size) keys by its
 // identity, so such nodes share nothing.
-#include "passes/ShardingRules.h"
+#include "dtensor/ShardingRules.h"
 
 #include <llvm/ADT/ArrayRef.h>
 #include <llvm/ADT/DenseMap.h>

@@ -1,7 +1,7 @@
-#include "passes/ShardingRules.h"
+#include "dtensor/ShardingRules.h"
 
 #include "ir/Error.h"
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 #include <fmt/format.h>
 

@@ -4,38 +4,17 @@
 // placements of each result. Most rules are built from one einsum-like description.
 #pragma once
 
+#include "dtensor/ShardingDecision.h"
 #include "ir/Graph.h"
 #include "ir/Mesh.h"
 
-#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace commlens {
-
-/// A DTensor operand as sharding propagation sees it: its placements and its global meta.
-struct DTensorSpec {
-  Placements placements;
-  TensorMeta meta;
-};
-
-/// The strategy DTensor selects for one op call.
-struct ShardingDecision {
-  /// One entry per tensor operand of the node (Node::operands() order, tensor operands only;
-  /// symbolic scalars are skipped): the placements DTensor redistributes that operand to before
-  /// running the op, or nullopt when the operand is not a DTensor (plain tensors are never
-  /// redistributed).
-  llvm::SmallVector<std::optional<Placements>, 4> operandPlacements;
-  /// One entry per tensor result (Node::results() order): its placements, or nullopt for a
-  /// result that is not a DTensor (e.g. an integer result of a factory-like op).
-  llvm::SmallVector<std::optional<Placements>, 2> resultPlacements;
-  /// Human-readable reason ("mm: candidate [S(0)|R,S(0)] at zero cost"), for `why` records.
-  std::string why;
-};
 
 class ShardingRules {
 public:

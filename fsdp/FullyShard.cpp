@@ -1,7 +1,8 @@
-#include "passes/FullyShard.h"
+#include "fsdp/FullyShard.h"
 
 #include "ir/Error.h"
-#include "passes/RedistributePlanner.h"
+#include "ir/TensorMetaUtils.h"
+#include "dtensor/RedistributePlanner.h"
 
 #include "llvm/ADT/StringSet.h"
 
@@ -118,9 +119,7 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
 }
 
 llvm::SmallVector<int64_t, 4> FsdpRuntime::localSizes(const Value *param) const {
-  llvm::SmallVector<int64_t, 4> sizes;
-  for (const SymInt &s : param->meta()->sizes)
-    sizes.push_back(s.hint);
+  llvm::SmallVector<int64_t, 4> sizes = sizesOf(*param->meta());
   if (const DTensorLayout *l = prediction_.layout(param))
     return rank0LocalShape(prediction_.dtensorMesh, sizes, normalized(l->placements, sizes.size()));
   return sizes;

@@ -24,7 +24,7 @@
 
 #include "ir/Graph.h"
 #include "ir/ShardingPlan.h"
-#include "passes/PredictionState.h"
+#include "state/PredictionState.h"
 
 #include "llvm/Support/Error.h"
 

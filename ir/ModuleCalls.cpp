@@ -1,4 +1,4 @@
-#include "passes/ModuleCalls.h"
+#include "ir/ModuleCalls.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"

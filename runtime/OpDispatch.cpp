@@ -1,12 +1,12 @@
-#include "passes/ShardingPropagation.h"
+#include "runtime/OpDispatch.h"
 
+#include "autograd/ActivationCheckpoint.h"
+#include "dtensor/RedistributePlanner.h"
+#include "dtensor/ShardingDecisionCache.h"
+#include "dtensor/ShardingRules.h"
+#include "fsdp/FullyShard.h"
 #include "ir/Error.h"
-#include "passes/ActivationCheckpoint.h"
-#include "passes/Autodiff.h"
-#include "passes/FullyShard.h"
-#include "passes/RedistributePlanner.h"
-#include "passes/ShardingDecisionCache.h"
-#include "passes/ShardingRules.h"
+#include "ir/TensorMetaUtils.h"
 
 namespace commlens {
 namespace {
@@ -68,9 +68,10 @@ std::optional<Placements> placementsArg(const Node &n, llvm::StringRef name) {
 
 class Propagator {
 public:
-  Propagator(PassContext &ctx, const Graph &graph, Phase phase)
-      : ctx_(ctx), state_(ctx.state), mesh_(ctx.state.dtensorMesh), graph_(graph), phase_(phase),
-        castReason_(computeCastReason(ctx)) {}
+  Propagator(const ExportedProgram &program, const ShardingPlan *plan, bool allowUnsupported, PredictionState &state,
+             const Graph &graph, Phase phase)
+      : plan_(plan), allowUnsupported_(allowUnsupported), state_(state), mesh_(state.dtensorMesh),
+        graph_(graph), phase_(phase), castReason_(computeCastReason(program, state)) {}
 
   llvm::Error run() {
     size_t first = state_.collectives.size();
@@ -130,7 +131,7 @@ private:
       state_.approximate[v] = true;
   }
 
-  /// FSDP's hooks (passes/FullyShard.h). The forward ones pass their tensors through unchanged.
+  /// FSDP's hooks (fsdp/FullyShard.h). The forward ones pass their tensors through unchanged.
   llvm::Error fsdpHook(const Node &n, llvm::StringRef op) {
     FsdpRuntime fsdp(state_.fsdp, state_, state_.collectives);
     auto unit = n.input("unit") ? n.input("unit")->asInt() : std::nullopt;
@@ -328,11 +329,11 @@ private:
         return makeError("{}: mixes DTensor and plain torch.Tensor operands ('{}' is a plain tensor); DTensor "
                          "would raise here",
                          where(n), tensors[i]->name());
-    if (ctx_.plan && ctx_.plan->lossParallel && isLossParallelOp(n.opString()))
+    if (plan_ && plan_->lossParallel && isLossParallelOp(n.opString()))
       return lossParallelOp(n, tensors, specs);
     const ShardingRules &rules = ShardingRules::get();
     if (!rules.supports(n.opString())) {
-      if (!ctx_.options.allowUnsupported)
+      if (!allowUnsupported_)
         return makeError("unsupported op {} at node '{}' in {} (no DTensor sharding rule in commlens)", n.opString(),
                          n.name(), scopeName(n));
       return replicateUnsupported(n, tensors, specs);
@@ -340,7 +341,7 @@ private:
     auto decided = decisions_.decide(rules, n, specs, mesh_);
     if (!decided) {
       std::string msg = takeMessage(decided.takeError());
-      if (!ctx_.options.allowUnsupported)
+      if (!allowUnsupported_)
         return makeError("{}: {}", where(n), msg);
       return replicateUnsupported(n, tensors, specs);
     }
@@ -472,14 +473,15 @@ private:
     return v->name();
   }
 
-  PassContext &ctx_;
+  const ShardingPlan *plan_;
+  const bool allowUnsupported_;
   /// Why the run computes in another dtype than the program records, if it does (then the DTensor
   /// collectives' bytes are unknown: commlens does not re-type activations, since export bakes
   /// trace-time dtypes into casts). A program exported under the plan's FSDP MixedPrecisionPolicy
   /// (commlens.export --plan) already holds the run-time dtypes. FSDP leaves non-floating
   /// parameters uncast.
-  static std::optional<std::string> computeCastReason(const PassContext &ctx) {
-    for (const FsdpUnit &u : ctx.state.fsdp.units) {
+  static std::optional<std::string> computeCastReason(const ExportedProgram &program, const PredictionState &state) {
+    for (const FsdpUnit &u : state.fsdp.units) {
       if (!u.spec->paramDtype)
         continue;
       for (const Value *p : u.params)
@@ -488,9 +490,9 @@ private:
                              "holds parameter '{}' in {} (export with the plan, `python -m commlens.export ... "
                              "--plan PLAN`, to record the run-time dtypes)",
                              u.spec->pattern, u.scope->displayName(), torchName(*u.spec->paramDtype),
-                             parameterFqn(ctx.program.graph(), p), torchName(p->meta()->dtype));
+                             parameterFqn(program.graph(), p), torchName(p->meta()->dtype));
     }
-    if (ctx.program.autocastRegions)
+    if (program.autocastRegions)
       return std::string("a torch.autocast region runs the compute in another dtype than the program records");
     return std::nullopt;
   }
@@ -511,14 +513,9 @@ private:
 
 } // namespace
 
-llvm::Error ShardingPropagation::run(PassContext &ctx) {
-  return Propagator(ctx, ctx.program.graph(), Phase::Forward).run();
-}
-
-llvm::Error BackwardPropagation::run(PassContext &ctx) {
-  if (!ctx.state.backward)
-    return makeError("propagate-backward needs the autodiff pass first");
-  return Propagator(ctx, *ctx.state.backward, Phase::Backward).run();
+llvm::Error dispatchRuntimeOps(const ExportedProgram &program, const ShardingPlan *plan, const Graph &graph, Phase phase,
+                               bool allowUnsupported, PredictionState &state) {
+  return Propagator(program, plan, allowUnsupported, state, graph, phase).run();
 }
 
 } // namespace commlens

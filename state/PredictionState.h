@@ -1,7 +1,9 @@
 // Analysis results the prediction passes build up: which values are DTensors with which
-// placements, and every collective, with the op, argument and module that caused it.
+// placements, and every collective, with the op, argument and module that caused it. Each pass
+// header (passes/*.h) says which of these fields its pass reads and writes.
 #pragma once
 
+#include "comm/CommTimeModel.h"
 #include "ir/Graph.h"
 #include "ir/Mesh.h"
 
@@ -27,17 +29,6 @@ struct DTensorLayout {
 };
 
 enum class Phase : uint8_t { Forward, Backward };
-
-/// A collective's estimated time on the plan's cluster (passes/CommTimeModel.h).
-struct CollectiveTime {
-  double us = 0;
-  /// "ring/simple", "tree/ll128", ... or "measured" (a calibration table).
-  std::string algorithm;
-  int64_t ranks = 1, nodes = 1;
-  /// nccl-tests' message size and the bus bandwidth the estimate achieves on it.
-  int64_t messageBytes = 0;
-  double busBandwidthGBps = 0;
-};
 
 struct CollectiveRecord {
   std::string opKey;               // as CommDebugMode prints it
@@ -116,10 +107,10 @@ struct PredictionState {
   /// Operands may be forward values (saved tensors); each node's scope is the module
   /// CommDebugMode charges (null: Global only).
   std::shared_ptr<Graph> backward;
-  /// FSDP2 parameter groups (passes/FullyShard.h), in plan order.
+  /// FSDP2 parameter groups (fsdp/FullyShard.h), in plan order.
   FsdpState fsdp;
   /// Modules whose calls are activation-checkpointed, with the plan entry that says how
-  /// (passes/ActivationCheckpoint.h).
+  /// (autograd/ActivationCheckpoint.h).
   llvm::DenseMap<const ModuleScope *, const ActivationCheckpointUnit *> checkpointed;
   /// The loss value the `loss` pass appended to the forward graph (null: no loss computed).
   const Value *loss = nullptr;

@@ -10,7 +10,7 @@
 //              outside all-Replicate, so DTensor fails on a bias: so do we)
 // Backward: [grad_q, grad_k, grad_v, (grad_bias) | grad_out, q, k, v, (bias), out, lse, rest R].
 // The CPU kernel (_scaled_dot_product_flash_attention_for_cpu) has no strategy.
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 namespace commlens::rules {
 

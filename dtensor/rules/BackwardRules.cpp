@@ -18,7 +18,7 @@
 //     result's shard dims at or after `dim` shifted up by one;
 //   slice_backward(grad, input_sizes, dim, ...): grad's placements with Shard(dim) replicated.
 //   Both compare shard dims with `dim` as passed (autograd passes the forward call's own dim).
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 namespace commlens::rules {
 

@@ -13,7 +13,7 @@
 //     atol / rtol is refused: DTensor would run it unmoved);
 //   linalg_cross: [S(d) | S(d), S(d)] for every dim but the cross-product dim (keyword dim).
 // _linalg_svd, linalg_qr and _linalg_eigh replicate everything (TensorRules' replicate-only rule).
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 namespace commlens::rules {
 

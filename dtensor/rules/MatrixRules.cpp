@@ -10,7 +10,7 @@
 // placement after the output, derived from the output through broadcasting (a broadcast dim is
 // R, a Partial output asks the bias for the same Partial: R -> P is a local divide, no comm).
 // _foreach_mm runs mm per list element.
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 #include <set>
 

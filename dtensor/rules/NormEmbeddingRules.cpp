@@ -11,7 +11,7 @@
 //   embedding(weight, indices): [S(indices.ndim) | S(1), R] (colwise),
 //     [MaskP | S(0), MaskP] (rowwise: the indices go R -> MaskPartial locally),
 //     [S(i) | R, S(i)] per indices dim (batch); concrete placements, not placeholders.
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 namespace commlens::rules {
 

@@ -12,7 +12,7 @@
 // Foreach list ops run this strategy per list element (perElement) as the element op DTensor
 // resolves from the schema (_foreach_add.List -> add.Tensor), whose family gives the Partial rules.
 // The functional fused Adam/AdamW ops are refused, as DTensor refuses them.
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 #include <algorithm>
 

@@ -25,7 +25,7 @@
 // then all-gathers of values and indices), not through a strategy's redistributions.
 // Which argument DTensor reads matters: keepdim is the positional args_schema[2] for the linear
 // and dim-with-indices reductions, the keyword only for logsumexp and std/var.
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 #include <cmath>
 #include <set>

@@ -1,6 +1,7 @@
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
-#include "passes/RedistributePlanner.h"
+#include "dtensor/RedistributePlanner.h"
+#include "ir/TensorMetaUtils.h"
 
 #include <cmath>
 #include <set>
@@ -35,13 +36,6 @@ std::optional<IntList> OpCall::intListArg(llvm::StringRef name, unsigned pos) co
   if (auto i = a->asInt())
     return IntList{*i};
   return std::nullopt;
-}
-
-static llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m) {
-  llvm::SmallVector<int64_t, 4> out;
-  for (const SymInt &s : m.sizes)
-    out.push_back(s.hint);
-  return out;
 }
 
 llvm::SmallVector<int64_t, 4> OpCall::shape(unsigned i) const { return sizesOf(inputs[i].meta); }

@@ -15,7 +15,7 @@
 #include "ir/Error.h"
 #include "ir/Graph.h"
 #include "ir/Mesh.h"
-#include "passes/ShardingRules.h"
+#include "dtensor/ShardingDecision.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"

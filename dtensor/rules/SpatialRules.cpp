@@ -14,7 +14,7 @@
 //     grid has no channel dim); their backward: [S(0) x 5] (two gradients, three operands).
 // Single-dim strategies get the implicit all-Replicate rule first; none of these accepts an uneven
 // shard (a candidate needing one is dropped).
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 namespace commlens::rules {
 

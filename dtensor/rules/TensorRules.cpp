@@ -13,7 +13,7 @@
 //     [S(dim) | R, S(dim)], [S(d) | S(d), S(d)] for d != dim when ranks agree;
 //   scatter.src / scatter.value / scatter_add: [R|R..] and [S(d)|S(d)..] for d != dim where the
 //     operands agree in size.
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 #include <algorithm>
 #include <set>

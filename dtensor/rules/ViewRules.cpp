@@ -10,7 +10,7 @@
 //     otherwise strict views raise, reshape replicates first;
 //   * dims that disappear (squeeze) or repeat: replicated (strict views raise instead).
 // Partial and Replicate placements pass through unchanged.
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 #include <memory>
 #include <numeric>
