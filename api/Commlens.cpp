@@ -4,6 +4,7 @@
 #include "frontends/OpSchemas.h"
 #include "frontends/PlanReader.h"
 #include "ir/Error.h"
+#include "passes/PassRegistry.h"
 #include "reports/HtmlReport.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -20,34 +21,58 @@ llvm::Expected<PredictPhase> parsePredictPhase(llvm::StringRef text) {
   return makeError("--phase must be forward, backward or both, got '{}'", text);
 }
 
-llvm::Expected<std::unique_ptr<Prediction>> Prediction::run(std::unique_ptr<ExportedProgram> program,
-                                                            ShardingPlan plan, const PredictRequest &request) {
+llvm::Expected<std::unique_ptr<Prediction>> runPrediction(std::unique_ptr<ExportedProgram> program,
+                                                          std::optional<ShardingPlan> plan,
+                                                          const PredictRequest &request) {
+  auto labelled = [](const std::string &label, llvm::Error err) -> llvm::Error {
+    if (label.empty())
+      return err;
+    return makeError("{}: {}", label, takeMessage(std::move(err)));
+  };
   std::vector<std::string> skippedStyles;
-  if (llvm::Error err = checkPlanAgainstProgram(plan, *program, std::nullopt, &skippedStyles))
-    return makeError("plan: {}", takeMessage(std::move(err)));
+  if (plan)
+    if (llvm::Error err = checkPlanAgainstProgram(*plan, *program, request.worldSize,
+                                                  request.skipUnmatchedStyles ? &skippedStyles : nullptr))
+      return labelled(request.planLabel, std::move(err));
   std::unique_ptr<Prediction> p(new Prediction());
   p->program_ = std::move(program);
   p->plan_ = std::move(plan);
   bool backward = request.phase != PredictPhase::Forward;
   PassManager pm;
-  buildPipeline(pm, backward);
+  if (request.passes) {
+    for (const std::string &name : *request.passes) {
+      const PassInfo *info = findPass(name);
+      if (!info)
+        return makeError("unknown pass '{}'", name);
+      pm.add(info->create());
+    }
+  } else {
+    buildPipeline(pm, backward);
+  }
   if (request.customizePipeline)
     request.customizePipeline(pm);
-  p->ctx_ = std::make_unique<PassContext>(PassContext{*p->program_, &p->plan_, request.options, PredictionState()});
+  p->ctx_ = std::make_unique<PassContext>(PassContext{*p->program_, p->plan(), request.options, PredictionState()});
   p->ctx_->state.warnings = std::move(skippedStyles);
   // Ties decide which FSDP unit manages a parameter and what a frozen pattern reaches.
-  if (p->program_->tiedParametersUnknown &&
-      (!p->plan_.fullyShard.empty() || !p->plan_.frozen.empty() || !p->plan_.frozenAfterParallelize.empty()))
+  if (p->plan_ && p->program_->tiedParametersUnknown &&
+      (!p->plan_->fullyShard.empty() || !p->plan_->frozen.empty() || !p->plan_->frozenAfterParallelize.empty()))
     p->ctx_->state.warnings.push_back(
         "the parameters are on the meta device and the archive has no commlens tie record: tied parameters "
         "cannot be told apart and are taken as untied (export with commlens.export to record ties)");
   if (llvm::Error err = pm.run(*p->ctx_))
-    return err;
+    return labelled(request.programLabel, std::move(err));
+  if (!request.buildReport)
+    return p;
+  if (!p->plan_)
+    return makeError("a report needs a plan");
+  bool forward = request.passes || request.phase != PredictPhase::Backward;
+  if (request.passes)
+    backward = p->ctx_->state.backward != nullptr;
   const PassOptions &opts = p->ctx_->options;
-  auto report = PredictionReport::build(*p->program_, p->plan_, p->ctx_->state, request.phase != PredictPhase::Backward,
-                                       backward, opts.cluster ? &*opts.cluster : nullptr);
+  auto report = PredictionReport::build(*p->program_, *p->plan_, p->ctx_->state, forward, backward,
+                                       opts.cluster ? &*opts.cluster : nullptr);
   if (!report)
-    return report.takeError();
+    return labelled(request.programLabel, report.takeError());
   p->report_ = std::move(*report);
   return p;
 }

@@ -41,7 +41,7 @@ std::unique_ptr<Prediction> run(std::unique_ptr<ExportedProgram> program, const 
     request.options.cudaTarget = unwrap(cudaTargetByName(*gpu), "gpu");
   if (cluster)
     request.options.cluster = unwrap(resolveCluster(*cluster), "cluster");
-  return unwrap(Prediction::run(std::move(program), std::move(plan), request), "predict");
+  return unwrap(runPrediction(std::move(program), std::move(plan), request), "predict");
 }
 
 } // namespace

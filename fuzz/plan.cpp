@@ -1,11 +1,11 @@
 // libFuzzer target: the plan reader (frontends/PlanReader: docs/plan-format.md into ir/ShardingPlan),
-// its check against a fixed program (a two-layer MLP, tests/lit/Inputs/mlp.ir), and, for a plan
-// that passes the check, the whole prediction (forward and backward passes, both reports).
+// and the whole prediction on a fixed program (a two-layer MLP, tests/lit/Inputs/mlp.ir):
+// runPrediction's plan check, forward and backward passes, both reports.
 #include "FuzzCommon.h"
 
+#include "api/Commlens.h"
 #include "frontends/PlanReader.h"
 #include "ir/IRParser.h"
-#include "passes/PassManager.h"
 #include "reports/PredictionReport.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -40,19 +40,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::fprintf(stderr, "fuzz: the fixed program does not parse: %s\n", llvm::toString(program.takeError()).c_str());
     std::abort();
   }
-  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program)) {
-    fuzz::expectMessage(std::move(err));
+  PredictRequest request;
+  request.phase = PredictPhase::Both;
+  request.buildReport = false;
+  auto prediction = runPrediction(std::move(*program), std::move(*plan), request);
+  if (!fuzz::expectMessage(prediction))
     return 0;
-  }
-  PassManager pm;
-  buildPipeline(pm, /*backward=*/true);
-  PassContext ctx{**program, &*plan, PassOptions(), PredictionState()};
-  if (llvm::Error err = pm.run(ctx)) {
-    fuzz::expectMessage(std::move(err));
-    return 0;
-  }
   // A pipeline that ran lays out its report: an error here is a bug, not bad input.
-  auto report = PredictionReport::build(**program, *plan, ctx.state, true, true);
+  const Prediction &p = **prediction;
+  auto report = PredictionReport::build(p.program(), *p.plan(), p.state(), true, true);
   if (!report) {
     std::fprintf(stderr, "fuzz: the report of a prediction fails: %s\n", llvm::toString(report.takeError()).c_str());
     std::abort();

@@ -4,14 +4,14 @@
 //   <model JSON>\n%%plan%%\n<plan JSON>            forward only
 //   <model JSON>\n%%plan+backward%%\n<plan JSON>   forward and backward
 //
-// decoded with the op-schema check, the plan checked against the program, the PassManager's
-// passes (unsupported ops allowed, so that the passes get further), and both reports.
+// decoded with the op-schema check, then runPrediction (the plan check, the passes, unsupported
+// ops allowed so that the passes get further) and both reports.
 #include "FuzzCommon.h"
 
+#include "api/Commlens.h"
 #include "frontends/ExportedProgramReader.h"
 #include "frontends/OpSchemas.h"
 #include "frontends/PlanReader.h"
-#include "passes/PassManager.h"
 #include "reports/PredictionReport.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -36,21 +36,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   auto plan = parsePlan(input.drop_front(sep + sepSize));
   if (!fuzz::expectMessage(plan))
     return 0;
-  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program)) {
-    fuzz::expectMessage(std::move(err));
+  PredictRequest request;
+  request.phase = backward ? PredictPhase::Both : PredictPhase::Forward;
+  request.options.allowUnsupported = true;
+  request.buildReport = false;
+  auto prediction = runPrediction(std::move(*program), std::move(*plan), request);
+  if (!fuzz::expectMessage(prediction))
     return 0;
-  }
-  PassManager pm;
-  buildPipeline(pm, backward);
-  PassOptions options;
-  options.allowUnsupported = true;
-  PassContext ctx{**program, &*plan, options, PredictionState()};
-  if (llvm::Error err = pm.run(ctx)) {
-    fuzz::expectMessage(std::move(err));
-    return 0;
-  }
   // A pipeline that ran lays out its report: an error here is a bug, not bad input.
-  auto report = PredictionReport::build(**program, *plan, ctx.state, true, backward);
+  const Prediction &p = **prediction;
+  auto report = PredictionReport::build(p.program(), *p.plan(), p.state(), true, backward);
   if (!report) {
     std::fprintf(stderr, "fuzz: the report of a prediction fails: %s\n", llvm::toString(report.takeError()).c_str());
     std::abort();

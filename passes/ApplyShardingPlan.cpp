@@ -2,9 +2,9 @@
 
 #include "ir/Error.h"
 #include "ir/GraphBuilder.h"
-#include "passes/ActivationCheckpoint.h"
-#include "passes/FullyShard.h"
-#include "passes/ModuleCalls.h"
+#include "autograd/ActivationCheckpoint.h"
+#include "fsdp/FullyShard.h"
+#include "ir/ModuleCalls.h"
 
 #include "llvm/ADT/DenseSet.h"
 

@@ -11,15 +11,21 @@
 //   commlens::redistribute_output(y, layout, use_local_output)   Colwise/Rowwise/SequenceParallel
 //       outputs: redistribute when the placements differ (no layout: none), to_local if asked.
 // Which values are DTensors is decided later, by ShardingPropagation, which runs these ops.
+//
+// Reads:  the program graph; the plan (styles, placements, frozen parameters, activation
+//         checkpoints, fully_shard units).
+// Writes: the program graph (boundary ops, checkpoint wrapper scopes, FSDP class names);
+//         state.dtensorMesh, dtensorMeshDims, dtensors (parameters), retrainedByStyle, fsdp.units,
+//         checkpointed, warnings.
 #pragma once
 
-#include "passes/PassManager.h"
+#include "passes/Pass.h"
 
 namespace commlens {
 
 class ApplyShardingPlan : public Pass {
 public:
-  llvm::StringRef name() const override { return "apply-plan"; }
+  llvm::StringRef name() const override; // passes/Passes.def
   llvm::Error run(PassContext &ctx) override;
 };
 

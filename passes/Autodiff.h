@@ -1,44 +1,19 @@
-// Reverse mode, as torch 2.13's autograd runs it on the predicted forward program:
+// The `autodiff` pass: builds the autograd graph the forward recorded and runs torch's autograd
+// engine over it (autograd/Engine.h runAutograd), emitting the backward runtime ops in execution
+// order.
 //
-//   loss       appends the plan's loss to the forward graph, outside every module (CommDebugMode
-//              counts its collectives under Global only): `sum` (sum of every output, added up)
-//              or `cross_entropy` (flatten, _log_softmax, nll_loss_forward; the targets become a
-//              Replicate DTensor when the logits are one).
-//   autodiff   builds the autograd graph the forward recorded (one node per differentiable runtime
-//              op, per DTensor boundary step -- from_local, redistribute, to_local -- per module
-//              call's BackwardHookFunction on its inputs and on its outputs, one AccumulateGrad per
-//              leaf), then runs the engine: the ready node with the highest sequence number first
-//              (AccumulateGrad first of all), gradients summed (`add`) in a node's input buffer when
-//              a value has several consumers, broadcast gradients reduced (`sum_to`) as the engine
-//              validates outputs. Each node's backward formula (derivatives.yaml semantics) is
-//              emitted as runtime ops into PredictionState::backward, in execution order, each in
-//              the module whose output hook (CommDebugMode's full-backward pre-hook) fired last.
-//              Boundary steps become commlens::from_local_backward / redistribute_backward /
-//              to_local_backward, run by BackwardPropagation.
+// Reads:  the program graph; the plan (frozen parameters, inputs requiring grad, loss_parallel);
+//         state.loss, dtensors, boundarySteps, fsdp, checkpointed, retrainedByStyle.
+// Writes: state.backward.
 #pragma once
 
-#include "llvm/ADT/DenseSet.h"
-
-#include "passes/PassManager.h"
+#include "passes/Pass.h"
 
 namespace commlens {
 
-/// Dtypes autograd differentiates (floating and complex).
-bool isFloating(ScalarType t);
-/// The values autograd starts from: trainable floating parameters (not frozen by the plan,
-/// unless `retrained` re-registered them) and user inputs the plan marks requires_grad.
-llvm::DenseSet<const Value *> gradLeaves(const Graph &g, const ShardingPlan &plan,
-                                         const llvm::DenseSet<const Value *> *retrained);
-
-class AppendLoss : public Pass {
-public:
-  llvm::StringRef name() const override { return "loss"; }
-  llvm::Error run(PassContext &ctx) override;
-};
-
 class Autodiff : public Pass {
 public:
-  llvm::StringRef name() const override { return "autodiff"; }
+  llvm::StringRef name() const override; // passes/Passes.def
   llvm::Error run(PassContext &ctx) override;
 };
 

@@ -5,7 +5,7 @@
 // module that caused it, and why).
 #pragma once
 
-#include "passes/PredictionState.h"
+#include "state/PredictionState.h"
 #include "reports/CommCounts.h"
 
 #include "ir/Cluster.h"

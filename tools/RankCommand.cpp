@@ -68,18 +68,15 @@ llvm::Expected<RankedPlan> predictOne(const Pt2Records &records, bool checkSchem
   auto program = decodePt2(records, checkSchemas);
   if (!program)
     return program.takeError();
-  // Prediction::run checks it again, and warns of the style patterns it skips.
-  std::vector<std::string> skippedStyles;
-  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, std::nullopt, &skippedStyles))
-    return makeError("{}: {}", planPath, takeMessage(std::move(err)));
   PredictRequest request;
   request.phase = backward ? PredictPhase::Both : PredictPhase::Forward;
   request.options = options;
-  auto prediction = Prediction::run(std::move(*program), std::move(*plan), request);
+  request.planLabel = request.programLabel = planPath;
+  auto prediction = runPrediction(std::move(*program), std::move(*plan), request);
   if (!prediction)
-    return makeError("{}: {}", planPath, takeMessage(prediction.takeError()));
+    return prediction.takeError();
   const PredictionReport &report = (*prediction)->report();
-  const ShardingPlan &ranked = (*prediction)->plan();
+  const ShardingPlan &ranked = *(*prediction)->plan();
   RankedPlan r;
   r.path = planPath;
   r.name = llvm::sys::path::stem(planPath).str();

@@ -6,17 +6,12 @@
 //                [--report [--noise-level N]] [--allow-unsupported] [--cluster NAME|FILE]
 //
 // Bad input prints one line `commlens-opt: error: <file>: <what>` and exits 2.
+#include "api/Commlens.h"
 #include "frontends/ClusterReader.h"
 #include "frontends/PlanReader.h"
 #include "ir/Error.h"
 #include "ir/IRParser.h"
-#include "passes/ApplyShardingPlan.h"
-#include "passes/Autodiff.h"
-#include "passes/CommTimeModel.h"
-#include "passes/DecomposeToRuntimeOps.h"
-#include "passes/PassManager.h"
-#include "passes/ShardingPropagation.h"
-#include "reports/PredictionReport.h"
+#include "passes/PassRegistry.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -24,8 +19,6 @@
 
 #include <fmt/format.h>
 
-#include <functional>
-#include <map>
 
 using namespace commlens;
 
@@ -56,19 +49,6 @@ int fail(const std::string &message) {
   return kExitBadInput;
 }
 
-/// Every pass the prediction pipeline runs, by the name it reports.
-std::map<std::string, std::function<std::unique_ptr<Pass>()>> passRegistry() {
-  return {
-      {"decompose", [] { return std::make_unique<DecomposeToRuntimeOps>(); }},
-      {"apply-plan", [] { return std::make_unique<ApplyShardingPlan>(); }},
-      {"loss", [] { return std::make_unique<AppendLoss>(); }},
-      {"propagate", [] { return std::make_unique<ShardingPropagation>(); }},
-      {"autodiff", [] { return std::make_unique<Autodiff>(); }},
-      {"propagate-backward", [] { return std::make_unique<BackwardPropagation>(); }},
-      {"estimate-time", [] { return std::make_unique<EstimateCommTime>(); }},
-  };
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -82,18 +62,11 @@ int main(int argc, char **argv) {
     return fail(first.str());
   }
 
-  // The passes, checked against the prediction pipeline's own list before any input is read.
-  PassManager pipeline;
-  buildPipeline(pipeline, /*backward=*/true);
-  std::vector<std::string> known = pipeline.names();
-  auto registry = passRegistry();
-  PassManager pm;
-  for (const std::string &name : passNames) {
-    auto it = registry.find(name);
-    if (!llvm::is_contained(known, name) || it == registry.end())
-      return fail(fmt::format("--passes: unknown pass '{}' (passes: {})", name, fmt::join(known, ", ")));
-    pm.add(it->second());
-  }
+  // The passes, checked against the registry before any input is read.
+  for (const std::string &name : passNames)
+    if (!findPass(name))
+      return fail(fmt::format("--passes: unknown pass '{}' (passes: {})", name,
+                              fmt::join(pipelinePassNames(/*backward=*/true), ", ")));
   if (report && planFile.empty())
     return fail("--report needs --plan");
 
@@ -105,42 +78,39 @@ int main(int argc, char **argv) {
     auto parsed = readPlanFile(planFile);
     if (!parsed)
       return fail(fmt::format("{}: {}", planFile.getValue(), takeMessage(parsed.takeError())));
-    std::optional<int64_t> ws;
-    if (worldSize.getNumOccurrences())
-      ws = worldSize.getValue();
-    if (llvm::Error err = checkPlanAgainstProgram(*parsed, **program, ws))
-      return fail(fmt::format("{}: {}", planFile.getValue(), takeMessage(std::move(err))));
     plan = std::move(*parsed);
   } else if (worldSize.getNumOccurrences()) {
     return fail("--world-size needs --plan");
   }
 
-  // The IR after the last pass (the backward graph after autodiff / propagate-backward).
-  if (!report && !passNames.empty()) {
-    llvm::StringSet<> last;
-    last.insert(passNames[passNames.size() - 1]);
-    pm.printAfter(std::move(last), llvm::outs());
-  }
-  PassOptions options;
-  options.allowUnsupported = allowUnsupported;
+  PredictRequest request;
+  request.passes = std::vector<std::string>(passNames.begin(), passNames.end());
+  if (worldSize.getNumOccurrences())
+    request.worldSize = worldSize.getValue();
+  request.skipUnmatchedStyles = false;
+  request.buildReport = report;
+  request.planLabel = planFile.getValue();
+  request.programLabel = inputFile.getValue();
+  request.options.allowUnsupported = allowUnsupported;
   if (!clusterName.empty()) {
     auto cluster = resolveCluster(clusterName);
     if (!cluster)
       return fail(fmt::format("--cluster: {}", takeMessage(cluster.takeError())));
-    options.cluster = std::move(*cluster);
+    request.options.cluster = std::move(*cluster);
   }
-  PassContext ctx{**program, plan ? &*plan : nullptr, options, PredictionState()};
-  if (llvm::Error err = pm.run(ctx))
-    return fail(fmt::format("{}: {}", inputFile.getValue(), takeMessage(std::move(err))));
-  if (report) {
-    auto r = PredictionReport::build(**program, *plan, ctx.state, /*forward=*/true,
-                                     /*backward=*/ctx.state.backward != nullptr,
-                                     options.cluster ? &*options.cluster : nullptr);
-    if (!r)
-      return fail(fmt::format("{}: {}", inputFile.getValue(), takeMessage(r.takeError())));
-    r->printTable(llvm::outs(), static_cast<int>(noiseLevel));
-  } else if (passNames.empty()) {
-    printAnnotatedGraph(llvm::outs(), (*program)->graph(), ctx.state);
-  }
+  // The IR after the last pass (the backward graph after autodiff / propagate-backward).
+  if (!report && !passNames.empty())
+    request.customizePipeline = [&](PassManager &pm) {
+      llvm::StringSet<> last;
+      last.insert(passNames[passNames.size() - 1]);
+      pm.printAfter(std::move(last), llvm::outs());
+    };
+  auto prediction = runPrediction(std::move(*program), std::move(plan), request);
+  if (!prediction)
+    return fail(takeMessage(prediction.takeError()));
+  if (report)
+    (*prediction)->report().printTable(llvm::outs(), static_cast<int>(noiseLevel));
+  else if (passNames.empty())
+    printAnnotatedGraph(llvm::outs(), (*prediction)->program().graph(), (*prediction)->state());
   return 0;
 }

@@ -5,8 +5,9 @@
 #include "frontends/Pt2Loader.h"
 #include "ir/Error.h"
 #include "ir/IRPrinter.h"
-#include "passes/CommTimeModel.h"
+#include "comm/CommTimeModel.h"
 #include "passes/PassManager.h"
+#include "passes/PassRegistry.h"
 #include "reports/PredictionReport.h"
 #include "reports/HtmlReport.h"
 #include "reports/InspectReport.h"
@@ -303,17 +304,16 @@ int runInspect(int argc, char **argv) {
   return emit(os.str(), args->option("-o"));
 }
 
-/// The program and plan of predict / check-plan, the plan checked against the program (and the
-/// --world-size option, when given). Messages name the file at fault.
+/// The program and plan of predict / check-plan, and the --world-size their check asks for.
+/// Messages name the file at fault.
 struct ModelAndPlan {
   std::unique_ptr<ExportedProgram> program;
   ShardingPlan plan;
+  std::optional<int64_t> worldSize;
 };
 
-/// `skippedStyles`: as for checkPlanAgainstProgram (null: a style pattern matching no module is an error).
 llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::string &modelPath,
-                                              const std::string &planPath,
-                                              std::vector<std::string> *skippedStyles = nullptr) {
+                                              const std::string &planPath) {
   std::optional<int64_t> worldSize;
   if (std::string ws = args.option("--world-size"); !ws.empty()) {
     int64_t n;
@@ -330,9 +330,7 @@ llvm::Expected<ModelAndPlan> loadModelAndPlan(const Args &args, const std::strin
   auto plan = readPlanFile(planPath);
   if (!plan)
     return makeError("{}: {}", planPath, takeMessage(plan.takeError()));
-  if (llvm::Error err = checkPlanAgainstProgram(*plan, **program, worldSize, skippedStyles))
-    return makeError("{}: {}", planPath, takeMessage(std::move(err)));
-  return ModelAndPlan{std::move(*program), std::move(*plan)};
+  return ModelAndPlan{std::move(*program), std::move(*plan), worldSize};
 }
 
 int runPredict(int argc, char **argv) {
@@ -352,9 +350,9 @@ int runPredict(int argc, char **argv) {
   PassOptions &options = *passOptions;
   if (args->positional.size() != 1 || args->option("--plan").empty())
     return fail("predict takes MODEL.pt2 and --plan PLAN.json");
-  std::string phase = args->option("--phase").empty() ? "forward" : args->option("--phase");
-  if (phase != "forward" && phase != "backward" && phase != "both")
-    return fail(fmt::format("--phase must be forward, backward or both, got '{}'", phase));
+  auto phase = parsePredictPhase(args->option("--phase").empty() ? "forward" : args->option("--phase"));
+  if (!phase)
+    return fail(takeMessage(phase.takeError()));
   std::string format = args->option("--format").empty() ? "table" : args->option("--format");
   if (format != "table" && format != "json" && format != "html")
     return fail(fmt::format("--format must be table, json or html, got '{}'", format));
@@ -364,23 +362,22 @@ int runPredict(int argc, char **argv) {
   const std::string &modelPath = args->positional[0];
   std::string planPath = args->option("--plan");
   auto loadStart = Clock::now();
-  // Prediction::run checks the plan again and puts the style patterns it skips in its warnings.
-  std::vector<std::string> skippedStyles;
-  auto inputs = loadModelAndPlan(*args, modelPath, planPath, &skippedStyles);
+  auto inputs = loadModelAndPlan(*args, modelPath, planPath);
   if (!inputs)
     return fail(takeMessage(inputs.takeError()));
-  auto &[program, plan] = *inputs;
+  auto &[program, plan, worldSize] = *inputs;
   double loadSeconds = since(loadStart);
 
   std::vector<std::pair<std::string, double>> timings;
   PredictRequest request;
-  request.phase = llvm::cantFail(parsePredictPhase(phase));
+  request.phase = *phase;
   request.options = options;
+  request.worldSize = worldSize;
+  request.planLabel = planPath;
+  request.programLabel = modelPath;
   std::optional<llvm::StringSet<>> printAfter;
   if (std::string names = args->option("--print-after"); !names.empty()) {
-    PassManager pipeline;
-    buildPipeline(pipeline, phase != "forward");
-    std::vector<std::string> known = pipeline.names();
+    std::vector<std::string> known = pipelinePassNames(*phase != PredictPhase::Forward);
     llvm::SmallVector<llvm::StringRef, 4> parts;
     llvm::StringRef(names).split(parts, ',');
     printAfter.emplace();
@@ -397,9 +394,9 @@ int runPredict(int argc, char **argv) {
       pm.timeInto(&timings);
   };
   auto runStart = Clock::now();
-  auto prediction = Prediction::run(std::move(program), std::move(plan), request);
+  auto prediction = runPrediction(std::move(program), std::move(plan), request);
   if (!prediction)
-    return fail(fmt::format("{}: {}", modelPath, takeMessage(prediction.takeError())));
+    return fail(takeMessage(prediction.takeError()));
   auto write = [&](llvm::raw_ostream &os) {
     if (format == "json")
       (*prediction)->report().writeJson(os); // 8 MB for a 126-layer model's two phases: not kept
@@ -482,7 +479,9 @@ int runCheckPlan(int argc, char **argv) {
   auto inputs = loadModelAndPlan(*args, modelPath, planPath);
   if (!inputs)
     return fail(takeMessage(inputs.takeError()));
-  auto &[program, plan] = *inputs;
+  auto &[program, plan, worldSize] = *inputs;
+  if (llvm::Error err = checkPlanAgainstProgram(plan, *program, worldSize))
+    return fail(fmt::format("{}: {}", planPath, takeMessage(std::move(err))));
   llvm::outs() << "plan " << (plan.name.empty() ? planPath : plan.name) << " on " << plan.mesh.str() << "\n";
   const Graph &g = program->graph();
   for (const ParallelizeStep &step : plan.steps) {

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
   commlens::PredictRequest request;
   request.phase = commlens::PredictPhase::Both;
   request.customizePipeline = [&](commlens::PassManager &pm) { pm.add(std::make_unique<BytesPerMeshDim>(perDim)); };
-  auto prediction = commlens::Prediction::run(std::move(*program), std::move(*plan), request);
+  auto prediction = commlens::runPrediction(std::move(*program), std::move(*plan), request);
   if (!prediction)
     return fail(llvm::toString(prediction.takeError()));
   const commlens::PredictionReport &report = (*prediction)->report();

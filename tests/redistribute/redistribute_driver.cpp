@@ -10,7 +10,7 @@
 // "cost":"<redistribute_cost>","trace":"..."} or {"ok":false,"error":"...","cost":...}.
 // Optional: "devices_per_host" (cost model), "force_min_cost" (use_min_cost_redistribution_plan),
 // "src_shard_order" ([[tensor_dim, [mesh dims...]], ...]).
-#include "passes/RedistributePlanner.h"
+#include "dtensor/RedistributePlanner.h"
 
 #include "ir/Error.h"
 

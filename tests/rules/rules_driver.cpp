@@ -16,8 +16,8 @@
 //      or {"ok":false,"error":"..."}; {"supported":true} lists every supported op.
 #include "ir/Error.h"
 #include "ir/Graph.h"
-#include "passes/RedistributePlanner.h"
-#include "passes/ShardingRules.h"
+#include "dtensor/RedistributePlanner.h"
+#include "dtensor/ShardingRules.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"

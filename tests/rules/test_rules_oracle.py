@@ -1,4 +1,4 @@
-"""Oracle test for the C++ sharding rules (passes/ShardingRules): DTensor 2.13 itself, on a fake
+"""Oracle test for the C++ sharding rules (dtensor/ShardingRules): DTensor 2.13 itself, on a fake
 process group (dtensor_rules_oracle.py, one subprocess), against build/tests/rules_driver, over a
 grid of ops x input placements x meshes ((2,), (4,), (2, 2)) x shapes (even and uneven).
 

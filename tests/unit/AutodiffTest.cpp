@@ -5,8 +5,9 @@
 // before anything else; broadcast inputs get `sum_to` as the engine validates outputs; a second
 // gradient for the same value is added in the input buffer.
 #include "ir/Graph.h"
+#include "passes/AppendLoss.h"
 #include "passes/Autodiff.h"
-#include "passes/DecomposeToRuntimeOps.h"
+#include "ir/TensorMetaUtils.h"
 #include "TestPrograms.h"
 
 #include <gtest/gtest.h>

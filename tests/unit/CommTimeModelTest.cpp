@@ -1,4 +1,4 @@
-// The communication time model (passes/CommTimeModel) and the cluster topology reader. Expected
+// The communication time model (comm/CommTimeModel) and the cluster topology reader. Expected
 // times are derived by hand from NCCL's tuning model as docs/cluster-format.md states it:
 //   time = latency + message / (1000 * algorithm bandwidth)      [us; bytes; GB/s]
 //   ring: algorithm bandwidth = bus bandwidth * n / steps (all_reduce 2(n-1) steps, else n-1),
@@ -6,7 +6,7 @@
 //   tree (all_reduce): algorithm bandwidth = bus bandwidth / 2 (x medium-size correction)
 // and the fastest (algorithm, protocol) pair wins.
 #include "frontends/ClusterReader.h"
-#include "passes/CommTimeModel.h"
+#include "comm/CommTimeModel.h"
 
 #include <gtest/gtest.h>
 

@@ -4,6 +4,7 @@
 #include "ir/Graph.h"
 #include "ir/IRPrinter.h"
 #include "passes/ApplyShardingPlan.h"
+#include "ir/TensorMetaUtils.h"
 #include "passes/DecomposeToRuntimeOps.h"
 #include "passes/ShardingPropagation.h"
 #include "TestPrograms.h"

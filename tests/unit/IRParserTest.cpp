@@ -5,6 +5,7 @@
 #include "ir/IRPrinter.h"
 #include "ir/Error.h"
 #include "passes/ApplyShardingPlan.h"
+#include "passes/DecomposeToRuntimeOps.h"
 #include "TestPrograms.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "passes/ModuleCalls.h"
+#include "ir/ModuleCalls.h"
 
 #include "TestPrograms.h"
 

@@ -6,7 +6,7 @@
 // CUDA expectations (S(a)->S(b) = _dtensor.shard_dim_alltoall) cannot run here: they are derived
 // by hand from shard_dim_alltoall(), which only falls back to all_gather on a "cpu" mesh. (The
 // pytest oracle also checks them by forcing that branch.)
-#include "passes/RedistributePlanner.h"
+#include "dtensor/RedistributePlanner.h"
 
 #include "ir/Error.h"
 

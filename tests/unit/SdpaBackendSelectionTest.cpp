@@ -1,7 +1,7 @@
 // SDPA backend choice on CUDA, each expectation derived by hand from ATen's select_sdp_backend
 // (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp): default priority flash, efficient,
 // math, cuDNN; cuDNN first on sm90/sm100 when the runtime cuDNN is newer than 9.15.0.
-#include "passes/SdpaBackendSelection.h"
+#include "aten/SdpaBackendSelection.h"
 
 #include <gtest/gtest.h>
 

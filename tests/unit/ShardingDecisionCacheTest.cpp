@@ -1,10 +1,10 @@
 // ShardingDecisionCache: nodes that ask decide the same question share one decision; anything
 // decide reads (an argument, which operand is which, placements, metas, the mesh) makes a new key.
-#include "passes/ShardingDecisionCache.h"
+#include "dtensor/ShardingDecisionCache.h"
 
 #include "ir/Error.h"
 #include "ir/Graph.h"
-#include "passes/Derivatives.h"
+#include "autograd/Derivatives.h"
 
 #include <gtest/gtest.h>
 

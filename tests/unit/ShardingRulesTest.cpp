@@ -1,10 +1,10 @@
 // ShardingRules: per op family, decisions derived by hand from torch 2.13's DTensor rules (the
 // derivation is in the comment of each case). Notation [out | in0, in1, ...] per mesh dim.
-#include "passes/ShardingRules.h"
+#include "dtensor/ShardingRules.h"
 
 #include "ir/Error.h"
 #include "ir/Graph.h"
-#include "passes/rules/RuleEngine.h"
+#include "dtensor/rules/RuleEngine.h"
 
 #include <gtest/gtest.h>
 

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "ir/Graph.h"
-#include "passes/DecomposeToRuntimeOps.h"
-#include "passes/Derivatives.h"
+#include "ir/TensorMetaUtils.h"
+#include "autograd/Derivatives.h"
 #include "passes/PassManager.h"
 
 #include <fmt/format.h>

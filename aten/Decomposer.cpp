@@ -1,0 +1,687 @@
+#include "aten/Decomposer.h"
+
+#include "aten/SdpaBackendSelection.h"
+#include "ir/Error.h"
+#include "ir/GraphBuilder.h"
+#include "ir/TensorMetaUtils.h"
+
+#include <cmath>
+
+#include <numeric>
+
+namespace commlens {
+
+namespace {
+
+TensorMeta withShape(const TensorMeta &like, llvm::ArrayRef<int64_t> sizes,
+                     std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt) {
+  TensorMeta m = like;
+  m.sizes.clear();
+  for (int64_t s : sizes)
+    m.sizes.push_back(SymInt::concrete(s));
+  if (strides) {
+    m.strides.clear();
+    for (int64_t s : *strides)
+      m.strides.push_back(SymInt::concrete(s));
+  } else {
+    m.strides = contiguousStrides(sizes);
+  }
+  m.storageOffset = SymInt::concrete(0);
+  return m;
+}
+
+/// F.interpolate's composite overloads, each run as its .default kernel.
+constexpr llvm::StringLiteral kUpsampleVec[] = {
+    "aten::upsample_nearest1d.vec", "aten::upsample_nearest2d.vec",  "aten::upsample_nearest3d.vec",
+    "aten::_upsample_nearest_exact1d.vec", "aten::_upsample_nearest_exact2d.vec",
+    "aten::_upsample_nearest_exact3d.vec", "aten::upsample_linear1d.vec", "aten::upsample_bilinear2d.vec",
+    "aten::upsample_bicubic2d.vec",  "aten::upsample_trilinear3d.vec"};
+
+/// Emits the runtime ops of one exported node.
+class Decomposer {
+public:
+  /// `cuda`: the target of a device_type="cuda" plan (its kernels' dispatch), else CPU dispatch.
+  Decomposer(GraphBuilder &b, const CudaTarget *cuda, llvm::DenseSet<const Value *> requiresGrad)
+      : b_(b), cuda_(cuda), requiresGrad_(std::move(requiresGrad)) {}
+
+  llvm::Error rewrite(const Node &n) {
+    n_ = &n;
+    llvm::StringRef op = n.opString();
+    if (op == "aten::linear.default")
+      return linear();
+    if (op == "aten::matmul.default") {
+      Value *out = matmul(in("self"), in("other"), *result(0)->meta(), result(0)->name());
+      b_.bind(n.results()[0], out);
+      return llvm::Error::success();
+    }
+    if (op == "aten::layer_norm.default")
+      return layerNorm();
+    if (op == "aten::rms_norm.default")
+      return rmsNorm();
+    if (op == "aten::dropout.default")
+      return dropout();
+    if (op == "aten::softmax.int" || op == "aten::log_softmax.int")
+      return softmax(op == "aten::log_softmax.int" ? "aten::_log_softmax.default" : "aten::_softmax.default");
+    if (op == "aten::reshape.default" || op == "aten::flatten.using_ints") {
+      b_.bind(n.results()[0], reshape(in("self"), hints(result(0)->meta()->sizes), result(0)->name()));
+      return llvm::Error::success();
+    }
+    if (op == "aten::contiguous.default") {
+      Value *x = in("self");
+      if (isContiguous(*x->meta()))
+        b_.bind(n.results()[0], x);
+      else
+        b_.bind(n.results()[0], unary("aten::clone.default", x, withShape(*x->meta(), hints(x->meta()->sizes)),
+                                      result(0)->name(), {{"memory_format", MemoryFormat::Contiguous, true}}));
+      return llvm::Error::success();
+    }
+    if (op == "aten::type_as.default")
+      return conversion(/*forced=*/false);
+    if (op == "aten::scaled_dot_product_attention.default")
+      return cuda_ ? sdpaCuda() : sdpa();
+    if (op.startswith("aten::to.")) {
+      const Argument *copy = n.input("copy");
+      return conversion(/*forced=*/copy && copy->is<bool>() && copy->get<bool>());
+    }
+    if (op == "aten::chunk.default")
+      return chunk();
+    if (op == "aten::_assert_tensor_metadata.default")
+      return llvm::Error::success(); // export's check of a .to() call: eager code never dispatches it
+    if (op == "aten::movedim.int" || op == "aten::movedim.intlist")
+      return movedim();
+    if (op == "aten::std.dim" || op == "aten::var.dim")
+      return stdVarDim(op == "aten::std.dim" ? "aten::std.correction" : "aten::var.correction");
+    if (op == "aten::pad.default")
+      return pad();
+    if (op == "aten::cross_entropy_loss.default")
+      return crossEntropyLoss();
+    if (llvm::is_contained(kUpsampleVec, op))
+      return upsampleVec();
+    b_.copy(n);
+    return llvm::Error::success();
+  }
+
+private:
+  /// Tensor.to / type_as (TensorConversions.cpp): self when the result keeps the dtype and device
+  /// and no copy is `forced`, else _to_copy to the result's dtype.
+  llvm::Error conversion(bool forced) {
+    Value *x = in("self");
+    const TensorMeta &out = *result(0)->meta();
+    if (!forced && out.dtype == x->meta()->dtype && out.device == x->meta()->device)
+      b_.bind(n_->results()[0], x);
+    else
+      b_.bind(n_->results()[0],
+              unary("aten::_to_copy.default", x, out, result(0)->name(), {{"dtype", out.dtype, true}}));
+    return llvm::Error::success();
+  }
+
+  Value *in(llvm::StringRef name) const {
+    const Argument *a = n_->input(name);
+    return a && a->isTensor() ? b_.map(a->tensor()) : nullptr;
+  }
+  const Value *result(unsigned i) const { return n_->results()[i]; }
+
+  Value *emit1(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args, const TensorMeta &meta,
+               llvm::StringRef name) {
+    Value *out = b_.tensor(name, meta);
+    b_.emit(op, std::move(args), {out}, *n_);
+    return out;
+  }
+  Value *unary(llvm::StringRef op, Value *x, const TensorMeta &meta, llvm::StringRef name,
+               llvm::SmallVector<NamedArgument, 4> extra = {}) {
+    llvm::SmallVector<NamedArgument, 4> args{{"self", x, false}};
+    args.append(extra.begin(), extra.end());
+    return emit1(op, std::move(args), meta, name);
+  }
+  std::string tmp(llvm::StringRef what) const { return n_->name() + "_" + what.str(); }
+
+  Value *t(Value *w) {
+    auto s = hints(w->meta()->sizes);
+    auto st = hints(w->meta()->strides);
+    std::reverse(s.begin(), s.end());
+    std::reverse(st.begin(), st.end());
+    return unary("aten::t.default", w, withShape(*w->meta(), s, llvm::ArrayRef<int64_t>(st)), tmp("t"));
+  }
+
+  /// reshape: a view when the strides allow it, else clone + _unsafe_view.
+  Value *reshape(Value *x, llvm::ArrayRef<int64_t> sizes, llvm::StringRef name) {
+    if (auto st = viewStrides(*x->meta(), sizes))
+      return emit1("aten::view.default", {{"self", x, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
+                   withShape(*x->meta(), sizes, llvm::ArrayRef<int64_t>(*st)), name);
+    Value *c = unary("aten::clone.default", x, withShape(*x->meta(), hints(x->meta()->sizes)), tmp("clone"),
+                     {{"memory_format", MemoryFormat::Contiguous, true}});
+    return emit1("aten::_unsafe_view.default", {{"self", c, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
+                 withShape(*x->meta(), sizes), name);
+  }
+
+  Value *mm(Value *a, Value *b, llvm::StringRef name) {
+    int64_t m = a->meta()->sizes[0].hint, k = b->meta()->sizes[1].hint;
+    return emit1("aten::mm.default", {{"self", a, false}, {"mat2", b, false}}, withShape(*a->meta(), {m, k}), name);
+  }
+
+  /// at::matmul's dispatch for the ranks our models use (ATen LinearAlgebra.cpp _matmul_impl).
+  Value *matmul(Value *a, Value *b, const TensorMeta &outMeta, llvm::StringRef outName) {
+    const TensorMeta &am = *a->meta(), &bm = *b->meta();
+    auto outSizes = hints(outMeta.sizes);
+    int64_t da = am.rank(), db = bm.rank();
+    if (da == 2 && db == 2)
+      return mm(a, b, outName);
+    if (da >= 3 && db == 2) { // fold the batch dims of a into rows: reshape, mm, _unsafe_view
+      int64_t rows = 1;
+      for (int64_t i = 0; i + 1 < da; ++i)
+        rows *= am.sizes[i].hint;
+      Value *flat = reshape(a, {rows, am.sizes.back().hint}, tmp("view"));
+      Value *prod = mm(flat, b, tmp("mm"));
+      return emit1("aten::_unsafe_view.default", {{"self", prod, false}, {"size", IntList(outSizes), false}},
+                   outMeta, outName);
+    }
+    // Batched: expand both to the broadcast batch shape, fold batches, bmm, _unsafe_view.
+    auto as = hints(am.sizes), bs = hints(bm.sizes);
+    llvm::SmallVector<int64_t, 4> batch(outSizes.begin(), outSizes.end() - 2);
+    int64_t nb = std::accumulate(batch.begin(), batch.end(), int64_t{1}, std::multiplies<>());
+    auto fold = [&](Value *x, llvm::ArrayRef<int64_t> sizes, llvm::StringRef tag) {
+      llvm::SmallVector<int64_t, 4> expanded(batch);
+      expanded.push_back(sizes[sizes.size() - 2]);
+      expanded.push_back(sizes.back());
+      // expand computes stride 0 for broadcast dims and keeps the others.
+      auto st = hints(x->meta()->strides);
+      llvm::SmallVector<int64_t, 4> est(expanded.size(), 0);
+      for (size_t i = 0; i < expanded.size(); ++i) {
+        int64_t src = static_cast<int64_t>(i) - static_cast<int64_t>(expanded.size() - sizes.size());
+        if (src >= 0 && sizes[src] == expanded[i])
+          est[i] = st[src];
+      }
+      Value *e = emit1("aten::expand.default", {{"self", x, false}, {"size", IntList(expanded), false}},
+                       withShape(*x->meta(), expanded, llvm::ArrayRef<int64_t>(est)), tmp(("expand" + tag).str()));
+      return reshape(e, {nb, sizes[sizes.size() - 2], sizes.back()}, tmp(("view" + tag).str()));
+    };
+    Value *fa = fold(a, as, "");
+    Value *fb = fold(b, bs, "_1");
+    int64_t m = as[as.size() - 2], p = bs.back();
+    Value *prod = emit1("aten::bmm.default", {{"self", fa, false}, {"mat2", fb, false}}, withShape(am, {nb, m, p}),
+                        tmp("bmm"));
+    return emit1("aten::_unsafe_view.default", {{"self", prod, false}, {"size", IntList(outSizes), false}},
+                 outMeta, outName);
+  }
+
+  llvm::Error linear() {
+    Value *x = in("input"), *w = in("weight"), *bias = in("bias");
+    const Value *out = result(0);
+    int64_t dim = x->meta()->rank();
+    if (dim == 2 && bias) {
+      Value *wt = t(w);
+      b_.bind(out, emit1("aten::addmm.default", {{"self", bias, false}, {"mat1", x, false}, {"mat2", wt, false}},
+                         *out->meta(), out->name()));
+      return llvm::Error::success();
+    }
+    if (bias && isContiguous(*x->meta()) && (dim == 3 || bias->meta()->rank() == 1)) {
+      // _flatten_nd_linear: reshape to 2-D, addmm, view back.
+      auto sizes = hints(x->meta()->sizes);
+      int64_t rows = 1;
+      for (int64_t i = 0; i + 1 < dim; ++i)
+        rows *= sizes[i];
+      Value *flat = reshape(x, {rows, sizes.back()}, tmp("view"));
+      Value *wt = t(w);
+      int64_t n = w->meta()->sizes[0].hint;
+      Value *prod = emit1("aten::addmm.default", {{"self", bias, false}, {"mat1", flat, false}, {"mat2", wt, false}},
+                          withShape(*x->meta(), {rows, n}), tmp("addmm"));
+      b_.bind(out, emit1("aten::view.default", {{"self", prod, false}, {"size", IntList(hints(out->meta()->sizes)), false}},
+                         *out->meta(), out->name()));
+      return llvm::Error::success();
+    }
+    Value *wt = t(w);
+    if (!bias) {
+      b_.bind(out, matmul(x, wt, *out->meta(), out->name()));
+      return llvm::Error::success();
+    }
+    // matmul then an out-of-place add (the bias is a tensor subclass under DTensor).
+    Value *prod = matmul(x, wt, *out->meta(), tmp("matmul"));
+    b_.bind(out, emit1("aten::add.Tensor", {{"self", prod, false}, {"other", bias, false}}, *out->meta(), out->name()));
+    return llvm::Error::success();
+  }
+
+  /// chunk is CompositeImplicitAutograd: it runs split.Tensor with ceil(size / chunks) per piece
+  /// (TensorShape.cpp), so DTensor and autograd see a split.
+  llvm::Error chunk() {
+    Value *x = in("self");
+    const Argument *chunks = n_->input("chunks"), *dimArg = n_->input("dim");
+    if (!chunks || !chunks->is<int64_t>() || chunks->get<int64_t>() <= 0)
+      return makeError("node '{}' (aten::chunk.default): expected a positive int 'chunks'", n_->name());
+    int64_t rank = x->meta()->rank();
+    int64_t dim = dimArg && dimArg->is<int64_t>() ? dimArg->get<int64_t>() : 0;
+    if (dim < -rank || dim >= std::max<int64_t>(rank, 1))
+      return makeError("node '{}' (aten::chunk.default): dim {} is out of range for a tensor of rank {}", n_->name(),
+                       dim, rank);
+    int64_t size = hints(x->meta()->sizes)[dim < 0 ? dim + rank : dim];
+    int64_t n = chunks->get<int64_t>();
+    TensorList pieces;
+    for (const Value *r : n_->results())
+      pieces.push_back(b_.tensor(r->name(), *r->meta()));
+    b_.emit("aten::split.Tensor", {{"self", x, false}, {"split_size", (size + n - 1) / n, false}, {"dim", dim, false}},
+            {Argument(pieces)}, *n_);
+    for (size_t i = 0; i < pieces.size(); ++i)
+      b_.bind(n_->results()[i], pieces[i]);
+    return llvm::Error::success();
+  }
+
+  llvm::Error layerNorm() {
+    Value *x = in("input");
+    const TensorMeta &xm = *x->meta();
+    auto normalized = n_->input("normalized_shape")->asIntList().value_or(IntList{});
+    auto statSizes = hints(xm.sizes);
+    for (size_t i = 0; i < normalized.size() && i < statSizes.size(); ++i)
+      statSizes[statSizes.size() - 1 - i] = 1;
+    TensorMeta stat = withShape(xm, statSizes);
+    stat.dtype = xm.dtype;
+    const Value *out = result(0);
+    Value *y = b_.tensor(out->name(), *out->meta());
+    Value *mean = b_.tensor(tmp("mean"), stat), *rstd = b_.tensor(tmp("rstd"), stat);
+    llvm::SmallVector<NamedArgument, 4> args{{"input", x, false}, {"normalized_shape", IntList(normalized), false}};
+    args.push_back({"weight", in("weight") ? Argument(in("weight")) : Argument(NoneArg{}), false});
+    args.push_back({"bias", in("bias") ? Argument(in("bias")) : Argument(NoneArg{}), false});
+    args.push_back({"eps", n_->input("eps") ? *n_->input("eps") : Argument(1e-5), false});
+    b_.emit("aten::native_layer_norm.default", std::move(args), {y, mean, rstd}, *n_);
+    b_.bind(out, y);
+    return llvm::Error::success();
+  }
+
+  llvm::Error rmsNorm() {
+    // CPU composite path of torch 2.13: pow, mean.dim(keepdim), add_(eps), rsqrt, mul, mul(weight).
+    Value *x = in("input");
+    const TensorMeta &xm = *x->meta();
+    auto normalized = n_->input("normalized_shape")->asIntList().value_or(IntList{});
+    IntList dims;
+    for (size_t i = 0; i < normalized.size(); ++i)
+      dims.push_back(-1 - static_cast<int64_t>(normalized.size() - 1 - i));
+    auto statSizes = hints(xm.sizes);
+    for (size_t i = 0; i < normalized.size() && i < statSizes.size(); ++i)
+      statSizes[statSizes.size() - 1 - i] = 1;
+    double eps = 1.1920928955078125e-07; // torch.finfo(float32).eps, the default when eps is None
+    if (const Argument *e = n_->input("eps"); e && e->is<double>())
+      eps = e->get<double>();
+    Value *sq = emit1("aten::pow.Tensor_Scalar", {{"self", x, false}, {"exponent", int64_t{2}, false}}, withShape(xm, hints(xm.sizes)), tmp("pow"));
+    Value *mean = emit1("aten::mean.dim", {{"self", sq, false}, {"dim", dims, false}, {"keepdim", true, false}},
+                        withShape(xm, statSizes), tmp("mean"));
+    Value *shifted = emit1("aten::add_.Scalar", {{"self", mean, false}, {"other", eps, false}}, withShape(xm, statSizes), tmp("add"));
+    Value *r = unary("aten::rsqrt.default", shifted, withShape(xm, statSizes), tmp("rsqrt"));
+    const Value *out = result(0);
+    Value *weight = in("weight");
+    Value *scaled = emit1("aten::mul.Tensor", {{"self", x, false}, {"other", r, false}},
+                          weight ? withShape(xm, hints(xm.sizes)) : *out->meta(), weight ? tmp("mul") : out->name());
+    if (weight)
+      scaled = emit1("aten::mul.Tensor", {{"self", scaled, false}, {"other", weight, false}}, *out->meta(), out->name());
+    b_.bind(out, scaled);
+    return llvm::Error::success();
+  }
+
+  llvm::Error dropout() {
+    Value *x = in("input");
+    const Argument *p = n_->input("p");
+    const Argument *train = n_->input("train");
+    double prob = p && p->is<double>() ? p->get<double>() : 0.5;
+    bool training = !train || !train->is<bool>() || train->get<bool>();
+    if (prob == 0.0 || !training) { // at::dropout returns its input
+      b_.bind(result(0), x);
+      return llvm::Error::success();
+    }
+    if (cuda_) {
+      // is_fused_kernel_acceptable (Dropout.cpp): a CUDA input with 0 < p < 1 and elements runs
+      // the fused native_dropout.
+      if (prob > 0.0 && prob < 1.0 && x->meta()->numel() > 0) {
+        Value *y = b_.tensor(result(0)->name(), *result(0)->meta());
+        TensorMeta mm = withShape(*x->meta(), hints(x->meta()->sizes));
+        mm.dtype = ScalarType::Bool;
+        mm.requiresGrad = false;
+        Value *mask = b_.tensor(tmp("mask"), mm);
+        b_.emit("aten::native_dropout.default", {{"input", x, false}, {"p", prob, false}, {"train", true, false}},
+                {y, mask}, *n_);
+        b_.bind(result(0), y);
+        return llvm::Error::success();
+      }
+    }
+    // CPU path: a Bernoulli mask scaled in place, then multiplied in.
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
+    Value *mask = unary("aten::empty_like.default", x, m, tmp("mask"));
+    Value *drawn = emit1("aten::bernoulli_.float", {{"self", mask, false}, {"p", 1.0 - prob, false}}, m, tmp("bernoulli"));
+    Value *scaled = emit1("aten::div_.Scalar", {{"self", drawn, false}, {"other", 1.0 - prob, false}}, m, tmp("div"));
+    b_.bind(result(0), emit1("aten::mul.Tensor", {{"self", x, false}, {"other", scaled, false}}, *result(0)->meta(),
+                             result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// movedim (TensorShape.cpp): a permute whose order puts each source dim at its destination
+  /// and the other dims, in order, in the remaining places.
+  llvm::Error movedim() {
+    Value *x = in("self");
+    int64_t rank = x->meta()->rank();
+    auto norm = [&](int64_t d) { return d < 0 ? d + rank : d; };
+    IntList src, dst;
+    for (auto [name, list] : {std::pair{"source", &src}, std::pair{"destination", &dst}}) {
+      const Argument *a = n_->input(name);
+      if (auto one = a ? a->asInt() : std::nullopt)
+        list->push_back(norm(*one));
+      else if (auto many = a ? a->asIntList() : std::nullopt)
+        for (int64_t d : *many)
+          list->push_back(norm(d));
+    }
+    if (src.size() != dst.size())
+      return makeError("node '{}' {}: source and destination differ in length", n_->name(), n_->opString());
+    IntList perm(rank, -1);
+    llvm::SmallVector<bool, 4> used(rank, false);
+    for (size_t i = 0; i < src.size(); ++i) {
+      perm[dst[i]] = src[i];
+      used[src[i]] = true;
+    }
+    int64_t next = 0;
+    for (int64_t &p : perm)
+      if (p < 0) {
+        while (used[next])
+          ++next;
+        p = next++;
+      }
+    b_.bind(result(0), unary("aten::permute.default", x, *result(0)->meta(), result(0)->name(), {{"dims", perm, false}}));
+    return llvm::Error::success();
+  }
+
+  /// std.dim / var.dim (ReduceOps.cpp): the .correction overload, correction 1 when unbiased.
+  llvm::Error stdVarDim(llvm::StringRef runtimeOp) {
+    const Argument *unbiased = n_->input("unbiased");
+    int64_t correction = unbiased && unbiased->is<bool>() && !unbiased->get<bool>() ? 0 : 1;
+    llvm::SmallVector<NamedArgument, 4> args{{"self", in("self"), false}};
+    if (const Argument *dim = n_->input("dim"))
+      args.push_back({"dim", b_.map(*dim), false});
+    args.push_back({"correction", correction, true});
+    if (const Argument *keepdim = n_->input("keepdim"))
+      args.push_back({"keepdim", b_.map(*keepdim), true});
+    b_.bind(result(0), emit1(runtimeOp, std::move(args), *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// F.pad's aten::pad (PadNd.cpp): mode "constant" runs constant_pad_nd; the other modes' kernels
+  /// (reflection/replication/circular) are not modelled.
+  llvm::Error pad() {
+    const Argument *mode = n_->input("mode");
+    std::string m = mode && mode->is<std::string>() ? mode->get<std::string>() : "constant";
+    if (m != "constant")
+      return makeError("node '{}' aten::pad.default with mode '{}' in {}: only mode 'constant' is supported",
+                       n_->name(), m, n_->scope() ? n_->scope()->displayName() : "Global");
+    llvm::SmallVector<NamedArgument, 4> args{{"self", in("self"), false}, {"pad", b_.map(*n_->input("pad")), false}};
+    if (const Argument *value = n_->input("value"); value && !value->isNone())
+      args.push_back({"value", b_.map(*value), false});
+    b_.bind(result(0), emit1("aten::constant_pad_nd.default", std::move(args), *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// cross_entropy_loss (LossNLL.cpp) with class-index targets and no label smoothing:
+  /// log_softmax over the class dim, then nll_loss (nll_loss_forward for 1-D and 2-D input).
+  llvm::Error crossEntropyLoss() {
+    Value *x = in("self"), *target = in("target");
+    const Argument *smoothing = n_->input("label_smoothing");
+    bool smoothed = smoothing && ((smoothing->is<double>() && smoothing->get<double>() != 0) ||
+                                  (smoothing->asInt() && *smoothing->asInt() != 0));
+    std::string where = fmt::format("node '{}' aten::cross_entropy_loss.default in {}", n_->name(),
+                                    n_->scope() ? n_->scope()->displayName() : "Global");
+    if (smoothed)
+      return makeError("{}: label_smoothing is not supported", where);
+    if (!target || isFloating(target->meta()->dtype))
+      return makeError("{}: class-probability targets are not supported (class indices only)", where);
+    if (x->meta()->rank() > 2)
+      return makeError("{}: input of rank {} (nll_loss_nd's reshape to 2-D) is not supported", where,
+                       x->meta()->rank());
+    int64_t classDim = x->meta()->rank() == 1 ? 0 : 1;
+    Value *logp = emit1("aten::_log_softmax.default",
+                        {{"self", x, false}, {"dim", classDim, false}, {"half_to_float", false, false}},
+                        withShape(*x->meta(), hints(x->meta()->sizes)), tmp("log_softmax"));
+    llvm::SmallVector<NamedArgument, 4> args{{"self", logp, false}, {"target", target, false}};
+    // cross_entropy_loss's defaults, spelled out: nll_loss_forward has none.
+    for (auto [name, fallback] : {std::pair<const char *, Argument>{"weight", NoneArg{}},
+                                  {"reduction", int64_t{1}}, {"ignore_index", int64_t{-100}}})
+      if (const Argument *a = n_->input(name))
+        args.push_back({name, b_.map(*a), false});
+      else
+        args.push_back({name, fallback, false});
+    Value *totalWeight = b_.tensor(tmp("total_weight"), withShape(*x->meta(), {}));
+    Value *out = b_.tensor(result(0)->name(), *result(0)->meta());
+    b_.emit("aten::nll_loss_forward.default", std::move(args), {out, totalWeight}, *n_);
+    b_.bind(result(0), out);
+    return llvm::Error::success();
+  }
+
+  /// upsample_*.vec (UpSample.cpp): the .default kernel with the output size the result has and
+  /// each scale factor as its scales_* argument (None when sizes were given).
+  llvm::Error upsampleVec() {
+    llvm::StringRef op = n_->opString();
+    std::string runtimeOp = (op.drop_back(llvm::StringRef(".vec").size()) + ".default").str();
+    auto outSizes = hints(result(0)->meta()->sizes);
+    int64_t spatial = static_cast<int64_t>(outSizes.size()) - 2;
+    llvm::SmallVector<NamedArgument, 4> args{
+        {"self", in("input"), false},
+        {"output_size", IntList(outSizes.begin() + 2, outSizes.end()), false}};
+    if (const Argument *align = n_->input("align_corners"))
+      args.push_back({"align_corners", b_.map(*align), false});
+    const Argument *factors = n_->input("scale_factors");
+    static const char *kScales1[] = {"scales"}, *kScales2[] = {"scales_h", "scales_w"},
+                      *kScales3[] = {"scales_d", "scales_h", "scales_w"};
+    llvm::ArrayRef<const char *> names = spatial == 1   ? llvm::ArrayRef<const char *>(kScales1)
+                                         : spatial == 2 ? llvm::ArrayRef<const char *>(kScales2)
+                                                        : llvm::ArrayRef<const char *>(kScales3);
+    for (size_t i = 0; i < names.size(); ++i) {
+      Argument scale = NoneArg{};
+      if (factors && factors->is<FloatList>() && i < factors->get<FloatList>().size())
+        scale = factors->get<FloatList>()[i];
+      args.push_back({names[i], scale, false});
+    }
+    b_.bind(result(0), emit1(runtimeOp, std::move(args), *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  llvm::Error softmax(llvm::StringRef runtimeOp) {
+    Value *x = in("self");
+    int64_t dim = n_->input("dim")->asInt().value_or(-1);
+    b_.bind(result(0), emit1(runtimeOp, {{"self", x, false}, {"dim", dim, false}, {"half_to_float", false, false}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  llvm::Error sdpa() {
+    // On CPU the math-free flash kernel serves SDPA (ATen picks it for CPU tensors).
+    Value *q = in("query"), *k = in("key"), *v = in("value");
+    const Value *out = result(0);
+    auto qs = hints(q->meta()->sizes);
+    llvm::SmallVector<int64_t, 4> lseSizes(qs.begin(), qs.end() - 1);
+    TensorMeta lse = withShape(*q->meta(), lseSizes);
+    lse.dtype = ScalarType::Float;
+    Value *y = b_.tensor(out->name(), *out->meta());
+    Value *logsumexp = b_.tensor(tmp("logsumexp"), lse);
+    llvm::SmallVector<NamedArgument, 4> args{{"query", q, false}, {"key", k, false}, {"value", v, false}};
+    for (const char *name : {"dropout_p", "is_causal", "attn_mask", "scale"})
+      if (const Argument *a = n_->input(name))
+        args.push_back({name, b_.map(*a), true});
+    b_.emit("aten::_scaled_dot_product_flash_attention_for_cpu.default", std::move(args), {y, logsumexp}, *n_);
+    b_.bind(out, y);
+    return llvm::Error::success();
+  }
+
+  double doubleArg(llvm::StringRef name, double fallback) const {
+    const Argument *a = n_->input(name);
+    if (a && a->is<double>())
+      return a->get<double>();
+    if (a && a->is<int64_t>())
+      return static_cast<double>(a->get<int64_t>());
+    return fallback;
+  }
+  bool boolArg(llvm::StringRef name, bool fallback) const {
+    const Argument *a = n_->input(name);
+    return a && a->is<bool>() ? a->get<bool>() : fallback;
+  }
+
+  /// SDPA on a cuda mesh (attention.cpp scaled_dot_product_attention): the backend
+  /// selectCudaSdpaBackend picks, with the argument preparation ATen's composite does for it.
+  llvm::Error sdpaCuda() {
+    Value *q = in("query"), *k = in("key"), *v = in("value"), *mask = in("attn_mask");
+    const Value *out = result(0);
+    SdpaOperands ops;
+    ops.query = &*q->meta();
+    ops.key = &*k->meta();
+    ops.value = &*v->meta();
+    ops.mask = mask ? &*mask->meta() : nullptr;
+    ops.dropout = doubleArg("dropout_p", 0.0);
+    ops.isCausal = boolArg("is_causal", false);
+    ops.enableGqa = boolArg("enable_gqa", false);
+    // should_compute_logsumexp / input_requires_grad: grad mode on and some input requires grad.
+    for (const char *name : {"query", "key", "value"})
+      ops.requiresGrad |= n_->gradEnabled() && requiresGrad_.count(n_->input(name)->tensor());
+    SdpaSelection sel = selectCudaSdpaBackend(ops, *cuda_);
+    const Argument *scaleArg = n_->input("scale");
+    Argument scale = scaleArg ? b_.map(*scaleArg) : Argument(NoneArg{});
+    const TensorMeta &qm = *q->meta();
+    auto qs = hints(qm.sizes);
+    int64_t B = qs[0], H = qs[1], L = qs[2], S = hints(k->meta()->sizes)[2];
+    auto sideTensor = [&](llvm::StringRef what, ScalarType dtype, llvm::ArrayRef<int64_t> sizes) {
+      TensorMeta m = withShape(qm, sizes);
+      m.dtype = dtype;
+      m.requiresGrad = false;
+      return b_.tensor(tmp(what), m);
+    };
+    switch (sel.backend) {
+    case SdpaBackend::Math:
+      return makeError("node '{}' in module '{}': scaled_dot_product_attention runs the math backend on CUDA ({}); "
+                       "commlens does not model that decomposition yet",
+                       n_->name(), n_->scope() ? n_->scope()->displayName() : std::string("Global"), sel.why);
+    case SdpaBackend::Flash: {
+      // pad_last_dim<8>: head dims padded to a multiple of 8, the output sliced back; the scale is
+      // computed from the unpadded head dim and passed explicitly.
+      int64_t d = qs[3];
+      int64_t pad = d % 8 ? 8 - d % 8 : 0;
+      auto padded = [&](Value *x, llvm::StringRef tag) {
+        if (!pad)
+          return x;
+        auto sizes = hints(x->meta()->sizes);
+        sizes.back() += pad;
+        return emit1("aten::constant_pad_nd.default",
+                     {{"self", x, false}, {"pad", IntList{0, pad}, false}, {"value", int64_t{0}, false}},
+                     withShape(*x->meta(), sizes), tmp(("pad" + tag).str()));
+      };
+      Value *qp = padded(q, "_q"), *kp = padded(k, "_k"), *vp = padded(v, "_v");
+      double s = scaleArg && scaleArg->is<double>() ? scaleArg->get<double>() : 1.0 / std::sqrt(static_cast<double>(d));
+      TensorMeta ym = pad ? withShape(*qp->meta(), hints(qp->meta()->sizes)) : *out->meta();
+      Value *y = b_.tensor(pad ? tmp("flash_out") : out->name(), ym);
+      Value *lse = sideTensor("logsumexp", ScalarType::Float, {B, H, L});
+      Value *seed = sideTensor("philox_seed", ScalarType::UInt64, {2});
+      Value *offset = sideTensor("philox_offset", ScalarType::UInt64, {});
+      Value *debug = sideTensor("debug_attn_mask", qm.dtype, {0});
+      b_.emit("aten::_scaled_dot_product_flash_attention.default",
+              {{"query", qp, false}, {"key", kp, false}, {"value", vp, false}, {"dropout_p", ops.dropout, false},
+               {"is_causal", ops.isCausal, false}, {"return_debug_mask", false, false}, {"scale", s, true}},
+              {y, lse, Argument(NoneArg{}), Argument(NoneArg{}), L, S, seed, offset, debug}, *n_);
+      if (pad)
+        y = emit1("aten::slice.Tensor",
+                  {{"self", y, false}, {"dim", int64_t{-1}, false}, {"start", int64_t{0}, false}, {"end", d, false}},
+                  *out->meta(), out->name());
+      b_.bind(out, y);
+      return llvm::Error::success();
+    }
+    case SdpaBackend::Efficient:
+    case SdpaBackend::Cudnn: {
+      bool cudnn = sel.backend == SdpaBackend::Cudnn;
+      Argument bias = NoneArg{};
+      if (mask) {
+        Value *m = mask;
+        if (m->meta()->dtype == ScalarType::Bool) {
+          // convert_boolean_attn_mask: where(!mask, -inf (cuDNN: -65504), 0.0) in the query's dtype.
+          TensorMeta bm = withShape(*m->meta(), hints(m->meta()->sizes));
+          Value *inv = unary("aten::logical_not.default", m, bm, tmp("mask_not"));
+          TensorMeta zm = withShape(qm, {});
+          zm.requiresGrad = false;
+          Value *zero = b_.tensor(tmp("mask_zero"), zm);
+          b_.emit("aten::scalar_tensor.default", {{"s", 0.0, false}, {"dtype", qm.dtype, true}}, {zero}, *n_);
+          TensorMeta fm = bm;
+          fm.dtype = qm.dtype;
+          m = emit1("aten::where.ScalarSelf",
+                    {{"condition", inv, false}, {"self", cudnn ? -65504.0 : -INFINITY, false}, {"other", zero, false}},
+                    fm, tmp("mask_bias"));
+        }
+        if (!cudnn) {
+          // preprocess_mask: pad the last dim to a multiple of 8 (then slice back) unless every
+          // stride but the last is a multiple of 8 and the last is 1; expand to [B, H, L, S].
+          const TensorMeta &mm = *m->meta();
+          bool aligned = !mm.strides.empty() && mm.strides.back().hint == 1;
+          for (size_t i = 0; i + 1 < mm.strides.size(); ++i)
+            aligned = aligned && mm.strides[i].hint % 8 == 0;
+          if (!aligned) {
+            auto sizes = hints(mm.sizes);
+            int64_t last = sizes.back(), padCount = 8 - last % 8;
+            auto padSizes = sizes;
+            padSizes.back() += padCount;
+            Value *pm = emit1("aten::constant_pad_nd.default",
+                              {{"self", m, false}, {"pad", IntList{0, padCount}, false}, {"value", int64_t{0}, false}},
+                              withShape(mm, padSizes), tmp("mask_pad"));
+            auto pst = hints(pm->meta()->strides);
+            m = emit1("aten::slice.Tensor",
+                      {{"self", pm, false}, {"dim", int64_t{-1}, false}, {"start", int64_t{0}, false}, {"end", last, false}},
+                      withShape(mm, sizes, llvm::ArrayRef<int64_t>(pst)), tmp("mask_slice"));
+          }
+          llvm::SmallVector<int64_t, 4> full{B, H, L, S};
+          auto mst = hints(m->meta()->strides);
+          auto msz = hints(m->meta()->sizes);
+          llvm::SmallVector<int64_t, 4> est(4, 0);
+          for (size_t i = 0; i < 4; ++i) {
+            int64_t src = static_cast<int64_t>(i) - static_cast<int64_t>(4 - msz.size());
+            if (src >= 0 && msz[src] == full[i])
+              est[i] = mst[src];
+          }
+          m = emit1("aten::expand.default", {{"self", m, false}, {"size", IntList(full), false}},
+                    withShape(*m->meta(), full, llvm::ArrayRef<int64_t>(est)), tmp("mask_expand"));
+        }
+        bias = m;
+      }
+      Value *y = b_.tensor(out->name(), *out->meta());
+      if (cudnn) {
+        Value *lse = sideTensor("logsumexp", ScalarType::Float, {B, H, L, 1});
+        Value *seed = sideTensor("philox_seed", ScalarType::Long, {});
+        Value *offset = sideTensor("philox_offset", ScalarType::Long, {});
+        b_.emit("aten::_scaled_dot_product_cudnn_attention.default",
+                {{"query", q, false}, {"key", k, false}, {"value", v, false}, {"attn_bias", bias, false},
+                 {"compute_log_sumexp", ops.requiresGrad, false}, {"dropout_p", ops.dropout, false},
+                 {"is_causal", ops.isCausal, false}, {"return_debug_mask", false, false}, {"scale", scale, true}},
+                {y, lse, Argument(NoneArg{}), Argument(NoneArg{}), L, S, seed, offset, Argument(NoneArg{})}, *n_);
+      } else {
+        // Logsumexp rows are padded to a multiple of 32 (empty when not computed).
+        Value *lse = sideTensor("logsumexp", ScalarType::Float, {B, H, ops.requiresGrad ? (L + 31) / 32 * 32 : 0});
+        Value *seed = sideTensor("philox_seed", ScalarType::Long, {});
+        Value *offset = sideTensor("philox_offset", ScalarType::Long, {});
+        b_.emit("aten::_scaled_dot_product_efficient_attention.default",
+                {{"query", q, false}, {"key", k, false}, {"value", v, false}, {"attn_bias", bias, false},
+                 {"compute_log_sumexp", ops.requiresGrad, false}, {"dropout_p", ops.dropout, false},
+                 {"is_causal", ops.isCausal, false}, {"scale", scale, true}},
+                {y, lse, seed, offset}, *n_);
+      }
+      b_.bind(out, y);
+      return llvm::Error::success();
+    }
+    }
+    return llvm::Error::success();
+  }
+
+  GraphBuilder &b_;
+  const CudaTarget *cuda_ = nullptr;
+  /// Exported values that require grad at run time (gradLeaves and what grad-enabled ops make
+  /// of them), for the kernels whose arguments depend on it.
+  llvm::DenseSet<const Value *> requiresGrad_;
+  const Node *n_ = nullptr;
+};
+
+} // namespace
+
+llvm::Error decomposeToRuntimeOps(ExportedProgram &program, const CudaTarget *cuda,
+                                  llvm::DenseSet<const Value *> requiresGrad) {
+  GraphBuilder builder(program.graph());
+  Decomposer d(builder, cuda, std::move(requiresGrad));
+  for (const auto &n : program.graph().nodes())
+    if (llvm::Error err = d.rewrite(*n))
+      return err;
+  program.replaceGraph(builder.finish());
+  return llvm::Error::success();
+}
+
+} // namespace commlens

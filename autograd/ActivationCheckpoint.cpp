@@ -1,0 +1,72 @@
+#include "autograd/ActivationCheckpoint.h"
+
+#include "ir/Error.h"
+
+namespace commlens {
+
+namespace {
+/// "aten.mm.default" -> {"aten", "mm", "default"}.
+std::tuple<llvm::StringRef, llvm::StringRef, llvm::StringRef> splitOpName(llvm::StringRef name) {
+  auto [ns, rest] = name.split('.');
+  auto [op, overload] = rest.split('.');
+  return {ns, op, overload};
+}
+} // namespace
+
+bool keptByCheckpoint(const ActivationCheckpointUnit &unit, llvm::StringRef op) {
+  for (const std::string &name : unit.saveOps) {
+    auto [ns, base, overload] = splitOpName(name);
+    if (op == (ns + "::" + base + "." + overload).str())
+      return true;
+  }
+  return false;
+}
+
+std::string keptCollectives(const ActivationCheckpointUnit &unit) {
+  std::string out;
+  for (const std::string &name : unit.saveOps) {
+    auto [ns, base, overload] = splitOpName(name);
+    if (ns != "_c10d_functional" && ns != "c10d_functional")
+      continue;
+    out += (out.empty() ? "" : ",") + ("c10d_functional." + base).str(); // CommDebugMode's name
+  }
+  return out;
+}
+
+llvm::Error applyActivationCheckpointing(const ShardingPlan &plan, Graph &graph, PredictionState &state) {
+  ModuleScopeTree &tree = graph.scopes();
+  // Every pattern matches the model as parallelize_module left it, before any wrapper is in.
+  std::vector<std::pair<ModuleScope *, const ActivationCheckpointUnit *>> matched;
+  for (const ActivationCheckpointUnit &unit : plan.activationCheckpoint)
+    for (ModuleScope *s : tree.inForwardOrder()) {
+      if (s == tree.root() || !matchesModulePath(unit.pattern, s->path()))
+        continue;
+      for (const auto &[other, by] : matched)
+        if (other == s || other->isAncestorOf(s) || s->isAncestorOf(other))
+          return makeError("activation_checkpoint pattern '{}': module {} overlaps checkpointed module {} (nested "
+                           "checkpointing is not supported)",
+                           unit.pattern, s->displayName(), other->displayName());
+      matched.emplace_back(s, &unit);
+    }
+  for (const auto &[s, unit] : matched) {
+    state.checkpointed[s] = unit;
+    if (!unit->wrapper)
+      continue;
+    // The wrapper takes the module's level of every call path below it; the module moves one
+    // level down, with the same call index.
+    unsigned level = s->depth() - 1;
+    for (const auto &n : graph.nodes()) {
+      if (n->scope() != s && !s->isAncestorOf(n->scope()))
+        continue;
+      llvm::SmallVector<unsigned, 4> path(n->callPath().begin(), n->callPath().end());
+      if (level < path.size())
+        path.insert(path.begin() + level + 1, path[level]);
+      n->setScope(n->scope(), std::move(path));
+    }
+    tree.wrap(s, "torch.distributed.algorithms._checkpoint.checkpoint_wrapper.CheckpointWrapper",
+              "_checkpoint_wrapped_module");
+  }
+  return llvm::Error::success();
+}
+
+} // namespace commlens

@@ -1,0 +1,770 @@
+#include "autograd/Engine.h"
+
+#include "autograd/ActivationCheckpoint.h"
+#include "autograd/Derivatives.h"
+#include "ir/Error.h"
+#include "ir/GraphBuilder.h"
+#include "ir/ModuleCalls.h"
+#include "ir/TensorMetaUtils.h"
+
+#include "llvm/ADT/DenseSet.h"
+
+#include <map>
+#include <numeric>
+#include <queue>
+
+namespace commlens {
+
+llvm::DenseSet<const Value *> gradLeaves(const Graph &g, const ShardingPlan &plan,
+                                         const llvm::DenseSet<const Value *> *retrained) {
+  llvm::DenseSet<const Value *> leaves;
+  for (const InputSpec &in : g.inputs()) {
+    if (!in.value || !in.value->meta() || !isFloating(in.value->meta()->dtype))
+      continue;
+    if (in.kind == InputKind::Parameter) {
+      bool frozen = false;
+      for (const std::string &p : plan.frozen)
+        frozen |= matchesGlob(p, in.target) || (!in.aliasOf.empty() && matchesGlob(p, in.aliasOf));
+      frozen &= !(retrained && retrained->count(in.value));
+      for (const std::string &p : plan.frozenAfterParallelize)
+        frozen |= matchesGlob(p, in.target) || (!in.aliasOf.empty() && matchesGlob(p, in.aliasOf));
+      if (!frozen)
+        leaves.insert(in.value);
+    } else if (in.kind == InputKind::UserInput) {
+      for (const InputSetting &s : plan.inputs)
+        if (s.requiresGrad) {
+          std::optional<Argument> input = g.userInput(s.key);
+          if (input && input->isTensor() && input->tensor() == in.value)
+            leaves.insert(in.value);
+        }
+    }
+  }
+  return leaves;
+}
+
+namespace {
+
+
+StringList placementsList(const Placements &p) {
+  StringList out;
+  for (const Placement &x : p)
+    out.push_back(x.str());
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------
+// loss
+// ------------------------------------------------------------------------------------------------
+
+class LossBuilder {
+public:
+  LossBuilder(Graph &forward, const ShardingPlan &plan, PredictionState &state) : plan_(plan), state_(state), g_(forward) {}
+
+  llvm::Error run() {
+    std::vector<Value *> outs;
+    for (const OutputSpec &o : g_.outputs())
+      if (o.kind == OutputKind::UserOutput)
+        for (Value *v : o.value.tensors())
+          if (v && v->meta())
+            outs.push_back(v);
+    if (outs.empty())
+      return makeError("the model output contains no tensor to compute a loss from");
+    const LossSpec &loss = plan_.loss;
+    if (loss.kind == LossSpec::Kind::Sum) {
+      Value *total = nullptr;
+      for (Value *t : outs) {
+        Value *s = emit("aten::sum.default", {{"self", t, false}}, scalar(*t->meta()), "loss_sum");
+        total = total ? emit("aten::add.Tensor", {{"self", total, false}, {"other", s, false}}, scalar(*t->meta()),
+                             "loss_add")
+                      : s;
+      }
+      state_.loss = total;
+      return llvm::Error::success();
+    }
+    Value *logits = outs.front();
+    const TensorMeta &lm = *logits->meta();
+    if (lm.rank() < 2)
+      return makeError("cross_entropy loss needs logits of rank >= 2, got {}", lm.str());
+    auto sizes = sizesOf(lm);
+    int64_t classes = sizes.back(), rows = 1;
+    for (size_t i = 0; i + 1 < sizes.size(); ++i)
+      rows *= sizes[i];
+    Value *flat = logits;
+    if (lm.rank() > 2)
+      flat = emit("aten::view.default", {{"self", logits, false}, {"size", IntList{rows, classes}, false}},
+                  metaOf(lm.dtype, {rows, classes}, lm.device), "loss_logits");
+    // Targets: a plain int64 tensor of the logits' leading shape (random or a user input).
+    Value *targets = nullptr;
+    if (llvm::StringRef(loss.targets).startswith("input:")) {
+      unsigned k = 0;
+      llvm::StringRef(loss.targets).drop_front(6).getAsInteger(10, k);
+      unsigned idx = 0;
+      for (const InputSpec &in : g_.inputs())
+        if (in.kind == InputKind::UserInput) {
+          if (idx++ == k)
+            targets = in.value;
+        }
+      if (!targets)
+        return makeError("cross_entropy targets '{}': no such user input", loss.targets);
+    } else {
+      targets = g_.createUniqueValue("loss_targets", ValueKind::Tensor);
+      targets->setMeta(metaOf(ScalarType::Long, llvm::ArrayRef<int64_t>(sizes).drop_back(), lm.device));
+    }
+    // from_local(targets, Replicate) when the logits are a DTensor (decided at propagation).
+    Value *tdt = emit("commlens::loss_targets", {{"self", targets, false}, {"logits", logits, false},
+                                                 {"loss_parallel", plan_.lossParallel, false}},
+                      *targets->meta(), "loss_targets_dt");
+    Value *tflat = tdt;
+    if (targets->meta()->rank() != 1)
+      tflat = emit("aten::view.default", {{"self", tdt, false}, {"size", IntList{rows}, false}},
+                   metaOf(ScalarType::Long, {rows}, lm.device), "loss_targets_flat");
+    Value *logp = emit("aten::_log_softmax.default",
+                       {{"self", flat, false}, {"dim", int64_t(1), false}, {"half_to_float", false, false}},
+                       metaOf(lm.dtype, {rows, classes}, lm.device), "loss_log_softmax");
+    int64_t reduction = loss.reduction == "none" ? 0 : loss.reduction == "sum" ? 2 : 1;
+    Value *out = g_.createUniqueValue("loss", ValueKind::Tensor);
+    out->setMeta(reduction == 0 ? metaOf(lm.dtype, {rows}, lm.device) : scalar(lm));
+    Value *totalWeight = g_.createUniqueValue("loss_total_weight", ValueKind::Tensor);
+    totalWeight->setMeta(scalar(lm));
+    Node *n = g_.appendNode("loss", "aten::nll_loss_forward.default",
+                            {{"self", logp, false}, {"target", tflat, false}, {"weight", NoneArg{}, false},
+                             {"reduction", reduction, false}, {"ignore_index", loss.ignoreIndex, false}},
+                            {Argument(out), Argument(totalWeight)});
+    n->setScope(nullptr, {});
+    if (reduction == 0)
+      out = emit("aten::sum.default", {{"self", out, false}}, scalar(lm), "loss_sum");
+    state_.loss = out;
+    return llvm::Error::success();
+  }
+
+private:
+  static TensorMeta scalar(const TensorMeta &like) { return metaOf(like.dtype, {}, like.device); }
+
+  Value *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, TensorMeta meta, llvm::StringRef hint) {
+    Value *v = g_.createUniqueValue(hint, ValueKind::Tensor);
+    v->setMeta(std::move(meta));
+    Node *n = g_.appendNode(v->name(), op, std::move(args), {Argument(v)});
+    n->setScope(nullptr, {}); // outside every module: Global
+    return v;
+  }
+
+  const ShardingPlan &plan_;
+  PredictionState &state_;
+  Graph &g_;
+};
+
+// ------------------------------------------------------------------------------------------------
+// autograd graph
+// ------------------------------------------------------------------------------------------------
+
+struct AGNode;
+struct Edge {
+  AGNode *node = nullptr;
+  unsigned slot = 0;
+  explicit operator bool() const { return node != nullptr; }
+};
+
+struct AGNode {
+  enum class Kind : uint8_t { Op, Boundary, HookIn, HookOut, Accumulate, FsdpPostBackward };
+  Kind kind = Kind::Op;
+  uint64_t seq = 0;
+  const Node *fwd = nullptr;           // Op, Boundary
+  BoundaryStep step;                   // Boundary
+  const ModuleScope *module = nullptr; // hooks
+  llvm::SmallVector<const Value *, 2> slots; // the forward value each input slot is the grad of
+  llvm::SmallVector<Edge, 4> next;     // Op: per tensor operand; others: per slot
+  const Value *leaf = nullptr;         // Accumulate
+  unsigned fsdpUnit = 0;               // FsdpPostBackward
+  /// FSDP units whose pre-backward hook is a tensor hook on one of this node's inputs: it runs
+  /// just before the node does.
+  llvm::SmallVector<unsigned, 1> fsdpPreBackward;
+  // engine state
+  unsigned deps = 0;
+  llvm::SmallVector<Value *, 2> buffer;
+  bool queued = false;
+};
+
+/// One module call whose body (its nodes after its own pre-hook boundary nodes) reads `inputs`.
+struct Call : ModuleCall {
+  explicit Call(ModuleCall call) : ModuleCall(std::move(call)) {}
+  unsigned bodyStart = 0;
+  std::vector<const Value *> inputs;
+};
+
+/// One call of a checkpointed module: its autograd nodes, those that saved a tensor (found once,
+/// when backward first reaches the call), and whether backward recomputed it.
+struct Region {
+  const Call *call;
+  const ActivationCheckpointUnit *unit;
+  std::vector<AGNode *> ops;
+  std::optional<llvm::DenseSet<const AGNode *>> savers;
+  bool recomputed = false;
+};
+
+bool isPreHookOp(const Node &n) {
+  return n.op().ns == "commlens" && (n.op().name == "annotate" || n.op().name == "sequence_parallel_input" ||
+                                     n.op().name == "fsdp_pre_forward");
+}
+
+class AutodiffBuilder : public GradEmitter {
+public:
+  AutodiffBuilder(const Graph &forward, const ShardingPlan &plan, PredictionState &state)
+      : plan_(plan), state_(state), fwd_(forward), bw_(std::make_shared<Graph>(forward.sharedScopes())) {}
+
+  llvm::Error run() {
+    markLeaves();
+    collectCalls();
+    collectCheckpointRegions();
+    if (llvm::Error err = record())
+      return err;
+    if (llvm::Error err = execute())
+      return err;
+    state_.backward = bw_;
+    return llvm::Error::success();
+  }
+
+private:
+  // ---- forward recording ----------------------------------------------------------------------
+
+  void markLeaves() {
+    leaves_ = gradLeaves(fwd_, plan_, &state_.retrainedByStyle);
+    for (const InputSpec &in : fwd_.inputs())
+      if (in.value && (in.kind == InputKind::Parameter || in.kind == InputKind::Buffer ||
+                       in.kind == InputKind::TensorConstant))
+        state_values_.insert(in.value);
+  }
+
+  void collectCalls() {
+    ModuleCalls analysis(fwd_, [](const ModuleScope *) { return true; });
+    for (ModuleCall &call : analysis.calls()) {
+      Call &c = calls_.emplace_back(std::move(call));
+      c.bodyStart = c.first;
+      while (c.bodyStart < c.last) {
+        const Node &n = *fwd_.nodes()[c.bodyStart];
+        if (c.contains(n) && !(n.scope() == c.scope && isPreHookOp(n)))
+          break;
+        ++c.bodyStart;
+      }
+      c.inputs = analysis.externalTensors(c, c.bodyStart, [&](const Value *v) { return state_values_.count(v) > 0; });
+    }
+  }
+
+  /// The calls of checkpointed modules (autograd/ActivationCheckpoint.h).
+  void collectCheckpointRegions() {
+    for (const Call &c : calls_) {
+      auto unit = state_.checkpointed.find(c.scope);
+      if (unit == state_.checkpointed.end())
+        continue;
+      for (unsigned i = c.first; i <= c.last; ++i)
+        if (const Node *n = fwd_.nodes()[i].get(); c.contains(*n))
+          regionOf_[n] = static_cast<unsigned>(regions_.size());
+      regions_.push_back(Region{&c, unit->second, {}, std::nullopt, false});
+    }
+  }
+
+  Edge edgeOf(const Value *v) {
+    auto it = edges_.find(v);
+    if (it != edges_.end())
+      return it->second;
+    if (!leaves_.count(v))
+      return {};
+    auto acc = accumulators_.find(v);
+    if (acc != accumulators_.end())
+      return {acc->second, 0};
+    AGNode *n = newNode(AGNode::Kind::Accumulate, UINT64_MAX);
+    n->leaf = v;
+    n->slots.push_back(v);
+    accumulators_[v] = n;
+    return {n, 0};
+  }
+
+  AGNode *newNode(AGNode::Kind kind, uint64_t seq) {
+    nodes_.push_back(std::make_unique<AGNode>());
+    AGNode *n = nodes_.back().get();
+    n->kind = kind;
+    n->seq = seq;
+    return n;
+  }
+
+  static bool differentiable(const Node &n) { return !isNonDifferentiable(n.opString()); }
+
+  llvm::Error record() {
+    // Calls opening (body start) and closing (last node) at each node index.
+    std::multimap<unsigned, Call *> opening, closing;
+    for (Call &c : calls_) {
+      opening.emplace(c.bodyStart, &c);
+      closing.emplace(c.last, &c);
+    }
+    struct Saved {
+      Call *call;
+      std::vector<std::pair<const Value *, std::optional<Edge>>> inputs;
+    };
+    std::vector<Saved> open;
+    for (const auto &np : fwd_.nodes()) {
+      const Node &n = *np;
+      auto [ob, oe] = opening.equal_range(n.index());
+      std::vector<Call *> starting;
+      for (auto it = ob; it != oe; ++it)
+        starting.push_back(it->second);
+      std::sort(starting.begin(), starting.end(),
+                [](const Call *a, const Call *b) { return a->scope->depth() < b->scope->depth(); });
+      for (Call *c : starting) {
+        Saved saved{c, {}};
+        // BackwardHookFunction on the call's tensor inputs (after its forward pre-hooks).
+        std::vector<const Value *> rg;
+        for (const Value *v : c->inputs)
+          if (edgeOf(v))
+            rg.push_back(v);
+        if (!rg.empty()) {
+          AGNode *h = newNode(AGNode::Kind::HookIn, ++seq_);
+          h->module = c->scope;
+          for (const Value *v : rg) {
+            h->slots.push_back(v);
+            h->next.push_back(edgeOf(v));
+            auto it = edges_.find(v);
+            saved.inputs.emplace_back(v, it == edges_.end() ? std::nullopt : std::optional<Edge>(it->second));
+            edges_[v] = Edge{h, static_cast<unsigned>(h->slots.size() - 1)};
+          }
+        }
+        open.push_back(std::move(saved));
+      }
+
+      if (n.op().ns == "commlens") {
+        if (llvm::Error err = recordBoundary(n))
+          return err;
+      } else {
+        recordOp(n);
+      }
+
+      auto [cb, ce] = closing.equal_range(n.index());
+      std::vector<Call *> ending;
+      for (auto it = cb; it != ce; ++it)
+        ending.push_back(it->second);
+      std::sort(ending.begin(), ending.end(),
+                [](const Call *a, const Call *b) { return a->scope->depth() > b->scope->depth(); });
+      for (Call *c : ending) {
+        // Restore the edges the call's input hook had replaced.
+        for (auto it = open.rbegin(); it != open.rend(); ++it)
+          if (it->call == c) {
+            for (auto &[v, old] : it->inputs) {
+              if (old)
+                edges_[v] = *old;
+              else
+                edges_.erase(v);
+            }
+            open.erase(std::next(it).base());
+            break;
+          }
+        // BackwardHookFunction on the call's outputs (after its forward hooks): its backward is
+        // where CommDebugMode's full-backward pre-hook names the module.
+        std::vector<const Value *> rg;
+        for (const Value *v : c->outputs)
+          if (edgeOf(v))
+            rg.push_back(v);
+        if (rg.empty())
+          continue;
+        AGNode *h = newNode(AGNode::Kind::HookOut, ++seq_);
+        h->module = c->scope;
+        for (const Value *v : rg) {
+          h->slots.push_back(v);
+          h->next.push_back(edgeOf(v));
+          edges_[v] = Edge{h, static_cast<unsigned>(h->slots.size() - 1)};
+        }
+      }
+    }
+    return llvm::Error::success();
+  }
+
+  /// fully_shard's forward hooks. Pre-forward wraps the grad-requiring inputs in one
+  /// RegisterPostBackwardFunction (its backward is the unit's post-backward); post-forward hooks
+  /// each grad-requiring output (`register_hook`: it runs before the output's grad_fn).
+  void recordFsdpHook(const Node &n) {
+    unsigned unit = static_cast<unsigned>(*n.input("unit")->asInt());
+    auto in = n.input("inputs")->tensors();
+    auto out = n.results();
+    if (n.op().name == "fsdp_post_forward") {
+      for (size_t i = 0; i < in.size() && i < out.size(); ++i)
+        if (Edge e = edgeOf(in[i])) {
+          if (!llvm::is_contained(e.node->fsdpPreBackward, unit))
+            e.node->fsdpPreBackward.push_back(unit);
+          edges_[out[i]] = e;
+        }
+      return;
+    }
+    AGNode *f = nullptr;
+    for (size_t i = 0; i < in.size() && i < out.size(); ++i) {
+      Edge e = edgeOf(in[i]);
+      if (!e)
+        continue;
+      if (!f) {
+        f = newNode(AGNode::Kind::FsdpPostBackward, ++seq_);
+        f->fsdpUnit = unit;
+      }
+      f->slots.push_back(out[i]);
+      f->next.push_back(e);
+      edges_[out[i]] = Edge{f, static_cast<unsigned>(f->slots.size() - 1)};
+    }
+  }
+
+  llvm::Error recordBoundary(const Node &n) {
+    if (n.op().name == "loss_targets" || !n.gradEnabled())
+      return llvm::Error::success(); // integer targets / under no_grad: no autograd Function, no grad
+    if (n.op().name == "fsdp_pre_forward" || n.op().name == "fsdp_post_forward") {
+      recordFsdpHook(n);
+      return llvm::Error::success();
+    }
+    const Value *x = n.input("self")->tensor();
+    const Value *out = n.results()[0];
+    Edge e = edgeOf(x);
+    auto it = state_.boundarySteps.find(&n);
+    if (e && it != state_.boundarySteps.end())
+      for (const BoundaryStep &s : it->second) {
+        AGNode *b = newNode(AGNode::Kind::Boundary, ++seq_);
+        b->fwd = &n;
+        b->step = s;
+        b->slots.push_back(out);
+        b->next.push_back(e);
+        e = Edge{b, 0};
+      }
+    if (e)
+      edges_[out] = e;
+    return llvm::Error::success();
+  }
+
+  void recordOp(const Node &n) {
+    auto operands = n.tensorOperands();
+    bool any = false;
+    for (Value *v : operands)
+      any |= static_cast<bool>(edgeOf(v));
+    if (!any || !differentiable(n) || !n.gradEnabled())
+      return;
+    AGNode *a = newNode(AGNode::Kind::Op, ++seq_);
+    a->fwd = &n;
+    if (auto r = regionOf_.find(&n); r != regionOf_.end())
+      regions_[r->second].ops.push_back(a);
+    for (Value *v : operands)
+      a->next.push_back(edgeOf(v));
+    for (Value *r : n.results()) {
+      if (r->kind() != ValueKind::Tensor)
+        continue;
+      a->slots.push_back(r);
+      if (r->meta() && isFloating(r->meta()->dtype))
+        edges_[r] = Edge{a, static_cast<unsigned>(a->slots.size() - 1)};
+    }
+  }
+
+  // ---- engine -----------------------------------------------------------------------------------
+
+  struct Later {
+    bool operator()(const AGNode *a, const AGNode *b) const { return a->seq < b->seq; }
+  };
+
+  llvm::Error execute() {
+    const Value *loss = state_.loss;
+    if (!loss)
+      return makeError("autodiff needs a loss (the loss pass)");
+    Edge root = edgeOf(loss);
+    if (!root)
+      return llvm::Error::success(); // nothing requires grad: backward() would raise; no ops
+    // Dependencies: every edge of every node reachable from the root.
+    std::vector<AGNode *> stack{root.node};
+    llvm::DenseSet<AGNode *> seen{root.node};
+    while (!stack.empty()) {
+      AGNode *n = stack.back();
+      stack.pop_back();
+      n->buffer.assign(n->slots.size(), nullptr);
+      for (const Edge &e : n->next) {
+        if (!e)
+          continue;
+        ++e.node->deps;
+        if (seen.insert(e.node).second)
+          stack.push_back(e.node);
+      }
+    }
+    // loss.backward(): a ones_like gradient (Partial normalised to Replicate).
+    Value *seed = bw_->createUniqueValue("grad_loss", ValueKind::Tensor);
+    seed->setMeta(metaOf(loss->meta()->dtype, sizesOf(*loss->meta()), loss->meta()->device));
+    if (const DTensorLayout *l = state_.layout(loss)) {
+      Placements p;
+      for (const Placement &x : l->placements)
+        p.push_back(x.isPartial() ? Placement::replicate() : x);
+      state_.dtensors[seed] = DTensorLayout{p};
+    }
+    root.node->buffer[root.slot] = seed;
+    std::priority_queue<AGNode *, std::vector<AGNode *>, Later> ready;
+    ready.push(root.node);
+    root.node->queued = true;
+    while (!ready.empty()) {
+      AGNode *n = ready.top();
+      ready.pop();
+      for (unsigned unit : n->fsdpPreBackward)
+        fsdpPreBackward(unit);
+      if (n->kind == AGNode::Kind::Op)
+        if (auto r = regionOf_.find(n->fwd); r != regionOf_.end() && !regions_[r->second].recomputed &&
+                                             savers(regions_[r->second]).count(n))
+          recompute(regions_[r->second]);
+      auto grads = apply(*n);
+      if (!grads)
+        return grads.takeError();
+      // validate_outputs: every broadcast gradient is reduced before any is routed.
+      if (n->kind == AGNode::Kind::Op)
+        for (size_t i = 0; i < n->next.size() && i < grads->size(); ++i)
+          if (n->next[i] && (*grads)[i])
+            (*grads)[i] = sumTo((*grads)[i], *n->next[i].node->slots[n->next[i].slot]->meta());
+      for (size_t i = 0; i < n->next.size(); ++i) {
+        const Edge &e = n->next[i];
+        if (!e)
+          continue;
+        Value *g = i < grads->size() ? (*grads)[i] : nullptr;
+        if (g) {
+          Value *&slot = e.node->buffer[e.slot];
+          slot = slot ? emit("aten::add.Tensor", {{"self", slot, false}, {"other", g, false}}, *slot->meta(),
+                             "grad_acc")
+                      : g;
+        }
+        if (--e.node->deps == 0 && !e.node->queued) {
+          e.node->queued = true;
+          ready.push(e.node);
+        }
+      }
+    }
+    // FSDP's final callbacks, one per root, queued by the first pre-backward of a unit sharing
+    // that root's context, run in that order: each runs the post-backward of its units whose
+    // inputs needed no gradient, in the root's named_modules order (forward order here).
+    std::vector<unsigned> units(state_.fsdp.units.size());
+    std::iota(units.begin(), units.end(), 0u);
+    llvm::stable_sort(units, [&](unsigned a, unsigned b) {
+      return state_.fsdp.units[a].scope->forwardIndex() < state_.fsdp.units[b].scope->forwardIndex();
+    });
+    for (unsigned root : fsdpCallbackRoots_)
+      for (unsigned unit : units)
+        if (state_.fsdp.units[unit].root == root)
+          fsdpPostBackward(unit);
+    return llvm::Error::success();
+  }
+
+  // ---- activation checkpointing ------------------------------------------------------------------
+
+  /// Whether the node's autograd Function saved a tensor: its backward formula reads a forward
+  /// value (emitted into a scratch graph to find out).
+  bool savesTensors(AGNode &a) {
+    auto scratch = std::make_shared<Graph>(fwd_.sharedScopes());
+    std::swap(bw_, scratch);
+    llvm::SmallVector<Value *, 2> buffer = a.buffer;
+    a.buffer.resize(a.slots.size(), nullptr);
+    for (size_t i = 0; i < a.slots.size(); ++i)
+      if (!a.buffer[i] && a.slots[i]->meta()) {
+        a.buffer[i] = bw_->createUniqueValue("grad", ValueKind::Tensor);
+        a.buffer[i]->setMeta(like(a.slots[i]));
+      }
+    auto grads = opBackward(a, llvm::SmallVector<Value *, 4>(a.next.size(), nullptr));
+    if (!grads)
+      llvm::consumeError(grads.takeError()); // the real application reports it
+    a.buffer = std::move(buffer);
+    std::swap(bw_, scratch);
+    for (const auto &n : scratch->nodes())
+      for (Value *v : n->operands())
+        if (fwd_.lookupValue(v->name()) == v)
+          return true;
+    return false;
+  }
+
+  /// The call's autograd nodes that saved a tensor.
+  const llvm::DenseSet<const AGNode *> &savers(Region &r) {
+    if (!r.savers) {
+      r.savers.emplace();
+      for (AGNode *a : r.ops)
+        if (savesTensors(*a))
+          r.savers->insert(a);
+    }
+    return *r.savers;
+  }
+
+  /// Non-reentrant checkpoint's recomputation, at the first unpack of a tensor the call saved:
+  /// its forward nodes again, up to the one whose autograd Function saved last (early stop), or
+  /// all of them (early_stop=False).
+  /// Copies read values from outside the call as they are and each other's results inside; they
+  /// keep their forward modules (CommDebugMode charges those, in backward). fully_shard's hooks
+  /// skip recomputation (FSDP2 unshards in its pre-backward instead); so do the ops a selective
+  /// policy kept (later copies read the forward's outputs), and the collectives it kept.
+  void recompute(Region &r) {
+    r.recomputed = true;
+    unsigned stop = 0;
+    if (!r.unit->earlyStop)
+      stop = r.call->last;
+    else
+      for (const AGNode *a : savers(r))
+        stop = std::max(stop, a->fwd->index());
+    const std::string kept = keptCollectives(*r.unit);
+    llvm::DenseMap<const Value *, Value *> copies;
+    auto operand = [&](const Value *v) {
+      Value *copy = copies.lookup(v);
+      return copy ? copy : const_cast<Value *>(v);
+    };
+    for (unsigned i = r.call->first; i <= stop; ++i) {
+      const Node &n = *fwd_.nodes()[i];
+      if (!r.call->contains(n))
+        continue;
+      if (n.op().ns == "commlens" && llvm::StringRef(n.op().name).startswith("fsdp_")) {
+        auto in = n.input("inputs")->tensors();
+        auto out = n.results();
+        for (size_t k = 0; k < in.size() && k < out.size(); ++k)
+          copies[out[k]] = operand(in[k]);
+        continue;
+      }
+      bool hook = n.op().ns == "commlens";
+      if (!hook && keptByCheckpoint(*r.unit, n.opString()))
+        continue;
+      Node *copy = copyNodeInto(*bw_, n, "recompute_" + n.name(), operand,
+                   [&](const Value *old) {
+                     Value *v = bw_->createUniqueValue("recompute_" + old->name(), old->kind());
+                     if (old->meta())
+                       v->setMeta(*old->meta());
+                     v->setSymbol(old->symbol());
+                     copies[old] = v;
+                     return v;
+                   });
+      if (hook && !kept.empty())
+        copy->setMetadata(kKeptCollectives, kept);
+    }
+  }
+
+  /// Emits an FSDP hook (once per unit) into the backward graph, in the current module.
+  void emitFsdpHook(llvm::StringRef op, unsigned unit, llvm::SmallVector<NamedArgument, 4> args) {
+    args.push_back({"unit", static_cast<int64_t>(unit), true});
+    Node *n = bw_->appendNode(fmt::format("{}_{}", op.rsplit(':').second, unit), op, std::move(args), {});
+    n->setScope(const_cast<ModuleScope *>(current_), {});
+  }
+
+  void fsdpPreBackward(unsigned unit) {
+    if (!fsdpPreBackwardDone_.insert(unit).second)
+      return;
+    if (!llvm::is_contained(fsdpCallbackRoots_, state_.fsdp.units[unit].root))
+      fsdpCallbackRoots_.push_back(state_.fsdp.units[unit].root);
+    emitFsdpHook("commlens::fsdp_pre_backward", unit, {});
+  }
+
+  /// The unit's post-backward, with the gradients its parameters received so far.
+  void fsdpPostBackward(unsigned unit) {
+    if (!fsdpPostBackwardDone_.insert(unit).second)
+      return;
+    TensorList grads, params;
+    for (const Value *p : state_.fsdp.units[unit].params)
+      if (Value *g = leafGrads_.lookup(p)) {
+        grads.push_back(g);
+        params.push_back(const_cast<Value *>(p));
+      }
+    emitFsdpHook("commlens::fsdp_post_backward", unit, {{"grads", grads, false}, {"params", params, false}});
+  }
+
+  // ---- GradEmitter --------------------------------------------------------------------------------
+
+  /// A backward value (in the graph being built).
+  Value *newValue(llvm::StringRef hint, TensorMeta meta) override {
+    Value *v = bw_->createUniqueValue(hint, ValueKind::Tensor);
+    v->setMeta(std::move(meta));
+    return v;
+  }
+  /// Appends one backward runtime op in the current module.
+  Node *emitNode(llvm::StringRef name, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args,
+                 llvm::SmallVector<Argument, 1> &&results) override {
+    Node *n = bw_->appendNode(name, op, std::move(args), std::move(results));
+    n->setScope(const_cast<ModuleScope *>(current_), {});
+    return n;
+  }
+  bool lossParallel() const override { return plan_.lossParallel; }
+  bool isDTensor(const Value *v) const override { return state_.layout(v) != nullptr; }
+
+  /// Runs one autograd node; returns the gradient per next edge (null: undefined).
+  llvm::Expected<llvm::SmallVector<Value *, 4>> apply(AGNode &a) {
+    llvm::SmallVector<Value *, 4> out(a.next.size(), nullptr);
+    switch (a.kind) {
+    case AGNode::Kind::HookOut:
+      current_ = a.module; // CommDebugMode's global full-backward pre-hook
+      [[fallthrough]];
+    case AGNode::Kind::HookIn:
+      for (size_t i = 0; i < a.buffer.size() && i < out.size(); ++i)
+        out[i] = a.buffer[i];
+      return out;
+    case AGNode::Kind::Accumulate:
+      if (a.buffer[0]) {
+        emit("aten::detach.default", {{"self", a.buffer[0], false}}, like(a.buffer[0]), "grad_leaf");
+        leafGrads_[a.leaf] = a.buffer[0];
+      }
+      return out;
+    case AGNode::Kind::FsdpPostBackward:
+      for (size_t i = 0; i < a.buffer.size() && i < out.size(); ++i)
+        out[i] = a.buffer[i];
+      fsdpPostBackward(a.fsdpUnit);
+      return out;
+    case AGNode::Kind::Boundary: {
+      Value *g = a.buffer[0];
+      if (!g)
+        return out;
+      const char *op = a.step.kind == BoundaryStep::Kind::FromLocal      ? "commlens::from_local_backward"
+                       : a.step.kind == BoundaryStep::Kind::Redistribute ? "commlens::redistribute_backward"
+                                                                         : "commlens::to_local_backward";
+      const Placements &p = a.step.kind == BoundaryStep::Kind::FromLocal ? a.step.to : a.step.from;
+      std::string module = a.fwd->input("module") && a.fwd->input("module")->is<std::string>()
+                               ? a.fwd->input("module")->get<std::string>()
+                               : (a.fwd->scope() ? a.fwd->scope()->displayName() : "Global");
+      // The gradient keeps its strides: to_local / from_local wrap the same local tensor.
+      out[0] = emit(op, {{"self", g, false}, {"placements", placementsList(p), false}, {"module", module, true}},
+                    metaOf(g->meta()->dtype, sizesOf(*g->meta()), g->meta()->device, stridesOf(*g->meta())),
+                    "grad_boundary");
+      return out;
+    }
+    case AGNode::Kind::Op:
+      return opBackward(a, out);
+    }
+    return out;
+  }
+
+  llvm::Expected<llvm::SmallVector<Value *, 4>> opBackward(AGNode &a, llvm::SmallVector<Value *, 4> out) {
+    const Node &n = *a.fwd;
+    if (llvm::none_of(a.buffer, [](Value *v) { return v != nullptr; }))
+      return out; // no gradient reached the node: autograd does not run it
+    DerivativeFormula formula = findDerivative(n.opString());
+    if (!formula)
+      return makeError("autodiff: no derivative formula for {} (node '{}' in {})", n.opString(), n.name(),
+                       n.scope() ? n.scope()->displayName() : "Global");
+    llvm::SmallVector<bool, 4> needed;
+    for (const Edge &e : a.next)
+      needed.push_back(static_cast<bool>(e));
+    GradCall call{*this, n, a.buffer, needed, out};
+    if (llvm::Error err = formula(call))
+      return err;
+    return out;
+  }
+
+
+  const ShardingPlan &plan_;
+  PredictionState &state_;
+  const Graph &fwd_;
+  std::shared_ptr<Graph> bw_;
+  llvm::DenseSet<const Value *> leaves_, state_values_;
+  std::vector<Call> calls_;
+  std::vector<std::unique_ptr<AGNode>> nodes_;
+  llvm::DenseMap<const Value *, Edge> edges_;
+  llvm::DenseMap<const Value *, AGNode *> accumulators_;
+  uint64_t seq_ = 0;
+  const ModuleScope *current_ = nullptr; // Global until the first module output hook fires
+  llvm::DenseMap<const Value *, Value *> leafGrads_; // parameter -> the gradient AccumulateGrad got
+  llvm::DenseSet<unsigned> fsdpPreBackwardDone_, fsdpPostBackwardDone_;
+  std::vector<Region> regions_;
+  llvm::DenseMap<const Node *, unsigned> regionOf_;
+  /// Roots whose final callback is queued, in queue order.
+  llvm::SmallVector<unsigned, 2> fsdpCallbackRoots_;
+};
+
+} // namespace
+
+llvm::Error appendLoss(Graph &forward, const ShardingPlan &plan, PredictionState &state) {
+  return LossBuilder(forward, plan, state).run();
+}
+
+llvm::Error runAutograd(const Graph &forward, const ShardingPlan &plan, PredictionState &state) {
+  return AutodiffBuilder(forward, plan, state).run();
+}
+
+} // namespace commlens

@@ -1,0 +1,121 @@
+// mm / addmm / bmm / baddbmm: torch 2.13 registers both an op strategy and a single-dim
+// strategy for these; the single-dim one takes precedence. Candidates come from an einsum
+// description, per mesh dim (before placeholder filling and the implicit all-R rule 0):
+//   batch dims:        [S(b) | S(b), S(b)]
+//   contracting dims:  [P(sum) | S(k_lhs), S(k_rhs)]
+//   lhs-only dims:     [S(m) | S(m), R]
+//   rhs-only dims:     [S(n) | R, S(n)]
+//   per-input linearity, for sum then avg: [P | P, R], [P | R, P]
+// Dims are visited in sorted letter order within each class. addmm/baddbmm insert the bias
+// placement after the output, derived from the output through broadcasting (a broadcast dim is
+// R, a Partial output asks the bias for the same Partial: R -> P is a local divide, no comm).
+// _foreach_mm runs mm per list element.
+#include "dtensor/rules/RuleEngine.h"
+
+#include <set>
+
+namespace commlens::rules {
+
+namespace {
+
+struct Einsum {
+  std::string lhs, rhs, out;
+  std::vector<char> batch, contracting, lhsOnly, rhsOnly;
+};
+
+Einsum parseEinsum(llvm::StringRef lhs, llvm::StringRef rhs, llvm::StringRef out) {
+  Einsum e{lhs.str(), rhs.str(), out.str(), {}, {}, {}, {}};
+  std::set<char> all(e.lhs.begin(), e.lhs.end());
+  all.insert(e.rhs.begin(), e.rhs.end());
+  for (char c : all) { // sorted, as EinsumDims.parse_dims
+    bool inL = e.lhs.find(c) != std::string::npos, inR = e.rhs.find(c) != std::string::npos;
+    bool inO = e.out.find(c) != std::string::npos;
+    if (inL && inR && !inO)
+      e.contracting.push_back(c);
+    else if (inL && inR && inO)
+      e.batch.push_back(c);
+    else if (inO && inL)
+      e.lhsOnly.push_back(c);
+    else if (inO && inR)
+      e.rhsOnly.push_back(c);
+  }
+  return e;
+}
+
+std::vector<SingleDimRule> einsumRules(const Einsum &e, std::optional<llvm::SmallVector<int64_t, 4>> biasShape) {
+  auto pos = [](const std::string &s, char c) { return static_cast<int64_t>(s.find(c)); };
+  std::vector<SingleDimRule> rules;
+  auto add = [&](SingleDimRule r) {
+    if (biasShape) {
+      const RulePlacement &o = r[0];
+      RulePlacement b = o;
+      if (o.kind == RulePlacement::Kind::Placeholder) {
+        int64_t pad = static_cast<int64_t>(e.out.size()) - static_cast<int64_t>(biasShape->size());
+        int64_t bd = o.dim - pad;
+        if (o.dim < pad || (*biasShape)[bd] == 1)
+          b = RulePlacement::R();
+        else
+          b = RulePlacement::ph(bd);
+      }
+      r.insert(r.begin() + 1, b);
+    }
+    rules.push_back(std::move(r));
+  };
+  using RP = RulePlacement;
+  for (char c : e.batch)
+    add({RP::ph(pos(e.out, c)), RP::ph(pos(e.lhs, c)), RP::ph(pos(e.rhs, c))});
+  for (char c : e.contracting)
+    add({RP::P(), RP::ph(pos(e.lhs, c)), RP::ph(pos(e.rhs, c))});
+  for (char c : e.lhsOnly)
+    add({RP::ph(pos(e.out, c)), RP::ph(pos(e.lhs, c)), RP::R()});
+  for (char c : e.rhsOnly)
+    add({RP::ph(pos(e.out, c)), RP::R(), RP::ph(pos(e.rhs, c))});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+    add({RP::P(op), RP::P(op), RP::R()});
+    add({RP::P(op), RP::R(), RP::P(op)});
+  }
+  if (e.contracting.empty() && e.lhsOnly.empty() && e.rhsOnly.empty())
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
+      add({RP::P(op), RP::P(op), RP::P(op)});
+  return rules;
+}
+
+llvm::Expected<llvm::SmallVector<Candidate, 8>> einsumStrategy(const OpCall &call, llvm::StringRef lhs,
+                                                               llvm::StringRef rhs, llvm::StringRef out,
+                                                               bool hasBias) {
+  size_t want = hasBias ? 3 : 2;
+  if (call.inputs.size() != want)
+    return call.error("expected {} tensor operands, got {}", want, call.inputs.size());
+  size_t first = hasBias ? 1 : 0;
+  if (call.rank(first) != static_cast<int64_t>(lhs.size()) || call.rank(first + 1) != static_cast<int64_t>(rhs.size()))
+    return call.error("operand ranks {} and {} do not match '{},{}->{}'", call.rank(first), call.rank(first + 1), lhs,
+                      rhs, out);
+  std::optional<llvm::SmallVector<int64_t, 4>> bias;
+  if (hasBias)
+    bias = call.shape(0);
+  ExpandOptions opts;
+  opts.numOutputs = 1;
+  return expandSingleDim(call, einsumRules(parseEinsum(lhs, rhs, out), bias), opts);
+}
+
+llvm::Expected<llvm::SmallVector<Candidate, 8>> mmRule(const OpCall &c) { return einsumStrategy(c, "mk", "kn", "mn", false); }
+llvm::Expected<llvm::SmallVector<Candidate, 8>> addmmRule(const OpCall &c) { return einsumStrategy(c, "mk", "kn", "mn", true); }
+llvm::Expected<llvm::SmallVector<Candidate, 8>> bmmRule(const OpCall &c) { return einsumStrategy(c, "bmk", "bkn", "bmn", false); }
+llvm::Expected<llvm::SmallVector<Candidate, 8>> baddbmmRule(const OpCall &c) {
+  return einsumStrategy(c, "bmk", "bkn", "bmn", true);
+}
+
+/// _foreach_mm(self[], mat2[]): mm per list element.
+llvm::Expected<Cands> foreachMmRule(const OpCall &c) { return perElement(c, "aten::mm.default", mmRule); }
+
+} // namespace
+
+void registerMatrixRules(RuleTable &t) {
+  t["aten::mm.default"] = mmRule;
+  t["aten::addmm.default"] = addmmRule;
+  t["aten::bmm.default"] = bmmRule;
+  t["aten::baddbmm.default"] = baddbmmRule;
+  t["aten::_foreach_mm.default"] = foreachMmRule;
+}
+
+} // namespace commlens::rules

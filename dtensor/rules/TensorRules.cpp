@@ -1,0 +1,438 @@
+// Tensor-manipulation ops (torch 2.13 `_ops/_tensor_ops.py`):
+//   contiguous / detach / alias / view.dtype / fill_ / _local_scalar_dense: one candidate following the
+//     input exactly (Partial included);
+//   split.Tensor / split_with_sizes: one candidate, the split dim unsharded, every piece follows;
+//   slice.Tensor: keep the input placements unless the slice dim is sharded (and the slice is not
+//     statically the whole dim), else unshard the slice dim;
+//   select.int: unshard the selected dim, shift later shard dims down;
+//   cat: one candidate per distinct input placement (the cat dim unsharded), every input moved
+//     to it, then min-cost selection;
+//   index_select: single-dim [S(d) | S(d), R] for d != dim, [S(dim) | R, S(0)],
+//     [P(op) | P(op), R] for sum, avg, min, max, product;
+//   gather: full-mesh expansion of [R|R,R], [MaskP | S(dim), MaskP] when index.size(dim) == 1,
+//     [S(dim) | R, S(dim)], [S(d) | S(d), S(d)] for d != dim when ranks agree;
+//   scatter.src / scatter.value / scatter_add: [R|R..] and [S(d)|S(d)..] for d != dim where the
+//     operands agree in size.
+#include "dtensor/rules/RuleEngine.h"
+
+#include <algorithm>
+#include <set>
+
+namespace commlens::rules {
+
+namespace {
+
+using RP = RulePlacement;
+
+llvm::Expected<Cands> followInputRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  Cands c;
+  c.push_back(followCandidate(call, call.inputs[0].placements, call.inputs[0].placements));
+  return c;
+}
+
+llvm::Expected<Cands> splitRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  int64_t dim = normDim(call.intArg("dim", 2).value_or(0), call.rank(0));
+  Placements p = unshardDim(call.inputs[0].placements, dim);
+  Cands c;
+  c.push_back(followCandidate(call, p, p));
+  return c;
+}
+
+llvm::Expected<Cands> sliceRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto shape = call.shape(0);
+  int64_t rawDim = call.intArg("dim", 1).value_or(0);
+  int64_t dim = normDim(rawDim, call.rank(0));
+  int64_t size = shape[dim];
+  int64_t start = call.intArg("start", 2).value_or(0);
+  std::optional<int64_t> endArg = call.intArg("end", 3);
+  int64_t step = call.intArg("step", 4).value_or(1);
+  int64_t end = (!endArg || *endArg > size) ? size : *endArg;
+  start = normDim(start, size);
+  end = normDim(end, size);
+  bool redundant = start == 0 && end == size && step == 1;
+  const Placements &cur = call.inputs[0].placements;
+  Cands c;
+  if (!isDimSharded(cur, dim) || redundant)
+    c.push_back(followCandidate(call, cur, cur));
+  else {
+    Placements u = unshardDim(cur, dim);
+    c.push_back(followCandidate(call, u, u));
+  }
+  return c;
+}
+
+llvm::Expected<Cands> selectRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto d = call.intArg("dim", 1);
+  if (!d)
+    return call.error("missing dim argument");
+  int64_t dim = normDim(*d, call.rank(0));
+  Placements in = unshardDim(call.inputs[0].placements, dim);
+  Cands c;
+  c.push_back(followCandidate(call, in, shiftAfterRemove(in, dim)));
+  return c;
+}
+
+llvm::Expected<Cands> catRule(const OpCall &call) {
+  if (call.inputs.empty())
+    return call.error("no tensor operands");
+  int64_t nd = call.rank(0);
+  int64_t dim = normDim(call.intArg("dim", 1).value_or(0), nd);
+  std::vector<Placements> pool;
+  Cands cands;
+  for (const OpInput &in : call.inputs) {
+    Placements ex = isDimSharded(in.placements, dim) ? unshardDim(in.placements, dim) : in.placements;
+    if (std::find(pool.begin(), pool.end(), ex) != pool.end())
+      continue;
+    pool.push_back(ex);
+    Candidate c;
+    for (size_t i = 0; i < call.inputs.size(); ++i)
+      c.inputs.push_back(ex);
+    c.outputs.push_back(ex);
+    assignCosts(call, c);
+    cands.push_back(std::move(c));
+  }
+  return cands;
+}
+
+llvm::Expected<Cands> indexSelectRule(const OpCall &call) {
+  if (call.inputs.size() != 2)
+    return call.error("expected two tensor operands, got {}", call.inputs.size());
+  auto d = call.intArg("dim", 1);
+  if (!d)
+    return call.error("missing dim argument");
+  int64_t dim = normDim(*d, call.rank(0));
+  std::vector<SingleDimRule> rules;
+  for (int64_t i = 0; i < call.rank(0); ++i)
+    if (i != dim)
+      rules.push_back({RP::ph(i), RP::ph(i), RP::R()});
+  rules.push_back({RP::ph(dim), RP::R(), RP::ph(0)});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product})
+    rules.push_back({RP::P(op), RP::P(op), RP::R()});
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
+llvm::Expected<Cands> gatherRule(const OpCall &call) {
+  if (call.inputs.size() != 2)
+    return call.error("expected two tensor operands, got {}", call.inputs.size());
+  auto d = call.intArg("dim", 1);
+  if (!d)
+    return call.error("missing dim argument");
+  int64_t dim = normDim(*d, call.rank(0));
+  auto inShape = call.shape(0), idxShape = call.shape(1);
+  std::vector<SingleDimRule> rules;
+  rules.push_back({RP::R(), RP::R(), RP::R()});
+  if (dim < static_cast<int64_t>(idxShape.size()) && idxShape[dim] == 1) {
+    Placement mp{Placement::Kind::MaskPartial, dim, 1, ReduceOp::Sum};
+    rules.push_back({RP::of(mp), RP::of(Placement::shard(dim)), RP::of(mp)});
+  }
+  rules.push_back({RP::of(Placement::shard(dim)), RP::R(), RP::of(Placement::shard(dim))});
+  if (inShape.size() == idxShape.size())
+    for (int64_t i = 0; i < static_cast<int64_t>(inShape.size()); ++i)
+      if (i != dim)
+        rules.push_back({RP::of(Placement::shard(i)), RP::of(Placement::shard(i)), RP::of(Placement::shard(i))});
+  ExpandOptions opts;
+  opts.insertReplicate = false;
+  opts.fillPlaceholders = false;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+/// scatter.src / scatter.value / scatter_add: full-mesh expansion of [R|R,R(,R)] and
+/// [S(d)|S(d),S(d)(,S(d))] for every d != dim on which input and index agree in size (scatter.src
+/// also needs src to agree there; scatter_add does not check src).
+llvm::Expected<Cands> scatterRule(const OpCall &call) {
+  if (call.inputs.size() != 2 && call.inputs.size() != 3)
+    return call.error("expected input, index (and src), got {} tensor operands", call.inputs.size());
+  auto d = call.intArg("dim", 1);
+  if (!d)
+    return call.error("missing dim argument");
+  int64_t dim = normDim(*d, call.rank(0));
+  auto inShape = call.shape(0), idxShape = call.shape(1);
+  bool checkSrc = call.inputs.size() == 3 && call.op != "aten::scatter_add.default";
+  size_t specs = call.inputs.size() + 1;
+  std::vector<SingleDimRule> rules;
+  rules.push_back(SingleDimRule(specs, RP::R()));
+  if (inShape.size() == idxShape.size())
+    for (int64_t i = 0; i < static_cast<int64_t>(inShape.size()); ++i)
+      if (i != dim && inShape[i] == idxShape[i] && (!checkSrc || call.shape(2)[i] == idxShape[i]))
+        rules.push_back(SingleDimRule(specs, RP::of(Placement::shard(i))));
+  ExpandOptions opts;
+  opts.insertReplicate = false;
+  opts.fillPlaceholders = false;
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
+/// linalg_replicate_strategy (tril, triu, diag, diagonal, diagonal_copy, diag_embed, and the
+/// decompositions _linalg_svd, linalg_qr, _linalg_eigh): the input is replicated, every result
+/// replicated.
+llvm::Expected<Cands> replicateOnlyRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  Placements r = replicatePlacements(*call.mesh);
+  Cands c;
+  c.push_back(followCandidate(call, r, r));
+  return c;
+}
+
+/// create_like_strategy (ones_like, zeros_like, full_like, rand*_like): the input stays as it is,
+/// the output takes its placements with every Partial replicated (the values do not depend on it).
+llvm::Expected<Cands> createLikeRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  Placements out;
+  for (const Placement &p : call.inputs[0].placements)
+    out.push_back(p.isPartial() ? Placement::replicate() : p);
+  Cands c;
+  c.push_back(followCandidate(call, call.inputs[0].placements, out));
+  return c;
+}
+
+/// new_factory_strategy (new_empty, new_full, new_ones, new_zeros, new_empty_strided): a
+/// Replicate output (cost 0) and, when the size equals the input's and the input is sharded (or
+/// the factory leaves memory uninitialised), the input's placements (cost -0.1, so preferred).
+llvm::Expected<Cands> newFactoryRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto size = call.intListArg("size", 1);
+  if (!size)
+    return call.error("missing size argument");
+  const Placements &cur = call.inputs[0].placements;
+  Cands c;
+  Candidate rep;
+  rep.inputs.push_back(cur);
+  rep.outputs.push_back(replicatePlacements(*call.mesh));
+  rep.costs.push_back(0.0);
+  c.push_back(rep);
+  auto shape = call.shape(0);
+  bool sameShape = llvm::ArrayRef<int64_t>(shape) == llvm::ArrayRef<int64_t>(*size);
+  bool uninitialized = call.op == "aten::new_empty.default" || call.op == "aten::new_empty_strided.default";
+  bool sharded = llvm::any_of(cur, [](const Placement &p) { return p.isShard(); });
+  if (sameShape && (sharded || uninitialized)) {
+    Candidate follow;
+    follow.inputs.push_back(cur);
+    follow.outputs.push_back(cur);
+    follow.costs.push_back(-0.1);
+    c.push_back(follow);
+  }
+  return c;
+}
+
+/// roll / flip: single-dim [S(d) | S(d)] for the dims the op leaves alone, [P(op) | P(op)] for
+/// sum, avg, max, min; the implicit all-Replicate rule first. roll with no dims flattens: every
+/// dim is active.
+llvm::Expected<Cands> rollFlipRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  int64_t rank = call.rank(0);
+  bool isRoll = call.op == "aten::roll.default";
+  std::optional<IntList> dims = call.intListArg("dims", isRoll ? 2 : 1);
+  std::set<int64_t> active;
+  if (!dims || dims->empty()) {
+    if (!isRoll)
+      return call.error("missing dims argument");
+    for (int64_t d = 0; d < rank; ++d)
+      active.insert(d);
+  } else {
+    for (int64_t d : *dims)
+      active.insert(normDim(d, rank));
+  }
+  std::vector<SingleDimRule> rules;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!active.count(d))
+      rules.push_back({RP::ph(d), RP::ph(d)});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+    rules.push_back({RP::P(op), RP::P(op)});
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
+/// unbind: DTensor raises when the unbind dim is sharded; otherwise every piece follows the input
+/// with later shard dims shifted down.
+llvm::Expected<Cands> unbindRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  int64_t dim = normDim(call.intArg("dim", 1).value_or(0), call.rank(0));
+  const Placements &cur = call.inputs[0].placements;
+  if (isDimSharded(cur, dim))
+    return call.error("Attempted to unbind along the sharded dimension {} (DTensor raises)", dim);
+  Cands c;
+  c.push_back(followCandidate(call, cur, shiftAfterRemove(cur, dim)));
+  return c;
+}
+
+/// stack: one candidate. The placements every input is moved to merge the inputs' placements per
+/// mesh dim (equal: kept; Partial vs Shard: the Shard; two different Partials or two different
+/// Shards: Replicate; Replicate vs anything: the other); the output shifts shard dims at or after
+/// the new dim up by one.
+llvm::Expected<Cands> stackRule(const OpCall &call) {
+  if (call.inputs.empty())
+    return call.error("no tensor operands");
+  int64_t dim = normDim(call.intArg("dim", 1).value_or(0), call.rank(0) + 1);
+  Placements follow = call.inputs[0].placements;
+  auto merge = [](const Placement &cur, const Placement &nw) {
+    if (cur == nw)
+      return cur;
+    if (cur.isPartial()) {
+      if (nw.isShard())
+        return nw;
+      return nw.isPartial() ? Placement::replicate() : cur;
+    }
+    if (cur.isShard())
+      return nw.isShard() ? Placement::replicate() : cur;
+    return nw;
+  };
+  for (size_t i = 1; i < call.inputs.size(); ++i)
+    for (size_t k = 0; k < follow.size(); ++k)
+      follow[k] = merge(follow[k], call.inputs[i].placements[k]);
+  Placements out;
+  for (Placement p : follow) {
+    if (p.isShard() && p.dim >= dim)
+      ++p.dim;
+    out.push_back(p);
+  }
+  Candidate c;
+  for (size_t i = 0; i < call.inputs.size(); ++i)
+    c.inputs.push_back(follow);
+  c.outputs.push_back(out);
+  return singleCandidate(call, std::move(c));
+}
+
+/// constant_pad_nd: single-dim [S(d) | S(d)] for every dim without padding, then [P(op) | P(op)]
+/// for avg, max, min (and sum when the pad value is 0 or nothing is padded); the implicit
+/// all-Replicate rule first. The value is read positionally (args_schema[2]), as DTensor does.
+llvm::Expected<Cands> constantPadRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  auto pad = call.intListArg("pad", 1);
+  if (!pad)
+    return call.error("missing pad argument");
+  int64_t rank = call.rank(0);
+  std::set<int64_t> padded;
+  for (size_t i = 0; 2 * i + 1 < pad->size(); ++i) // pad: [last dim left, right, previous dim left, ...]
+    if ((*pad)[2 * i] != 0 || (*pad)[2 * i + 1] != 0)
+      padded.insert(rank - 1 - static_cast<int64_t>(i));
+  bool noPadding = llvm::all_of(*pad, [](int64_t v) { return v == 0; });
+  bool zeroValue = true;
+  llvm::ArrayRef<NamedArgument> ins = call.node->inputs();
+  if (ins.size() > 2 && !ins[2].keyword) {
+    const Argument &v = ins[2].value;
+    if (auto i = v.asInt())
+      zeroValue = *i == 0;
+    else if (v.is<double>())
+      zeroValue = v.get<double>() == 0.0;
+  }
+  std::vector<SingleDimRule> rules;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!padded.count(d))
+      rules.push_back({RP::ph(d), RP::ph(d)});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+    if (op != ReduceOp::Sum || noPadding || zeroValue)
+      rules.push_back({RP::P(op), RP::P(op)});
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
+/// slice_scatter(self, src, dim, ...): one candidate. When self is neither sharded on dim nor
+/// Partial, self keeps its placements and src takes them; otherwise both take self's placements
+/// with the dim's shards and every Partial replicated.
+llvm::Expected<Cands> sliceScatterRule(const OpCall &call) {
+  if (call.inputs.size() != 2)
+    return call.error("expected two tensor operands, got {}", call.inputs.size());
+  llvm::ArrayRef<NamedArgument> ins = call.node->inputs();
+  int64_t rawDim = 0;
+  if (ins.size() > 2 && !ins[2].keyword && ins[2].value.asInt())
+    rawDim = *ins[2].value.asInt();
+  int64_t dim = normDim(rawDim, call.rank(0));
+  const Placements &cur = call.inputs[0].placements;
+  bool partial = llvm::any_of(cur, [](const Placement &p) { return p.isPartial(); });
+  Placements target = cur;
+  if (isDimSharded(cur, dim) || partial) {
+    target.clear();
+    for (const Placement &p : cur)
+      target.push_back(p.isPartial() || (p.isShard() && p.dim == dim) ? Placement::replicate() : p);
+  }
+  Candidate c;
+  c.inputs = {target, target};
+  c.outputs.push_back(target);
+  return singleCandidate(call, std::move(c));
+}
+
+/// select_scatter(self, src, dim, index) / diagonal_scatter(self, src, offset, dim1, dim2):
+/// single-dim [S(d) | S(d), S(d in src)] for every dim the op does not touch (src lacks the
+/// selected dim, or dim1 and dim2); the implicit all-Replicate rule first.
+llvm::Expected<Cands> scatterIntoRule(const OpCall &call) {
+  if (call.inputs.size() != 2)
+    return call.error("expected two tensor operands, got {}", call.inputs.size());
+  int64_t rank = call.rank(0);
+  llvm::ArrayRef<NamedArgument> ins = call.node->inputs();
+  auto posInt = [&](size_t pos, int64_t dflt) {
+    if (pos < ins.size() && !ins[pos].keyword && ins[pos].value.asInt())
+      return *ins[pos].value.asInt();
+    return dflt;
+  };
+  std::vector<SingleDimRule> rules;
+  if (call.op == "aten::select_scatter.default") {
+    auto d = call.intArg("dim", 2);
+    if (!d)
+      return call.error("missing dim argument");
+    int64_t dim = normDim(*d, rank);
+    for (int64_t k = 0; k < rank; ++k)
+      if (k != dim)
+        rules.push_back({RP::ph(k), RP::ph(k), RP::ph(k < dim ? k : k - 1)});
+  } else {
+    int64_t d1 = normDim(posInt(3, 0), rank), d2 = normDim(posInt(4, 1), rank);
+    int64_t lo = std::min(d1, d2), hi = std::max(d1, d2);
+    for (int64_t k = 0; k < rank; ++k)
+      if (k != d1 && k != d2)
+        rules.push_back({RP::ph(k), RP::ph(k), RP::ph(k - (k > lo ? 1 : 0) - (k > hi ? 1 : 0))});
+  }
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
+} // namespace
+
+void registerTensorRules(RuleTable &t) {
+  for (const char *op : {"aten::contiguous.default", "aten::detach.default", "aten::alias.default",
+                         "aten::detach_.default", "aten::view.dtype", "aten::fill_.Scalar"})
+    t[op] = followInputRule;
+  // item(): DTensor skips sharding propagation and reads the local shard as it is (the
+  // replicate-only strategy it registers is never consulted).
+  t["aten::_local_scalar_dense.default"] = followInputRule;
+  t["aten::split.Tensor"] = splitRule;
+  t["aten::split_with_sizes.default"] = splitRule;
+  t["aten::split_with_sizes_copy.default"] = splitRule;
+  t["aten::empty_like.default"] = followInputRule; // propagate_single_input_strategy
+  for (const char *op : {"aten::ones_like.default", "aten::zeros_like.default", "aten::full_like.default",
+                         "aten::rand_like.default", "aten::randn_like.default", "aten::randint_like.default",
+                         "aten::randint_like.low_dtype"})
+    t[op] = createLikeRule;
+  for (const char *op : {"aten::new_empty.default", "aten::new_full.default", "aten::new_ones.default",
+                         "aten::new_zeros.default", "aten::new_empty_strided.default"})
+    t[op] = newFactoryRule;
+  for (const char *op : {"aten::tril.default", "aten::triu.default", "aten::diag.default", "aten::diagonal.default",
+                         "aten::diagonal_copy.default", "aten::diag_embed.default", "aten::_linalg_svd.default",
+                         "aten::linalg_qr.default", "aten::_linalg_eigh.default"})
+    t[op] = replicateOnlyRule;
+  t["aten::roll.default"] = rollFlipRule;
+  t["aten::flip.default"] = rollFlipRule;
+  t["aten::unbind.int"] = unbindRule;
+  t["aten::stack.default"] = stackRule;
+  t["aten::constant_pad_nd.default"] = constantPadRule;
+  t["aten::slice_scatter.default"] = sliceScatterRule;
+  t["aten::select_scatter.default"] = scatterIntoRule;
+  t["aten::diagonal_scatter.default"] = scatterIntoRule;
+  t["aten::slice.Tensor"] = sliceRule;
+  t["aten::select.int"] = selectRule;
+  t["aten::cat.default"] = catRule;
+  t["aten::index_select.default"] = indexSelectRule;
+  t["aten::gather.default"] = gatherRule;
+  for (const char *op : {"aten::scatter.src", "aten::scatter.value", "aten::scatter_add.default"})
+    t[op] = scatterRule;
+}
+
+} // namespace commlens::rules

@@ -1,0 +1,260 @@
+#include "fsdp/FullyShard.h"
+
+#include "ir/Error.h"
+#include "ir/TensorMetaUtils.h"
+#include "dtensor/RedistributePlanner.h"
+
+#include "llvm/ADT/StringSet.h"
+
+#include <map>
+
+namespace commlens {
+namespace {
+
+/// The class fully_shard swaps in (torch 2.13 _fsdp_init.py builds it with type()).
+std::string fsdpClassOf(llvm::StringRef type) {
+  llvm::StringRef cls = type.rsplit('.').second.empty() ? type : type.rsplit('.').second;
+  return ("torch.distributed.fsdp._fully_shard._fsdp_init.FSDP" + cls).str();
+}
+
+bool under(llvm::StringRef path, llvm::StringRef modulePath) {
+  return modulePath.empty() || path.startswith((modulePath + ".").str());
+}
+
+const char *kAllGather = "c10d._allgather_base_";
+const char *kReduceScatter = "c10d._reduce_scatter_base_";
+const char *kAllReduce = "c10d.allreduce_";
+
+} // namespace
+
+llvm::Expected<std::vector<FsdpUnit>>
+resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
+                 const llvm::DenseMap<const Value *, DTensorLayout> &tpPlacements) {
+  std::vector<FsdpUnit> units;
+  std::map<const ModuleScope *, std::string> taken;
+  for (const FullyShardUnit &spec : plan.fullyShard) {
+    bool matched = false;
+    for (ModuleScope *s : graph.scopes().inForwardOrder()) {
+      if (!matchesModulePath(spec.pattern, s->path()))
+        continue;
+      matched = true;
+      if (auto [it, fresh] = taken.emplace(s, spec.pattern); !fresh)
+        return makeError("fully_shard '{}' on {}: the module is already sharded by '{}'", spec.pattern,
+                         s->displayName(), it->second);
+      if (s->numCalls() > 1)
+        return makeError("fully_shard '{}' on {}: the module is called {} times (FSDP units called more than once "
+                         "are not supported yet)",
+                         spec.pattern, s->displayName(), s->numCalls());
+      FsdpUnit u;
+      u.scope = s;
+      u.spec = &spec;
+      u.shardDim = spec.meshDims.back();
+      u.shardSize = plan.mesh.shape[u.shardDim];
+      if (spec.meshDims.size() == 2)
+        u.replicateDim = spec.meshDims.front();
+      u.regatherGroupSize = spec.reshard == FullyShardUnit::Reshard::ToGroup ? spec.reshardGroupSize : u.shardSize;
+      units.push_back(std::move(u));
+    }
+    if (!matched)
+      return makeError("fully_shard pattern '{}' matches no module that runs in the exported program", spec.pattern);
+  }
+  // Roots (FSDPState._lazy_init): a unit no other unit encloses is the root of its own state
+  // context: every unit it encloses shares its post-forward order and its final callback, and by
+  // default it does not reshard after forward. Units beside each other with no common enclosing
+  // unit (every Linear its own fully_shard) are separate roots.
+  for (FsdpUnit &u : units) {
+    u.root = static_cast<unsigned>(&u - units.data());
+    for (const ModuleScope *s = u.scope->parent(); s; s = s->parent())
+      if (auto it = llvm::find_if(units, [&](const FsdpUnit &t) { return t.scope == s; }); it != units.end())
+        u.root = static_cast<unsigned>(it - units.begin()); // the outermost enclosing unit wins
+    bool isRoot = u.root == static_cast<unsigned>(&u - units.data());
+    u.reshardAfterForward = u.spec->reshard == FullyShardUnit::Reshard::Default
+                                ? !isRoot
+                                : u.spec->reshard != FullyShardUnit::Reshard::No;
+  }
+  // Parameters: those below the unit's module that no nested unit manages. Tied parameters are
+  // one nn.Parameter (managed once, by the first unit that reaches them in named_parameters
+  // order) unless tensor parallelism re-registered them as DTensors.
+  llvm::StringSet<> seenTied;
+  for (const InputSpec &in : graph.inputs()) {
+    if (in.kind != InputKind::Parameter || !in.value)
+      continue;
+    FsdpUnit *owner = nullptr;
+    std::string path = pathAfterCheckpointWrappers(plan, in.target); // units match the wrapped tree
+    for (FsdpUnit &u : units)
+      if (under(path, u.scope->path()) && (!owner || u.scope->path().size() > owner->scope->path().size()))
+        owner = &u;
+    if (!owner)
+      continue;
+    if (!tpPlacements.count(in.value)) {
+      std::string canonical = in.aliasOf.empty() ? in.target : in.aliasOf;
+      if (!seenTied.insert(canonical).second)
+        continue;
+    }
+    owner->params.push_back(in.value);
+  }
+  // Prefetch targets name modules that fully_shard wrapped.
+  for (FsdpUnit &u : units)
+    for (auto [key, paths, out] : {std::tuple{"forward_prefetch", &u.spec->forwardPrefetch, &u.forwardPrefetch},
+                                   std::tuple{"backward_prefetch", &u.spec->backwardPrefetch, &u.backwardPrefetch}})
+      for (const std::string &path : *paths) {
+        auto target = llvm::find_if(units, [&](const FsdpUnit &t) { return t.scope->path() == path; });
+        if (target == units.end())
+          return makeError("fully_shard '{}' on {}: {} target '{}' is not a module fully_shard wrapped", u.spec->pattern,
+                           u.scope->displayName(), key, path);
+        out->push_back(static_cast<unsigned>(target - units.begin()));
+      }
+  for (FsdpUnit &u : units) {
+    // FSDPParam refuses it (torch 2.13 _fsdp_param.py, NotImplementedError).
+    if (u.spec->reshard == FullyShardUnit::Reshard::ToGroup)
+      for (const Value *p : u.params)
+        if (tpPlacements.count(p))
+          return makeError("fully_shard '{}' on {}: reshard_after_forward={} with tensor-parallel (DTensor) "
+                           "parameters is not supported by torch 2.13 (\"Resharding to smaller mesh is not supported "
+                           "for DTensor parameters yet\")",
+                           u.spec->pattern, u.scope->displayName(), u.spec->reshardGroupSize);
+    graph.scopes().setType(const_cast<ModuleScope *>(u.scope), fsdpClassOf(u.scope->type()));
+  }
+  return units;
+}
+
+llvm::SmallVector<int64_t, 4> FsdpRuntime::localSizes(const Value *param) const {
+  llvm::SmallVector<int64_t, 4> sizes = sizesOf(*param->meta());
+  if (const DTensorLayout *l = prediction_.layout(param))
+    return rank0LocalShape(prediction_.dtensorMesh, sizes, normalized(l->placements, sizes.size()));
+  return sizes;
+}
+
+int64_t FsdpRuntime::shardNumel(const Value *param, int64_t parts) const {
+  auto sizes = localSizes(param);
+  if (sizes.empty())
+    return 1;
+  int64_t rest = 1;
+  for (size_t i = 1; i < sizes.size(); ++i)
+    rest *= sizes[i];
+  return (sizes[0] + parts - 1) / parts * rest;
+}
+
+void FsdpRuntime::unshard(unsigned index, const Node &at, Phase phase, const std::string &why) {
+  FsdpUnit &u = state_.units[index];
+  if (!u.hasGroup() || u.unsharded)
+    return;
+  u.unsharded = true;
+  // Backward re-gathers run on the post-forward group (reshard_after_forward=int).
+  int64_t group = phase == Phase::Backward ? u.regatherGroupSize : u.shardSize;
+  if (group == 1)
+    return; // unshard() skips the all-gather for a world of one
+  int64_t bytes = 0;
+  for (const Value *p : u.params)
+    bytes += shardNumel(p, group) * elementSize(u.spec->paramDtype.value_or(p->meta()->dtype));
+  CollectiveRecord r;
+  r.opKey = kAllGather;
+  r.phase = phase;
+  r.module = at.scope();
+  r.node = &at;
+  r.argument = fmt::format("{} parameters of {}", u.params.size(), u.scope->displayName());
+  r.meshDims.push_back(u.shardDim);
+  r.src = Placement::shard(0);
+  r.dst = Placement::replicate();
+  r.fromPlacements = {Placement::shard(0)};
+  r.toPlacements = {Placement::replicate()};
+  r.bytesPerRank = bytes;
+  r.why = why;
+  record(std::move(r));
+}
+
+void FsdpRuntime::preForward(unsigned unit, const Node &at) {
+  const std::string &name = state_.units[unit].scope->displayName();
+  unshard(unit, at, Phase::Forward, fmt::format("FSDP pre-forward of {} all-gathers its parameters", name));
+  for (unsigned target : state_.units[unit].forwardPrefetch)
+    unshard(target, at, Phase::Forward,
+            fmt::format("FSDP pre-forward of {} prefetches {}'s parameters (set_modules_to_forward_prefetch)", name,
+                        state_.units[target].scope->displayName()));
+}
+
+void FsdpRuntime::postForward(unsigned unit) {
+  FsdpUnit &u = state_.units[unit];
+  if (!u.hasGroup())
+    return;
+  if (u.reshardAfterForward)
+    u.unsharded = false;
+  std::vector<unsigned> &order = state_.postForwardOrder[u.root];
+  u.postForwardIndices.push_back(static_cast<unsigned>(order.size()));
+  order.push_back(unit);
+}
+
+void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
+  FsdpUnit &u = state_.units[unit];
+  if (!u.hasGroup() || u.preBackwardDone)
+    return;
+  u.preBackwardDone = true;
+  const std::string &name = u.scope->displayName();
+  unshard(unit, at, Phase::Backward, fmt::format("FSDP pre-backward of {} re-gathers its parameters", name));
+  if (!u.backwardPrefetch.empty()) { // set_modules_to_backward_prefetch replaces the default
+    for (unsigned target : u.backwardPrefetch)
+      unshard(target, at, Phase::Backward,
+              fmt::format("FSDP pre-backward of {} prefetches {}'s parameters (set_modules_to_backward_prefetch)",
+                          name, state_.units[target].scope->displayName()));
+    return;
+  }
+  // The default backward prefetch: the unit before this call in its root's post-forward order
+  // (each root's FSDPCommContext keeps its own).
+  if (u.postForwardIndices.empty())
+    return;
+  unsigned current = u.postForwardIndices.pop_back_val();
+  if (current == 0)
+    return;
+  unsigned target = state_.postForwardOrder[u.root][current - 1];
+  unshard(target, at, Phase::Backward,
+          fmt::format("FSDP pre-backward of {} prefetches {}'s parameters", name,
+                      state_.units[target].scope->displayName()));
+}
+
+bool FsdpRuntime::reducesGradients(unsigned unit) const {
+  const FsdpUnit &u = state_.units[unit];
+  return u.hasGroup() && !u.postBackwardDone && u.spec->requiresGradientSync;
+}
+
+void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> params) {
+  FsdpUnit &u = state_.units[unit];
+  bool reduce = reducesGradients(unit);
+  if (!u.hasGroup() || u.postBackwardDone)
+    return;
+  u.postBackwardDone = true;
+  u.unsharded = false; // reshard_after_backward
+  if (params.empty() || !reduce)
+    return;
+  const std::string &name = u.scope->displayName();
+  // foreach_reduce packs only the gradients the parameters received (a frozen one has none)
+  int64_t inputBytes = 0, outputBytes = 0;
+  for (const Value *p : params) {
+    int64_t elem = elementSize(u.spec->reduceDtype.value_or(u.spec->paramDtype.value_or(p->meta()->dtype)));
+    int64_t shard = shardNumel(p, u.shardSize);
+    inputBytes += shard * u.shardSize * elem;
+    outputBytes += shard * elem;
+  }
+  auto make = [&](const char *op, unsigned dim, Placement src, Placement dst, int64_t bytes, std::string why) {
+    CollectiveRecord r;
+    r.opKey = op;
+    r.phase = Phase::Backward;
+    r.module = at.scope();
+    r.node = &at;
+    r.argument = fmt::format("{} gradients of {}", params.size(), name);
+    r.meshDims.push_back(dim);
+    r.src = src;
+    r.dst = dst;
+    r.fromPlacements = {src};
+    r.toPlacements = {dst};
+    r.bytesPerRank = bytes;
+    r.why = std::move(why);
+    record(std::move(r));
+  };
+  if (u.shardSize > 1) // foreach_reduce skips the reduce-scatter for a world of one
+    make(kReduceScatter, u.shardDim, Placement::partial(), Placement::shard(0), inputBytes,
+         fmt::format("FSDP post-backward of {} reduce-scatters its gradients", name));
+  if (u.replicateDim && u.spec->requiresAllReduce)
+    make(kAllReduce, *u.replicateDim, Placement::partial(), Placement::replicate(), outputBytes,
+         fmt::format("HSDP post-backward of {} all-reduces its gradient shards over the replicate group", name));
+}
+
+} // namespace commlens

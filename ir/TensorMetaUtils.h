@@ -1,0 +1,34 @@
+// What several subsystems read off a TensorMeta: concrete sizes and strides (symbolic ones by
+// their hint), contiguity and view strides as c10's TensorImpl and ATen's computeStride decide
+// them (c10/core/TensorImpl.h is_contiguous, aten/src/ATen/TensorUtils.cpp computeStride), and
+// which dtypes autograd differentiates.
+#pragma once
+
+#include "ir/Types.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <optional>
+
+namespace commlens {
+
+/// Each size's hint: the concrete values of sizes or strides, symbolic ones by their hint.
+llvm::SmallVector<int64_t, 4> hints(llvm::ArrayRef<SymInt> sizes);
+/// Concrete sizes / strides of a meta (symbolic ones by hint; unknown strides: contiguous).
+llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m);
+llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m);
+/// A concrete meta (contiguous unless strides are given).
+TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,
+                  std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt);
+
+/// Strides of a contiguous tensor of these sizes.
+llvm::SmallVector<SymInt, 4> contiguousStrides(llvm::ArrayRef<int64_t> sizes);
+bool isContiguous(const TensorMeta &meta);
+/// The strides a view to `newSizes` has, or nullopt when no view exists (ATen's computeStride).
+std::optional<llvm::SmallVector<int64_t, 4>> viewStrides(const TensorMeta &meta, llvm::ArrayRef<int64_t> newSizes);
+
+/// Dtypes autograd differentiates (floating and complex).
+bool isFloating(ScalarType t);
+
+} // namespace commlens

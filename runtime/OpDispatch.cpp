@@ -1,0 +1,521 @@
+#include "runtime/OpDispatch.h"
+
+#include "autograd/ActivationCheckpoint.h"
+#include "dtensor/RedistributePlanner.h"
+#include "dtensor/ShardingDecisionCache.h"
+#include "dtensor/ShardingRules.h"
+#include "fsdp/FullyShard.h"
+#include "ir/Error.h"
+#include "ir/TensorMetaUtils.h"
+
+namespace commlens {
+namespace {
+
+std::optional<Placement> placementArg(const Node &n, llvm::StringRef name) {
+  const Argument *a = n.input(name);
+  if (!a || !a->is<std::string>())
+    return std::nullopt;
+  auto p = Placement::parse(a->get<std::string>());
+  if (!p) {
+    llvm::consumeError(p.takeError());
+    return std::nullopt;
+  }
+  return *p;
+}
+
+bool boolArg(const Node &n, llvm::StringRef name) {
+  const Argument *a = n.input(name);
+  return a && a->is<bool>() && a->get<bool>();
+}
+
+std::string scopeName(const Node &n) { return n.scope() ? n.scope()->displayName() : "Global"; }
+
+std::string where(const Node &n) { return fmt::format("node '{}' {} in {}", n.name(), n.opString(), scopeName(n)); }
+
+/// DTensor's _normalize_placements_for_grad: Partial becomes Replicate.
+Placements gradPlacements(const Placements &p) {
+  Placements out;
+  for (const Placement &x : p)
+    out.push_back(x.isPartial() ? Placement::replicate() : x);
+  return out;
+}
+
+std::optional<Placements> placementsArg(const Node &n, llvm::StringRef name) {
+  const Argument *a = n.input(name);
+  if (!a || !a->is<StringList>())
+    return std::nullopt;
+  Placements out;
+  for (const std::string &text : a->get<StringList>()) {
+    llvm::StringRef t(text);
+    if (t.consume_front("MP(") && t.consume_back(")")) { // MaskPartial (the IR's short form)
+      auto inner = Placement::parse(("P(" + t + ")").str());
+      if (!inner) {
+        llvm::consumeError(inner.takeError());
+        return std::nullopt;
+      }
+      out.push_back(Placement{Placement::Kind::MaskPartial, 0, 1, inner->reduceOp});
+      continue;
+    }
+    auto p = Placement::parse(text);
+    if (!p) {
+      llvm::consumeError(p.takeError());
+      return std::nullopt;
+    }
+    out.push_back(*p);
+  }
+  return out;
+}
+
+class Propagator {
+public:
+  Propagator(const ExportedProgram &program, const ShardingPlan *plan, bool allowUnsupported, PredictionState &state,
+             const Graph &graph, Phase phase)
+      : plan_(plan), allowUnsupported_(allowUnsupported), state_(state), mesh_(state.dtensorMesh),
+        graph_(graph), phase_(phase), castReason_(computeCastReason(program, state)) {}
+
+  llvm::Error run() {
+    size_t first = state_.collectives.size();
+    for (const auto &n : graph_.nodes()) {
+      node_ = n.get();
+      llvm::Error err = n->op().ns == "commlens" ? boundary(*n) : atenOp(*n);
+      if (err)
+        return err;
+    }
+    auto added = llvm::make_range(state_.collectives.begin() + first, state_.collectives.end());
+    if (auto unknown = llvm::count_if(added, [](const CollectiveRecord &r) { return !r.bytesKnown; }))
+      state_.warnings.push_back(fmt::format("bytes of the {} {} DTensor collectives are unknown: {}", unknown,
+                                            phase_ == Phase::Forward ? "forward" : "backward", *castReason_));
+    return llvm::Error::success();
+  }
+
+private:
+  /// Replicates `placements` to the DTensor mesh's rank (one entry per mesh dim).
+  Placements onMesh(Placement p) const { return Placements(mesh_.ndim(), p); }
+
+  bool approximate(const Value *v) const { return state_.approximate.lookup(v); }
+
+  llvm::Error redistribute(const Value *v, const Placements &from, const Placements &to, const Node &n,
+                           llvm::StringRef argument, const std::string &why, bool approx) {
+    auto plan = planRedistribute(mesh_, *v->meta(), from, to);
+    if (!plan)
+      return makeError("{}: cannot redistribute '{}' from {} to {}: {}", where(n), argument.str(), str(from), str(to),
+                       takeMessage(plan.takeError()));
+    auto kept = n.metadata().find(kKeptCollectives);
+    for (const RedistributeStep *step : plan->collectives()) {
+      if (kept != n.metadata().end() && llvm::is_contained(llvm::split(kept->second, ','), step->opKey()))
+        continue; // recomputation reuses the output selective checkpointing kept
+      CollectiveRecord r;
+      r.opKey = step->opKey().str();
+      r.phase = phase_;
+      r.module = n.scope();
+      r.node = &n;
+      r.argument = argument.str();
+      for (unsigned d : step->meshDims)
+        r.meshDims.push_back(state_.dtensorMeshDims[d]);
+      r.src = step->src;
+      r.dst = step->dst;
+      r.fromPlacements = normalized(from, v->meta()->rank());
+      r.toPlacements = normalized(to, v->meta()->rank());
+      r.bytesPerRank = step->inputBytes;
+      r.bytesKnown = !castReason_;
+      r.why = why;
+      r.approximate = approx;
+      state_.collectives.push_back(std::move(r));
+    }
+    return llvm::Error::success();
+  }
+
+  void setDTensor(const Value *v, Placements p, bool approx) {
+    state_.dtensors[v] = DTensorLayout{normalized(p, v->meta() ? v->meta()->rank() : 0)};
+    if (approx)
+      state_.approximate[v] = true;
+  }
+
+  /// FSDP's hooks (fsdp/FullyShard.h). The forward ones pass their tensors through unchanged.
+  llvm::Error fsdpHook(const Node &n, llvm::StringRef op) {
+    FsdpRuntime fsdp(state_.fsdp, state_, state_.collectives);
+    auto unit = n.input("unit") ? n.input("unit")->asInt() : std::nullopt;
+    if (!unit || *unit < 0 || static_cast<size_t>(*unit) >= state_.fsdp.units.size())
+      return makeError("{}: no such FSDP unit", where(n));
+    if (op == "fsdp_pre_forward" || op == "fsdp_post_forward") {
+      auto in = n.input("inputs")->tensors();
+      auto out = n.results();
+      for (size_t i = 0; i < in.size() && i < out.size(); ++i)
+        if (const DTensorLayout *l = state_.layout(in[i]))
+          setDTensor(out[i], l->placements, approximate(in[i]));
+      if (op == "fsdp_pre_forward")
+        fsdp.preForward(*unit, n);
+      else
+        fsdp.postForward(*unit);
+      return llvm::Error::success();
+    }
+    if (op == "fsdp_pre_backward") {
+      fsdp.preBackward(*unit, n);
+      return llvm::Error::success();
+    }
+    if (op != "fsdp_post_backward")
+      return makeError("{}: unknown commlens boundary op", where(n));
+    // FSDPParam.unsharded_grad_data: a DTensor gradient goes to its parameter's placements first
+    // (only read when the unit reduces its gradients).
+    auto grads = n.input("grads")->tensors();
+    auto params = n.input("params")->tensors();
+    llvm::SmallVector<const Value *, 8> received(params.begin(), params.end());
+    for (size_t i = 0; fsdp.reducesGradients(*unit) && i < grads.size() && i < params.size(); ++i) {
+      const DTensorLayout *g = state_.layout(grads[i]), *p = state_.layout(params[i]);
+      if (!g || !p)
+        continue;
+      int64_t rank = grads[i]->meta()->rank();
+      Placements have = normalized(g->placements, rank), want = normalized(p->placements, rank);
+      if (have == want)
+        continue;
+      std::string why = fmt::format("FSDP post-backward of {} redistributes the gradient of {} from {} to {}",
+                                    state_.fsdp.units[*unit].scope->displayName(), params[i]->name(), str(have),
+                                    str(want));
+      if (llvm::Error err = redistribute(grads[i], have, want, n, grads[i]->name(), why, approximate(grads[i])))
+        return err;
+    }
+    fsdp.reduceGradients(*unit, n, received);
+    return llvm::Error::success();
+  }
+
+  /// The plan's boundary ops: what the styles' hooks do at module entry and exit.
+  llvm::Error boundary(const Node &n) {
+    if (n.op().name.rfind("fsdp_", 0) == 0)
+      return fsdpHook(n, n.op().name);
+    const Value *x = n.input("self")->tensor();
+    const Value *out = n.results()[0];
+    const DTensorLayout *in = state_.layout(x);
+    bool approx = approximate(x);
+    std::string module = n.input("module") ? n.input("module")->get<std::string>() : scopeName(n);
+    llvm::StringRef op = n.op().name;
+    auto step = [&](BoundaryStep::Kind kind, Placements from, Placements to) {
+      state_.boundarySteps[&n].push_back(BoundaryStep{kind, std::move(from), std::move(to)});
+    };
+    // A hook's redistribute: its collectives, and the step its backward replays.
+    auto redistributeStep = [&](const Placements &from, const Placements &to, const std::string &why) -> llvm::Error {
+      if (llvm::Error err = redistribute(x, from, to, n, x->name(), why, approx))
+        return err;
+      step(BoundaryStep::Kind::Redistribute, normalized(from, x->meta()->rank()), normalized(to, x->meta()->rank()));
+      return llvm::Error::success();
+    };
+    if (op == "loss_targets") { // from_local(targets, Replicate) when the logits are a DTensor
+      if (state_.layout(n.input("logits")->tensor()))
+        setDTensor(out, onMesh(Placement::replicate()), approx);
+      return llvm::Error::success();
+    }
+    if (op == "from_local_backward" || op == "to_local_backward" || op == "redistribute_backward")
+      return boundaryBackward(n, op, x, out, in, approx);
+    if (op == "annotate") {
+      std::optional<Placement> layout = placementArg(n, "layout"), desired = placementArg(n, "desired");
+      Placements current = in ? in->placements : onMesh(*layout);
+      if (!in)
+        step(BoundaryStep::Kind::FromLocal, {}, normalized(current, x->meta()->rank()));
+      Placements result = current;
+      if (desired && !(layout == desired)) { // torch compares the layouts unnormalised
+        if (auto refusal = userRedistributeRefusal(current, onMesh(*desired), x->meta()->rank()))
+          return makeError("{}: {}", where(n), *refusal);
+        std::string why = fmt::format("{} redistributes {} from {} to {}", module, x->name(), str(current),
+                                      str(onMesh(*desired)));
+        if (llvm::Error err = redistributeStep(current, onMesh(*desired), why))
+          return err;
+        result = onMesh(*desired);
+      }
+      if (!boolArg(n, "use_local_output"))
+        setDTensor(out, result, approx);
+      else
+        step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
+      return llvm::Error::success();
+    }
+    if (op == "sequence_parallel_input") {
+      Placement sharding = *placementArg(n, "sharding");
+      Placements target = normalized(onMesh(sharding), x->meta()->rank());
+      if (!in) {
+        step(BoundaryStep::Kind::FromLocal, {}, target);
+        setDTensor(out, onMesh(sharding), approx);
+        return llvm::Error::success();
+      }
+      if (in->placements != onMesh(sharding)) {
+        std::string why = fmt::format("SequenceParallel on {} redistributes {} from {} to {}", module, x->name(),
+                                      str(in->placements), str(target));
+        if (llvm::Error err = redistributeStep(in->placements, target, why))
+          return err;
+        setDTensor(out, target, approx);
+      } else {
+        setDTensor(out, in->placements, approx);
+      }
+      return llvm::Error::success();
+    }
+    if (op == "redistribute_output") {
+      if (!in)
+        return makeError("{}: the output of {} is not a DTensor (the style's output hook would fail)", where(n), module);
+      Placements result = in->placements;
+      if (std::optional<Placement> layout = placementArg(n, "layout"); layout && in->placements != onMesh(*layout)) {
+        std::string why = fmt::format("{} redistributes its output {} from {} to {}", module, x->name(),
+                                      str(in->placements), str(onMesh(*layout)));
+        if (llvm::Error err = redistributeStep(in->placements, onMesh(*layout), why))
+          return err;
+        result = onMesh(*layout);
+      }
+      if (!boolArg(n, "use_local_output"))
+        setDTensor(out, result, approx);
+      else
+        step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
+      return llvm::Error::success();
+    }
+    return makeError("{}: unknown commlens boundary op", where(n));
+  }
+
+  /// The backward of the boundary steps (DTensor's autograd Functions, torch 2.13 `_api.py`,
+  /// `_redistribute.py`), placements given as a list argument `placements`:
+  ///   from_local_backward: the grad is redistributed to the from_local placements with Partial
+  ///     normalised to Replicate, then handed back as a plain tensor;
+  ///   to_local_backward: the plain grad is wrapped (from_local) with the forward placements,
+  ///     Partial normalised to Replicate;
+  ///   redistribute_backward: the grad goes back to the forward source placements, except that
+  ///     a Partial source with a Shard/Replicate grad stays Replicate.
+  llvm::Error boundaryBackward(const Node &n, llvm::StringRef op, const Value *x, const Value *out,
+                               const DTensorLayout *in, bool approx) {
+    std::optional<Placements> placements = placementsArg(n, "placements");
+    if (!placements)
+      return makeError("{}: missing placements", where(n));
+    int64_t rank = x->meta()->rank();
+    if (op == "to_local_backward") {
+      Placements target = gradPlacements(normalized(*placements, rank));
+      if (in) { // already a DTensor (not expected): keep it
+        setDTensor(out, in->placements, approx);
+        return llvm::Error::success();
+      }
+      setDTensor(out, target, approx);
+      return llvm::Error::success();
+    }
+    if (!in)
+      return llvm::Error::success(); // a plain gradient: nothing to redistribute
+    Placements have = normalized(in->placements, rank);
+    Placements target = op == "from_local_backward" ? gradPlacements(normalized(*placements, rank))
+                                                    : redistributeBackwardTarget(have, normalized(*placements, rank));
+    std::string module = n.input("module") ? n.input("module")->get<std::string>() : scopeName(n);
+    if (have != target) {
+      std::string why = fmt::format("{} backward of {}: gradient {} from {} to {}",
+                                    op == "from_local_backward" ? "from_local" : "redistribute", module, x->name(),
+                                    str(have), str(target));
+      if (llvm::Error err = redistribute(x, have, target, n, x->name(), why, approx))
+        return err;
+    }
+    if (op == "redistribute_backward")
+      setDTensor(out, target, approx);
+    return llvm::Error::success();
+  }
+
+  llvm::Error atenOp(const Node &n) {
+    llvm::SmallVector<const Value *, 4> tensors;
+    llvm::SmallVector<std::optional<DTensorSpec>, 4> specs;
+    bool anyDTensor = false, approx = false;
+    n.forEachOperand([&](Value *v) {
+      if (v->kind() != ValueKind::Tensor)
+        return;
+      tensors.push_back(v);
+      if (const DTensorLayout *l = state_.layout(v)) {
+        specs.push_back(DTensorSpec{l->placements, *v->meta()});
+        anyDTensor = true;
+        approx |= approximate(v);
+      } else {
+        specs.push_back(std::nullopt);
+      }
+    });
+    if (!anyDTensor)
+      return llvm::Error::success(); // plain local tensors: no DTensor dispatch, no communication
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (!specs[i] && tensors[i]->meta() && tensors[i]->meta()->numel() != 1)
+        return makeError("{}: mixes DTensor and plain torch.Tensor operands ('{}' is a plain tensor); DTensor "
+                         "would raise here",
+                         where(n), tensors[i]->name());
+    if (plan_ && plan_->lossParallel && isLossParallelOp(n.opString()))
+      return lossParallelOp(n, tensors, specs);
+    const ShardingRules &rules = ShardingRules::get();
+    if (!rules.supports(n.opString())) {
+      if (!allowUnsupported_)
+        return makeError("unsupported op {} at node '{}' in {} (no DTensor sharding rule in commlens)", n.opString(),
+                         n.name(), scopeName(n));
+      return replicateUnsupported(n, tensors, specs);
+    }
+    auto decided = decisions_.decide(rules, n, specs, mesh_);
+    if (!decided) {
+      std::string msg = takeMessage(decided.takeError());
+      if (!allowUnsupported_)
+        return makeError("{}: {}", where(n), msg);
+      return replicateUnsupported(n, tensors, specs);
+    }
+    const ShardingDecision *decision = *decided;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (!specs[i] || i >= decision->operandPlacements.size() || !decision->operandPlacements[i])
+        continue;
+      Placements want = normalized(*decision->operandPlacements[i], tensors[i]->meta()->rank());
+      Placements have = normalized(specs[i]->placements, tensors[i]->meta()->rank());
+      if (want == have)
+        continue;
+      std::string why = fmt::format("{} needs {} as {} (has {}): {}", n.opString(), tensors[i]->name(), str(want),
+                                    str(have), decision->why);
+      if (llvm::Error err = redistribute(tensors[i], have, want, n, operandName(n, tensors[i]), why, approx))
+        return err;
+    }
+    auto results = n.results();
+    for (size_t i = 0; i < results.size() && i < decision->resultPlacements.size(); ++i)
+      if (decision->resultPlacements[i] && results[i]->kind() == ValueKind::Tensor)
+        setDTensor(results[i], *decision->resultPlacements[i], approx);
+    return llvm::Error::success();
+  }
+
+  static bool isLossParallelOp(llvm::StringRef op) {
+    return op == "aten::_log_softmax.default" || op == "aten::_log_softmax_backward_data.default" ||
+           op == "aten::nll_loss_forward.default" || op == "aten::nll_loss_backward.default";
+  }
+
+  /// Inside loss_parallel() these ops run DTensor's custom handlers (torch 2.13
+  /// `parallel/loss.py`) on class-dim-sharded logits: _log_softmax all-reduces the row max (MAX)
+  /// and the sum of exponentials (SUM); nll_loss_forward all-reduces the MaskPartial gather of
+  /// the target logits (SUM); their backwards (log_softmax's only casts, nll_loss's is fused with
+  /// it) communicate nothing. Outputs keep the logits' placements; the loss is replicated on the
+  /// class dim's mesh dim, Partial on other Shard dims.
+  llvm::Error lossParallelOp(const Node &n, llvm::ArrayRef<const Value *> tensors,
+                             llvm::ArrayRef<std::optional<DTensorSpec>> specs) {
+    llvm::StringRef op = n.opString();
+    bool backward = op.endswith("_backward_data.default") || op == "aten::nll_loss_backward.default";
+    unsigned xIdx = op == "aten::_log_softmax.default" || op == "aten::nll_loss_forward.default" ? 0 : 1;
+    if (op == "aten::_log_softmax_backward_data.default")
+      xIdx = 0;
+    if (xIdx >= specs.size() || !specs[xIdx])
+      return makeError("{}: loss_parallel expects DTensor logits", where(n));
+    const Value *x = tensors[xIdx];
+    Placements xp = normalized(specs[xIdx]->placements, x->meta()->rank());
+    int64_t channel = x->meta()->rank() >= 2 ? 1 : 0;
+    if (op == "aten::_log_softmax.default")
+      if (const Argument *d = n.input("dim"); d && d->asInt())
+        channel = *d->asInt() < 0 ? *d->asInt() + x->meta()->rank() : *d->asInt();
+    std::optional<unsigned> meshDim;
+    for (unsigned i = 0; i < xp.size(); ++i)
+      if (xp[i].isShard(channel))
+        meshDim = i;
+    if (!meshDim)
+      return makeError("{}: loss_parallel needs the logits sharded on the class dim {}, got {}", where(n), channel,
+                       str(xp));
+    auto allReduce = [&](const char *what, int64_t bytes) {
+      CollectiveRecord r;
+      r.opKey = "c10d_functional.all_reduce";
+      r.phase = phase_;
+      r.module = n.scope();
+      r.node = &n;
+      r.argument = x->name();
+      r.meshDims.push_back(state_.dtensorMeshDims[*meshDim]);
+      r.src = Placement::partial();
+      r.dst = Placement::replicate();
+      r.fromPlacements = xp;
+      r.toPlacements = xp;
+      r.bytesPerRank = bytes;
+      r.bytesKnown = !castReason_;
+      r.why = fmt::format("loss_parallel {}: {}", op.str(), what);
+      state_.collectives.push_back(std::move(r));
+    };
+    int64_t rows = x->meta()->numel() / std::max<int64_t>(1, x->meta()->sizes[channel].hint);
+    if (op == "aten::_log_softmax.default") {
+      // _log_softmax upcasts to utils.elementwise_dtypes' computation dtype before both reductions
+      // (float32 for half and bfloat16 logits); the result goes back to the logits' dtype.
+      ScalarType dtype = x->meta()->dtype;
+      int64_t elem = elementSize(dtype == ScalarType::Half || dtype == ScalarType::BFloat16 ? ScalarType::Float
+                                                                                            : dtype);
+      allReduce("MAX of the row max", rows * elem);
+      allReduce("SUM of the sum of exponentials", rows * elem);
+    } else if (op == "aten::nll_loss_forward.default") {
+      allReduce("SUM of the MaskPartial gather of the target logits", rows * elementSize(x->meta()->dtype));
+    }
+    (void)backward;
+    auto results = n.results();
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (results[i]->kind() != ValueKind::Tensor)
+        continue;
+      if (op == "aten::nll_loss_forward.default") {
+        Placements out;
+        for (unsigned k = 0; k < xp.size(); ++k)
+          out.push_back(k == *meshDim ? Placement::replicate()
+                                      : xp[k].isShard() ? Placement::partial() : xp[k]);
+        setDTensor(results[i], out, false);
+      } else {
+        setDTensor(results[i], xp, false);
+      }
+    }
+    return llvm::Error::success();
+  }
+
+  /// --allow-unsupported: the op's DTensor operands are replicated first and its results are
+  /// replicated; every count from here on that depends on them is approximate.
+  llvm::Error replicateUnsupported(const Node &n, llvm::ArrayRef<const Value *> tensors,
+                                   llvm::ArrayRef<std::optional<DTensorSpec>> specs) {
+    state_.warnings.push_back(fmt::format("unsupported op {} at node '{}' in {}: operands replicated, counts "
+                                          "that depend on it are approximate",
+                                          n.opString(), n.name(), scopeName(n)));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (!specs[i] || specs[i]->placements == onMesh(Placement::replicate()))
+        continue;
+      if (llvm::Error err = redistribute(tensors[i], specs[i]->placements, onMesh(Placement::replicate()), n,
+                                         operandName(n, tensors[i]), "replicated for an unsupported op", true))
+        return err;
+    }
+    for (Value *r : n.results())
+      if (r->kind() == ValueKind::Tensor)
+        setDTensor(r, onMesh(Placement::replicate()), true);
+    return llvm::Error::success();
+  }
+
+  static std::string operandName(const Node &n, const Value *v) {
+    for (const NamedArgument &a : n.inputs())
+      for (Value *t : a.value.tensors())
+        if (t == v)
+          return a.name.empty() ? v->name() : a.name;
+    return v->name();
+  }
+
+  const ShardingPlan *plan_;
+  const bool allowUnsupported_;
+  /// Why the run computes in another dtype than the program records, if it does (then the DTensor
+  /// collectives' bytes are unknown: commlens does not re-type activations, since export bakes
+  /// trace-time dtypes into casts). A program exported under the plan's FSDP MixedPrecisionPolicy
+  /// (commlens.export --plan) already holds the run-time dtypes. FSDP leaves non-floating
+  /// parameters uncast.
+  static std::optional<std::string> computeCastReason(const ExportedProgram &program, const PredictionState &state) {
+    for (const FsdpUnit &u : state.fsdp.units) {
+      if (!u.spec->paramDtype)
+        continue;
+      for (const Value *p : u.params)
+        if (p->meta() && isFloating(p->meta()->dtype) && p->meta()->dtype != *u.spec->paramDtype)
+          return fmt::format("FSDP unit '{}' ({}) computes in {} under its MixedPrecisionPolicy, but the program "
+                             "holds parameter '{}' in {} (export with the plan, `python -m commlens.export ... "
+                             "--plan PLAN`, to record the run-time dtypes)",
+                             u.spec->pattern, u.scope->displayName(), torchName(*u.spec->paramDtype),
+                             parameterFqn(program.graph(), p), torchName(p->meta()->dtype));
+    }
+    if (program.autocastRegions)
+      return std::string("a torch.autocast region runs the compute in another dtype than the program records");
+    return std::nullopt;
+  }
+  static std::string parameterFqn(const Graph &g, const Value *p) {
+    for (const InputSpec &in : g.inputs())
+      if (in.value == p)
+        return in.target;
+    return p->name();
+  }
+  PredictionState &state_;
+  const DeviceMesh &mesh_;
+  const Graph &graph_;
+  Phase phase_;
+  const std::optional<std::string> castReason_;
+  ShardingDecisionCache decisions_; // repeated layers ask the same questions
+  const Node *node_ = nullptr;
+};
+
+} // namespace
+
+llvm::Error dispatchRuntimeOps(const ExportedProgram &program, const ShardingPlan *plan, const Graph &graph, Phase phase,
+                               bool allowUnsupported, PredictionState &state) {
+  return Propagator(program, plan, allowUnsupported, state, graph, phase).run();
+}
+
+} // namespace commlens

@@ -1,0 +1,127 @@
+// Analysis results the prediction passes build up: which values are DTensors with which
+// placements, and every collective, with the op, argument and module that caused it. Each pass
+// header (passes/*.h) says which of these fields its pass reads and writes.
+#pragma once
+
+#include "comm/CommTimeModel.h"
+#include "ir/Graph.h"
+#include "ir/Mesh.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace commlens {
+
+struct ActivationCheckpointUnit;
+struct FullyShardUnit;
+
+/// A value that is a DTensor: its placements on the plan's DTensor mesh. (Where a collective's
+/// placements came from is its CollectiveRecord's `why`.)
+struct DTensorLayout {
+  Placements placements;
+};
+
+enum class Phase : uint8_t { Forward, Backward };
+
+struct CollectiveRecord {
+  std::string opKey;               // as CommDebugMode prints it
+  Phase phase = Phase::Forward;
+  const ModuleScope *module = nullptr; // the module CommDebugMode charges
+  const Node *node = nullptr;      // the runtime op (or plan boundary op) that caused it
+  std::string argument;            // which operand was redistributed
+  llvm::SmallVector<unsigned, 2> meshDims; // dims of the full mesh
+  Placement src, dst;              // this step's placement change
+  Placements fromPlacements, toPlacements; // the whole redistribution it belongs to
+  int64_t bytesPerRank = 0;        // bytes handed to the collective on one rank
+  /// False where the operand's dtype at run time is not the program's: an activation inside an
+  /// FSDP unit whose MixedPrecisionPolicy casts parameters (and so the compute) to another dtype.
+  bool bytesKnown = true;
+  std::string why;
+  bool approximate = false;
+  std::optional<CollectiveTime> time; // with a cluster (predict --cluster)
+};
+
+/// One autograd-visible step a plan boundary op took in forward (DTensor.from_local,
+/// DTensor.redistribute, DTensor.to_local): the backward pass replays its autograd Function.
+struct BoundaryStep {
+  enum class Kind : uint8_t { FromLocal, Redistribute, ToLocal };
+  Kind kind = Kind::FromLocal;
+  Placements from; ///< Redistribute: the source; ToLocal: the DTensor's placements
+  Placements to;   ///< FromLocal: the placements given; Redistribute: the target
+};
+
+/// One FSDP parameter group: one fully_shard call on one module.
+struct FsdpUnit {
+  const ModuleScope *scope = nullptr;
+  const FullyShardUnit *spec = nullptr;
+  /// The parameters it manages (graph input values; tied parameters once, unless tensor
+  /// parallelism re-registered them).
+  std::vector<const Value *> params;
+  unsigned shardDim = 0;                 // dims of the plan's full mesh
+  std::optional<unsigned> replicateDim; // HSDP
+  int64_t shardSize = 1;
+  /// The root unit whose FSDP state context this unit shares: the outermost unit enclosing it
+  /// (itself when no other unit does). Each root has its own post-forward order and final callback.
+  unsigned root = 0;
+  bool reshardAfterForward = true; // resolved (a root's default is false)
+  int64_t regatherGroupSize = 1;   // the group its backward re-gather runs on
+  /// Explicit prefetch targets (unit indices); an empty backward list keeps the default.
+  llvm::SmallVector<unsigned, 2> forwardPrefetch, backwardPrefetch;
+
+  // Runtime state, advanced by the propagation passes.
+  bool unsharded = false, preBackwardDone = false, postBackwardDone = false;
+  llvm::SmallVector<unsigned, 2> postForwardIndices;
+
+  bool hasGroup() const { return !params.empty(); }
+};
+
+struct FsdpState {
+  std::vector<FsdpUnit> units;
+  /// Per root unit: unit indices, one entry per post-forward of a unit sharing that root's context.
+  std::map<unsigned, std::vector<unsigned>> postForwardOrder;
+};
+
+struct PredictionState {
+  /// The mesh DTensors live on: the plan's mesh, or the sub-mesh its styles use.
+  DeviceMesh dtensorMesh;
+  /// Dims of the plan's full mesh that dtensorMesh's dims are.
+  llvm::SmallVector<unsigned, 2> dtensorMeshDims;
+  llvm::DenseMap<const Value *, DTensorLayout> dtensors;
+  /// Parameters a style re-created as new nn.Parameters with requires_grad=True whatever they
+  /// had (SequenceParallel's _replicate_module_fn): freezing before parallelising is undone.
+  llvm::DenseSet<const Value *> retrainedByStyle;
+  std::vector<CollectiveRecord> collectives;
+  /// Values whose placements depend on an op modelled approximately (--allow-unsupported).
+  llvm::DenseMap<const Value *, bool> approximate;
+  std::vector<std::string> warnings;
+  /// Per plan boundary node of the forward graph: the autograd steps it took, in order.
+  llvm::DenseMap<const Node *, llvm::SmallVector<BoundaryStep, 3>> boundarySteps;
+  /// The backward runtime ops in autograd-engine execution order (built by the autodiff pass).
+  /// Operands may be forward values (saved tensors); each node's scope is the module
+  /// CommDebugMode charges (null: Global only).
+  std::shared_ptr<Graph> backward;
+  /// FSDP2 parameter groups (fsdp/FullyShard.h), in plan order.
+  FsdpState fsdp;
+  /// Modules whose calls are activation-checkpointed, with the plan entry that says how
+  /// (autograd/ActivationCheckpoint.h).
+  llvm::DenseMap<const ModuleScope *, const ActivationCheckpointUnit *> checkpointed;
+  /// The loss value the `loss` pass appended to the forward graph (null: no loss computed).
+  const Value *loss = nullptr;
+
+  const DTensorLayout *layout(const Value *v) const {
+    auto it = dtensors.find(v);
+    return it == dtensors.end() ? nullptr : &it->second;
+  }
+};
+
+/// Prints the graph with each DTensor value's placements after its type (`{S(0)}`).
+void printAnnotatedGraph(llvm::raw_ostream &os, const Graph &graph, const PredictionState &state);
+
+} // namespace commlens
