@@ -104,6 +104,9 @@ ParallelStyle decodeStyle(const JsonRef &r, const std::string &pattern) {
     r.rejectUnknownKeys({"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
     s.inputLayouts = singlePlacement(r, "input_layouts").value_or(OptionalPlacements{Placement::replicate()});
     s.outputLayouts = singlePlacement(r, "output_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
+    // torch's ColwiseParallel always sets it: a plan may state it, but only as that
+    if (auto desired = singlePlacement(r, "desired_input_layouts"); desired && !(*desired)[0]->isReplicate())
+      r.field("desired_input_layouts").fail("ColwiseParallel's desired_input_layouts is always [\"Replicate()\"]");
     s.desiredInputLayouts = OptionalPlacements{Placement::replicate()};
     s.useLocalOutput = boolOr(r, "use_local_output", true);
     break;
@@ -117,6 +120,8 @@ ParallelStyle decodeStyle(const JsonRef &r, const std::string &pattern) {
   case ParallelStyle::Kind::Sequence: {
     r.rejectUnknownKeys({"fqn", "style", "sequence_sharding", "use_local_output"});
     auto seq = singlePlacement(r, "sequence_sharding").value_or(OptionalPlacements{Placement::shard(1)});
+    if (!seq[0]->isShard())
+      r.field("sequence_sharding").fail("SequenceParallel shards the sequence: expected a Shard placement");
     s.sequenceSharding = *seq[0];
     s.useLocalOutput = boolOr(r, "use_local_output", false);
     break;
@@ -183,6 +188,7 @@ unsigned meshDimByName(const DeviceMesh &mesh, const JsonRef &r) {
 }
 
 PlacementSpec decodePlacementSpec(const DeviceMesh &mesh, const JsonRef &r) {
+  r.rejectUnknownKeys({"mesh_dims", "placements"});
   PlacementSpec spec;
   if (auto dims = r.optField("mesh_dims"))
     for (const JsonRef &d : dims->items())
@@ -283,6 +289,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
     plan.source = s->asString();
 
   JsonRef mesh = root.field("mesh");
+  mesh.rejectUnknownKeys({"shape", "dim_names", "device_type"});
   int64_t devices = 1;
   for (const JsonRef &d : mesh.field("shape").items()) {
     int64_t size = d.asInt();
@@ -310,6 +317,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
 
   for (const JsonRef &step : root.field("parallelize").items()) {
     ParallelizeStep s;
+    step.rejectUnknownKeys({"mesh_dim", "plan"});
     if (auto dim = step.optField("mesh_dim"))
       s.meshDim = meshDimByName(plan.mesh, *dim);
     else if (plan.mesh.ndim() > 1)
@@ -356,6 +364,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
       plan.placements.emplace_back(pattern, decodePlacementSpec(plan.mesh, spec));
   if (auto inputs = root.optField("inputs"))
     for (const auto &[key, setting] : inputs->members()) {
+      setting.rejectUnknownKeys({"requires_grad", "placements"});
       InputSetting in;
       in.key = key;
       in.requiresGrad = boolOr(setting, "requires_grad", false);
@@ -368,15 +377,26 @@ ShardingPlan decodePlan(const JsonRef &root) {
       for (const JsonRef &f : patterns->items())
         list->push_back(f.asString());
   if (auto loss = root.optField("loss")) {
+    loss->rejectUnknownKeys({"kind", "targets", "seed", "reduction", "ignore_index"});
     std::string kind = loss->field("kind").asString();
     if (kind == "sum") {
       plan.loss.kind = LossSpec::Kind::Sum;
     } else if (kind == "cross_entropy") {
       plan.loss.kind = LossSpec::Kind::CrossEntropy;
-      if (auto t = loss->optField("targets"))
+      if (auto t = loss->optField("targets")) {
         plan.loss.targets = t->asString();
-      if (auto r = loss->optField("reduction"))
+        llvm::StringRef targets(plan.loss.targets);
+        uint64_t k;
+        if (targets != "random" && !(targets.consume_front("input:") && !targets.getAsInteger(10, k)))
+          t->fail(fmt::format("cross_entropy targets '{}' (expected \"random\" or \"input:K\")", plan.loss.targets));
+      }
+      if (auto seed = loss->optField("seed"))
+        (void)seed->asInt(); // the random targets' values change no collective: checked, not kept
+      if (auto r = loss->optField("reduction")) {
         plan.loss.reduction = r->asString();
+        if (plan.loss.reduction != "mean" && plan.loss.reduction != "sum")
+          r->fail(fmt::format("cross_entropy reduction '{}' (expected \"mean\" or \"sum\")", plan.loss.reduction));
+      }
       if (auto i = loss->optField("ignore_index"))
         plan.loss.ignoreIndex = i->asInt();
     } else {

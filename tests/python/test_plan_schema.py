@@ -239,25 +239,7 @@ def mutations(doc):
 
 # Schema-invalid mutations PlanReader.cpp accepts today: (mutation, path) -> why.  The test fails
 # when the reader refuses one (drop it here) or accepts another (a new disagreement).
-KNOWN_READER_GAPS = {
-    ("unknown key", "mesh"): "mesh keys are not checked",
-    ("unknown key", "parallelize[*]"): "parallelize step keys are not checked",
-    ("unknown key", "placements.*"): "placement spec keys are not checked",
-    ("unknown key", "inputs"): "an input setting that is not an object reads as the default",
-    ("wrong type", "inputs.*"): "an input setting that is not an object reads as the default",
-    ("unknown key", "inputs.*"): "input setting keys are not checked",
-    ("unknown key", "inputs.*.placements"): "placement spec keys are not checked",
-    ("unknown key", "loss"): "loss keys are not checked",
-    ("wrong type", "loss.seed"): "loss.seed is not read (random targets change no collective)",
-    ("bogus string", "loss.targets"): "loss.targets is read as any string",
-    ("bogus string", "loss.reduction"): "loss.reduction is read as any string",
-    ("wrong type", "parallelize[*].plan[ColwiseParallel].desired_input_layouts"):
-        "ColwiseParallel.desired_input_layouts is not read (torch always sets Replicate())",
-    ("wrong type", "parallelize[*].plan[ColwiseParallel].desired_input_layouts[*]"): "likewise",
-    ("bogus string", "parallelize[*].plan[ColwiseParallel].desired_input_layouts[*]"): "likewise",
-    ("not a Shard", "parallelize[*].plan[SequenceParallel].sequence_sharding[*]"):
-        "SequenceParallel.sequence_sharding is read as any placement (torch makes it Shard(sequence_dim))",
-}
+KNOWN_READER_GAPS = {}
 
 # The plans whose mutations are read: together they hold every object kind of the schema.
 MUTATED = ["every_field_plan()", "examples.plans:mlp_nd()",
@@ -378,12 +360,9 @@ def test_plan_reader_message_for_a_schema_invalid_plan(written_plans, plan_reade
 # ------------------------------------------------------- the names PlanReader.cpp spells in its source
 
 # Schema names PlanReader.cpp never spells: what it does not read or check.
-UNREAD_BY_PLAN_READER = {
-    "seed": "loss.seed is not read (random targets change no collective)",
-    "mean": "loss.reduction is read as any string",
-}
+UNREAD_BY_PLAN_READER = {}
 # Schema objects whose keys PlanReader.cpp does not check (rejectUnknownKeys): KNOWN_READER_GAPS.
-KEYS_UNCHECKED_BY_PLAN_READER = {"mesh", "parallelize_step", "placement_spec", "input_setting", "loss"}
+KEYS_UNCHECKED_BY_PLAN_READER = set()
 
 
 def plan_reader_source():
