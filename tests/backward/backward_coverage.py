@@ -19,8 +19,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DOC = ROOT / "docs" / "backward-coverage.md"
 RULES_DOC = ROOT / "docs" / "op-coverage.md"
-REGISTRY = ROOT / "passes" / "Derivatives.cpp"
-DECOMPOSER = ROOT / "passes" / "DecomposeToRuntimeOps.cpp"
+REGISTRY = ROOT / "autograd" / "Derivatives.cpp"
+DECOMPOSER = ROOT / "aten" / "Decomposer.cpp"
 
 
 def rule_ops():
@@ -104,7 +104,7 @@ def decomposed_ops():
 
 def classify(op, formulas, nondiff, decomposed=lambda op: False):
     if decomposed(op) and op not in formulas:
-        return "formula", "decomposed before autodiff (passes/DecomposeToRuntimeOps.cpp) into ops that have formulas"
+        return "formula", "decomposed before autodiff (aten/Decomposer.cpp) into ops that have formulas"
     if op in BLOCKED and op not in formulas:
         return "not yet", BLOCKED[op]
     if op in formulas:
