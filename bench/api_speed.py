@@ -25,7 +25,6 @@ import gc
 import json
 import os
 import pathlib
-import resource
 import subprocess
 import sys
 import tempfile
@@ -35,13 +34,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 for p in (str(ROOT / "python"), str(ROOT), str(ROOT / "bench")):
     if p not in sys.path:
         sys.path.insert(0, p)
+from benchutil import cpu_seconds  # noqa: E402
 from predict_speed import MODELS  # noqa: E402
 
-
-def cpu_seconds():
-    """CPU time of this process (all its threads) and of its finished children."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def timed(fn):

@@ -1,5 +1,7 @@
-"""What the benchmarks share: running a child process for its wall time, peak memory and output."""
+"""What the benchmarks share: running a child process for its wall time, peak memory and output;
+the CPU time of this process and its children."""
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -31,3 +33,10 @@ def run_timed(cmd):
 def peak_rss_mib(cmd):
     """Peak resident set size of one run of cmd in MiB (KiB from wait4's rusage on Linux)."""
     return run_child(cmd)[1]
+
+
+def cpu_seconds():
+    """CPU time of this process (all its threads) and of its finished children: on a loaded
+    machine it varies less than the wall time."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime

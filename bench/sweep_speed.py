@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import pathlib
-import resource
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 for p in (str(ROOT / "python"), str(ROOT), str(ROOT / "bench")):
     if p not in sys.path:
         sys.path.insert(0, p)
+from benchutil import cpu_seconds  # noqa: E402
 from predict_speed import LLAMA_405B  # noqa: E402
 
 # Tensor (and sequence) parallel on tp, the batch data-parallel on dp. Not FSDP: CommDebugMode's
@@ -39,12 +39,6 @@ from predict_speed import LLAMA_405B  # noqa: E402
 # 405B model does not fit in memory.
 SWEEP = "examples.plans:llama_2d(dp={dp}, tp={tp})"
 
-
-def cpu_seconds():
-    """CPU time of this process and of its finished children: on a loaded machine it varies less
-    than the wall time."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def main(argv=None):

@@ -225,7 +225,7 @@ class _Recorder:
             def wrapper(layer, module, *args):
                 if recorder._layer_depth[method]:  # a subclass calling super()
                     return original(layer, module, *args)
-                before = (module.__dict__.get("forward"), dict(module._parameters))
+                before = dict(module._parameters)
                 recorder._layer_depth[method] += 1
                 try:
                     out = original(layer, module, *args)
@@ -250,7 +250,7 @@ class _Recorder:
 
         def sharded(layer, module, args, before):
             name = args[0]
-            if module._parameters.get(name) is not before[1].get(name):
+            if module._parameters.get(name) is not before.get(name):
                 recorder.styled.add((id(module), name))
                 recorder.layer_sharded.append((layer, module, name))
 
