@@ -5,6 +5,8 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <mutex>
 #include <tuple>
@@ -59,6 +61,10 @@ const InternedOp &InternedOp::get(llvm::StringRef target) {
 const InternedOp *InternedOp::none() {
   static const InternedOp *empty = &get("");
   return empty;
+}
+
+std::string Node::where() const {
+  return fmt::format("node '{}' {} in {}", name_, opString(), scope_ ? scope_->displayName() : "Global");
 }
 
 const Argument *Node::input(llvm::StringRef argName) const {

@@ -97,6 +97,8 @@ public:
     }
   }
   ModuleScope *scope() const { return scope_; }
+  /// "node 'NAME' OP in MODULE" ("Global" outside every module): how an error names the node.
+  std::string where() const;
   /// Call index per level of `scope()`'s ancestry below the root (outermost first).
   llvm::ArrayRef<unsigned> callPath() const { return callPath_; }
   void setScope(ModuleScope *s, llvm::SmallVector<unsigned, 4> callPath) {

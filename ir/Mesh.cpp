@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace commlens {
 
 int64_t DeviceMesh::size() const {
@@ -129,6 +131,34 @@ Placements normalized(llvm::ArrayRef<Placement> placements, int64_t rank) {
     if ((p.kind == Placement::Kind::Shard || p.kind == Placement::Kind::StridedShard) && p.dim < 0)
       p.dim += rank;
   return out;
+}
+
+llvm::SmallVector<int64_t, 4> localShape(llvm::ArrayRef<int64_t> global, llvm::ArrayRef<Placement> placements,
+                                         const DeviceMesh &mesh, llvm::ArrayRef<int64_t> coord) {
+  llvm::SmallVector<int64_t, 4> local(global.begin(), global.end());
+  for (size_t m = 0; m < placements.size() && m < mesh.ndim(); ++m) {
+    const Placement &p = placements[m];
+    if (!p.isShard() || p.dim < 0 || static_cast<size_t>(p.dim) >= local.size())
+      continue;
+    int64_t &size = local[p.dim];
+    int64_t n = mesh.shape[m];
+    int64_t chunk = (size + n - 1) / n;
+    size = std::max<int64_t>(0, std::min(chunk, size - coord[m] * chunk));
+  }
+  return local;
+}
+
+std::vector<llvm::SmallVector<int64_t, 2>> meshCoordinates(const DeviceMesh &mesh) {
+  std::vector<llvm::SmallVector<int64_t, 2>> out;
+  llvm::SmallVector<int64_t, 2> coord(mesh.ndim(), 0);
+  while (true) {
+    out.push_back(coord);
+    size_t k = mesh.ndim();
+    while (k > 0 && ++coord[k - 1] == mesh.shape[k - 1])
+      coord[--k] = 0;
+    if (k == 0)
+      return out;
+  }
 }
 
 } // namespace commlens

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace commlens {
 
@@ -64,5 +65,15 @@ std::string str(llvm::ArrayRef<Placement> placements); // "[S(0), R]"
 
 /// Normalises negative shard dims against a tensor rank.
 Placements normalized(llvm::ArrayRef<Placement> placements, int64_t rank);
+
+/// The shape of the local shard on the rank at mesh coordinate `coord` (DTensor's
+/// compute_local_shape_and_global_offset, torch/distributed/tensor/_utils.py: mesh dims in order,
+/// torch.chunk sizes of the progressively sharded size). Only Shard placements (normalised) shrink a
+/// dim; uneven chunks leave the last ranks smaller or empty.
+llvm::SmallVector<int64_t, 4> localShape(llvm::ArrayRef<int64_t> global, llvm::ArrayRef<Placement> placements,
+                                         const DeviceMesh &mesh, llvm::ArrayRef<int64_t> coord);
+
+/// The mesh coordinates, row-major from all zeros (so a failure names the lowest rank it hits).
+std::vector<llvm::SmallVector<int64_t, 2>> meshCoordinates(const DeviceMesh &mesh);
 
 } // namespace commlens

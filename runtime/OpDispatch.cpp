@@ -7,6 +7,7 @@
 #include "fsdp/FullyShard.h"
 #include "ir/Error.h"
 #include "ir/TensorMetaUtils.h"
+#include "runtime/LocalShards.h"
 
 namespace commlens {
 namespace {
@@ -29,8 +30,6 @@ bool boolArg(const Node &n, llvm::StringRef name) {
 }
 
 std::string scopeName(const Node &n) { return n.scope() ? n.scope()->displayName() : "Global"; }
-
-std::string where(const Node &n) { return fmt::format("node '{}' {} in {}", n.name(), n.opString(), scopeName(n)); }
 
 /// DTensor's _normalize_placements_for_grad: Partial becomes Replicate.
 Placements gradPlacements(const Placements &p) {
@@ -98,7 +97,7 @@ private:
                            llvm::StringRef argument, const std::string &why, bool approx) {
     auto plan = planRedistribute(mesh_, *v->meta(), from, to);
     if (!plan)
-      return makeError("{}: cannot redistribute '{}' from {} to {}: {}", where(n), argument.str(), str(from), str(to),
+      return makeError("{}: cannot redistribute '{}' from {} to {}: {}", n.where(), argument.str(), str(from), str(to),
                        takeMessage(plan.takeError()));
     auto kept = n.metadata().find(kKeptCollectives);
     for (const RedistributeStep *step : plan->collectives()) {
@@ -136,13 +135,15 @@ private:
     FsdpRuntime fsdp(state_.fsdp, state_, state_.collectives);
     auto unit = n.input("unit") ? n.input("unit")->asInt() : std::nullopt;
     if (!unit || *unit < 0 || static_cast<size_t>(*unit) >= state_.fsdp.units.size())
-      return makeError("{}: no such FSDP unit", where(n));
+      return makeError("{}: no such FSDP unit", n.where());
     if (op == "fsdp_pre_forward" || op == "fsdp_post_forward") {
       auto in = n.input("inputs")->tensors();
       auto out = n.results();
-      for (size_t i = 0; i < in.size() && i < out.size(); ++i)
+      for (size_t i = 0; i < in.size() && i < out.size(); ++i) {
         if (const DTensorLayout *l = state_.layout(in[i]))
           setDTensor(out[i], l->placements, approximate(in[i]));
+        localShards_.passThrough(in[i], out[i]);
+      }
       if (op == "fsdp_pre_forward")
         fsdp.preForward(*unit, n);
       else
@@ -154,7 +155,7 @@ private:
       return llvm::Error::success();
     }
     if (op != "fsdp_post_backward")
-      return makeError("{}: unknown commlens boundary op", where(n));
+      return makeError("{}: unknown commlens boundary op", n.where());
     // FSDPParam.unsharded_grad_data: a DTensor gradient goes to its parameter's placements first
     // (only read when the unit reduces its gradients).
     auto grads = n.input("grads")->tensors();
@@ -208,28 +209,35 @@ private:
     if (op == "annotate") {
       std::optional<Placement> layout = placementArg(n, "layout"), desired = placementArg(n, "desired");
       Placements current = in ? in->placements : onMesh(*layout);
-      if (!in)
+      if (!in) {
+        if (llvm::Error err = localShards_.fromLocal(n, x, current))
+          return err;
         step(BoundaryStep::Kind::FromLocal, {}, normalized(current, x->meta()->rank()));
+      }
       Placements result = current;
       if (desired && !(layout == desired)) { // torch compares the layouts unnormalised
         if (auto refusal = userRedistributeRefusal(current, onMesh(*desired), x->meta()->rank()))
-          return makeError("{}: {}", where(n), *refusal);
+          return makeError("{}: {}", n.where(), *refusal);
         std::string why = fmt::format("{} redistributes {} from {} to {}", module, x->name(), str(current),
                                       str(onMesh(*desired)));
         if (llvm::Error err = redistributeStep(current, onMesh(*desired), why))
           return err;
         result = onMesh(*desired);
       }
-      if (!boolArg(n, "use_local_output"))
+      if (!boolArg(n, "use_local_output")) {
         setDTensor(out, result, approx);
-      else
+      } else {
         step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
+        localShards_.toLocal(out, normalized(result, x->meta()->rank()));
+      }
       return llvm::Error::success();
     }
     if (op == "sequence_parallel_input") {
       Placement sharding = *placementArg(n, "sharding");
       Placements target = normalized(onMesh(sharding), x->meta()->rank());
       if (!in) {
+        if (llvm::Error err = localShards_.fromLocal(n, x, target))
+          return err;
         step(BoundaryStep::Kind::FromLocal, {}, target);
         setDTensor(out, onMesh(sharding), approx);
         return llvm::Error::success();
@@ -247,7 +255,7 @@ private:
     }
     if (op == "redistribute_output") {
       if (!in)
-        return makeError("{}: the output of {} is not a DTensor (the style's output hook would fail)", where(n), module);
+        return makeError("{}: the output of {} is not a DTensor (the style's output hook would fail)", n.where(), module);
       Placements result = in->placements;
       if (std::optional<Placement> layout = placementArg(n, "layout"); layout && in->placements != onMesh(*layout)) {
         std::string why = fmt::format("{} redistributes its output {} from {} to {}", module, x->name(),
@@ -256,13 +264,15 @@ private:
           return err;
         result = onMesh(*layout);
       }
-      if (!boolArg(n, "use_local_output"))
+      if (!boolArg(n, "use_local_output")) {
         setDTensor(out, result, approx);
-      else
+      } else {
         step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
+        localShards_.toLocal(out, normalized(result, x->meta()->rank()));
+      }
       return llvm::Error::success();
     }
-    return makeError("{}: unknown commlens boundary op", where(n));
+    return makeError("{}: unknown commlens boundary op", n.where());
   }
 
   /// The backward of the boundary steps (DTensor's autograd Functions, torch 2.13 `_api.py`,
@@ -277,7 +287,7 @@ private:
                                const DTensorLayout *in, bool approx) {
     std::optional<Placements> placements = placementsArg(n, "placements");
     if (!placements)
-      return makeError("{}: missing placements", where(n));
+      return makeError("{}: missing placements", n.where());
     int64_t rank = x->meta()->rank();
     if (op == "to_local_backward") {
       Placements target = gradPlacements(normalized(*placements, rank));
@@ -322,13 +332,13 @@ private:
         specs.push_back(std::nullopt);
       }
     });
-    if (!anyDTensor)
-      return llvm::Error::success(); // plain local tensors: no DTensor dispatch, no communication
+    if (!anyDTensor) // plain tensors: no DTensor dispatch, no communication
+      return localShards_.plainOp(n);
     for (size_t i = 0; i < tensors.size(); ++i)
       if (!specs[i] && tensors[i]->meta() && tensors[i]->meta()->numel() != 1)
         return makeError("{}: mixes DTensor and plain torch.Tensor operands ('{}' is a plain tensor); DTensor "
                          "would raise here",
-                         where(n), tensors[i]->name());
+                         n.where(), tensors[i]->name());
     if (plan_ && plan_->lossParallel && isLossParallelOp(n.opString()))
       return lossParallelOp(n, tensors, specs);
     const ShardingRules &rules = ShardingRules::get();
@@ -342,7 +352,7 @@ private:
     if (!decided) {
       std::string msg = takeMessage(decided.takeError());
       if (!allowUnsupported_)
-        return makeError("{}: {}", where(n), msg);
+        return makeError("{}: {}", n.where(), msg);
       return replicateUnsupported(n, tensors, specs);
     }
     const ShardingDecision *decision = *decided;
@@ -384,7 +394,7 @@ private:
     if (op == "aten::_log_softmax_backward_data.default")
       xIdx = 0;
     if (xIdx >= specs.size() || !specs[xIdx])
-      return makeError("{}: loss_parallel expects DTensor logits", where(n));
+      return makeError("{}: loss_parallel expects DTensor logits", n.where());
     const Value *x = tensors[xIdx];
     Placements xp = normalized(specs[xIdx]->placements, x->meta()->rank());
     int64_t channel = x->meta()->rank() >= 2 ? 1 : 0;
@@ -396,7 +406,7 @@ private:
       if (xp[i].isShard(channel))
         meshDim = i;
     if (!meshDim)
-      return makeError("{}: loss_parallel needs the logits sharded on the class dim {}, got {}", where(n), channel,
+      return makeError("{}: loss_parallel needs the logits sharded on the class dim {}, got {}", n.where(), channel,
                        str(xp));
     auto allReduce = [&](const char *what, int64_t bytes) {
       CollectiveRecord r;
@@ -508,6 +518,7 @@ private:
   Phase phase_;
   const std::optional<std::string> castReason_;
   ShardingDecisionCache decisions_; // repeated layers ask the same questions
+  LocalShards localShards_{mesh_, decisions_};
   const Node *node_ = nullptr;
 };
 

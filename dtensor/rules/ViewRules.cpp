@@ -382,21 +382,9 @@ private:
   std::set<std::pair<int64_t, int64_t>> fallback_;
 };
 
-/// Element count of the local shard at mesh coordinate `coord` (compute_local_shape: mesh dims in
-/// order, torch.chunk sizes of the progressively sharded size).
-int64_t localNumel(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<Placement> ps, const DeviceMesh &mesh,
-                   llvm::ArrayRef<int64_t> coord) {
-  llvm::SmallVector<int64_t, 4> local(shape.begin(), shape.end());
-  for (size_t m = 0; m < ps.size(); ++m) {
-    if (!ps[m].isShard())
-      continue;
-    int64_t &size = local[ps[m].dim];
-    int64_t n = mesh.shape[m];
-    int64_t chunk = (size + n - 1) / n;
-    size = std::max<int64_t>(0, std::min(chunk, size - coord[m] * chunk));
-  }
+int64_t numelOf(llvm::ArrayRef<int64_t> shape) {
   int64_t numel = 1;
-  for (int64_t s : local)
+  for (int64_t s : shape)
     numel *= s;
   return numel;
 }
@@ -410,18 +398,12 @@ llvm::Error checkLocalView(const OpCall &call, llvm::ArrayRef<int64_t> inShape, 
   if (outShape.empty() && !call.results.empty() && !call.results[0]->meta())
     return llvm::Error::success();
   const DeviceMesh &mesh = *call.mesh;
-  llvm::SmallVector<int64_t, 2> coord(mesh.ndim(), 0);
-  while (true) {
-    int64_t a = localNumel(inShape, in, mesh, coord), b = localNumel(outShape, out, mesh, coord);
+  for (const auto &coord : meshCoordinates(mesh)) {
+    int64_t a = numelOf(localShape(inShape, in, mesh, coord)), b = numelOf(localShape(outShape, out, mesh, coord));
     if (a != b)
       return call.error("the local view fails on the rank at mesh coordinate [{}]: local shape of {} elements is "
                         "invalid for input of size {} (nested uneven sharding; DTensor raises at runtime)",
                         fmt::join(coord, ", "), b, a);
-    size_t k = mesh.ndim();
-    while (k > 0 && ++coord[k - 1] == mesh.shape[k - 1])
-      coord[--k] = 0;
-    if (k == 0)
-      break;
   }
   return llvm::Error::success();
 }
