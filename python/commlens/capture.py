@@ -429,13 +429,14 @@ class _Capture:
     # ---- styles
 
     def parallelize_steps(self):
-        from commlens.plan import _CLASS_TO_NAME, style_to_json
+        from commlens.plan import style_to_json
+        from commlens.plan.styles import BY_CLASS, BY_NAME
 
         entries, styles = [], []
         for style, module, mesh, _rank in self.recorder.styles:
-            if type(style) not in _CLASS_TO_NAME:
+            if type(style) not in BY_CLASS:
                 self.fail(f"parallel style {_qualname(style)} on module {self.shown(module, True)} is not "
-                          f"modelled (commlens models {', '.join(_CLASS_TO_NAME.values())})")
+                          f"modelled (commlens models {', '.join(BY_NAME)})")
             if id(module) not in self.unwrapped:
                 self.fail(f"{type(style).__name__} was applied to a {type(module).__name__} that the "
                           "parallelization then removed from the model")

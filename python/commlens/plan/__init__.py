@@ -19,16 +19,17 @@ CLI::
 Errors raise :class:`commlens.CommlensError` (subclass :class:`PlanError`);
 the CLI prints ``commlens: error: <file or spec>: <what>`` and exits 2.
 
-Modules: ``model`` (the dataclasses), ``codec`` (placements, styles and FSDP
-units to and from JSON), ``validation``, ``document`` (the whole plan to and
-from JSON text), ``schema`` (the format's JSON Schema, ``plan.schema.json``,
-and its validator), ``factory`` (plan factories and sweeps) and ``cli``.
-Everything but ``schema`` is importable from ``commlens.plan`` itself.
+Modules: ``model`` (the dataclasses), ``styles`` (the table of the parallel
+styles commlens models, one module per style), ``codec`` (placements, styles
+and FSDP units to and from JSON), ``validation``, ``document`` (the whole plan
+to and from JSON text), ``schema`` (the format's JSON Schema,
+``plan.schema.json``, and its validator), ``factory`` (plan factories and
+sweeps) and ``cli``. Everything but ``styles`` and ``schema`` is importable
+from ``commlens.plan`` itself.
 """
 
 from commlens.plan.cli import main
 from commlens.plan.codec import (
-    _CLASS_TO_NAME,
     fully_shard_from_json,
     fully_shard_to_json,
     mp_policy_from_json,

@@ -7,17 +7,10 @@ import re
 import torch
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 from torch.distributed.tensor import Partial, Replicate, Shard
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    PrepareModuleInputOutput,
-    PrepareModuleOutput,
-    RowwiseParallel,
-    SequenceParallel,
-)
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from commlens.plan.model import FullyShard, PlanError
+from commlens.plan.styles import BY_CLASS, BY_NAME
 
 # --------------------------------------------------------------------------
 # Placements <-> strings
@@ -107,55 +100,19 @@ def _dict_from_json(v, subject, where):
 # ParallelStyle <-> JSON
 # --------------------------------------------------------------------------
 
-# For every supported class: the instance attributes (as set by the installed
-# torch/distributed/tensor/parallel/style.py) and how each one is encoded.
-#   "pl1"   : 1-tuple (or tuple) of Placement        -> list of strings
-#   "pltup" : None or tuple of (Placement | None)     -> null or list
-#   "pldict": dict str -> Placement                   -> object
-#   "bool"  : bool
-#   "style" : a nested style object
-_STYLE_FIELDS = {
-    "ColwiseParallel": (ColwiseParallel, [
-        ("input_layouts", "pl1"), ("output_layouts", "pl1"),
-        ("desired_input_layouts", "pl1"), ("use_local_output", "bool"),
-    ]),
-    "RowwiseParallel": (RowwiseParallel, [
-        ("input_layouts", "pl1"), ("output_layouts", "pl1"),
-        ("use_local_output", "bool"),
-        # desired_input_layouts is only set by RowwiseParallel._apply
-        # (Shard(-1) for Linear, Replicate() for Embedding); serialised only
-        # when present on the object.
-        ("desired_input_layouts", "pl1?"),
-    ]),
-    "SequenceParallel": (SequenceParallel, [
-        ("sequence_sharding", "pl1"), ("use_local_output", "bool"),
-    ]),
-    "PrepareModuleInput": (PrepareModuleInput, [
-        ("input_layouts", "pltup"), ("desired_input_layouts", "pltup"),
-        ("input_kwarg_layouts", "pldict"), ("desired_input_kwarg_layouts", "pldict"),
-        ("use_local_output", "bool"), ("with_kwargs", "bool"),
-    ]),
-    "PrepareModuleOutput": (PrepareModuleOutput, [
-        ("output_layouts", "pltup"), ("desired_output_layouts", "pltup"),
-        ("use_local_output", "bool"),
-    ]),
-    "PrepareModuleInputOutput": (PrepareModuleInputOutput, [
-        ("prepare_module_input", "style"), ("prepare_module_output", "style"),
-    ]),
-}
-_CLASS_TO_NAME = {cls: name for name, (cls, _) in _STYLE_FIELDS.items()}
+# Which classes are encoded, with which fields and field kinds: the table in
+# commlens.plan.styles (one module per style).
 
 
 def style_to_json(style, where="style"):
     """Encode a ParallelStyle by reading its instance attributes."""
-    name = _CLASS_TO_NAME.get(type(style))
-    if name is None:
+    entry = BY_CLASS.get(type(style))
+    if entry is None:
         raise PlanError(where, f"unsupported parallel style class {type(style).__module__}."
                         f"{type(style).__qualname__}")
-    _, fields = _STYLE_FIELDS[name]
-    out = {"style": name}
+    out = {"style": entry.name}
     attrs = vars(style)
-    for fname, kind in fields:
+    for fname, kind in entry.fields:
         if kind == "pl1?":
             if fname not in attrs:
                 continue
@@ -170,8 +127,6 @@ def style_to_json(style, where="style"):
             out[fname] = bool(val)
         elif kind == "style":
             out[fname] = style_to_json(val, w)
-    # src_data_rank is a class attribute that parallelize_module overwrites;
-    # it is recorded plan-wide (Plan.src_data_rank), not per style.
     return out
 
 
@@ -180,16 +135,16 @@ def style_from_json(obj, subject="plan", where="style"):
     if not isinstance(obj, dict):
         raise PlanError(subject, f"bad style at {where}: expected an object")
     name = obj.get("style")
-    if name not in _STYLE_FIELDS:
+    entry = BY_NAME.get(name)
+    if entry is None:
         raise PlanError(subject, f"unknown parallel style {name!r} at {where} "
-                        f"(known: {', '.join(_STYLE_FIELDS)})")
-    cls, fields = _STYLE_FIELDS[name]
-    known = {f for f, _ in fields}
+                        f"(known: {', '.join(BY_NAME)})")
+    known = {f for f, _ in entry.fields}
     unknown = sorted(set(obj) - known - {"style"})
     if unknown:
         raise PlanError(subject, f"unknown field {unknown[0]!r} for {name} at {where}")
     values = {}
-    for fname, kind in fields:
+    for fname, kind in entry.fields:
         if fname not in obj:
             continue
         v = obj[fname]
@@ -209,66 +164,16 @@ def style_from_json(obj, subject="plan", where="style"):
             values[fname] = v
         elif kind == "style":
             values[fname] = style_from_json(v, subject, w)
-    style = _construct(cls, name, values, subject, where)
+    try:
+        style = entry.construct(values, subject, where)
+    except (AssertionError, ValueError, TypeError) as err:
+        # torch's constructors refuse bad arguments with assert, ValueError or TypeError
+        raise PlanError(subject, f"invalid {name} at {where}: {err}") from None
     # Set every given field verbatim, so fields that constructors normalise
     # (e.g. desired_input_layouts, with_kwargs) come back exactly.
     for fname, val in values.items():
         setattr(style, fname, val)
     return style
-
-
-def _construct(cls, name, values, subject, where):
-    one = lambda t: None if t is None else t[0]  # noqa: E731
-    try:
-        if name in ("ColwiseParallel", "RowwiseParallel"):
-            return cls(
-                input_layouts=one(values.get("input_layouts")),
-                output_layouts=one(values.get("output_layouts")),
-                use_local_output=values.get("use_local_output", True),
-            )
-        if name == "SequenceParallel":
-            seq = values.get("sequence_sharding", (Shard(1),))
-            if len(seq) != 1 or type(seq[0]) is not Shard:
-                raise PlanError(subject, f"bad value at {where}.sequence_sharding: expected [\"Shard(d)\"]")
-            return cls(sequence_dim=seq[0].dim, use_local_output=values.get("use_local_output", False))
-        if name == "PrepareModuleInput":
-            with_kwargs = values.get("with_kwargs", bool(values.get("input_kwarg_layouts")))
-            return cls(
-                input_layouts=values.get("input_layouts"),
-                desired_input_layouts=values.get("desired_input_layouts"),
-                input_kwarg_layouts=values.get("input_kwarg_layouts", {}) if with_kwargs else None,
-                desired_input_kwarg_layouts=values.get("desired_input_kwarg_layouts"),
-                use_local_output=values.get("use_local_output", False),
-            )
-        if name == "PrepareModuleOutput":
-            if "output_layouts" not in values or "desired_output_layouts" not in values:
-                raise PlanError(subject, f"{name} at {where} needs output_layouts and desired_output_layouts")
-            return cls(
-                output_layouts=values["output_layouts"],
-                desired_output_layouts=values["desired_output_layouts"],
-                use_local_output=values.get("use_local_output", True),
-            )
-        if name == "PrepareModuleInputOutput":
-            pin = values.get("prepare_module_input")
-            pout = values.get("prepare_module_output")
-            if not isinstance(pin, PrepareModuleInput) or not isinstance(pout, PrepareModuleOutput):
-                raise PlanError(subject, f"{name} at {where} needs prepare_module_input "
-                                "(PrepareModuleInput) and prepare_module_output (PrepareModuleOutput)")
-            return cls(
-                input_layouts=pin.input_layouts,
-                desired_input_layouts=pin.desired_input_layouts,
-                input_kwarg_layouts=pin.input_kwarg_layouts if pin.with_kwargs else None,
-                desired_input_kwarg_layouts=pin.desired_input_kwarg_layouts,
-                use_local_input=pin.use_local_output,
-                output_layouts=pout.output_layouts,
-                desired_output_layouts=pout.desired_output_layouts,
-                use_local_output=pout.use_local_output,
-            )
-    except PlanError:
-        raise
-    except (AssertionError, ValueError, TypeError) as err:
-        raise PlanError(subject, f"invalid {name} at {where}: {err}") from None
-    raise AssertionError(name)
 
 
 def style_fields(style):

@@ -10,13 +10,13 @@ from torch.distributed.tensor import Placement
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from commlens.plan.codec import (
-    _CLASS_TO_NAME,
     _PREFETCH_FIELDS,
     mp_policy_to_json,
     offload_policy_to_json,
     placement_to_str,
 )
 from commlens.plan.model import ActivationCheckpoint, FullyShard, Loss, PlanError
+from commlens.plan.styles import BY_CLASS
 
 _LOSS_KINDS = ("sum", "cross_entropy")
 _REDUCTIONS = ("mean", "sum")
@@ -63,7 +63,7 @@ def validate(plan, subject="plan"):
                 raise PlanError(subject, f"plan key {pattern!r} is not a string")
             if not isinstance(style, ParallelStyle):
                 raise PlanError(subject, f"plan entry {pattern!r} is {type(style).__name__}, not a ParallelStyle")
-            if type(style) not in _CLASS_TO_NAME:
+            if type(style) not in BY_CLASS:
                 raise PlanError(subject, f"unsupported parallel style class {type(style).__module__}."
                                 f"{type(style).__qualname__} for {pattern!r}")
     _validate_fully_shard(plan, subject)

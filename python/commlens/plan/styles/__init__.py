@@ -1,0 +1,32 @@
+"""The parallel styles commlens models, registered in one table: each module here holds one
+``torch.distributed.tensor.parallel`` style's :class:`~commlens.plan.styles.entry.StyleEntry`
+(its plan JSON name, its fields and their encodings, how to rebuild the torch object), and
+:data:`STYLES` lists them. The codec, :func:`commlens.plan.validate` and plan capture read only
+this table."""
+
+from commlens.plan.styles import (
+    colwise,
+    prepare_module_input,
+    prepare_module_input_output,
+    prepare_module_output,
+    rowwise,
+    sequence,
+)
+
+# In the order error messages list the styles.
+STYLES = (
+    colwise.ENTRY,
+    rowwise.ENTRY,
+    sequence.ENTRY,
+    prepare_module_input.ENTRY,
+    prepare_module_output.ENTRY,
+    prepare_module_input_output.ENTRY,
+)
+BY_NAME = {entry.name: entry for entry in STYLES}
+BY_CLASS = {entry.cls: entry for entry in STYLES}
+
+# Instance attributes of a style that its plan JSON entry does not carry, and why.
+NOT_SERIALIZED = {
+    "src_data_rank": "parallelize_module(src_data_rank=...) sets it on every style it applies; "
+                     "the plan records it once (Plan.src_data_rank)",
+}

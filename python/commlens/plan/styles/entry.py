@@ -1,0 +1,39 @@
+""":class:`StyleEntry`: what the plan codec knows of one ``ParallelStyle`` class."""
+
+from dataclasses import dataclass
+from typing import Callable
+
+# How a field's value is encoded in plan JSON (commlens.plan.codec reads and writes each kind):
+#   "pl1"   : 1-tuple (or tuple) of Placement        -> list of strings
+#   "pl1?"  : "pl1", on the object only once torch sets it (written only when present)
+#   "pltup" : None or tuple of (Placement | None)     -> null or list
+#   "pldict": dict str -> Placement                   -> object
+#   "bool"  : bool
+#   "style" : a nested style object
+FIELD_KINDS = ("pl1", "pl1?", "pltup", "pldict", "bool", "style")
+
+
+@dataclass(frozen=True)
+class StyleEntry:
+    """One parallel style: ``name`` is its ``"style"`` value in plan JSON, ``cls`` the
+    ``torch.distributed.tensor.parallel`` class, ``fields`` its instance attributes as
+    ``(attribute, kind)`` pairs in the order the JSON writes them, and ``construct(values, subject,
+    where)`` builds a ``cls`` object from the decoded fields present (raising ``PlanError`` for a
+    combination torch cannot take); the codec then sets every given field verbatim on it."""
+
+    name: str
+    cls: type
+    fields: tuple
+    construct: Callable
+
+    def __post_init__(self):
+        # A misspelt kind would make the codec skip the field silently.
+        for attribute, kind in self.fields:
+            if kind not in FIELD_KINDS:
+                raise ValueError(f"{self.name}.{attribute}: unknown field kind {kind!r} "
+                                 f"(expected one of {', '.join(FIELD_KINDS)})")
+
+
+def single_placement(layouts):
+    """The one placement of a decoded 1-tuple, for constructors that take a single placement."""
+    return None if layouts is None else layouts[0]
