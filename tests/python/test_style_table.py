@@ -1,0 +1,97 @@
+"""The table of parallel styles (python/commlens/plan/styles/): each entry names a real torch
+ParallelStyle, the table's styles are the plan schema's, and each entry's fields are exactly the
+instance attributes torch gives that class (save those the table lists as not serialized)."""
+
+import pytest
+import torch
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import PrepareModuleInputOutput, PrepareModuleOutput, parallelize_module
+from torch.distributed.tensor.parallel.style import ParallelStyle
+
+from commlens.measure import fake_process_group
+from commlens.plan.schema import load_schema
+from commlens.plan.styles import BY_CLASS, BY_NAME, NOT_SERIALIZED, STYLES
+from commlens.plan.styles.entry import StyleEntry
+
+# The constructor arguments a class cannot go without; every other class is built with none.
+REQUIRED_ARGS = {
+    PrepareModuleOutput: {"output_layouts": Shard(0), "desired_output_layouts": Replicate()},
+    PrepareModuleInputOutput: {"output_layouts": Shard(0), "desired_output_layouts": Replicate()},
+}
+IDS = [entry.name for entry in STYLES]
+
+
+def minimal(entry):
+    return entry.cls(**REQUIRED_ARGS.get(entry.cls, {}))
+
+
+def declared(entry):
+    return [attribute for attribute, _ in entry.fields]
+
+
+def schema_styles():
+    """Style name -> the field names its plan entry may carry, from plan_entry's oneOf."""
+    schema = load_schema()
+    out = {}
+    for ref in schema["$defs"]["plan_entry"]["oneOf"]:
+        body = schema["$defs"][ref["$ref"].rsplit("/", 1)[1]]
+        out[body["properties"]["style"]["const"]] = set(body["properties"]) - {"fqn", "style"}
+    return out
+
+
+def test_table_lookups_cover_every_entry_once():
+    assert len(STYLES) == 6
+    assert list(BY_NAME) == [entry.name for entry in STYLES]
+    assert list(BY_CLASS.values()) == list(STYLES)
+
+
+@pytest.mark.parametrize("entry", STYLES, ids=IDS)
+def test_entry_is_a_torch_parallel_style_of_its_name(entry):
+    assert issubclass(entry.cls, ParallelStyle)
+    assert entry.cls.__module__ == "torch.distributed.tensor.parallel.style"
+    assert getattr(torch.distributed.tensor.parallel, entry.name) is entry.cls
+
+
+def test_table_styles_are_the_schema_styles():
+    assert sorted(BY_NAME) == sorted(schema_styles())
+
+
+@pytest.mark.parametrize("entry", STYLES, ids=IDS)
+def test_entry_fields_are_the_schema_fields(entry):
+    assert set(declared(entry)) == schema_styles()[entry.name]
+
+
+@pytest.mark.parametrize("entry", STYLES, ids=IDS)
+def test_constructed_instance_has_exactly_the_declared_fields(entry):
+    # A "pl1?" field is set only later, by the style's _apply.
+    always = [attribute for attribute, kind in entry.fields if kind != "pl1?"]
+    assert sorted(vars(minimal(entry))) == sorted(always)
+
+
+@pytest.mark.parametrize("entry", STYLES, ids=IDS)
+def test_applied_instance_has_only_declared_or_unserialized_fields(entry):
+    style = minimal(entry)
+    module = nn.Embedding(8, 4) if entry.name == "RowwiseParallel" else nn.Linear(4, 4)
+    if entry.name == "SequenceParallel":
+        module = nn.LayerNorm(4)
+    with fake_process_group(2, "test_style_table"):
+        parallelize_module(module, init_device_mesh("cpu", (2,)), style)
+    attributes = set(vars(style))
+    # Every field is on the object now (RowwiseParallel._apply set desired_input_layouts), and so
+    # is every attribute the table says it leaves out: neither list is stale.
+    assert attributes == set(declared(entry)) | set(NOT_SERIALIZED)
+    if entry.name == "RowwiseParallel":
+        assert style.desired_input_layouts == (Replicate(),)
+
+
+def test_unserialized_attributes_are_parallel_style_attributes_with_a_reason():
+    for attribute, reason in NOT_SERIALIZED.items():
+        assert hasattr(ParallelStyle, attribute)
+        assert reason.strip()
+
+
+def test_entry_refuses_an_unknown_field_kind():
+    with pytest.raises(ValueError, match=r"^Mine\.x: unknown field kind 'pl2' \(expected one of pl1, pl1\?, "):
+        StyleEntry(name="Mine", cls=PrepareModuleOutput, fields=(("x", "pl2"),), construct=None)
