@@ -1,6 +1,6 @@
 #include "frontends/ClusterReader.h"
 
-#include "frontends/JsonRef.h"
+#include "ir/JsonRef.h"
 #include "ir/Error.h"
 #include "ir/InputFile.h"
 

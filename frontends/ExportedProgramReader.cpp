@@ -1,6 +1,6 @@
 #include "frontends/ExportedProgramReader.h"
 
-#include "frontends/JsonRef.h"
+#include "ir/JsonRef.h"
 #include "ir/Error.h"
 
 #include "llvm/ADT/StringSet.h"

@@ -1,6 +1,7 @@
 #include "frontends/PlanReader.h"
 
-#include "frontends/JsonRef.h"
+#include "ir/JsonRef.h"
+#include "parallel/StyleParts.h"
 #include "ir/Error.h"
 #include "ir/InputFile.h"
 
@@ -16,166 +17,6 @@ namespace {
 
 /// The largest world a plan may describe (2^20 ranks, beyond any machine built so far).
 constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
-
-Placement decodePlacement(const JsonRef &r) {
-  auto p = Placement::parse(r.asString());
-  if (!p)
-    r.fail(takeMessage(p.takeError()));
-  return *p;
-}
-
-OptionalPlacements decodePlacementList(const JsonRef &r) {
-  OptionalPlacements out;
-  for (const JsonRef &item : r.items())
-    out.push_back(item.isNull() ? std::nullopt : std::optional<Placement>(decodePlacement(item)));
-  return out;
-}
-
-std::optional<OptionalPlacements> optionalPlacementList(const JsonRef &style, const char *field) {
-  if (auto f = style.optField(field))
-    return decodePlacementList(*f);
-  return std::nullopt;
-}
-
-/// Colwise / Rowwise / SequenceParallel hold one placement per layout attribute (torch wraps the
-/// single Placement the constructor takes in a 1-tuple); None is not allowed there.
-std::optional<OptionalPlacements> singlePlacement(const JsonRef &style, const char *field) {
-  auto f = style.optField(field);
-  if (!f)
-    return std::nullopt;
-  if (f->isArray() && f->size() != 1)
-    f->fail(fmt::format("expected one placement, got {}", f->size()));
-  OptionalPlacements list = decodePlacementList(*f);
-  if (!list[0])
-    f->at(0).fail("null placement (only PrepareModuleInput and PrepareModuleOutput allow null entries)");
-  return list;
-}
-
-std::map<std::string, std::optional<Placement>> decodeKwargLayouts(const JsonRef &r) {
-  std::map<std::string, std::optional<Placement>> out;
-  for (const auto &[k, v] : r.members())
-    out[k.str()] = v.isNull() ? std::nullopt : std::optional<Placement>(decodePlacement(v));
-  return out;
-}
-
-/// PrepareModuleInput / PrepareModuleOutput: the layouts and their desired layouts pair up one to
-/// one (torch asserts equal lengths), and an entry that converts needs a desired placement.
-void checkLayoutPairs(const JsonRef &style, const char *field, const std::optional<OptionalPlacements> &layouts,
-                      const char *desiredField, const std::optional<OptionalPlacements> &desired) {
-  if (!layouts)
-    return;
-  if (!desired)
-    style.fail(fmt::format("{} needs {}", field, desiredField));
-  if (layouts->size() != desired->size())
-    style.field(desiredField)
-        .fail(fmt::format("{} placements for {} entries of {}", desired->size(), layouts->size(), field));
-  for (size_t i = 0; i < layouts->size(); ++i)
-    if ((*layouts)[i] && !(*desired)[i])
-      style.field(desiredField).at(i).fail(fmt::format("null placement for a non-null {} entry", field));
-}
-
-bool boolOr(const JsonRef &r, const char *field, bool fallback) {
-  auto f = r.optField(field);
-  return f ? f->asBool() : fallback;
-}
-
-ParallelStyle decodeStyle(const JsonRef &r, const std::string &pattern) {
-  static const std::pair<const char *, ParallelStyle::Kind> kKinds[] = {
-      {"ColwiseParallel", ParallelStyle::Kind::Colwise},
-      {"RowwiseParallel", ParallelStyle::Kind::Rowwise},
-      {"SequenceParallel", ParallelStyle::Kind::Sequence},
-      {"PrepareModuleInput", ParallelStyle::Kind::PrepareModuleInput},
-      {"PrepareModuleOutput", ParallelStyle::Kind::PrepareModuleOutput},
-      {"PrepareModuleInputOutput", ParallelStyle::Kind::PrepareModuleInputOutput}};
-  std::string cls = r.field("style").asString();
-  ParallelStyle s;
-  s.pattern = pattern;
-  bool known = false;
-  for (const auto &[n, k] : kKinds)
-    if (cls == n) {
-      s.kind = k;
-      known = true;
-    }
-  if (!known)
-    r.fail(fmt::format("unknown parallel style '{}'", cls));
-  // Missing fields take the constructor defaults (docs/plan-format.md, "Styles").
-  switch (s.kind) {
-  case ParallelStyle::Kind::Colwise:
-    r.rejectUnknownKeys({"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
-    s.inputLayouts = singlePlacement(r, "input_layouts").value_or(OptionalPlacements{Placement::replicate()});
-    s.outputLayouts = singlePlacement(r, "output_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
-    // torch's ColwiseParallel always sets it: a plan may state it, but only as that
-    if (auto desired = singlePlacement(r, "desired_input_layouts"); desired && !(*desired)[0]->isReplicate())
-      r.field("desired_input_layouts").fail("ColwiseParallel's desired_input_layouts is always [\"Replicate()\"]");
-    s.desiredInputLayouts = OptionalPlacements{Placement::replicate()};
-    s.useLocalOutput = boolOr(r, "use_local_output", true);
-    break;
-  case ParallelStyle::Kind::Rowwise:
-    r.rejectUnknownKeys({"fqn", "style", "input_layouts", "output_layouts", "desired_input_layouts", "use_local_output"});
-    s.inputLayouts = singlePlacement(r, "input_layouts").value_or(OptionalPlacements{Placement::shard(-1)});
-    s.outputLayouts = singlePlacement(r, "output_layouts").value_or(OptionalPlacements{Placement::replicate()});
-    s.desiredInputLayouts = singlePlacement(r, "desired_input_layouts"); // set per module type at apply time
-    s.useLocalOutput = boolOr(r, "use_local_output", true);
-    break;
-  case ParallelStyle::Kind::Sequence: {
-    r.rejectUnknownKeys({"fqn", "style", "sequence_sharding", "use_local_output"});
-    auto seq = singlePlacement(r, "sequence_sharding").value_or(OptionalPlacements{Placement::shard(1)});
-    if (!seq[0]->isShard())
-      r.field("sequence_sharding").fail("SequenceParallel shards the sequence: expected a Shard placement");
-    s.sequenceSharding = *seq[0];
-    s.useLocalOutput = boolOr(r, "use_local_output", false);
-    break;
-  }
-  case ParallelStyle::Kind::PrepareModuleInput:
-    r.rejectUnknownKeys({"fqn", "style", "input_layouts", "desired_input_layouts", "input_kwarg_layouts",
-                          "desired_input_kwarg_layouts", "use_local_output", "with_kwargs"});
-    s.inputLayouts = optionalPlacementList(r, "input_layouts");
-    s.desiredInputLayouts = optionalPlacementList(r, "desired_input_layouts");
-    if (auto f = r.optField("input_kwarg_layouts"))
-      s.inputKwargLayouts = decodeKwargLayouts(*f);
-    if (auto f = r.optField("desired_input_kwarg_layouts"))
-      s.desiredInputKwargLayouts = decodeKwargLayouts(*f);
-    s.useLocalOutput = boolOr(r, "use_local_output", false);
-    s.withKwargs = boolOr(r, "with_kwargs", !s.inputKwargLayouts.empty());
-    checkLayoutPairs(r, "input_layouts", s.inputLayouts, "desired_input_layouts", s.desiredInputLayouts);
-    for (const auto &[key, layout] : s.inputKwargLayouts) {
-      auto desired = s.desiredInputKwargLayouts.find(key);
-      if (desired == s.desiredInputKwargLayouts.end())
-        r.field("desired_input_kwarg_layouts").fail(fmt::format("no entry for input_kwarg_layouts key '{}'", key));
-      if (layout && !desired->second)
-        r.field("desired_input_kwarg_layouts")
-            .fail(fmt::format("null for '{}', whose input_kwarg_layouts entry is a placement", key));
-    }
-    break;
-  case ParallelStyle::Kind::PrepareModuleOutput:
-    r.rejectUnknownKeys({"fqn", "style", "output_layouts", "desired_output_layouts", "use_local_output"});
-    s.outputLayouts = decodePlacementList(r.field("output_layouts"));
-    s.desiredOutputLayouts = decodePlacementList(r.field("desired_output_layouts"));
-    s.useLocalOutput = boolOr(r, "use_local_output", true);
-    if (s.outputLayouts->empty())
-      r.field("output_layouts").fail("expected at least one placement");
-    checkLayoutPairs(r, "output_layouts", s.outputLayouts, "desired_output_layouts", s.desiredOutputLayouts);
-    break;
-  case ParallelStyle::Kind::PrepareModuleInputOutput: {
-    r.rejectUnknownKeys({"fqn", "style", "prepare_module_input", "prepare_module_output"});
-    ParallelStyle in = decodeStyle(r.field("prepare_module_input"), pattern);
-    ParallelStyle out = decodeStyle(r.field("prepare_module_output"), pattern);
-    if (in.kind != ParallelStyle::Kind::PrepareModuleInput || out.kind != ParallelStyle::Kind::PrepareModuleOutput)
-      r.fail("prepare_module_input/prepare_module_output must be PrepareModuleInput/PrepareModuleOutput");
-    s.inputLayouts = in.inputLayouts;
-    s.desiredInputLayouts = in.desiredInputLayouts;
-    s.inputKwargLayouts = in.inputKwargLayouts;
-    s.desiredInputKwargLayouts = in.desiredInputKwargLayouts;
-    s.withKwargs = in.withKwargs;
-    s.useLocalInput = in.useLocalOutput;
-    s.outputLayouts = out.outputLayouts;
-    s.desiredOutputLayouts = out.desiredOutputLayouts;
-    s.useLocalOutput = out.useLocalOutput;
-    break;
-  }
-  }
-  return s;
-}
 
 unsigned meshDimByName(const DeviceMesh &mesh, const JsonRef &r) {
   std::string dimName = r.asString();
@@ -323,7 +164,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
     else if (plan.mesh.ndim() > 1)
       step.fail("mesh_dim may be null only on a 1-D mesh");
     for (const JsonRef &entry : step.field("plan").items())
-      s.styles.push_back(decodeStyle(entry, entry.field("fqn").asString()));
+      s.styles.push_back(decodeParallelStyle(entry, entry.field("fqn").asString()));
     plan.steps.push_back(std::move(s));
   }
   if (auto units = root.optField("fully_shard"))

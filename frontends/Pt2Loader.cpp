@@ -1,7 +1,7 @@
 #include "frontends/Pt2Loader.h"
 
 #include "frontends/ExportedProgramReader.h"
-#include "frontends/JsonRef.h"
+#include "ir/JsonRef.h"
 #include "frontends/OpSchemas.h"
 #include "frontends/Pt2Archive.h"
 #include "frontends/TorchScriptLoader.h"

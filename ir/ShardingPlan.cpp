@@ -6,9 +6,19 @@
 namespace commlens {
 
 llvm::StringRef name(ParallelStyle::Kind k) {
-  static constexpr const char *kNames[] = {"ColwiseParallel",    "RowwiseParallel",     "SequenceParallel",
-                                           "PrepareModuleInput", "PrepareModuleOutput", "PrepareModuleInputOutput"};
+  static constexpr const char *kNames[] = {
+#define STYLE(KIND, CLASS) #CLASS,
+#include "ir/ParallelStyles.def"
+  };
   return kNames[static_cast<size_t>(k)];
+}
+
+std::optional<ParallelStyle::Kind> styleKindNamed(llvm::StringRef torchClass) {
+#define STYLE(KIND, CLASS)                                                                                             \
+  if (torchClass == #CLASS)                                                                                            \
+    return ParallelStyle::Kind::KIND;
+#include "ir/ParallelStyles.def"
+  return std::nullopt;
 }
 
 bool matchesGlob(llvm::StringRef pattern, llvm::StringRef text) {

@@ -16,9 +16,12 @@ namespace commlens {
 /// A placement list where torch allows None entries ("leave this input alone").
 using OptionalPlacements = std::vector<std::optional<Placement>>;
 
+/// One style of a parallelize_module plan, with the attributes torch's style classes hold (each
+/// style reads its own; parallel/ models what it does).
 struct ParallelStyle {
   enum class Kind : uint8_t {
-    Colwise, Rowwise, Sequence, PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput
+#define STYLE(KIND, CLASS) KIND,
+#include "ir/ParallelStyles.def"
   };
   Kind kind = Kind::Colwise;
   std::string pattern; // the plan key, matched as parallelize_module matches it
@@ -32,7 +35,10 @@ struct ParallelStyle {
   bool useLocalInput = false; // PrepareModuleInputOutput: the input half's use_local_output
   bool withKwargs = false;
 };
+/// The torch class name ("ColwiseParallel").
 llvm::StringRef name(ParallelStyle::Kind k);
+/// The kind of the torch class named `torchClass`, if commlens models it.
+std::optional<ParallelStyle::Kind> styleKindNamed(llvm::StringRef torchClass);
 
 /// One parallelize_module(model, mesh[meshDim], plan) call.
 struct ParallelizeStep {

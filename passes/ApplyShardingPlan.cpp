@@ -5,6 +5,7 @@
 #include "autograd/ActivationCheckpoint.h"
 #include "fsdp/FullyShard.h"
 #include "ir/ModuleCalls.h"
+#include "parallel/StyleModel.h"
 
 #include "llvm/ADT/DenseSet.h"
 
@@ -18,12 +19,6 @@ bool isEmbedding(const ModuleScope &s) { return s.type() == "torch.nn.modules.sp
 
 Argument placementArg(const std::optional<Placement> &p) {
   return p ? Argument(p->str()) : Argument(NoneArg{});
-}
-
-std::optional<Placement> first(const std::optional<OptionalPlacements> &list) {
-  if (!list || list->empty())
-    return std::nullopt;
-  return list->front();
 }
 
 /// One call of a styled module or fully_shard unit, with what its hooks need.
@@ -40,6 +35,46 @@ struct StyledCall : ModuleCall {
   std::vector<const ParallelStyle *> styles;
   std::optional<unsigned> fsdpUnit; // the fully_shard unit this module is
   bool gradEnabled = true;          // the grad mode the call runs in (its hooks' too)
+};
+
+Value *emitHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, Value *x,
+                llvm::SmallVector<NamedArgument, 4> extra, llvm::StringRef tag) {
+  Value *out = b.tensor((x->name() + "_" + tag).str(), *x->meta());
+  llvm::SmallVector<NamedArgument, 4> args{{"self", x, false}};
+  args.append(extra.begin(), extra.end());
+  args.push_back({"module", c.scope->displayName(), true});
+  Node *n = b.graph().appendNode(out->name(), op, std::move(args), {out});
+  n->setScope(const_cast<ModuleScope *>(c.scope), c.callPath);
+  n->setGradEnabled(c.gradEnabled);
+  return out;
+}
+
+/// The styles' hooks at one call: each step a `commlens::` boundary op in the call's scope.
+class CallHooks final : public StyleHooks {
+public:
+  CallHooks(GraphBuilder &b, const StyledCall &c, StyledModule module) : b_(b), c_(c), module_(module) {}
+  const StyledModule &module() const override { return module_; }
+  Value *annotate(Value *x, const std::optional<Placement> &layout, const std::optional<Placement> &desired,
+                  bool useLocalOutput, llvm::StringRef tag) override {
+    return emitHook(b_, c_, "commlens::annotate", x,
+                    {{"layout", placementArg(layout), false},
+                     {"desired", placementArg(desired), false},
+                     {"use_local_output", useLocalOutput, false}},
+                    tag);
+  }
+  Value *sequenceParallelInput(Value *x, const Placement &sharding) override {
+    return emitHook(b_, c_, "commlens::sequence_parallel_input", x, {{"sharding", placementArg(sharding), false}},
+                    "in");
+  }
+  Value *redistributeOutput(Value *x, const std::optional<Placement> &layout, bool useLocalOutput) override {
+    return emitHook(b_, c_, "commlens::redistribute_output", x,
+                    {{"layout", placementArg(layout), false}, {"use_local_output", useLocalOutput, false}}, "out");
+  }
+
+private:
+  GraphBuilder &b_;
+  const StyledCall &c_;
+  StyledModule module_;
 };
 
 class PlanApplier {
@@ -112,10 +147,8 @@ private:
         for (const ModuleScope *s : graph_.scopes().inForwardOrder())
           if (matchesModulePath(style.pattern, s->path())) {
             bool embedding = isEmbedding(*s) || isEmbeddingSubclass(*s);
-            if ((style.kind == ParallelStyle::Kind::Colwise || style.kind == ParallelStyle::Kind::Rowwise) &&
-                !isLinear(*s) && !embedding)
-              return makeError("{} on {} ({}): only nn.Linear and nn.Embedding are supported", name(style.kind).str(),
-                               s->displayName(), s->type());
+            if (llvm::Error err = styleModel(style.kind).checkModule(style, StyledModule{*s, isLinear(*s), embedding}))
+              return err;
             if (embedding) // decided now: fully_shard later renames the class to FSDPEmbedding
               embeddings_.insert(s);
             styles_[s].push_back(&style);
@@ -152,6 +185,8 @@ private:
 
   void setParam(const InputSpec &in, Placement p) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}}; }
 
+  StyledModule styledModule(const ModuleScope *s) const { return {*s, isLinear(*s), embeddings_.contains(s)}; }
+
   llvm::Error distributeParameters() {
     // Parameters by FQN, so that those below a module are one range (its path and a dot).
     std::vector<const InputSpec *> params;
@@ -161,29 +196,19 @@ private:
     llvm::sort(params, [](const InputSpec *a, const InputSpec *b) { return a->target < b->target; });
     // In plan order: a later style on the same parameter overrides, as re-registration does.
     for (const auto &[scope, style] : applications_) {
+      const StyleModel &model = styleModel(style->kind);
+      StyledModule module = styledModule(scope);
       std::string prefix = scope->path().empty() ? "" : scope->path() + ".";
       auto first = llvm::partition_point(params, [&](const InputSpec *in) { return in->target < prefix; });
       for (auto it = first; it != params.end() && llvm::StringRef((*it)->target).startswith(prefix); ++it) {
         const InputSpec &in = **it;
         llvm::StringRef local = llvm::StringRef(in.target).drop_front(prefix.size());
-        bool direct = !local.contains('.');
-        switch (style->kind) {
-        case ParallelStyle::Kind::Colwise:
-          if (direct)
-            setParam(in, Placement::shard(embeddings_.contains(scope) ? 1 : 0));
-          break;
-        case ParallelStyle::Kind::Rowwise:
-          if (direct)
-            setParam(in, embeddings_.contains(scope) ? Placement::shard(0)
-                                             : (local == "bias" ? Placement::replicate() : Placement::shard(1)));
-          break;
-        case ParallelStyle::Kind::Sequence: // every parameter below the module, replicated
-          setParam(in, Placement::replicate());
+        std::optional<Placement> placement = model.parameterPlacement(*style, module, local, !local.contains('.'));
+        if (!placement)
+          continue;
+        setParam(in, *placement);
+        if (model.retrainsParameters())
           ctx_.state.retrainedByStyle.insert(in.value);
-          break;
-        default:
-          break;
-        }
       }
     }
     // Explicit placements are applied after every parallelize step.
@@ -330,18 +355,6 @@ private:
     return llvm::Error::success();
   }
 
-  Value *emitHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, Value *x,
-                  llvm::SmallVector<NamedArgument, 4> extra, llvm::StringRef tag) {
-    Value *out = b.tensor((x->name() + "_" + tag).str(), *x->meta());
-    llvm::SmallVector<NamedArgument, 4> args{{"self", x, false}};
-    args.append(extra.begin(), extra.end());
-    args.push_back({"module", c.scope->displayName(), true});
-    Node *n = b.graph().appendNode(out->name(), op, std::move(args), {out});
-    n->setScope(const_cast<ModuleScope *>(c.scope), c.callPath);
-    n->setGradEnabled(c.gradEnabled);
-    return out;
-  }
-
   /// FSDP's forward hooks: identities over the call's tensor inputs (pre: fully_shard's pre-hook
   /// is prepended, so it runs before the styles' and wraps the raw inputs in its post-backward
   /// Function) or outputs (post: registered after the styles' output hooks).
@@ -362,67 +375,6 @@ private:
     values.assign(out.begin(), out.end());
   }
 
-  /// One pre-hook on one argument: from_local with `layout` (if not a DTensor yet), then a
-  /// redistribute to `desired`.
-  Value *prepareArgument(GraphBuilder &b, const StyledCall &c, Value *x, const std::optional<Placement> &layout,
-                         const std::optional<Placement> &desired, bool useLocal) {
-    return emitHook(b, c, "commlens::annotate", x,
-                    {{"layout", placementArg(layout), false},
-                     {"desired", placementArg(desired), false},
-                     {"use_local_output", useLocal, false}},
-                    "in");
-  }
-
-  /// PrepareModuleInput(Output)'s pre-hook: input_layouts over the positional arguments (their
-  /// number must match, as torch checks) and, with input_kwarg_layouts, each keyword argument
-  /// passed that the style names.
-  llvm::Error prepareModuleInputs(GraphBuilder &b, const StyledCall &c, const ParallelStyle &style,
-                                  std::vector<Value *> &args, std::vector<Value *> &kwargs) {
-    bool useLocal = style.kind == ParallelStyle::Kind::PrepareModuleInput ? style.useLocalOutput : style.useLocalInput;
-    auto notTensor = [&](llvm::StringRef which) {
-      return makeError("{} on {}: {} is not a tensor but has an input layout", name(style.kind).str(),
-                       c.scope->displayName(), which.str());
-    };
-    if (style.withKwargs && !c.hasSignature)
-      return makeError("{} on {}: input_kwarg_layouts need the module's call signature, which the program does not "
-                       "record (export with python -m commlens.export, which preserves every submodule's)",
-                       name(style.kind).str(), c.scope->displayName());
-    if (style.inputLayouts) {
-      if (style.inputLayouts->size() != args.size())
-        return makeError("{} on {}: {} input_layouts for {} {}", name(style.kind).str(), c.scope->displayName(),
-                         style.inputLayouts->size(), args.size(),
-                         c.hasSignature ? "positional arguments"
-                                        : "tensor inputs found in the graph (in order of first use: the program "
-                                          "records no call signature for the module)");
-      for (size_t i = 0; i < args.size(); ++i) {
-        const std::optional<Placement> &layout = (*style.inputLayouts)[i];
-        if (!layout)
-          continue;
-        if (!args[i])
-          return notTensor(fmt::format("positional argument {}", i));
-        std::optional<Placement> desired =
-            style.desiredInputLayouts && i < style.desiredInputLayouts->size() ? (*style.desiredInputLayouts)[i]
-                                                                               : std::nullopt;
-        args[i] = prepareArgument(b, c, args[i], layout, desired, useLocal);
-      }
-    }
-    if (!style.withKwargs)
-      return llvm::Error::success();
-    for (size_t i = 0; i < kwargs.size(); ++i) {
-      const std::string &key = c.kwargs[i].first;
-      auto layout = style.inputKwargLayouts.find(key);
-      if (layout == style.inputKwargLayouts.end() || !layout->second)
-        continue;
-      if (!kwargs[i])
-        return notTensor(fmt::format("keyword argument '{}'", key));
-      auto desired = style.desiredInputKwargLayouts.find(key);
-      kwargs[i] = prepareArgument(b, c, kwargs[i], layout->second,
-                                  desired == style.desiredInputKwargLayouts.end() ? std::nullopt : desired->second,
-                                  useLocal);
-    }
-    return llvm::Error::success();
-  }
-
   /// The pre-hooks of one call, in registration order; binds each argument they change to what
   /// it becomes.
   llvm::Error preHooks(GraphBuilder &b, const StyledCall &c) {
@@ -434,40 +386,16 @@ private:
       for (size_t i = 0; i < values.size(); ++i)
         b.bind(c.inputs[i], values[i]);
     }
-    std::vector<Value *> args, kwargs;
+    HookArguments arguments;
+    arguments.hasSignature = c.hasSignature;
     for (const Value *v : c.args)
-      args.push_back(v ? b.map(v) : nullptr);
+      arguments.args.push_back(v ? b.map(v) : nullptr);
     for (const auto &[key, v] : c.kwargs)
-      kwargs.push_back(v ? b.map(v) : nullptr);
-    for (const ParallelStyle *style : c.styles) {
-      switch (style->kind) {
-      case ParallelStyle::Kind::Colwise:
-      case ParallelStyle::Kind::Rowwise: {
-        if (args.empty() || !args[0])
-          return makeError("{} on {}: the module call has no positional tensor input", name(style->kind).str(),
-                           c.scope->displayName());
-        std::optional<Placement> desired = first(style->desiredInputLayouts);
-        if (!desired) // RowwiseParallel picks it per module type when applied
-          desired = embeddings_.contains(c.scope) ? Placement::replicate() : Placement::shard(-1);
-        args[0] = prepareArgument(b, c, args[0], first(style->inputLayouts), desired, false);
-        break;
-      }
-      case ParallelStyle::Kind::Sequence:
-        if (args.empty() || !args[0])
-          return makeError("SequenceParallel on {}: the module call has no positional tensor input",
-                           c.scope->displayName());
-        args[0] = emitHook(b, c, "commlens::sequence_parallel_input", args[0],
-                           {{"sharding", placementArg(style->sequenceSharding), false}}, "in");
-        break;
-      case ParallelStyle::Kind::PrepareModuleInput:
-      case ParallelStyle::Kind::PrepareModuleInputOutput:
-        if (llvm::Error err = prepareModuleInputs(b, c, *style, args, kwargs))
-          return err;
-        break;
-      case ParallelStyle::Kind::PrepareModuleOutput:
-        break;
-      }
-    }
+      arguments.kwargs.emplace_back(key, v ? b.map(v) : nullptr);
+    CallHooks hooks(b, c, styledModule(c.scope));
+    for (const ParallelStyle *style : c.styles)
+      if (llvm::Error err = styleModel(style->kind).preHook(*style, hooks, arguments))
+        return err;
     // The graph has one value where the call may have several arguments: a tensor passed twice
     // must become the same value both times.
     llvm::DenseMap<const Value *, Value *> becomes;
@@ -481,11 +409,11 @@ private:
                          c.scope->displayName(), old->name());
       return llvm::Error::success();
     };
-    for (size_t i = 0; i < args.size(); ++i)
-      if (llvm::Error err = rebind(c.args[i], args[i]))
+    for (size_t i = 0; i < arguments.args.size(); ++i)
+      if (llvm::Error err = rebind(c.args[i], arguments.args[i]))
         return err;
-    for (size_t i = 0; i < kwargs.size(); ++i)
-      if (llvm::Error err = rebind(c.kwargs[i].second, kwargs[i]))
+    for (size_t i = 0; i < arguments.kwargs.size(); ++i)
+      if (llvm::Error err = rebind(c.kwargs[i].second, arguments.kwargs[i].second))
         return err;
     for (const auto &[old, now] : becomes)
       b.bind(old, now);
@@ -493,47 +421,10 @@ private:
   }
 
   llvm::Error postHooks(GraphBuilder &b, const StyledCall &c, std::vector<Value *> &outputs) {
-    for (const ParallelStyle *style : c.styles) {
-      switch (style->kind) {
-      case ParallelStyle::Kind::Colwise:
-      case ParallelStyle::Kind::Rowwise:
-      case ParallelStyle::Kind::Sequence: {
-        if (outputs.size() != 1)
-          return makeError("{} on {}: expected one tensor output, found {}", name(style->kind).str(),
-                           c.scope->displayName(), outputs.size());
-        std::optional<Placement> layout =
-            style->kind == ParallelStyle::Kind::Sequence ? std::nullopt : first(style->outputLayouts);
-        outputs[0] = emitHook(b, c, "commlens::redistribute_output", outputs[0],
-                              {{"layout", placementArg(layout), false}, {"use_local_output", style->useLocalOutput, false}},
-                              "out");
-        break;
-      }
-      case ParallelStyle::Kind::PrepareModuleOutput:
-      case ParallelStyle::Kind::PrepareModuleInputOutput: {
-        if (!style->outputLayouts)
-          break;
-        if (style->outputLayouts->size() != outputs.size())
-          return makeError("{} on {}: {} output_layouts for {} tensor outputs found in the graph", name(style->kind).str(),
-                           c.scope->displayName(), style->outputLayouts->size(), outputs.size());
-        for (size_t i = 0; i < outputs.size(); ++i) {
-          const std::optional<Placement> &layout = (*style->outputLayouts)[i];
-          if (!layout)
-            continue;
-          std::optional<Placement> desired =
-              style->desiredOutputLayouts && i < style->desiredOutputLayouts->size() ? (*style->desiredOutputLayouts)[i]
-                                                                                     : std::nullopt;
-          outputs[i] = emitHook(b, c, "commlens::annotate", outputs[i],
-                                {{"layout", placementArg(layout), false},
-                                 {"desired", placementArg(desired), false},
-                                 {"use_local_output", style->useLocalOutput, false}},
-                                "out");
-        }
-        break;
-      }
-      default:
-        break;
-      }
-    }
+    CallHooks hooks(b, c, styledModule(c.scope));
+    for (const ParallelStyle *style : c.styles)
+      if (llvm::Error err = styleModel(style->kind).postHook(*style, hooks, outputs))
+        return err;
     if (c.fsdpUnit)
       fsdpHook(b, c, "commlens::fsdp_post_forward", outputs, "post");
     return llvm::Error::success();

@@ -8,7 +8,7 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The folders whose library is a layer of the prediction core.
-LAYERS = ("ir", "comm", "state", "dtensor", "aten", "fsdp", "autograd", "runtime", "passes", "reports", "frontends",
+LAYERS = ("ir", "parallel", "comm", "state", "dtensor", "aten", "fsdp", "autograd", "runtime", "passes", "reports", "frontends",
           "api")
 INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
 

@@ -366,8 +366,14 @@ KEYS_UNCHECKED_BY_PLAN_READER = set()
 
 
 def plan_reader_source():
-    """PlanReader.cpp without its // comments."""
-    return re.sub(r"//[^\n]*", "", PLAN_READER.read_text())
+    """The C++ plan reader without its // comments: PlanReader.cpp, each style's `decode` (its own
+    fields, in parallel/CLASS.cpp) and the style names of ir/ParallelStyles.def, quoted."""
+    text = PLAN_READER.read_text()
+    for path in sorted((ROOT / "parallel").glob("*.cpp")):
+        text += "".join(re.findall(r"  void decode\(.*?\n  \}\n", path.read_text(), re.S))
+    styles = re.findall(r"^STYLE\(\w+, (\w+)\)$", (ROOT / "ir" / "ParallelStyles.def").read_text(), re.M)
+    text += "".join(f'"{name}"' for name in styles)
+    return re.sub(r"//[^\n]*", "", text)
 
 
 def schema_objects(schema):

@@ -95,3 +95,17 @@ def test_unserialized_attributes_are_parallel_style_attributes_with_a_reason():
 def test_entry_refuses_an_unknown_field_kind():
     with pytest.raises(ValueError, match=r"^Mine\.x: unknown field kind 'pl2' \(expected one of pl1, pl1\?, "):
         StyleEntry(name="Mine", cls=PrepareModuleOutput, fields=(("x", "pl2"),), construct=None)
+
+
+def test_the_cxx_table_lists_the_same_styles_each_in_its_own_file():
+    """ir/ParallelStyles.def (the C++ table) names the same styles in the same order, and each has
+    its model in parallel/CLASS.cpp defining CLASS##Model()."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    cxx = re.findall(r"^STYLE\((\w+), (\w+)\)$", (root / "ir" / "ParallelStyles.def").read_text(), re.M)
+    assert [cls for _, cls in cxx] == IDS
+    for _, cls in cxx:
+        source = root / "parallel" / f"{cls}.cpp"
+        assert f"const StyleModel &{cls}Model()" in source.read_text(), source

@@ -1,5 +1,5 @@
 #include "frontends/ExportedProgramReader.h"
-#include "frontends/JsonRef.h"
+#include "ir/JsonRef.h"
 #include "ir/Error.h"
 
 #include <gtest/gtest.h>

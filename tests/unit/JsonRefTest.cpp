@@ -1,6 +1,6 @@
 // JsonRef over a simdjson document: paths in messages, member order, the index of large objects,
 // number typing, and parse errors as the readers have always reported them.
-#include "frontends/JsonRef.h"
+#include "ir/JsonRef.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "frontends/JsonRef.h"
+#include "ir/JsonRef.h"
 
 #include "ir/Error.h"
 

@@ -1,0 +1,86 @@
+// What parallelize_module does with one ParallelStyle (torch 2.13
+// torch/distributed/tensor/parallel/style.py, each class's constructor and `_apply`): the fields a
+// plan gives it, the module types it accepts, the placements it gives the module's parameters,
+// and the forward pre- and post-hooks it registers. One class per style, in
+// parallel/<TorchClass>.cpp, listed in ir/ParallelStyles.def; passes/ApplyShardingPlan applies them.
+// Backward needs nothing here: the hooks' boundary ops have their own backward (runtime/OpDispatch).
+#pragma once
+
+#include "ir/Graph.h"
+#include "ir/JsonRef.h"
+#include "ir/ShardingPlan.h"
+
+#include "llvm/Support/Error.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace commlens {
+
+/// The module a style is applied to, as `_apply`'s isinstance checks see it.
+struct StyledModule {
+  const ModuleScope &scope;
+  bool linear = false;    // nn.Linear
+  bool embedding = false; // nn.Embedding or a subclass
+};
+
+/// The arguments of one module call as the pre-hooks see them (null: not a tensor). Without a
+/// recorded call signature, the call's tensor inputs in order of first use, as positional ones.
+struct HookArguments {
+  std::vector<Value *> args;
+  std::vector<std::pair<std::string, Value *>> kwargs;
+  bool hasSignature = false;
+};
+
+/// The boundary ops a style's hooks insert at one call of its module (runtime/OpDispatch runs
+/// them). Each returns the value that replaces `x` after the call's hooks.
+class StyleHooks {
+public:
+  virtual ~StyleHooks() = default;
+  virtual const StyledModule &module() const = 0;
+  /// from_local(x, layout) when x is a plain tensor, redistribute to `desired` when the layouts
+  /// differ, to_local when `useLocalOutput`: PrepareModuleInput/Output's step and the input side
+  /// of Colwise/Rowwise. `tag` names the result ("in", "out").
+  virtual Value *annotate(Value *x, const std::optional<Placement> &layout, const std::optional<Placement> &desired,
+                          bool useLocalOutput, llvm::StringRef tag) = 0;
+  /// SequenceParallel's input: redistribute a DTensor to Shard(sequence dim), from_local a plain one.
+  virtual Value *sequenceParallelInput(Value *x, const Placement &sharding) = 0;
+  /// A style's output hook: redistribute to `layout` (none: keep), to_local when `useLocalOutput`.
+  virtual Value *redistributeOutput(Value *x, const std::optional<Placement> &layout, bool useLocalOutput) = 0;
+};
+
+class StyleModel {
+public:
+  virtual ~StyleModel() = default;
+  /// Reads the style's fields from its plan entry (docs/plan-format.md, "Styles"), taking the
+  /// torch constructor's defaults for those not given. Failures throw JsonRef's ParseError.
+  virtual void decode(const JsonRef &entry, ParallelStyle &style) const = 0;
+  /// `_apply`'s check of the module type.
+  virtual llvm::Error checkModule(const ParallelStyle &, const StyledModule &) const { return llvm::Error::success(); }
+  /// The placement `_apply` gives the parameter `name` below the module (its FQN relative to the
+  /// module; `direct`: registered on the module itself), or nullopt where it leaves it alone.
+  virtual std::optional<Placement> parameterPlacement(const ParallelStyle &, const StyledModule &,
+                                                      llvm::StringRef /*name*/, bool /*direct*/) const {
+    return std::nullopt;
+  }
+  /// Whether the parameters it places come back trainable (re-registered as new nn.Parameters).
+  virtual bool retrainsParameters() const { return false; }
+  /// The forward pre-hook: rewrites `arguments` to what the module's forward receives.
+  virtual llvm::Error preHook(const ParallelStyle &, StyleHooks &, HookArguments &) const {
+    return llvm::Error::success();
+  }
+  /// The forward post-hook: rewrites the call's tensor `outputs` to what its caller receives.
+  virtual llvm::Error postHook(const ParallelStyle &, StyleHooks &, std::vector<Value *> & /*outputs*/) const {
+    return llvm::Error::success();
+  }
+};
+
+/// The model of a style kind (ir/ParallelStyles.def).
+const StyleModel &styleModel(ParallelStyle::Kind kind);
+
+/// A plan's style entry ({"fqn": ..., "style": "ColwiseParallel", ...}) read by its style's model.
+ParallelStyle decodeParallelStyle(const JsonRef &entry, const std::string &pattern);
+
+} // namespace commlens

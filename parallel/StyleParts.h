@@ -1,0 +1,43 @@
+// The plan fields and hook steps several styles share (parallel/StyleModel.h).
+#pragma once
+
+#include "parallel/StyleModel.h"
+
+#include <map>
+
+namespace commlens {
+
+// ---- plan fields
+Placement decodePlacement(const JsonRef &r);
+/// A list of placements where null entries are allowed ("leave this input alone").
+OptionalPlacements decodePlacementList(const JsonRef &r);
+std::optional<OptionalPlacements> optionalPlacementList(const JsonRef &entry, const char *field);
+/// Colwise / Rowwise / SequenceParallel hold one placement per layout attribute (torch wraps the
+/// single Placement the constructor takes in a 1-tuple); null is not allowed there.
+std::optional<OptionalPlacements> singlePlacement(const JsonRef &entry, const char *field);
+std::map<std::string, std::optional<Placement>> decodeKwargLayouts(const JsonRef &r);
+/// PrepareModuleInput / PrepareModuleOutput: the layouts and their desired layouts pair up one to
+/// one (torch asserts equal lengths), and an entry that converts needs a desired placement.
+void checkLayoutPairs(const JsonRef &entry, const char *field, const std::optional<OptionalPlacements> &layouts,
+                      const char *desiredField, const std::optional<OptionalPlacements> &desired);
+bool boolOr(const JsonRef &r, const char *field, bool fallback);
+
+// ---- hooks
+std::optional<Placement> firstPlacement(const std::optional<OptionalPlacements> &list);
+/// `_apply`'s check of Colwise/Rowwise: nn.Linear or nn.Embedding.
+llvm::Error requireLinearOrEmbedding(const ParallelStyle &style, const StyledModule &module);
+/// The argument the input hook of Colwise/Rowwise/SequenceParallel reads: the first positional one.
+llvm::Expected<Value **> firstTensorArgument(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments);
+/// The output hook of Colwise/Rowwise/SequenceParallel: the call's one output, redistributed to
+/// `layout` (none: kept) and to_local when the style's use_local_output says so.
+llvm::Error redistributeOnlyOutput(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs,
+                                   const std::optional<Placement> &layout);
+/// PrepareModuleInput's pre-hook: input_layouts over the positional arguments (their number must
+/// match, as torch checks) and, with input_kwarg_layouts, each keyword argument passed that the
+/// style names. `useLocalOutput`: the input half's use_local_output.
+llvm::Error prepareModuleInputs(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments,
+                                bool useLocalOutput);
+/// PrepareModuleOutput's post-hook: output_layouts over the call's tensor outputs.
+llvm::Error prepareModuleOutputs(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs);
+
+} // namespace commlens
