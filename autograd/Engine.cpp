@@ -111,7 +111,7 @@ public:
       targets->setMeta(metaOf(ScalarType::Long, llvm::ArrayRef<int64_t>(sizes).drop_back(), lm.device));
     }
     // from_local(targets, Replicate) when the logits are a DTensor (decided at propagation).
-    Value *tdt = emit("commlens::loss_targets", {{"self", targets, false}, {"logits", logits, false},
+    Value *tdt = emit(boundaryOpTarget(BoundaryOp::LossTargets), {{"self", targets, false}, {"logits", logits, false},
                                                  {"loss_parallel", plan_.lossParallel, false}},
                       *targets->meta(), "loss_targets_dt");
     Value *tflat = tdt;
@@ -202,8 +202,8 @@ struct Region {
 };
 
 bool isPreHookOp(const Node &n) {
-  return n.op().ns == "commlens" && (n.op().name == "annotate" || n.op().name == "sequence_parallel_input" ||
-                                     n.op().name == "fsdp_pre_forward");
+  std::optional<BoundaryOp> op = n.boundaryOp();
+  return op == BoundaryOp::Annotate || op == BoundaryOp::SequenceParallelInput || op == BoundaryOp::FsdpPreForward;
 }
 
 class AutodiffBuilder : public GradEmitter {
@@ -329,7 +329,7 @@ private:
         open.push_back(std::move(saved));
       }
 
-      if (n.op().ns == "commlens") {
+      if (n.boundaryOp()) {
         if (llvm::Error err = recordBoundary(n))
           return err;
       } else {
@@ -382,7 +382,7 @@ private:
     unsigned unit = static_cast<unsigned>(*n.input("unit")->asInt());
     auto in = n.input("inputs")->tensors();
     auto out = n.results();
-    if (n.op().name == "fsdp_post_forward") {
+    if (n.boundaryOp() == BoundaryOp::FsdpPostForward) {
       for (size_t i = 0; i < in.size() && i < out.size(); ++i)
         if (Edge e = edgeOf(in[i])) {
           if (!llvm::is_contained(e.node->fsdpPreBackward, unit))
@@ -407,9 +407,9 @@ private:
   }
 
   llvm::Error recordBoundary(const Node &n) {
-    if (n.op().name == "loss_targets" || !n.gradEnabled())
+    if (n.boundaryOp() == BoundaryOp::LossTargets || !n.gradEnabled())
       return llvm::Error::success(); // integer targets / under no_grad: no autograd Function, no grad
-    if (n.op().name == "fsdp_pre_forward" || n.op().name == "fsdp_post_forward") {
+    if (n.boundaryOp() == BoundaryOp::FsdpPreForward || n.boundaryOp() == BoundaryOp::FsdpPostForward) {
       recordFsdpHook(n);
       return llvm::Error::success();
     }
@@ -605,14 +605,14 @@ private:
       const Node &n = *fwd_.nodes()[i];
       if (!r.call->contains(n))
         continue;
-      if (n.op().ns == "commlens" && llvm::StringRef(n.op().name).startswith("fsdp_")) {
+      if (n.boundaryOp() == BoundaryOp::FsdpPreForward || n.boundaryOp() == BoundaryOp::FsdpPostForward) {
         auto in = n.input("inputs")->tensors();
         auto out = n.results();
         for (size_t k = 0; k < in.size() && k < out.size(); ++k)
           copies[out[k]] = operand(in[k]);
         continue;
       }
-      bool hook = n.op().ns == "commlens";
+      bool hook = n.boundaryOp().has_value();
       if (!hook && keptByCheckpoint(*r.unit, n.opString()))
         continue;
       Node *copy = copyNodeInto(*bw_, n, "recompute_" + n.name(), operand,
@@ -641,7 +641,7 @@ private:
       return;
     if (!llvm::is_contained(fsdpCallbackRoots_, state_.fsdp.units[unit].root))
       fsdpCallbackRoots_.push_back(state_.fsdp.units[unit].root);
-    emitFsdpHook("commlens::fsdp_pre_backward", unit, {});
+    emitFsdpHook(boundaryOpTarget(BoundaryOp::FsdpPreBackward), unit, {});
   }
 
   /// The unit's post-backward, with the gradients its parameters received so far.
@@ -654,7 +654,7 @@ private:
         grads.push_back(g);
         params.push_back(const_cast<Value *>(p));
       }
-    emitFsdpHook("commlens::fsdp_post_backward", unit, {{"grads", grads, false}, {"params", params, false}});
+    emitFsdpHook(boundaryOpTarget(BoundaryOp::FsdpPostBackward), unit, {{"grads", grads, false}, {"params", params, false}});
   }
 
   // ---- GradEmitter --------------------------------------------------------------------------------
@@ -701,9 +701,10 @@ private:
       Value *g = a.buffer[0];
       if (!g)
         return out;
-      const char *op = a.step.kind == BoundaryStep::Kind::FromLocal      ? "commlens::from_local_backward"
-                       : a.step.kind == BoundaryStep::Kind::Redistribute ? "commlens::redistribute_backward"
-                                                                         : "commlens::to_local_backward";
+      llvm::StringRef op = boundaryOpTarget(a.step.kind == BoundaryStep::Kind::FromLocal ? BoundaryOp::FromLocalBackward
+                                            : a.step.kind == BoundaryStep::Kind::Redistribute
+                                                ? BoundaryOp::RedistributeBackward
+                                                : BoundaryOp::ToLocalBackward);
       const Placements &p = a.step.kind == BoundaryStep::Kind::FromLocal ? a.step.to : a.step.from;
       std::string module = a.fwd->input("module") && a.fwd->input("module")->is<std::string>()
                                ? a.fwd->input("module")->get<std::string>()

@@ -54,6 +54,8 @@ const InternedOp &InternedOp::get(llvm::StringRef target) {
   if (added) {
     it->second.name = OpName::parse(target);
     it->second.text = it->second.name.str();
+    if (it->second.name.ns == "commlens")
+      it->second.boundary = boundaryOpNamed(it->second.name.name);
   }
   return it->second;
 }

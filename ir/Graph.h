@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ir/Argument.h"
+#include "ir/BoundaryOps.h"
 #include "ir/ModuleScopeTree.h"
 #include "ir/Types.h"
 
@@ -58,6 +59,7 @@ struct OpName {
 struct InternedOp {
   OpName name;
   std::string text; ///< name.str()
+  std::optional<BoundaryOp> boundary; ///< a commlens:: op declared in ir/BoundaryOps.def
   /// The entry for `target` (as OpName::parse reads it); thread-safe, never moves.
   static const InternedOp &get(llvm::StringRef target);
   /// The entry of the empty target (a node before its op is set).
@@ -69,6 +71,8 @@ public:
   const std::string &name() const { return name_; }
   const OpName &op() const { return op_->name; }
   const std::string &opString() const { return op_->text; }
+  /// Which commlens:: boundary op the node is, if it is one.
+  std::optional<BoundaryOp> boundaryOp() const { return op_->boundary; }
   llvm::ArrayRef<NamedArgument> inputs() const { return inputs_; }
   llvm::MutableArrayRef<NamedArgument> inputs() { return inputs_; }
   const Argument *input(llvm::StringRef argName) const;

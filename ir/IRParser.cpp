@@ -705,6 +705,12 @@ private:
       }
     }
     Node *n = graph_.appendNode(*nodeName, op, std::move(inputs), std::move(outputs));
+    if (n->op().ns == "commlens") { // the passes trust a boundary op's arguments: checked here
+      if (!n->boundaryOp())
+        return fail("unknown commlens boundary op '{}' (ir/BoundaryOps.def)", op.str());
+      if (llvm::Error err = checkBoundaryArguments(*n->boundaryOp(), n->inputs()))
+        return fail("{}: {}", op.str(), takeMessage(std::move(err)));
+    }
     n->setGradEnabled(grad);
     if (scope != graph_.scopes().root() || !calls.empty()) {
       // Through the tree, so that each module's call count covers this call.

@@ -56,18 +56,18 @@ public:
   const StyledModule &module() const override { return module_; }
   Value *annotate(Value *x, const std::optional<Placement> &layout, const std::optional<Placement> &desired,
                   bool useLocalOutput, llvm::StringRef tag) override {
-    return emitHook(b_, c_, "commlens::annotate", x,
+    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::Annotate), x,
                     {{"layout", placementArg(layout), false},
                      {"desired", placementArg(desired), false},
                      {"use_local_output", useLocalOutput, false}},
                     tag);
   }
   Value *sequenceParallelInput(Value *x, const Placement &sharding) override {
-    return emitHook(b_, c_, "commlens::sequence_parallel_input", x, {{"sharding", placementArg(sharding), false}},
+    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::SequenceParallelInput), x, {{"sharding", placementArg(sharding), false}},
                     "in");
   }
   Value *redistributeOutput(Value *x, const std::optional<Placement> &layout, bool useLocalOutput) override {
-    return emitHook(b_, c_, "commlens::redistribute_output", x,
+    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::RedistributeOutput), x,
                     {{"layout", placementArg(layout), false}, {"use_local_output", useLocalOutput, false}}, "out");
   }
 
@@ -382,7 +382,7 @@ private:
       std::vector<Value *> values;
       for (const Value *v : c.inputs)
         values.push_back(b.map(v));
-      fsdpHook(b, c, "commlens::fsdp_pre_forward", values, "pre");
+      fsdpHook(b, c, boundaryOpTarget(BoundaryOp::FsdpPreForward), values, "pre");
       for (size_t i = 0; i < values.size(); ++i)
         b.bind(c.inputs[i], values[i]);
     }
@@ -426,7 +426,7 @@ private:
       if (llvm::Error err = styleModel(style->kind).postHook(*style, hooks, outputs))
         return err;
     if (c.fsdpUnit)
-      fsdpHook(b, c, "commlens::fsdp_post_forward", outputs, "post");
+      fsdpHook(b, c, boundaryOpTarget(BoundaryOp::FsdpPostForward), outputs, "post");
     return llvm::Error::success();
   }
 

@@ -76,7 +76,9 @@ public:
     size_t first = state_.collectives.size();
     for (const auto &n : graph_.nodes()) {
       node_ = n.get();
-      llvm::Error err = n->op().ns == "commlens" ? boundary(*n) : atenOp(*n);
+      if (n->op().ns == "commlens" && !n->boundaryOp())
+        return makeError("{}: unknown commlens boundary op (ir/BoundaryOps.def)", n->where());
+      llvm::Error err = n->boundaryOp() ? boundary(*n, *n->boundaryOp()) : atenOp(*n);
       if (err)
         return err;
     }
@@ -131,12 +133,12 @@ private:
   }
 
   /// FSDP's hooks (fsdp/FullyShard.h). The forward ones pass their tensors through unchanged.
-  llvm::Error fsdpHook(const Node &n, llvm::StringRef op) {
+  llvm::Error fsdpHook(const Node &n, BoundaryOp op) {
     FsdpRuntime fsdp(state_.fsdp, state_, state_.collectives);
     auto unit = n.input("unit") ? n.input("unit")->asInt() : std::nullopt;
     if (!unit || *unit < 0 || static_cast<size_t>(*unit) >= state_.fsdp.units.size())
       return makeError("{}: no such FSDP unit", n.where());
-    if (op == "fsdp_pre_forward" || op == "fsdp_post_forward") {
+    if (op == BoundaryOp::FsdpPreForward || op == BoundaryOp::FsdpPostForward) {
       auto in = n.input("inputs")->tensors();
       auto out = n.results();
       for (size_t i = 0; i < in.size() && i < out.size(); ++i) {
@@ -144,18 +146,17 @@ private:
           setDTensor(out[i], l->placements, approximate(in[i]));
         localShards_.passThrough(in[i], out[i]);
       }
-      if (op == "fsdp_pre_forward")
+      if (op == BoundaryOp::FsdpPreForward)
         fsdp.preForward(*unit, n);
       else
         fsdp.postForward(*unit);
       return llvm::Error::success();
     }
-    if (op == "fsdp_pre_backward") {
+    if (op == BoundaryOp::FsdpPreBackward) {
       fsdp.preBackward(*unit, n);
       return llvm::Error::success();
     }
-    if (op != "fsdp_post_backward")
-      return makeError("{}: unknown commlens boundary op", n.where());
+    // fsdp_post_backward:
     // FSDPParam.unsharded_grad_data: a DTensor gradient goes to its parameter's placements first
     // (only read when the unit reduces its gradients).
     auto grads = n.input("grads")->tensors();
@@ -180,15 +181,21 @@ private:
   }
 
   /// The plan's boundary ops: what the styles' hooks do at module entry and exit.
-  llvm::Error boundary(const Node &n) {
-    if (n.op().name.rfind("fsdp_", 0) == 0)
-      return fsdpHook(n, n.op().name);
+  llvm::Error boundary(const Node &n, BoundaryOp op) {
+    switch (op) {
+    case BoundaryOp::FsdpPreForward:
+    case BoundaryOp::FsdpPostForward:
+    case BoundaryOp::FsdpPreBackward:
+    case BoundaryOp::FsdpPostBackward:
+      return fsdpHook(n, op);
+    default:
+      break;
+    }
     const Value *x = n.input("self")->tensor();
     const Value *out = n.results()[0];
     const DTensorLayout *in = state_.layout(x);
     bool approx = approximate(x);
     std::string module = n.input("module") ? n.input("module")->get<std::string>() : scopeName(n);
-    llvm::StringRef op = n.op().name;
     auto step = [&](BoundaryStep::Kind kind, Placements from, Placements to) {
       state_.boundarySteps[&n].push_back(BoundaryStep{kind, std::move(from), std::move(to)});
     };
@@ -199,14 +206,17 @@ private:
       step(BoundaryStep::Kind::Redistribute, normalized(from, x->meta()->rank()), normalized(to, x->meta()->rank()));
       return llvm::Error::success();
     };
-    if (op == "loss_targets") { // from_local(targets, Replicate) when the logits are a DTensor
+    switch (op) {
+    case BoundaryOp::LossTargets: { // from_local(targets, Replicate) when the logits are a DTensor
       if (state_.layout(n.input("logits")->tensor()))
         setDTensor(out, onMesh(Placement::replicate()), approx);
       return llvm::Error::success();
     }
-    if (op == "from_local_backward" || op == "to_local_backward" || op == "redistribute_backward")
+    case BoundaryOp::FromLocalBackward:
+    case BoundaryOp::ToLocalBackward:
+    case BoundaryOp::RedistributeBackward:
       return boundaryBackward(n, op, x, out, in, approx);
-    if (op == "annotate") {
+    case BoundaryOp::Annotate: {
       std::optional<Placement> layout = placementArg(n, "layout"), desired = placementArg(n, "desired");
       Placements current = in ? in->placements : onMesh(*layout);
       if (!in) {
@@ -232,7 +242,7 @@ private:
       }
       return llvm::Error::success();
     }
-    if (op == "sequence_parallel_input") {
+    case BoundaryOp::SequenceParallelInput: {
       Placement sharding = *placementArg(n, "sharding");
       Placements target = normalized(onMesh(sharding), x->meta()->rank());
       if (!in) {
@@ -253,7 +263,7 @@ private:
       }
       return llvm::Error::success();
     }
-    if (op == "redistribute_output") {
+    case BoundaryOp::RedistributeOutput: {
       if (!in)
         return makeError("{}: the output of {} is not a DTensor (the style's output hook would fail)", n.where(), module);
       Placements result = in->placements;
@@ -272,7 +282,9 @@ private:
       }
       return llvm::Error::success();
     }
-    return makeError("{}: unknown commlens boundary op", n.where());
+    default: // the FSDP hooks, above
+      return makeError("{}: not a style or loss boundary op", n.where());
+    }
   }
 
   /// The backward of the boundary steps (DTensor's autograd Functions, torch 2.13 `_api.py`,
@@ -283,13 +295,13 @@ private:
   ///     Partial normalised to Replicate;
   ///   redistribute_backward: the grad goes back to the forward source placements, except that
   ///     a Partial source with a Shard/Replicate grad stays Replicate.
-  llvm::Error boundaryBackward(const Node &n, llvm::StringRef op, const Value *x, const Value *out,
+  llvm::Error boundaryBackward(const Node &n, BoundaryOp op, const Value *x, const Value *out,
                                const DTensorLayout *in, bool approx) {
     std::optional<Placements> placements = placementsArg(n, "placements");
     if (!placements)
       return makeError("{}: missing placements", n.where());
     int64_t rank = x->meta()->rank();
-    if (op == "to_local_backward") {
+    if (op == BoundaryOp::ToLocalBackward) {
       Placements target = gradPlacements(normalized(*placements, rank));
       if (in) { // already a DTensor (not expected): keep it
         setDTensor(out, in->placements, approx);
@@ -301,17 +313,17 @@ private:
     if (!in)
       return llvm::Error::success(); // a plain gradient: nothing to redistribute
     Placements have = normalized(in->placements, rank);
-    Placements target = op == "from_local_backward" ? gradPlacements(normalized(*placements, rank))
+    Placements target = op == BoundaryOp::FromLocalBackward ? gradPlacements(normalized(*placements, rank))
                                                     : redistributeBackwardTarget(have, normalized(*placements, rank));
     std::string module = n.input("module") ? n.input("module")->get<std::string>() : scopeName(n);
     if (have != target) {
       std::string why = fmt::format("{} backward of {}: gradient {} from {} to {}",
-                                    op == "from_local_backward" ? "from_local" : "redistribute", module, x->name(),
+                                    op == BoundaryOp::FromLocalBackward ? "from_local" : "redistribute", module, x->name(),
                                     str(have), str(target));
       if (llvm::Error err = redistribute(x, have, target, n, x->name(), why, approx))
         return err;
     }
-    if (op == "redistribute_backward")
+    if (op == BoundaryOp::RedistributeBackward)
       setDTensor(out, target, approx);
     return llvm::Error::success();
   }
