@@ -353,6 +353,8 @@ private:
                          n.where(), tensors[i]->name());
     if (plan_ && plan_->lossParallel && isLossParallelOp(n.opString()))
       return lossParallelOp(n, tensors, specs);
+    if (isArgMinMax(n.opString()))
+      return argMinMaxOp(n, tensors[0], specs, approx);
     const ShardingRules &rules = ShardingRules::get();
     if (!rules.supports(n.opString())) {
       if (!allowUnsupported_)
@@ -384,6 +386,83 @@ private:
     for (size_t i = 0; i < results.size() && i < decision->resultPlacements.size(); ++i)
       if (decision->resultPlacements[i] && results[i]->kind() == ValueKind::Tensor)
         setDTensor(results[i], *decision->resultPlacements[i], approx);
+    return llvm::Error::success();
+  }
+
+  /// A collective a handler issues itself (not a redistribution's step): `meshDim` of the DTensor
+  /// mesh, `bytes` handed to it on one rank.
+  void recordCollective(const Node &n, const Value *x, llvm::StringRef opKey, unsigned meshDim, Placement src,
+                        Placement dst, const Placements &from, const Placements &to, int64_t bytes, std::string why) {
+    CollectiveRecord r;
+    r.opKey = opKey.str();
+    r.phase = phase_;
+    r.module = n.scope();
+    r.node = &n;
+    r.argument = x->name();
+    r.meshDims.push_back(state_.dtensorMeshDims[meshDim]);
+    r.src = src;
+    r.dst = dst;
+    r.fromPlacements = from;
+    r.toPlacements = to;
+    r.bytesPerRank = bytes;
+    r.bytesKnown = !castReason_;
+    r.why = std::move(why);
+    state_.collectives.push_back(std::move(r));
+  }
+
+  static bool isArgMinMax(llvm::StringRef op) { return op == "aten::argmax.default" || op == "aten::argmin.default"; }
+
+  /// argmax / argmin run DTensor's custom handler (torch 2.13 `_nonlinear_redux.py`,
+  /// argminmax_handler), not their strategy's redistributions: Partials are replicated first; each
+  /// rank reduces its shard to values and indices (the reduced dim kept; a [1] tensor when every
+  /// dim is reduced); then, for each mesh dim sharding the reduced dim (any Shard when every dim is
+  /// reduced), values and global indices are all-gathered along it (all_gather_single: one
+  /// all_gather_into_tensor each), growing by that mesh dim's size. The result takes the placements
+  /// the op's strategy gives.
+  llvm::Error argMinMaxOp(const Node &n, const Value *x, llvm::ArrayRef<std::optional<DTensorSpec>> specs,
+                          bool approx) {
+    int64_t rank = x->meta()->rank();
+    Placements have = normalized(specs[0]->placements, rank), local = have;
+    for (Placement &p : local) {
+      if (p.kind == Placement::Kind::StridedShard)
+        return makeError("{}: a _StridedShard input (DTensor raises: {} does not support _StridedShard)", n.where(),
+                         n.opString());
+      if (p.isPartial())
+        p = Placement::replicate();
+    }
+    if (local != have) {
+      std::string why = fmt::format("{} replicates the Partial input {} (argminmax_handler)", n.opString(), x->name());
+      if (llvm::Error err = redistribute(x, have, local, n, "self", why, approx))
+        return err;
+    }
+    std::optional<int64_t> dim = n.input("dim") ? n.input("dim")->asInt() : std::nullopt;
+    if (dim && *dim < 0)
+      *dim += rank;
+    llvm::SmallVector<int64_t, 4> gathered{1};
+    if (dim) {
+      gathered = localShape(sizesOf(*x->meta()), local, mesh_, llvm::SmallVector<int64_t, 2>(mesh_.ndim(), 0));
+      gathered[*dim] = 1;
+    }
+    unsigned gatherDim = dim ? static_cast<unsigned>(*dim) : 0;
+    for (unsigned m = 0; m < local.size(); ++m) {
+      if (!local[m].isShard() || (dim && local[m].dim != *dim))
+        continue;
+      int64_t numel = 1;
+      for (int64_t s : gathered)
+        numel *= s;
+      for (auto [what, dtype] : {std::pair{"values", x->meta()->dtype}, std::pair{"indices", ScalarType::Long}})
+        recordCollective(n, x, "c10d_functional.all_gather_into_tensor", m, local[m], Placement::replicate(), local,
+                         local, numel * elementSize(dtype),
+                         fmt::format("{} all-gathers the {} of each shard's reduction along mesh dim {}",
+                                     n.opString(), what, m));
+      gathered[gatherDim] *= mesh_.shape[m];
+    }
+    auto decided = decisions_.decide(ShardingRules::get(), n, specs, mesh_);
+    if (!decided)
+      return makeError("{}: {}", n.where(), takeMessage(decided.takeError()));
+    for (size_t i = 0; i < n.results().size() && i < (*decided)->resultPlacements.size(); ++i)
+      if ((*decided)->resultPlacements[i])
+        setDTensor(n.results()[i], *(*decided)->resultPlacements[i], approx);
     return llvm::Error::success();
   }
 
@@ -421,21 +500,8 @@ private:
       return makeError("{}: loss_parallel needs the logits sharded on the class dim {}, got {}", n.where(), channel,
                        str(xp));
     auto allReduce = [&](const char *what, int64_t bytes) {
-      CollectiveRecord r;
-      r.opKey = "c10d_functional.all_reduce";
-      r.phase = phase_;
-      r.module = n.scope();
-      r.node = &n;
-      r.argument = x->name();
-      r.meshDims.push_back(state_.dtensorMeshDims[*meshDim]);
-      r.src = Placement::partial();
-      r.dst = Placement::replicate();
-      r.fromPlacements = xp;
-      r.toPlacements = xp;
-      r.bytesPerRank = bytes;
-      r.bytesKnown = !castReason_;
-      r.why = fmt::format("loss_parallel {}: {}", op.str(), what);
-      state_.collectives.push_back(std::move(r));
+      recordCollective(n, x, "c10d_functional.all_reduce", *meshDim, Placement::partial(), Placement::replicate(), xp,
+                       xp, bytes, fmt::format("loss_parallel {}: {}", op.str(), what));
     };
     int64_t rows = x->meta()->numel() / std::max<int64_t>(1, x->meta()->sizes[channel].hint);
     if (op == "aten::_log_softmax.default") {

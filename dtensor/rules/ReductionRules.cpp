@@ -21,8 +21,10 @@
 //     Partial, a reduced shard becomes P(sum) (p = 0) or _NormPartial(p), which commlens refuses;
 //     linalg__powsum: a linear sum; _foreach_max / _foreach_norm / _foreach_powsum: the same
 //     whole-tensor reductions per list element.
-// argmax/argmin have no rule: DTensor 2.13 runs them through a custom handler (local arg-reduction,
-// then all-gathers of values and indices), not through a strategy's redistributions.
+//   argmax / argmin (argmax_argmin_strategy): a non-linear reduction (indices cannot be Partial).
+//     DTensor's dispatcher does not redistribute by it: a custom handler (_nonlinear_redux.py, modelled
+//     in runtime/OpDispatch) reduces locally and all-gathers values and indices; only the output
+//     placements come from the strategy.
 // Which argument DTensor reads matters: keepdim is the positional args_schema[2] for the linear
 // and dim-with-indices reductions, the keyword only for logsumexp and std/var.
 #include "dtensor/rules/RuleEngine.h"
@@ -256,6 +258,16 @@ llvm::Expected<Cands> scanRule(const OpCall &call) {
   return nonLinearReduction(call, dims, true);
 }
 
+/// argmax / argmin: non-linear reduction over args_schema[1] (None or absent: every dim), keepdim
+/// args_schema[2]; both read positionally, as the strategy reads them.
+llvm::Expected<Cands> argMinMaxRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand, got {}", call.inputs.size());
+  const Argument *keepdim = positionalArg(call, 2);
+  return nonLinearReduction(call, reductionDims(call, positionalArg(call, 1)),
+                            keepdim && keepdim->is<bool>() && keepdim->get<bool>());
+}
+
 /// logsumexp: non-linear reduction over the (normalised) dims; keepdim read from the keyword only.
 llvm::Expected<Cands> logsumexpRule(const OpCall &call) {
   if (call.inputs.size() != 1)
@@ -437,6 +449,8 @@ void registerReductionRules(RuleTable &t) {
   for (const char *op : {"aten::cumsum.default", "aten::cumprod.default", "aten::logcumsumexp.default"})
     t[op] = scanRule;
   t["aten::logsumexp.default"] = logsumexpRule;
+  t["aten::argmax.default"] = argMinMaxRule;
+  t["aten::argmin.default"] = argMinMaxRule;
   t["aten::std.correction"] = stdVarRule;
   t["aten::median.default"] = stdVarRule; // global median: every dim, non-linear
   t["aten::nanmedian.default"] = stdVarRule;
