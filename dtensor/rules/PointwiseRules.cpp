@@ -340,7 +340,8 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> toCopyRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), opts);
 }
 
-/// In-place random ops and native_dropout: [S(i) x (outputs + 1)] per dim; no Partial rule.
+/// Random ops and native_dropout: [S(i) x (outputs + 1)] per dim; no Partial rule. An in-place
+/// one keeps self's placements or has no strategy.
 llvm::Expected<llvm::SmallVector<Candidate, 8>> randomRule(const OpCall &call) {
   if (call.inputs.size() != 1)
     return call.error("expected one tensor operand");
@@ -351,6 +352,7 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> randomRule(const OpCall &call) {
   ExpandOptions opts;
   opts.numOutputs = nOut;
   opts.allowUneven = true;
+  opts.inplace = isInplaceName(call.op); // bernoulli_: DTensor refuses to change self's placements
   return expandSingleDim(call, std::move(rules), opts);
 }
 
@@ -367,6 +369,7 @@ void registerPointwiseRules(RuleTable &t) {
   t["aten::_to_copy.default"] = toCopyRule;
   t["aten::native_dropout.default"] = randomRule;
   t["aten::bernoulli.default"] = randomRule;
+  t["aten::bernoulli_.float"] = randomRule; // dropout's CPU kernel draws its mask with it (aten/Decomposer)
 }
 
 } // namespace commlens::rules

@@ -30,6 +30,7 @@ OPS = {
     "std": lambda y: torch.std(y, dim=1),
     "pad": lambda y: F.pad(y, (1, 2)),
     "cross_entropy": lambda y: F.cross_entropy(y.reshape(-1, 8), (y.reshape(-1, 8)[:, 0] > 0).long()),
+    "dropout": lambda y: F.dropout(y, 0.1, training=True) * 2.0,
     "pad_reflect": lambda y: F.pad(y, (1, 2), mode="reflect"),
     "cross_entropy_smoothed": lambda y: F.cross_entropy(y.reshape(-1, 8), (y.reshape(-1, 8)[:, 0] > 0).long(),
                                                         label_smoothing=0.1),
@@ -61,7 +62,9 @@ def export(name, directory):
 # (op, input shard dim, cells): std over the sharded dim 1 and cross_entropy's row-sharded mean
 # reduce across ranks, so CommDebugMode records collectives there (cells > 0).
 @pytest.mark.parametrize("name, dim, with_collectives", [
-    ("movedim", 1, False), ("std", 1, True), ("pad", 0, False), ("cross_entropy", 0, True)])
+    ("movedim", 1, False), ("std", 1, True), ("pad", 0, False), ("cross_entropy", 0, True),
+    # dropout's CPU kernel: a bernoulli_ mask on empty_like(y), which keeps y's Shard(1)
+    ("dropout", 1, False)])
 def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim, with_collectives):
     pt2 = export(name, tmp_path)
     plan = sharded(dim)

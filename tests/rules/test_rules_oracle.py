@@ -185,6 +185,7 @@ def all_cases():
                 cases.append({"op": "aten::embedding.default", "mesh": mesh,
                               "args": [T("weight", wshape, pw), T("indices", [4, 6], pi, "i64")]})
     cases += unary_cases("aten::native_dropout.default", [4, 6], lambda t: [t, F("p", 0.1), B("train", True)])
+    cases += unary_cases("aten::bernoulli_.float", [4, 6], lambda t: [t, F("p", 0.9)])
     for mesh in MESHES:
         opts = tuples(per_dim(2), mesh)
         for pa, pb in list(itertools.product(opts, opts))[:: (3 if len(mesh) > 1 else 1)]:
