@@ -11,7 +11,7 @@ and run forward and backward for each plan) on --sample plans of each sweep, spr
 ranking, their mean scaled by the sweep's number of plans (the output says which plans ran and
 that the rest are estimated; --sample 0 runs every plan). A plan DTensor cannot run (tp above 8
 splits the 8 kv heads, or the 16-token sequence, unevenly) fails under CommDebugMode: its error
-is printed and the next plan is tried. Each measured plan's counts are checked against the
+is printed and the next plan is tried; `commlens rank` refuses the same plans by name (not ranked). Each measured plan's counts are checked against the
 ranking's (`commlens rank --format json`).
 
 Prints each sweep's ranking, then per sweep and in total the time of each side and their ratios:
@@ -93,8 +93,8 @@ def main(argv=None):
             print(f"{entry['rank']:>4}  {entry['name']:<28} {entry['time_us'] / 1e3:>9.3f} ms "
                   f"{sum(entry['collectives'].values()):>12} "
                   f"{entry['forward']['bytes_per_rank'] + entry['backward']['bytes_per_rank']:>15}")
-        for error in ranked["errors"]:
-            print(f"not ranked: {error}")
+        for error in ranked["errors"]:  # {"plan": path, "error": "path: why"}, the why printed once
+            print(f"not ranked: {error['error']}")
         sys.stdout.flush()
         # spread over the sweep; a plan CommDebugMode cannot run (its error printed) gives way to the next
         order = sorted(range(len(paths)), key=lambda i: (i * max(ns.sample, 1)) % len(paths))
