@@ -136,10 +136,10 @@ int64_t FsdpRuntime::shardNumel(const Value *param, int64_t parts) const {
 }
 
 void FsdpRuntime::unshard(unsigned index, const Node &at, Phase phase, const std::string &why) {
-  FsdpUnit &u = state_.units[index];
-  if (!u.hasGroup() || u.unsharded)
+  const FsdpUnit &u = state_.units[index];
+  if (!u.hasGroup() || progress(index).unsharded)
     return;
-  u.unsharded = true;
+  progress(index).unsharded = true;
   // Backward re-gathers run on the post-forward group (reshard_after_forward=int).
   int64_t group = phase == Phase::Backward ? u.regatherGroupSize : u.shardSize;
   if (group == 1)
@@ -173,21 +173,21 @@ void FsdpRuntime::preForward(unsigned unit, const Node &at) {
 }
 
 void FsdpRuntime::postForward(unsigned unit) {
-  FsdpUnit &u = state_.units[unit];
+  const FsdpUnit &u = state_.units[unit];
   if (!u.hasGroup())
     return;
   if (u.reshardAfterForward)
-    u.unsharded = false;
+    progress(unit).unsharded = false;
   std::vector<unsigned> &order = state_.postForwardOrder[u.root];
-  u.postForwardIndices.push_back(static_cast<unsigned>(order.size()));
+  progress(unit).postForwardIndices.push_back(static_cast<unsigned>(order.size()));
   order.push_back(unit);
 }
 
 void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
-  FsdpUnit &u = state_.units[unit];
-  if (!u.hasGroup() || u.preBackwardDone)
+  const FsdpUnit &u = state_.units[unit];
+  if (!u.hasGroup() || progress(unit).preBackwardDone)
     return;
-  u.preBackwardDone = true;
+  progress(unit).preBackwardDone = true;
   const std::string &name = u.scope->displayName();
   unshard(unit, at, Phase::Backward, fmt::format("FSDP pre-backward of {} re-gathers its parameters", name));
   if (!u.backwardPrefetch.empty()) { // set_modules_to_backward_prefetch replaces the default
@@ -199,9 +199,9 @@ void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
   }
   // The default backward prefetch: the unit before this call in its root's post-forward order
   // (each root's FSDPCommContext keeps its own).
-  if (u.postForwardIndices.empty())
+  if (progress(unit).postForwardIndices.empty())
     return;
-  unsigned current = u.postForwardIndices.pop_back_val();
+  unsigned current = progress(unit).postForwardIndices.pop_back_val();
   if (current == 0)
     return;
   unsigned target = state_.postForwardOrder[u.root][current - 1];
@@ -212,16 +212,16 @@ void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
 
 bool FsdpRuntime::reducesGradients(unsigned unit) const {
   const FsdpUnit &u = state_.units[unit];
-  return u.hasGroup() && !u.postBackwardDone && u.spec->requiresGradientSync;
+  return u.hasGroup() && !state_.progress[unit].postBackwardDone && u.spec->requiresGradientSync;
 }
 
 void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> params) {
-  FsdpUnit &u = state_.units[unit];
+  const FsdpUnit &u = state_.units[unit];
   bool reduce = reducesGradients(unit);
-  if (!u.hasGroup() || u.postBackwardDone)
+  if (!u.hasGroup() || progress(unit).postBackwardDone)
     return;
-  u.postBackwardDone = true;
-  u.unsharded = false; // reshard_after_backward
+  progress(unit).postBackwardDone = true;
+  progress(unit).unsharded = false; // reshard_after_backward
   if (params.empty() || !reduce)
     return;
   const std::string &name = u.scope->displayName();

@@ -42,7 +42,9 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
 class FsdpRuntime {
 public:
   FsdpRuntime(FsdpState &state, const PredictionState &prediction, std::vector<CollectiveRecord> &out)
-      : state_(state), prediction_(prediction), out_(out) {}
+      : state_(state), prediction_(prediction), out_(out) {
+    state_.progress.resize(state_.units.size());
+  }
 
   void preForward(unsigned unit, const Node &at);
   void postForward(unsigned unit);
@@ -61,6 +63,7 @@ private:
   /// Elements of one rank's shard when dim 0 is split into `parts` (FSDP pads dim 0).
   int64_t shardNumel(const Value *param, int64_t parts) const;
   void record(CollectiveRecord r) { out_.push_back(std::move(r)); }
+  FsdpUnitProgress &progress(unsigned unit) { return state_.progress[unit]; }
 
   FsdpState &state_;
   const PredictionState &prediction_;

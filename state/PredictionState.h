@@ -75,15 +75,22 @@ struct FsdpUnit {
   /// Explicit prefetch targets (unit indices); an empty backward list keeps the default.
   llvm::SmallVector<unsigned, 2> forwardPrefetch, backwardPrefetch;
 
-  // Runtime state, advanced by the propagation passes.
-  bool unsharded = false, preBackwardDone = false, postBackwardDone = false;
-  llvm::SmallVector<unsigned, 2> postForwardIndices;
-
   bool hasGroup() const { return !params.empty(); }
 };
 
+/// Where FSDP's runtime stands with one unit as the step runs (FSDPParamGroup's state); advanced
+/// only by fsdp/FullyShard's FsdpRuntime.
+struct FsdpUnitProgress {
+  bool unsharded = false, preBackwardDone = false, postBackwardDone = false;
+  /// Its entries in its root's post-forward order, the latest last.
+  llvm::SmallVector<unsigned, 2> postForwardIndices;
+};
+
 struct FsdpState {
+  /// The units as apply-plan resolved them from the plan; not changed afterwards.
   std::vector<FsdpUnit> units;
+  /// The runtime's progress, one entry per unit (made when the runtime first runs).
+  std::vector<FsdpUnitProgress> progress;
   /// Per root unit: unit indices, one entry per post-forward of a unit sharing that root's context.
   std::map<unsigned, std::vector<unsigned>> postForwardOrder;
 };
