@@ -91,6 +91,8 @@ public:
       return movedim();
     if (op == "aten::std.dim" || op == "aten::var.dim")
       return stdVarDim(op == "aten::std.dim" ? "aten::std.correction" : "aten::var.correction");
+    if (op == "aten::linalg_svd.default")
+      return linalgSvd();
     if (op == "aten::pad.default")
       return pad();
     if (op == "aten::cross_entropy_loss.default")
@@ -346,6 +348,25 @@ private:
     Value *scaled = emit1("aten::div_.Scalar", {{"self", drawn, false}, {"other", 1.0 - prob, false}}, m, tmp("div"));
     b_.bind(result(0), emit1("aten::mul.Tensor", {{"self", x, false}, {"other", scaled, false}}, *result(0)->meta(),
                              result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// linalg_svd (BatchLinearAlgebra.cpp): _linalg_svd(A, full_matrices, compute_uv=True, driver),
+  /// full_matrices defaulting to True here (False in _linalg_svd's own schema).
+  llvm::Error linalgSvd() {
+    const Argument *full = n_->input("full_matrices");
+    llvm::SmallVector<NamedArgument, 4> args{{"A", in("A"), false},
+                                             {"full_matrices", !full || !full->is<bool>() || full->get<bool>(), false},
+                                             {"compute_uv", true, false}};
+    if (const Argument *driver = n_->input("driver"); driver && !driver->isNone())
+      args.push_back({"driver", *driver, true});
+    llvm::SmallVector<Argument, 1> outs;
+    for (Value *r : n_->results()) {
+      Value *v = b_.tensor(r->name(), *r->meta());
+      outs.push_back(v);
+      b_.bind(r, v);
+    }
+    b_.emit("aten::_linalg_svd.default", std::move(args), std::move(outs), *n_);
     return llvm::Error::success();
   }
 

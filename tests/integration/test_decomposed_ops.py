@@ -1,5 +1,5 @@
 """Composite ops that torch.export keeps but the dispatcher decomposes before DTensor sees them
-(movedim, std.dim / var.dim, pad, cross_entropy_loss): predict runs their decompositions (checked
+(movedim, std.dim / var.dim, pad, cross_entropy_loss, dropout, linalg_svd): predict runs their decompositions (checked
 op by op against DTensor in tests/backward/op_cases.py) and refuses, by node, op and module, the
 variants whose kernels it does not model."""
 import pathlib
@@ -31,6 +31,7 @@ OPS = {
     "pad": lambda y: F.pad(y, (1, 2)),
     "cross_entropy": lambda y: F.cross_entropy(y.reshape(-1, 8), (y.reshape(-1, 8)[:, 0] > 0).long()),
     "dropout": lambda y: F.dropout(y, 0.1, training=True) * 2.0,
+    "svd": lambda y: torch.linalg.svd(y)[1] * 2.0,
     "pad_reflect": lambda y: F.pad(y, (1, 2), mode="reflect"),
     "cross_entropy_smoothed": lambda y: F.cross_entropy(y.reshape(-1, 8), (y.reshape(-1, 8)[:, 0] > 0).long(),
                                                         label_smoothing=0.1),
@@ -85,3 +86,21 @@ def test_unmodelled_variants_are_refused_by_name(run_commlens, tmp_path, name, m
     pt2 = export(name, tmp_path)
     r = run_commlens("predict", pt2, "--plan", save_plan(sharded(), tmp_path))
     assert (r.returncode, r.stderr) == (2, f"commlens: error: {pt2}: {message}\n")
+
+
+def test_linalg_svd_replicates_its_input_like_comm_debug_mode(run_commlens, tmp_path):
+    """linalg_svd runs as _linalg_svd, whose strategy replicates everything: the [4, 6, 8] float32
+    input sharded on dim 0 over 2 ranks is all-gathered once, each rank passing its [2, 6, 8]
+    shard (384 B). Forward only: commlens has no derivative for _linalg_svd (refused by name)."""
+    import json
+
+    from commlens.measure import measure
+
+    pt2, plan = export("svd", tmp_path), sharded(0)
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "forward", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    tree = json.loads(r.stdout)
+    expected = {"c10d_functional.all_gather_into_tensor": (1, 384)}
+    assert {op: (n, tree["collective_bytes_forward"][op]) for op, n in tree["collectives_forward"]} == expected
+    measured = measure(lambda: head("svd"), plan, phase="forward", return_document=True)["modules"][0]
+    assert {op: (n, measured["forward_bytes"][op]) for op, n in measured["forward"].items()} == expected
