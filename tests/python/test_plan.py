@@ -821,3 +821,18 @@ def test_sweep_errors(cli, tmp_path):
     assert r.returncode == 2
     assert error_lines(r.stderr) == ["commlens: error: examples.plans:llama_fsdp_tp(dp=2, tp=4): a sweep spec needs distinct "
                               "{name} placeholders, e.g. 'examples.plans:llama_fsdp_tp(dp={dp}, tp={tp})'"]
+
+
+@pytest.mark.parametrize("drop, field", [
+    (lambda o: o["mesh"].pop("device_type"), "mesh.device_type"),
+    (lambda o: o.pop("parallelize"), "parallelize"),
+    (lambda o: o["mesh"].pop("shape"), "mesh.shape"),
+])
+def test_the_fields_the_schema_requires_are_required(tmp_path, drop, field):
+    """The Python reader refuses a plan without a field plan.schema.json requires, as the C++ reader
+    does (it used to take a missing device_type as "cpu" and a missing parallelize as none)."""
+    obj = json.loads(dumps(Plan(mesh_shape=(2,), mesh_dim_names=("tp",), parallelize_plan={"w1": ColwiseParallel()})))
+    drop(obj)
+    with pytest.raises(PlanError) as info:
+        from_json(obj, "p.json")
+    assert str(info.value) == f"p.json: missing {field}"

@@ -147,8 +147,12 @@ def from_json(obj, subject="plan"):
     if unknown:
         raise PlanError(subject, f"unknown top-level field {unknown[0]!r}")
     mesh = obj.get("mesh")
-    if not isinstance(mesh, dict) or "shape" not in mesh:
-        raise PlanError(subject, "missing mesh.shape")
+    # The fields plan.schema.json requires, as the C++ reader requires them.
+    for field, present in (("mesh.shape", isinstance(mesh, dict) and "shape" in mesh),
+                           ("mesh.device_type", isinstance(mesh, dict) and "device_type" in mesh),
+                           ("parallelize", "parallelize" in obj)):
+        if not present:
+            raise PlanError(subject, f"missing {field}")
     shape = mesh["shape"]
     if (not isinstance(shape, list) or not shape
             or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)):
