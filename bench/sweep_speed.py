@@ -8,11 +8,12 @@ commlens' side, timed in this run: export_model and save_program once, the plans
 written (commlens.plan.sweep), one `commlens rank` process per sweep. CommDebugMode's side:
 commlens.measure (CommDebugMode on a fake process group, the meta-device model built, parallelised
 and run forward and backward for each plan) on --sample plans of each sweep, spread over the
-ranking, their mean scaled by the sweep's number of plans (the output says which plans ran and
-that the rest are estimated; --sample 0 runs every plan). A plan DTensor cannot run (tp above 8
-splits the 8 kv heads, or the 16-token sequence, unevenly) fails under CommDebugMode: its error
-is printed and the next plan is tried; `commlens rank` refuses the same plans by name (not ranked). Each measured plan's counts are checked against the
-ranking's (`commlens rank --format json`).
+ranking (--sample 0 runs every plan). A plan DTensor cannot run (tp above 8 splits the 8 kv heads,
+or the 16-token sequence, unevenly) fails under CommDebugMode: its error and time to fail are
+printed, it must be one `commlens rank` refused by name (not ranked), and the next plan is tried.
+CommDebugMode's total: the plans it can run at the mean time of those it ran, the plans it fails
+on at the mean time to fail (the output says how many ran and how many are estimated). Each
+measured plan's counts are checked against the ranking's (`commlens rank --format json`).
 
 Prints each sweep's ranking, then per sweep and in total the time of each side and their ratios:
 against rank alone (the export is made once and serves every sweep) and against export + rank.
@@ -99,34 +100,42 @@ def main(argv=None):
         # spread over the sweep; a plan CommDebugMode cannot run (its error printed) gives way to the next
         order = sorted(range(len(paths)), key=lambda i: (i * max(ns.sample, 1)) % len(paths))
         wanted = len(paths) if ns.sample <= 0 else min(ns.sample, len(paths))
-        measured, measured_cpu, failed = [], [], 0
+        refused = {os.path.realpath(e["plan"]) for e in ranked["errors"]}
+        runs = {True: [], False: []}  # ran: [(wall, CPU)], failed under DTensor: [(wall, CPU)]
         for path in (paths[i] for i in order):
-            if len(measured) == wanted:
+            if len(runs[True]) == wanted:
                 break
             t0, c0 = time.perf_counter(), cpu_seconds()
             try:
                 counts = commlens.measure.measure(ns.model, path, phase=ns.phase)
-            except Exception as err:  # noqa: BLE001 - the plan does not run under DTensor: said, not timed
-                failed += 1
+            except Exception as err:  # noqa: BLE001 - the plan does not run under DTensor: timed until it fails
+                runs[False].append((time.perf_counter() - t0, cpu_seconds() - c0))
                 why = str(err).strip().splitlines()[-1][:200] if str(err).strip() else type(err).__name__
+                agrees = os.path.realpath(path) in refused
+                ok &= agrees
                 print(f"CommDebugMode (commlens.measure) {pathlib.Path(path).name}: fails after "
-                      f"{time.perf_counter() - t0:.2f} s: {why}", flush=True)
+                      f"{runs[False][-1][0]:.2f} s: {why}; commlens refused it too: {'yes' if agrees else 'NO'}",
+                      flush=True)
                 continue
-            elapsed, elapsed_cpu = time.perf_counter() - t0, cpu_seconds() - c0
-            same = _same_totals(counts, ranked, path)
+            runs[True].append((time.perf_counter() - t0, cpu_seconds() - c0))
+            same = os.path.realpath(path) not in refused and _same_totals(counts, ranked, path)
             ok &= same
-            measured.append(elapsed)
-            measured_cpu.append(elapsed_cpu)
-            print(f"CommDebugMode (commlens.measure) {pathlib.Path(path).name}: {elapsed:.2f} s, CPU {elapsed_cpu:.2f} s; "
-                  f"counts equal the ranking's: {'yes' if same else 'NO'}", flush=True)
-        if not measured:
+            print(f"CommDebugMode (commlens.measure) {pathlib.Path(path).name}: {runs[True][-1][0]:.2f} s, CPU "
+                  f"{runs[True][-1][1]:.2f} s; counts equal the ranking's: {'yes' if same else 'NO'}", flush=True)
+        if not runs[True]:
             sys.exit("bench: CommDebugMode ran none of the sampled plans")
-        cdm_s = sum(measured) / len(measured) * len(paths)
-        cdm_cpu = sum(measured_cpu) / len(measured_cpu) * len(paths)
-        estimated = len(paths) - len(measured)
-        print(f"CommDebugMode, {len(paths)} plans: {cdm_s:.1f} s, CPU {cdm_cpu:.1f} s "
-              f"({'all measured' if not estimated else f'{len(measured)} measured, {estimated} estimated from their mean'}"
-              f"{f'; {failed} tried failed under DTensor' if failed else ''})")
+        # Each plan costs CommDebugMode one run: the plans it can run at the mean of those measured,
+        # the ones DTensor fails on (those rank refused) at the mean time to fail, 0 if none was tried.
+        def total(k):
+            mean = lambda ran: sum(r[k] for r in runs[ran]) / len(runs[ran]) if runs[ran] else 0.0  # noqa: E731
+            return mean(True) * (len(paths) - len(refused)) + mean(False) * len(refused)
+
+        cdm_s, cdm_cpu = total(0), total(1)
+        tried = len(runs[True]) + len(runs[False])
+        estimated = len(paths) - tried
+        print(f"CommDebugMode, {len(paths)} plans ({len(refused)} of them fail under DTensor): {cdm_s:.1f} s, CPU "
+              f"{cdm_cpu:.1f} s ({'all run' if not estimated else f'{tried} run, {estimated} estimated from the mean of their kind'}"
+              f"{'' if runs[False] or not refused else '; the failing ones counted as 0 s: none was tried'})")
         rows.append((world, len(paths), plans_s + rank_s, cdm_s, plans_cpu + rank_cpu, cdm_cpu, estimated))
 
     print("== summary (seconds, wall and CPU; commlens = plans written + one rank process per sweep, the export once "
@@ -136,7 +145,7 @@ def main(argv=None):
     for world, n, ours, theirs, ours_cpu, theirs_cpu, estimated in rows:
         print(f"{world:>6} {n:>6} {ours:>9.3f} {theirs:>14.1f} {theirs / ours:>6.0f}x   {ours_cpu:>13.3f} "
               f"{theirs_cpu:>14.1f} {theirs_cpu / ours_cpu:>6.0f}x  "
-              f"{'measured' if not estimated else f'{n - estimated} measured, {estimated} estimated'}")
+              f"{'all run' if not estimated else f'{n - estimated} run, {estimated} estimated'}")
     ours, theirs = sum(r[2] for r in rows), sum(r[3] for r in rows)
     ours_cpu, theirs_cpu = sum(r[4] for r in rows), sum(r[5] for r in rows)
     print(f"all sweeps: commlens {ours:.3f} s, CommDebugMode {theirs:.1f} s: {theirs / ours:.0f}x (CPU "
