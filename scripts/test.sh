@@ -25,10 +25,10 @@ PYTEST_PARALLEL="-n $(nproc) --dist loadfile"
 COMMLENS_BUILD="$ROOT/$BUILD" .venv/bin/python -m pytest -q $PYTEST_PARALLEL tests || status=1
 
 # The CI sanitizer stage must fit beside the plain stages in CI's 30-minute budget. A fresh clone
-# with CI=true on this 2-core machine (2026-11-27, other jobs running): 31 min in all, of which
-# pytest 636 s on two workers and this stage 690 s (build-asan from scratch 638 s at -O0 -g1, its
-# ctest 11 s, this subset 39 s); the same stage at -O2 -g took 727 s for a much smaller tree, and
-# GCC's UBSan under the optimizer compiles each file ~5x slower (CMakeLists.txt).
+# with CI=true on this 2-core machine, nothing else running (2026-11-27, second session): 23m20s in
+# all, of which pytest 488 s on two workers and this stage 459 s (build-asan from scratch 420 s at
+# -O0 -g1, its tests 39 s); the landing before took 1838 s on CI. The same stage at -O2 -g took
+# 727 s for a much smaller tree: GCC's UBSan under the optimizer compiles each file ~5x slower.
 # SANITIZE_PYTEST is therefore a subset: the error paths, where the readers meet hostile input
 # (every bad input and command line: test_bad_inputs.py, test_cli_errors.py), and the predict
 # tests that drive the whole pipeline, forward and backward, with FSDP and activation
