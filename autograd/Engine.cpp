@@ -201,6 +201,10 @@ struct Region {
   bool recomputed = false;
 };
 
+bool isFsdpForwardHook(const Node &n) {
+  return n.boundaryOp() == BoundaryOp::FsdpPreForward || n.boundaryOp() == BoundaryOp::FsdpPostForward;
+}
+
 bool isPreHookOp(const Node &n) {
   std::optional<BoundaryOp> op = n.boundaryOp();
   return op == BoundaryOp::Annotate || op == BoundaryOp::SequenceParallelInput || op == BoundaryOp::FsdpPreForward;
@@ -409,7 +413,7 @@ private:
   llvm::Error recordBoundary(const Node &n) {
     if (n.boundaryOp() == BoundaryOp::LossTargets || !n.gradEnabled())
       return llvm::Error::success(); // integer targets / under no_grad: no autograd Function, no grad
-    if (n.boundaryOp() == BoundaryOp::FsdpPreForward || n.boundaryOp() == BoundaryOp::FsdpPostForward) {
+    if (isFsdpForwardHook(n)) {
       recordFsdpHook(n);
       return llvm::Error::success();
     }
@@ -605,7 +609,7 @@ private:
       const Node &n = *fwd_.nodes()[i];
       if (!r.call->contains(n))
         continue;
-      if (n.boundaryOp() == BoundaryOp::FsdpPreForward || n.boundaryOp() == BoundaryOp::FsdpPostForward) {
+      if (isFsdpForwardHook(n)) {
         auto in = n.input("inputs")->tensors();
         auto out = n.results();
         for (size_t k = 0; k < in.size() && k < out.size(); ++k)

@@ -148,16 +148,17 @@ llvm::SmallVector<int64_t, 4> localShape(llvm::ArrayRef<int64_t> global, llvm::A
   return local;
 }
 
-std::vector<llvm::SmallVector<int64_t, 2>> meshCoordinates(const DeviceMesh &mesh) {
-  std::vector<llvm::SmallVector<int64_t, 2>> out;
+llvm::Error forEachMeshCoordinate(const DeviceMesh &mesh,
+                                  llvm::function_ref<llvm::Error(llvm::ArrayRef<int64_t>)> visit) {
   llvm::SmallVector<int64_t, 2> coord(mesh.ndim(), 0);
   while (true) {
-    out.push_back(coord);
+    if (llvm::Error err = visit(coord))
+      return err;
     size_t k = mesh.ndim();
     while (k > 0 && ++coord[k - 1] == mesh.shape[k - 1])
       coord[--k] = 0;
     if (k == 0)
-      return out;
+      return llvm::Error::success();
   }
 }
 

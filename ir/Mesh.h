@@ -2,13 +2,13 @@
 #pragma once
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 #include <optional>
 #include <string>
-#include <vector>
 
 namespace commlens {
 
@@ -73,7 +73,9 @@ Placements normalized(llvm::ArrayRef<Placement> placements, int64_t rank);
 llvm::SmallVector<int64_t, 4> localShape(llvm::ArrayRef<int64_t> global, llvm::ArrayRef<Placement> placements,
                                          const DeviceMesh &mesh, llvm::ArrayRef<int64_t> coord);
 
-/// The mesh coordinates, row-major from all zeros (so a failure names the lowest rank it hits).
-std::vector<llvm::SmallVector<int64_t, 2>> meshCoordinates(const DeviceMesh &mesh);
+/// Calls `visit` on each mesh coordinate, row-major from all zeros (so a failure names the lowest
+/// rank it hits), and stops at its first error.
+llvm::Error forEachMeshCoordinate(const DeviceMesh &mesh,
+                                  llvm::function_ref<llvm::Error(llvm::ArrayRef<int64_t>)> visit);
 
 } // namespace commlens

@@ -13,6 +13,10 @@ llvm::SmallVector<int64_t, 4> hints(llvm::ArrayRef<SymInt> s) {
   return out;
 }
 
+int64_t numelOf(llvm::ArrayRef<int64_t> sizes) {
+  return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>());
+}
+
 llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m) {
   return hints(m.sizes);
 }

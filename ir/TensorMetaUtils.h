@@ -15,6 +15,8 @@ namespace commlens {
 
 /// Each size's hint: the concrete values of sizes or strides, symbolic ones by their hint.
 llvm::SmallVector<int64_t, 4> hints(llvm::ArrayRef<SymInt> sizes);
+/// Elements of a tensor of these sizes.
+int64_t numelOf(llvm::ArrayRef<int64_t> sizes);
 /// Concrete sizes / strides of a meta (symbolic ones by hint; unknown strides: contiguous).
 llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m);
 llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m);

@@ -9,13 +9,6 @@
 namespace commlens {
 namespace {
 
-int64_t numelOf(llvm::ArrayRef<int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t s : shape)
-    n *= s;
-  return n;
-}
-
 bool allReplicate(llvm::ArrayRef<Placement> ps) {
   return llvm::all_of(ps, [](const Placement &p) { return p.isReplicate(); });
 }
@@ -126,7 +119,7 @@ llvm::Error LocalShards::checkView(const Node &n, const Value *x, const Placemen
   if (known <= 0)
     return llvm::Error::success();
   llvm::SmallVector<int64_t, 4> global = sizesOf(*x->meta());
-  for (const auto &coord : meshCoordinates(mesh_)) {
+  return forEachMeshCoordinate(mesh_, [&](llvm::ArrayRef<int64_t> coord) -> llvm::Error {
     int64_t numel = numelOf(localShape(global, have, mesh_, coord));
     if (numel % known != 0)
       return makeError("{}: '{}' is a local shard ({} of [{}] on {}, handed back by a style's use_local_output); "
@@ -134,8 +127,8 @@ llvm::Error LocalShards::checkView(const Node &n, const Value *x, const Placemen
                        "(it raises \"shape '[{}]' is invalid for input of size {}\")",
                        n.where(), x->name(), str(have), fmt::join(global, ", "), mesh_.str(),
                        fmt::join(coord, ", "), numel, fmt::join(*sizes, ", "), fmt::join(*sizes, ", "), numel);
-  }
-  return llvm::Error::success();
+    return llvm::Error::success();
+  });
 }
 
 llvm::Error LocalShards::fromLocal(const Node &n, const Value *x, const Placements &placements) const {
@@ -145,7 +138,7 @@ llvm::Error LocalShards::fromLocal(const Node &n, const Value *x, const Placemen
   const Placements &have = *it->second;
   llvm::SmallVector<int64_t, 4> global = sizesOf(*x->meta());
   Placements to = normalized(placements, x->meta()->rank());
-  for (const auto &coord : meshCoordinates(mesh_)) {
+  return forEachMeshCoordinate(mesh_, [&](llvm::ArrayRef<int64_t> coord) -> llvm::Error {
     llvm::SmallVector<int64_t, 4> local = localShape(global, have, mesh_, coord), inferred = local;
     // DTensor.from_local without `shape` (compute_global_tensor_info): each Shard dim is the
     // local size times its mesh dim's size.
@@ -160,8 +153,8 @@ llvm::Error LocalShards::fromLocal(const Node &n, const Value *x, const Placemen
                        n.where(), x->name(), str(to), fmt::join(inferred, ", "), fmt::join(coord, ", "),
                        fmt::join(global, ", "), x->name(), fmt::join(local, ", "), str(have), fmt::join(global, ", "),
                        mesh_.str());
-  }
-  return llvm::Error::success();
+    return llvm::Error::success();
+  });
 }
 
 } // namespace commlens

@@ -199,6 +199,15 @@ private:
     auto step = [&](BoundaryStep::Kind kind, Placements from, Placements to) {
       state_.boundarySteps[&n].push_back(BoundaryStep{kind, std::move(from), std::move(to)});
     };
+    // A hook's result: a DTensor, or its local tensor with use_local_output (a shard LocalShards follows).
+    auto handBack = [&](const Placements &result) {
+      if (!boolArg(n, "use_local_output")) {
+        setDTensor(out, result, approx);
+        return;
+      }
+      step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
+      localShards_.toLocal(out, normalized(result, x->meta()->rank()));
+    };
     // A hook's redistribute: its collectives, and the step its backward replays.
     auto redistributeStep = [&](const Placements &from, const Placements &to, const std::string &why) -> llvm::Error {
       if (llvm::Error err = redistribute(x, from, to, n, x->name(), why, approx))
@@ -234,12 +243,7 @@ private:
           return err;
         result = onMesh(*desired);
       }
-      if (!boolArg(n, "use_local_output")) {
-        setDTensor(out, result, approx);
-      } else {
-        step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
-        localShards_.toLocal(out, normalized(result, x->meta()->rank()));
-      }
+      handBack(result);
       return llvm::Error::success();
     }
     case BoundaryOp::SequenceParallelInput: {
@@ -274,12 +278,7 @@ private:
           return err;
         result = onMesh(*layout);
       }
-      if (!boolArg(n, "use_local_output")) {
-        setDTensor(out, result, approx);
-      } else {
-        step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
-        localShards_.toLocal(out, normalized(result, x->meta()->rank()));
-      }
+      handBack(result);
       return llvm::Error::success();
     }
     default: // the FSDP hooks, above
@@ -447,12 +446,9 @@ private:
     for (unsigned m = 0; m < local.size(); ++m) {
       if (!local[m].isShard() || (dim && local[m].dim != *dim))
         continue;
-      int64_t numel = 1;
-      for (int64_t s : gathered)
-        numel *= s;
       for (auto [what, dtype] : {std::pair{"values", x->meta()->dtype}, std::pair{"indices", ScalarType::Long}})
         recordCollective(n, x, "c10d_functional.all_gather_into_tensor", m, local[m], Placement::replicate(), local,
-                         local, numel * elementSize(dtype),
+                         local, numelOf(gathered) * elementSize(dtype),
                          fmt::format("{} all-gathers the {} of each shard's reduction along mesh dim {}",
                                      n.opString(), what, m));
       gathered[gatherDim] *= mesh_.shape[m];

@@ -11,6 +11,7 @@
 //   * dims that disappear (squeeze) or repeat: replicated (strict views raise instead).
 // Partial and Replicate placements pass through unchanged.
 #include "dtensor/rules/RuleEngine.h"
+#include "ir/TensorMetaUtils.h"
 
 #include <memory>
 #include <numeric>
@@ -382,13 +383,6 @@ private:
   std::set<std::pair<int64_t, int64_t>> fallback_;
 };
 
-int64_t numelOf(llvm::ArrayRef<int64_t> shape) {
-  int64_t numel = 1;
-  for (int64_t s : shape)
-    numel *= s;
-  return numel;
-}
-
 /// DTensor runs the view on local shards with the local output shape of the global result: with
 /// nested uneven sharding the element counts disagree on some rank and the local view raises
 /// ("shape '[..]' is invalid for input of size N"). Reports that runtime failure.
@@ -398,14 +392,14 @@ llvm::Error checkLocalView(const OpCall &call, llvm::ArrayRef<int64_t> inShape, 
   if (outShape.empty() && !call.results.empty() && !call.results[0]->meta())
     return llvm::Error::success();
   const DeviceMesh &mesh = *call.mesh;
-  for (const auto &coord : meshCoordinates(mesh)) {
+  return forEachMeshCoordinate(mesh, [&](llvm::ArrayRef<int64_t> coord) -> llvm::Error {
     int64_t a = numelOf(localShape(inShape, in, mesh, coord)), b = numelOf(localShape(outShape, out, mesh, coord));
     if (a != b)
       return call.error("the local view fails on the rank at mesh coordinate [{}]: local shape of {} elements is "
                         "invalid for input of size {} (nested uneven sharding; DTensor raises at runtime)",
                         fmt::join(coord, ", "), b, a);
-  }
-  return llvm::Error::success();
+    return llvm::Error::success();
+  });
 }
 
 llvm::Expected<llvm::SmallVector<Candidate, 8>> viewStrategy(const OpCall &call, const DimMap &rule, bool strict,

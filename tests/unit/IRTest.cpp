@@ -135,17 +135,20 @@ TEST(Mesh, LocalShapeIsTorchChunkOfEachMeshDimInOrder) {
   DeviceMesh tp{{4}, {"tp"}};
   Placements s1{Placement::shard(1)};
   std::vector<std::vector<int64_t>> locals;
-  for (const auto &c : meshCoordinates(tp)) {
+  ASSERT_FALSE(llvm::errorToBool(forEachMeshCoordinate(tp, [&](llvm::ArrayRef<int64_t> c) {
     auto l = localShape({2, 6}, s1, tp, c);
     locals.push_back({l.begin(), l.end()});
-  }
+    return llvm::Error::success();
+  })));
   EXPECT_EQ(locals, (std::vector<std::vector<int64_t>>{{2, 2}, {2, 2}, {2, 2}, {2, 0}}));
   // (S(0), S(0)) on (2, 2): 7 rows -> 4 | 3 on dim 0, then 4 -> 2 | 2 and 3 -> 2 | 1 on dim 1.
   DeviceMesh m2{{2, 2}, {"a", "b"}};
   Placements s00{Placement::shard(0), Placement::shard(0)};
   std::vector<int64_t> rows;
-  for (const auto &c : meshCoordinates(m2))
+  ASSERT_FALSE(llvm::errorToBool(forEachMeshCoordinate(m2, [&](llvm::ArrayRef<int64_t> c) {
     rows.push_back(localShape({7, 3}, s00, m2, c)[0]);
+    return llvm::Error::success();
+  })));
   EXPECT_EQ(rows, (std::vector<int64_t>{2, 2, 2, 1}));
   // Replicate and Partial keep the global size.
   EXPECT_EQ(localShape({7, 3}, Placements{Placement::replicate(), Placement::partial()}, m2, {1, 1}),
