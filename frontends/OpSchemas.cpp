@@ -1,6 +1,6 @@
 #include "frontends/OpSchemas.h"
 
-#include "frontends/OpSchemaTable.h"
+#include "ir/OpSchemaTable.h"
 #include "ir/Error.h"
 
 #include <algorithm>
@@ -13,12 +13,6 @@ namespace commlens {
 namespace {
 
 using K = opschema::TypeKind;
-
-/// Orders schemas by name, for equal_range over the sorted table.
-struct ByName {
-  bool operator()(const opschema::Schema &s, std::string_view name) const { return std::string_view(s.name) < name; }
-  bool operator()(std::string_view name, const opschema::Schema &s) const { return name < std::string_view(s.name); }
-};
 
 /// "an int", "a Tensor list", ...: the kind of a decoded argument, for messages.
 std::string describe(const Argument &a) {
@@ -62,13 +56,6 @@ bool isEmptyList(const Argument &a) {
          (a.is<IntList>() && a.get<IntList>().empty()) || (a.is<FloatList>() && a.get<FloatList>().empty()) ||
          (a.is<BoolList>() && a.get<BoolList>().empty()) || (a.is<StringList>() && a.get<StringList>().empty()) ||
          (a.is<SymIntList>() && a.get<SymIntList>().empty());
-}
-
-/// The schemas of op `name` ("aten::add"), one per overload.
-llvm::ArrayRef<opschema::Schema> overloadsOf(std::string_view name) {
-  llvm::ArrayRef<opschema::Schema> all = opschema::schemas();
-  auto [first, last] = std::equal_range(all.begin(), all.end(), name, ByName());
-  return all.slice(first - all.begin(), last - first);
 }
 
 /// Whether one of an op's `overloads` takes a Scalar as its argument `arg`. Export keeps the
@@ -162,11 +149,11 @@ llvm::Error checkNodeAgainstOpSchema(const Node &node) {
   const OpName &op = node.op();
   if (op.ns.empty())
     return llvm::Error::success();
-  llvm::ArrayRef<opschema::Schema> overloads = overloadsOf(op.ns + "::" + op.name);
-  std::string_view overload = op.overload == "default" ? std::string_view() : std::string_view(op.overload);
-  auto schema = llvm::find_if(overloads, [&](const opschema::Schema &s) { return s.overload == overload; });
-  if (schema == overloads.end())
+  const std::string qualified = op.ns + "::" + op.name;
+  const opschema::Schema *schema = opschema::find(qualified, op.overload);
+  if (!schema)
     return llvm::Error::success();
+  llvm::ArrayRef<opschema::Schema> overloads = opschema::overloadsOf(qualified);
   const std::string opName = op.str();
   llvm::ArrayRef<opschema::Arg> params = opschema::arguments(*schema);
   std::set<std::string> given;

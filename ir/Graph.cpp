@@ -1,5 +1,7 @@
 #include "ir/Graph.h"
 
+#include "ir/OpSchemaTable.h"
+
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
@@ -54,8 +56,11 @@ const InternedOp &InternedOp::get(llvm::StringRef target) {
   if (added) {
     it->second.name = OpName::parse(target);
     it->second.text = it->second.name.str();
-    if (it->second.name.ns == "commlens")
-      it->second.boundary = boundaryOpNamed(it->second.name.name);
+    const OpName &op = it->second.name;
+    if (op.ns == "commlens")
+      it->second.boundary = boundaryOpNamed(op.name);
+    else if (const opschema::Schema *schema = opschema::find(op.ns + "::" + op.name, op.overload))
+      it->second.resultAliasesSelf = schema->resultAliasesSelf;
   }
   return it->second;
 }

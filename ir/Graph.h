@@ -60,6 +60,9 @@ struct InternedOp {
   OpName name;
   std::string text; ///< name.str()
   std::optional<BoundaryOp> boundary; ///< a commlens:: op declared in ir/BoundaryOps.def
+  /// Its first result may share storage with its first argument (a view, `contiguous`, an
+  /// in-place op's self), per torch's schema (ir/OpSchemaTable.h).
+  bool resultAliasesSelf = false;
   /// The entry for `target` (as OpName::parse reads it); thread-safe, never moves.
   static const InternedOp &get(llvm::StringRef target);
   /// The entry of the empty target (a node before its op is set).
@@ -73,6 +76,8 @@ public:
   const std::string &opString() const { return op_->text; }
   /// Which commlens:: boundary op the node is, if it is one.
   std::optional<BoundaryOp> boundaryOp() const { return op_->boundary; }
+  /// Whether its first result may share storage with its first argument (InternedOp).
+  bool resultAliasesSelf() const { return op_->resultAliasesSelf; }
   llvm::ArrayRef<NamedArgument> inputs() const { return inputs_; }
   llvm::MutableArrayRef<NamedArgument> inputs() { return inputs_; }
   const Argument *input(llvm::StringRef argName) const;

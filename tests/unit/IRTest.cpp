@@ -30,6 +30,19 @@ TEST(OpName, ParsesTorchOpsTargets) {
   EXPECT_EQ(OpName::parse("_operator.getitem").str(), "_operator.getitem");
 }
 
+TEST(InternedOp, ResultAliasesSelfAsTorchSchemasAnnotate) {
+  // view(Tensor(a) self, ...) -> Tensor(a); split(Tensor(a -> *) self, ...) -> Tensor(a)[];
+  // contiguous(Tensor(a) self, ...) -> Tensor(a) (it may return self); add_(Tensor(a!) self, ...)
+  // -> Tensor(a!); add and mm return new tensors; commlens' own ops and Python callables have no
+  // schema in torch's dispatcher.
+  for (const char *op : {"aten::view.default", "torch.ops.aten.t.default", "aten::split.Tensor",
+                         "aten::contiguous.default", "aten::add_.Tensor"})
+    EXPECT_TRUE(InternedOp::get(op).resultAliasesSelf) << op;
+  for (const char *op : {"aten::add.Tensor", "aten::mm.default", "aten::_to_copy.default", "commlens::annotate.default",
+                         "_operator.getitem"})
+    EXPECT_FALSE(InternedOp::get(op).resultAliasesSelf) << op;
+}
+
 TEST(TensorMeta, NumelBytesAndText) {
   TensorMeta m = f32({2, 4, 8});
   EXPECT_EQ(m.numel(), 64);

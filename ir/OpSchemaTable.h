@@ -1,6 +1,7 @@
-// The operator schemas the node check (OpSchemas.cpp) reads: a static table that
-// frontends/gen_op_schemas.py generates at build time from the installed torch's dispatcher,
-// so that commlens reads programs without LibTorch. Types come as their kinds (no schema
+// The operator schemas of torch's dispatcher: a static table that ir/gen_op_schemas.py generates
+// at build time from the installed torch (OpSchemaTableData.cpp in the build tree), so that
+// commlens reads programs without LibTorch. The .pt2 node check (frontends/OpSchemas.cpp) reads
+// the arguments and results; InternedOp reads whether an op's result aliases its input. Types come as their kinds (no schema
 // strings to parse) and the text schemas spell them with, for messages. Plain C strings, not
 // string_view: GCC takes minutes over a table of thousands of constexpr string_views.
 #pragma once
@@ -8,6 +9,7 @@
 #include "llvm/ADT/ArrayRef.h"
 
 #include <cstdint>
+#include <string_view>
 
 namespace commlens::opschema {
 
@@ -52,6 +54,9 @@ struct Schema {
   uint16_t numArgs;
   uint32_t firstReturn;
   uint16_t numReturns;
+  /// The first result may share storage with the first argument (a view, an op that may return
+  /// its input such as `contiguous`, an in-place op's self): the schemas' alias annotations.
+  bool resultAliasesSelf;
 };
 
 /// Every schema, sorted by (name, overload): a name's overloads are adjacent.
@@ -60,5 +65,11 @@ llvm::ArrayRef<Arg> arguments(const Schema &schema);
 /// The type of each result, as indices for type().
 llvm::ArrayRef<uint16_t> returns(const Schema &schema);
 const Type &type(uint16_t index);
+
+/// The schemas of op `name` ("aten::add"), one per overload.
+llvm::ArrayRef<Schema> overloadsOf(std::string_view name);
+/// The schema of `name` ("aten::add") and `overload` ("Tensor"; empty or "default" for the
+/// default overload); null when the dispatcher registers no such operator.
+const Schema *find(std::string_view name, std::string_view overload);
 
 } // namespace commlens::opschema
