@@ -40,6 +40,8 @@ const ShardingRules &ShardingRules::get() {
 
 bool ShardingRules::supports(llvm::StringRef op) const { return table().count(op) != 0; }
 
+bool ShardingRules::isPointwise(llvm::StringRef op) const { return rules::isPointwiseOp(op); }
+
 std::vector<std::string> ShardingRules::supportedOps() const {
   std::vector<std::string> out;
   for (const auto &e : table())

@@ -24,6 +24,9 @@ public:
   /// Whether `op` ("aten::mm.default") has a rule.
   bool supports(llvm::StringRef op) const;
 
+  /// Whether `op` is one DTensor registers as pointwise (its operands broadcast together).
+  bool isPointwise(llvm::StringRef op) const;
+
   /// Every op with a rule, sorted ("aten::mm.default", ...).
   std::vector<std::string> supportedOps() const;
 

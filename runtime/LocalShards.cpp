@@ -13,22 +13,69 @@ bool allReplicate(llvm::ArrayRef<Placement> ps) {
   return llvm::all_of(ps, [](const Placement &p) { return p.isReplicate(); });
 }
 
+/// DTensor.from_local without `shape` (compute_global_tensor_info): each Shard dim is the local
+/// size times its mesh dim's size.
+llvm::SmallVector<int64_t, 4> inferredGlobalShape(llvm::ArrayRef<int64_t> local, const Placements &to,
+                                                  const DeviceMesh &mesh) {
+  llvm::SmallVector<int64_t, 4> inferred(local.begin(), local.end());
+  for (size_t m = 0; m < to.size() && m < mesh.ndim(); ++m)
+    if (to[m].isShard() && to[m].dim >= 0 && static_cast<size_t>(to[m].dim) < inferred.size())
+      inferred[to[m].dim] *= mesh.shape[m];
+  return inferred;
+}
+
 } // namespace
 
+void LocalShards::programInputs(const Graph &forward) {
+  for (const InputSpec &in : forward.inputs()) {
+    if (!in.value || in.value->kind() != ValueKind::Tensor)
+      continue;
+    if (in.kind == InputKind::UserInput)
+      origins_[in.value] = Origin::ModelInput;
+    else if (in.kind == InputKind::Parameter || in.kind == InputKind::Buffer || in.kind == InputKind::TensorConstant)
+      origins_[in.value] = Origin::WholeOnEveryRank; // where a plan makes one a DTensor, no plain op sees it
+  }
+}
+
 void LocalShards::toLocal(const Value *local, const Placements &placements) {
-  if (!allReplicate(placements)) // a replicated DTensor's local tensor is the whole tensor
+  if (allReplicate(placements)) // a replicated DTensor's local tensor is the whole tensor
+    origins_[local] = Origin::WholeOnEveryRank;
+  else
     shards_[local] = placements;
 }
 
 void LocalShards::passThrough(const Value *in, const Value *out) {
-  auto it = shards_.find(in);
-  if (it != shards_.end())
+  if (auto it = shards_.find(in); it != shards_.end())
     shards_[out] = it->second;
+  if (auto it = origins_.find(in); it != origins_.end())
+    origins_[out] = it->second;
+}
+
+void LocalShards::plainOrigins(const Node &n) {
+  bool known = true, first = true, aliasOfInput = false;
+  n.forEachOperand([&](Value *v) {
+    if (v->kind() != ValueKind::Tensor)
+      return;
+    auto it = origins_.find(v);
+    known &= it != origins_.end();
+    if (first && it != origins_.end())
+      aliasOfInput = n.resultAliasesSelf() && it->second == Origin::ModelInput;
+    first = false;
+  });
+  if (!known)
+    return;
+  // A view of a model input is still the input each rank passes (torch's `_base`); anything
+  // computed from it is computed from the whole example input.
+  for (Value *r : n.results())
+    if (r->kind() == ValueKind::Tensor)
+      origins_[r] = aliasOfInput ? Origin::ModelInput : Origin::WholeOnEveryRank;
 }
 
 llvm::Error LocalShards::plainOp(const Node &n) {
-  if (shards_.empty())
+  if (shards_.empty()) {
+    plainOrigins(n);
     return llvm::Error::success();
+  }
   llvm::SmallVector<const Value *, 4> tensors;
   llvm::SmallVector<const std::optional<Placements> *, 4> tracked;
   bool anyShard = false, lost = false;
@@ -43,8 +90,10 @@ llvm::Error LocalShards::plainOp(const Node &n) {
       lost |= !it->second;
     }
   });
-  if (!anyShard)
+  if (!anyShard) {
+    plainOrigins(n);
     return llvm::Error::success();
+  }
   auto stopFollowing = [&] {
     for (Value *r : n.results())
       if (r->kind() == ValueKind::Tensor)
@@ -68,6 +117,10 @@ llvm::Error LocalShards::plainOp(const Node &n) {
     if (tracked[i])
       if (llvm::Error err = checkView(n, tensors[i], specs[i]->placements))
         return err;
+    if (llvm::Error err = checkMatrixProduct(n))
+      return err;
+    if (llvm::Error err = checkBroadcast(n))
+      return err;
     return stopFollowing();
   };
   const ShardingRules &rules = ShardingRules::get();
@@ -102,6 +155,122 @@ llvm::Error LocalShards::plainOp(const Node &n) {
   return llvm::Error::success();
 }
 
+namespace {
+
+/// The sizes a matrix product contracts: (first operand, its dim; second operand, its dim).
+struct Contraction {
+  const char *op, *a;
+  int64_t aDim;
+  const char *b;
+  int64_t bDim;
+};
+constexpr Contraction kContractions[] = {
+    {"aten::mm.default", "self", -1, "mat2", 0},
+    {"aten::addmm.default", "mat1", -1, "mat2", 0},
+    {"aten::bmm.default", "self", -1, "mat2", 1},
+    {"aten::baddbmm.default", "batch1", -1, "batch2", 1},
+};
+
+} // namespace
+
+/// A plain matrix product of a local shard: where DTensor would redistribute the shard first, the
+/// local op multiplies the shard itself, and if the contracted sizes then differ torch raises
+/// (an unparallelized Linear after a ColwiseParallel one: its weight is whole, its input a shard).
+llvm::Error LocalShards::checkMatrixProduct(const Node &n) const {
+  const Contraction *c = llvm::find_if(kContractions, [&](const Contraction &c) { return n.opString() == c.op; });
+  if (c == std::end(kContractions))
+    return llvm::Error::success();
+  const Argument *aArg = n.input(c->a), *bArg = n.input(c->b);
+  const Value *a = aArg && aArg->isTensor() ? aArg->tensor() : nullptr;
+  const Value *b = bArg && bArg->isTensor() ? bArg->tensor() : nullptr;
+  if (!a || !b || !a->meta() || !b->meta() || a->meta()->rank() < 2 || b->meta()->rank() < 2)
+    return llvm::Error::success();
+  std::optional<Placements> aHave = localPlacements(a), bHave = localPlacements(b);
+  if (!aHave || !bHave)
+    return llvm::Error::success();
+  llvm::SmallVector<int64_t, 4> aGlobal = sizesOf(*a->meta()), bGlobal = sizesOf(*b->meta());
+  return forEachMeshCoordinate(mesh_, [&](llvm::ArrayRef<int64_t> coord) -> llvm::Error {
+    llvm::SmallVector<int64_t, 4> aLocal = localShape(aGlobal, *aHave, mesh_, coord);
+    llvm::SmallVector<int64_t, 4> bLocal = localShape(bGlobal, *bHave, mesh_, coord);
+    int64_t k1 = aLocal[c->aDim < 0 ? aLocal.size() + c->aDim : c->aDim];
+    int64_t k2 = bLocal[c->bDim < 0 ? bLocal.size() + c->bDim : c->bDim];
+    if (k1 == k2)
+      return llvm::Error::success();
+    // mm and addmm's own check (LinearAlgebra.cpp); bmm's says the sizes another way.
+    std::string raises = aLocal.size() == 2 && bLocal.size() == 2
+                             ? fmt::format(" (\"mat1 and mat2 shapes cannot be multiplied ({}x{} and {}x{})\")",
+                                           aLocal[0], aLocal[1], bLocal[0], bLocal[1])
+                             : std::string();
+    return makeError("{}: on the rank at mesh coordinate [{}] this plain matrix product multiplies {} by {}, whose "
+                     "contracted sizes {} and {} differ, so torch raises{}; the module that runs it needs a parallel "
+                     "style too (a Rowwise one after a Colwise one)",
+                     n.where(), fmt::join(coord, ", "), describeLocal(a, *aHave, aLocal),
+                     describeLocal(b, *bHave, bLocal), k1, k2, raises);
+  });
+}
+
+std::string LocalShards::describeLocal(const Value *v, const Placements &have, llvm::ArrayRef<int64_t> local) const {
+  if (allReplicate(have))
+    return fmt::format("'{}' [{}] (whole on every rank)", v->name(), fmt::join(local, ", "));
+  return fmt::format("'{}' [{}] (a local shard: {} of [{}] on {}, handed back by a style's use_local_output)",
+                     v->name(), fmt::join(local, ", "), str(have), fmt::join(sizesOf(*v->meta()), ", "), mesh_.str());
+}
+
+std::optional<Placements> LocalShards::localPlacements(const Value *v) const {
+  if (auto it = shards_.find(v); it != shards_.end())
+    return it->second;
+  if (origins_.count(v)) // a model input, too, is whole where a plain op (not a style's hook) takes it
+    return Placements(mesh_.ndim(), Placement::replicate());
+  return std::nullopt; // where the value comes from is not known here (a forward value in backward)
+}
+
+/// A plain pointwise op on a local shard: where DTensor would redistribute the shard first, the
+/// local op broadcasts the shard itself with the other operands, which fails where a sharded
+/// size meets a whole one (a residual add of a whole tensor and a shard handed back with
+/// use_local_output). The check is TensorIterator's: each operand's shape broadcast in turn
+/// into the shape so far (ExpandUtils.cpp infer_size), with its message.
+llvm::Error LocalShards::checkBroadcast(const Node &n) const {
+  if (!ShardingRules::get().isPointwise(n.opString()))
+    return llvm::Error::success();
+  llvm::SmallVector<const Value *, 4> tensors;
+  llvm::SmallVector<Placements, 4> have;
+  bool known = true;
+  n.forEachOperand([&](Value *v) {
+    if (v->kind() != ValueKind::Tensor || !known)
+      return;
+    std::optional<Placements> p = localPlacements(v);
+    known = p && v->meta();
+    if (known) {
+      tensors.push_back(v);
+      have.push_back(*p);
+    }
+  });
+  if (!known || tensors.size() < 2)
+    return llvm::Error::success();
+  return forEachMeshCoordinate(mesh_, [&](llvm::ArrayRef<int64_t> coord) -> llvm::Error {
+    llvm::SmallVector<int64_t, 4> shape = localShape(sizesOf(*tensors[0]->meta()), have[0], mesh_, coord);
+    for (size_t k = 1; k < tensors.size(); ++k) {
+      llvm::SmallVector<int64_t, 4> next = localShape(sizesOf(*tensors[k]->meta()), have[k], mesh_, coord);
+      size_t ndim = std::max(shape.size(), next.size());
+      llvm::SmallVector<int64_t, 4> merged(ndim, 1);
+      for (size_t i = 0; i < ndim; ++i) {
+        size_t offset = ndim - 1 - i;
+        int64_t a = offset < shape.size() ? shape[shape.size() - 1 - offset] : 1;
+        int64_t b = offset < next.size() ? next[next.size() - 1 - offset] : 1;
+        if (a != b && a != 1 && b != 1)
+          return makeError("{}: on the rank at mesh coordinate [{}] this plain pointwise op broadcasts {} with {}, so "
+                           "torch raises (\"The size of tensor a ({}) must match the size of tensor b ({}) at "
+                           "non-singleton dimension {}\")",
+                           n.where(), fmt::join(coord, ", "), describeLocal(tensors[0], have[0], shape),
+                           describeLocal(tensors[k], have[k], next), a, b, i);
+        merged[i] = a == 1 ? b : a;
+      }
+      shape = std::move(merged);
+    }
+    return llvm::Error::success();
+  });
+}
+
 /// view(x, [.., -1, ..]) on a local shard infers the -1 from the shard's element count. Export
 /// keeps the -1 of `Tensor.view`, so the other sizes are the ones the code wrote (reshape's are
 /// resolved by then: not checked). A count that does not divide is torch's InferSize error.
@@ -132,19 +301,28 @@ llvm::Error LocalShards::checkView(const Node &n, const Value *x, const Placemen
 }
 
 llvm::Error LocalShards::fromLocal(const Node &n, const Value *x, const Placements &placements) const {
-  auto it = shards_.find(x);
-  if (it == shards_.end() || !it->second || !x->meta())
+  if (!x->meta())
     return llvm::Error::success();
-  const Placements &have = *it->second;
   llvm::SmallVector<int64_t, 4> global = sizesOf(*x->meta());
   Placements to = normalized(placements, x->meta()->rank());
+  if (auto origin = origins_.find(x); origin != origins_.end() && origin->second == Origin::WholeOnEveryRank) {
+    llvm::SmallVector<int64_t, 4> inferred = inferredGlobalShape(global, to, mesh_);
+    if (inferred != global)
+      return makeError("{}: DTensor.from_local of '{}' as {} takes it as this rank's shard and infers the global "
+                       "shape [{}], not the program's [{}]: '{}' is the whole tensor on every rank (computed by plain "
+                       "ops from whole tensors or from a whole model input, not passed in as each rank's shard), so "
+                       "the run's shapes differ from the program's and its next DTensor op raises or communicates "
+                       "other bytes; give that input layout as Replicate(), or shard the tensor where it is made",
+                       n.where(), x->name(), str(to), fmt::join(inferred, ", "), fmt::join(global, ", "), x->name());
+    return llvm::Error::success();
+  }
+  auto it = shards_.find(x);
+  if (it == shards_.end() || !it->second)
+    return llvm::Error::success();
+  const Placements &have = *it->second;
   return forEachMeshCoordinate(mesh_, [&](llvm::ArrayRef<int64_t> coord) -> llvm::Error {
-    llvm::SmallVector<int64_t, 4> local = localShape(global, have, mesh_, coord), inferred = local;
-    // DTensor.from_local without `shape` (compute_global_tensor_info): each Shard dim is the
-    // local size times its mesh dim's size.
-    for (size_t m = 0; m < to.size() && m < mesh_.ndim(); ++m)
-      if (to[m].isShard() && to[m].dim >= 0 && static_cast<size_t>(to[m].dim) < inferred.size())
-        inferred[to[m].dim] *= mesh_.shape[m];
+    llvm::SmallVector<int64_t, 4> local = localShape(global, have, mesh_, coord);
+    llvm::SmallVector<int64_t, 4> inferred = inferredGlobalShape(local, to, mesh_);
     if (inferred != global)
       return makeError("{}: DTensor.from_local of '{}' as {} infers the global shape [{}] on the rank at mesh "
                        "coordinate [{}], not the program's [{}]: '{}' is a local shard ([{}] there; {} of [{}] on {}, "

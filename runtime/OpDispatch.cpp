@@ -70,7 +70,10 @@ public:
   Propagator(const ExportedProgram &program, const ShardingPlan *plan, bool allowUnsupported, PredictionState &state,
              const Graph &graph, Phase phase)
       : plan_(plan), allowUnsupported_(allowUnsupported), state_(state), mesh_(state.dtensorMesh),
-        graph_(graph), phase_(phase), castReason_(computeCastReason(program, state)) {}
+        graph_(graph), phase_(phase), castReason_(computeCastReason(program, state)) {
+    if (&graph == &program.graph())
+      localShards_.programInputs(graph);
+  }
 
   llvm::Error run() {
     size_t first = state_.collectives.size();

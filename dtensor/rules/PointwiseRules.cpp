@@ -358,6 +358,8 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> randomRule(const OpCall &call) {
 
 } // namespace
 
+bool isPointwiseOp(llvm::StringRef op) { return families().count(op) != 0; }
+
 void registerPointwiseRules(RuleTable &t) {
   for (const auto &e : families())
     t[e.getKey()] = pointwiseRule;

@@ -138,6 +138,8 @@ llvm::Expected<Cands> perElement(const OpCall &call, llvm::StringRef elementOp, 
 
 /// Registration tables, filled per family.
 using RuleTable = llvm::StringMap<StrategyFn>;
+/// Whether DTensor registers `op` as a functional pointwise op (PointwiseRules' families).
+bool isPointwiseOp(llvm::StringRef op);
 void registerMatrixRules(RuleTable &t);
 void registerPointwiseRules(RuleTable &t);
 void registerViewRules(RuleTable &t);

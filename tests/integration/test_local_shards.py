@@ -3,8 +3,14 @@ use_local_output=True hands each rank its shard of a DTensor as a plain tensor; 
 records global shapes. Where the run then fails, commlens refuses by name instead of predicting
 from the global shapes. Each case is checked against the run itself: CommDebugMode on the fake
 process group (commlens.measure) raises where commlens refuses, and the same model at a tp that
-fits is predicted exactly as CommDebugMode counts it."""
+fits is predicted exactly as CommDebugMode counts it.
+
+The converse: a tensor every rank holds whole (computed by an unparallelized module) that a
+style's input hook wraps as a Shard with DTensor.from_local, which takes it as this rank's shard
+of a tensor tp times larger. The run then raises, or communicates tp times the program's bytes
+(CommDebugMode's counts below); commlens refuses by name."""
 import pytest
+import torch
 
 from integration_helpers import compare_with_measure, export_pt2, save_plan
 
@@ -79,4 +85,175 @@ def test_the_same_models_where_the_shards_fit(run_commlens, tmp_path, model, pla
     r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", predicted)
     assert r.returncode == 0, r.stderr
     summary = compare_with_measure(run_commlens, predicted, model, plan_of(plan), tmp_path)
+    assert summary["differ"] == 0 and summary["cells"] > 0, summary
+
+
+# ---------------------------------------------------------------------------------------------
+# A whole tensor wrapped as a Shard
+
+
+class NormLinear(torch.nn.Module):
+    """norm (LayerNorm 16) -> lin (Linear 16 -> 32) on x [2, 8, 16]."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        self.lin = torch.nn.Linear(16, 32)
+
+    def forward(self, x):
+        return self.lin(self.norm(x))
+
+
+def norm_linear():
+    return NormLinear(), (torch.randn(2, 8, 16),)
+
+
+def tp4(styles):
+    from commlens import plan as planlib
+
+    return planlib.Plan(mesh_shape=(4,), mesh_dim_names=("tp",), parallelize_plan=styles)
+
+
+AG = "c10d_functional.all_gather_into_tensor"
+RS = "c10d_functional.reduce_scatter_tensor"
+WHOLE = ("is the whole tensor on every rank (computed by plain ops from whole tensors or from a whole model input, "
+         "not passed in as each rank's shard), so the run's shapes differ from the program's and its next DTensor "
+         "op raises or communicates other bytes; give that input layout as Replicate(), or shard the tensor where it "
+         "is made")
+
+
+def test_whole_tensor_wrapped_as_a_shard_is_refused(run_commlens, tmp_path):
+    """lin's ColwiseParallel(input_layouts=Shard(1)) wraps norm's output, which every rank computes
+    whole from the whole input: torch runs, on a [2, 32, 16] global tensor. CommDebugMode: the
+    all-gather sends each rank's [2, 8, 16] f32 (1024 bytes, where the program's [2, 8, 16] split
+    four ways would send 256), and its backward reduce-scatters the gradient of the gathered
+    [2, 32, 16] input (4096 bytes, not the program's 1024)."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    from commlens.measure import measure
+
+    plan = tp4({"lin": ColwiseParallel(input_layouts=Shard(1))})
+    doc = measure("test_local_shards:norm_linear", plan, phase="both", return_document=True)
+    glob = next(m for m in doc["modules"] if m["fqn"] == "Global")
+    assert (glob["forward_bytes"], glob["backward_bytes"]) == ({AG: 1024}, {RS: 4096})
+
+    pt2, plan_path = export_pt2("test_local_shards:norm_linear", tmp_path), save_plan(plan, tmp_path)
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
+    assert (r.returncode, r.stdout) == (2, ""), r.stdout
+    assert r.stderr == (
+        f"commlens: error: {pt2}: node 'layer_norm_in' commlens::annotate.default in NormLinear.lin: "
+        "DTensor.from_local of 'layer_norm' as [S(1)] takes it as this rank's shard and infers the global shape "
+        f"[2, 32, 16], not the program's [2, 8, 16]: 'layer_norm' {WHOLE}\n")
+
+
+def test_whole_tensor_wrapped_as_a_shard_where_torch_raises(run_commlens, tmp_path):
+    """RowwiseParallel on w2 alone: w1's relu output is whole on every rank, and w2's input hook
+    wraps it as Shard(-1), a [8, 1, 128] global input for a [16, 32] weight: torch raises."""
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    from commlens.measure import measure
+
+    model, plan = "examples.mlp:mlp(batch=8, seq=1, dim=16, hidden=32, bias=False)", tp4({"w2": RowwiseParallel()})
+    with pytest.raises(RuntimeError) as raised:
+        measure(model, plan, phase="forward")
+    assert "Sharding propagation failed for aten.mm.default(Spec(f32[8, 128](S(1)))" in str(raised.value)
+
+    pt2, plan_path = export_pt2(model, tmp_path), save_plan(plan, tmp_path)
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
+    assert (r.returncode, r.stdout) == (2, ""), r.stdout
+    assert r.stderr == (
+        f"commlens: error: {pt2}: node 'relu_in' commlens::annotate.default in MLP.w2: DTensor.from_local of "
+        f"'relu' as [S(2)] takes it as this rank's shard and infers the global shape [8, 1, 128], not the "
+        f"program's [8, 1, 32]: 'relu' {WHOLE}\n")
+
+
+def test_model_input_and_the_styles_own_shards_are_not_refused(run_commlens, tmp_path):
+    """The counterparts torch runs as the program says: the model input itself under a Shard layout
+    (each rank passes its shard: SequenceParallel on norm), and lin's Shard(1) input then coming
+    from norm's DTensor output. Predicted exactly as CommDebugMode counts it, bytes included."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel
+
+    plan = tp4({"norm": SequenceParallel(), "lin": ColwiseParallel(input_layouts=Shard(1))})
+    pt2, plan_path = export_pt2("test_local_shards:norm_linear", tmp_path), save_plan(plan, tmp_path)
+    predicted = tmp_path / "predicted.json"
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    summary = compare_with_measure(run_commlens, predicted, "test_local_shards:norm_linear", plan, tmp_path)
+    assert summary["differ"] == 0 and summary["cells"] > 0, summary
+
+
+def test_local_shard_into_an_unparallelized_linear_is_refused(run_commlens, tmp_path):
+    """ColwiseParallel on w1 alone: each rank gets its [8, 1, 8] shard of w1's output back as a
+    plain tensor, and the unparallelized w2 multiplies it by its whole weight: torch raises."""
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    from commlens.measure import measure
+
+    model, plan = "examples.mlp:mlp(batch=8, seq=1, dim=16, hidden=32)", tp4({"w1": ColwiseParallel()})
+    with pytest.raises(RuntimeError) as raised:
+        measure(model, plan, phase="forward")
+    assert "mat1 and mat2 shapes cannot be multiplied (8x8 and 32x16)" in str(raised.value)
+
+    pt2, plan_path = export_pt2(model, tmp_path), save_plan(plan, tmp_path)
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
+    assert (r.returncode, r.stdout) == (2, ""), r.stdout
+    assert r.stderr == (
+        f"commlens: error: {pt2}: node 'linear_1_addmm' aten::addmm.default in MLP.w2: on the rank at mesh "
+        "coordinate [0] this plain matrix product multiplies 'linear_1_view' [8, 8] (a local shard: [S(1)] of "
+        "[8, 32] on DeviceMesh((4,), 'cpu', mesh_dim_names=('tp',)), handed back by a style's use_local_output) by "
+        "'linear_1_t' [32, 16] (whole on every rank), whose contracted sizes 8 and 32 differ, so torch raises "
+        "(\"mat1 and mat2 shapes cannot be multiplied (8x8 and 32x16)\"); the module that runs it needs a parallel "
+        "style too (a Rowwise one after a Colwise one)\n")
+
+
+class Residual(torch.nn.Module):
+    """x + lin2(relu(lin1(x))) on x [2, 8, 16], lin1 16 -> 32, lin2 32 -> 16."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin1 = torch.nn.Linear(16, 32)
+        self.lin2 = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return x + self.lin2(torch.relu(self.lin1(x)))
+
+
+def residual():
+    return Residual(), (torch.randn(2, 8, 16),)
+
+
+def test_local_shard_added_to_a_whole_tensor_is_refused(run_commlens, tmp_path):
+    """lin2's RowwiseParallel(output_layouts=Shard(1)) hands back each rank's [2, 2, 16] sequence
+    shard, and the residual add broadcasts it with the whole [2, 8, 16] input: torch raises. With
+    lin2's default Replicate output the same model runs, and is predicted as CommDebugMode counts."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from commlens.measure import measure
+
+    model = "test_local_shards:residual"
+    plan = tp4({"lin1": ColwiseParallel(), "lin2": RowwiseParallel(output_layouts=Shard(1))})
+    with pytest.raises(RuntimeError) as raised:
+        measure(model, plan, phase="forward")
+    assert "The size of tensor a (8) must match the size of tensor b (2) at non-singleton dimension 1" in str(
+        raised.value)
+
+    pt2, plan_path = export_pt2(model, tmp_path), save_plan(plan, tmp_path)
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
+    assert (r.returncode, r.stdout) == (2, ""), r.stdout
+    assert r.stderr == (
+        f"commlens: error: {pt2}: node 'add' aten::add.Tensor in Residual: on the rank at mesh coordinate [0] this "
+        "plain pointwise op broadcasts 'x' [2, 8, 16] (whole on every rank) with 'linear_1_out' [2, 2, 16] (a local "
+        "shard: [S(1)] of [2, 8, 16] on DeviceMesh((4,), 'cpu', mesh_dim_names=('tp',)), handed back by a style's "
+        "use_local_output), so torch raises (\"The size of tensor a (8) must match the size of tensor b (2) at "
+        "non-singleton dimension 1\")\n")
+
+    runs = tp4({"lin1": ColwiseParallel(), "lin2": RowwiseParallel()})
+    plan_path = save_plan(runs, tmp_path)
+    predicted = tmp_path / "predicted.json"
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    summary = compare_with_measure(run_commlens, predicted, model, runs, tmp_path)
     assert summary["differ"] == 0 and summary["cells"] > 0, summary
