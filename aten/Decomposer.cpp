@@ -50,8 +50,10 @@ public:
     if (op == "aten::linear.default")
       return linear();
     if (op == "aten::matmul.default") {
-      Value *out = matmul(in("self"), in("other"), *result(0)->meta(), result(0)->name());
-      b_.bind(n.results()[0], out);
+      auto out = matmul(in("self"), in("other"), *result(0)->meta(), result(0)->name());
+      if (!out)
+        return out.takeError();
+      b_.bind(n.results()[0], *out);
       return llvm::Error::success();
     }
     if (op == "aten::layer_norm.default")
@@ -161,11 +163,17 @@ private:
     return emit1("aten::mm.default", {{"self", a, false}, {"mat2", b, false}}, withShape(*a->meta(), {m, k}), name);
   }
 
-  /// at::matmul's dispatch for the ranks our models use (ATen LinearAlgebra.cpp _matmul_impl).
-  Value *matmul(Value *a, Value *b, const TensorMeta &outMeta, llvm::StringRef outName) {
+  /// at::matmul's dispatch for the ranks our models use (ATen LinearAlgebra.cpp _matmul_impl):
+  /// both operands at least 2-D. Its paths for a 1-D operand (dot, mv, the unsqueezed vector)
+  /// run ops without a sharding rule here, so they are refused by name.
+  llvm::Expected<Value *> matmul(Value *a, Value *b, const TensorMeta &outMeta, llvm::StringRef outName) {
     const TensorMeta &am = *a->meta(), &bm = *b->meta();
     auto outSizes = hints(outMeta.sizes);
     int64_t da = am.rank(), db = bm.rank();
+    if (da < 2 || db < 2)
+      return makeError("node '{}' ({}): at::matmul of a {}-D and a {}-D tensor (its dot / mv / vector path) is not "
+                       "modelled",
+                       n_->name(), n_->opString(), da, db);
     if (da == 2 && db == 2)
       return mm(a, b, outName);
     if (da >= 3 && db == 2) { // fold the batch dims of a into rows: reshape, mm, _unsafe_view
@@ -233,12 +241,17 @@ private:
     }
     Value *wt = t(w);
     if (!bias) {
-      b_.bind(out, matmul(x, wt, *out->meta(), out->name()));
+      auto prod = matmul(x, wt, *out->meta(), out->name());
+      if (!prod)
+        return prod.takeError();
+      b_.bind(out, *prod);
       return llvm::Error::success();
     }
     // matmul then an out-of-place add (the bias is a tensor subclass under DTensor).
-    Value *prod = matmul(x, wt, *out->meta(), tmp("matmul"));
-    b_.bind(out, emit1("aten::add.Tensor", {{"self", prod, false}, {"other", bias, false}}, *out->meta(), out->name()));
+    auto prod = matmul(x, wt, *out->meta(), tmp("matmul"));
+    if (!prod)
+      return prod.takeError();
+    b_.bind(out, emit1("aten::add.Tensor", {{"self", *prod, false}, {"other", bias, false}}, *out->meta(), out->name()));
     return llvm::Error::success();
   }
 
