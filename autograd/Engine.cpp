@@ -73,8 +73,10 @@ public:
     if (loss.kind == LossSpec::Kind::Sum) {
       Value *total = nullptr;
       for (Value *t : outs) {
-        Value *s = emit("aten::sum.default", {{"self", t, false}}, scalar(*t->meta()), "loss_sum");
-        total = total ? emit("aten::add.Tensor", {{"self", total, false}, {"other", s, false}}, scalar(*t->meta()),
+        TensorMeta sumMeta = metaOf(sumDtype(t->meta()->dtype), {}, t->meta()->device);
+        Value *s = emit("aten::sum.default", {{"self", t, false}}, sumMeta, "loss_sum");
+        total = total ? emit("aten::add.Tensor", {{"self", total, false}, {"other", s, false}},
+                             metaOf(promoted(total->meta()->dtype, s->meta()->dtype), {}, t->meta()->device),
                              "loss_add")
                       : s;
       }
@@ -139,6 +141,19 @@ public:
 
 private:
   static TensorMeta scalar(const TensorMeta &like) { return metaOf(like.dtype, {}, like.device); }
+  /// torch.sum's result dtype: a floating tensor keeps its own, an integral or bool one gives int64.
+  static ScalarType sumDtype(ScalarType t) { return isFloating(t) ? t : ScalarType::Long; }
+  /// The dtype of `a + b` for two 0-d tensors (c10::promoteTypes for the dtypes a sum loss meets):
+  /// a floating one beats an integral one; of two floating ones the wider, bf16 with f16 giving f32.
+  static ScalarType promoted(ScalarType a, ScalarType b) {
+    if (a == b || !isFloating(b))
+      return a;
+    if (!isFloating(a))
+      return b;
+    bool halves = (a == ScalarType::BFloat16 && b == ScalarType::Half) ||
+                  (a == ScalarType::Half && b == ScalarType::BFloat16);
+    return halves ? ScalarType::Float : elementSize(a) >= elementSize(b) ? a : b;
+  }
 
   Value *emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, TensorMeta meta, llvm::StringRef hint) {
     Value *v = g_.createUniqueValue(hint, ValueKind::Tensor);

@@ -7,7 +7,7 @@ import zipfile
 import pytest
 import torch
 
-from integration_helpers import TwoLinears, export_pt2, save_plan
+from integration_helpers import TwoLinears, compare_with_measure, export_pt2, save_plan
 
 AG = "c10d_functional.all_gather_into_tensor"
 AR = "c10d_functional.all_reduce"
@@ -340,3 +340,37 @@ def test_identity_program_is_predicted(run_commlens, tmp_path, layout, collectiv
     measured = doc["modules"][0]
     assert measured["fqn"] == "Global"
     assert {op: (n, measured["forward_bytes"][op]) for op, n in measured["forward"].items()} == collectives
+
+
+# ---------------------------------------------------------------------------------------------
+# A sum loss over outputs of several dtypes
+
+
+class PoolWithIndices(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.max_pool2d(x, 3, 2, ceil_mode=True, return_indices=True)
+
+
+def pool_with_indices():
+    return PoolWithIndices(), (torch.randn(1, 2, 3, 6),)
+
+
+def test_sum_loss_of_a_float_and_an_int_output_has_a_backward(run_commlens, tmp_path):
+    """The model returns the pooled values and their int64 indices; the sum loss adds their sums
+    as torch does: float32 + int64 is float32, so the backward runs. x [1, 2, 3, 6] is sharded on
+    its width: max_pool2d all-gathers it (each rank sends its [1, 2, 3, 3] f32 shard, 72 bytes)
+    and its backward all-gathers the saved input again. (The loss was typed int64, and predict
+    saw no backward.)"""
+    from commlens import plan as planlib
+    from torch.distributed.tensor import Shard
+
+    plan = planlib.Plan(mesh_shape=(2,), mesh_dim_names=("tp",), inputs_requires_grad=(0,),
+                        input_placements={0: (Shard(3),)})
+    pt2, plan_path = export_pt2("test_edges:pool_with_indices", tmp_path), save_plan(plan, tmp_path)
+    predicted = tmp_path / "predicted.json"
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    tree = json.loads(predicted.read_text())
+    assert (dict(tree["collectives_forward"]), dict(tree["collectives_backward"])) == ({AG: 1}, {AG: 1})
+    summary = compare_with_measure(run_commlens, predicted, "test_edges:pool_with_indices", plan, tmp_path)
+    assert summary["differ"] == 0 and summary["cells"] > 0, summary
