@@ -245,7 +245,7 @@ void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
         os << "  [" << formatMicroseconds(*cell.timeUs) << "]";
       os << "\n";
     }
-    if (noiseLevel >= 1 && scope)
+    if (noiseLevel >= 1) // scope null: Global's own records (the loss's collectives)
       for (const CollectiveRecord *c : own[scope])
         if (commPhase(c->phase) == phase)
           os << pad << "  **" << c->opKey << " on mesh dim " << c->meshDims.front() << ": " << str(c->fromPlacements)
@@ -548,7 +548,8 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
   j.object([&] {
     writer.approximate(global);
     j.attributeArray("children", [&] { writer.child(root); });
-    writer.counts(global, nullptr, false);
+    // Global's own records (the loss's collectives, outside every module) where there are any.
+    writer.counts(global, nullptr, in.own.count(nullptr) != 0);
     j.attributeObject("commlens", [&] {
       auto writeTotals = [&](llvm::StringRef key, const CommTotals &t) {
         j.attributeObject(key, [&] {

@@ -374,3 +374,47 @@ def test_sum_loss_of_a_float_and_an_int_output_has_a_backward(run_commlens, tmp_
     assert (dict(tree["collectives_forward"]), dict(tree["collectives_backward"])) == ({AG: 1}, {AG: 1})
     summary = compare_with_measure(run_commlens, predicted, "test_edges:pool_with_indices", plan, tmp_path)
     assert summary["differ"] == 0 and summary["cells"] > 0, summary
+
+
+class CrossEntropyInside(torch.nn.Module):
+    def forward(self, x, t):
+        return torch.nn.functional.cross_entropy(x, t)
+
+
+def cross_entropy_inside():
+    return CrossEntropyInside(), (torch.randn(2, 3), torch.tensor([0, 2]))
+
+
+def test_loss_collective_outside_every_module_has_its_record(run_commlens, tmp_path):
+    """A model computing its own cross-entropy on batch-sharded logits returns a Partial(avg)
+    scalar; the plan's sum loss then all-reduces it (CommDebugMode traces the all_reduce under
+    aten.sum.default, outside every module: Global alone). Its record (bytes, why) is in the JSON
+    root's collectives_forward_detail, the table's Global section at noise level 1 and
+    Prediction.collectives(), as every module's are."""
+    import commlens
+    from commlens import plan as planlib
+    from commlens.export import export_model
+    from torch.distributed.tensor import Replicate, Shard
+
+    plan = planlib.Plan(mesh_shape=(2,), mesh_dim_names=("tp",), inputs_requires_grad=(0,),
+                        input_placements={0: (Shard(0),), 1: (Replicate(),)})
+    pt2, plan_path = export_pt2("test_edges:cross_entropy_inside", tmp_path), save_plan(plan, tmp_path)
+    predicted = tmp_path / "predicted.json"
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    root = json.loads(predicted.read_text())
+    [record] = root["collectives_forward_detail"]
+    assert (record["module"], record["node"], record["op"], record["from"], record["to"], record["bytes_per_rank"]) == (
+        "Global", "loss_sum", AR, "[P(avg)]", "[R]", 4)
+    table = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--noise-level", "1").stdout
+    assert table.splitlines()[:4] == [
+        "Global", "  FORWARD PASS", f"    *{AR}: 1",
+        f"    **{AR} on mesh dim 0: [P(avg)] -> [R], 4 B/rank, aten::sum.default 'self' (aten::sum.default needs "
+        "cross_entropy_loss as [R] (has [P(avg)]): aten::sum.default: candidate 1/1 [[R] | [R]] (only candidate, "
+        "cost 12))"]
+    model, args = cross_entropy_inside()
+    p = commlens.predict(export_model(model, args), plan, phase="both")
+    assert [(c["phase"], c["module"], c["op"]) for c in p.collectives()] == [
+        ("forward", "Global", AR), ("backward", "CrossEntropyInside", AR)]
+    summary = compare_with_measure(run_commlens, predicted, "test_edges:cross_entropy_inside", plan, tmp_path)
+    assert summary["differ"] == 0 and summary["cells"] > 0, summary
