@@ -33,6 +33,8 @@ from torch._export.serde import serialize as serde
 from torch.export import graph_signature as sig
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
+from commlens._errors import CommlensError
+
 POSITIONAL, KEYWORD = 1, 2  # torch._export.serde.schema.ArgumentKind
 
 
@@ -344,6 +346,9 @@ class _Writer:
         values = self.graph.tensor_values
         if name in values:
             raise Unsupported(f"tensor {name} is defined twice")
+        if t.layout != torch.strided:  # neither writer can give it strides (torch's raises)
+            raise CommlensError("program", f"tensor '{name}' has layout {t.layout}: commlens models strided "
+                                "tensors only")
         values[name] = self.tensor_meta(t)
         return {"name": name}
 

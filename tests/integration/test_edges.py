@@ -418,3 +418,23 @@ def test_loss_collective_outside_every_module_has_its_record(run_commlens, tmp_p
         ("forward", "Global", AR), ("backward", "CrossEntropyInside", AR)]
     summary = compare_with_measure(run_commlens, predicted, "test_edges:cross_entropy_inside", plan, tmp_path)
     assert summary["differ"] == 0 and summary["cells"] > 0, summary
+
+
+class SparseTimesDense(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.sparse.mm(a, b)
+
+
+def test_sparse_tensor_in_memory_program_is_refused_by_name():
+    """A program holding a sparse CSR tensor: neither commlens' JSON writer nor torch's can give it
+    strides (torch's raises "Sparse CSR tensors do not have strides"); the API refuses it naming
+    the tensor and its layout."""
+    import commlens
+    from commlens import plan as planlib
+    from commlens.export import export_model
+
+    a = torch.eye(4).to_sparse_csr()
+    ep = export_model(SparseTimesDense(), (a, torch.randn(4, 2)))
+    with pytest.raises(commlens.CommlensError) as raised:
+        commlens.predict(ep, planlib.Plan(mesh_shape=(2,), mesh_dim_names=("tp",)))
+    assert str(raised.value) == "program: tensor 'a' has layout torch.sparse_csr: commlens models strided tensors only"
