@@ -32,9 +32,10 @@ fi
 SELENIUM=4.27.1  # drives Debian's chromium (chromium-driver) in the HTML report tests
 NANOBIND=3.1.0   # builds the Python extension commlens._core
 XDIST=3.8.0      # scripts/test.sh runs pytest on every core (pytest -n)
-if ! "$PY" -c "import selenium, nanobind, xdist; assert (selenium.__version__, nanobind.__version__, xdist.__version__) == ('$SELENIUM', '$NANOBIND', '$XDIST')" 2>/dev/null; then
-  echo "setup: installing selenium==$SELENIUM, nanobind==$NANOBIND and pytest-xdist==$XDIST into .venv"
-  "$PY" -m pip install -q --disable-pip-version-check "selenium==$SELENIUM" "nanobind==$NANOBIND" "pytest-xdist==$XDIST"
+EXPECTTEST=0.3.0 # torch.testing._internal imports it: the OpInfo sweep reads torch's op_db
+if ! "$PY" -c "import selenium, nanobind, xdist, importlib.metadata as m; assert (selenium.__version__, nanobind.__version__, xdist.__version__, m.version('expecttest')) == ('$SELENIUM', '$NANOBIND', '$XDIST', '$EXPECTTEST')" 2>/dev/null; then
+  echo "setup: installing selenium==$SELENIUM, nanobind==$NANOBIND, pytest-xdist==$XDIST and expecttest==$EXPECTTEST into .venv"
+  "$PY" -m pip install -q --disable-pip-version-check "selenium==$SELENIUM" "nanobind==$NANOBIND" "pytest-xdist==$XDIST" "expecttest==$EXPECTTEST"
 fi
 # Hugging Face models for the accuracy corpus (examples/hf.py), pinned (it does not depend on
 # torch, so pip leaves the CPU build alone), and accelerate, which transformers' from_pretrained

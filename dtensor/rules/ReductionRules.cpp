@@ -275,6 +275,14 @@ llvm::Expected<Cands> logsumexpRule(const OpCall &call) {
   const Argument *a = call.arg("dim", 1);
   if (!a || a->isNone())
     return call.error("missing dim argument");
+  // _infer_reduction_dims gives None for a 0-d input reduced over [], [0] or [-1], which
+  // logsumexp_strategy does not take (every other reduction reads it as "all dims").
+  std::optional<IntList> dims = a->asIntList();
+  if (!dims)
+    if (auto i = a->asInt())
+      dims = IntList{*i};
+  if (call.rank(0) == 0 && dims && (dims->empty() || (dims->size() == 1 && ((*dims)[0] == 0 || (*dims)[0] == -1))))
+    return call.error("DTensor's logsumexp strategy raises for a 0-d input (\"Expected reduce_dims to not be None\")");
   return nonLinearReduction(call, reductionDims(call, a), keepdimArg(call, 2, false));
 }
 
