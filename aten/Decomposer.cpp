@@ -37,6 +37,16 @@ constexpr llvm::StringLiteral kUpsampleVec[] = {
     "aten::_upsample_nearest_exact3d.vec", "aten::upsample_linear1d.vec", "aten::upsample_bilinear2d.vec",
     "aten::upsample_bicubic2d.vec",  "aten::upsample_trilinear3d.vec"};
 
+/// ATen's alias ops and the op each runs (aten/AliasOps.def).
+const llvm::StringMap<llvm::StringRef> &aliasTargets() {
+  static const llvm::StringMap<llvm::StringRef> m = {
+#define ALIAS(ALIAS_OP, TARGET) {ALIAS_OP, TARGET},
+#include "aten/AliasOps.def"
+#undef ALIAS
+  };
+  return m;
+}
+
 /// Emits the runtime ops of one exported node.
 class Decomposer {
 public:
@@ -101,6 +111,8 @@ public:
       return crossEntropyLoss();
     if (llvm::is_contained(kUpsampleVec, op))
       return upsampleVec();
+    if (auto alias = aliasTargets().find(op); alias != aliasTargets().end())
+      return runAs(alias->second);
     b_.copy(n);
     return llvm::Error::success();
   }
@@ -116,6 +128,17 @@ private:
     else
       b_.bind(n_->results()[0],
               unary("aten::_to_copy.default", x, out, result(0)->name(), {{"dtype", out.dtype, true}}));
+    return llvm::Error::success();
+  }
+
+  /// The node as the op it calls with the same arguments (an alias op).
+  llvm::Error runAs(llvm::StringRef target) {
+    if (n_->results().size() != 1 || !result(0)->meta())
+      return makeError("node '{}' ({}): expected one tensor result", n_->name(), n_->opString());
+    llvm::SmallVector<NamedArgument, 4> args;
+    for (const NamedArgument &a : n_->inputs())
+      args.push_back({a.name, b_.map(a.value), a.keyword});
+    b_.bind(result(0), emit1(target, std::move(args), *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
   }
 
