@@ -27,7 +27,10 @@ COMMLENS_BUILD="$ROOT/$BUILD" .venv/bin/python -m pytest -q $PYTEST_PARALLEL tes
 # The CI sanitizer stage must fit beside the plain stages in CI's 30-minute budget. A fresh clone
 # with CI=true on this 2-core machine, nothing else running (2026-11-27, second session): 23m20s in
 # all, of which pytest 488 s on two workers and this stage 459 s (build-asan from scratch 420 s at
-# -O0 -g1, its tests 39 s); the landing before took 1838 s on CI. The same stage at -O2 -g took
+# -O0 -g1, its tests 39 s); the landing before took 1838 s on CI. Third session, the same machine
+# running every stage about a third slower (set-up and build 608 s against about 450 s): 34m15s,
+# pytest 823 s (the OpInfo sweep, tests/rules/test_opinfo_sweep.py, is about 130 s of one worker),
+# this stage 624 s (build 577 s, tests 47 s). The same stage at -O2 -g took
 # 727 s for a much smaller tree: GCC's UBSan under the optimizer compiles each file ~5x slower.
 # SANITIZE_PYTEST is therefore a subset: the error paths, where the readers meet hostile input
 # (every bad input and command line: test_bad_inputs.py, test_cli_errors.py), and the predict
