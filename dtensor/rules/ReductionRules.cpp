@@ -194,11 +194,10 @@ llvm::Expected<Cands> nllLossForwardRule(const OpCall &call) {
   return singleCandidate(call, std::move(c));
 }
 
-/// The reduced dims of a dim argument as _infer_reduction_dims reads it: None (absent) or, on a
-/// 0-d input, [], [0] or [-1] mean every dim; otherwise the listed dims, normalised.
-std::set<int64_t> reductionDims(const OpCall &call, const Argument *a) {
+/// _infer_reduction_dims: the listed dims, normalised, or nullopt where torch's gives None (no dim
+/// argument, or a 0-d input reduced over [], [0] or [-1]).
+std::optional<std::set<int64_t>> inferReductionDims(const OpCall &call, const Argument *a) {
   int64_t rank = call.rank(0);
-  std::set<int64_t> dims;
   std::optional<IntList> l;
   if (a && !a->isNone()) {
     if (auto v = a->asIntList())
@@ -207,10 +206,18 @@ std::set<int64_t> reductionDims(const OpCall &call, const Argument *a) {
       l = IntList{*i};
   }
   if (!l || (rank == 0 && (l->empty() || (l->size() == 1 && ((*l)[0] == 0 || (*l)[0] == -1)))))
-    return allDims(rank);
+    return std::nullopt;
+  std::set<int64_t> dims;
   for (int64_t d : *l)
     dims.insert(normDim(d, rank));
   return dims;
+}
+
+/// The reduced dims as the reductions read _infer_reduction_dims: None means every dim.
+std::set<int64_t> reductionDims(const OpCall &call, const Argument *a) {
+  if (std::optional<std::set<int64_t>> dims = inferReductionDims(call, a))
+    return *dims;
+  return allDims(call.rank(0));
 }
 
 /// common_reduction_strategy with reduction_linear=False: Partials and shards on the reduced dims
@@ -275,15 +282,11 @@ llvm::Expected<Cands> logsumexpRule(const OpCall &call) {
   const Argument *a = call.arg("dim", 1);
   if (!a || a->isNone())
     return call.error("missing dim argument");
-  // _infer_reduction_dims gives None for a 0-d input reduced over [], [0] or [-1], which
-  // logsumexp_strategy does not take (every other reduction reads it as "all dims").
-  std::optional<IntList> dims = a->asIntList();
+  // logsumexp_strategy does not take None (every other reduction reads it as "all dims").
+  std::optional<std::set<int64_t>> dims = inferReductionDims(call, a);
   if (!dims)
-    if (auto i = a->asInt())
-      dims = IntList{*i};
-  if (call.rank(0) == 0 && dims && (dims->empty() || (dims->size() == 1 && ((*dims)[0] == 0 || (*dims)[0] == -1))))
     return call.error("DTensor's logsumexp strategy raises for a 0-d input (\"Expected reduce_dims to not be None\")");
-  return nonLinearReduction(call, reductionDims(call, a), keepdimArg(call, 2, false));
+  return nonLinearReduction(call, *dims, keepdimArg(call, 2, false));
 }
 
 /// std / var .correction: non-linear reduction over dim (None: every dim); keepdim is keyword-only.
