@@ -9,6 +9,8 @@ The converse: a tensor every rank holds whole (computed by an unparallelized mod
 style's input hook wraps as a Shard with DTensor.from_local, which takes it as this rank's shard
 of a tensor tp times larger. The run then raises, or communicates tp times the program's bytes
 (CommDebugMode's counts below); commlens refuses by name."""
+import pathlib
+
 import pytest
 import torch
 
@@ -60,18 +62,39 @@ def plan_of(call):
     return call_factory(f"examples.plans:{call}")
 
 
-@pytest.mark.parametrize("model,plan,torch_error,commlens_error", REFUSED)
-def test_refused_where_the_run_fails(run_commlens, tmp_path, model, plan, torch_error, commlens_error):
+def assert_refused_where_torch_raises(run_commlens, directory, model, plan, torch_error, commlens_error):
+    """CommDebugMode's run of `model` under `plan` (commlens.measure, fake process group) raises
+    with `torch_error` in its message, and predict refuses the program with `commlens_error`."""
     from commlens.measure import measure
 
     with pytest.raises(RuntimeError) as raised:
-        measure(model, plan_of(plan), phase="forward")
+        measure(model, plan, phase="forward")
     assert torch_error in str(raised.value)
+    assert_predict_refuses(run_commlens, directory, model, plan, commlens_error)
 
-    pt2, plan_path = export_pt2(model, tmp_path), save_plan(plan_of(plan), tmp_path)
+
+def assert_predict_refuses(run_commlens, directory, model, plan, commlens_error):
+    """predict refuses the program of `model` under `plan`: exit 2, nothing on stdout, the one line
+    `commlens_error` names."""
+    pt2, plan_path = export_pt2(model, directory), save_plan(plan, directory)
     r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
     assert (r.returncode, r.stdout) == (2, ""), r.stdout
     assert r.stderr == f"commlens: error: {pt2}: {commlens_error}\n"
+
+
+def assert_predicted_as_measured(run_commlens, directory, model, plan):
+    """predict's counts and bytes of `model` under `plan`, both phases, equal CommDebugMode's."""
+    pt2, plan_path = export_pt2(model, directory), save_plan(plan, directory)
+    predicted = pathlib.Path(directory) / "predicted.json"
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    summary = compare_with_measure(run_commlens, predicted, model, plan, directory)
+    assert summary["differ"] == 0 and summary["cells"] > 0, summary
+
+
+@pytest.mark.parametrize("model,plan,torch_error,commlens_error", REFUSED)
+def test_refused_where_the_run_fails(run_commlens, tmp_path, model, plan, torch_error, commlens_error):
+    assert_refused_where_torch_raises(run_commlens, tmp_path, model, plan_of(plan), torch_error, commlens_error)
 
 
 @pytest.mark.parametrize("model,plan", [
@@ -80,12 +103,7 @@ def test_refused_where_the_run_fails(run_commlens, tmp_path, model, plan, torch_
     (SHORT_SEQUENCE, "llama_tp(tp=2, sp=True)"),
 ])
 def test_the_same_models_where_the_shards_fit(run_commlens, tmp_path, model, plan):
-    pt2, plan_path = export_pt2(model, tmp_path), save_plan(plan_of(plan), tmp_path)
-    predicted = tmp_path / "predicted.json"
-    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", predicted)
-    assert r.returncode == 0, r.stderr
-    summary = compare_with_measure(run_commlens, predicted, model, plan_of(plan), tmp_path)
-    assert summary["differ"] == 0 and summary["cells"] > 0, summary
+    assert_predicted_as_measured(run_commlens, tmp_path, model, plan_of(plan))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,13 +156,11 @@ def test_whole_tensor_wrapped_as_a_shard_is_refused(run_commlens, tmp_path):
     glob = next(m for m in doc["modules"] if m["fqn"] == "Global")
     assert (glob["forward_bytes"], glob["backward_bytes"]) == ({AG: 1024}, {RS: 4096})
 
-    pt2, plan_path = export_pt2("test_local_shards:norm_linear", tmp_path), save_plan(plan, tmp_path)
-    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
-    assert (r.returncode, r.stdout) == (2, ""), r.stdout
-    assert r.stderr == (
-        f"commlens: error: {pt2}: node 'layer_norm_in' commlens::annotate.default in NormLinear.lin: "
-        "DTensor.from_local of 'layer_norm' as [S(1)] takes it as this rank's shard and infers the global shape "
-        f"[2, 32, 16], not the program's [2, 8, 16]: 'layer_norm' {WHOLE}\n")
+    assert_predict_refuses(
+        run_commlens, tmp_path, "test_local_shards:norm_linear", plan,
+        "node 'layer_norm_in' commlens::annotate.default in NormLinear.lin: DTensor.from_local of 'layer_norm' as "
+        f"[S(1)] takes it as this rank's shard and infers the global shape [2, 32, 16], not the program's [2, 8, 16]: "
+        f"'layer_norm' {WHOLE}")
 
 
 def test_whole_tensor_wrapped_as_a_shard_where_torch_raises(run_commlens, tmp_path):
@@ -152,20 +168,11 @@ def test_whole_tensor_wrapped_as_a_shard_where_torch_raises(run_commlens, tmp_pa
     wraps it as Shard(-1), a [8, 1, 128] global input for a [16, 32] weight: torch raises."""
     from torch.distributed.tensor.parallel import RowwiseParallel
 
-    from commlens.measure import measure
-
-    model, plan = "examples.mlp:mlp(batch=8, seq=1, dim=16, hidden=32, bias=False)", tp4({"w2": RowwiseParallel()})
-    with pytest.raises(RuntimeError) as raised:
-        measure(model, plan, phase="forward")
-    assert "Sharding propagation failed for aten.mm.default(Spec(f32[8, 128](S(1)))" in str(raised.value)
-
-    pt2, plan_path = export_pt2(model, tmp_path), save_plan(plan, tmp_path)
-    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
-    assert (r.returncode, r.stdout) == (2, ""), r.stdout
-    assert r.stderr == (
-        f"commlens: error: {pt2}: node 'relu_in' commlens::annotate.default in MLP.w2: DTensor.from_local of "
-        f"'relu' as [S(2)] takes it as this rank's shard and infers the global shape [8, 1, 128], not the "
-        f"program's [8, 1, 32]: 'relu' {WHOLE}\n")
+    assert_refused_where_torch_raises(
+        run_commlens, tmp_path, "examples.mlp:mlp(batch=8, seq=1, dim=16, hidden=32, bias=False)",
+        tp4({"w2": RowwiseParallel()}), "Sharding propagation failed for aten.mm.default(Spec(f32[8, 128](S(1)))",
+        "node 'relu_in' commlens::annotate.default in MLP.w2: DTensor.from_local of 'relu' as [S(2)] takes it as "
+        f"this rank's shard and infers the global shape [8, 1, 128], not the program's [8, 1, 32]: 'relu' {WHOLE}")
 
 
 def test_model_input_and_the_styles_own_shards_are_not_refused(run_commlens, tmp_path):
@@ -176,12 +183,7 @@ def test_model_input_and_the_styles_own_shards_are_not_refused(run_commlens, tmp
     from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel
 
     plan = tp4({"norm": SequenceParallel(), "lin": ColwiseParallel(input_layouts=Shard(1))})
-    pt2, plan_path = export_pt2("test_local_shards:norm_linear", tmp_path), save_plan(plan, tmp_path)
-    predicted = tmp_path / "predicted.json"
-    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", predicted)
-    assert r.returncode == 0, r.stderr
-    summary = compare_with_measure(run_commlens, predicted, "test_local_shards:norm_linear", plan, tmp_path)
-    assert summary["differ"] == 0 and summary["cells"] > 0, summary
+    assert_predicted_as_measured(run_commlens, tmp_path, "test_local_shards:norm_linear", plan)
 
 
 def test_local_shard_into_an_unparallelized_linear_is_refused(run_commlens, tmp_path):
@@ -189,23 +191,14 @@ def test_local_shard_into_an_unparallelized_linear_is_refused(run_commlens, tmp_
     plain tensor, and the unparallelized w2 multiplies it by its whole weight: torch raises."""
     from torch.distributed.tensor.parallel import ColwiseParallel
 
-    from commlens.measure import measure
-
-    model, plan = "examples.mlp:mlp(batch=8, seq=1, dim=16, hidden=32)", tp4({"w1": ColwiseParallel()})
-    with pytest.raises(RuntimeError) as raised:
-        measure(model, plan, phase="forward")
-    assert "mat1 and mat2 shapes cannot be multiplied (8x8 and 32x16)" in str(raised.value)
-
-    pt2, plan_path = export_pt2(model, tmp_path), save_plan(plan, tmp_path)
-    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
-    assert (r.returncode, r.stdout) == (2, ""), r.stdout
-    assert r.stderr == (
-        f"commlens: error: {pt2}: node 'linear_1_addmm' aten::addmm.default in MLP.w2: on the rank at mesh "
-        "coordinate [0] this plain matrix product multiplies 'linear_1_view' [8, 8] (a local shard: [S(1)] of "
-        "[8, 32] on DeviceMesh((4,), 'cpu', mesh_dim_names=('tp',)), handed back by a style's use_local_output) by "
-        "'linear_1_t' [32, 16] (whole on every rank), whose contracted sizes 8 and 32 differ, so torch raises "
-        "(\"mat1 and mat2 shapes cannot be multiplied (8x8 and 32x16)\"); the module that runs it needs a parallel "
-        "style too (a Rowwise one after a Colwise one)\n")
+    assert_refused_where_torch_raises(
+        run_commlens, tmp_path, "examples.mlp:mlp(batch=8, seq=1, dim=16, hidden=32)", tp4({"w1": ColwiseParallel()}),
+        "mat1 and mat2 shapes cannot be multiplied (8x8 and 32x16)",
+        "node 'linear_1_addmm' aten::addmm.default in MLP.w2: on the rank at mesh coordinate [0] this plain matrix "
+        "product multiplies 'linear_1_view' [8, 8] (a local shard: [S(1)] of [8, 32] on DeviceMesh((4,), 'cpu', "
+        "mesh_dim_names=('tp',)), handed back by a style's use_local_output) by 'linear_1_t' [32, 16] (whole on every "
+        "rank), whose contracted sizes 8 and 32 differ, so torch raises (\"mat1 and mat2 shapes cannot be multiplied "
+        "(8x8 and 32x16)\"); the module that runs it needs a parallel style too (a Rowwise one after a Colwise one)")
 
 
 class Residual(torch.nn.Module):
@@ -231,29 +224,15 @@ def test_local_shard_added_to_a_whole_tensor_is_refused(run_commlens, tmp_path):
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    from commlens.measure import measure
-
     model = "test_local_shards:residual"
-    plan = tp4({"lin1": ColwiseParallel(), "lin2": RowwiseParallel(output_layouts=Shard(1))})
-    with pytest.raises(RuntimeError) as raised:
-        measure(model, plan, phase="forward")
-    assert "The size of tensor a (8) must match the size of tensor b (2) at non-singleton dimension 1" in str(
-        raised.value)
-
-    pt2, plan_path = export_pt2(model, tmp_path), save_plan(plan, tmp_path)
-    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both")
-    assert (r.returncode, r.stdout) == (2, ""), r.stdout
-    assert r.stderr == (
-        f"commlens: error: {pt2}: node 'add' aten::add.Tensor in Residual: on the rank at mesh coordinate [0] this "
-        "plain pointwise op broadcasts 'x' [2, 8, 16] (whole on every rank) with 'linear_1_out' [2, 2, 16] (a local "
-        "shard: [S(1)] of [2, 8, 16] on DeviceMesh((4,), 'cpu', mesh_dim_names=('tp',)), handed back by a style's "
-        "use_local_output), so torch raises (\"The size of tensor a (8) must match the size of tensor b (2) at "
-        "non-singleton dimension 1\")\n")
-
-    runs = tp4({"lin1": ColwiseParallel(), "lin2": RowwiseParallel()})
-    plan_path = save_plan(runs, tmp_path)
-    predicted = tmp_path / "predicted.json"
-    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", predicted)
-    assert r.returncode == 0, r.stderr
-    summary = compare_with_measure(run_commlens, predicted, model, runs, tmp_path)
-    assert summary["differ"] == 0 and summary["cells"] > 0, summary
+    assert_refused_where_torch_raises(
+        run_commlens, tmp_path, model,
+        tp4({"lin1": ColwiseParallel(), "lin2": RowwiseParallel(output_layouts=Shard(1))}),
+        "The size of tensor a (8) must match the size of tensor b (2) at non-singleton dimension 1",
+        "node 'add' aten::add.Tensor in Residual: on the rank at mesh coordinate [0] this plain pointwise op "
+        "broadcasts 'x' [2, 8, 16] (whole on every rank) with 'linear_1_out' [2, 2, 16] (a local shard: [S(1)] of "
+        "[2, 8, 16] on DeviceMesh((4,), 'cpu', mesh_dim_names=('tp',)), handed back by a style's use_local_output), "
+        "so torch raises (\"The size of tensor a (8) must match the size of tensor b (2) at non-singleton dimension "
+        "1\")")
+    assert_predicted_as_measured(run_commlens, tmp_path, model,
+                                 tp4({"lin1": ColwiseParallel(), "lin2": RowwiseParallel()}))
