@@ -18,8 +18,25 @@ llvm::Expected<PredictPhase> parsePredictPhase(llvm::StringRef text) {
     return PredictPhase::Backward;
   if (text == "both")
     return PredictPhase::Both;
-  return makeError("--phase must be forward, backward or both, got '{}'", text);
+  if (text == "inference")
+    return PredictPhase::Inference;
+  return makeError("--phase must be forward, backward, both or inference, got '{}'", text);
 }
+
+namespace {
+/// An inference prediction models what `model.eval()` runs; a program exported in training mode
+/// runs other ops there (dropout masks, batch statistics), so it is refused by its first node whose
+/// schema argument `train`/`training` (dropout, batch_norm, rrelu, ...) is true.
+llvm::Error checkExportedInEvalMode(const ExportedProgram &program) {
+  for (const std::unique_ptr<Node> &node : program.graph().nodes())
+    for (llvm::StringRef arg : {"train", "training"})
+      if (const Argument *a = node->input(arg); a && a->is<bool>() && a->get<bool>())
+        return makeError("{} runs in training mode ({}=True); --phase inference predicts what model.eval() runs "
+                         "under torch.no_grad(): export the model in eval mode (python -m commlens.export --eval)",
+                         node->where(), arg);
+  return llvm::Error::success();
+}
+} // namespace
 
 llvm::Expected<std::unique_ptr<Prediction>> runPrediction(std::unique_ptr<ExportedProgram> program,
                                                           std::optional<ShardingPlan> plan,
@@ -37,7 +54,11 @@ llvm::Expected<std::unique_ptr<Prediction>> runPrediction(std::unique_ptr<Export
   std::unique_ptr<Prediction> p(new Prediction());
   p->program_ = std::move(program);
   p->plan_ = std::move(plan);
-  bool backward = request.phase != PredictPhase::Forward;
+  bool inference = request.phase == PredictPhase::Inference;
+  bool backward = request.phase != PredictPhase::Forward && !inference;
+  if (inference && !request.passes)
+    if (llvm::Error err = checkExportedInEvalMode(*p->program_))
+      return labelled(request.programLabel, std::move(err));
   PassManager pm;
   if (request.passes) {
     for (const std::string &name : *request.passes) {
@@ -73,6 +94,7 @@ llvm::Expected<std::unique_ptr<Prediction>> runPrediction(std::unique_ptr<Export
                                        opts.cluster ? &*opts.cluster : nullptr);
   if (!report)
     return labelled(request.programLabel, report.takeError());
+  report->inference = inference;
   p->report_ = std::move(*report);
   return p;
 }

@@ -20,8 +20,10 @@
 
 namespace commlens {
 
-enum class PredictPhase : uint8_t { Forward, Backward, Both };
-/// "forward", "backward" or "both".
+/// What a prediction covers. Inference is the forward of `model.eval()` under `torch.no_grad()`
+/// (every generate() step): no loss, no backward, and a program exported in eval mode.
+enum class PredictPhase : uint8_t { Forward, Backward, Both, Inference };
+/// "forward", "backward", "both" or "inference".
 llvm::Expected<PredictPhase> parsePredictPhase(llvm::StringRef text);
 
 struct PredictRequest {

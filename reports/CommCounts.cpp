@@ -322,11 +322,17 @@ void readFlat(CommCounts &counts, const JsonRef &doc) {
 
 } // namespace
 
+llvm::StringRef CommCounts::phaseLabel() const {
+  if (inference)
+    return "inference";
+  return onlyPhase ? phaseName(*onlyPhase) : "both";
+}
+
 std::string CommCounts::toCountsJson() const {
   ordered_json doc;
   doc["format"] = "commlens-counts";
   doc["version"] = 1;
-  doc["phase"] = onlyPhase ? phaseName(*onlyPhase).str() : "both";
+  doc["phase"] = phaseLabel().str();
   ordered_json mods = ordered_json::array();
   for (const ModuleCounts &m : modules_) {
     ordered_json entry;
@@ -397,7 +403,7 @@ std::string CommCounts::toTreeJson() const {
     root["collectives_backward"] = ordered_json::array();
   }
   if (onlyPhase)
-    root["phase"] = phaseName(*onlyPhase).str();
+    root["phase"] = phaseLabel().str();
   return root.dump(4) + "\n";
 }
 
@@ -436,14 +442,19 @@ llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
                        "commlens-counts file), got {}",
                        root.describe());
     if (doc.contains("phase")) {
+      counts.phaseStated = true;
       JsonRef phase = root["phase"];
       std::string value = phase.v.is_string() ? phase.v.get<std::string>() : "";
       if (value == "forward")
         counts.onlyPhase = CommPhase::Forward;
       else if (value == "backward")
         counts.onlyPhase = CommPhase::Backward;
-      else if (value != "both")
-        phase.fail(fmt::format("expected \"forward\", \"backward\" or \"both\", got {}", phase.describe()));
+      else if (value == "inference") {
+        counts.onlyPhase = CommPhase::Forward;
+        counts.inference = true;
+      } else if (value != "both")
+        phase.fail(fmt::format("expected \"forward\", \"backward\", \"both\" or \"inference\", got {}",
+                               phase.describe()));
     }
     if (doc.contains("format")) {
       JsonRef format = root["format"];

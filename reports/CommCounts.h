@@ -72,6 +72,13 @@ public:
   /// From an optional top-level "phase": "forward" / "backward" (the file holds only that
   /// phase's counts, like `commlens.measure --phase`); nullopt for "both" or no "phase".
   std::optional<CommPhase> onlyPhase;
+  /// "phase": "inference": the forward counts of a no-grad inference forward (onlyPhase is Forward),
+  /// which a training forward's counts are not compared with.
+  bool inference = false;
+  /// The file states a "phase" (CommDebugMode's own dump does not).
+  bool phaseStated = false;
+  /// The "phase" value the file states: "forward", "backward", "both" or "inference".
+  llvm::StringRef phaseLabel() const;
 
   const std::vector<ModuleCounts> &modules() const { return modules_; }
   const ModuleCounts *find(llvm::StringRef fqn) const;

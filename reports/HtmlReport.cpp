@@ -123,8 +123,9 @@ std::string predictionHtml(const PredictionReport &report, llvm::StringRef title
   const bool timed = report.cluster != nullptr;
   std::string body = fmt::format("<h1>{}</h1>\n<div class=\"sub\">{} &middot; phases: {}{}</div>\n", escape(title),
                                  escape(report.plan->mesh.str()),
-                                 report.forward && report.backward ? "forward + backward"
-                                                                   : (report.forward ? "forward" : "backward"),
+                                 report.inference ? "inference (no-grad forward)"
+                                 : report.forward && report.backward ? "forward + backward"
+                                                                     : (report.forward ? "forward" : "backward"),
                                  timed ? " &middot; cluster " + escape(report.cluster->str()) : "");
   // Step totals.
   CommTotals fw = report.totals(Phase::Forward), bw = report.totals(Phase::Backward);

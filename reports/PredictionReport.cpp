@@ -529,6 +529,12 @@ std::vector<const ModuleScope *> halfOfTheTree(const JsonTreeWriter::Inputs &in,
 
 } // namespace
 
+llvm::StringRef PredictionReport::phaseName() const {
+  if (inference)
+    return "inference";
+  return forward && backward ? "both" : (forward ? "forward" : "backward");
+}
+
 void PredictionReport::writeJson(llvm::raw_ostream &os) const {
   JsonTreeWriter::Inputs in{*this, recordsByModule(*state), llvm::DenseMap<const ModuleScope *, std::vector<const Node *>>()};
   if (backward && state->backward)
@@ -544,7 +550,7 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
   JsonWriter j(os, 2);
   JsonTreeWriter writer(in, j, handover ? &*handover : nullptr);
   const ModuleCounts &global = *counts.find(kGlobal);
-  const char *phase = forward && backward ? "both" : (forward ? "forward" : "backward");
+  llvm::StringRef phase = phaseName();
   j.object([&] {
     writer.approximate(global);
     j.attributeArray("children", [&] { writer.child(root); });

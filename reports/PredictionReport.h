@@ -50,6 +50,8 @@ struct PredictionReport {
   /// The cluster the collectives were timed on (null: no times).
   const Cluster *cluster = nullptr;
   bool forward = true, backward = false;
+  /// The forward is a no-grad inference forward (PredictPhase::Inference).
+  bool inference = false;
   CommCounts counts;
 
   /// An error only when the module rows cannot be laid out (a name twice, a row without a
@@ -57,6 +59,9 @@ struct PredictionReport {
   static llvm::Expected<PredictionReport> build(const ExportedProgram &program, const ShardingPlan &plan,
                                                 const PredictionState &state, bool forward, bool backward,
                                                 const Cluster *cluster = nullptr);
+  /// What the report covers, as "phase" names it in the JSON: "forward", "backward", "both" or
+  /// "inference".
+  llvm::StringRef phaseName() const;
   /// Whether the report covers this collective's phase.
   bool includes(const CollectiveRecord &c) const { return c.phase == Phase::Forward ? forward : backward; }
   /// Step totals per phase over the phases predicted (times only with a cluster).

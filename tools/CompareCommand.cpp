@@ -31,12 +31,13 @@ int runCompare(int argc, char **argv) {
   if (positional.size() != 2)
     return fail("compare takes two arguments: PREDICTED MEASURED");
   std::optional<CommPhase> phase;
-  if (phaseArg == "forward")
+  bool inference = phaseArg == "inference";
+  if (phaseArg == "forward" || inference)
     phase = CommPhase::Forward;
   else if (phaseArg == "backward")
     phase = CommPhase::Backward;
   else if (phaseArg != "both")
-    return fail(fmt::format("unknown phase '{}' (expected forward, backward or both)", phaseArg));
+    return fail(fmt::format("unknown phase '{}' (expected forward, backward, both or inference)", phaseArg));
 
   auto predicted = loadCommCounts(positional[0]);
   if (!predicted)
@@ -47,7 +48,16 @@ int runCompare(int argc, char **argv) {
 
   // A file that holds one phase only (its "phase", e.g. `commlens.measure --phase forward`)
   // cannot be compared in the other phase: its empty sections would read as zero collectives.
+  // An inference forward is compared only with an inference forward (a no-grad forward issues other
+  // collectives than a training one under transformers' styles); a file that states no "phase"
+  // (CommDebugMode's own dump) is taken as what it is compared as.
   for (const auto &[path, counts] : {std::pair{positional[0], &*predicted}, std::pair{positional[1], &*measured}}) {
+    if (counts->inference != inference && (counts->inference || counts->phaseStated)) {
+      llvm::StringRef label = counts->phaseLabel();
+      return fail(fmt::format("{}: holds {} counts (\"phase\": \"{}\"); compare with --phase {}", path,
+                              label == "both" ? "training" : label.str(), label.str(),
+                              counts->inference ? "inference" : "forward, backward or both"));
+    }
     if (counts->onlyPhase && phase != counts->onlyPhase) {
       llvm::StringRef only = phaseName(*counts->onlyPhase);
       return fail(fmt::format("{}: holds {} counts only (\"phase\": \"{}\"); compare with --phase {}", path,

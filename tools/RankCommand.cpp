@@ -60,7 +60,7 @@ llvm::Expected<std::vector<std::string>> planPaths(const Args &args) {
 
 /// Predicts one plan on a freshly decoded program; an error names the plan file.
 llvm::Expected<RankedPlan> predictOne(const Pt2Records &records, bool checkSchemas, const std::string &planPath,
-                                      const PassOptions &options, bool backward) {
+                                      const PassOptions &options, PredictPhase phase) {
   auto start = std::chrono::steady_clock::now();
   auto plan = readPlanFile(planPath);
   if (!plan)
@@ -69,7 +69,7 @@ llvm::Expected<RankedPlan> predictOne(const Pt2Records &records, bool checkSchem
   if (!program)
     return program.takeError();
   PredictRequest request;
-  request.phase = backward ? PredictPhase::Both : PredictPhase::Forward;
+  request.phase = phase;
   request.options = options;
   request.planLabel = request.programLabel = planPath;
   auto prediction = runPrediction(std::move(*program), std::move(*plan), request);
@@ -122,8 +122,9 @@ int runRank(int argc, char **argv) {
   if (args->positional.size() != 1)
     return fail("rank takes one MODEL.pt2 and --plan PLAN.json (repeatable) or --plans DIR");
   std::string phase = args->option("--phase").empty() ? "both" : args->option("--phase");
-  if (phase != "forward" && phase != "both")
-    return fail(fmt::format("--phase must be forward or both, got '{}'", phase));
+  if (phase != "forward" && phase != "both" && phase != "inference")
+    return fail(fmt::format("--phase must be forward, both or inference, got '{}'", phase));
+  PredictPhase predictPhase = llvm::cantFail(parsePredictPhase(phase));
   std::string format = args->option("--format").empty() ? "table" : args->option("--format");
   if (format != "table" && format != "json")
     return fail(fmt::format("--format must be table or json, got '{}'", format));
@@ -153,7 +154,7 @@ int runRank(int argc, char **argv) {
   std::vector<RankedPlan> ranked;
   std::vector<FailedPlan> failed;
   for (const std::string &path : *paths) {
-    auto r = predictOne(*records, false, path, *options, phase == "both");
+    auto r = predictOne(*records, false, path, *options, predictPhase);
     if (r)
       ranked.push_back(std::move(*r));
     else

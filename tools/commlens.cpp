@@ -41,20 +41,21 @@ constexpr const char *kUsage = R"(usage: commlens <command> [options]
 commands:
   inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
       module tree in forward order with node counts, parameters, parameter execution order
-  predict MODEL.pt2 --plan PLAN.json [--phase forward] [--format table|json|html] [--noise-level N]
+  predict MODEL.pt2 --plan PLAN.json [--phase PHASE] [--format table|json|html] [--noise-level N]
           [-o FILE] [--print-after=PASS[,PASS]] [--allow-unsupported] [--world-size N]
           [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N] [--cuda-version MAJOR.MINOR]
           [--cluster NAME|TOPOLOGY.json] [--time-passes]
       predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate),
-      with their communication time on a cluster
+      with their communication time on a cluster; PHASE forward (default), backward, both, or
+      inference (model.eval() under torch.no_grad(): no loss, no backward; an eval-mode program)
   rank MODEL.pt2 --plan PLAN.json [--plan ...] [--plans DIR] [--cluster NAME|TOPOLOGY.json]
-       [--phase forward|both] [--format table|json] [-o FILE]
+       [--phase forward|both|inference] [--format table|json] [-o FILE]
       predicts every plan in one process and ranks them by communication time per step
   collective-time --cluster NAME|TOPOLOGY.json --collective KIND --bytes N --ranks N [--nodes N]
       estimated time of one collective (KIND: all_reduce, all_gather, reduce_scatter, all_to_all)
   check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
       validates a plan against the model and lists the modules each style applies to
-  compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both] [-o FILE]
+  compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both|inference] [-o FILE]
       predicted vs measured collectives per module, collective and phase; exit 1 if any differ
 
 inspect, predict, rank and check-plan read a TorchScript archive (torch.jit.save) only with
@@ -68,12 +69,14 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
     {"inspect", R"(usage: commlens inspect MODEL.pt2 [--json] [--print-ir] [-o FILE]
   module tree in forward order with node counts, parameters, parameter execution order
 )" COMMLENS_TORCHSCRIPT_USAGE},
-    {"predict", R"(usage: commlens predict MODEL.pt2 --plan PLAN.json [--phase forward|backward|both]
+    {"predict", R"(usage: commlens predict MODEL.pt2 --plan PLAN.json [--phase forward|backward|both|inference]
                         [--format table|json|html] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
                         [--allow-unsupported] [--world-size N]
                         [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
                         [--cuda-version MAJOR.MINOR] [--cluster NAME|TOPOLOGY.json] [--time-passes]
   predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
+  --phase inference predicts the forward of model.eval() under torch.no_grad() (every generate()
+  step): no loss, no backward; the program must be exported in eval mode (commlens.export --eval)
   --time-passes prints the wall time of loading, of each pass and of the report to stderr
   --cluster times every collective on a cluster preset or topology file (docs/cluster-format.md):
   per collective, module, mesh dim and step
@@ -86,8 +89,8 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   validates a plan against the model and lists the modules each style applies to
 )" COMMLENS_TORCHSCRIPT_USAGE},
     {"rank", R"(usage: commlens rank MODEL.pt2 --plan PLAN.json [--plan PLAN.json ...] [--plans DIR]
-                     [--cluster NAME|TOPOLOGY.json] [--phase forward|both] [--format table|json] [-o FILE]
-                     [--allow-unsupported] [--gpu NAME] [--gpu-arch M.m] [--cudnn-version N] [--cuda-version M.m]
+                     [--cluster NAME|TOPOLOGY.json] [--phase forward|both|inference] [--format table|json]
+                     [-o FILE] [--allow-unsupported] [--gpu NAME] [--gpu-arch M.m] [--cudnn-version N] [--cuda-version M.m]
   predicts every plan (--plan, repeatable; --plans: every *.json in DIR) in one process, the model read
   once, and ranks them by communication time per step on the cluster (default h100-ib-ndr), with
   collectives, bytes and time per mesh dim; plans that cannot be predicted are listed as not ranked
@@ -99,8 +102,10 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   all_to_all; --bytes the bytes one rank hands it (all_gather: its shard); --nodes the nodes the
   group spans (default: ranks / GPUs per node, at least 1)
 )"},
-    {"compare", R"(usage: commlens compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both] [-o FILE]
+    {"compare", R"(usage: commlens compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both|inference]
+                        [-o FILE]
   predicted vs measured collectives per module, collective and phase; exit 1 if any differ
+  --phase inference compares no-grad inference forwards (files whose "phase" is "inference")
 )"},
 };
 
@@ -377,7 +382,7 @@ int runPredict(int argc, char **argv) {
   request.programLabel = modelPath;
   std::optional<llvm::StringSet<>> printAfter;
   if (std::string names = args->option("--print-after"); !names.empty()) {
-    std::vector<std::string> known = pipelinePassNames(*phase != PredictPhase::Forward);
+    std::vector<std::string> known = pipelinePassNames(*phase != PredictPhase::Forward && *phase != PredictPhase::Inference);
     llvm::SmallVector<llvm::StringRef, 4> parts;
     llvm::StringRef(names).split(parts, ',');
     printAfter.emplace();

@@ -77,7 +77,7 @@ class Config:
     name: str
     model: str  # MODULE:FACTORY(...) spec
     plan: str  # MODULE:PLAN_FACTORY(...) spec
-    phase: str  # forward | backward | both
+    phase: str  # forward | backward | both | inference (model.eval() under torch.no_grad(), eval-mode export)
     ci: bool = False
     frontend: str = "export"  # the program: torch.export, or TorchScript "trace" / "script"
     # Only the GPU column: FSDP2 on a cuda mesh moves the parameters to the current CUDA device,
@@ -363,6 +363,23 @@ CONFIGS = [
     Config("llama-tp-tp8-forward", LLAMA, P + "llama_tp(tp=8, sp=False)", "forward"),
     Config("llama-tp_sp_loss_parallel-tp4-forward", LLAMA, P + "llama_tp(tp=4, loss_parallel=True)", "forward"),
     Config("llama-tp_sp-dp2xtp2-forward", LLAMA, P + "llama_2d(dp=2, tp=2)", "forward", ci=True),
+    # Inference: model.eval() under torch.no_grad() (no loss, no backward), the program exported in
+    # eval mode; torch's styles, FSDP2 (HSDP, mixed precision) and activation checkpointing
+    Config("mlp-tp-tp4-inference", MLP, P + "mlp_tp(tp=4)", "inference", ci=True),
+    Config("gpt2-tp_sp-tp4-inference", GPT2, P + "gpt2_tp_sp(tp=4)", "inference", ci=True),
+    Config("gpt2-tp_loss_parallel-tp4-inference", GPT2, P + "gpt2_tp_loss_parallel(tp=4)", "inference"),
+    Config("gpt2_sdpa-tp-tp4-cuda-inference", GPT2_SDPA, P + "gpt2_tp(tp=4, device_type='cuda')", "inference"),
+    Config("llama-tp_sp-tp4-inference", LLAMA, P + "llama_tp(tp=4)", "inference"),
+    Config("llama-fsdp_tp_sp-dp2xtp2-inference", LLAMA, P + "llama_fsdp_tp(dp=2, tp=2)", "inference", ci=True),
+    Config("llama-fsdp_tp_sp_ac-dp2xtp2-inference", LLAMA, P + "with_ac(plan='llama_fsdp_tp', dp=2, tp=2)",
+           "inference"),
+    Config("gpt2-hsdp-r2xs2-bf16-inference", GPT2, P + "gpt2_hsdp(replicate=2, shard=2, mixed_precision='bf16')",
+           "inference"),
+    Config("stacked_mlp-fsdp-dp8-inference", STACKED, P + "stacked_mlp_fsdp(dp=8)", "inference"),
+    Config("gated-tp-tp4-inference", GATED, P + "gated_tp(tp=4)", "inference"),
+    Config("hf_llama-tp-tp4-inference", HF_LLAMA, H + "hf_tp(family='llama', tp=4)", "inference"),
+    Config("hf_qwen2-fsdp_tp-dp2xtp2-inference", HF_QWEN2, H + "hf_tp(family='qwen2', tp=2, dp=2, fsdp=True)",
+           "inference"),
 ]
 
 
@@ -446,12 +463,13 @@ def mixed_precision_key(plan_spec):
                     for u in units)
 
 
-def ensure_export(spec, work, plan_spec=None, frontend="export"):
+def ensure_export(spec, work, plan_spec=None, frontend="export", eval_mode=False):
     """Cached torch.export of a model factory spec, under ``plan_spec``'s FSDP mixed precision
-    when it has one, or its TorchScript archive (``frontend`` "trace" / "script"); returns the path."""
+    when it has one, or its TorchScript archive (``frontend`` "trace" / "script"); in eval mode
+    (``model.eval()``, as ``commlens.export --eval``) for an inference configuration. Returns the path."""
     mp_key = mixed_precision_key(plan_spec) if plan_spec and frontend == "export" else ""
     suffix = ".pt2" if frontend == "export" else f".{frontend}.pt"
-    path = _cache_path(work / "models", spec, _model_digest(work) + mp_key, suffix)
+    path = _cache_path(work / "models", spec, _model_digest(work) + mp_key + (":eval" if eval_mode else ""), suffix)
     if path.exists():
         return path
     if os.environ.get(REUSE_EXPORTS_ENV):
@@ -465,6 +483,8 @@ def ensure_export(spec, work, plan_spec=None, frontend="export"):
     made = call_model_factory(spec)
     model, args = made[0], made[1]
     kwargs = made[2] if len(made) > 2 else None
+    if eval_mode:
+        model.eval()
     if frontend != "export":
         _write_atomic(path, lambda tmp: save_torchscript(model, args, tmp, frontend))
         return path
@@ -491,7 +511,8 @@ def ensure_plan(spec, work):
 
 
 def _phases(phase):
-    return ["forward", "backward"] if phase == "both" else [phase]
+    """The sections of a counts document a phase fills (an inference forward's are "forward")."""
+    return {"both": ["forward", "backward"], "inference": ["forward"]}.get(phase, [phase])
 
 
 def _measured_cells(doc, phase):
@@ -611,7 +632,7 @@ def run_config(cfg, work, commlens):
     t0 = time.time()
     try:
         plan_path = ensure_plan(cfg.plan, work)
-        model_path = ensure_export(cfg.model, work, cfg.plan, cfg.frontend)
+        model_path = ensure_export(cfg.model, work, cfg.plan, cfg.frontend, cfg.phase == "inference")
     except Exception as err:  # noqa: BLE001 - reported per configuration
         r.update(status="export error", error=f"{type(err).__name__}: {err}".splitlines()[0])
         return r
@@ -764,9 +785,9 @@ def main(argv=None):
         # Exports first, once per model, so that workers do not race to write the same file.
         ctx = mp.get_context("spawn")
         with ctx.Pool(min(ns.jobs, len(tasks)), initializer=_worker_init) as pool:
-            exports = sorted({(c.model, None if c.frontend != "export" else _mixed_precision_plan(c.plan), c.frontend)
-                              for c in configs}, key=lambda e: (e[0], e[1] or "", e[2]))
-            pool.map(_export_only, [(m, p, f, work) for m, p, f in exports])
+            exports = sorted({(c.model, None if c.frontend != "export" else _mixed_precision_plan(c.plan), c.frontend,
+                               c.phase == "inference") for c in configs}, key=lambda e: (e[0], e[1] or "", e[2], e[3]))
+            pool.map(_export_only, [(m, p, f, e, work) for m, p, f, e in exports])
             for r in pool.imap(_run_one, tasks):
                 report(r)
 
@@ -800,9 +821,9 @@ def _mixed_precision_plan(plan_spec):
 
 
 def _export_only(args):
-    spec, plan_spec, frontend, work = args
+    spec, plan_spec, frontend, eval_mode, work = args
     try:
-        ensure_export(spec, work, plan_spec, frontend)
+        ensure_export(spec, work, plan_spec, frontend, eval_mode)
     except Exception:  # noqa: BLE001 - reported again by run_config
         pass
 

@@ -24,7 +24,7 @@ import os
 from commlens._errors import CommlensError
 from commlens._native import core
 
-PHASES = ("forward", "backward", "both")
+PHASES = ("forward", "backward", "both", "inference")
 
 
 class Prediction:
@@ -77,9 +77,10 @@ class Prediction:
         return out
 
     def total(self, phase="both"):
-        """Collectives issued in ``phase`` ("forward", "backward" or "both")."""
+        """Collectives issued in ``phase`` ("forward", "backward" or "both"; an inference
+        prediction's are its forward's)."""
         g = self._doc
-        phases = ("forward", "backward") if phase == "both" else (phase,)
+        phases = {"both": ("forward", "backward"), "inference": ("forward",)}.get(phase, (phase,))
         return sum(n for p in phases for _, n in g[f"collectives_{p}"])
 
     @property
@@ -132,7 +133,8 @@ def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_uns
 
     ``program``: a ``torch.export.ExportedProgram`` (its JSON written in memory) or a ``.pt2``
     path. ``plan``: a :class:`commlens.plan.Plan`, a plan JSON path or a plan factory spec.
-    ``phase``: "forward", "backward" or "both". ``cluster``: a preset name or topology file
+    ``phase``: "forward", "backward", "both" or "inference" (the forward of ``model.eval()`` under
+    ``torch.no_grad()``, from a program exported in eval mode). ``cluster``: a preset name or topology file
     (times per collective, module and step); ``gpu``: the CUDA target of ``device_type="cuda"``
     plans (default h100).
 
@@ -143,7 +145,7 @@ def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_uns
     Only for files you trust (README.md, Security and trust).
     """
     if phase not in PHASES:
-        raise CommlensError("predict", f"phase must be forward, backward or both, got {phase!r}")
+        raise CommlensError("predict", f"phase must be forward, backward, both or inference, got {phase!r}")
     limits = _torchscript_limits(torchscript_limits)
     if limits != [None] * len(limits) and not torchscript:
         raise CommlensError("torchscript_limits", "applies only with torchscript=True")

@@ -3,13 +3,14 @@
 CLI::
 
     python -m commlens.export MODULE:FACTORY[(k=v, ...)] -o model.pt2 [--plan PLAN] [--stack-traces]
-        [--describe desc.json]
+        [--eval] [--describe desc.json]
 
 The factory returns ``(model, args)`` or ``(model, args, kwargs)``.  The model
 is exported non-strict (``torch.export.export(model, args, kwargs,
 strict=False)``, every submodule's call signature preserved: see
 :func:`export_model`) in whatever mode the factory left it (``nn.Module`` default:
-training mode, so ``aten.dropout`` nodes are kept) and written with
+training mode, so ``aten.dropout`` nodes are kept; ``--eval`` calls ``model.eval()`` first, for
+``commlens predict --phase inference``) and written with
 ``torch.export.save`` (:func:`save_program`), without the Python stack trace of each node unless
 ``--stack-traces`` is given.  One summary line goes to stdout: what was exported and the time
 torch.export and the save took.  With ``--plan``, the
@@ -444,6 +445,9 @@ def main(argv=None):
     parser.add_argument("--stack-traces", action="store_true",
                         help="record each node's Python stack trace (node.meta['stack_trace']; commlens does not "
                              "read them, and recording them makes export slower)")
+    parser.add_argument("--eval", action="store_true",
+                        help="export the model after model.eval() (dropout off, batch norm on its running "
+                             "statistics): the program `commlens predict --phase inference` takes")
     parser.add_argument("--describe", metavar="JSON",
                         help="also write commlens.export.describe() output to this file")
     ns = parser.parse_args(argv)
@@ -453,6 +457,8 @@ def main(argv=None):
     if not os.path.isdir(parent):
         raise CommlensError(ns.output, f"cannot write: directory {parent} does not exist")
     model, args, kwargs = call_model_factory(ns.factory)
+    if ns.eval:
+        model.eval()
     plan = None
     if ns.plan:
         from commlens.plan import resolve_plan

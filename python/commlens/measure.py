@@ -3,7 +3,7 @@
 CLI::
 
     python -m commlens.measure MODULE:FACTORY --plan PLAN [--backend fake|gloo|nccl]
-        [--phase forward|backward|both] [--world-size N] [--noise-level K]
+        [--phase forward|backward|both|inference] [--world-size N] [--noise-level K]
         [--device meta|cuda] -o measured.json [--counts counts.json]
 
 ``PLAN`` is a commlens-plan JSON file or a plan factory spec
@@ -44,7 +44,9 @@ What one measurement does (every rank, identically):
    in ``inputs`` (then ``requires_grad_`` where asked);
 7. in **one fresh** ``CommDebugMode`` (inside ``loss_parallel()`` when the plan
    says so): ``out = model(*args, **kwargs)``; for phase ``backward``/``both``
-   also ``loss = <plan loss>(out)`` and ``loss.backward()``.
+   also ``loss = <plan loss>(out)`` and ``loss.backward()``; for phase
+   ``inference``, ``model.eval()`` first and the forward under ``torch.no_grad()``
+   (no loss, no backward), as every ``generate()`` step runs it.
 
 CommDebugMode names the root ``FSDP<Class>`` when the root is a
 ``fully_shard`` unit (fully_shard swaps the module's class); the counts keep
@@ -56,7 +58,8 @@ CommDebugMode charges them.  Plans with ``fully_shard`` units need a real
 forward, and a ``cuda`` plan needs a GPU, because FSDP2 moves the parameters
 to the current CUDA device.
 
-Phase ``forward`` never runs backward (backward sections are empty); phase
+Phase ``forward`` never runs backward (backward sections are empty), nor does
+phase ``inference`` (its counts file says ``"phase": "inference"``); phase
 ``backward`` runs everything but empties the forward sections of the counts
 file (the JSON dump stays CommDebugMode's unfiltered output).
 
@@ -115,7 +118,7 @@ from commlens._errors import CommlensError, cli_main, exit_without_teardown
 from commlens.plan import Loss, PlanError, check_against_model, resolve_plan, to_json
 
 BACKENDS = ("fake", "gloo", "nccl")
-PHASES = ("forward", "backward", "both")
+PHASES = ("forward", "backward", "both", "inference")
 COUNTS_FORMAT = "commlens-counts"
 COUNTS_VERSION = 1
 
@@ -222,7 +225,7 @@ def counts_from_comm_mode(comm_mode, phase):
         entry = comm_mode.comm_module_counts.get(fqn, {})
         fw = {str(op): n for op, n in entry.get("forward", {}).items() if n}
         bw = {str(op): n for op, n in entry.get("backward", {}).items() if n}
-        if phase == "forward":
+        if phase in ("forward", "inference"):
             bw = {}
         elif phase == "backward":
             fw = {}
@@ -440,13 +443,18 @@ def count_collectives(model, args, kwargs, phase, loss, *, loss_parallel=False, 
     """Step 7 on a model parallelised by whatever means: in one fresh CommDebugMode (inside
     ``loss_parallel()`` when asked), ``out = model(*args, **kwargs)`` and, for phase
     ``backward``/``both``, ``loss`` (a :class:`commlens.plan.Loss` or its kind) of ``out`` and
-    its backward; returns the per-module counts (:func:`counts_from_comm_mode`)."""
+    its backward; for phase ``inference``, ``model.eval()`` and the forward alone under
+    ``torch.no_grad()``. Returns the per-module counts (:func:`counts_from_comm_mode`)."""
+    import torch
     from torch.distributed.tensor.parallel import loss_parallel as loss_parallel_context
 
     comm_mode = _bytes_recording_comm_debug_mode()
     _fix_repeated_call_tracking(comm_mode)
-    ctx = loss_parallel_context() if loss_parallel else contextlib.nullcontext()
-    with ctx, comm_mode, warnings.catch_warnings():
+    ctx = loss_parallel_context() if loss_parallel and phase != "inference" else contextlib.nullcontext()
+    if phase == "inference":
+        model.eval()
+    grad = torch.no_grad() if phase == "inference" else contextlib.nullcontext()
+    with ctx, grad, comm_mode, warnings.catch_warnings():
         # "Full backward hook is firing when gradients are computed with
         # respect to module outputs since no inputs require gradients" comes
         # from CommDebugMode's global backward pre-hook; it is expected here.
@@ -455,7 +463,7 @@ def count_collectives(model, args, kwargs, phase, loss, *, loss_parallel=False, 
         # would skip its pre-backward hook); measure does no in-place op.
         warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
         out = model(*args, **(kwargs or {}))
-        if phase != "forward":
+        if phase not in ("forward", "inference"):
             _compute_loss(loss, loss_parallel, out, args).backward()
     if json_dump is not None:
         comm_mode.generate_json_dump(file_name=json_dump, noise_level=noise_level)

@@ -252,10 +252,10 @@ def test_usage_errors(run_commlens, dumps):
     r = run_commlens("compare", dumps / "mlp_grad.json")
     assert (r.returncode, r.stdout, r.stderr) == (2, "", "commlens: error: compare takes two arguments: PREDICTED MEASURED\n")
     r = run_commlens("compare", dumps / "mlp_grad.json", dumps / "mlp_grad.json", "--phase", "sideways")
-    assert (r.returncode, r.stderr) == (2, "commlens: error: unknown phase 'sideways' (expected forward, backward or both)\n")
+    assert (r.returncode, r.stderr) == (2, "commlens: error: unknown phase 'sideways' (expected forward, backward, both or inference)\n")
     r = run_commlens("compare", dumps / "mlp_grad.json", dumps / "mlp_grad.json", "--phase")
     assert (r.returncode, r.stderr) == (2, "commlens: error: option --phase needs a value\n")
     r = run_commlens("compare", dumps / "mlp_grad.json", dumps / "mlp_grad.json", "--bogus")
     assert (r.returncode, r.stderr) == (2, "commlens: error: unknown option '--bogus'\n")
     r = run_commlens("--help")
-    assert "compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both]" in r.stdout
+    assert "compare PREDICTED MEASURED [--json|--html] [--phase forward|backward|both|inference]" in r.stdout

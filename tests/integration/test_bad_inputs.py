@@ -778,7 +778,7 @@ def _(b):
 @kind("bad-phase")
 def _(b):
     return predict(b.good_pt2, b.plan_path, "--phase", "sideways"), \
-        "--phase must be forward, backward or both, got 'sideways'"
+        "--phase must be forward, backward, both or inference, got 'sideways'"
 
 
 @kind("bad-format")

@@ -74,7 +74,7 @@ def test_print_after_dumps_placements(run_commlens, files):
 
 @pytest.mark.parametrize("args,message", [
     (["--print-after=bogus"], "--print-after: unknown pass 'bogus' (passes: "),
-    (["--phase", "sideways"], "--phase must be forward, backward or both, got 'sideways'"),
+    (["--phase", "sideways"], "--phase must be forward, backward, both or inference, got 'sideways'"),
     (["--format", "xml"], "--format must be table, json or html, got 'xml'"),
     (["--world-size", "8"], "{plan}: mesh shape DeviceMesh((4,), 'cpu', mesh_dim_names=('tp',)) has 4 devices but "
                             "the world size is 8"),

@@ -83,7 +83,7 @@ def test_rank_table_and_bad_plans(run_commlens, llama, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     ((), "rank takes MODEL.pt2 and at least one --plan PLAN.json or --plans DIR"),
-    (("--phase", "backward", "--plan", "x.json"), "--phase must be forward or both, got 'backward'"),
+    (("--phase", "backward", "--plan", "x.json"), "--phase must be forward, both or inference, got 'backward'"),
     (("--plans", "/nonexistent"), "--plans: /nonexistent: No such file or directory"),
 ])
 def test_rank_usage_errors(run_commlens, llama, args, message):

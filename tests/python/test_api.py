@@ -71,7 +71,7 @@ def test_errors_are_commlens_errors(gpt2_ep):
         for w in ("w1", "w2")]
     with pytest.raises(CommlensError) as info:
         commlens.predict(gpt2_ep, PLAN, phase="sideways")
-    assert str(info.value) == "predict: phase must be forward, backward or both, got 'sideways'"
+    assert str(info.value) == "predict: phase must be forward, backward, both or inference, got 'sideways'"
     with pytest.raises(CommlensError) as info:
         commlens.predict("/nonexistent.pt2", PLAN)
     assert str(info.value).startswith("/nonexistent.pt2: ")

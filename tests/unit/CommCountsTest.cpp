@@ -196,11 +196,34 @@ TEST(CommCounts, PhaseField) {
                 .onlyPhase,
             CommPhase::Backward);
   EXPECT_EQ(parseError(R"({"format": "commlens-counts", "version": 1, "phase": "sideways", "modules": []})"),
-            "phase: expected \"forward\", \"backward\" or \"both\", got \"sideways\"");
+            "phase: expected \"forward\", \"backward\", \"both\" or \"inference\", got \"sideways\"");
   CommCounts c = parseOk(kTree);
   c.onlyPhase = CommPhase::Backward;
   EXPECT_EQ(parseOk(c.toCountsJson()).onlyPhase, CommPhase::Backward);
   EXPECT_EQ(parseOk(c.toTreeJson()).onlyPhase, CommPhase::Backward);
+}
+
+// "inference": a no-grad forward's counts, in the forward maps; compare tells them from a
+// training forward's by `inference`, and a file without "phase" (CommDebugMode's dump) by phaseStated.
+TEST(CommCounts, InferencePhase) {
+  CommCounts flat = parseOk(R"({"format": "commlens-counts", "version": 1, "phase": "inference", "modules": []})");
+  EXPECT_EQ(flat.onlyPhase, CommPhase::Forward);
+  EXPECT_TRUE(flat.inference);
+  EXPECT_TRUE(flat.phaseStated);
+  EXPECT_EQ(flat.phaseLabel(), "inference");
+  CommCounts forward = parseOk(R"({"format": "commlens-counts", "version": 1, "phase": "forward", "modules": []})");
+  EXPECT_FALSE(forward.inference);
+  EXPECT_EQ(forward.phaseLabel(), "forward");
+  CommCounts tree = parseOk(kTree);
+  EXPECT_FALSE(tree.phaseStated);
+  EXPECT_EQ(tree.phaseLabel(), "both");
+  tree.onlyPhase = CommPhase::Forward;
+  tree.inference = true;
+  for (const std::string &text : {tree.toCountsJson(), tree.toTreeJson()}) {
+    CommCounts back = parseOk(text);
+    EXPECT_TRUE(back.inference);
+    EXPECT_EQ(back.onlyPhase, CommPhase::Forward);
+  }
 }
 
 TEST(CommCounts, WritersRoundTrip) {
