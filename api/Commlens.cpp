@@ -73,6 +73,7 @@ llvm::Expected<std::unique_ptr<Prediction>> runPrediction(std::unique_ptr<Export
   if (request.customizePipeline)
     request.customizePipeline(pm);
   p->ctx_ = std::make_unique<PassContext>(PassContext{*p->program_, p->plan(), request.options, PredictionState()});
+  p->ctx_->options.inference |= inference;
   p->ctx_->state.warnings = std::move(skippedStyles);
   // Ties decide which FSDP unit manages a parameter and what a frozen pattern reaches.
   if (p->plan_ && p->program_->tiedParametersUnknown &&

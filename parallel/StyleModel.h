@@ -49,6 +49,11 @@ public:
   virtual Value *sequenceParallelInput(Value *x, const Placement &sharding) = 0;
   /// A style's output hook: redistribute to `layout` (none: keep), to_local when `useLocalOutput`.
   virtual Value *redistributeOutput(Value *x, const std::optional<Placement> &layout, bool useLocalOutput) = 0;
+  /// `dist.all_reduce` in place on the local tensor of a Partial DTensor (c10d.allreduce_): a
+  /// plain tensor holding the sum comes back.
+  virtual Value *allReduceLocal(Value *x) = 0;
+  /// Whether the call runs with grad enabled (false in a no_grad region and in inference).
+  virtual bool gradEnabled() const = 0;
 };
 
 class StyleModel {

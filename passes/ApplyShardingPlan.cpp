@@ -70,6 +70,10 @@ public:
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::RedistributeOutput), x,
                     {{"layout", placementArg(layout), false}, {"use_local_output", useLocalOutput, false}}, "out");
   }
+  Value *allReduceLocal(Value *x) override {
+    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceLocal), x, {}, "out");
+  }
+  bool gradEnabled() const override { return c_.gradEnabled; }
 
 private:
   GraphBuilder &b_;
@@ -241,7 +245,7 @@ private:
         inputSpecOf[in.value] = &in;
     for (ModuleCall &call : analysis.calls()) {
       StyledCall &c = calls_.emplace_back(std::move(call));
-      c.gradEnabled = graph_.nodes()[c.first]->gradEnabled();
+      c.gradEnabled = graph_.nodes()[c.first]->gradEnabled() && !ctx_.options.inference;
       if (auto styled = styles_.find(c.scope); styled != styles_.end())
         c.styles = styled->second;
       if (auto unit = fsdpUnitOf_.find(c.scope); unit != fsdpUnitOf_.end())

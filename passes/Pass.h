@@ -23,6 +23,9 @@ struct PassOptions {
   CudaTarget cudaTarget;
   /// Where the plan runs, for communication time estimates (none: no times).
   std::optional<Cluster> cluster;
+  /// The forward runs under torch.no_grad() (predict --phase inference): styles whose hooks
+  /// depend on the grad mode take their no-grad path.
+  bool inference = false;
 };
 
 /// What the passes share: the program they rewrite, the plan, and the analysis results.

@@ -98,8 +98,11 @@ private:
 
   bool approximate(const Value *v) const { return state_.approximate.lookup(v); }
 
+  /// `issuedAs`: the op that issues the collectives where it is not DTensor's own (a c10d call on
+  /// the local tensor, such as transformers' in-place dist.all_reduce).
   llvm::Error redistribute(const Value *v, const Placements &from, const Placements &to, const Node &n,
-                           llvm::StringRef argument, const std::string &why, bool approx) {
+                           llvm::StringRef argument, const std::string &why, bool approx,
+                           llvm::StringRef issuedAs = "") {
     auto plan = planRedistribute(mesh_, *v->meta(), from, to);
     if (!plan)
       return makeError("{}: cannot redistribute '{}' from {} to {}: {}", n.where(), argument.str(), str(from), str(to),
@@ -109,7 +112,7 @@ private:
       if (kept != n.metadata().end() && llvm::is_contained(llvm::split(kept->second, ','), step->opKey()))
         continue; // recomputation reuses the output selective checkpointing kept
       CollectiveRecord r;
-      r.opKey = step->opKey().str();
+      r.opKey = issuedAs.empty() ? step->opKey().str() : issuedAs.str();
       r.phase = phase_;
       r.module = n.scope();
       r.node = &n;
@@ -282,6 +285,23 @@ private:
         result = onMesh(*layout);
       }
       handBack(result);
+      return llvm::Error::success();
+    }
+    case BoundaryOp::AllReduceLocal: {
+      // The local tensor of a Partial DTensor summed in place by c10d: DTensor's Partial ->
+      // Replicate all-reduce, issued as c10d.allreduce_ on the same bytes; the sum comes back plain.
+      if (!in || llvm::none_of(in->placements, [](const Placement &p) { return p.isPartial(); }))
+        return makeError("{}: the output of {} is not a partial sum ({}), which its row-wise layer all-reduces",
+                         n.where(), module, in ? str(in->placements) : "a plain tensor");
+      Placements summed = in->placements;
+      for (Placement &p : summed)
+        if (p.isPartial())
+          p = Placement::replicate();
+      std::string why = fmt::format("{} all-reduces its local output {} in place (dist.all_reduce, no grad)", module,
+                                    x->name());
+      if (llvm::Error err = redistribute(x, in->placements, summed, n, x->name(), why, approx, "c10d.allreduce_"))
+        return err;
+      localShards_.toLocal(out, normalized(summed, x->meta()->rank()));
       return llvm::Error::success();
     }
     default: // the FSDP hooks, above

@@ -39,6 +39,9 @@ llvm::cl::opt<unsigned> noiseLevel("noise-level", llvm::cl::desc("the table's no
                                    llvm::cl::init(0), llvm::cl::cat(category));
 llvm::cl::opt<std::string> clusterName("cluster", llvm::cl::desc("cluster preset or topology file (estimate-time)"),
                                        llvm::cl::value_desc("name|file"), llvm::cl::cat(category));
+llvm::cl::opt<bool> noGrad("no-grad",
+                           llvm::cl::desc("the forward runs under torch.no_grad(), as in predict --phase inference"),
+                           llvm::cl::cat(category));
 llvm::cl::opt<bool> allowUnsupported("allow-unsupported", llvm::cl::desc("continue past unsupported ops"),
                                      llvm::cl::cat(category));
 
@@ -92,6 +95,7 @@ int main(int argc, char **argv) {
   request.planLabel = planFile.getValue();
   request.programLabel = inputFile.getValue();
   request.options.allowUnsupported = allowUnsupported;
+  request.options.inference = noGrad;
   if (!clusterName.empty()) {
     auto cluster = resolveCluster(clusterName);
     if (!cluster)

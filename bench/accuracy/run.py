@@ -235,6 +235,12 @@ CONFIGS = [
              H + f"hf_captured(family={family!r}, tp={tp})", "both", ci=(family, tp) == ("llama", 4),
              measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
       for family in HF_TRANSFORMERS_TP for tp in ((2, 4) if family == "llama" else (4,))],
+    # inference through the same path (model.eval() under torch.no_grad(): transformers' row-wise
+    # Linear sums its local output with dist.all_reduce, c10d.allreduce_), from the captured plan
+    *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-inference", f"examples.hf:hf_model(family={family!r})",
+             H + f"hf_captured(family={family!r}, tp={tp})", "inference", ci=(family, tp) == ("llama", 4),
+             measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
+      for family in HF_TRANSFORMERS_TP for tp in ((2, 4) if family == "llama" else (4,))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",

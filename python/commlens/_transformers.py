@@ -6,8 +6,8 @@ shard a module's parameters (``shard_param``) and replace its ``forward`` (``ins
 In training (grad enabled) the registrations below issue, per module and in bytes, what the torch
 style they map to issues: measured by ``examples.hf_real:measure_transformers_tp`` against plans
 built from this table (the accuracy corpus' ``hf_*-transformers_tp`` configurations). Under
-``torch.no_grad()`` they do not (transformers' row-wise Linear then calls ``dist.all_reduce`` in
-place), so a plan made from them describes a training step.
+``torch.no_grad()`` the row-wise ones do not (their Linear then calls ``dist.all_reduce`` in
+place), so capture records those as transformers' own layer (:data:`OWN_STYLES`).
 
 :func:`parallelize` is what ``python -m commlens.capture --parallelize transformers`` runs.
 """
@@ -17,6 +17,12 @@ import os
 
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+# Registrations capture records as transformers' own RowwiseParallel object (the plan's
+# TransformersRowwiseParallel) rather than as their torch style below: without grad its Linear
+# runs on local shards and calls dist.all_reduce in place (c10d.allreduce_), which no torch style
+# does. (Hand-written plans, examples.hf:hf_tp, use the torch styles, measured as torch runs them.)
+OWN_STYLES = ("rowwise", "rowwise_split_input")
 
 # transformers' registration name -> the torch style with the layouts transformers registers for it.
 # Its EmbeddingParallel(shard_dim=0) shards the vocabulary, takes the ids replicated and sums the
@@ -50,6 +56,19 @@ def torchrun_env(world_size):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def apply_layer(model, mesh, pattern, layer):
+    """What transformers' ``distribute_model`` does with ``layer`` on each module ``pattern``
+    matches (as parallelize_module matches it): ``shard_param`` on each of the module's own
+    parameters, then ``install_forward``."""
+    from commlens.plan import match_modules
+
+    for path in match_modules(model, pattern):
+        module = model.get_submodule(path)
+        for name in list(module._parameters):
+            layer.shard_param(module, name, mesh)
+        layer.install_forward(module, mesh)
 
 
 def parallelize(model, **distributed_config):

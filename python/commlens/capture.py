@@ -105,7 +105,7 @@ class _Recorder:
     """Records style applications and fully_shard calls while the user's function runs."""
 
     def __init__(self):
-        self.styles = []    # (style before _apply, module, mesh, src_data_rank)
+        self.styles = []    # (style before _apply, module, mesh, src_data_rank or None)
         self.units = []     # fully_shard's arguments, its state and modules
         self.hooks = {}     # id(module) -> hook ids a style or unit registered on it
         self.styled = set()  # (id(owner), name) of parameters a style replaced
@@ -211,7 +211,7 @@ class _Recorder:
         if tp is None:
             # not imported before FN ran: a layer FN applies shows as a replaced forward, refused
             return
-        from commlens._transformers import NO_OP_STYLES, TORCH_STYLES
+        from commlens._transformers import NO_OP_STYLES, OWN_STYLES, TORCH_STYLES
 
         registered = {id(layer): name for name, layer in tp.ALL_PARALLEL_STYLES.items()}
         recorder = self
@@ -242,7 +242,9 @@ class _Recorder:
             recorder.layer_installed.add((id(layer), id(module)))
             if name in NO_OP_STYLES or name in TORCH_STYLES:
                 recorder.replaced_forward.add(id(module))
-            if name in TORCH_STYLES:
+            if name in OWN_STYLES:
+                recorder.styles.append((layer, module, args[0], None))
+            elif name in TORCH_STYLES:
                 style = TORCH_STYLES[name]()
                 recorder.styles.append((style, module, args[0], style.src_data_rank))
             elif name not in NO_OP_STYLES:
@@ -430,11 +432,11 @@ class _Capture:
 
     def parallelize_steps(self):
         from commlens.plan import style_to_json
-        from commlens.plan.styles import BY_CLASS, BY_NAME
+        from commlens.plan.styles import BY_NAME, entry_of
 
         entries, styles = [], []
         for style, module, mesh, _rank in self.recorder.styles:
-            if type(style) not in BY_CLASS:
+            if entry_of(type(style)) is None:
                 self.fail(f"parallel style {_qualname(style)} on module {self.shown(module, True)} is not "
                           f"modelled (commlens models {', '.join(BY_NAME)})")
             if id(module) not in self.unwrapped:
@@ -454,7 +456,8 @@ class _Capture:
         return steps
 
     def src_data_rank(self):
-        ranks = {rank for *_s, rank in self.recorder.styles}
+        # transformers' layers have none (they place their shards with src_data_rank=None)
+        ranks = {rank for *_s, rank in self.recorder.styles if rank is not None}
         if len(ranks) > 1:
             self.fail(f"parallelize_module ran with different src_data_rank values {sorted(ranks, key=str)}; "
                       "a plan has one")

@@ -343,7 +343,6 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, distribute_tensor
-    from torch.distributed.tensor.parallel import parallelize_module
     import fnmatch
 
     world = dist.get_world_size()
@@ -384,7 +383,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
         warnings.simplefilter("ignore")
         for dim, styles in plan.parallelize_steps():
             target = mesh if dim is None else _submesh(mesh, (dim,))
-            parallelize_module(model, target, styles, src_data_rank=plan.src_data_rank)
+            _parallelize(model, target, styles, plan.src_data_rank)
             _pass_local_shards_of_inputs(model, target, styles, input_tensors)
         for name, p in model.named_parameters():
             if any(fnmatch.fnmatchcase(name, pat) for pat in plan.frozen_after_parallelize):
@@ -437,6 +436,25 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
     modules = count_collectives(model, args, kwargs, phase, plan.loss, loss_parallel=plan.loss_parallel,
                                 json_dump=json_dump, noise_level=noise_level)
     return {"modules": modules, "device": device_info(ran_on)}
+
+
+def _parallelize(model, mesh, styles, src_data_rank):
+    """One parallelize step: torch's styles by ``parallelize_module``, transformers' layers as
+    transformers applies them (:func:`commlens._transformers.apply_layer`), in the plan's order."""
+    from torch.distributed.tensor.parallel import parallelize_module
+    from torch.distributed.tensor.parallel.style import ParallelStyle
+
+    from commlens._transformers import apply_layer
+
+    pending = {}
+    for pattern, style in list(styles.items()) + [(None, None)]:
+        if pending and not isinstance(style, ParallelStyle):
+            parallelize_module(model, mesh, pending, src_data_rank=src_data_rank)
+            pending = {}
+        if isinstance(style, ParallelStyle):
+            pending[pattern] = style
+        elif style is not None:
+            apply_layer(model, mesh, pattern, style)
 
 
 def count_collectives(model, args, kwargs, phase, loss, *, loss_parallel=False, json_dump=None, noise_level=3):

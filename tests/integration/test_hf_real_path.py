@@ -55,6 +55,46 @@ def test_prediction_equals_transformers_tp_plan_auto(family, tp, plan_source, tm
     assert summary["bytes_compared"] == summary["cells"] > 0
 
 
+@pytest.mark.parametrize("family,tp", [
+    ("llama", 4),  # o_proj and down_proj rowwise
+    ("olmo2", 2),  # o_proj rowwise_split_input after gathered q/k/v
+])
+def test_inference_follows_transformers_local_row_wise_all_reduce(family, tp, tmp_path, run_commlens):
+    """model.eval() under torch.no_grad() (one generate() step): transformers' row-wise Linear runs
+    on its local shards and sums its [2, 16, 64] float32 output (batch 2, 16 tokens, hidden 64) with
+    dist.all_reduce in place, c10d.allreduce_ of 2 * 16 * 64 * 4 = 8192 bytes, once per row-wise
+    module (2 layers, 2 each);
+    the vocab-parallel embed_tokens still reduces through DTensor. Predicted from the captured plan
+    on the program exported in eval mode, against the native run."""
+    from commlens._factory import call_model_factory
+    from commlens.export import export_model, save_program
+
+    doc = measure_transformers_tp(family=family, tp=tp, phase="inference")
+    assert doc["phase"] == "inference"
+    glob = _module(doc, "Global")
+    assert glob["forward"]["c10d.allreduce_"] == 4 and glob["backward"] == {}
+    assert glob["forward_bytes"]["c10d.allreduce_"] == 4 * 8192
+    o_proj = _module(doc, "HFCausalLM.model.model.layers.0.self_attn.o_proj")
+    assert o_proj["forward"] == {"c10d.allreduce_": 1}
+    embed = _module(doc, "HFCausalLM.model.model.embed_tokens")
+    assert embed["forward"] == {"c10d_functional.all_reduce": 1}
+    measured = tmp_path / "measured.counts.json"
+    measured.write_text(format_counts(doc))
+
+    model, args, kwargs = call_model_factory(f"examples.hf:hf_model(family={family!r})")
+    pt2 = tmp_path / "eval.pt2"
+    save_program(export_model(model.eval(), args, kwargs), str(pt2))
+    plan = save_plan(commlens.capture(f"examples.hf:hf_model(family={family!r})", "transformers", tp,
+                                      loss="cross_entropy"), tmp_path)
+    predicted = tmp_path / "predicted.json"
+    r = run_commlens("predict", pt2, "--plan", plan, "--phase", "inference", "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    r = run_commlens("compare", predicted, measured, "--phase", "inference", "--json")
+    summary = json.loads(r.stdout)["summary"]
+    assert r.returncode == 0 and summary["differ"] == 0, r.stdout
+    assert summary["bytes_compared"] == summary["cells"] > 0
+
+
 def test_qwen3_norm_grad_all_reduce_has_no_torch_style():
     """Expected refusal. Qwen3's per-head q_norm / k_norm are replicated_with_grad_allreduce:
     transformers registers a post-accumulate-grad hook that calls dist.all_reduce on the weight's

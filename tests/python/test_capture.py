@@ -141,7 +141,8 @@ REFUSALS = [
                 "commlens models one module per fully_shard call"),
     (style_subclass, f"parallel style {MyColwise.__module__}.MyColwise on module 'layers.0.w1' (Linear) is not "
                      "modelled (commlens models ColwiseParallel, RowwiseParallel, SequenceParallel, "
-                     "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput)"),
+                     "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput, "
+                     "TransformersRowwiseParallel)"),
     (custom_wrapper, f"module 'layers.1' is a {Wrapper.__module__}.Wrapper the parallelization added; commlens "
                      "models no module wrapper but checkpoint_wrapper"),
     (fails, "the parallelize function raised ValueError: If passing reshard_after_forward as an int, it should "
@@ -183,7 +184,8 @@ def test_cli_writes_the_plan(cli, tmp_path):
 def test_cli_parallelize_transformers(cli, tmp_path):
     """The built-in --parallelize transformers: transformers' own calls, its layers read by name. The
     Llama plan transformers resolves (init_parallel_plans): embed_tokens embedding_rowwise, q/k/v and
-    gate/up colwise, o/down rowwise, lm_head colwise_gather_output, on a (pp, dp_replicate, fsdp, tp)
+    gate/up colwise, o/down rowwise (recorded as transformers' own RowwiseParallel layer, whose
+    no-grad path no torch style has), lm_head colwise_gather_output, on a (pp, dp_replicate, fsdp, tp)
     mesh of transformers' own making."""
     out = tmp_path / "plan.json"
     r = cli("commlens.capture", "--model", "examples.hf:hf_model(family='llama')", "--parallelize", "transformers",
@@ -194,7 +196,7 @@ def test_cli_parallelize_transformers(cli, tmp_path):
     styles = {e["fqn"]: (e["style"], e["input_layouts"], e["output_layouts"])
               for e in json.loads(out.read_text())["parallelize"][0]["plan"]}
     colwise, rowwise = ("ColwiseParallel", ["Replicate()"], ["Shard(-1)"]), \
-        ("RowwiseParallel", ["Shard(-1)"], ["Replicate()"])
+        ("TransformersRowwiseParallel", ["Shard(-1)"], ["Replicate()"])
     layer = "model.model.layers.*."
     assert styles == {
         "model.model.embed_tokens": ("RowwiseParallel", ["Replicate()"], ["Replicate()"]),

@@ -297,7 +297,7 @@ def _set_mesh_dim(value):
 
 
 KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
-         "PrepareModuleOutput, PrepareModuleInputOutput")
+         "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel")
 
 LOAD_ERRORS = [
     (_set_style("FooParallel"),

@@ -1,6 +1,7 @@
 """The table of parallel styles (python/commlens/plan/styles/): each entry names a real torch
-ParallelStyle, the table's styles are the plan schema's, and each entry's fields are exactly the
-instance attributes torch gives that class (save those the table lists as not serialized)."""
+ParallelStyle (or transformers' layer class), the table's styles are the plan schema's, and each
+entry's fields are exactly the instance attributes torch (or transformers) gives that class (save
+those the table lists as not serialized)."""
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from commlens.measure import fake_process_group
 from commlens.plan.schema import load_schema
-from commlens.plan.styles import BY_CLASS, BY_NAME, NOT_SERIALIZED, STYLES
+from commlens.plan.styles import BY_NAME, NOT_SERIALIZED, STYLES, entry_of
 from commlens.plan.styles.entry import StyleEntry
 
 # The constructor arguments a class cannot go without; every other class is built with none.
@@ -20,11 +21,15 @@ REQUIRED_ARGS = {
     PrepareModuleOutput: {"output_layouts": Shard(0), "desired_output_layouts": Replicate()},
     PrepareModuleInputOutput: {"output_layouts": Shard(0), "desired_output_layouts": Replicate()},
 }
+# transformers' layers: not torch ParallelStyles, applied by shard_param + install_forward.
+TRANSFORMERS = [entry for entry in STYLES if entry.class_path.startswith("transformers.")]
+TORCH = [entry for entry in STYLES if entry not in TRANSFORMERS]
 IDS = [entry.name for entry in STYLES]
+TORCH_IDS = [entry.name for entry in TORCH]
 
 
 def minimal(entry):
-    return entry.cls(**REQUIRED_ARGS.get(entry.cls, {}))
+    return entry.resolve()(**REQUIRED_ARGS.get(entry.resolve(), {}))
 
 
 def declared(entry):
@@ -42,16 +47,29 @@ def schema_styles():
 
 
 def test_table_lookups_cover_every_entry_once():
-    assert len(STYLES) == 6
+    assert (len(TORCH), len(TRANSFORMERS)) == (6, 1)
     assert list(BY_NAME) == [entry.name for entry in STYLES]
-    assert list(BY_CLASS.values()) == list(STYLES)
+    assert [entry_of(entry.resolve()) for entry in STYLES] == list(STYLES)
 
 
-@pytest.mark.parametrize("entry", STYLES, ids=IDS)
+@pytest.mark.parametrize("entry", TORCH, ids=TORCH_IDS)
 def test_entry_is_a_torch_parallel_style_of_its_name(entry):
     assert issubclass(entry.cls, ParallelStyle)
     assert entry.cls.__module__ == "torch.distributed.tensor.parallel.style"
     assert getattr(torch.distributed.tensor.parallel, entry.name) is entry.cls
+
+
+def test_transformers_entries_are_its_registered_layers():
+    """Each transformers entry is the class of layers transformers registers (ALL_PARALLEL_STYLES),
+    and the style commlens.plan imports without importing transformers."""
+    from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
+
+    from commlens._transformers import OWN_STYLES
+
+    (entry,) = TRANSFORMERS
+    assert isinstance(entry.cls, str)
+    assert {type(ALL_PARALLEL_STYLES[name]) for name in OWN_STYLES} == {entry.resolve()}
+    assert entry.resolve().__name__ == entry.name.removeprefix("Transformers")
 
 
 def test_table_styles_are_the_schema_styles():
@@ -70,7 +88,19 @@ def test_constructed_instance_has_exactly_the_declared_fields(entry):
     assert sorted(vars(minimal(entry))) == sorted(always)
 
 
-@pytest.mark.parametrize("entry", STYLES, ids=IDS)
+def test_applied_transformers_layer_has_only_declared_fields():
+    from commlens._transformers import apply_layer
+
+    (entry,) = TRANSFORMERS
+    layer = minimal(entry)
+    model = nn.Sequential(nn.Linear(4, 4))
+    with fake_process_group(2, "test_style_table"):
+        apply_layer(model, init_device_mesh("cpu", (2,)), "0", layer)
+    assert set(vars(layer)) == set(declared(entry))
+    assert [p.placements for p in model[0].parameters()] == [(Shard(1),), (Replicate(),)]
+
+
+@pytest.mark.parametrize("entry", TORCH, ids=TORCH_IDS)
 def test_applied_instance_has_only_declared_or_unserialized_fields(entry):
     style = minimal(entry)
     module = nn.Embedding(8, 4) if entry.name == "RowwiseParallel" else nn.Linear(4, 4)

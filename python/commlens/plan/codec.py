@@ -10,7 +10,7 @@ from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from commlens.plan.model import FullyShard, PlanError
-from commlens.plan.styles import BY_CLASS, BY_NAME
+from commlens.plan.styles import BY_NAME, entry_of
 
 # --------------------------------------------------------------------------
 # Placements <-> strings
@@ -106,7 +106,7 @@ def _dict_from_json(v, subject, where):
 
 def style_to_json(style, where="style"):
     """Encode a ParallelStyle by reading its instance attributes."""
-    entry = BY_CLASS.get(type(style))
+    entry = entry_of(type(style))
     if entry is None:
         raise PlanError(where, f"unsupported parallel style class {type(style).__module__}."
                         f"{type(style).__qualname__}")
@@ -121,6 +121,8 @@ def style_to_json(style, where="style"):
         w = f"{where}.{fname}"
         if kind in ("pl1", "pltup"):
             out[fname] = _tuple_to_json(val, w)
+        elif kind == "pl":
+            out[fname] = [placement_to_str(val, w)]
         elif kind == "pldict":
             out[fname] = _dict_to_json(val, w)
         elif kind == "bool":
@@ -154,6 +156,11 @@ def style_from_json(obj, subject="plan", where="style"):
             if t is None:
                 raise PlanError(subject, f"bad placement list at {w}: must not be null")
             values[fname] = t
+        elif kind == "pl":
+            t = _tuple_from_json(v, subject, w, allow_none_items=False)
+            if t is None or len(t) != 1:
+                raise PlanError(subject, f"bad placement list at {w}: expected one placement")
+            values[fname] = t[0]
         elif kind == "pltup":
             values[fname] = _tuple_from_json(v, subject, w)
         elif kind == "pldict":

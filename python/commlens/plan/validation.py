@@ -16,7 +16,7 @@ from commlens.plan.codec import (
     placement_to_str,
 )
 from commlens.plan.model import ActivationCheckpoint, FullyShard, Loss, PlanError
-from commlens.plan.styles import BY_CLASS
+from commlens.plan.styles import entry_of
 
 _LOSS_KINDS = ("sum", "cross_entropy")
 _REDUCTIONS = ("mean", "sum")
@@ -61,9 +61,9 @@ def validate(plan, subject="plan"):
         for pattern, style in d.items():
             if not isinstance(pattern, str):
                 raise PlanError(subject, f"plan key {pattern!r} is not a string")
-            if not isinstance(style, ParallelStyle):
+            if entry_of(type(style)) is None and not isinstance(style, ParallelStyle):
                 raise PlanError(subject, f"plan entry {pattern!r} is {type(style).__name__}, not a ParallelStyle")
-            if type(style) not in BY_CLASS:
+            if entry_of(type(style)) is None:
                 raise PlanError(subject, f"unsupported parallel style class {type(style).__module__}."
                                 f"{type(style).__qualname__} for {pattern!r}")
     _validate_fully_shard(plan, subject)

@@ -1,8 +1,8 @@
 """The parallel styles commlens models, registered in one table: each module here holds one
-``torch.distributed.tensor.parallel`` style's :class:`~commlens.plan.styles.entry.StyleEntry`
-(its plan JSON name, its fields and their encodings, how to rebuild the torch object), and
-:data:`STYLES` lists them. The codec, :func:`commlens.plan.validate` and plan capture read only
-this table."""
+``torch.distributed.tensor.parallel`` style's (or transformers' layer's)
+:class:`~commlens.plan.styles.entry.StyleEntry` (its plan JSON name, its fields and their
+encodings, how to rebuild the object), and :data:`STYLES` lists them. The codec,
+:func:`commlens.plan.validate` and plan capture read only this table."""
 
 from commlens.plan.styles import (
     colwise,
@@ -11,6 +11,7 @@ from commlens.plan.styles import (
     prepare_module_output,
     rowwise,
     sequence,
+    transformers_rowwise,
 )
 
 # In the order error messages list the styles.
@@ -21,9 +22,16 @@ STYLES = (
     prepare_module_input.ENTRY,
     prepare_module_output.ENTRY,
     prepare_module_input_output.ENTRY,
+    transformers_rowwise.ENTRY,
 )
 BY_NAME = {entry.name: entry for entry in STYLES}
-BY_CLASS = {entry.cls: entry for entry in STYLES}
+_BY_CLASS_PATH = {entry.class_path: entry for entry in STYLES}
+
+
+def entry_of(cls):
+    """The entry of a style class (None: not modelled), found by its module and qualified name so
+    that classes of libraries commlens.plan does not import need no import here."""
+    return _BY_CLASS_PATH.get(f"{cls.__module__}.{cls.__qualname__}")
 
 # Instance attributes of a style that its plan JSON entry does not carry, and why.
 NOT_SERIALIZED = {

@@ -6,25 +6,45 @@ from typing import Callable
 # How a field's value is encoded in plan JSON (commlens.plan.codec reads and writes each kind):
 #   "pl1"   : 1-tuple (or tuple) of Placement        -> list of strings
 #   "pl1?"  : "pl1", on the object only once torch sets it (written only when present)
+#   "pl"    : one Placement (transformers' layers hold it bare) -> list of one string
 #   "pltup" : None or tuple of (Placement | None)     -> null or list
 #   "pldict": dict str -> Placement                   -> object
 #   "bool"  : bool
 #   "style" : a nested style object
-FIELD_KINDS = ("pl1", "pl1?", "pltup", "pldict", "bool", "style")
+FIELD_KINDS = ("pl1", "pl1?", "pl", "pltup", "pldict", "bool", "style")
 
 
 @dataclass(frozen=True)
 class StyleEntry:
     """One parallel style: ``name`` is its ``"style"`` value in plan JSON, ``cls`` the
-    ``torch.distributed.tensor.parallel`` class, ``fields`` its instance attributes as
+    ``torch.distributed.tensor.parallel`` class (or, for a class of another library that
+    commlens.plan does not import, its ``"module:QualName"``, imported when first needed),
+    ``fields`` its instance attributes as
     ``(attribute, kind)`` pairs in the order the JSON writes them, and ``construct(values, subject,
     where)`` builds a ``cls`` object from the decoded fields present (raising ``PlanError`` for a
     combination torch cannot take); the codec then sets every given field verbatim on it."""
 
     name: str
-    cls: type
+    cls: type | str
     fields: tuple
     construct: Callable
+
+    @property
+    def class_path(self):
+        """``"module.QualName"`` of the class, without importing it."""
+        if isinstance(self.cls, str):
+            module, _, qualname = self.cls.partition(":")
+            return f"{module}.{qualname}"
+        return f"{self.cls.__module__}.{self.cls.__qualname__}"
+
+    def resolve(self):
+        """The class itself (imported here for a ``"module:QualName"`` entry)."""
+        if not isinstance(self.cls, str):
+            return self.cls
+        import importlib
+
+        module, _, qualname = self.cls.partition(":")
+        return getattr(importlib.import_module(module), qualname)
 
     def __post_init__(self):
         # A misspelt kind would make the codec skip the field silently.
