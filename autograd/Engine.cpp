@@ -655,6 +655,16 @@ private:
     n->setScope(const_cast<ModuleScope *>(current_), {});
   }
 
+  /// A post-accumulate-grad hook that all-reduces the parameter's gradient in place, run where
+  /// the gradient accumulates, in the current module.
+  void emitGradAllReduce(const Value *param, Value *grad, const ModuleScope &hookOwner) {
+    Value *out = newValue("grad_all_reduce", *grad->meta());
+    emitNode(out->name(), boundaryOpTarget(BoundaryOp::GradAllReduce),
+             {{"self", grad, false}, {"param", const_cast<Value *>(param), false},
+              {"module", hookOwner.displayName(), true}},
+             {Argument(out)});
+  }
+
   void fsdpPreBackward(unsigned unit) {
     if (!fsdpPreBackwardDone_.insert(unit).second)
       return;
@@ -709,6 +719,8 @@ private:
       if (a.buffer[0]) {
         emit("aten::detach.default", {{"self", a.buffer[0], false}}, like(a.buffer[0]), "grad_leaf");
         leafGrads_[a.leaf] = a.buffer[0];
+        if (const ModuleScope *hookOwner = state_.gradAllReduced.lookup(a.leaf))
+          emitGradAllReduce(a.leaf, a.buffer[0], *hookOwner);
       }
       return out;
     case AGNode::Kind::FsdpPostBackward:

@@ -72,6 +72,9 @@ public:
   }
   /// Whether the parameters it places come back trainable (re-registered as new nn.Parameters).
   virtual bool retrainsParameters() const { return false; }
+  /// Whether it all-reduces each of the module's own parameters' gradients once accumulated (a
+  /// post-accumulate-grad hook calling dist.all_reduce over its mesh: c10d.allreduce_).
+  virtual bool allReducesParameterGradients() const { return false; }
   /// The forward pre-hook: rewrites `arguments` to what the module's forward receives.
   virtual llvm::Error preHook(const ParallelStyle &, StyleHooks &, HookArguments &) const {
     return llvm::Error::success();

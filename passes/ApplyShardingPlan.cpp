@@ -207,6 +207,8 @@ private:
       for (auto it = first; it != params.end() && llvm::StringRef((*it)->target).startswith(prefix); ++it) {
         const InputSpec &in = **it;
         llvm::StringRef local = llvm::StringRef(in.target).drop_front(prefix.size());
+        if (model.allReducesParameterGradients() && !local.contains('.'))
+          ctx_.state.gradAllReduced[in.value] = scope;
         std::optional<Placement> placement = model.parameterPlacement(*style, module, local, !local.contains('.'));
         if (!placement)
           continue;
@@ -557,6 +559,10 @@ private:
     for (const Value *v : ctx_.state.retrainedByStyle)
       retrained.insert(b.map(v));
     ctx_.state.retrainedByStyle = std::move(retrained);
+    llvm::DenseMap<const Value *, const ModuleScope *> gradAllReduced;
+    for (const auto &[v, owner] : ctx_.state.gradAllReduced)
+      gradAllReduced[b.map(v)] = owner;
+    ctx_.state.gradAllReduced = std::move(gradAllReduced);
     ctx_.program.replaceGraph(b.finish());
     return llvm::Error::success();
   }

@@ -3,7 +3,7 @@
 // order.
 //
 // Reads:  the program graph; the plan (frozen parameters, inputs requiring grad, loss_parallel);
-//         state.loss, dtensors, boundarySteps, fsdp, checkpointed, retrainedByStyle.
+//         state.loss, dtensors, boundarySteps, fsdp, checkpointed, retrainedByStyle, gradAllReduced.
 // Writes: state.backward.
 #pragma once
 

@@ -287,6 +287,31 @@ private:
       handBack(result);
       return llvm::Error::success();
     }
+    case BoundaryOp::GradAllReduce: {
+      // dist.all_reduce(param.grad) over the styles' mesh: a plain gradient's bytes, charged where
+      // the gradient accumulated.
+      if (in)
+        return makeError("{}: the gradient of {} is a DTensor ({}), which {}'s gradient all-reduce hook does not "
+                         "expect", n.where(), n.input("param")->tensor()->name(), str(in->placements), module);
+      CollectiveRecord r;
+      r.opKey = "c10d.allreduce_";
+      r.phase = phase_;
+      r.module = n.scope();
+      r.node = &n;
+      r.argument = x->name();
+      r.meshDims.assign(state_.dtensorMeshDims.begin(), state_.dtensorMeshDims.end());
+      r.src = Placement::partial();
+      r.dst = Placement::replicate();
+      r.fromPlacements = {r.src};
+      r.toPlacements = {r.dst};
+      r.bytesPerRank = x->meta()->nbytes();
+      r.bytesKnown = !castReason_;
+      r.why = fmt::format("{}'s hook all-reduces the gradient of {} (dist.all_reduce on param.grad)", module,
+                          n.input("param")->tensor()->name());
+      r.approximate = approx;
+      state_.collectives.push_back(std::move(r));
+      return llvm::Error::success();
+    }
     case BoundaryOp::AllReduceLocal: {
       // The local tensor of a Partial DTensor summed in place by c10d: DTensor's Partial ->
       // Replicate all-reduce, issued as c10d.allreduce_ on the same bytes; the sum comes back plain.

@@ -104,6 +104,9 @@ struct PredictionState {
   /// Parameters a style re-created as new nn.Parameters with requires_grad=True whatever they
   /// had (SequenceParallel's _replicate_module_fn): freezing before parallelising is undone.
   llvm::DenseSet<const Value *> retrainedByStyle;
+  /// Parameters whose accumulated gradient a hook all-reduces over dtensorMesh (transformers'
+  /// replicated_with_grad_allreduce), with the module that registered it.
+  llvm::DenseMap<const Value *, const ModuleScope *> gradAllReduced;
   std::vector<CollectiveRecord> collectives;
   /// Values whose placements depend on an op modelled approximately (--allow-unsupported).
   llvm::DenseMap<const Value *, bool> approximate;

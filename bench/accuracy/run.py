@@ -105,9 +105,11 @@ HF_QWEN2 = "examples.hf:hf_qwen2"
 P = "examples.plans:"
 H = "examples.hf:"
 # Dense families whose real transformers tp_plan="auto" path the corpus measures natively. Not
-# Qwen3: hf_tp refuses its replicated_with_grad_allreduce (tests/integration/test_hf_real_path.py).
+# Qwen3: hf_tp refuses its replicated_with_grad_allreduce (tests/integration/test_hf_real_path.py);
+# the plan captured from transformers' own calls models it (HF_CAPTURED).
 HF_TRANSFORMERS_TP = ("llama", "qwen2", "mistral", "granite", "gemma", "gemma2", "cohere", "starcoder2", "olmo",
                       "olmo2", "olmo3", "phi", "phi3", "glm", "smollm3", "ministral", "ernie4_5", "arcee")
+HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3",)
 
 CONFIGS = [
     # MLP: w1 Colwise, w2 Rowwise; input with and without requires_grad; 1-D and 2-D meshes
@@ -234,13 +236,13 @@ CONFIGS = [
     *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-both", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_captured(family={family!r}, tp={tp})", "both", ci=(family, tp) == ("llama", 4),
              measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
-      for family in HF_TRANSFORMERS_TP for tp in ((2, 4) if family == "llama" else (4,))],
+      for family in HF_CAPTURED for tp in ((2, 4) if family == "llama" else (4,))],
     # inference through the same path (model.eval() under torch.no_grad(): transformers' row-wise
     # Linear sums its local output with dist.all_reduce, c10d.allreduce_), from the captured plan
     *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-inference", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_captured(family={family!r}, tp={tp})", "inference", ci=(family, tp) == ("llama", 4),
              measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
-      for family in HF_TRANSFORMERS_TP for tp in ((2, 4) if family == "llama" else (4,))],
+      for family in HF_CAPTURED for tp in ((2, 4) if family == "llama" else (4,))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",

@@ -240,7 +240,7 @@ class _Recorder:
         def installed(layer, module, args, before):
             name = registered.get(id(layer))
             recorder.layer_installed.add((id(layer), id(module)))
-            if name in NO_OP_STYLES or name in TORCH_STYLES:
+            if name in NO_OP_STYLES or name in TORCH_STYLES or name in OWN_STYLES:
                 recorder.replaced_forward.add(id(module))
             if name in OWN_STYLES:
                 recorder.styles.append((layer, module, args[0], None))
@@ -391,12 +391,12 @@ class _Capture:
     def check_modules(self):
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
-        from commlens._transformers import TORCH_STYLES
+        from commlens._transformers import OWN_STYLES, TORCH_STYLES
 
         for name, layer, module in self.recorder.unmapped_layers:
             shown = f"{name!r} ({_qualname(layer)})" if name else f"{_qualname(layer)} (not a registered instance)"
             self.fail(f"transformers' tensor-parallel style {shown} on module {self.shown(module)} is not "
-                      f"modelled (commlens models {', '.join(TORCH_STYLES)})")
+                      f"modelled (commlens models {', '.join(dict.fromkeys([*TORCH_STYLES, *OWN_STYLES]))})")
         for layer, owner, name in self.recorder.layer_sharded:
             if (id(layer), id(owner)) not in self.recorder.layer_installed:
                 self.fail(f"transformers' tensor-parallel style {_qualname(layer)} sharded parameter {name!r} of "

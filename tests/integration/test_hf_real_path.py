@@ -11,7 +11,6 @@ import pytest
 from integration_helpers import export_pt2, save_plan
 
 import commlens
-from commlens.capture import CaptureError
 from commlens.measure import format_counts
 from examples.hf import hf_tp
 from examples.hf_real import measure_transformers_tp  # needs accelerate (scripts/setup.sh installs it)
@@ -95,24 +94,41 @@ def test_inference_follows_transformers_local_row_wise_all_reduce(family, tp, tm
     assert summary["bytes_compared"] == summary["cells"] > 0
 
 
-def test_qwen3_norm_grad_all_reduce_has_no_torch_style():
-    """Expected refusal. Qwen3's per-head q_norm / k_norm are replicated_with_grad_allreduce:
-    transformers registers a post-accumulate-grad hook that calls dist.all_reduce on the weight's
-    gradient, a c10d allreduce_ outside DTensor that no torch ParallelStyle issues, so hf_tp refuses
-    the plan rather than predict without those collectives."""
-    doc = measure_transformers_tp(family="qwen3", tp=2, phase="both")
+@pytest.mark.parametrize("phase", ["both", "inference"])
+def test_qwen3_norm_grad_all_reduce_from_the_captured_plan(phase, tmp_path, run_commlens):
+    """Qwen3's per-head q_norm / k_norm are replicated_with_grad_allreduce: transformers registers
+    a post-accumulate-grad hook that calls dist.all_reduce on the weight's gradient, a c10d
+    allreduce_ outside DTensor that no torch ParallelStyle issues. hf_tp, which maps plan strings to
+    torch styles, refuses the plan; the captured plan records the layer itself
+    (TransformersReplicatedWithGradAllReduce) and predicts the hook's all-reduce where CommDebugMode
+    charges it. Without grad the hook is not registered."""
+    doc = measure_transformers_tp(family="qwen3", tp=2, phase=phase)
     for layer in (0, 1):
         for norm in ("q_norm", "k_norm"):
             m = _module(doc, f"HFCausalLM.model.model.layers.{layer}.self_attn.{norm}")
             # one all-reduce of the head_dim=8 float32 weight's gradient
             assert (m["forward"], m["backward"], m["backward_bytes"]) == (
-                {}, {"c10d.allreduce_": 1}, {"c10d.allreduce_": 8 * 4})
+                ({}, {"c10d.allreduce_": 1}, {"c10d.allreduce_": 8 * 4}) if phase == "both" else ({}, {}, {}))
     with pytest.raises(ValueError, match="'replicated_with_grad_allreduce', which commlens does not map"):
         hf_tp(family="qwen3", tp=2)
-    with pytest.raises(CaptureError) as info:
-        commlens.capture("examples.hf:hf_model(family='qwen3')", "transformers", 2)
-    assert str(info.value) == (
-        "transformers: transformers' tensor-parallel style 'replicated_with_grad_allreduce' "
-        "(transformers.distributed.tensor_parallel.ReplicatedWithGradAllReduce) on module "
-        "'model.model.layers.0.self_attn.q_norm' (Qwen3RMSNorm) is not modelled (commlens models "
-        "embedding_rowwise, colwise, rowwise, colwise_gather_output, rowwise_split_input)")
+    measured = tmp_path / "measured.counts.json"
+    measured.write_text(format_counts(doc))
+    from commlens._factory import call_model_factory
+    from commlens.export import export_model, save_program
+
+    model, args, kwargs = call_model_factory("examples.hf:hf_model(family='qwen3')")
+    pt2 = tmp_path / "model.pt2"
+    save_program(export_model(model.eval() if phase == "inference" else model, args, kwargs), str(pt2))
+    plan = commlens.capture("examples.hf:hf_model(family='qwen3')", "transformers", 2, loss="cross_entropy")
+    norms = {fqn: style for _dim, entries in plan.parallelize_steps() for fqn, style in entries.items()
+             if fqn.endswith("_norm")}
+    assert sorted(norms) == ["model.model.layers.*.self_attn.k_norm", "model.model.layers.*.self_attn.q_norm"]
+    assert {type(style).__name__ for style in norms.values()} == {"ReplicatedWithGradAllReduce"}
+    predicted = tmp_path / "predicted.json"
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", phase, "--format", "json",
+                     "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    r = run_commlens("compare", predicted, measured, "--phase", phase, "--json")
+    summary = json.loads(r.stdout)["summary"]
+    assert r.returncode == 0 and summary["differ"] == 0, r.stdout
+    assert summary["bytes_compared"] == summary["cells"] > 0

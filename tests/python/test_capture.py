@@ -142,7 +142,7 @@ REFUSALS = [
     (style_subclass, f"parallel style {MyColwise.__module__}.MyColwise on module 'layers.0.w1' (Linear) is not "
                      "modelled (commlens models ColwiseParallel, RowwiseParallel, SequenceParallel, "
                      "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput, "
-                     "TransformersRowwiseParallel)"),
+                     "TransformersRowwiseParallel, TransformersReplicatedWithGradAllReduce)"),
     (custom_wrapper, f"module 'layers.1' is a {Wrapper.__module__}.Wrapper the parallelization added; commlens "
                      "models no module wrapper but checkpoint_wrapper"),
     (fails, "the parallelize function raised ValueError: If passing reshard_after_forward as an int, it should "

@@ -297,7 +297,8 @@ def _set_mesh_dim(value):
 
 
 KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
-         "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel")
+         "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel, "
+         "TransformersReplicatedWithGradAllReduce")
 
 LOAD_ERRORS = [
     (_set_style("FooParallel"),

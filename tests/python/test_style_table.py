@@ -47,7 +47,7 @@ def schema_styles():
 
 
 def test_table_lookups_cover_every_entry_once():
-    assert (len(TORCH), len(TRANSFORMERS)) == (6, 1)
+    assert (len(TORCH), len(TRANSFORMERS)) == (6, 2)
     assert list(BY_NAME) == [entry.name for entry in STYLES]
     assert [entry_of(entry.resolve()) for entry in STYLES] == list(STYLES)
 
@@ -60,16 +60,17 @@ def test_entry_is_a_torch_parallel_style_of_its_name(entry):
 
 
 def test_transformers_entries_are_its_registered_layers():
-    """Each transformers entry is the class of layers transformers registers (ALL_PARALLEL_STYLES),
-    and the style commlens.plan imports without importing transformers."""
+    """The transformers entries are the classes of the layers capture records as themselves
+    (OWN_STYLES, registered in ALL_PARALLEL_STYLES), named in a way commlens.plan can import
+    without importing transformers."""
     from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
 
     from commlens._transformers import OWN_STYLES
 
-    (entry,) = TRANSFORMERS
-    assert isinstance(entry.cls, str)
-    assert {type(ALL_PARALLEL_STYLES[name]) for name in OWN_STYLES} == {entry.resolve()}
-    assert entry.resolve().__name__ == entry.name.removeprefix("Transformers")
+    assert all(isinstance(entry.cls, str) for entry in TRANSFORMERS)
+    assert {type(ALL_PARALLEL_STYLES[name]) for name in OWN_STYLES} == {entry.resolve() for entry in TRANSFORMERS}
+    for entry in TRANSFORMERS:
+        assert entry.resolve().__name__ == entry.name.removeprefix("Transformers")
 
 
 def test_table_styles_are_the_schema_styles():
@@ -88,16 +89,19 @@ def test_constructed_instance_has_exactly_the_declared_fields(entry):
     assert sorted(vars(minimal(entry))) == sorted(always)
 
 
-def test_applied_transformers_layer_has_only_declared_fields():
+@pytest.mark.parametrize("entry", TRANSFORMERS, ids=[entry.name for entry in TRANSFORMERS])
+def test_applied_transformers_layer_has_only_declared_fields(entry):
     from commlens._transformers import apply_layer
 
-    (entry,) = TRANSFORMERS
     layer = minimal(entry)
     model = nn.Sequential(nn.Linear(4, 4))
     with fake_process_group(2, "test_style_table"):
         apply_layer(model, init_device_mesh("cpu", (2,)), "0", layer)
     assert set(vars(layer)) == set(declared(entry))
-    assert [p.placements for p in model[0].parameters()] == [(Shard(1),), (Replicate(),)]
+    # shard_param: the row-wise layer's weight Shard(-1) (stored as Shard(1)), bias Replicate; the
+    # replicated one leaves them plain
+    expected = [(Shard(1),), (Replicate(),)] if entry.name == "TransformersRowwiseParallel" else [None, None]
+    assert [getattr(p, "placements", None) for p in model[0].parameters()] == expected
 
 
 @pytest.mark.parametrize("entry", TORCH, ids=TORCH_IDS)

@@ -11,6 +11,7 @@ from commlens.plan.styles import (
     prepare_module_output,
     rowwise,
     sequence,
+    transformers_replicated_with_grad_allreduce,
     transformers_rowwise,
 )
 
@@ -23,6 +24,7 @@ STYLES = (
     prepare_module_output.ENTRY,
     prepare_module_input_output.ENTRY,
     transformers_rowwise.ENTRY,
+    transformers_replicated_with_grad_allreduce.ENTRY,
 )
 BY_NAME = {entry.name: entry for entry in STYLES}
 _BY_CLASS_PATH = {entry.class_path: entry for entry in STYLES}
