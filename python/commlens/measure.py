@@ -22,7 +22,9 @@ What one measurement does (every rank, identically):
 3. set ``requires_grad=False`` on ``frozen`` parameters (``frozen_after_parallelize``:
    after step 4's ``parallelize_module`` calls, before ``fully_shard``);
 4. ``parallelize_module(model, mesh[dim] or mesh, styles, src_data_rank=...)``
-   for every parallelize step, in order; where a style's pre-hook makes a
+   for every parallelize step, in order (a transformers layer, plan style
+   ``Transformers*``, applied as transformers applies it: ``shard_param`` on each
+   of the module's parameters, then ``install_forward``); where a style's pre-hook makes a
    model input a DTensor with a ``Shard`` layout (``DTensor.from_local``), the
    style gets this rank's chunk of it: the example inputs are the global
    tensors (docs/plan-format.md, "Inputs and local shards");

@@ -62,15 +62,17 @@ def torch_document_less_unread(ep):
 
 
 def _corpus_exports():
-    """(model spec, plan spec of its FSDP mixed precision or None, [(plan spec, phase)]) per
-    program the accuracy corpus exports with torch.export."""
+    """(model spec, plan spec of its FSDP mixed precision or None, eval mode, [(plan spec, phase)])
+    per program the accuracy corpus exports with torch.export (in eval mode for its inference
+    configurations)."""
     exports = {}
     for cfg in accuracy.CONFIGS:
         if cfg.frontend != "export":
             continue
         mp = cfg.plan if accuracy.mixed_precision_key(cfg.plan) else None
-        key = (cfg.model, accuracy.mixed_precision_key(cfg.plan))
-        exports.setdefault(key, (cfg.model, mp, []))[2].append((cfg.plan, cfg.phase))
+        eval_mode = cfg.phase == "inference"
+        key = (cfg.model, accuracy.mixed_precision_key(cfg.plan), eval_mode)
+        exports.setdefault(key, (cfg.model, mp, eval_mode, []))[3].append((cfg.plan, cfg.phase))
     return list(exports.values())
 
 
@@ -78,7 +80,8 @@ CORPUS = _corpus_exports()
 SAMPLE = ("examples.mlp:mlp", "examples.gpt2:gpt2", "examples.gpt2:gpt2(attn='sdpa', dtype='bfloat16', dropout=0.1)",
           "examples.llama:llama(complex_rope=True)", "examples.kwargs:gated", "examples.shared:shared_mlp",
           "examples.hf:hf_qwen2(gradient_checkpointing=True)", "examples.hf:hf_model(family='gemma2')")
-SAMPLED = [e for e in CORPUS if e[0] in SAMPLE and e[1] is None] + [next(e for e in CORPUS if e[1] is not None)]
+SAMPLED = ([e for e in CORPUS if e[0] in SAMPLE and e[1] is None]
+           + [next(e for e in CORPUS if e[1] is not None and not e[2])])
 SELECTED = CORPUS if os.environ.get("COMMLENS_PROGRAM_JSON_CORPUS") == "all" else SAMPLED
 
 
@@ -91,12 +94,15 @@ def _predict(program_bytes, ep, plan_json, phase):
 def test_the_sample_covers_what_it_names():
     assert len(CORPUS) > 40
     assert {e[0] for e in SAMPLED if e[1] is None} == set(SAMPLE)
+    assert any(e[2] for e in SAMPLED)  # an eval-mode program, predicted in the inference phase
 
 
-@pytest.mark.parametrize("model, mp_plan, configs", SELECTED, ids=[
-    e[0].split(":")[1] + ("-mixed_precision" if e[1] else "") for e in SELECTED])
-def test_corpus_program_document_and_predictions(model, mp_plan, configs, tmp_path):
+@pytest.mark.parametrize("model, mp_plan, eval_mode, configs", SELECTED, ids=[
+    e[0].split(":")[1] + ("-mixed_precision" if e[1] else "") + ("-eval" if e[2] else "") for e in SELECTED])
+def test_corpus_program_document_and_predictions(model, mp_plan, eval_mode, configs, tmp_path):
     made = call_model_factory(model)
+    if eval_mode:
+        made[0].eval()
     ep = export_model(*made, resolve_plan(mp_plan) if mp_plan else None)
     ours = _program_json.program_json(ep)  # no fallback: the corpus is covered
     assert json.loads(ours) == torch_document_less_unread(ep)
