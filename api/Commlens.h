@@ -21,7 +21,8 @@
 namespace commlens {
 
 /// What a prediction covers. Inference is the forward of `model.eval()` under `torch.no_grad()`
-/// (every generate() step): no loss, no backward, and a program exported in eval mode.
+/// (the first generate() step; later ones skip an FSDP2 root unit's all-gather, README.md): no
+/// loss, no backward, and a program exported in eval mode.
 enum class PredictPhase : uint8_t { Forward, Backward, Both, Inference };
 /// "forward", "backward", "both" or "inference".
 llvm::Expected<PredictPhase> parsePredictPhase(llvm::StringRef text);

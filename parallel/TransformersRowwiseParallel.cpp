@@ -3,7 +3,7 @@
 // and install_forward, not parallelize_module): an nn.Linear's weight Shard(-1), its bias Replicate;
 // the input taken as input_layouts and made Shard(-1). With grad it runs as torch's
 // RowwiseParallel does: the Partial output redistributed to output_layouts, to_local when
-// use_local_output. Without grad (model.eval() + torch.no_grad(), every generate() step) the Linear
+// use_local_output. Without grad (model.eval() + torch.no_grad(), a generate() step) the Linear
 // runs on its local shards and, for a Replicate output, its partial sums are summed by
 // `dist.all_reduce` in place (c10d.allreduce_, the output's bytes) and come back plain whatever
 // use_local_output says; any other output layout is redistributed as with grad.

@@ -75,8 +75,9 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
                         [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
                         [--cuda-version MAJOR.MINOR] [--cluster NAME|TOPOLOGY.json] [--time-passes]
   predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
-  --phase inference predicts the forward of model.eval() under torch.no_grad() (every generate()
-  step): no loss, no backward; the program must be exported in eval mode (commlens.export --eval)
+  --phase inference predicts the first forward of model.eval() under torch.no_grad() (the first
+  generate() step): no loss, no backward; the program must be exported in eval mode
+  (commlens.export --eval)
   --time-passes prints the wall time of loading, of each pass and of the report to stderr
   --cluster times every collective on a cluster preset or topology file (docs/cluster-format.md):
   per collective, module, mesh dim and step

@@ -48,7 +48,7 @@ What one measurement does (every rank, identically):
    says so): ``out = model(*args, **kwargs)``; for phase ``backward``/``both``
    also ``loss = <plan loss>(out)`` and ``loss.backward()``; for phase
    ``inference``, ``model.eval()`` first and the forward under ``torch.no_grad()``
-   (no loss, no backward), as every ``generate()`` step runs it.
+   (no loss, no backward), as the first ``generate()`` step runs it.
 
 CommDebugMode names the root ``FSDP<Class>`` when the root is a
 ``fully_shard`` unit (fully_shard swaps the module's class); the counts keep

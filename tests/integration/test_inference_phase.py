@@ -1,4 +1,4 @@
-"""`--phase inference`: the forward of `model.eval()` under `torch.no_grad()` (every generate()
+"""`--phase inference`: the forward of `model.eval()` under `torch.no_grad()` (the first generate()
 step), predicted from a program exported in eval mode and checked against CommDebugMode measuring
 the same (commlens.measure phase "inference": model.eval(), the forward under torch.no_grad(), no
 loss, no backward). torch's styles, FSDP2 and activation checkpointing issue in a no-grad forward
