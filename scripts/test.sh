@@ -19,10 +19,12 @@ echo "== C++ tests (ctest, $BUILD)"
 (cd "$BUILD" && ctest --output-on-failure -j"$(nproc)") || status=1
 echo "== Python tests (pytest)"
 # One pytest worker per core; a file's tests stay on one worker (--dist loadfile), so each file's
-# module-scoped fixtures (exports, measurements) run once.
+# module-scoped fixtures (exports, measurements) run once. --durations lists the slowest tests, so
+# that CI's log says where its time goes (2026-11-27, fourth session, on this machine: the rules
+# oracle's grid 260 s, the OpInfo sweep 211 s, the redistribute oracle's grid 177 s of 1072 s).
 PYTEST_PARALLEL="-n $(nproc) --dist loadfile"
 # shellcheck disable=SC2086
-COMMLENS_BUILD="$ROOT/$BUILD" .venv/bin/python -m pytest -q $PYTEST_PARALLEL tests || status=1
+COMMLENS_BUILD="$ROOT/$BUILD" .venv/bin/python -m pytest -q $PYTEST_PARALLEL --durations=25 tests || status=1
 
 # The CI sanitizer stage must fit beside the plain stages in CI's 30-minute budget. A fresh clone
 # with CI=true on this 2-core machine, nothing else running (2026-11-27, second session): 23m20s in
