@@ -385,6 +385,17 @@ llvm::Error gelu(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// softplus: softplus_backward(grad, self, beta, threshold), the defaults 1 and 20 where the node
+/// leaves them out (derivatives.yaml).
+llvm::Error softplus(GradCall &c) {
+  const Argument *beta = c.n.input("beta"), *threshold = c.n.input("threshold");
+  c.set("self", c.e.emit("aten::softplus_backward.default",
+                         {A("grad_output", c.g()), A("self", c.self()), K("beta", beta ? *beta : Argument(int64_t(1))),
+                          K("threshold", threshold ? *threshold : Argument(int64_t(20)))},
+                         GradEmitter::like(c.g()), "grad_softplus"));
+  return llvm::Error::success();
+}
+
 llvm::Error silu(GradCall &c) {
   c.set("self", c.e.emit("aten::silu_backward.default", {A("grad_output", c.g()), A("self", c.self())},
                          GradEmitter::like(c.g()), "grad_silu"));
@@ -1544,6 +1555,7 @@ const Table &table() {
     reg({"aten::relu.default"}, relu);
     reg({"aten::gelu.default"}, gelu);
     reg({"aten::silu.default"}, silu);
+    reg({"aten::softplus.default"}, softplus);
     reg({"aten::tanh.default"}, outputBackward<kTanhBackward>);
     reg({"aten::sigmoid.default"}, outputBackward<kSigmoidBackward>);
     reg({"aten::_softmax.default", "aten::_log_softmax.default", "aten::_safe_softmax.default"}, softmax);

@@ -105,11 +105,12 @@ HF_QWEN2 = "examples.hf:hf_qwen2"
 P = "examples.plans:"
 H = "examples.hf:"
 # Dense families whose real transformers tp_plan="auto" path the corpus measures natively. Not
-# Qwen3: hf_tp refuses its replicated_with_grad_allreduce (tests/integration/test_hf_real_path.py);
-# the plan captured from transformers' own calls models it (HF_CAPTURED).
+# Qwen3, Exaone4, Apertus: hf_tp refuses their replicated_with_grad_allreduce
+# (tests/integration/test_hf_real_path.py); the plan captured from transformers' own calls models
+# it (HF_CAPTURED).
 HF_TRANSFORMERS_TP = ("llama", "qwen2", "mistral", "granite", "gemma", "gemma2", "cohere", "starcoder2", "olmo",
                       "olmo2", "olmo3", "phi", "phi3", "glm", "smollm3", "ministral", "ernie4_5", "arcee")
-HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3",)
+HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3", "exaone4", "apertus")
 
 CONFIGS = [
     # MLP: w1 Colwise, w2 Rowwise; input with and without requires_grad; 1-D and 2-D meshes
