@@ -31,12 +31,8 @@ public:
   }
 
   llvm::Error preHook(const ParallelStyle &s, StyleHooks &hooks, HookArguments &arguments) const override {
-    auto x = firstTensorArgument(s, hooks, arguments);
-    if (!x)
-      return x.takeError();
-    **x = hooks.annotate(**x, firstPlacement(s.inputLayouts),
-                         firstPlacement(s.desiredInputLayouts).value_or(Placement::replicate()), false, "in");
-    return llvm::Error::success();
+    return annotateFirstArgument(s, hooks, arguments, firstPlacement(s.inputLayouts),
+                                 firstPlacement(s.desiredInputLayouts).value_or(Placement::replicate()));
   }
 
   llvm::Error postHook(const ParallelStyle &s, StyleHooks &hooks, std::vector<Value *> &outputs) const override {

@@ -31,14 +31,10 @@ public:
   }
 
   llvm::Error preHook(const ParallelStyle &s, StyleHooks &hooks, HookArguments &arguments) const override {
-    auto x = firstTensorArgument(s, hooks, arguments);
-    if (!x)
-      return x.takeError();
     std::optional<Placement> desired = firstPlacement(s.desiredInputLayouts);
     if (!desired)
       desired = hooks.module().embedding ? Placement::replicate() : Placement::shard(-1);
-    **x = hooks.annotate(**x, firstPlacement(s.inputLayouts), desired, false, "in");
-    return llvm::Error::success();
+    return annotateFirstArgument(s, hooks, arguments, firstPlacement(s.inputLayouts), desired);
   }
 
   llvm::Error postHook(const ParallelStyle &s, StyleHooks &hooks, std::vector<Value *> &outputs) const override {

@@ -82,12 +82,28 @@ llvm::Expected<Value **> firstTensorArgument(const ParallelStyle &style, StyleHo
   return &arguments.args[0];
 }
 
-llvm::Error redistributeOnlyOutput(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs,
-                                   const std::optional<Placement> &layout) {
+llvm::Error annotateFirstArgument(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments,
+                                  const std::optional<Placement> &layout, const std::optional<Placement> &desired) {
+  auto x = firstTensorArgument(style, hooks, arguments);
+  if (!x)
+    return x.takeError();
+  **x = hooks.annotate(**x, layout, desired, false, "in");
+  return llvm::Error::success();
+}
+
+llvm::Expected<Value **> onlyOutput(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs) {
   if (outputs.size() != 1)
     return makeError("{} on {}: expected one tensor output, found {}", name(style.kind).str(),
                      hooks.module().scope.displayName(), outputs.size());
-  outputs[0] = hooks.redistributeOutput(outputs[0], layout, style.useLocalOutput);
+  return &outputs[0];
+}
+
+llvm::Error redistributeOnlyOutput(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs,
+                                   const std::optional<Placement> &layout) {
+  auto y = onlyOutput(style, hooks, outputs);
+  if (!y)
+    return y.takeError();
+  **y = hooks.redistributeOutput(**y, layout, style.useLocalOutput);
   return llvm::Error::success();
 }
 

@@ -28,6 +28,12 @@ std::optional<Placement> firstPlacement(const std::optional<OptionalPlacements> 
 llvm::Error requireLinearOrEmbedding(const ParallelStyle &style, const StyledModule &module);
 /// The argument the input hook of Colwise/Rowwise/SequenceParallel reads: the first positional one.
 llvm::Expected<Value **> firstTensorArgument(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments);
+/// The input hook of Colwise/Rowwise (torch's and transformers'): the first positional argument
+/// taken as `layout` and made `desired`, handed on as a DTensor.
+llvm::Error annotateFirstArgument(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments,
+                                  const std::optional<Placement> &layout, const std::optional<Placement> &desired);
+/// The output a style's output hook rewrites: the call's one tensor output.
+llvm::Expected<Value **> onlyOutput(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs);
 /// The output hook of Colwise/Rowwise/SequenceParallel: the call's one output, redistributed to
 /// `layout` (none: kept) and to_local when the style's use_local_output says so.
 llvm::Error redistributeOnlyOutput(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs,

@@ -40,21 +40,17 @@ public:
   }
 
   llvm::Error preHook(const ParallelStyle &s, StyleHooks &hooks, HookArguments &arguments) const override {
-    auto x = firstTensorArgument(s, hooks, arguments);
-    if (!x)
-      return x.takeError();
-    **x = hooks.annotate(**x, firstPlacement(s.inputLayouts), Placement::shard(-1), false, "in");
-    return llvm::Error::success();
+    return annotateFirstArgument(s, hooks, arguments, firstPlacement(s.inputLayouts), Placement::shard(-1));
   }
 
   llvm::Error postHook(const ParallelStyle &s, StyleHooks &hooks, std::vector<Value *> &outputs) const override {
     std::optional<Placement> layout = firstPlacement(s.outputLayouts);
     if (hooks.gradEnabled() || !layout || !layout->isReplicate())
       return redistributeOnlyOutput(s, hooks, outputs, layout);
-    if (outputs.size() != 1)
-      return makeError("{} on {}: expected one tensor output, found {}", name(s.kind).str(),
-                       hooks.module().scope.displayName(), outputs.size());
-    outputs[0] = hooks.allReduceLocal(outputs[0]);
+    auto y = onlyOutput(s, hooks, outputs);
+    if (!y)
+      return y.takeError();
+    **y = hooks.allReduceLocal(**y);
     return llvm::Error::success();
   }
 };

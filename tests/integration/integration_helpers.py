@@ -4,14 +4,17 @@ import pathlib
 import torch
 
 
-def export_pt2(model_spec, directory):
-    """`torch.export.save` of a model factory's program (as commlens.export does) into directory."""
+def export_pt2(model_spec, directory, *, eval_mode=False):
+    """`torch.export.save` of a model factory's program (as commlens.export does, after
+    `model.eval()` with `eval_mode`, as its --eval does) into directory."""
     import torch
 
     from commlens._factory import call_model_factory
     from commlens.export import export_model
 
     model, args, kwargs = call_model_factory(model_spec)
+    if eval_mode:
+        model.eval()
     pt2 = pathlib.Path(directory) / "model.pt2"
     torch.export.save(export_model(model, args, kwargs), str(pt2))
     return pt2

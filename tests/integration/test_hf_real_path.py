@@ -65,9 +65,6 @@ def test_inference_follows_transformers_local_row_wise_all_reduce(family, tp, tm
     module (2 layers, 2 each);
     the vocab-parallel embed_tokens still reduces through DTensor. Predicted from the captured plan
     on the program exported in eval mode, against the native run."""
-    from commlens._factory import call_model_factory
-    from commlens.export import export_model, save_program
-
     doc = measure_transformers_tp(family=family, tp=tp, phase="inference")
     assert doc["phase"] == "inference"
     glob = _module(doc, "Global")
@@ -80,9 +77,7 @@ def test_inference_follows_transformers_local_row_wise_all_reduce(family, tp, tm
     measured = tmp_path / "measured.counts.json"
     measured.write_text(format_counts(doc))
 
-    model, args, kwargs = call_model_factory(f"examples.hf:hf_model(family={family!r})")
-    pt2 = tmp_path / "eval.pt2"
-    save_program(export_model(model.eval(), args, kwargs), str(pt2))
+    pt2 = export_pt2(f"examples.hf:hf_model(family={family!r})", tmp_path, eval_mode=True)
     plan = save_plan(commlens.capture(f"examples.hf:hf_model(family={family!r})", "transformers", tp,
                                       loss="cross_entropy"), tmp_path)
     predicted = tmp_path / "predicted.json"
@@ -113,12 +108,7 @@ def test_qwen3_norm_grad_all_reduce_from_the_captured_plan(phase, tmp_path, run_
         hf_tp(family="qwen3", tp=2)
     measured = tmp_path / "measured.counts.json"
     measured.write_text(format_counts(doc))
-    from commlens._factory import call_model_factory
-    from commlens.export import export_model, save_program
-
-    model, args, kwargs = call_model_factory("examples.hf:hf_model(family='qwen3')")
-    pt2 = tmp_path / "model.pt2"
-    save_program(export_model(model.eval() if phase == "inference" else model, args, kwargs), str(pt2))
+    pt2 = export_pt2("examples.hf:hf_model(family='qwen3')", tmp_path, eval_mode=phase == "inference")
     plan = commlens.capture("examples.hf:hf_model(family='qwen3')", "transformers", 2, loss="cross_entropy")
     norms = {fqn: style for _dim, entries in plan.parallelize_steps() for fqn, style in entries.items()
              if fqn.endswith("_norm")}
