@@ -443,20 +443,19 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
 def _parallelize(model, mesh, styles, src_data_rank):
     """One parallelize step: torch's styles by ``parallelize_module``, transformers' layers as
     transformers applies them (:func:`commlens._transformers.apply_layer`), in the plan's order."""
+    import itertools
+
     from torch.distributed.tensor.parallel import parallelize_module
     from torch.distributed.tensor.parallel.style import ParallelStyle
 
     from commlens._transformers import apply_layer
 
-    pending = {}
-    for pattern, style in list(styles.items()) + [(None, None)]:
-        if pending and not isinstance(style, ParallelStyle):
-            parallelize_module(model, mesh, pending, src_data_rank=src_data_rank)
-            pending = {}
-        if isinstance(style, ParallelStyle):
-            pending[pattern] = style
-        elif style is not None:
-            apply_layer(model, mesh, pattern, style)
+    for torch_styles, entries in itertools.groupby(styles.items(), key=lambda e: isinstance(e[1], ParallelStyle)):
+        if torch_styles:
+            parallelize_module(model, mesh, dict(entries), src_data_rank=src_data_rank)
+        else:
+            for pattern, layer in entries:
+                apply_layer(model, mesh, pattern, layer)
 
 
 def count_collectives(model, args, kwargs, phase, loss, *, loss_parallel=False, json_dump=None, noise_level=3):
