@@ -13,13 +13,17 @@ std::tuple<llvm::StringRef, llvm::StringRef, llvm::StringRef> splitOpName(llvm::
 }
 } // namespace
 
-bool keptByCheckpoint(const ActivationCheckpointUnit &unit, llvm::StringRef op) {
-  for (const std::string &name : unit.saveOps) {
+namespace {
+bool listed(const std::vector<std::string> &names, llvm::StringRef op) {
+  return llvm::any_of(names, [&](const std::string &name) {
     auto [ns, base, overload] = splitOpName(name);
-    if (op == (ns + "::" + base + "." + overload).str())
-      return true;
-  }
-  return false;
+    return op == (ns + "::" + base + "." + overload).str();
+  });
+}
+} // namespace
+
+bool keptByCheckpoint(const ActivationCheckpointUnit &unit, llvm::StringRef op, unsigned call) {
+  return listed(unit.saveOps, op) && !(call % 2 == 0 && listed(unit.recomputeEverySecond, op));
 }
 
 std::string keptCollectives(const ActivationCheckpointUnit &unit) {

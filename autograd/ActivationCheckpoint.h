@@ -31,8 +31,9 @@ llvm::Error applyActivationCheckpointing(const ShardingPlan &plan, Graph &graph,
 // the functional collectives the styles' hooks call directly (those DTensor issues inside an op's
 // dispatch are below it: they run again whenever their op does).
 
-/// Whether the entry's op list keeps the output of `op`, named as the IR names it ("aten::mm.default").
-bool keptByCheckpoint(const ActivationCheckpointUnit &unit, llvm::StringRef op);
+/// Whether the entry's op list keeps the output of `op`, named as the IR names it ("aten::mm.default"),
+/// on its `call`-th call (1-based) in this run of the module.
+bool keptByCheckpoint(const ActivationCheckpointUnit &unit, llvm::StringRef op, unsigned call);
 /// Metadata on a recomputed hook node: the collectives (CommDebugMode names, comma-separated) the
 /// op list keeps, which its redistribution does not issue again.
 inline constexpr const char *kKeptCollectives = "checkpoint_kept_collectives";

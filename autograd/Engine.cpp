@@ -95,6 +95,10 @@ public:
     if (lm.rank() > 2)
       flat = emit("aten::view.default", {{"self", logits, false}, {"size", IntList{rows, classes}, false}},
                   metaOf(lm.dtype, {rows, classes}, lm.device), "loss_logits");
+    ScalarType dtype = loss.logitsDtype.value_or(lm.dtype);
+    if (dtype != lm.dtype)
+      flat = emit("aten::_to_copy.default", {{"self", flat, false}, {"dtype", dtype, true}},
+                  metaOf(dtype, {rows, classes}, lm.device), "loss_logits_cast");
     // Targets: a plain int64 tensor of the logits' leading shape (random or a user input).
     Value *targets = nullptr;
     if (llvm::StringRef(loss.targets).startswith("input:")) {
@@ -122,25 +126,24 @@ public:
                    metaOf(ScalarType::Long, {rows}, lm.device), "loss_targets_flat");
     Value *logp = emit("aten::_log_softmax.default",
                        {{"self", flat, false}, {"dim", int64_t(1), false}, {"half_to_float", false, false}},
-                       metaOf(lm.dtype, {rows, classes}, lm.device), "loss_log_softmax");
+                       metaOf(dtype, {rows, classes}, lm.device), "loss_log_softmax");
     int64_t reduction = loss.reduction == "none" ? 0 : loss.reduction == "sum" ? 2 : 1;
     Value *out = g_.createUniqueValue("loss", ValueKind::Tensor);
-    out->setMeta(reduction == 0 ? metaOf(lm.dtype, {rows}, lm.device) : scalar(lm));
+    out->setMeta(reduction == 0 ? metaOf(dtype, {rows}, lm.device) : metaOf(dtype, {}, lm.device));
     Value *totalWeight = g_.createUniqueValue("loss_total_weight", ValueKind::Tensor);
-    totalWeight->setMeta(scalar(lm));
+    totalWeight->setMeta(metaOf(dtype, {}, lm.device));
     Node *n = g_.appendNode("loss", "aten::nll_loss_forward.default",
                             {{"self", logp, false}, {"target", tflat, false}, {"weight", NoneArg{}, false},
                              {"reduction", reduction, false}, {"ignore_index", loss.ignoreIndex, false}},
                             {Argument(out), Argument(totalWeight)});
     n->setScope(nullptr, {});
     if (reduction == 0)
-      out = emit("aten::sum.default", {{"self", out, false}}, scalar(lm), "loss_sum");
+      out = emit("aten::sum.default", {{"self", out, false}}, metaOf(dtype, {}, lm.device), "loss_sum");
     state_.loss = out;
     return llvm::Error::success();
   }
 
 private:
-  static TensorMeta scalar(const TensorMeta &like) { return metaOf(like.dtype, {}, like.device); }
   /// torch.sum's result dtype: a floating tensor keeps its own, an integral or bool one gives int64.
   static ScalarType sumDtype(ScalarType t) { return isFloating(t) ? t : ScalarType::Long; }
   /// The dtype of `a + b` for two 0-d tensors (c10::promoteTypes for the dtypes a sum loss meets):
@@ -396,12 +399,23 @@ private:
 
   /// fully_shard's forward hooks. Pre-forward wraps the grad-requiring inputs in one
   /// RegisterPostBackwardFunction (its backward is the unit's post-backward); post-forward hooks
-  /// each grad-requiring output (`register_hook`: it runs before the output's grad_fn).
+  /// each grad-requiring output (`register_hook`: it runs before the output's grad_fn). A list
+  /// unit does the first on its first module's inputs and the second on its last module's outputs
+  /// (torch 2.13 FSDPParamGroup.pre_forward, _register_group_forward_hooks); its other hooks pass
+  /// their tensors through.
   void recordFsdpHook(const Node &n) {
     unsigned unit = static_cast<unsigned>(*n.input("unit")->asInt());
+    size_t members = state_.fsdp.units[unit].members.size();
     auto in = n.input("inputs")->tensors();
     auto out = n.results();
+    auto passThrough = [&] {
+      for (size_t i = 0; i < in.size() && i < out.size(); ++i)
+        if (Edge e = edgeOf(in[i]))
+          edges_[out[i]] = e;
+    };
     if (n.boundaryOp() == BoundaryOp::FsdpPostForward) {
+      if (++fsdpMembersForwarded_[unit] % members != 0)
+        return passThrough();
       for (size_t i = 0; i < in.size() && i < out.size(); ++i)
         if (Edge e = edgeOf(in[i])) {
           if (!llvm::is_contained(e.node->fsdpPreBackward, unit))
@@ -410,6 +424,8 @@ private:
         }
       return;
     }
+    if (fsdpMembersEntered_[unit]++ % members != 0)
+      return passThrough();
     AGNode *f = nullptr;
     for (size_t i = 0; i < in.size() && i < out.size(); ++i) {
       Edge e = edgeOf(in[i]);
@@ -615,6 +631,7 @@ private:
       for (const AGNode *a : savers(r))
         stop = std::max(stop, a->fwd->index());
     const std::string kept = keptCollectives(*r.unit);
+    llvm::StringMap<unsigned> calls; // per op, its calls so far in this run of the module
     llvm::DenseMap<const Value *, Value *> copies;
     auto operand = [&](const Value *v) {
       Value *copy = copies.lookup(v);
@@ -632,7 +649,7 @@ private:
         continue;
       }
       bool hook = n.boundaryOp().has_value();
-      if (!hook && keptByCheckpoint(*r.unit, n.opString()))
+      if (!hook && keptByCheckpoint(*r.unit, n.opString(), ++calls[n.opString()]))
         continue;
       Node *copy = copyNodeInto(*bw_, n, "recompute_" + n.name(), operand,
                    [&](const Value *old) {
@@ -783,6 +800,8 @@ private:
   const ModuleScope *current_ = nullptr; // Global until the first module output hook fires
   llvm::DenseMap<const Value *, Value *> leafGrads_; // parameter -> the gradient AccumulateGrad got
   llvm::DenseSet<unsigned> fsdpPreBackwardDone_, fsdpPostBackwardDone_;
+  /// Per FSDP unit, its modules' forward pre-hooks / post-hooks seen so far (list units).
+  llvm::DenseMap<unsigned, unsigned> fsdpMembersEntered_, fsdpMembersForwarded_;
   std::vector<Region> regions_;
   llvm::DenseMap<const Node *, unsigned> regionOf_;
   /// Roots whose final callback is queued, in queue order.

@@ -58,9 +58,18 @@ std::optional<ScalarType> decodeDtype(const JsonRef &policy, const char *field) 
 /// One fully_shard entry (docs/plan-format.md, "fully_shard").
 FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   r.rejectUnknownKeys({"fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
-                        "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch"});
+                        "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch",
+                        "gradient_divide_factor"});
   FullyShardUnit u;
-  u.pattern = r.field("fqn").asString();
+  if (JsonRef fqn = r.field("fqn"); fqn.isArray()) {
+    for (const JsonRef &item : fqn.items())
+      u.listPatterns.push_back(item.asString());
+    if (u.listPatterns.empty())
+      fqn.fail("an empty list of modules (fully_shard takes a module or a non-empty list of them)");
+    u.pattern = fmt::format("[{}]", fmt::join(u.listPatterns, ", "));
+  } else {
+    u.pattern = fqn.asString();
+  }
   JsonRef dims = r.field("mesh_dims");
   for (const JsonRef &d : dims.items()) {
     unsigned dim = meshDimByName(mesh, d);
@@ -105,6 +114,11 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
       off->field("kind").fail(fmt::format("offload policy '{}' (expected \"none\" or \"cpu\")", kind));
     }
   }
+  // set_gradient_divide_factor changes only how FSDP divides (a pre-multiplied sum instead of an
+  // average, torch 2.13 _get_gradient_divide_factors): no collective or byte, so it is checked,
+  // not kept.
+  if (auto factor = r.optField("gradient_divide_factor"); factor && !(factor->asFloat() > 0))
+    factor->fail(fmt::format("gradient divide factor {} (expected a positive number)", factor->dump()));
   u.requiresGradientSync = boolOr(r, "requires_gradient_sync", true);
   u.requiresAllReduce = boolOr(r, "requires_all_reduce", true);
   for (auto [key, list] : {std::pair{"forward_prefetch", &u.forwardPrefetch}, {"backward_prefetch", &u.backwardPrefetch}})
@@ -179,16 +193,31 @@ ShardingPlan decodePlan(const JsonRef &root) {
     }
   if (auto units = root.optField("activation_checkpoint"))
     for (const JsonRef &u : units->items()) {
-      u.rejectUnknownKeys({"fqn", "wrapper", "save_ops", "early_stop"});
-      ActivationCheckpointUnit unit{u.field("fqn").asString(), boolOr(u, "wrapper", true), {},
-                                    boolOr(u, "early_stop", true)};
+      u.rejectUnknownKeys({"fqn", "wrapper", "save_ops", "early_stop", "recompute_every_second"});
+      ActivationCheckpointUnit unit;
+      unit.pattern = u.field("fqn").asString();
+      unit.wrapper = boolOr(u, "wrapper", true);
+      unit.earlyStop = boolOr(u, "early_stop", true);
+      auto opName = [](const JsonRef &op) {
+        std::string name = op.asString();
+        if (std::count(name.begin(), name.end(), '.') != 2)
+          op.fail(fmt::format("'{}' is not an op overload name (namespace.op.overload, e.g. 'aten.mm.default')",
+                              name));
+        return name;
+      };
       if (auto ops = u.optField("save_ops"))
+        for (const JsonRef &op : ops->items())
+          unit.saveOps.push_back(opName(op));
+      if (auto ops = u.optField("recompute_every_second"))
         for (const JsonRef &op : ops->items()) {
-          std::string name = op.asString();
-          if (std::count(name.begin(), name.end(), '.') != 2)
-            op.fail(fmt::format("'{}' is not an op overload name (namespace.op.overload, e.g. 'aten.mm.default')",
+          std::string name = opName(op);
+          if (!llvm::is_contained(unit.saveOps, name))
+            op.fail(fmt::format("'{}' is not in save_ops (recompute_every_second recomputes every other call of "
+                                "an op the policy saves)",
                                 name));
-          unit.saveOps.push_back(std::move(name));
+          if (llvm::StringRef(name).startswith("_c10d_functional.") || llvm::StringRef(name).startswith("c10d_functional."))
+            op.fail(fmt::format("'{}' is a collective (recompute_every_second is modelled for compute ops)", name));
+          unit.recomputeEverySecond.push_back(std::move(name));
         }
       if (!unit.saveOps.empty() && !unit.wrapper)
         u.field("save_ops").fail("save_ops needs wrapper=true (a selective policy is passed to checkpoint_wrapper)");
@@ -218,7 +247,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
       for (const JsonRef &f : patterns->items())
         list->push_back(f.asString());
   if (auto loss = root.optField("loss")) {
-    loss->rejectUnknownKeys({"kind", "targets", "seed", "reduction", "ignore_index"});
+    loss->rejectUnknownKeys({"kind", "targets", "seed", "reduction", "ignore_index", "logits_dtype"});
     std::string kind = loss->field("kind").asString();
     if (kind == "sum") {
       plan.loss.kind = LossSpec::Kind::Sum;
@@ -240,6 +269,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
       }
       if (auto i = loss->optField("ignore_index"))
         plan.loss.ignoreIndex = i->asInt();
+      plan.loss.logitsDtype = decodeDtype(*loss, "logits_dtype");
     } else {
       loss->field("kind").fail(fmt::format("unknown loss '{}' (expected \"sum\" or \"cross_entropy\")", kind));
     }
@@ -341,20 +371,21 @@ llvm::Error checkPlanAgainstProgram(const ShardingPlan &plan, const ExportedProg
       wrappedPaths.insert(p); // the wrapper
     wrappedPaths.insert(std::move(wrapped));
   }
-  for (const FullyShardUnit &unit : plan.fullyShard) {
-    bool matched = false;
-    for (const std::string &p : wrappedPaths) {
-      if (!matchesModulePath(unit.pattern, p))
-        continue;
-      matched = true;
-      auto [it, fresh] = shardedBy.emplace(p, unit.pattern);
-      if (!fresh)
-        return makeError("fully_shard pattern '{}' matches module '{}' already sharded by pattern '{}'", unit.pattern,
-                         p.empty() ? rootName : p, it->second);
+  for (const FullyShardUnit &unit : plan.fullyShard)
+    for (const std::string &pattern : unit.patterns()) {
+      bool matched = false;
+      for (const std::string &p : wrappedPaths) {
+        if (!matchesModulePath(pattern, p))
+          continue;
+        matched = true;
+        auto [it, fresh] = shardedBy.emplace(p, unit.pattern);
+        if (!fresh)
+          return makeError("fully_shard pattern '{}' matches module '{}' already sharded by pattern '{}'",
+                           unit.pattern, p.empty() ? rootName : p, it->second);
+      }
+      if (!matched)
+        return makeError("fully_shard pattern '{}' matches no module of {}", pattern, rootName);
     }
-    if (!matched)
-      return makeError("fully_shard pattern '{}' matches no module of {}", unit.pattern, rootName);
-  }
   std::vector<std::string> params, tensors;
   for (const InputSpec &in : g.inputs()) {
     if (in.kind == InputKind::Parameter)

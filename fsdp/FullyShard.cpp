@@ -33,30 +33,47 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
   std::vector<FsdpUnit> units;
   std::map<const ModuleScope *, std::string> taken;
   for (const FullyShardUnit &spec : plan.fullyShard) {
-    bool matched = false;
-    for (ModuleScope *s : graph.scopes().inForwardOrder()) {
-      if (!matchesModulePath(spec.pattern, s->path()))
-        continue;
-      matched = true;
-      if (auto [it, fresh] = taken.emplace(s, spec.pattern); !fresh)
-        return makeError("fully_shard '{}' on {}: the module is already sharded by '{}'", spec.pattern,
-                         s->displayName(), it->second);
-      if (s->numCalls() > 1)
-        return makeError("fully_shard '{}' on {}: the module is called {} times (FSDP units called more than once "
-                         "are not supported yet)",
-                         spec.pattern, s->displayName(), s->numCalls());
+    auto unitOf = [&](std::vector<const ModuleScope *> members) {
       FsdpUnit u;
-      u.scope = s;
+      u.scope = members.front();
+      u.members = std::move(members);
       u.spec = &spec;
       u.shardDim = spec.meshDims.back();
       u.shardSize = plan.mesh.shape[u.shardDim];
       if (spec.meshDims.size() == 2)
         u.replicateDim = spec.meshDims.front();
       u.regatherGroupSize = spec.reshard == FullyShardUnit::Reshard::ToGroup ? spec.reshardGroupSize : u.shardSize;
-      units.push_back(std::move(u));
+      return u;
+    };
+    // A pattern is one call per module it matches; a list is one call on all of them.
+    std::vector<const ModuleScope *> listMembers;
+    for (const std::string &pattern : spec.patterns()) {
+      bool matched = false;
+      for (ModuleScope *s : graph.scopes().inForwardOrder()) {
+        if (!matchesModulePath(pattern, s->path()))
+          continue;
+        matched = true;
+        if (auto [it, fresh] = taken.emplace(s, spec.pattern); !fresh)
+          return makeError("fully_shard '{}' on {}: the module is already sharded by '{}'", spec.pattern,
+                           s->displayName(), it->second);
+        if (s->numCalls() > 1)
+          return makeError("fully_shard '{}' on {}: the module is called {} times (FSDP units called more than "
+                           "once are not supported yet)",
+                           spec.pattern, s->displayName(), s->numCalls());
+        if (spec.listPatterns.empty())
+          units.push_back(unitOf({s}));
+        else
+          listMembers.push_back(s);
+      }
+      if (!matched)
+        return makeError("fully_shard pattern '{}' matches no module that runs in the exported program", pattern);
     }
-    if (!matched)
-      return makeError("fully_shard pattern '{}' matches no module that runs in the exported program", spec.pattern);
+    if (!listMembers.empty()) {
+      llvm::stable_sort(listMembers, [](const ModuleScope *a, const ModuleScope *b) {
+        return a->forwardIndex() < b->forwardIndex();
+      });
+      units.push_back(unitOf(std::move(listMembers)));
+    }
   }
   // Roots (FSDPState._lazy_init): a unit no other unit encloses is the root of its own state
   // context: every unit it encloses shares its post-forward order and its final callback, and by
@@ -65,7 +82,7 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
   for (FsdpUnit &u : units) {
     u.root = static_cast<unsigned>(&u - units.data());
     for (const ModuleScope *s = u.scope->parent(); s; s = s->parent())
-      if (auto it = llvm::find_if(units, [&](const FsdpUnit &t) { return t.scope == s; }); it != units.end())
+      if (auto it = llvm::find_if(units, [&](const FsdpUnit &t) { return t.isMember(s); }); it != units.end())
         u.root = static_cast<unsigned>(it - units.begin()); // the outermost enclosing unit wins
     bool isRoot = u.root == static_cast<unsigned>(&u - units.data());
     u.reshardAfterForward = u.spec->reshard == FullyShardUnit::Reshard::Default
@@ -79,11 +96,16 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
   for (const InputSpec &in : graph.inputs()) {
     if (in.kind != InputKind::Parameter || !in.value)
       continue;
+    // The unit of the innermost module holding it (units match the wrapped tree).
     FsdpUnit *owner = nullptr;
-    std::string path = pathAfterCheckpointWrappers(plan, in.target); // units match the wrapped tree
+    size_t ownerDepth = 0;
+    std::string path = pathAfterCheckpointWrappers(plan, in.target);
     for (FsdpUnit &u : units)
-      if (under(path, u.scope->path()) && (!owner || u.scope->path().size() > owner->scope->path().size()))
-        owner = &u;
+      for (const ModuleScope *m : u.members)
+        if (under(path, m->path()) && (!owner || m->path().size() > ownerDepth)) {
+          owner = &u;
+          ownerDepth = m->path().size();
+        }
     if (!owner)
       continue;
     if (!tpPlacements.count(in.value)) {
@@ -98,10 +120,12 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
     for (auto [key, paths, out] : {std::tuple{"forward_prefetch", &u.spec->forwardPrefetch, &u.forwardPrefetch},
                                    std::tuple{"backward_prefetch", &u.spec->backwardPrefetch, &u.backwardPrefetch}})
       for (const std::string &path : *paths) {
-        auto target = llvm::find_if(units, [&](const FsdpUnit &t) { return t.scope->path() == path; });
+        auto target = llvm::find_if(units, [&](const FsdpUnit &t) {
+          return llvm::any_of(t.members, [&](const ModuleScope *m) { return m->path() == path; });
+        });
         if (target == units.end())
           return makeError("fully_shard '{}' on {}: {} target '{}' is not a module fully_shard wrapped", u.spec->pattern,
-                           u.scope->displayName(), key, path);
+                           u.label(), key, path);
         out->push_back(static_cast<unsigned>(target - units.begin()));
       }
   for (FsdpUnit &u : units) {
@@ -112,8 +136,9 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
           return makeError("fully_shard '{}' on {}: reshard_after_forward={} with tensor-parallel (DTensor) "
                            "parameters is not supported by torch 2.13 (\"Resharding to smaller mesh is not supported "
                            "for DTensor parameters yet\")",
-                           u.spec->pattern, u.scope->displayName(), u.spec->reshardGroupSize);
-    graph.scopes().setType(const_cast<ModuleScope *>(u.scope), fsdpClassOf(u.scope->type()));
+                           u.spec->pattern, u.label(), u.spec->reshardGroupSize);
+    for (const ModuleScope *m : u.members)
+      graph.scopes().setType(const_cast<ModuleScope *>(m), fsdpClassOf(m->type()));
   }
   return units;
 }
@@ -152,7 +177,7 @@ void FsdpRuntime::unshard(unsigned index, const Node &at, Phase phase, const std
   r.phase = phase;
   r.module = at.scope();
   r.node = &at;
-  r.argument = fmt::format("{} parameters of {}", u.params.size(), u.scope->displayName());
+  r.argument = fmt::format("{} parameters of {}", u.params.size(), u.label());
   r.meshDims.push_back(u.shardDim);
   r.src = Placement::shard(0);
   r.dst = Placement::replicate();
@@ -164,16 +189,24 @@ void FsdpRuntime::unshard(unsigned index, const Node &at, Phase phase, const std
 }
 
 void FsdpRuntime::preForward(unsigned unit, const Node &at) {
-  const std::string &name = state_.units[unit].scope->displayName();
+  // A list unit's pre-hook runs on each of its modules (unsharding once); forward prefetch is
+  // one-shot, on the first (torch 2.13 FSDPState._pre_forward).
+  bool firstInPass = progress(unit).membersEntered++ == 0;
+  std::string name = state_.units[unit].label();
   unshard(unit, at, Phase::Forward, fmt::format("FSDP pre-forward of {} all-gathers its parameters", name));
-  for (unsigned target : state_.units[unit].forwardPrefetch)
-    unshard(target, at, Phase::Forward,
-            fmt::format("FSDP pre-forward of {} prefetches {}'s parameters (set_modules_to_forward_prefetch)", name,
-                        state_.units[target].scope->displayName()));
+  if (firstInPass)
+    for (unsigned target : state_.units[unit].forwardPrefetch)
+      unshard(target, at, Phase::Forward,
+              fmt::format("FSDP pre-forward of {} prefetches {}'s parameters (set_modules_to_forward_prefetch)",
+                          name, state_.units[target].label()));
 }
 
 void FsdpRuntime::postForward(unsigned unit) {
   const FsdpUnit &u = state_.units[unit];
+  // A list unit's post-forward runs once, when its last module completes the group.
+  if (++progress(unit).membersForwarded < u.members.size())
+    return;
+  progress(unit).membersEntered = progress(unit).membersForwarded = 0;
   if (!u.hasGroup())
     return;
   if (u.reshardAfterForward)
@@ -188,13 +221,13 @@ void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
   if (!u.hasGroup() || progress(unit).preBackwardDone)
     return;
   progress(unit).preBackwardDone = true;
-  const std::string &name = u.scope->displayName();
+  std::string name = u.label();
   unshard(unit, at, Phase::Backward, fmt::format("FSDP pre-backward of {} re-gathers its parameters", name));
   if (!u.backwardPrefetch.empty()) { // set_modules_to_backward_prefetch replaces the default
     for (unsigned target : u.backwardPrefetch)
       unshard(target, at, Phase::Backward,
               fmt::format("FSDP pre-backward of {} prefetches {}'s parameters (set_modules_to_backward_prefetch)",
-                          name, state_.units[target].scope->displayName()));
+                          name, state_.units[target].label()));
     return;
   }
   // The default backward prefetch: the unit before this call in its root's post-forward order
@@ -206,8 +239,7 @@ void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
     return;
   unsigned target = state_.postForwardOrder[u.root][current - 1];
   unshard(target, at, Phase::Backward,
-          fmt::format("FSDP pre-backward of {} prefetches {}'s parameters", name,
-                      state_.units[target].scope->displayName()));
+          fmt::format("FSDP pre-backward of {} prefetches {}'s parameters", name, state_.units[target].label()));
 }
 
 bool FsdpRuntime::reducesGradients(unsigned unit) const {
@@ -224,7 +256,7 @@ void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<
   progress(unit).unsharded = false; // reshard_after_backward
   if (params.empty() || !reduce)
     return;
-  const std::string &name = u.scope->displayName();
+  std::string name = u.label();
   // foreach_reduce packs only the gradients the parameters received (a frozen one has none)
   int64_t inputBytes = 0, outputBytes = 0;
   for (const Value *p : params) {

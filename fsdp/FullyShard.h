@@ -16,6 +16,10 @@
 //                  all-reduces the shard over the replicate group (c10d.allreduce_). Units whose
 //                  inputs need no gradient run it in the root's final engine callback.
 //
+// fully_shard([a, b]) (torchtitan's [norm, output]) is one unit of several modules: its
+// pre-forward runs on each (the first all-gathers and registers the post-backward on its inputs),
+// its post-forward once, when the last one completes the group (_register_group_forward_hooks).
+//
 // A world of one skips the collective (unshard and reduce-scatter check the group size).
 // Units that manage no parameter (a root whose children own every parameter) have no group and
 // do nothing. The compute itself sees unsharded parameters: plain tensors, or the tensor-parallel

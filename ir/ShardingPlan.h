@@ -64,12 +64,22 @@ struct LossSpec {
   std::string targets = "random";
   std::string reduction = "mean";
   int64_t ignoreIndex = -100;
+  /// The logits are cast to this dtype before cross-entropy (torchtitan's pred.float()).
+  std::optional<ScalarType> logitsDtype;
 };
 
 /// One fully_shard(module, mesh=..., ...) call per module the pattern matches (FSDP2). Field
 /// names follow torch/distributed/fsdp/_fully_shard/_fully_shard.py and _fsdp_api.py.
 struct FullyShardUnit {
   std::string pattern; // matched as parallelize_module matches plan keys ("" is the root)
+  /// fully_shard([m1, m2, ...]) (torchtitan's [norm, output]): one call, so one parameter group,
+  /// on every module these patterns match; empty for a pattern's one call per module. `pattern`
+  /// then shows the list, "[norm, output]".
+  std::vector<std::string> listPatterns;
+  /// What the call matches: the list's patterns, or the one pattern.
+  std::vector<std::string> patterns() const {
+    return listPatterns.empty() ? std::vector<std::string>{pattern} : listPatterns;
+  }
   /// The sub-mesh's dims: one (FSDP: shard) or two (HSDP: replicate, shard).
   std::vector<unsigned> meshDims;
   /// reshard_after_forward: none (torch's default: True, False for the root), a bool, or the
@@ -97,6 +107,10 @@ struct ActivationCheckpointUnit {
   /// torch names them ("aten.mm.default", "_c10d_functional.reduce_scatter_tensor.default") whose
   /// outputs the forward keeps; recomputation reuses them instead of running them.
   std::vector<std::string> saveOps;
+  /// Of these saveOps (compute ops, not collectives), the 2nd, 4th, ... call in each run of the
+  /// module is recomputed after all: torchtitan's per-op policy, which saves every other mm
+  /// (torchtitan/distributed/activation_checkpoint.py, _apply_op_sac).
+  std::vector<std::string> recomputeEverySecond;
   /// checkpoint_wrapper's early_stop (torch.utils.checkpoint): false recomputes the module's whole
   /// forward, not only up to the last tensor it saved.
   bool earlyStop = true;

@@ -102,9 +102,10 @@ public:
       for (const Value *p : u.params)
         if (const InputSpec *in = explicitlyPlaced_.lookup(p))
           return makeError("placements for '{}': it is already a DTensor after fully_shard ('{}' on {})", in->target,
-                           u.spec->pattern, u.scope->displayName());
+                           u.spec->pattern, u.label());
     for (unsigned i = 0; i < ctx_.state.fsdp.units.size(); ++i)
-      fsdpUnitOf_[ctx_.state.fsdp.units[i].scope] = i;
+      for (const ModuleScope *m : ctx_.state.fsdp.units[i].members)
+        fsdpUnitOf_[m] = i;
     // Each call runs the styles' hooks again and CommDebugMode names every call alike, so the
     // counts add up under one module; said once, as a reader of the table may expect one call.
     for (const ModuleScope *s : graph_.scopes().inForwardOrder())
@@ -252,7 +253,7 @@ private:
         c.styles = styled->second;
       if (auto unit = fsdpUnitOf_.find(c.scope); unit != fsdpUnitOf_.end())
         c.fsdpUnit = unit->second;
-      if (const CallSignature *sig = graph_.callSignature(c.scope->path(), c.number())) {
+      if (const CallSignature *sig = callSignature(c.scope, c.number())) {
         if (llvm::Error err = takeSignature(c, *sig))
           return err;
         if (llvm::Error err = checkInputsPrecede(c))
@@ -321,8 +322,8 @@ private:
         return makeError("{} '{}' on {}: the module runs no op, and {}", name(styles.front()->kind),
                          styles.front()->pattern, scope->displayName(), why.str());
       };
-      const CallSignature *sig = graph_.callSignature(scope->path(), 0);
-      if (!sig || graph_.callSignature(scope->path(), 1))
+      const CallSignature *sig = callSignature(scope, 0);
+      if (!sig || callSignature(scope, 1))
         return refuse("commlens places hooks on such a module only when it is called once with a recorded call "
                       "signature (python -m commlens.export records them)");
       for (const ModuleScope *a = scope->parent(); a; a = a->parent())
@@ -347,6 +348,19 @@ private:
       callsWithoutOps_.push_back(std::move(c));
     }
     return llvm::Error::success();
+  }
+
+  /// The program's record of a module call's signature. It names modules as the exported model
+  /// did: a module the plan's checkpoint_wrapper moved below a wrapper is found by its path
+  /// without the wrappers' "._checkpoint_wrapped_module".
+  const CallSignature *callSignature(const ModuleScope *scope, unsigned call) const {
+    if (const CallSignature *sig = graph_.callSignature(scope->path(), call))
+      return sig;
+    static constexpr llvm::StringLiteral kWrapped = "._checkpoint_wrapped_module";
+    std::string exported = scope->path();
+    for (size_t at; (at = exported.find(kWrapped.data())) != std::string::npos;)
+      exported.erase(at, kWrapped.size());
+    return exported == scope->path() ? nullptr : graph_.callSignature(exported, call);
   }
 
   /// The hooks run when the call begins, on its inputs: each must be computed before the call's

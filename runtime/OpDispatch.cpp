@@ -177,7 +177,7 @@ private:
       if (have == want)
         continue;
       std::string why = fmt::format("FSDP post-backward of {} redistributes the gradient of {} from {} to {}",
-                                    state_.fsdp.units[*unit].scope->displayName(), params[i]->name(), str(have),
+                                    state_.fsdp.units[*unit].label(), params[i]->name(), str(have),
                                     str(want));
       if (llvm::Error err = redistribute(grads[i], have, want, n, grads[i]->name(), why, approximate(grads[i])))
         return err;
@@ -621,7 +621,7 @@ private:
           return fmt::format("FSDP unit '{}' ({}) computes in {} under its MixedPrecisionPolicy, but the program "
                              "holds parameter '{}' in {} (export with the plan, `python -m commlens.export ... "
                              "--plan PLAN`, to record the run-time dtypes)",
-                             u.spec->pattern, u.scope->displayName(), torchName(*u.spec->paramDtype),
+                             u.spec->pattern, u.label(), torchName(*u.spec->paramDtype),
                              parameterFqn(program.graph(), p), torchName(p->meta()->dtype));
     }
     if (program.autocastRegions)

@@ -9,6 +9,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
@@ -57,9 +58,11 @@ struct BoundaryStep {
   Placements to;   ///< FromLocal: the placements given; Redistribute: the target
 };
 
-/// One FSDP parameter group: one fully_shard call on one module.
+/// One FSDP parameter group: one fully_shard call on one module, or on a list of them.
 struct FsdpUnit {
-  const ModuleScope *scope = nullptr;
+  const ModuleScope *scope = nullptr; // the module, or the list's module that runs first
+  /// Every module of the call, in forward order (scope first).
+  std::vector<const ModuleScope *> members;
   const FullyShardUnit *spec = nullptr;
   /// The parameters it manages (graph input values; tied parameters once, unless tensor
   /// parallelism re-registered them).
@@ -76,12 +79,18 @@ struct FsdpUnit {
   llvm::SmallVector<unsigned, 2> forwardPrefetch, backwardPrefetch;
 
   bool hasGroup() const { return !params.empty(); }
+  bool isMember(const ModuleScope *s) const { return llvm::is_contained(members, s); }
+  /// The module's name, or the list's ("[A.norm, A.output]").
+  std::string label() const;
 };
 
 /// Where FSDP's runtime stands with one unit as the step runs (FSDPParamGroup's state); advanced
 /// only by fsdp/FullyShard's FsdpRuntime.
 struct FsdpUnitProgress {
   bool unsharded = false, preBackwardDone = false, postBackwardDone = false;
+  /// Modules of the unit whose pre-forward / post-forward ran in this forward: a list unit's
+  /// first pre-forward prefetches, its last post-forward reshards (_register_group_forward_hooks).
+  unsigned membersEntered = 0, membersForwarded = 0;
   /// Its entries in its root's post-forward order, the latest last.
   llvm::SmallVector<unsigned, 2> postForwardIndices;
 };

@@ -57,7 +57,6 @@ _CONTAINER_NAMES = ("ModuleList", "ModuleDict", "Sequential")
 _UNMODELLED_GROUP_STATE = (
     ("reshard_after_backward", True, "set_reshard_after_backward"),
     ("unshard_in_backward", True, "set_unshard_in_backward"),
-    ("gradient_divide_factor", None, "set_gradient_divide_factor"),
     ("force_sum_reduction_for_comms", False, "set_force_sum_reduction_for_comms"),
     ("reduce_scatter_unused_params", False, "set_reduce_scatter_unused_params"),
     ("_all_reduce_hook", None, "set_all_reduce_hook"),
@@ -66,6 +65,9 @@ _UNMODELLED_GROUP_STATE = (
 # The built-in parallelize spec: transformers' from_pretrained(tp_plan="auto") (commlens._transformers);
 # "transformers(tp_size=2, ...)" passes DistributedConfig arguments.
 _TRANSFORMERS = "transformers"
+
+# torchtitan's per-op selective checkpointing policy, as its context_fn is named.
+_TORCHTITAN_OP_SAC = "_apply_op_sac.<locals>.selective_checkpointing_context_fn"
 
 # checkpoint() keywords that change no collective, so a wrapper may set them.
 _NEUTRAL_CHECKPOINT_KWARGS = ("preserve_rng_state", "determinism_check", "debug")
@@ -354,6 +356,9 @@ class _Capture:
         self.wrapped_containers = {path for path, m in named if type(m).__name__ in _CONTAINER_NAMES}
         self.plain_containers = {_unwrapped_path(p) for p in self.wrapped_containers}
         self.root_mesh = None
+        # dim name -> (size, stride) in the ranks of a 1-D root mesh that the meshes in use were
+        # unflattened from (DeviceMesh._unflatten, torchtitan's ParallelDims.build_mesh)
+        self.unflattened_dims = {}
 
     def fail(self, message):
         raise CaptureError(self.subject, message)
@@ -380,11 +385,49 @@ class _Capture:
         if mesh == root:
             return tuple(names) if names else None
         root_names = root.mesh_dim_names or ()
+        if root.ndim == 1 and names and any(name not in root_names for name in names):
+            return self.unflattened_mesh_dims(mesh, what)
         for name in names or ():
             if name not in root_names:
                 self.fail(f"{what} runs on mesh dim {name!r}, which is not a dim of the root mesh "
                           f"{tuple(root_names)} (flattened meshes are not modelled)")
         return tuple(names)
+
+    def unflattened_mesh_dims(self, mesh, what):
+        """The dims of ``mesh``, unflattened from a 1-D root mesh: each dim's size and stride in
+        the root's ranks (``DeviceMesh._layout``) is recorded, and :meth:`plan_mesh` lays the dims
+        used out as one mesh, as ``init_device_mesh`` of those sizes would."""
+        for name, axis in zip(mesh.mesh_dim_names, mesh._layout.axes):
+            if len(axis.shape) > 1:
+                self.fail(f"{what} runs on mesh dim {name!r}, flattened from several dims of the mesh it was "
+                          "unflattened into (flattened meshes are not modelled)")
+            layout = (axis.shape[0], axis.stride[0]) if axis.shape else (1, 0)  # a size-1 dim has no stride
+            seen = self.unflattened_dims.setdefault(name, layout)
+            if seen != layout:
+                self.fail(f"{what} runs on mesh dim {name!r} of size {layout[0]} and rank stride {layout[1]}, "
+                          f"but another mesh dim {name!r} in the model has size {seen[0]} and stride {seen[1]}")
+        return tuple(mesh.mesh_dim_names)
+
+    def plan_mesh(self, world_size):
+        """``(shape, dim names)`` of one mesh holding every unflattened dim in use, outermost (largest
+        rank stride) first, when they tile the root's ranks; None when no unflattened dim is used.
+        Size-1 dims (torchtitan's pp and cp at degree 1) go first: they change no rank's place."""
+        if not self.unflattened_dims:
+            return None
+        dims = sorted(self.unflattened_dims.items(), key=lambda item: (item[1][0] != 1, -item[1][1]))
+        stride = 1
+        for name, (size, dim_stride) in reversed(dims):
+            if size == 1:
+                continue
+            if dim_stride != stride:
+                break
+            stride *= size
+        sized = [layout for _name, layout in dims if layout[0] != 1]
+        if stride != world_size or len(set(sized)) != len(sized):
+            shown = ", ".join(f"{name!r} (size {size}, stride {dim_stride})" for name, (size, dim_stride) in dims)
+            self.fail(f"the mesh dims in use, {shown}, unflattened from the {world_size}-rank mesh "
+                      f"{tuple(self.root_mesh.mesh_dim_names or ())}, do not lay out as one mesh over its ranks")
+        return tuple(size for _name, (size, _stride) in dims), tuple(name for name, _layout in dims)
 
     # ---- the model's modules and hooks
 
@@ -474,12 +517,9 @@ class _Capture:
             if call is None:
                 self.fail(f"{record['caller']} sharded module {self.shown(modules[0])} with FSDP2's state; "
                           "commlens models fully_shard only")
-            if len(modules) > 1:
-                self.fail(f"fully_shard of a list of {len(modules)} modules "
-                          f"({', '.join(self.shown(m) for m in modules)}) makes one unit of them; commlens "
-                          "models one module per fully_shard call")
             module = modules[0]
-            where = f"fully_shard of module {self.shown(module)}"
+            where = (f"fully_shard of module {self.shown(module)}" if len(modules) == 1 else
+                     f"fully_shard of modules [{', '.join(self.shown(m) for m in modules)}]")
             for arg in ("shard_placement_fn", "ignored_params", "dp_mesh_dims"):
                 if call.get(arg):
                     self.fail(f"{where}: {arg} is not modelled")
@@ -496,8 +536,11 @@ class _Capture:
             dims = self.mesh_dims(call["mesh"], where)
             raf = self.reshard_after_forward(call, state)
             group = groups[0] if groups else None
+            # fully_shard([a, b]): one unit of the modules, a tuple of their paths
+            fqn = self.path_of[id(module)] if len(modules) == 1 else tuple(self.path_of[id(m)] for m in modules)
             unit = FullyShard(
-                fqn=self.path_of[id(module)], mesh_dims=dims or (), reshard_after_forward=raf,
+                fqn=fqn, mesh_dims=dims or (), reshard_after_forward=raf,
+                gradient_divide_factor=getattr(group, "gradient_divide_factor", None),
                 mp_policy=call["mp_policy"], offload_policy=call["offload_policy"],
                 requires_gradient_sync=group.reduce_grads if group else True,
                 # without reduce_grads FSDP skips the all-reduce too (FSDPParamGroup.post_backward)
@@ -506,12 +549,16 @@ class _Capture:
                 backward_prefetch=tuple(self.path_of[id(s._modules[0])] for s in state._states_to_backward_prefetch))
             body = fully_shard_to_json(unit, self.subject, where)
             del body["fqn"]
-            entries.append((unit.fqn, json.dumps(body)))
+            if isinstance(fqn, tuple):  # a list unit stays as it is, grouped with no other
+                entries.append((fqn[0], f"list unit {len(units)}"))
+            else:
+                entries.append((fqn, json.dumps(body)))
             units.append(unit)
         out = []
         for pattern, members in _group_patterns(entries, self.wrapped_paths, self.wrapped_containers):
             unit = units[members[0]]
-            unit.fqn = pattern
+            if not isinstance(unit.fqn, tuple):
+                unit.fqn = pattern
             out.append(unit)
         return out
 
@@ -552,7 +599,7 @@ class _Capture:
             if not (isinstance(fn, functools.partial) and fn.func is checkpoint.checkpoint and not fn.args):
                 self.fail(f"{where} runs {getattr(fn, '__qualname__', fn)!r}, not torch.utils.checkpoint."
                           "checkpoint; commlens cannot model it")
-            save_ops, early_stop = (), True
+            save_ops, every_second, early_stop = (), (), True
             for key, value in fn.keywords.items():
                 if key in _NEUTRAL_CHECKPOINT_KWARGS or (key, value) == ("use_reentrant", False):
                     continue
@@ -562,19 +609,21 @@ class _Capture:
                 if key == "context_fn" and value is checkpoint.noop_context_fn:
                     continue
                 if key == "context_fn":
-                    save_ops = self.save_ops(value, where)
+                    save_ops, every_second = self.save_ops(value, where)
                     continue
                 self.fail(f"{where}: checkpoint option {key}={value!r} is not modelled")
             for op in save_ops:
                 checkpoint_save_op(op, self.subject, where)
-            entries.append((self.unwrapped[id(module)], json.dumps([save_ops, early_stop])))
+            entries.append((self.unwrapped[id(module)], json.dumps([save_ops, every_second, early_stop])))
         groups = _group_patterns(entries, self.plain_paths, self.plain_containers)
         options = [json.loads(entries[members[0]][1]) for _pattern, members in groups]
-        return tuple(ActivationCheckpoint(pattern, save_ops=tuple(save_ops), early_stop=early_stop)
-                     for (pattern, _members), (save_ops, early_stop) in zip(groups, options))
+        return tuple(ActivationCheckpoint(pattern, save_ops=tuple(save_ops), early_stop=early_stop,
+                                          recompute_every_second=tuple(every_second))
+                     for (pattern, _members), (save_ops, every_second, early_stop) in zip(groups, options))
 
     def save_ops(self, context_fn, where):
-        """The op list of ``partial(create_selective_checkpoint_contexts, [ops])``."""
+        """``(save_ops, recompute_every_second)`` of a selective policy commlens models: an op list,
+        ``partial(create_selective_checkpoint_contexts, [ops])``, or torchtitan's per-op policy."""
         import torch
         from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
@@ -582,10 +631,36 @@ class _Capture:
                 and len(context_fn.args) == 1 and not context_fn.keywords
                 and isinstance(context_fn.args[0], (list, tuple))
                 and all(isinstance(op, torch._ops.OpOverload) for op in context_fn.args[0])):
-            return tuple(str(op) for op in context_fn.args[0])
+            return tuple(str(op) for op in context_fn.args[0]), ()
+        if (getattr(context_fn, "__module__", None) == "torchtitan.distributed.activation_checkpoint"
+                and getattr(context_fn, "__qualname__", None) == _TORCHTITAN_OP_SAC):
+            return self.torchtitan_op_sac(context_fn, where)
         shown = getattr(getattr(context_fn, "func", context_fn), "__qualname__", repr(context_fn))
         self.fail(f"{where}: context_fn {shown} is not partial(create_selective_checkpoint_contexts, "
-                  "[op overloads]) (an op-list policy); commlens cannot model it")
+                  "[op overloads]) (an op-list policy) nor torchtitan's per-op policy; commlens cannot model it")
+
+    def torchtitan_op_sac(self, context_fn, where):
+        """torchtitan's per-op policy (0.2.2, activation_checkpoint.py ``_apply_op_sac``): it saves the
+        outputs of the ops in ``op_sac_save_list`` except every second ``aten.mm`` of each run, and
+        recomputes the mms whose weight shapes ``per_op_sac_force_recompute_mm_shapes_by_fqns``
+        names (refused: commlens does not model shape rules). The list's higher-order ops
+        (``flex_attention``, ``inductor_compiled_code``) are left out of the plan: an exported
+        program has no such op, and one that had would be refused by name when predicted."""
+        import inspect
+
+        import torch
+
+        policy = inspect.getclosurevars(context_fn).nonlocals.get("_get_custom_policy")
+        cells = inspect.getclosurevars(policy).nonlocals if callable(policy) else {}
+        save_list, forced = cells.get("op_sac_save_list"), cells.get("mm_recompute_shapes")
+        if not isinstance(save_list, (set, frozenset, list, tuple)) or not isinstance(forced, set):
+            self.fail(f"{where}: torchtitan's per-op policy {_TORCHTITAN_OP_SAC} does not hold the op list and mm "
+                      "shapes commlens reads (another torchtitan version than 0.2.2?); commlens cannot model it")
+        if forced:
+            self.fail(f"{where}: torchtitan's per-op policy recomputes the mms of weight shapes {sorted(forced)} "
+                      "(per_op_sac_force_recompute_mm_shapes_by_fqns); commlens does not model shape rules")
+        ops = sorted(str(op) for op in save_list if isinstance(op, torch._ops.OpOverload))
+        return tuple(ops), ("aten.mm.default",)
 
     # ---- parameters
 
@@ -711,8 +786,11 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
         placements, frozen = cap.placements_and_frozen(fsdp_params)
         src_data_rank = cap.src_data_rank()
     root = cap.root_mesh
+    unflattened = cap.plan_mesh(world_size)
     if root is None:
         shape, names, device_type = (world_size,), None, "cpu"
+    elif unflattened is not None:
+        (shape, names), device_type = unflattened, root.device_type
     else:
         shape, names, device_type = tuple(root.shape), root.mesh_dim_names, root.device_type
         if names is None and units:
@@ -759,12 +837,23 @@ def main(argv=None):
     parser.add_argument("--world-size", required=True, type=int, help="ranks of the fake process group")
     parser.add_argument("--loss", default="sum", choices=("sum", "cross_entropy"),
                         help="the training step's loss (cross_entropy: random targets, seed 0)")
+    parser.add_argument("--loss-reduction", default="mean", choices=("mean", "sum"),
+                        help="cross_entropy's reduction (torchtitan's loss: sum)")
+    parser.add_argument("--logits-dtype", choices=("float32", "bfloat16", "float16"),
+                        help="cross_entropy casts the logits to this dtype first (torchtitan's loss: float32)")
     parser.add_argument("--loss-parallel", action="store_true", help="the step runs inside loss_parallel()")
     parser.add_argument("--input-requires-grad", action="append", default=[], metavar="KEY",
                         help="a user input (position or keyword name) that requires grad; repeatable")
     parser.add_argument("-o", "--output", required=True, help="plan JSON path")
     ns = parser.parse_args(argv)
-    plan = capture(ns.model, ns.parallelize, ns.world_size, loss=ns.loss, loss_parallel=ns.loss_parallel,
+    loss = ns.loss
+    if ns.loss_reduction != "mean" or ns.logits_dtype is not None:
+        if ns.loss != "cross_entropy":
+            parser.error("--loss-reduction and --logits-dtype need --loss cross_entropy")
+        from commlens.plan import Loss
+
+        loss = Loss.cross_entropy(reduction=ns.loss_reduction, logits_dtype=ns.logits_dtype)
+    plan = capture(ns.model, ns.parallelize, ns.world_size, loss=loss, loss_parallel=ns.loss_parallel,
                    inputs_requires_grad=tuple(_input_key(k) for k in ns.input_requires_grad))
     save(plan, ns.output)
     entries = sum(len(styles) for _dim, styles in plan.parallelize_steps())

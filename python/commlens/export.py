@@ -66,7 +66,7 @@ def fsdp_mixed_precision(model, plan):
         return lambda tree: tree_map_only(torch.Tensor, cast, tree)
 
     calls = [(unit.mp_policy, model.get_submodule(path) if path else model)
-             for _, unit, path in (fully_shard_modules(plan, model) if plan is not None else ())]
+             for _, unit, paths in (fully_shard_modules(plan, model) if plan is not None else ()) for path in paths]
     taken, cast_params, hooks = set(), {}, []
     for mp, module in calls:
         for p in module.parameters():

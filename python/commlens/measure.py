@@ -188,6 +188,8 @@ def _compute_loss(loss, loss_parallel, out, args):
     from torch.distributed.tensor import DTensor, Replicate
     from torch.utils._pytree import tree_leaves
 
+    if callable(loss):  # the user's own loss function (e.g. torchtitan's), called as loss(out, args)
+        return loss(out, args)
     loss = loss if isinstance(loss, Loss) else Loss(kind=loss)
     leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
     if not leaves:
@@ -203,7 +205,10 @@ def _compute_loss(loss, loss_parallel, out, args):
     if isinstance(logits, DTensor) and not loss_parallel and not isinstance(targets, DTensor):
         targets = DTensor.from_local(targets, logits.device_mesh,
                                      [Replicate()] * logits.device_mesh.ndim, run_check=False)
-    return F.cross_entropy(logits.flatten(0, -2), targets.flatten(),
+    flat = logits.flatten(0, -2)
+    if loss.logits_dtype is not None:
+        flat = flat.to(getattr(torch, loss.logits_dtype))
+    return F.cross_entropy(flat, targets.flatten(),
                            reduction=loss.reduction, ignore_index=loss.ignore_index)
 
 
@@ -279,34 +284,64 @@ def _apply_activation_checkpoint(plan, model, plan_subject):
         kwargs = {"early_stop": unit.early_stop}
         if unit.save_ops:
             ops = [checkpoint_save_op(op, plan_subject) for op in unit.save_ops]
-            kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, ops)
+            every_second = {checkpoint_save_op(op, plan_subject) for op in unit.recompute_every_second}
+            kwargs["context_fn"] = (_every_second_recomputed(ops, every_second) if every_second else
+                                    functools.partial(create_selective_checkpoint_contexts, ops))
         wrapped = checkpoint_wrapper(parent.get_submodule(leaf), checkpoint_impl=CheckpointImpl.NO_REENTRANT,
                                      preserve_rng_state=False, **kwargs)
         parent.register_module(leaf, wrapped)
 
 
+def _every_second_recomputed(save_ops, every_second):
+    """A ``context_fn`` whose policy saves the outputs of ``save_ops`` except the 2nd, 4th, ...
+    call of an op in ``every_second`` in each run of the module (counted apart in the forward and
+    in the recomputation, which must agree), as :class:`commlens.plan.ActivationCheckpoint` says."""
+    import collections
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    def context_fn():
+        calls = collections.Counter()
+
+        def policy(ctx, func, *args, **kwargs):
+            if func in every_second:
+                key = ("recompute" if ctx.is_recompute else "forward", func)
+                calls[key] += 1
+                if calls[key] % 2 == 0:
+                    return CheckpointPolicy.PREFER_RECOMPUTE
+            return CheckpointPolicy.MUST_SAVE if func in save_ops else CheckpointPolicy.PREFER_RECOMPUTE
+
+        return create_selective_checkpoint_contexts(policy)
+
+    return context_fn
+
+
 def _apply_fully_shard(plan, model, mesh, plan_subject):
     """The plan's FSDP2 units, in order: one ``fully_shard`` call per matched
-    module (sub-mesh ``mesh[name]`` or ``mesh[(replicate, shard)]``).  Returns
-    the paths of the sharded modules."""
+    module, or on the list of modules a list unit matches (sub-mesh
+    ``mesh[name]`` or ``mesh[(replicate, shard)]``).  Returns the paths of the
+    sharded modules."""
     from torch.distributed.fsdp import fully_shard
 
     from commlens.plan import fully_shard_modules
 
     from torch.distributed.tensor import DTensor
 
+    def get(path):
+        return model.get_submodule(path) if path else model
+
     calls = fully_shard_modules(plan, model, plan_subject)
     managed = set()  # ids of parameters an earlier call took
-    for _i, unit, path in calls:
-        module = model.get_submodule(path) if path else model
-        own = [p for p in module.parameters() if id(p) not in managed]
+    for _i, unit, paths in calls:
+        modules = [get(path) for path in paths]
+        own = [p for module in modules for p in module.parameters() if id(p) not in managed]
         raf = unit.reshard_after_forward
         shard_size = plan.mesh_shape[list(plan.mesh_dim_names).index(unit.mesh_dims[-1])]
         if (not isinstance(raf, bool) and isinstance(raf, int) and 1 < raf < shard_size
                 and any(isinstance(p, DTensor) for p in own)):
             # FSDPParam.to_sharded_post_forward raises NotImplementedError in
             # the forward (torch 2.13 _fsdp_param.py)
-            shown = f"{type(model).__name__}.{path}" if path else type(model).__name__
+            shown = ", ".join(f"{type(model).__name__}.{path}" if path else type(model).__name__ for path in paths)
             raise PlanError(plan_subject, f"fully_shard {unit.fqn!r} on {shown}: reshard_after_forward={raf} "
                             "with tensor-parallel (DTensor) parameters is not supported by torch 2.13 "
                             "(\"Resharding to smaller mesh is not supported for DTensor parameters yet\")")
@@ -315,23 +350,23 @@ def _apply_fully_shard(plan, model, mesh, plan_subject):
         if unit.reshard_after_forward is not None:
             # None is fully_shard's own default (True, False for the root)
             kwargs["reshard_after_forward"] = unit.reshard_after_forward
-        fully_shard(module, **kwargs)
-        managed.update(id(p) for p in module.parameters())
+        fully_shard(modules if isinstance(unit.fqn, tuple) else modules[0], **kwargs)
+        module = modules[0]  # a list unit's setters reach its one state through any of its modules
+        managed.update(id(p) for m in modules for p in m.parameters())
+        if unit.gradient_divide_factor is not None:
+            module.set_gradient_divide_factor(unit.gradient_divide_factor)
         if not unit.requires_gradient_sync:
             module.set_requires_gradient_sync(False, recurse=False)
         if not unit.requires_all_reduce:
             module.set_requires_all_reduce(False, recurse=False)
     # Explicit prefetching once every unit exists: the setters take FSDP
     # modules only, and a target may be sharded by a later unit.
-    def get(path):
-        return model.get_submodule(path) if path else model
-
-    for _i, unit, path in calls:
+    for _i, unit, paths in calls:
         if unit.forward_prefetch:
-            get(path).set_modules_to_forward_prefetch([get(t) for t in unit.forward_prefetch])
+            get(paths[0]).set_modules_to_forward_prefetch([get(t) for t in unit.forward_prefetch])
         if unit.backward_prefetch:
-            get(path).set_modules_to_backward_prefetch([get(t) for t in unit.backward_prefetch])
-    return [path for _i, _unit, path in calls]
+            get(paths[0]).set_modules_to_backward_prefetch([get(t) for t in unit.backward_prefetch])
+    return [path for _i, _unit, paths in calls for path in paths]
 
 
 def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=None,
@@ -461,7 +496,8 @@ def _parallelize(model, mesh, styles, src_data_rank):
 def count_collectives(model, args, kwargs, phase, loss, *, loss_parallel=False, json_dump=None, noise_level=3):
     """Step 7 on a model parallelised by whatever means: in one fresh CommDebugMode (inside
     ``loss_parallel()`` when asked), ``out = model(*args, **kwargs)`` and, for phase
-    ``backward``/``both``, ``loss`` (a :class:`commlens.plan.Loss` or its kind) of ``out`` and
+    ``backward``/``both``, ``loss`` (a :class:`commlens.plan.Loss`, its kind, or a function
+    ``loss(out, args)`` returning the scalar) of ``out`` and
     its backward; for phase ``inference``, ``model.eval()`` and the forward alone under
     ``torch.no_grad()``. Returns the per-module counts (:func:`counts_from_comm_mode`)."""
     import torch
@@ -858,6 +894,8 @@ def measure_many(cases, backend="fake", phase="both", world_size=None, *, noise_
     under torchrun (``gloo``/``nccl``) the current processes run them.
     Returns a list of per-module count dicts (see :func:`measure`).
     """
+    from commlens._factory import resolve
+
     if backend not in BACKENDS:
         raise CommlensError("measure", f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})")
     if device is not None and device not in DEVICES:
@@ -872,6 +910,10 @@ def measure_many(cases, backend="fake", phase="both", world_size=None, *, noise_
         json_dump = case[3] if len(case) > 3 else None
         plan_source = plan_in if isinstance(plan_in, str) else getattr(plan_in, "source", None)
         subject = plan_source or "plan"
+        if isinstance(model_spec, str):
+            # the model's imports first: they may register ops the plan names (torchtitan's
+            # checkpoint policy saves torch_attn._varlen_attn, which torch registers on import)
+            resolve(model_spec)
         plan = resolve_plan(plan_in)
         ws = _check_args(plan, backend, case_phase, world_size, subject)
         if backend == "gloo" and plan.device_type != "cpu":

@@ -4,9 +4,10 @@ import pathlib
 import torch
 
 
-def export_pt2(model_spec, directory, *, eval_mode=False):
+def export_pt2(model_spec, directory, *, eval_mode=False, plan=None):
     """`torch.export.save` of a model factory's program (as commlens.export does, after
-    `model.eval()` with `eval_mode`, as its --eval does) into directory."""
+    `model.eval()` with `eval_mode`, as its --eval does; under `plan`'s FSDP mixed precision, as
+    its --plan does) into directory."""
     import torch
 
     from commlens._factory import call_model_factory
@@ -16,7 +17,7 @@ def export_pt2(model_spec, directory, *, eval_mode=False):
     if eval_mode:
         model.eval()
     pt2 = pathlib.Path(directory) / "model.pt2"
-    torch.export.save(export_model(model, args, kwargs), str(pt2))
+    torch.export.save(export_model(model, args, kwargs, plan), str(pt2))
     return pt2
 
 

@@ -99,9 +99,11 @@ class Wrapper(nn.Module):
         return self.inner(x)
 
 
-def list_unit(model):
-    fully_shard([model.layers[0], model.layers[1]])
-    fully_shard(model)
+def unflattened_gap(model):
+    """A dim unflattened from the 1-D world mesh that does not cover its ranks with the others in
+    use: no one mesh of the plan holds it."""
+    world = init_device_mesh("cpu", (2,), mesh_dim_names=("world",))
+    fully_shard(model, mesh=world._unflatten(0, (2, 1), ("dp", "unused"))["unused"])
 
 
 def style_subclass(model):
@@ -137,8 +139,8 @@ def replaced_forward(model):
 
 
 REFUSALS = [
-    (list_unit, "fully_shard of a list of 2 modules ('layers.0' (MLP), 'layers.1' (MLP)) makes one unit of them; "
-                "commlens models one module per fully_shard call"),
+    (unflattened_gap, "the mesh dims in use, 'unused' (size 1, stride 0), unflattened from the 2-rank mesh "
+                      "('world',), do not lay out as one mesh over its ranks"),
     (style_subclass, f"parallel style {MyColwise.__module__}.MyColwise on module 'layers.0.w1' (Linear) is not "
                      "modelled (commlens models ColwiseParallel, RowwiseParallel, SequenceParallel, "
                      "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput, "
@@ -150,6 +152,32 @@ REFUSALS = [
     (replaced_forward, "module 'layers.0.w1' (Linear) had its forward replaced "
                        "(replaced_forward.<locals>.colwise_forward) by the parallelization; commlens cannot model it"),
 ]
+
+
+def torchtitan_shaped(model):
+    """What torchtitan's ParallelDims and apply_fsdp do: dims unflattened from a ("world",) mesh,
+    a list unit of two blocks, FSDP's gradient division off."""
+    world = init_device_mesh("cpu", (4,), mesh_dim_names=("world",))
+    mesh = world._unflatten(0, (2, 2), ("fsdp", "tp"))
+    for block in model.layers:
+        parallelize_module(block, mesh["tp"], {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+    fully_shard(model.layers[2], mesh=mesh["fsdp"])
+    fully_shard([model.layers[0], model.layers[1]], mesh=mesh["fsdp"], reshard_after_forward=False)
+    fully_shard(model, mesh=mesh["fsdp"])
+    for module in (model.layers[0], model.layers[2]):
+        module.set_gradient_divide_factor(1.0)
+
+
+def test_unflattened_meshes_list_units_and_gradient_divide_factor():
+    plan = capture(STACKED, torchtitan_shaped, 4)
+    # fsdp has rank stride 2 and tp stride 1 in the world's ranks: one (fsdp, tp) mesh
+    assert (plan.mesh_shape, plan.mesh_dim_names, plan.tp_mesh_dim) == ((2, 2), ("fsdp", "tp"), "tp")
+    assert [(u.fqn, u.mesh_dims, u.reshard_after_forward, u.gradient_divide_factor) for u in plan.fully_shard] == [
+        ("layers.2", ("fsdp",), None, 1.0), (("layers.0", "layers.1"), ("fsdp",), False, 1.0), ("", ("fsdp",), None, None)]
+    # the JSON says a list unit with a list, and reads back the same
+    doc = planlib.to_json(plan)
+    assert doc["fully_shard"][1]["fqn"] == ["layers.0", "layers.1"]
+    assert planlib.from_json(doc).fully_shard == plan.fully_shard
 
 
 @pytest.mark.parametrize("fn, message", REFUSALS, ids=[fn.__name__ for fn, _m in REFUSALS])

@@ -88,8 +88,9 @@ CAPTURES = [
 
 def every_field_plan():
     """A plan with what no example plan writes: PrepareModuleOutput and PrepareModuleInputOutput,
-    Partial placements, CPU offload, float16, an int reshard_after_forward, loss targets from an
-    input, src_data_rank None."""
+    Partial placements, CPU offload, float16, an int reshard_after_forward, a list unit with a
+    gradient divide factor, an every-second-mm policy, loss targets from an input and float32
+    logits, src_data_rank None."""
     rep, s0 = Replicate(), Shard(0)
     return Plan(
         name="every_field", mesh_shape=(2, 4), mesh_dim_names=("dp", "tp"), device_type="cuda", tp_mesh_dim="tp",
@@ -110,14 +111,16 @@ def every_field_plan():
                                                       cast_forward_inputs=False),
                        requires_gradient_sync=False, requires_all_reduce=False, forward_prefetch=("layers.1",),
                        backward_prefetch=["layers.0"]),
+            FullyShard(("norm", "head"), "dp", reshard_after_forward=False, gradient_divide_factor=1.0),
             FullyShard("", ("dp",), reshard_after_forward=True)),
-        activation_checkpoint=(ActivationCheckpoint("layers.*", save_ops=("aten.mm.default",), early_stop=False),
+        activation_checkpoint=(ActivationCheckpoint("layers.*", save_ops=("aten.mm.default",), early_stop=False,
+                                                    recompute_every_second=("aten.mm.default",)),
                                ActivationCheckpoint("out", wrapper=False)),
         placements={"w3.weight": {"tp": s0}, "w3.bias": (rep, Partial("avg"))},
         input_placements={0: (s0, rep), "mask": {"dp": s0}},
         inputs_requires_grad=(0,),
         frozen=("w1.bias",), frozen_after_parallelize=("norm.*",),
-        loss=Loss.cross_entropy(targets="input:1", seed=3, reduction="sum", ignore_index=-1),
+        loss=Loss.cross_entropy(targets="input:1", seed=3, reduction="sum", ignore_index=-1, logits_dtype="float32"),
         loss_parallel=True, src_data_rank=None,
     )
 
@@ -200,7 +203,7 @@ def test_the_validator_names_each_problem(written_plans):
 
 # ------------------------------------------------------------------------------ schema mutations
 
-WRONG_TYPE = {bool: "yes", int: "7", str: 7, list: {"a": 1}, dict: ["a"]}
+WRONG_TYPE = {bool: "yes", int: "7", float: "7", str: 7, list: {"a": 1}, dict: ["a"]}
 # Objects whose keys are names the plan chooses (patterns, inputs, keyword arguments).
 MAPS = {"placements", "inputs", "input_kwarg_layouts", "desired_input_kwarg_layouts"}
 

@@ -99,6 +99,31 @@ TEST(FullyShard, BlocksAndRootDefaultReshard) {
                            }));
 }
 
+TEST(FullyShard, ListUnitGathersAtItsFirstModuleAndReducesAfterItsBackward) {
+  Net net;
+  net.unit("layers.0");
+  net.unit("[layers.1, layers.2]").listPatterns = {"layers.1", "layers.2"}; // fully_shard([layers.1, layers.2])
+  net.unit("");
+  // fully_shard([a, b]) is one group (_register_group_forward_hooks): its pre-hook runs on both
+  // modules, and the first unshards w1 and w2 (2 x 128 bytes) in layers.1's pre-forward; its
+  // post-forward runs once, when layers.2 completes the group, so its pre-backward hooks
+  // layers.2's output and its post-backward wraps layers.1's input. Post-forward order: layers.0,
+  // the list, root. Backward: the root keeps its parameters and prefetches the list (charged to
+  // FSDPNet); the list's pre-backward in layers.2 finds itself gathered and prefetches layers.0;
+  // the list reduce-scatters both gradients (2 x 1024 bytes) when layers.1's backward is done;
+  // the root's and layers.0's post-backward run in the final callback, as above.
+  EXPECT_EQ(net.predict(), (std::vector<std::string>{
+                               rec(kAg, "fwd", "FSDPNet", 8),
+                               rec(kAg, "fwd", "FSDPNet.layers.0", 128),
+                               rec(kAg, "fwd", "FSDPNet.layers.1", 256),
+                               rec(kAg, "bwd", "FSDPNet", 256),
+                               rec(kAg, "bwd", "FSDPNet.layers.2", 128),
+                               rec(kRs, "bwd", "FSDPNet.layers.1", 2048),
+                               rec(kRs, "bwd", "FSDPNet.layers.0", 64),
+                               rec(kRs, "bwd", "FSDPNet.layers.0", 1024),
+                           }));
+}
+
 TEST(FullyShard, RootWithoutParametersHasNoGroup) {
   Net net(/*rootScale=*/false);
   net.unit("layers.*");

@@ -187,6 +187,32 @@ TEST(PlanReader, FullyShardErrorsNameThePath) {
             "fully_shard[0].offload_policy.kind: offload policy 'disk' (expected \"none\" or \"cpu\")");
 }
 
+TEST(PlanReader, ReadsListUnitsAndTorchtitansSettings) {
+  // torchtitan's fully_shard([norm, output]) with set_gradient_divide_factor(1.0), and its loss
+  // over pred.float()
+  std::string doc = kFsdpPlan;
+  const std::string root = R"x({"fqn": "", "mesh_dims": ["shard"])x";
+  doc.replace(doc.find(root), root.size(),
+              R"x({"fqn": ["norm", "out*"], "mesh_dims": ["shard"], "gradient_divide_factor": 1.0)x");
+  const std::string loss = R"x("loss": {"kind": "sum"})x";
+  doc.replace(doc.find(loss), loss.size(),
+              R"x("loss": {"kind": "cross_entropy", "reduction": "sum", "logits_dtype": "float32"})x");
+  auto plan = parsePlan(doc);
+  ASSERT_TRUE(static_cast<bool>(plan)) << takeMessage(plan.takeError());
+  const FullyShardUnit &list = plan->fullyShard[1];
+  EXPECT_EQ(list.pattern, "[norm, out*]");
+  EXPECT_EQ(list.listPatterns, (std::vector<std::string>{"norm", "out*"}));
+  EXPECT_EQ(list.patterns(), list.listPatterns);
+  EXPECT_EQ(plan->fullyShard[0].patterns(), std::vector<std::string>{"layers.*"});
+  EXPECT_EQ(plan->loss.logitsDtype, ScalarType::Float);
+  EXPECT_EQ(errorOf(doc, R"x("fqn": ["norm", "out*"])x", R"x("fqn": [])x"),
+            "fully_shard[1].fqn: an empty list of modules (fully_shard takes a module or a non-empty list of them)");
+  EXPECT_EQ(errorOf(doc, R"x("gradient_divide_factor": 1.0)x", R"x("gradient_divide_factor": 0)x"),
+            "fully_shard[1].gradient_divide_factor: gradient divide factor 0 (expected a positive number)");
+  EXPECT_EQ(errorOf(doc, R"x("logits_dtype": "float32")x", R"x("logits_dtype": "int8")x"),
+            "loss.logits_dtype: dtype 'int8' (expected \"float32\", \"bfloat16\" or \"float16\")");
+}
+
 TEST(PlanReader, ReadsActivationCheckpoint) {
   std::string doc = kPlan;
   const std::string from = R"x("loss_parallel": true)x";
@@ -222,6 +248,17 @@ TEST(PlanReader, ReadsActivationCheckpoint) {
   EXPECT_EQ(errorOf(doc, R"x("wrapper": false)x", R"x("wrapper": false, "early_stop": false)x"),
             "activation_checkpoint[1].early_stop: early_stop=false needs wrapper=true (it is passed to "
             "checkpoint_wrapper)");
+  // torchtitan's per-op policy: every second mm of the saved ones is recomputed
+  const std::string first = R"x({"fqn": "layers.*"})x";
+  std::string perOp = doc;
+  perOp.replace(perOp.find(first), first.size(),
+                R"x({"fqn": "layers.*", "save_ops": ["aten.mm.default"], "recompute_every_second": ["aten.mm.default"]})x");
+  auto titan = parsePlan(perOp);
+  ASSERT_TRUE(static_cast<bool>(titan)) << takeMessage(titan.takeError());
+  EXPECT_EQ(titan->activationCheckpoint[0].recomputeEverySecond, std::vector<std::string>{"aten.mm.default"});
+  EXPECT_EQ(errorOf(perOp, R"x("save_ops": ["aten.mm.default"])x", R"x("save_ops": [])x"),
+            "activation_checkpoint[0].recompute_every_second[0]: 'aten.mm.default' is not in save_ops "
+            "(recompute_every_second recomputes every other call of an op the policy saves)");
 }
 
 TEST(PlanReader, MeshSizeAndPlacementListLimits) {

@@ -200,7 +200,8 @@ _MP_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": t
 _MP_DTYPE_NAMES = {v: k for k, v in _MP_DTYPES.items()}
 _MP_FIELDS = ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
 _UNIT_FIELDS = ("fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
-                "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch")
+                "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch",
+                "gradient_divide_factor")
 _PREFETCH_FIELDS = ("forward_prefetch", "backward_prefetch")
 _DTYPE_EXPECTED = '(expected "float32", "bfloat16", "float16" or null)'
 
@@ -283,9 +284,10 @@ def offload_policy_from_json(obj, subject="plan", where="offload_policy"):
 
 
 def fully_shard_to_json(unit, subject="plan", where="fully_shard[0]"):
-    """Encode a :class:`FullyShard` (every key, in the canonical order)."""
+    """Encode a :class:`FullyShard` (every key, in the canonical order; ``gradient_divide_factor``
+    only when set)."""
     return {
-        "fqn": unit.fqn,
+        "fqn": list(unit.fqn) if isinstance(unit.fqn, tuple) else unit.fqn,
         "mesh_dims": list(unit.mesh_dims),
         "reshard_after_forward": unit.reshard_after_forward,
         "mp_policy": mp_policy_to_json(unit.mp_policy, subject, f"{where}.mp_policy"),
@@ -294,6 +296,8 @@ def fully_shard_to_json(unit, subject="plan", where="fully_shard[0]"):
         "requires_all_reduce": unit.requires_all_reduce,
         "forward_prefetch": list(unit.forward_prefetch),
         "backward_prefetch": list(unit.backward_prefetch),
+        # absent when None: plans without it keep their bytes
+        **({} if unit.gradient_divide_factor is None else {"gradient_divide_factor": unit.gradient_divide_factor}),
     }
 
 
@@ -305,8 +309,9 @@ def fully_shard_from_json(obj, subject="plan", where="fully_shard[0]"):
     unknown = [k for k in obj if k not in _UNIT_FIELDS]
     if unknown:
         raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
-    if not isinstance(obj.get("fqn"), str):
-        raise PlanError(subject, f"bad {where}: expected a string \"fqn\"")
+    fqn = obj.get("fqn")
+    if not (isinstance(fqn, str) or (isinstance(fqn, list) and fqn and all(isinstance(f, str) for f in fqn))):
+        raise PlanError(subject, f"bad {where}: expected \"fqn\", a string or a non-empty list of strings")
     dims = obj.get("mesh_dims")
     if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
         raise PlanError(subject, f"bad mesh_dims at {where}: expected a list of mesh dim names")
@@ -335,4 +340,9 @@ def fully_shard_from_json(obj, subject="plan", where="fully_shard[0]"):
             if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
                 raise PlanError(subject, f"bad {name} at {where}: expected a list of module FQNs")
             kw[name] = tuple(targets)
-    return FullyShard(fqn=obj["fqn"], mesh_dims=tuple(dims), **kw)
+    if obj.get("gradient_divide_factor") is not None:
+        factor = obj["gradient_divide_factor"]
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+            raise PlanError(subject, f"bad gradient_divide_factor at {where}: expected a positive number or null")
+        kw["gradient_divide_factor"] = float(factor)
+    return FullyShard(fqn=tuple(fqn) if isinstance(fqn, list) else fqn, mesh_dims=tuple(dims), **kw)

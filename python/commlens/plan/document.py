@@ -78,7 +78,9 @@ def to_json(plan, source=None):
         loss_json = {"kind": "sum"}
     else:
         loss_json = {"kind": loss.kind, "targets": loss.targets, "seed": loss.seed,
-                     "reduction": loss.reduction, "ignore_index": loss.ignore_index}
+                     "reduction": loss.reduction, "ignore_index": loss.ignore_index,
+                     # absent when None: plans without it keep their bytes
+                     **({"logits_dtype": loss.logits_dtype} if loss.logits_dtype is not None else {})}
     out = {
         "format": FORMAT,
         "version": VERSION,
@@ -102,8 +104,10 @@ def to_json(plan, source=None):
     }
     if plan.activation_checkpoint:  # absent when empty: plans without it keep their bytes
         out["activation_checkpoint"] = [{"fqn": u.fqn, "wrapper": u.wrapper, "save_ops": list(u.save_ops),
-                                         # absent when True: plans without it keep their bytes
-                                         **({} if u.early_stop else {"early_stop": False})}
+                                         # absent when default: plans without them keep their bytes
+                                         **({} if u.early_stop else {"early_stop": False}),
+                                         **({"recompute_every_second": list(u.recompute_every_second)}
+                                            if u.recompute_every_second else {})}
                                         for u in plan.activation_checkpoint]
     return out
 
@@ -190,14 +194,16 @@ def from_json(obj, subject="plan"):
         where = f"activation_checkpoint[{i}]"
         if not isinstance(u, dict) or not isinstance(u.get("fqn"), str):
             raise PlanError(subject, f"bad {where}: expected an object with a string \"fqn\"")
-        unknown = sorted(set(u) - {"fqn", "wrapper", "save_ops", "early_stop"})
+        unknown = sorted(set(u) - {"fqn", "wrapper", "save_ops", "early_stop", "recompute_every_second"})
         if unknown:
             raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
-        save_ops = u.get("save_ops", [])
-        if not isinstance(save_ops, list):
-            raise PlanError(subject, f"bad save_ops at {where}: expected a list of op names")
+        save_ops, every_second = u.get("save_ops", []), u.get("recompute_every_second", [])
+        for name, value in (("save_ops", save_ops), ("recompute_every_second", every_second)):
+            if not isinstance(value, list):
+                raise PlanError(subject, f"bad {name} at {where}: expected a list of op names")
         checkpoints.append(ActivationCheckpoint(fqn=u["fqn"], wrapper=u.get("wrapper", True),
-                                                save_ops=tuple(save_ops), early_stop=u.get("early_stop", True)))
+                                                save_ops=tuple(save_ops), early_stop=u.get("early_stop", True),
+                                                recompute_every_second=tuple(every_second)))
     placements = {}
     for k, v in (obj.get("placements") or {}).items():
         placements[k] = _placement_spec_from_json(v, subject, f"placements[{k!r}]")

@@ -33,6 +33,11 @@ class Loss:
         logits' device; on ``meta`` an empty tensor of that shape), where ``C``
         is the *global* class count;
       - ``"input:K"``: the K-th positional user input (e.g. the token ids).
+
+      ``logits_dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"`` or None)
+      casts the logits to that dtype first, as torchtitan's loss does with
+      ``pred.float()``: under bf16 mixed precision the loss-parallel
+      all-reduces then carry float32.
     """
 
     kind: str = "sum"
@@ -40,15 +45,16 @@ class Loss:
     seed: int = 0
     reduction: str = "mean"
     ignore_index: int = -100
+    logits_dtype: str | None = None
 
     @classmethod
     def sum(cls):
         return cls(kind="sum")
 
     @classmethod
-    def cross_entropy(cls, targets="random", seed=0, reduction="mean", ignore_index=-100):
+    def cross_entropy(cls, targets="random", seed=0, reduction="mean", ignore_index=-100, logits_dtype=None):
         return cls(kind="cross_entropy", targets=targets, seed=seed,
-                   reduction=reduction, ignore_index=ignore_index)
+                   reduction=reduction, ignore_index=ignore_index, logits_dtype=logits_dtype)
 
 
 @dataclass
@@ -77,9 +83,17 @@ class FullyShard:
     ``set_modules_to_backward_prefetch([...])`` with those modules, in the
     given order (only when the tuple is non-empty: ``()`` keeps FSDP2's
     default prefetching).  A single string or a list is taken as a tuple.
+
+    ``fqn`` may also be a tuple of patterns: **one** ``fully_shard([...])``
+    call on every module they match, in model order, which makes them one
+    parameter group (torchtitan's ``fully_shard([model.norm, model.output])``);
+    a list is taken as a tuple.  ``gradient_divide_factor`` calls
+    ``module.set_gradient_divide_factor(f)`` after ``fully_shard``
+    (torchtitan's 1.0): FSDP then reduces with a pre-multiplied sum instead of
+    an average, which changes no collective or byte.
     """
 
-    fqn: str
+    fqn: str | tuple
     mesh_dims: tuple
     reshard_after_forward: bool | int | None = None
     mp_policy: MixedPrecisionPolicy = field(default_factory=MixedPrecisionPolicy)
@@ -88,8 +102,11 @@ class FullyShard:
     requires_all_reduce: bool = True
     forward_prefetch: tuple = ()
     backward_prefetch: tuple = ()
+    gradient_divide_factor: float | None = None
 
     def __post_init__(self):
+        if isinstance(self.fqn, list):
+            self.fqn = tuple(self.fqn)
         for name in ("mesh_dims", "forward_prefetch", "backward_prefetch"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -128,16 +145,24 @@ class ActivationCheckpoint:
     (torchtitan's default): recomputation runs the module's whole forward
     again, issuing the collectives after its last saved tensor too.  Only with
     ``wrapper=True`` (a model that checkpoints itself decides for itself).
+
+    ``recompute_every_second``: ops of ``save_ops`` (compute ops) whose 2nd,
+    4th, ... call in each run of the module is recomputed after all --
+    torchtitan's per-op policy (``activation_checkpoint.mode="selective"``,
+    ``selective_ac_option="op"``), which saves every other ``aten.mm``.
     """
 
     fqn: str
     wrapper: bool = True
     save_ops: tuple = ()
     early_stop: bool = True
+    recompute_every_second: tuple = ()
 
     def __post_init__(self):
-        if isinstance(self.save_ops, (str, list)):
-            self.save_ops = (self.save_ops,) if isinstance(self.save_ops, str) else tuple(self.save_ops)
+        for name in ("save_ops", "recompute_every_second"):
+            value = getattr(self, name)
+            if isinstance(value, (str, list)):
+                setattr(self, name, (value,) if isinstance(value, str) else tuple(value))
 
 
 @dataclass

@@ -13,13 +13,14 @@ SCHEMA_PATH = pathlib.Path(__file__).with_name("plan.schema.json")
 # JSON Schema keywords the validator applies; a schema using any other is refused, so no keyword
 # is silently ignored.
 _ANNOTATIONS = {"$schema", "$defs", "title", "description"}
-_KEYWORDS = {"$ref", "type", "const", "enum", "pattern", "minimum", "items", "minItems", "maxItems",
+_KEYWORDS = {"$ref", "type", "const", "enum", "pattern", "minimum", "exclusiveMinimum", "items", "minItems", "maxItems",
              "properties", "required", "additionalProperties", "anyOf", "oneOf"}
 _TYPES = {
     "object": lambda v: isinstance(v, dict),
     "array": lambda v: isinstance(v, list),
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
     "boolean": lambda v: isinstance(v, bool),
     "null": lambda v: v is None,
 }
@@ -57,6 +58,8 @@ def _errors(value, schema, root, path):
         yield f"{path}: {json.dumps(value)} does not match {schema['pattern']}"
     if _TYPES["integer"](value) and "minimum" in schema and value < schema["minimum"]:
         yield f"{path}: {value} is less than {schema['minimum']}"
+    if _TYPES["number"](value) and "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+        yield f"{path}: {value} is not greater than {schema['exclusiveMinimum']}"
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0):
             yield f"{path}: {len(value)} items, expected at least {schema['minItems']}"

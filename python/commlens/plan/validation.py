@@ -87,6 +87,13 @@ def validate(plan, subject="plan"):
         if not unit.early_stop and not unit.wrapper:
             raise PlanError(subject, f"{where}: early_stop=False needs wrapper=True (it is passed to "
                             "checkpoint_wrapper)")
+        for op in unit.recompute_every_second:
+            if op not in unit.save_ops:
+                raise PlanError(subject, f"{where}: recompute_every_second entry {op!r} is not in save_ops "
+                                "(it recomputes every other call of an op the policy saves)")
+            if op.startswith(("_c10d_functional.", "c10d_functional.")):
+                raise PlanError(subject, f"{where}: recompute_every_second entry {op!r} is a collective "
+                                "(modelled for compute ops)")
     for table, label in ((plan.placements, "placements"), (plan.input_placements, "input_placements")):
         for key, spec in table.items():
             where = f"{label}[{key!r}]"
@@ -109,6 +116,9 @@ def validate(plan, subject="plan"):
             raise PlanError(subject, f"bad loss reduction {loss.reduction!r} (expected mean or sum)")
         if not (loss.targets == "random" or re.fullmatch(r"input:\d+", str(loss.targets))):
             raise PlanError(subject, f"bad loss targets {loss.targets!r} (expected 'random' or 'input:K')")
+        if loss.logits_dtype not in (None, "float32", "bfloat16", "float16"):
+            raise PlanError(subject, f"bad loss logits_dtype {loss.logits_dtype!r} (expected float32, bfloat16, "
+                            "float16 or None)")
     if plan.loss_parallel:
         if loss.kind != "cross_entropy":
             raise PlanError(subject, "loss_parallel needs loss kind 'cross_entropy'")
@@ -130,8 +140,13 @@ def _validate_fully_shard(plan, subject):
         where = f"fully_shard[{i}]"
         if not isinstance(unit, FullyShard):
             raise PlanError(subject, f"{where} is {type(unit).__name__}, not commlens.plan.FullyShard")
-        if not isinstance(unit.fqn, str):
-            raise PlanError(subject, f"{where}: fqn {unit.fqn!r} is not a string")
+        if not (isinstance(unit.fqn, str) or (isinstance(unit.fqn, tuple) and unit.fqn
+                                              and all(isinstance(f, str) for f in unit.fqn))):
+            raise PlanError(subject, f"{where}: fqn {unit.fqn!r} is not a string or a non-empty tuple of strings")
+        factor = unit.gradient_divide_factor
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
+            raise PlanError(subject, f"{where}: gradient_divide_factor must be a positive number or None, "
+                            f"got {factor!r}")
         dims = unit.mesh_dims
         if not isinstance(dims, tuple) or not all(isinstance(d, str) for d in dims):
             raise PlanError(subject, f"{where}: mesh_dims must be a tuple of mesh dim names, got {dims!r}")
@@ -173,8 +188,10 @@ def _validate_fully_shard(plan, subject):
 
 
 def fully_shard_modules(plan, model, subject="plan"):
-    """``[(unit_index, unit, module_path)]``: every ``fully_shard`` call the plan
-    makes on ``model``, in call order.  Raises :class:`PlanError` when a
+    """``[(unit_index, unit, module_paths)]``: every ``fully_shard`` call the plan
+    makes on ``model``, in call order, with the paths of the modules it takes
+    (one for a pattern's calls, all a list unit's patterns match, in model
+    order, for a list unit).  Raises :class:`PlanError` when a
     pattern matches no module, a module is matched twice, a matched module
     lies inside a module sharded by an earlier call (children must be sharded
     first), a match is a container without ``forward`` (fully_shard rejects
@@ -184,11 +201,15 @@ def fully_shard_modules(plan, model, subject="plan"):
     root = type(model).__name__
     taken = {}  # module path -> pattern that sharded it
     calls = []
+    order = {path: n for n, (path, _m) in enumerate(model.named_modules())}
     for i, unit in enumerate(plan.fully_shard):
-        paths = match_modules(model, unit.fqn)
-        if not paths:
-            raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches no module of {root}")
-        for path in paths:
+        listed = []
+        for pattern in unit.fqn if isinstance(unit.fqn, tuple) else (unit.fqn,):
+            paths = match_modules(model, pattern)
+            if not paths:
+                raise PlanError(subject, f"fully_shard pattern {pattern!r} matches no module of {root}")
+            listed += paths
+        for path in listed:
             shown = path or root
             if path in taken:
                 raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches module {shown!r} already "
@@ -204,7 +225,10 @@ def fully_shard_modules(plan, model, subject="plan"):
                 raise PlanError(subject, f"fully_shard pattern {unit.fqn!r} matches {shown!r}, a "
                                 f"{type(mod).__name__} without forward (fully_shard rejects containers)")
             taken[path] = unit.fqn
-            calls.append((i, unit, path))
+            if not isinstance(unit.fqn, tuple):
+                calls.append((i, unit, (path,)))
+        if isinstance(unit.fqn, tuple):
+            calls.append((i, unit, tuple(sorted(listed, key=order.get))))
     modules = dict(model.named_modules())
     for i, unit in enumerate(plan.fully_shard):
         for name in _PREFETCH_FIELDS:
