@@ -50,6 +50,17 @@ if ! "$PY" -c "import accelerate; assert accelerate.__version__ == '$ACCELERATE'
   echo "setup: installing accelerate==$ACCELERATE into .venv"
   "$PY" -m pip install -q --disable-pip-version-check "accelerate==$ACCELERATE"
 fi
+# torchtitan for the corpus and tests (examples/titan.py): 0.2.2, the newest release whose
+# parallelize functions call torch's parallelize_module / fully_shard / checkpoint_wrapper and run
+# against torch 2.13 on CPU (0.3.0 declares sharding through its own layouts and spmd_types, and
+# issue 28 found its default backend failing on torch 2.13 for dp or tp above 1). Installed with
+# its declared dependencies and torch==2.13.0 named beside it, so pip keeps the CPU build; the two
+# shims it needs without a GPU (triton, device type) are in examples/titan.py.
+TORCHTITAN=0.2.2
+if ! "$PY" -c "import importlib.metadata as m; assert m.version('torchtitan') == '$TORCHTITAN'" 2>/dev/null; then
+  echo "setup: installing torchtitan==$TORCHTITAN into .venv"
+  "$PY" -m pip install -q --disable-pip-version-check "torchtitan==$TORCHTITAN" "torch==2.13.0"
+fi
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 printf '%s\n%s\n' "$ROOT/python" "$ROOT" > "$SITE/commlens-dev.pth"
 

@@ -98,6 +98,7 @@ GPT2 = "examples.gpt2:gpt2"
 GPT2_SDPA = "examples.gpt2:gpt2(attn='sdpa')"
 LLAMA = "examples.llama:llama"
 LLAMA_COMPLEX_ROPE = "examples.llama:llama(complex_rope=True)"  # torchtitan's complex RoPE
+T = "examples.titan:"  # torchtitan's own models and parallelize functions
 GATED = "examples.kwargs:gated"
 SHARED = "examples.shared:shared_mlp"
 HF_LLAMA = "examples.hf:hf_llama"
@@ -244,6 +245,32 @@ CONFIGS = [
              H + f"hf_captured(family={family!r}, tp={tp})", "inference", ci=(family, tp) == ("llama", 4),
              measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
       for family in HF_CAPTURED for tp in ((2, 4) if family == "llama" else (4,))],
+    # torchtitan 0.2.2 as users run it: its Llama 3 parallelized by its own parallelize_llama
+    # (TP+SP, loss parallel, tok_embeddings / blocks / [norm, output] / root FSDP2 units with
+    # gradient division off, full AC and both selective policies, bf16), and its dense Qwen3 by
+    # parallelize_qwen3 under FSDP (under TP its DTensor attention does not run on CPU), one step
+    # of its forward_backward_step measured natively (examples.titan), predicted from the
+    # captured plan
+    *[Config(f"titan_{model}-{name}-both", T + f"titan_model(name={model!r})",
+             T + f"titan_captured(name={model!r}, {settings})", "both", ci=ci,
+             measure=T + f"measure_titan(name={model!r}, {settings})")
+      for model, name, settings, ci in (
+          ("llama3", "tp_sp-tp4", "tp=4", False),
+          ("llama3", "tp-tp4-no_loss_parallel", "tp=4, loss_parallel=False", False),
+          ("llama3", "fsdp-dp4", "dp_shard=4", False),
+          ("llama3", "fsdp_tp_sp-dp2xtp2", "tp=2, dp_shard=2", True),
+          ("llama3", "hsdp_tp_sp-2x2x2", "tp=2, dp_shard=2, dp_replicate=2", False),
+          ("llama3", "fsdp_tp_sp-dp2xtp4", "tp=4, dp_shard=2", False),
+          ("llama3", "fsdp_tp_sp-dp2xtp2-full_ac", "tp=2, dp_shard=2, ac='full'", False),
+          ("llama3", "fsdp_tp_sp-dp2xtp2-sac_op", "tp=2, dp_shard=2, ac='selective', sac_option='op'", True),
+          ("llama3", "fsdp_tp_sp-dp2xtp2-sac_layer2", "tp=2, dp_shard=2, ac='selective', sac_option='2'", False),
+          ("llama3", "fsdp_tp_sp-dp2xtp2-bf16", "tp=2, dp_shard=2, mixed_precision_param='bfloat16'", False),
+          ("llama3", "fsdp_tp_sp-dp2xtp2-bf16-sac_op",
+           "tp=2, dp_shard=2, mixed_precision_param='bfloat16', ac='selective', sac_option='op'", False),
+          ("qwen3", "fsdp-dp4", "dp_shard=4", False),
+          ("qwen3", "hsdp-2x2", "dp_shard=2, dp_replicate=2", False),
+          ("qwen3", "fsdp-dp4-full_ac", "dp_shard=4, ac='full'", False),
+          ("qwen3", "fsdp-dp4-sac_op", "dp_shard=4, ac='selective', sac_option='op'", True))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",
@@ -404,7 +431,9 @@ def select(subset, only=None):
 
 
 # the commlens.plan package, which writes and reads plans
-_PLAN_SOURCES = sorted((ROOT / "python/commlens/plan").glob("*.py"))
+# what the plan factories run: the plan package with its styles, and the capture of captured plans
+_PLAN_SOURCES = sorted([*(ROOT / "python/commlens/plan").rglob("*.py"), ROOT / "python/commlens/capture.py",
+                        ROOT / "python/commlens/_transformers.py"])
 
 
 def _sources_digest(paths):
@@ -448,7 +477,7 @@ def _model_digest(work):
 def _plan_digest():
     """The cache key of serialised plans: their sources and the versions whose ParallelStyle
     objects (torch) and shipped TP plans (transformers) they are read from."""
-    files = [ROOT / "examples/plans.py", ROOT / "examples/hf.py"] + _PLAN_SOURCES
+    files = [ROOT / "examples/plans.py", ROOT / "examples/hf.py", ROOT / "examples/titan.py"] + _PLAN_SOURCES
     versions = _export_versions()
     return _sources_digest(files) + versions["torch"] + versions["transformers"]
 

@@ -1,0 +1,170 @@
+"""torchtitan's own models, parallelized by torchtitan's own parallelize functions (torchtitan
+0.2.2, pinned in scripts/setup.sh): Llama 3 (``parallelize_llama``) and dense Qwen3
+(``parallelize_qwen3``: q/k norms, DTensor activations), each with its TP+SP plan, FSDP2 units
+(``tok_embeddings``, every block, the list unit ``[norm, output]``, the root, gradient division
+off), activation checkpointing (full, per-layer and per-op selective) and loss parallel, as its
+trainer applies them, with no plan written for commlens::
+
+    python -m commlens.export examples.titan:titan_model -o llama.pt2
+    python -m commlens.capture --model examples.titan:titan_model --world-size 8 \\
+        --parallelize 'examples.titan:parallelize(tp=4, dp_shard=2)' \\
+        --loss cross_entropy --loss-reduction sum --logits-dtype float32 --loss-parallel -o plan.json
+
+* ``titan_model(name="llama3" | "qwen3")``: the model class torchtitan's train spec of that name
+  builds, on tiny arguments (initialised with its own ``init_weights``, seed 0), and a batch of
+  token ids;
+* ``parallelize(model, tp, dp_shard, dp_replicate, ac, ...)``: torchtitan's ``ParallelDims`` (its
+  mesh built by its own ``build_mesh``) and a ``JobConfig`` with those settings, then the train
+  spec's ``parallelize_fn(model, parallel_dims, job_config)`` for the model's class;
+* ``measure_titan(name, phase, ...)``: the truth, natively: the model parallelized that way on the
+  fake process group and one step of torchtitan's ``forward_backward_step`` counted under
+  CommDebugMode: forward inside its train context (``loss_parallel()`` when TP is on and loss
+  parallel is not disabled), its ``cross_entropy_loss`` (sum) over the global token count, backward;
+* ``titan_captured(name, ...)``: the plan ``commlens.capture`` reads off those calls.
+
+Two shims, both for running torchtitan on a machine without a GPU, neither touching what it
+parallelizes: ``torchtitan.models.moe.kernels`` imports ``triton`` at module level for a CUDA
+kernel only MoE token permutation calls (torchtitan does not declare triton, the dense Llama never
+calls it), so that module is replaced before torchtitan is imported by one whose functions raise;
+and ``torchtitan.tools.utils.device_type`` falls back to ``"cuda"`` when no accelerator is present,
+so ``ParallelDims`` is pointed at ``"cpu"`` there (on a GPU it keeps torchtitan's own choice).
+"""
+
+import sys
+import types
+
+import torch
+
+
+def _install_shims():
+    if "torchtitan.models.moe.kernels" not in sys.modules:
+        def needs_triton(*args, **kwargs):
+            raise RuntimeError("torchtitan.models.moe.kernels needs triton and a GPU; examples.titan replaced it "
+                               "to import torchtitan on a machine without one")
+
+        kernels = types.ModuleType("torchtitan.models.moe.kernels")
+        kernels.generate_permute_indices = kernels.fill_indices_wrapper = needs_triton
+        sys.modules["torchtitan.models.moe.kernels"] = kernels
+    import torchtitan.distributed.parallel_dims as parallel_dims
+    from torch._utils import _get_available_device_type
+
+    if _get_available_device_type() is None:
+        parallel_dims.device_type = "cpu"
+
+
+_install_shims()
+
+from torchtitan.config import JobConfig  # noqa: E402
+from torchtitan.components.loss import cross_entropy_loss  # noqa: E402
+from torchtitan.distributed import ParallelDims  # noqa: E402
+from torchtitan.models.llama3 import TransformerModelArgs  # noqa: E402
+from torchtitan.models.qwen3 import Qwen3ModelArgs  # noqa: E402
+from torchtitan.protocols.train_spec import get_train_spec  # noqa: E402
+
+NAMES = ("llama3", "qwen3")
+
+
+def _model_args(name, *, dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len):
+    if name == "llama3":  # grouped-query attention, complex RoPE buffer
+        return TransformerModelArgs(dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                                    vocab_size=vocab_size, multiple_of=32, max_seq_len=seq_len)
+    if name == "qwen3":  # dense: q/k RMSNorm per head, real RoPE cache
+        return Qwen3ModelArgs(dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                              head_dim=dim // n_heads, hidden_dim=2 * dim, vocab_size=vocab_size, max_seq_len=seq_len)
+    raise ValueError(f"examples.titan models {', '.join(NAMES)}, not {name!r}")
+
+
+def model_spec(name):
+    return f"examples.titan:titan_model(name={name!r})"
+
+
+def titan_model(*, name="llama3", dim=128, n_layers=2, n_heads=8, n_kv_heads=4, vocab_size=256, seq_len=16,
+                batch=2):
+    """The model torchtitan's train spec ``name`` builds and a ``[batch, seq_len]`` batch of token ids."""
+    args = _model_args(name, dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                       vocab_size=vocab_size, seq_len=seq_len)
+    torch.manual_seed(0)
+    model = get_train_spec(name).model_cls(args)
+    with torch.no_grad():  # torchtitan's trainer initialises under no_grad too
+        model.init_weights()
+    ids = torch.randint(0, vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
+    return model, (ids,)
+
+
+def job_config(*, ac="none", sac_option="op", early_stop=False, loss_parallel=True,
+               mixed_precision_param="float32", seq_len=16):
+    """The ``JobConfig`` fields ``parallelize_llama`` reads; everything else torchtitan's default.
+    ``ac``: ``none``, ``full`` or ``selective`` (``sac_option``: ``"op"``, torchtitan's per-op
+    policy, or a layer period such as ``"2"``)."""
+    cfg = JobConfig()
+    cfg.training.seq_len = seq_len
+    cfg.training.mixed_precision_param = mixed_precision_param
+    cfg.activation_checkpoint.mode = ac
+    cfg.activation_checkpoint.selective_ac_option = sac_option
+    cfg.activation_checkpoint.early_stop = early_stop
+    cfg.parallelism.disable_loss_parallel = not loss_parallel
+    return cfg
+
+
+def parallelize(model, *, tp=1, dp_shard=1, dp_replicate=1, **job):
+    """torchtitan's parallelize function for the model on ``tp * dp_shard * dp_replicate`` ranks (the
+    default process group's size must be that product), ``job``: :func:`job_config`'s settings."""
+    _parallelize(model, tp, dp_shard, dp_replicate, job)
+    return model
+
+
+def _parallelize(model, tp, dp_shard, dp_replicate, job):
+    dims = ParallelDims(dp_replicate=dp_replicate, dp_shard=dp_shard, cp=1, tp=tp, pp=1, ep=1, etp=1,
+                        world_size=tp * dp_shard * dp_replicate)
+    dims.build_mesh()
+    name = next(n for n in NAMES if isinstance(model, get_train_spec(n).model_cls))
+    get_train_spec(name).parallelize_fn(model, dims, job_config(**job))
+    return dims
+
+
+def _spec(**kwargs):
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def measure_titan(*, name="llama3", phase="both", tp=1, dp_shard=1, dp_replicate=1, **job):
+    """The commlens-counts document of one torchtitan training step (``phase``: ``forward``,
+    ``backward`` or ``both``) of ``titan_model(name=name)`` parallelized by :func:`parallelize`,
+    rank 0 of the fake process group."""
+    from commlens.measure import count_collectives, counts_document, device_info, fake_process_group
+
+    model, (ids,) = titan_model(name=name)
+    world_size = tp * dp_shard * dp_replicate
+    cfg = job_config(**job)
+    labels = torch.randint(0, model.vocab_size, ids.shape, generator=torch.Generator().manual_seed(1))
+    global_valid_tokens = torch.tensor(float(labels.numel()))
+
+    def loss(pred, args):
+        return cross_entropy_loss(pred, labels) / global_valid_tokens  # torchtitan's forward_backward_step
+
+    with fake_process_group(world_size):
+        world = _parallelize(model, tp, dp_shard, dp_replicate, job).world_mesh
+        modules = count_collectives(model, (ids,), {}, phase, loss,
+                                    loss_parallel=tp > 1 and not cfg.parallelism.disable_loss_parallel)
+        doc_mesh = {"shape": list(world.shape), "dim_names": list(world.mesh_dim_names),
+                    "device_type": world.device_type}
+    settings = _spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, **job)
+    function = get_train_spec(name).parallelize_fn.__name__
+    return counts_document(modules, backend="fake", world_size=world_size, phase=phase, model=model_spec(name),
+                           mesh=doc_mesh, plan_source=f"torchtitan:{function}({settings})",
+                           device=device_info(ids.device))
+
+
+def titan_captured(*, name="llama3", tp=1, dp_shard=1, dp_replicate=1, **job):
+    """The plan ``commlens.capture`` reads off :func:`parallelize`'s calls, with torchtitan's loss:
+    cross-entropy summed over float32 logits (``pred.float()``; the division by the token count
+    issues nothing), inside ``loss_parallel()`` when TP is on."""
+    import commlens.capture
+    from commlens.plan import Loss
+
+    loss_parallel = tp > 1 and job.get("loss_parallel", True)
+    spec = f"examples.titan:parallelize({_spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, **job)})"
+    plan = commlens.capture.capture(model_spec(name), spec, tp * dp_shard * dp_replicate,
+                                    loss=Loss.cross_entropy(reduction="sum", logits_dtype="float32"),
+                                    loss_parallel=loss_parallel)
+    plan.name = f"titan_{name}_captured"
+    return plan

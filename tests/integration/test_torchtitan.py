@@ -1,0 +1,135 @@
+"""torchtitan as its users run it: its own Llama 3 (torchtitan 0.2.2, scripts/setup.sh pins it),
+parallelized by its own ``parallelize_llama`` and one step of its ``forward_backward_step`` counted
+natively under CommDebugMode (examples.titan). commlens predicts from the plan
+``commlens.capture`` reads off those calls, with no plan written by hand; every cell, count and
+bytes, must agree. The corpus runs more settings and dense Qwen3 (bench/accuracy/run.py,
+``titan_*``).
+
+What torchtitan does that the plan format had no words for, each checked here: meshes unflattened
+from one 1-D world mesh (``ParallelDims.build_mesh``), the list unit ``fully_shard([norm,
+output])``, ``set_gradient_divide_factor(1.0)``, its per-op selective checkpointing policy (every
+second ``aten.mm`` recomputed), its loss over ``pred.float()``, and ``PrepareModuleInput`` on a
+module below a ``checkpoint_wrapper`` (its call signature is recorded under the unwrapped name).
+
+The model (examples.titan): dim 128, 2 blocks, 8 heads of 16 (4 KV heads), vocabulary 256,
+batch 2 x 16 tokens, float32."""
+import json
+
+from integration_helpers import export_pt2, save_plan
+
+from commlens.measure import format_counts, measure
+from examples.titan import measure_titan, model_spec, titan_captured
+
+MODEL = model_spec("llama3")
+TOKENS = 2 * 16
+
+
+def _module(doc, fqn):
+    return next(m for m in doc["modules"] if m["fqn"] == fqn)
+
+
+def _compare(run_commlens, tmp_path, plan, doc, *, model=MODEL, export_plan=None):
+    """`commlens compare --json`'s summary of the prediction from the plan (on the program exported
+    under ``export_plan``'s mixed precision) against the measured document; fails unless exact."""
+    measured = tmp_path / "measured.counts.json"
+    measured.write_text(format_counts(doc))
+    pt2 = export_pt2(model, tmp_path, plan=export_plan)
+    predicted = tmp_path / "predicted.json"
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both",
+                     "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    r = run_commlens("compare", predicted, measured, "--json")
+    summary = json.loads(r.stdout)["summary"]
+    assert r.returncode == 0 and summary["differ"] == 0, r.stdout
+    assert summary["bytes_compared"] == summary["cells"] > 0
+    return summary
+
+
+def test_tensor_and_sequence_parallel_with_loss_parallel(tmp_path, run_commlens):
+    plan = titan_captured(tp=4)
+    # ParallelDims unflattens a ("world",) mesh into (pp, batch, cp, tp) and (pp, dp_replicate,
+    # fsdp, tp): only tp is used, with stride 1 over the 4 ranks
+    assert (plan.mesh_shape, plan.mesh_dim_names, plan.fully_shard) == ((4,), ("tp",), ())
+    assert plan.loss_parallel and plan.loss.logits_dtype == "float32" and plan.loss.reduction == "sum"
+    doc = measure_titan(tp=4)
+    # RowwiseParallel(input Replicate, output Shard(1)) on the embedding: the partial [2, 16, 128]
+    # float32 lookup is reduce-scattered onto the sequence, 2 * 16 * 128 * 4 bytes
+    embed = _module(doc, "Transformer.tok_embeddings")
+    assert embed["forward"] == {"c10d_functional.reduce_scatter_tensor": 1}
+    assert embed["forward_bytes"] == {"c10d_functional.reduce_scatter_tensor": 16384}
+    # loss parallel: the cross-entropy over vocabulary-sharded float32 logits all-reduces each
+    # token's max, its sum of exponentials and its target logit, 3 all-reduces of 32 floats
+    glob = _module(doc, "Global")
+    loss_all_reduces = glob["forward"]["c10d_functional.all_reduce"]
+    assert (loss_all_reduces, glob["forward_bytes"]["c10d_functional.all_reduce"]) == (3, 3 * TOKENS * 4)
+    _compare(run_commlens, tmp_path, plan, doc)
+
+
+def test_fsdp_tp_list_unit_and_per_op_selective_checkpointing(tmp_path, run_commlens):
+    settings = dict(tp=2, dp_shard=2, ac="selective", sac_option="op")
+    plan = titan_captured(**settings)
+    assert (plan.mesh_shape, plan.mesh_dim_names) == ((2, 2), ("fsdp", "tp"))
+    units = {u.fqn: u for u in plan.fully_shard}
+    assert list(units) == ["tok_embeddings", "layers.*", ("norm", "output"), ""]
+    # torchtitan's apply_fsdp: the last unit is not resharded after forward (backward needs it
+    # first), and FSDP's gradient division is off on every unit it made
+    assert units[("norm", "output")].reshard_after_forward is False
+    assert [u.gradient_divide_factor for u in plan.fully_shard] == [1.0, 1.0, 1.0, None]
+    (ac,) = plan.activation_checkpoint
+    assert (ac.fqn, ac.early_stop, ac.recompute_every_second) == ("layers.*", False, ("aten.mm.default",))
+    assert {"aten.mm.default", "_c10d_functional.reduce_scatter_tensor.default"} <= set(ac.save_ops)
+
+    doc = measure_titan(**settings)
+    # One unit, one all-gather, at the first module's pre-forward: norm.weight [128] (replicated
+    # on tp) and output.weight [256, 128] (column-sharded on tp: [128, 128]), each halved on fsdp:
+    # (64 + 64 * 128) float32 per rank; the output Linear's own pre-forward gathers nothing.
+    norm, output = _module(doc, "FSDPTransformer.norm"), _module(doc, "FSDPTransformer.output")
+    assert norm["forward_bytes"] == {"c10d._allgather_base_": (64 + 64 * 128) * 4}
+    assert "c10d._allgather_base_" not in output["forward"]
+    # Its gradients are reduce-scattered once, when backward reaches the first module's inputs
+    # (the post-backward wraps norm's inputs): both gradients, unsharded on fsdp, float32.
+    assert norm["backward"]["c10d._reduce_scatter_base_"] == 1
+    assert norm["backward_bytes"]["c10d._reduce_scatter_base_"] == (128 + 128 * 128) * 4
+    assert "c10d._reduce_scatter_base_" not in output["backward"]
+    _compare(run_commlens, tmp_path, plan, doc)
+
+    # commlens.measure applying the captured plan (list unit, divide factor, every-second-mm
+    # policy) issues what torchtitan's own calls issue, cell for cell
+    applied = tmp_path / "applied.counts.json"
+    applied.write_text(format_counts(measure(MODEL, plan, phase="both", return_document=True)))
+    r = run_commlens("compare", applied, tmp_path / "measured.counts.json", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["summary"]["differ"] == 0, r.stdout
+
+
+def test_full_checkpointing_of_tensor_parallel_blocks(tmp_path, run_commlens):
+    """checkpoint_wrapper around every block, with PrepareModuleInput on the wrapped blocks'
+    attention (four inputs: x, freqs_cis, and two None) found by its unwrapped call signature."""
+    settings = dict(tp=2, dp_shard=2, ac="full")
+    plan = titan_captured(**settings)
+    assert [(a.fqn, a.save_ops, a.early_stop) for a in plan.activation_checkpoint] == [("layers.*", (), False)]
+    _compare(run_commlens, tmp_path, plan, measure_titan(**settings))
+
+
+def test_bf16_mixed_precision_loss_over_float32_logits(tmp_path, run_commlens):
+    settings = dict(tp=2, dp_shard=2, mixed_precision_param="bfloat16")
+    plan = titan_captured(**settings)
+    doc = measure_titan(**settings)
+    # the logits come out of the bf16 output Linear; pred.float() casts them, so the loss-parallel
+    # all-reduces carry float32: 3 all-reduces of 32 floats (bf16 logits would give 64-byte ones)
+    glob = _module(doc, "Global")
+    assert glob["forward_bytes"]["c10d_functional.all_reduce"] == 3 * TOKENS * 4
+    _compare(run_commlens, tmp_path, plan, doc, export_plan=plan)
+
+
+def test_qwen3_fsdp_with_per_op_checkpointing(tmp_path, run_commlens):
+    """torchtitan's dense Qwen3 (q/k RMSNorm per head) through its own parallelize_qwen3: FSDP on 4
+    ranks, the same units and policy as Llama 3's."""
+    settings = dict(name="qwen3", dp_shard=4, ac="selective", sac_option="op")
+    plan = titan_captured(**settings)
+    assert (plan.mesh_shape, plan.mesh_dim_names, plan.parallelize_steps()) == ((4,), ("fsdp",), [])
+    assert [u.fqn for u in plan.fully_shard] == ["tok_embeddings", "layers.*", ("norm", "output"), ""]
+    doc = measure_titan(**settings)
+    # 4 units with parameters (tok_embeddings, 2 blocks, [norm, output]; the root has none of its
+    # own): each all-gathered once in forward
+    assert _module(doc, "Global")["forward"] == {"c10d._allgather_base_": 4}
+    _compare(run_commlens, tmp_path, plan, doc, model=model_spec("qwen3"))
