@@ -171,6 +171,9 @@ CONFIGS = [
     Config("gated-tp-tp4-both", GATED, P + "gated_tp(tp=4)", "both", ci=True),
     Config("gated-tp-tp2-forward", GATED, P + "gated_tp(tp=2)", "forward"),
     Config("gated-tp-tp8-backward", GATED, P + "gated_tp(tp=8)", "backward"),
+    # PrepareModuleInput with keyword layouts on modules below checkpoint_wrapper: their call
+    # signature is recorded under the unwrapped names (refused before, issue 28)
+    Config("gated-tp-tp4-ac-both", GATED, P + "with_ac(plan='gated_tp', tp=4)", "both"),
     Config("gated-tp_root_kwargs-tp4-context_grad-both", GATED,
            P + "gated_tp(tp=4, root_kwargs=True, context_requires_grad=True)", "both"),
     # A shared module called twice per forward (weight sharing): each call runs the styles' hooks
