@@ -93,9 +93,10 @@ def titan_model(*, name="llama3", dim=128, n_layers=2, n_heads=8, n_kv_heads=4, 
 
 def job_config(*, ac="none", sac_option="op", early_stop=False, loss_parallel=True,
                mixed_precision_param="float32", seq_len=16):
-    """The ``JobConfig`` fields ``parallelize_llama`` reads; everything else torchtitan's default.
-    ``ac``: ``none``, ``full`` or ``selective`` (``sac_option``: ``"op"``, torchtitan's per-op
-    policy, or a layer period such as ``"2"``)."""
+    """The ``JobConfig`` fields torchtitan's parallelize functions read; everything else torchtitan's
+    default. ``ac``: ``none`` (here the default; torchtitan's own is ``selective`` per-op), ``full``
+    or ``selective`` (``sac_option``: ``"op"``, torchtitan's per-op policy, or a layer period such
+    as ``"2"``); ``early_stop`` and ``mixed_precision_param`` default as in torchtitan."""
     cfg = JobConfig()
     cfg.training.seq_len = seq_len
     cfg.training.mixed_precision_param = mixed_precision_param
