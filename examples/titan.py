@@ -94,9 +94,10 @@ def titan_model(*, name="llama3", dim=128, n_layers=2, n_heads=8, n_kv_heads=4, 
 def job_config(*, ac="none", sac_option="op", early_stop=False, loss_parallel=True,
                mixed_precision_param="float32", seq_len=16):
     """The ``JobConfig`` fields torchtitan's parallelize functions read; everything else torchtitan's
-    default. ``ac``: ``none`` (here the default; torchtitan's own is ``selective`` per-op), ``full``
-    or ``selective`` (``sac_option``: ``"op"``, torchtitan's per-op policy, or a layer period such
-    as ``"2"``); ``early_stop`` and ``mixed_precision_param`` default as in torchtitan."""
+    default. Two defaults differ from torchtitan's (selective per-op AC, bfloat16 parameters), so
+    that the plain settings are the plain run: ``ac``: ``none``, ``full`` or ``selective``
+    (``sac_option``: ``"op"``, torchtitan's per-op policy, or a layer period such as ``"2"``);
+    ``mixed_precision_param``: ``float32``. ``early_stop`` (False) is torchtitan's."""
     cfg = JobConfig()
     cfg.training.seq_len = seq_len
     cfg.training.mixed_precision_param = mixed_precision_param
