@@ -65,7 +65,7 @@ struct LossSpec {
   std::string reduction = "mean";
   int64_t ignoreIndex = -100;
   /// The logits are cast to this dtype before cross-entropy (torchtitan's pred.float()).
-  std::optional<ScalarType> logitsDtype;
+  std::optional<ScalarType> logitsDtype{};
 };
 
 /// One fully_shard(module, mesh=..., ...) call per module the pattern matches (FSDP2). Field
@@ -75,7 +75,7 @@ struct FullyShardUnit {
   /// fully_shard([m1, m2, ...]) (torchtitan's [norm, output]): one call, so one parameter group,
   /// on every module these patterns match; empty for a pattern's one call per module. `pattern`
   /// then shows the list, "[norm, output]".
-  std::vector<std::string> listPatterns;
+  std::vector<std::string> listPatterns{};
   /// What the call matches: the list's patterns, or the one pattern.
   std::vector<std::string> patterns() const {
     return listPatterns.empty() ? std::vector<std::string>{pattern} : listPatterns;
@@ -110,7 +110,7 @@ struct ActivationCheckpointUnit {
   /// Of these saveOps (compute ops, not collectives), the 2nd, 4th, ... call in each run of the
   /// module is recomputed after all: torchtitan's per-op policy, which saves every other mm
   /// (torchtitan/distributed/activation_checkpoint.py, _apply_op_sac).
-  std::vector<std::string> recomputeEverySecond;
+  std::vector<std::string> recomputeEverySecond{};
   /// checkpoint_wrapper's early_stop (torch.utils.checkpoint): false recomputes the module's whole
   /// forward, not only up to the last tensor it saved.
   bool earlyStop = true;

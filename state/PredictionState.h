@@ -62,7 +62,7 @@ struct BoundaryStep {
 struct FsdpUnit {
   const ModuleScope *scope = nullptr; // the module, or the list's module that runs first
   /// Every module of the call, in forward order (scope first).
-  std::vector<const ModuleScope *> members;
+  std::vector<const ModuleScope *> members{};
   const FullyShardUnit *spec = nullptr;
   /// The parameters it manages (graph input values; tied parameters once, unless tensor
   /// parallelism re-registered them).
