@@ -414,15 +414,11 @@ private:
           edges_[out[i]] = e;
     };
     if (n.boundaryOp() == BoundaryOp::FsdpPostForward) {
-      if (++fsdpMembersForwarded_[unit] % members != 0)
-        return passThrough();
-      for (size_t i = 0; i < in.size() && i < out.size(); ++i)
-        if (Edge e = edgeOf(in[i])) {
-          if (!llvm::is_contained(e.node->fsdpPreBackward, unit))
+      if (++fsdpMembersForwarded_[unit] % members == 0)
+        for (const Value *v : in)
+          if (Edge e = edgeOf(v); e && !llvm::is_contained(e.node->fsdpPreBackward, unit))
             e.node->fsdpPreBackward.push_back(unit);
-          edges_[out[i]] = e;
-        }
-      return;
+      return passThrough();
     }
     if (fsdpMembersEntered_[unit]++ % members != 0)
       return passThrough();
@@ -569,7 +565,7 @@ private:
     std::vector<unsigned> units(state_.fsdp.units.size());
     std::iota(units.begin(), units.end(), 0u);
     llvm::stable_sort(units, [&](unsigned a, unsigned b) {
-      return state_.fsdp.units[a].scope->forwardIndex() < state_.fsdp.units[b].scope->forwardIndex();
+      return state_.fsdp.units[a].scope()->forwardIndex() < state_.fsdp.units[b].scope()->forwardIndex();
     });
     for (unsigned root : fsdpCallbackRoots_)
       for (unsigned unit : units)

@@ -35,7 +35,6 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
   for (const FullyShardUnit &spec : plan.fullyShard) {
     auto unitOf = [&](std::vector<const ModuleScope *> members) {
       FsdpUnit u;
-      u.scope = members.front();
       u.members = std::move(members);
       u.spec = &spec;
       u.shardDim = spec.meshDims.back();
@@ -81,7 +80,7 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
   // unit (every Linear its own fully_shard) are separate roots.
   for (FsdpUnit &u : units) {
     u.root = static_cast<unsigned>(&u - units.data());
-    for (const ModuleScope *s = u.scope->parent(); s; s = s->parent())
+    for (const ModuleScope *s = u.scope()->parent(); s; s = s->parent())
       if (auto it = llvm::find_if(units, [&](const FsdpUnit &t) { return t.isMember(s); }); it != units.end())
         u.root = static_cast<unsigned>(it - units.begin()); // the outermost enclosing unit wins
     bool isRoot = u.root == static_cast<unsigned>(&u - units.data());

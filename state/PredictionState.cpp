@@ -8,7 +8,7 @@ namespace commlens {
 
 std::string FsdpUnit::label() const {
   if (members.size() <= 1)
-    return scope->displayName();
+    return scope()->displayName();
   std::vector<std::string> names;
   for (const ModuleScope *m : members)
     names.push_back(m->displayName());

@@ -60,8 +60,7 @@ struct BoundaryStep {
 
 /// One FSDP parameter group: one fully_shard call on one module, or on a list of them.
 struct FsdpUnit {
-  const ModuleScope *scope = nullptr; // the module, or the list's module that runs first
-  /// Every module of the call, in forward order (scope first).
+  /// Every module of the call, in forward order: one, or a list unit's.
   std::vector<const ModuleScope *> members{};
   const FullyShardUnit *spec = nullptr;
   /// The parameters it manages (graph input values; tied parameters once, unless tensor
@@ -79,6 +78,8 @@ struct FsdpUnit {
   llvm::SmallVector<unsigned, 2> forwardPrefetch, backwardPrefetch;
 
   bool hasGroup() const { return !params.empty(); }
+  /// The module, or the list's module that runs first.
+  const ModuleScope *scope() const { return members.front(); }
   bool isMember(const ModuleScope *s) const { return llvm::is_contained(members, s); }
   /// The module's name, or the list's ("[A.norm, A.output]").
   std::string label() const;
