@@ -97,6 +97,8 @@ public:
     }
     if (op == "aten::chunk.default")
       return chunk();
+    if (op == "aten::vstack.default")
+      return vstack();
     if (op == "aten::_assert_tensor_metadata.default")
       return llvm::Error::success(); // export's check of a .to() call: eager code never dispatches it
     if (op == "aten::movedim.int" || op == "aten::movedim.intlist")
@@ -139,6 +141,29 @@ private:
     for (const NamedArgument &a : n_->inputs())
       args.push_back({a.name, b_.map(a.value), a.keyword});
     b_.bind(result(0), emit1(target, std::move(args), *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// vstack (TensorShape.cpp): cat(atleast_2d(tensors), 0); atleast_2d views a 1-D tensor as
+  /// unsqueeze(0) and a 0-d one as reshape({1, 1}).
+  llvm::Error vstack() {
+    const Argument *tensors = n_->input("tensors");
+    if (!tensors || !tensors->is<TensorList>())
+      return makeError("node '{}' (aten::vstack.default): expected a tensor list 'tensors'", n_->name());
+    TensorList rows;
+    for (const Value *old : tensors->get<TensorList>()) {
+      Value *x = b_.map(old);
+      const TensorMeta &m = *x->meta();
+      if (m.rank() == 1) {
+        int64_t n = hints(m.sizes)[0];
+        x = unary("aten::unsqueeze.default", x, withShape(m, {1, n}), tmp("atleast_2d"), {{"dim", int64_t{0}, false}});
+      } else if (m.rank() == 0) {
+        x = reshape(x, {1, 1}, tmp("atleast_2d"));
+      }
+      rows.push_back(x);
+    }
+    b_.bind(result(0), emit1("aten::cat.default", {{"tensors", rows, false}, {"dim", int64_t{0}, false}},
+                             *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
   }
 

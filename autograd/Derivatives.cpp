@@ -595,6 +595,68 @@ llvm::Error maskedFill(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// index.Tensor (index_backward): grad accumulated into new zeros of self's shape at the indices
+/// (index_put with accumulate=True; several index tensors broadcast as in the forward).
+llvm::Error indexBackward(GradCall &c) {
+  auto sizes = sizesOf(*c.self()->meta());
+  Value *zeros = c.e.emit("aten::new_zeros.default", {A("self", c.g()), A("size", IntList(sizes.begin(), sizes.end()))},
+                          GradEmitter::like(c.self()), "grad_zeros");
+  c.set("self", c.e.emit("aten::index_put.default",
+                         {A("self", zeros), A("indices", *c.n.input("indices")), A("values", c.g()), A("accumulate", true)},
+                         GradEmitter::like(c.self()), "grad_index_put"));
+  return llvm::Error::success();
+}
+
+/// index_put / index_put_: self's grad is grad with zeros put at the indices (unless accumulate,
+/// then grad as it is); values' grad is grad indexed there, summed to values' shape.
+llvm::Error indexPutBackward(GradCall &c) {
+  Value *g = c.g(), *values = c.operand("values");
+  const Argument &indices = *c.n.input("indices");
+  if (c.want("self")) {
+    if (c.boolArg("accumulate")) {
+      c.set("self", g);
+    } else {
+      auto vs = sizesOf(*values->meta());
+      Value *zeros = c.e.emit("aten::zeros.default", {A("size", IntList(vs.begin(), vs.end()))},
+                              GradEmitter::like(values), "grad_zeros");
+      c.set("self", c.e.emit("aten::index_put.default",
+                             {A("self", g), A("indices", indices), A("values", zeros), A("accumulate", false)},
+                             GradEmitter::like(g), "grad_index_put"));
+    }
+  }
+  if (c.want("values")) {
+    Value *picked = c.e.emit("aten::index.Tensor", {A("self", g), A("indices", indices)},
+                             GradEmitter::withSizes(g, sizesOf(*values->meta())), "grad_index");
+    c.set("values", c.e.sumTo(picked, *values->meta()));
+  }
+  return llvm::Error::success();
+}
+
+/// _grouped_mm(self [M, K], mat2 [G, K, N], offs): self's grad is grouped_mm(grad, mat2^T) and
+/// mat2's grad grouped_mm(grad^T, self)^T, both grouped by the same offsets (torch 2.13 runs
+/// exactly these two calls for the 2-D x 3-D case; other operand ranks are refused).
+llvm::Error groupedMmBackward(GradCall &c) {
+  Value *g = c.g(), *self = c.self(), *mat2 = c.operand("mat2");
+  if (self->meta()->rank() != 2 || mat2->meta()->rank() != 3)
+    return makeError("autodiff: aten::_grouped_mm's derivative is modelled for a 2-D input and 3-D weights, not {}-D "
+                     "and {}-D", self->meta()->rank(), mat2->meta()->rank());
+  const Argument *offs = c.n.input("offs");
+  if (!offs)
+    return makeError("autodiff: aten::_grouped_mm without offs is not modelled");
+  if (c.want("self"))
+    c.set("self", c.e.emit("aten::_grouped_mm.default",
+                           {A("self", g), A("mat2", c.e.transpose(mat2, -2, -1)), A("offs", *offs)},
+                           GradEmitter::like(self), "grad_grouped_mm"));
+  if (c.want("mat2")) {
+    auto ms = sizesOf(*mat2->meta());
+    Value *gt = c.e.emit("aten::_grouped_mm.default",
+                         {A("self", c.e.transpose(g, -2, -1)), A("mat2", self), A("offs", *offs)},
+                         GradEmitter::withSizes(mat2, {ms[0], ms[2], ms[1]}), "grad_grouped_mm");
+    c.set("mat2", c.e.transpose(gt, -2, -1));
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error embedding(GradCall &c) {
   Value *weight = c.operand("weight"), *indices = c.operand("indices");
   c.set("weight", c.e.emit("aten::embedding_dense_backward.default",
@@ -1618,6 +1680,9 @@ const Table &table() {
          "aten::median.dim", "aten::nanmedian.dim", "aten::kthvalue.default", "aten::mode.default"},
         valueSelectingBackward);
     reg({"aten::gather.default"}, gatherBackward);
+    reg({"aten::index.Tensor"}, indexBackward);
+    reg({"aten::index_put.default", "aten::index_put_.default"}, indexPutBackward);
+    reg({"aten::_grouped_mm.default"}, groupedMmBackward);
     reg({"aten::tan.default"}, tanBackward);
     reg({"aten::sinh.default"}, unaryDerivative<kCosh>);
     reg({"aten::cosh.default"}, unaryDerivative<kSinh>);

@@ -1,6 +1,7 @@
 """torchtitan's own models, parallelized by torchtitan's own parallelize functions (torchtitan
-0.2.2, pinned in scripts/setup.sh): Llama 3 (``parallelize_llama``) and dense Qwen3
-(``parallelize_qwen3``: q/k norms, DTensor activations), each with its TP+SP plan, FSDP2 units
+0.2.2, pinned in scripts/setup.sh): Llama 3 (``parallelize_llama``), dense Qwen3
+(``parallelize_qwen3``: q/k norms, DTensor activations) and Qwen3-MoE (``qwen3_moe``: every
+block's FFN torchtitan's ``MoE``: top-2 of 8 routed experts, grouped matmuls), each with its TP+SP plan, FSDP2 units
 (``tok_embeddings``, every block, the list unit ``[norm, output]``, the root, gradient division
 off), activation checkpointing (full, per-layer and per-op selective) and loss parallel, as its
 trainer applies them, with no plan written for commlens::
@@ -10,7 +11,7 @@ trainer applies them, with no plan written for commlens::
         --parallelize 'examples.titan:parallelize(tp=4, dp_shard=2)' \\
         --loss cross_entropy --loss-reduction sum --logits-dtype float32 --loss-parallel -o plan.json
 
-* ``titan_model(name="llama3" | "qwen3")``: the model class torchtitan's train spec of that name
+* ``titan_model(name="llama3" | "qwen3" | "qwen3_moe")``: the model class torchtitan's train spec of that name
   builds, on tiny arguments (initialised with its own ``init_weights``, seed 0), and a batch of
   token ids;
 * ``parallelize(model, tp, dp_shard, dp_replicate, ac, ...)``: torchtitan's ``ParallelDims`` (its
@@ -22,12 +23,17 @@ trainer applies them, with no plan written for commlens::
   parallel is not disabled), its ``cross_entropy_loss`` (sum) over the global token count, backward;
 * ``titan_captured(name, ...)``: the plan ``commlens.capture`` reads off those calls.
 
-Two shims, both for running torchtitan on a machine without a GPU, neither touching what it
-parallelizes: ``torchtitan.models.moe.kernels`` imports ``triton`` at module level for a CUDA
-kernel only MoE token permutation calls (torchtitan does not declare triton, the dense Llama never
-calls it), so that module is replaced before torchtitan is imported by one whose functions raise;
-and ``torchtitan.tools.utils.device_type`` falls back to ``"cuda"`` when no accelerator is present,
-so ``ParallelDims`` is pointed at ``"cpu"`` there (on a GPU it keeps torchtitan's own choice).
+Three shims, all for running torchtitan on a machine without a GPU, none touching what it
+parallelizes:
+
+* ``torchtitan.models.moe.kernels`` imports ``triton`` at module level (torchtitan does not declare
+  it) for the kernel that groups MoE tokens by expert; that module is replaced before torchtitan is
+  imported by one whose :func:`generate_permute_indices` returns the same indices with fixed-shape
+  tensor ops (which ``torch.export`` can also trace);
+* on CPU, torchtitan's MoE module sees a ``torch`` whose ``histc`` also counts integer tensors (its
+  router's expert indices), as CUDA's does;
+* ``torchtitan.tools.utils.device_type`` falls back to ``"cuda"`` when no accelerator is present,
+  so ``ParallelDims`` is pointed at ``"cpu"`` there (on a GPU it keeps torchtitan's own choice).
 """
 
 import sys
@@ -36,20 +42,57 @@ import types
 import torch
 
 
+def generate_permute_indices(tokens_per_expert_group, experts_per_rank, num_ranks, max_len, alignment,
+                             use_cpu=False):
+    """What ``torchtitan.models.moe.kernels.generate_permute_indices`` returns (tokens grouped by
+    local expert, each group padded to ``alignment``; -1 in the padding), computed with
+    fixed-shape tensor ops instead of its triton kernel or its per-chunk ``.item()`` loop, so the
+    same code runs on CPU and under ``torch.export``. ``tests/integration/test_torchtitan.py`` checks
+    it equal to torchtitan's own CPU implementation."""
+    counts = tokens_per_expert_group.view(num_ranks, experts_per_rank)
+    starts = (torch.cumsum(tokens_per_expert_group, 0) - tokens_per_expert_group).view(num_ranks, experts_per_rank)
+    totals = torch.clamp_min(counts.sum(0), alignment)
+    m_sizes = ((totals + alignment - 1) // alignment * alignment).to(torch.int32)
+    m_offsets = torch.cumsum(m_sizes, 0)
+    # chunk (expert e, rank r), expert-major: written at e's offset after e's tokens from ranks < r
+    chunk_dest = (m_offsets - m_sizes + torch.cumsum(counts, 0) - counts).t().reshape(-1)
+    chunk_len, chunk_src = counts.t().reshape(-1), starts.t().reshape(-1)
+    pos = torch.arange(max_len, dtype=chunk_dest.dtype)
+    chunk = torch.searchsorted(chunk_dest, pos, right=True) - 1  # the last chunk starting at or before pos
+    at = chunk.clamp_min(0)
+    offset = pos - chunk_dest[at]
+    inside = (chunk >= 0) & (offset < chunk_len[at])
+    permuted = torch.where(inside, chunk_src[at] + offset, -1).to(torch.int32)
+    return permuted, m_sizes, m_offsets.to(torch.int32)
+
+
+class _TorchWithIntegerHistc(types.ModuleType):
+    """``torch`` as torchtitan's MoE module sees it, but for ``histc`` of an integer tensor (its
+    router counts expert indices with it), which CUDA has and CPU has not: counted in float32
+    there and returned in the input's dtype, as CUDA returns it."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def histc(x, *args, **kwargs):
+        if x.is_floating_point():
+            return torch.histc(x, *args, **kwargs)
+        return torch.histc(x.float(), *args, **kwargs).to(x.dtype)
+
+
 def _install_shims():
     if "torchtitan.models.moe.kernels" not in sys.modules:
-        def needs_triton(*args, **kwargs):
-            raise RuntimeError("torchtitan.models.moe.kernels needs triton and a GPU; examples.titan replaced it "
-                               "to import torchtitan on a machine without one")
-
         kernels = types.ModuleType("torchtitan.models.moe.kernels")
-        kernels.generate_permute_indices = kernels.fill_indices_wrapper = needs_triton
+        kernels.generate_permute_indices = generate_permute_indices
         sys.modules["torchtitan.models.moe.kernels"] = kernels
     import torchtitan.distributed.parallel_dims as parallel_dims
+    import torchtitan.models.moe.moe as moe
     from torch._utils import _get_available_device_type
 
     if _get_available_device_type() is None:
         parallel_dims.device_type = "cpu"
+        moe.torch = _TorchWithIntegerHistc("torch")
 
 
 _install_shims()
@@ -58,10 +101,13 @@ from torchtitan.config import JobConfig  # noqa: E402
 from torchtitan.components.loss import cross_entropy_loss  # noqa: E402
 from torchtitan.distributed import ParallelDims  # noqa: E402
 from torchtitan.models.llama3 import TransformerModelArgs  # noqa: E402
+from torchtitan.models.moe import MoEArgs  # noqa: E402
 from torchtitan.models.qwen3 import Qwen3ModelArgs  # noqa: E402
 from torchtitan.protocols.train_spec import get_train_spec  # noqa: E402
 
-NAMES = ("llama3", "qwen3")
+# example name -> torchtitan train spec
+TRAIN_SPECS = {"llama3": "llama3", "qwen3": "qwen3", "qwen3_moe": "qwen3"}
+NAMES = tuple(TRAIN_SPECS)
 
 
 def _model_args(name, *, dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len):
@@ -71,6 +117,12 @@ def _model_args(name, *, dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len
     if name == "qwen3":  # dense: q/k RMSNorm per head, real RoPE cache
         return Qwen3ModelArgs(dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
                               head_dim=dim // n_heads, hidden_dim=2 * dim, vocab_size=vocab_size, max_seq_len=seq_len)
+    if name == "qwen3_moe":  # every block's FFN an MoE layer routed as torchtitan's debugmodel_moe routes
+        return Qwen3ModelArgs(dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                              head_dim=dim // n_heads, hidden_dim=2 * dim, vocab_size=vocab_size, max_seq_len=seq_len,
+                              moe_enabled=True, moe_inter_dim=dim // 2,
+                              moe_args=MoEArgs(num_experts=8, num_shared_experts=0, top_k=2, score_func="softmax",
+                                               route_norm=True, route_scale=1.0, score_before_experts=False))
     raise ValueError(f"examples.titan models {', '.join(NAMES)}, not {name!r}")
 
 
@@ -84,7 +136,7 @@ def titan_model(*, name="llama3", dim=128, n_layers=2, n_heads=8, n_kv_heads=4, 
     args = _model_args(name, dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
                        vocab_size=vocab_size, seq_len=seq_len)
     torch.manual_seed(0)
-    model = get_train_spec(name).model_cls(args)
+    model = get_train_spec(TRAIN_SPECS[name]).model_cls(args)
     with torch.no_grad():  # torchtitan's trainer initialises under no_grad too
         model.init_weights()
     ids = torch.randint(0, vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
@@ -108,27 +160,29 @@ def job_config(*, ac="none", sac_option="op", early_stop=False, loss_parallel=Tr
     return cfg
 
 
-def parallelize(model, *, tp=1, dp_shard=1, dp_replicate=1, **job):
+def parallelize(model, *, tp=1, dp_shard=1, dp_replicate=1, ep=1, **job):
     """torchtitan's parallelize function for the model on ``tp * dp_shard * dp_replicate`` ranks (the
-    default process group's size must be that product), ``job``: :func:`job_config`'s settings."""
-    _parallelize(model, tp, dp_shard, dp_replicate, job)
+    default process group's size must be that product; expert parallel, ``ep``, borrows its ranks
+    from ``dp_shard`` and ``tp`` as torchtitan's does), ``job``: :func:`job_config`'s settings."""
+    _parallelize(model, tp, dp_shard, dp_replicate, ep, job)
     return model
 
 
-def _parallelize(model, tp, dp_shard, dp_replicate, job):
-    dims = ParallelDims(dp_replicate=dp_replicate, dp_shard=dp_shard, cp=1, tp=tp, pp=1, ep=1, etp=1,
+def _parallelize(model, tp, dp_shard, dp_replicate, ep, job):
+    dims = ParallelDims(dp_replicate=dp_replicate, dp_shard=dp_shard, cp=1, tp=tp, pp=1, ep=ep, etp=1,
                         world_size=tp * dp_shard * dp_replicate)
     dims.build_mesh()
-    name = next(n for n in NAMES if isinstance(model, get_train_spec(n).model_cls))
-    get_train_spec(name).parallelize_fn(model, dims, job_config(**job))
+    spec = next(s for s in TRAIN_SPECS.values() if isinstance(model, get_train_spec(s).model_cls))
+    get_train_spec(spec).parallelize_fn(model, dims, job_config(**job))
     return dims
 
 
-def _spec(**kwargs):
-    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+def _spec(ep=1, **kwargs):
+    """Keyword arguments as call text (``ep`` only when expert parallel is on)."""
+    return ", ".join(f"{k}={v!r}" for k, v in {**kwargs, **({"ep": ep} if ep != 1 else {})}.items())
 
 
-def measure_titan(*, name="llama3", phase="both", tp=1, dp_shard=1, dp_replicate=1, **job):
+def measure_titan(*, name="llama3", phase="both", tp=1, dp_shard=1, dp_replicate=1, ep=1, **job):
     """The commlens-counts document of one torchtitan training step (``phase``: ``forward``,
     ``backward`` or ``both``) of ``titan_model(name=name)`` parallelized by :func:`parallelize`,
     rank 0 of the fake process group."""
@@ -144,19 +198,19 @@ def measure_titan(*, name="llama3", phase="both", tp=1, dp_shard=1, dp_replicate
         return cross_entropy_loss(pred, labels) / global_valid_tokens  # torchtitan's forward_backward_step
 
     with fake_process_group(world_size):
-        world = _parallelize(model, tp, dp_shard, dp_replicate, job).world_mesh
+        world = _parallelize(model, tp, dp_shard, dp_replicate, ep, job).world_mesh
         modules = count_collectives(model, (ids,), {}, phase, loss,
                                     loss_parallel=tp > 1 and not cfg.parallelism.disable_loss_parallel)
         doc_mesh = {"shape": list(world.shape), "dim_names": list(world.mesh_dim_names),
                     "device_type": world.device_type}
-    settings = _spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, **job)
-    function = get_train_spec(name).parallelize_fn.__name__
+    settings = _spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, ep=ep, **job)
+    function = get_train_spec(TRAIN_SPECS[name]).parallelize_fn.__name__
     return counts_document(modules, backend="fake", world_size=world_size, phase=phase, model=model_spec(name),
                            mesh=doc_mesh, plan_source=f"torchtitan:{function}({settings})",
                            device=device_info(ids.device))
 
 
-def titan_captured(*, name="llama3", tp=1, dp_shard=1, dp_replicate=1, **job):
+def titan_captured(*, name="llama3", tp=1, dp_shard=1, dp_replicate=1, ep=1, **job):
     """The plan ``commlens.capture`` reads off :func:`parallelize`'s calls, with torchtitan's loss:
     cross-entropy summed over float32 logits (``pred.float()``; the division by the token count
     issues nothing), inside ``loss_parallel()`` when TP is on."""
@@ -164,7 +218,7 @@ def titan_captured(*, name="llama3", tp=1, dp_shard=1, dp_replicate=1, **job):
     from commlens.plan import Loss
 
     loss_parallel = tp > 1 and job.get("loss_parallel", True)
-    spec = f"examples.titan:parallelize({_spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, **job)})"
+    spec = f"examples.titan:parallelize({_spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, ep=ep, **job)})"
     plan = commlens.capture.capture(model_spec(name), spec, tp * dp_shard * dp_replicate,
                                     loss=Loss.cross_entropy(reduction="sum", logits_dtype="float32"),
                                     loss_parallel=loss_parallel)

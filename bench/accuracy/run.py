@@ -251,7 +251,8 @@ CONFIGS = [
     # torchtitan 0.2.2 as users run it: its Llama 3 parallelized by its own parallelize_llama
     # (TP+SP, loss parallel, tok_embeddings / blocks / [norm, output] / root FSDP2 units with
     # gradient division off, full AC and both selective policies, bf16), and its dense Qwen3 by
-    # parallelize_qwen3 under FSDP (under TP its DTensor attention does not run on CPU), one step
+    # parallelize_qwen3 under FSDP (under TP its DTensor attention does not run on CPU) as is its
+    # Qwen3-MoE, one step
     # of its forward_backward_step measured natively (examples.titan), predicted from the
     # captured plan
     *[Config(f"titan_{model}-{name}-both", T + f"titan_model(name={model!r})",
@@ -273,7 +274,14 @@ CONFIGS = [
           ("qwen3", "fsdp-dp4", "dp_shard=4", False),
           ("qwen3", "hsdp-2x2", "dp_shard=2, dp_replicate=2", False),
           ("qwen3", "fsdp-dp4-full_ac", "dp_shard=4, ac='full'", False),
-          ("qwen3", "fsdp-dp4-sac_op", "dp_shard=4, ac='selective', sac_option='op'", True))],
+          ("qwen3", "fsdp-dp4-sac_op", "dp_shard=4, ac='selective', sac_option='op'", True),
+          # Qwen3-MoE: torchtitan's MoE layers (router top-k, histc, argsort, index gathers and
+          # puts, grouped matmuls) under FSDP / HSDP / AC, no expert parallel
+          ("qwen3_moe", "fsdp-dp2", "dp_shard=2", False),
+          ("qwen3_moe", "fsdp-dp4", "dp_shard=4", True),
+          ("qwen3_moe", "hsdp-2x2", "dp_shard=2, dp_replicate=2", False),
+          ("qwen3_moe", "fsdp-dp4-full_ac", "dp_shard=4, ac='full'", False),
+          ("qwen3_moe", "fsdp-dp4-sac_layer2", "dp_shard=4, ac='selective', sac_option='2'", False))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",

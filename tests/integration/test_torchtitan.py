@@ -13,7 +13,9 @@ module below a ``checkpoint_wrapper`` (its call signature is recorded under the 
 
 The model (examples.titan): dim 128, 2 blocks, 8 heads of 16 (4 KV heads), vocabulary 256,
 batch 2 x 16 tokens, float32."""
+import functools
 import json
+import pathlib
 
 from integration_helpers import export_pt2, save_plan
 
@@ -133,3 +135,84 @@ def test_qwen3_fsdp_with_per_op_checkpointing(tmp_path, run_commlens):
     # own): each all-gathered once in forward
     assert _module(doc, "Global")["forward"] == {"c10d._allgather_base_": 4}
     _compare(run_commlens, tmp_path, plan, doc, model=model_spec("qwen3"))
+
+
+def _torchtitans_cpu_permute():
+    """torchtitan's own ``generate_permute_indices`` on its CPU path: its kernels module imports
+    triton at module level, so it is loaded here with a stand-in ``triton`` whose ``jit`` leaves
+    the (unused) kernel undecorated, removed again at once."""
+    import importlib.util
+    import sys
+    import types
+
+    path = pathlib.Path(importlib.util.find_spec("torchtitan").submodule_search_locations[0])
+    spec = importlib.util.spec_from_file_location("torchtitan_kernels_cpu", path / "models/moe/kernels.py")
+    kernels = importlib.util.module_from_spec(spec)
+    triton, language = types.ModuleType("triton"), types.ModuleType("triton.language")
+    triton.jit, triton.language, language.constexpr = (lambda fn: fn), language, int
+    saved = {name: sys.modules.get(name) for name in ("triton", "triton.language")}
+    sys.modules.update({"triton": triton, "triton.language": language})
+    try:
+        spec.loader.exec_module(kernels)
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = module
+    return functools.partial(kernels.generate_permute_indices, use_cpu=True)
+
+
+def test_moe_token_permutation_equals_torchtitans():
+    """examples.titan's fixed-shape generate_permute_indices (what the MoE examples run and
+    export) returns what torchtitan's own CPU implementation returns: indices, padded group sizes
+    and offsets, for 1-4 ranks x 1-4 local experts, empty groups included, alignments 1, 8, 16."""
+    import torch
+
+    from examples.titan import generate_permute_indices
+
+    theirs = _torchtitans_cpu_permute()
+    g = torch.Generator().manual_seed(0)
+    for case in range(200):
+        ranks, experts = (int(torch.randint(1, 5, (1,), generator=g)) for _ in range(2))
+        counts = torch.randint(0, 7, (ranks * experts,), generator=g) * (torch.rand(ranks * experts, generator=g) > 0.3)
+        alignment = (1, 8, 16)[case % 3]
+        max_len = (int(counts.sum()) + experts * alignment + alignment - 1) // alignment * alignment
+        want = theirs(counts, experts, ranks, max_len, alignment)
+        got = generate_permute_indices(counts, experts, ranks, max_len, alignment)
+        assert all(torch.equal(w, x) for w, x in zip(want, got)), (counts, experts, ranks, alignment)
+
+
+def test_qwen3_moe_under_fsdp(tmp_path, run_commlens):
+    """torchtitan's Qwen3-MoE (every FFN its MoE layer: router top-2 of 8, histc, argsort,
+    token gathers and index_put, three grouped matmuls per layer) through parallelize_qwen3 under
+    FSDP on 2 ranks: the backward through the MoE layer (index, index_put, _grouped_mm
+    derivatives) reaches each unit's reduce-scatter as torch's does, bytes included."""
+    settings = dict(name="qwen3_moe", dp_shard=2)
+    plan = titan_captured(**settings)
+    assert [u.fqn for u in plan.fully_shard] == ["tok_embeddings", "layers.*", ("norm", "output"), ""]
+    doc = measure_titan(**settings)
+    glob = _module(doc, "Global")
+    # 4 units with parameters, each all-gathered in forward and reduce-scattered in backward; the
+    # blocks and tok_embeddings are resharded after forward and gathered again in backward, the
+    # last unit ([norm, output]) is not
+    assert (glob["forward"], glob["backward"]) == (
+        {"c10d._allgather_base_": 4}, {"c10d._allgather_base_": 3, "c10d._reduce_scatter_base_": 4})
+    # a block's parameters, halved on 2 ranks, float32: wq, wo [128, 128], wk, wv [64, 128], q/k
+    # norms [16], attention/ffn norms [128], the router gate [8, 128] and the experts w1, w3
+    # [8, 64, 128] and w2 [8, 128, 64]; the reduce-scatter sends the unsharded gradients
+    block = (2 * 128 * 128 + 2 * 64 * 128) + 2 * 16 + 2 * 128 + 8 * 128 + 3 * 8 * 64 * 128
+    layer = _module(doc, "FSDPQwen3Model.layers.1")
+    assert layer["forward_bytes"] == {"c10d._allgather_base_": block // 2 * 4}
+    assert layer["backward_bytes"]["c10d._reduce_scatter_base_"] == block * 4
+    _compare(run_commlens, tmp_path, plan, doc, model=model_spec("qwen3_moe"))
+
+
+def test_expert_parallel_is_refused_by_name():
+    import pytest
+
+    from commlens.capture import CaptureError
+
+    with pytest.raises(CaptureError, match=r"parallel style torchtitan\.distributed\.expert_parallel\.ExpertParallel "
+                                           r"on module 'layers\.0\.moe\.experts' \(GroupedExperts\) is not modelled"):
+        titan_captured(name="qwen3_moe", dp_shard=2, ep=2)
