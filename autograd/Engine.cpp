@@ -717,6 +717,25 @@ private:
   bool lossParallel() const override { return plan_.lossParallel; }
   bool isDTensor(const Value *v) const override { return state_.layout(v) != nullptr; }
 
+  /// all_to_all_single_autograd's backward: the gradient goes back the reverse way, one
+  /// all_to_all_single that sends what the forward received and receives what it sent.
+  Value *allToAllBackward(const Node &fwd, Value *g) {
+    auto flag = [&](llvm::StringRef name) {
+      const Argument *a = fwd.input(name);
+      return a && a->is<bool>() && a->get<bool>();
+    };
+    const Value *sent = fwd.input("self")->tensor();
+    return emit(boundaryOpTarget(BoundaryOp::AllToAll),
+                {{"self", g, false},
+                 {"autograd", false, false},
+                 {"sends_routed", flag("receives_routed"), false},
+                 {"receives_routed", flag("sends_routed"), false},
+                 {"what", "sends back the gradient of the all-to-all that " + fwd.input("what")->get<std::string>(),
+                  false},
+                 {"module", fwd.input("module")->get<std::string>(), true}},
+                metaOf(g->meta()->dtype, sizesOf(*sent->meta()), g->meta()->device), "grad_all_to_all");
+  }
+
   /// Runs one autograd node; returns the gradient per next edge (null: undefined).
   llvm::Expected<llvm::SmallVector<Value *, 4>> apply(AGNode &a) {
     llvm::SmallVector<Value *, 4> out(a.next.size(), nullptr);
@@ -745,6 +764,10 @@ private:
       Value *g = a.buffer[0];
       if (!g)
         return out;
+      if (a.step.kind == BoundaryStep::Kind::AllToAll) {
+        out[0] = allToAllBackward(*a.fwd, g);
+        return out;
+      }
       llvm::StringRef op = boundaryOpTarget(a.step.kind == BoundaryStep::Kind::FromLocal ? BoundaryOp::FromLocalBackward
                                             : a.step.kind == BoundaryStep::Kind::Redistribute
                                                 ? BoundaryOp::RedistributeBackward

@@ -128,6 +128,14 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   return u;
 }
 
+/// A step of expert-parallel styles only: torchtitan shards the experts with FSDP on a mesh of
+/// their own, so the dense units may use the step's dim (checked per parameter in fsdp/FullyShard).
+bool onlyExpertParallel(const ParallelizeStep &step) {
+  return !step.styles.empty() && llvm::all_of(step.styles, [](const ParallelStyle &s) {
+    return s.kind == ParallelStyle::Kind::TorchtitanExpertParallel;
+  });
+}
+
 ShardingPlan decodePlan(const JsonRef &root) {
   if (root.field("format").asString() != "commlens-plan")
     root.field("format").fail("not a commlens plan (expected \"commlens-plan\")");
@@ -186,7 +194,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
       plan.fullyShard.push_back(decodeFullyShard(plan.mesh, u));
       for (unsigned dim : plan.fullyShard.back().meshDims)
         for (const ParallelizeStep &step : plan.steps)
-          if (step.meshDim == dim || (!step.meshDim && plan.mesh.ndim() == 1))
+          if ((step.meshDim == dim || (!step.meshDim && plan.mesh.ndim() == 1)) && !onlyExpertParallel(step))
             u.field("mesh_dims").fail(fmt::format("mesh dim '{}' is used by a parallelize step too (FSDP and tensor "
                                                   "parallel dims must differ)",
                                                   plan.mesh.dimNames[dim]));

@@ -128,6 +128,15 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
         out->push_back(static_cast<unsigned>(target - units.begin()));
       }
   for (FsdpUnit &u : units) {
+    // A plan may give FSDP the mesh dim of an expert-parallel style (frontends/PlanReader), whose
+    // parameters then need a unit on another mesh: FSDP cannot shard a DTensor on its own dim.
+    for (const Value *p : u.params)
+      if (tpPlacements.count(p))
+        for (const ParallelizeStep &step : plan.steps)
+          if (step.meshDim && (*step.meshDim == u.shardDim || u.replicateDim == step.meshDim))
+            return makeError("fully_shard '{}' on {}: parameter '{}' is a DTensor on mesh dim '{}', the unit's own "
+                             "(give its module a fully_shard unit on another mesh dim)",
+                             u.spec->pattern, u.label(), p->name(), plan.mesh.dimNames[*step.meshDim]);
     // FSDPParam refuses it (torch 2.13 _fsdp_param.py, NotImplementedError).
     if (u.spec->reshard == FullyShardUnit::Reshard::ToGroup)
       for (const Value *p : u.params)

@@ -52,6 +52,11 @@ public:
   /// `dist.all_reduce` in place on the local tensor of a Partial DTensor (c10d.allreduce_): a
   /// plain tensor holding the sum comes back.
   virtual Value *allReduceLocal(Value *x) = 0;
+  /// all_to_all_single of a plain tensor over the styles' mesh dim (`autograd`: the autograd
+  /// version, whose backward exchanges the gradient back); `sendsRouted` / `receivesRouted`: the
+  /// rows sent / received are tokens routed to this rank's experts (their number is the routing's);
+  /// `what` says what it exchanges ("dispatches the routed tokens ...").
+  virtual Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, llvm::StringRef what) = 0;
   /// Whether the call runs with grad enabled (false in a no_grad region and in inference).
   virtual bool gradEnabled() const = 0;
 };
@@ -72,6 +77,10 @@ public:
   }
   /// Whether the parameters it places come back trainable (re-registered as new nn.Parameters).
   virtual bool retrainsParameters() const { return false; }
+  /// Whether the module's forward computes with its own parameters' local shards
+  /// (`param.to_local()`, as torchtitan's GroupedExperts does under its expert-parallel styles):
+  /// each of them is handed to the call as its local tensor.
+  virtual bool parametersUsedLocally() const { return false; }
   /// Whether it all-reduces each of the module's own parameters' gradients once accumulated (a
   /// post-accumulate-grad hook calling dist.all_reduce over its mesh: c10d.allreduce_).
   virtual bool allReducesParameterGradients() const { return false; }

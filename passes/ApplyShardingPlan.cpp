@@ -8,6 +8,7 @@
 #include "parallel/StyleModel.h"
 
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/Sequence.h"
 
 #include <map>
 
@@ -72,6 +73,14 @@ public:
   }
   Value *allReduceLocal(Value *x) override {
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceLocal), x, {}, "out");
+  }
+  Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, llvm::StringRef what) override {
+    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllToAll), x,
+                    {{"autograd", autograd, false},
+                     {"sends_routed", sendsRouted, false},
+                     {"receives_routed", receivesRouted, false},
+                     {"what", what.str(), false}},
+                    sendsRouted ? "combined" : receivesRouted ? "dispatched" : "exchanged");
   }
   bool gradEnabled() const override { return c_.gradEnabled; }
 
@@ -210,6 +219,8 @@ private:
         llvm::StringRef local = llvm::StringRef(in.target).drop_front(prefix.size());
         if (model.allReducesParameterGradients() && !local.contains('.'))
           ctx_.state.gradAllReduced[in.value] = scope;
+        if (model.parametersUsedLocally() && !local.contains('.') && !llvm::is_contained(localParams_[scope], in.value))
+          localParams_[scope].push_back(in.value);
         std::optional<Placement> placement = model.parameterPlacement(*style, module, local, !local.contains('.'));
         if (!placement)
           continue;
@@ -248,7 +259,11 @@ private:
         inputSpecOf[in.value] = &in;
     for (ModuleCall &call : analysis.calls()) {
       StyledCall &c = calls_.emplace_back(std::move(call));
-      c.gradEnabled = graph_.nodes()[c.first]->gradEnabled() && !ctx_.options.inference;
+      // A call under no_grad runs every op without grad; one that only opens a no_grad block
+      // (torchtitan's experts start with one) still runs its hooks with grad.
+      c.gradEnabled = !ctx_.options.inference && llvm::any_of(llvm::seq(c.first, c.last + 1), [&](unsigned i) {
+                        return graph_.nodes()[i]->gradEnabled();
+                      });
       if (auto styled = styles_.find(c.scope); styled != styles_.end())
         c.styles = styled->second;
       if (auto unit = fsdpUnitOf_.find(c.scope); unit != fsdpUnitOf_.end())
@@ -416,6 +431,10 @@ private:
     for (const ParallelStyle *style : c.styles)
       if (llvm::Error err = styleModel(style->kind).preHook(*style, hooks, arguments))
         return err;
+    // The forward reads these parameters' local shards (param.to_local(), after the hooks ran).
+    if (auto local = localParams_.find(c.scope); local != localParams_.end())
+      for (const Value *p : local->second)
+        b.bind(p, hooks.annotate(b.map(p), std::nullopt, std::nullopt, /*useLocalOutput=*/true, "local"));
     // The graph has one value where the call may have several arguments: a tensor passed twice
     // must become the same value both times.
     llvm::DenseMap<const Value *, Value *> becomes;
@@ -510,6 +529,9 @@ private:
         Saved saved{c, {}};
         for (const Value *v : c->inputs) // every argument is among them
           saved.inputs.emplace_back(v, b.map(v));
+        if (auto local = localParams_.find(c->scope); local != localParams_.end())
+          for (const Value *p : local->second) // their local shards are the call's own
+            saved.inputs.emplace_back(p, b.map(p));
         if (llvm::Error err = preHooks(b, *c))
           return err;
         open.push_back(std::move(saved));
@@ -588,6 +610,8 @@ private:
   llvm::DenseSet<const ModuleScope *> embeddings_; // styled modules that are nn.Embedding
   std::map<const ModuleScope *, unsigned> fsdpUnitOf_;
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
+  /// Per styled module, the parameters its forward uses as local shards (parametersUsedLocally).
+  std::map<const ModuleScope *, std::vector<const Value *>> localParams_;
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;
   std::vector<StyledCall> calls_;
   std::vector<StyledCall> callsWithoutOps_; // called after the program's last node (collectCallsWithoutOps)

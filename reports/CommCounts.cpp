@@ -82,6 +82,14 @@ ordered_json bytesObject(const ModuleCounts &m, CommPhase p) {
   return out;
 }
 
+ordered_json bytesBoundsObject(const ModuleCounts &m, CommPhase p) {
+  ordered_json out = ordered_json::object();
+  for (const auto &[key, cell] : m.phase(p))
+    if (cell.bytes && cell.bytesBounds)
+      out[key] = {cell.bytesBounds->first, cell.bytesBounds->second};
+  return out;
+}
+
 ordered_json pairList(const ModuleCounts &m, CommPhase p) {
   ordered_json pairs = ordered_json::array();
   for (const auto &[key, cell] : m.phase(p))
@@ -223,6 +231,27 @@ void readBytes(ModuleCounts &m, const JsonRef &module, CommPhase p, const char *
     set(it.key(), JsonRef{it.value(), keyPath(bytes, it.key())});
 }
 
+/// {op: [fewest, most]} bytes of cells whose bytes depend on the routing; each op must have
+/// bytes, within the bounds.
+void readBytesBounds(ModuleCounts &m, const JsonRef &module, CommPhase p, const char *field) {
+  if (!module.has(field))
+    return;
+  JsonRef bounds = module[field];
+  bounds.object();
+  for (auto it = bounds.v.begin(); it != bounds.v.end(); ++it) {
+    JsonRef pair{it.value(), keyPath(bounds, it.key())};
+    auto cell = m.phase(p).find(it.key());
+    if (cell == m.phase(p).end() || !cell->second.bytes)
+      pair.fail(fmt::format("bytes bounds for collective '{}', which has no bytes", it.key()));
+    if (!pair.v.is_array() || pair.v.size() != 2)
+      pair.fail(fmt::format("expected [fewest, most] bytes, got {}", pair.describe()));
+    int64_t lo = pair.at(0).bytes(), hi = pair.at(1).bytes();
+    if (lo > *cell->second.bytes || *cell->second.bytes > hi)
+      pair.fail(fmt::format("bytes {} are not within their bounds [{}, {}]", *cell->second.bytes, lo, hi));
+    cell->second.bytesBounds = std::make_pair(lo, hi);
+  }
+}
+
 std::string moduleTypeOf(const JsonRef &module) {
   if (!module.has("module_type"))
     return {};
@@ -246,6 +275,7 @@ void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth, uin
       setCount(scratch, p, pair.at(0).string(), pair.at(1).count(), pair);
     }
     readBytes(scratch, node, p, fmt::format("collective_bytes_{}", phaseName(p).str()).c_str(), fileBytes);
+    readBytesBounds(scratch, node, p, fmt::format("collective_bytes_bounds_{}", phaseName(p).str()).c_str());
   }
   readApproximate(scratch, node);
   JsonRef children = node["children"];
@@ -315,6 +345,7 @@ void readFlat(CommCounts &counts, const JsonRef &doc) {
         setCount(m, p, it.key(), value.count(), value);
       }
       readBytes(m, module, p, fmt::format("{}_bytes", phaseName(p).str()).c_str(), fileBytes);
+      readBytesBounds(m, module, p, fmt::format("{}_bytes_bounds", phaseName(p).str()).c_str());
     }
     readApproximate(m, module);
   }
@@ -350,6 +381,9 @@ std::string CommCounts::toCountsJson() const {
       if (ordered_json bytes = bytesObject(m, p); !bytes.empty())
         entry[fmt::format("{}_bytes", phaseName(p).str())] = bytes;
     for (CommPhase p : kCommPhases)
+      if (ordered_json bounds = bytesBoundsObject(m, p); !bounds.empty())
+        entry[fmt::format("{}_bytes_bounds", phaseName(p).str())] = bounds;
+    for (CommPhase p : kCommPhases)
       if (ordered_json list = approximateList(m, p); !list.empty())
         entry[fmt::format("approximate_{}", phaseName(p).str())] = list;
     mods.push_back(std::move(entry));
@@ -383,6 +417,9 @@ std::string CommCounts::toTreeJson() const {
     for (CommPhase p : kCommPhases)
       if (ordered_json bytes = bytesObject(m, p); !bytes.empty())
         node[fmt::format("collective_bytes_{}", phaseName(p).str())] = bytes;
+    for (CommPhase p : kCommPhases)
+      if (ordered_json bounds = bytesBoundsObject(m, p); !bounds.empty())
+        node[fmt::format("collective_bytes_bounds_{}", phaseName(p).str())] = bounds;
     for (CommPhase p : kCommPhases)
       if (ordered_json list = approximateList(m, p); !list.empty())
         node[fmt::format("approximate_{}", phaseName(p).str())] = list;

@@ -14,6 +14,9 @@
 //    unknown keys are ignored; a module called twice appears twice with the same counts.
 //  * the flat counts file: {"format": "commlens-counts", "version": 1, "modules": [{"fqn",
 //    "forward": {op: count}, "backward": {op: count}}, ...], ...}.
+// Bytes per cell, where recorded: "collective_bytes_<phase>" (tree) / "<phase>_bytes" (counts), and
+// for bytes that depend on an MoE layer's routing "collective_bytes_bounds_<phase>" /
+// "<phase>_bytes_bounds": {op: [fewest, most]}.
 // Both may carry a top-level "phase" ("forward", "backward" or "both": which phases were run),
 // and, per module, "approximate_forward" / "approximate_backward": [op, ...], the
 // collective keys whose counts are approximate (a key listed there without a count is an
@@ -29,6 +32,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace commlens {
@@ -44,6 +48,9 @@ struct CommCell {
   std::optional<int64_t> bytes;
   /// Their estimated time on the prediction's cluster (predict --cluster), microseconds.
   std::optional<double> timeUs;
+  /// Where the bytes depend on the routing of MoE tokens (a prediction's expert-parallel
+  /// all-to-alls): the fewest and most they can be; `bytes` is then the balanced-routing value.
+  std::optional<std::pair<int64_t, int64_t>> bytesBounds{};
   bool operator==(const CommCell &) const = default;
 };
 

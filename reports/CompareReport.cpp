@@ -81,6 +81,7 @@ CompareReport CompareReport::build(const CommCounts &predicted, const CommCounts
           c.predicted = it->second.count;
           c.approximate = it->second.approximate;
           c.predictedBytes = it->second.bytes;
+          c.predictedBytesBounds = it->second.bytesBounds;
         }
         c.measured = mm->count(p, key);
         if (auto it = mm->phase(p).find(key); it != mm->phase(p).end())
@@ -110,6 +111,15 @@ std::string CompareReport::summaryLine() const {
                      withBytes ? fmt::format("; bytes compared on {} cells", withBytes) : "");
 }
 
+namespace {
+std::string bytesMismatch(const CompareCell &c) {
+  if (c.predictedBytesBounds)
+    return fmt::format(" (bytes {} measured, outside the routing's bounds [{}, {}])", *c.measuredBytes,
+                       c.predictedBytesBounds->first, c.predictedBytesBounds->second);
+  return fmt::format(" (bytes {} predicted, {} measured)", *c.predictedBytes, *c.measuredBytes);
+}
+} // namespace
+
 void CompareReport::printText(llvm::raw_ostream &os) const {
   auto predictedText = [](const CompareCell &c) {
     return c.approximate ? fmt::format("~{}", c.predicted) : fmt::format("{}", c.predicted);
@@ -132,9 +142,7 @@ void CompareReport::printText(llvm::raw_ostream &os) const {
     os << fmt::format("{:<{}}  {:<{}}  {:<8}  {:>{}}  {:>{}}  {:>{}}{}{}\n", name, moduleW, c.collective, keyW,
                       phaseName(c.phase).str(), predictedText(c), predW, c.measured, measW, diffText(c), diffW,
                       c.differs() ? "  MISMATCH" : "",
-                      c.bytesDiffer() ? fmt::format(" (bytes {} predicted, {} measured)", *c.predictedBytes,
-                                                    *c.measuredBytes)
-                                      : "");
+                      c.bytesDiffer() ? bytesMismatch(c) : "");
   }
   if (numApproximate())
     os << "~: approximate prediction (depends on ops commlens does not model)\n";
@@ -165,6 +173,8 @@ std::string CompareReport::toJson() const {
     row["approximate"] = c.approximate;
     if (c.predictedBytes)
       row["predicted_bytes"] = *c.predictedBytes;
+    if (c.predictedBytesBounds)
+      row["predicted_bytes_bounds"] = {c.predictedBytesBounds->first, c.predictedBytesBounds->second};
     if (c.measuredBytes)
       row["measured_bytes"] = *c.measuredBytes;
     row["match"] = !c.differs();

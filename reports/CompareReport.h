@@ -25,10 +25,19 @@ struct CompareCell {
   bool approximate = false; // the predicted count is approximate
   /// Bytes sent on one rank, where the source records them; compared when both sides do.
   std::optional<int64_t> predictedBytes, measuredBytes;
+  /// The predicted bytes' bounds where they depend on the routing of MoE tokens: the measured
+  /// bytes must lie within them (the run's routing is its own).
+  std::optional<std::pair<int64_t, int64_t>> predictedBytesBounds;
 
   int64_t diff() const { return predicted - measured; }
   bool bytesCompared() const { return predictedBytes && measuredBytes; }
-  bool bytesDiffer() const { return bytesCompared() && *predictedBytes != *measuredBytes; }
+  bool bytesDiffer() const {
+    if (!bytesCompared())
+      return false;
+    if (predictedBytesBounds)
+      return *measuredBytes < predictedBytesBounds->first || *measuredBytes > predictedBytesBounds->second;
+    return *predictedBytes != *measuredBytes;
+  }
   bool differs() const { return predicted != measured || bytesDiffer(); }
 };
 

@@ -71,7 +71,7 @@ std::string cellsText(const CommCellMap &cells) {
 struct PhaseSums {
   int64_t count = 0, bytes = 0;
   double us = 0;
-  bool bytesKnown = true, timed = false;
+  bool bytesKnown = true, timed = false, routed = false; // routed: some bytes are the routing's
 };
 
 PhaseSums sums(const CommCellMap &cells) {
@@ -82,12 +82,20 @@ PhaseSums sums(const CommCellMap &cells) {
       s.bytes += *cell.bytes;
     else if (cell.count)
       s.bytesKnown = false;
+    s.routed |= cell.bytesBounds.has_value();
     if (cell.timeUs) {
       s.us += *cell.timeUs;
       s.timed = true;
     }
   }
   return s;
+}
+
+/// A module's bytes in one phase: "?" where unknown, "~" before a balanced-routing value.
+std::string bytesText(const PhaseSums &s) {
+  if (!s.bytesKnown)
+    return "?";
+  return (s.routed ? "~" : "") + std::to_string(s.bytes);
 }
 
 /// A horizontal bar chart: one row per label, forward and backward stacked.
@@ -196,12 +204,15 @@ std::string predictionHtml(const PredictionReport &report, llvm::StringRef title
                         "<td class=\"num\">{}</td>",
                         escape(m.fqn), f.count, b.count, 10 + 16 * m.depth, escape(m.fqn),
                         cellsText(m.phase(CommPhase::Forward)), cellsText(m.phase(CommPhase::Backward)),
-                        f.bytesKnown ? std::to_string(f.bytes) : "?", b.bytesKnown ? std::to_string(b.bytes) : "?");
+                        bytesText(f), bytesText(b));
     body += timed ? fmt::format("<td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
                                 f.timed ? escape(formatMicroseconds(f.us)) : "", b.timed ? escape(formatMicroseconds(b.us)) : "")
                   : "</tr>\n";
   }
   body += "</table>\n";
+  if (llvm::any_of(report.state->collectives, [](const CollectiveRecord &c) { return c.bytesRange.has_value(); }))
+    body += "<p class=\"why\">~: bytes under balanced routing of MoE tokens (expert-parallel all-to-alls); the "
+            "collectives below give each one's bounds.</p>\n";
 
   // Every collective, with why.
   body += "<h2>Collectives</h2>\n<table id=\"collectives\"><tr><th>phase</th><th>module</th><th>collective</th>"
@@ -218,7 +229,9 @@ std::string predictionHtml(const PredictionReport &report, llvm::StringRef title
     body += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} &rarr; {}</td><td class=\"num\">{}</td>",
                         forward ? "forward" : "backward", escape(c.module ? c.module->displayName() : "Global"),
                         escape(c.opKey), dims, escape(str(c.fromPlacements)), escape(str(c.toPlacements)),
-                        c.bytesPerRank);
+                        c.bytesRange ? fmt::format("{} (balanced routing; {}&ndash;{} by the routing)", c.bytesPerRank,
+                                                   c.bytesRange->first, c.bytesRange->second)
+                                     : std::to_string(c.bytesPerRank));
     if (timed)
       body += fmt::format("<td class=\"num\">{}</td>",
                           c.time ? escape(fmt::format("{} ({})", formatMicroseconds(c.time->us), c.time->algorithm))

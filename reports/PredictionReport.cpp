@@ -82,6 +82,11 @@ void writeRecord(JsonWriter &j, const CollectiveRecord &r) {
     if (!r.bytesKnown) // bytes_per_rank is at the program's dtype, not the run's
       j.attribute("bytes_known", false);
     j.attribute("bytes_per_rank", r.bytesPerRank);
+    if (r.bytesRange) // the routing's: bytes_per_rank is the balanced value
+      j.attributeArray("bytes_per_rank_bounds", [&] {
+        j.value(r.bytesRange->first);
+        j.value(r.bytesRange->second);
+      });
     stringAttribute(j, "dst", r.dst.str());
     stringAttribute(j, "from", str(r.fromPlacements));
     j.attributeArray("mesh_dims", [&] {
@@ -178,10 +183,18 @@ llvm::Expected<PredictionReport> PredictionReport::build(const ExportedProgram &
       ++cell.count;
       if (!c.bytesKnown)
         unknownBytes.insert(&cell);
-      if (unknownBytes.count(&cell))
+      if (unknownBytes.count(&cell)) {
         cell.bytes.reset();
-      else
-        cell.bytes = cell.bytes.value_or(0) + c.bytesPerRank;
+        cell.bytesBounds.reset();
+      } else {
+        int64_t before = cell.bytes.value_or(0);
+        cell.bytes = before + c.bytesPerRank;
+        if (c.bytesRange || cell.bytesBounds) { // exact bytes are their own bounds
+          auto [lo, hi] = cell.bytesBounds.value_or(std::make_pair(before, before));
+          auto [rlo, rhi] = c.bytesRange.value_or(std::make_pair(c.bytesPerRank, c.bytesPerRank));
+          cell.bytesBounds = std::make_pair(lo + rlo, hi + rhi);
+        }
+      }
       if (c.time)
         cell.timeUs = cell.timeUs.value_or(0) + c.time->us;
       cell.approximate |= c.approximate;
@@ -249,7 +262,11 @@ void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
       for (const CollectiveRecord *c : own[scope])
         if (commPhase(c->phase) == phase)
           os << pad << "  **" << c->opKey << " on mesh dim " << c->meshDims.front() << ": " << str(c->fromPlacements)
-             << " -> " << str(c->toPlacements) << ", " << c->bytesPerRank << " B/rank, "
+             << " -> " << str(c->toPlacements) << ", " << c->bytesPerRank << " B/rank"
+             << (c->bytesRange ? fmt::format(" (balanced routing; {} to {} by the routing)", c->bytesRange->first,
+                                             c->bytesRange->second)
+                               : "")
+             << ", "
              << (c->time ? fmt::format("{} ({}, {} ranks on {} node{}), ", formatMicroseconds(c->time->us), c->time->algorithm,
                                        c->time->ranks, c->time->nodes, c->time->nodes == 1 ? "" : "s")
                          : "")
@@ -394,6 +411,16 @@ public:
           if (cell.bytes)
             j.attribute(op, *cell.bytes);
       });
+    for (CommPhase p : kPhases) // only cells whose bytes depend on an MoE layer's routing
+      if (llvm::any_of(m.phase(p), [](const auto &kv) { return kv.second.bytes && kv.second.bytesBounds; }))
+        j.attributeObject(phaseKey("collective_bytes_bounds_", p), [&] {
+          for (const auto &[op, cell] : m.phase(p))
+            if (cell.bytes && cell.bytesBounds)
+              j.attributeArray(op, [&] {
+                j.value(cell.bytesBounds->first);
+                j.value(cell.bytesBounds->second);
+              });
+        });
     if (r_.cluster)
       for (CommPhase p : kPhases)
         j.attributeObject(phaseKey("collective_time_us_", p), [&] {

@@ -329,9 +329,47 @@ private:
       localShards_.toLocal(out, normalized(summed, x->meta()->rank()));
       return llvm::Error::success();
     }
+    case BoundaryOp::AllToAll:
+      return allToAll(n, x, in, module, approx);
     default: // the FSDP hooks, above
       return makeError("{}: not a style or loss boundary op", n.where());
     }
+  }
+
+  /// An expert-parallel style's all_to_all_single over the styles' mesh dim: each rank sends its
+  /// plain tensor's rows, split by destination, and gets back what the others send it. Where the
+  /// sent rows are routed tokens their number depends on the routing: the program's rows are the
+  /// balanced value, and a rank sends from none to all of the group's tokens (the group's size
+  /// times the program's rows). Its result is a plain tensor of another origin (LocalShards does
+  /// not follow it); all_to_all_single_autograd records the step its backward replays.
+  llvm::Error allToAll(const Node &n, const Value *x, const DTensorLayout *in, const std::string &module,
+                       bool approx) {
+    if (in)
+      return makeError("{}: {} hands all_to_all_single a DTensor ({}), which expects the plain tensor of its "
+                       "tokens",
+                       n.where(), module, str(in->placements));
+    int64_t group = mesh_.size(); // the styles' sub-mesh
+    CollectiveRecord r;
+    r.opKey = "c10d_functional.all_to_all_single";
+    r.phase = phase_;
+    r.module = n.scope();
+    r.node = &n;
+    r.argument = x->name();
+    r.meshDims.assign(state_.dtensorMeshDims.begin(), state_.dtensorMeshDims.end());
+    r.src = r.dst = Placement::shard(0);
+    r.fromPlacements = {r.src};
+    r.toPlacements = {r.dst};
+    r.bytesPerRank = x->meta()->nbytes();
+    r.bytesKnown = !castReason_;
+    if (boolArg(n, "sends_routed"))
+      r.bytesRange = std::make_pair(int64_t{0}, group * r.bytesPerRank);
+    r.why = fmt::format("{} {} (all_to_all_single{} of {})", module, n.input("what")->get<std::string>(),
+                        boolArg(n, "autograd") ? "_autograd" : "", x->name());
+    r.approximate = approx;
+    state_.collectives.push_back(std::move(r));
+    if (boolArg(n, "autograd") && n.gradEnabled())
+      state_.boundarySteps[&n].push_back(BoundaryStep{BoundaryStep::Kind::AllToAll, {}, {}});
+    return llvm::Error::success();
   }
 
   /// The backward of the boundary steps (DTensor's autograd Functions, torch 2.13 `_api.py`,

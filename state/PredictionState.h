@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -46,16 +47,19 @@ struct CollectiveRecord {
   bool bytesKnown = true;
   std::string why;
   bool approximate = false;
+  /// Where the bytes depend on the routing of an MoE layer's tokens: the fewest and most bytes one
+  /// rank can send (bytesPerRank is then the value under balanced routing).
+  std::optional<std::pair<int64_t, int64_t>> bytesRange{};
   std::optional<CollectiveTime> time; // with a cluster (predict --cluster)
 };
 
 /// One autograd-visible step a plan boundary op took in forward (DTensor.from_local,
 /// DTensor.redistribute, DTensor.to_local): the backward pass replays its autograd Function.
 struct BoundaryStep {
-  enum class Kind : uint8_t { FromLocal, Redistribute, ToLocal };
+  enum class Kind : uint8_t { FromLocal, Redistribute, ToLocal, AllToAll };
   Kind kind = Kind::FromLocal;
   Placements from; ///< Redistribute: the source; ToLocal: the DTensor's placements
-  Placements to;   ///< FromLocal: the placements given; Redistribute: the target
+  Placements to;   ///< FromLocal: the placements given; Redistribute: the target (AllToAll: neither)
 };
 
 /// One FSDP parameter group: one fully_shard call on one module, or on a list of them.

@@ -38,7 +38,10 @@ then ``bytes: compared on B/L cells`` and last ``exact: N/M configs, K/L cells``
 configuration, L every cell (module x collective x phase, non-zero on either side) of every
 configuration, where a configuration without a prediction contributes its measured cells, none
 exact. A cell is exact when its count and, where both sides record them (measure and predict
-do), the bytes its collectives send on one rank agree; B counts the cells whose bytes were compared. ``WORK/results.json`` holds
+do), the bytes its collectives send on one rank agree; B counts the cells whose bytes were compared.
+Bytes that depend on an MoE layer's routing (expert-parallel all-to-alls) are predicted under
+balanced routing with bounds; such a cell's bytes agree when the measured ones lie within the
+bounds, and the line says how many cells were so compared. ``WORK/results.json`` holds
 the same per configuration.
 
 ``no prediction``: ``commlens predict`` does not exist (``unknown command``) or exits 2 with an
@@ -281,7 +284,13 @@ CONFIGS = [
           ("qwen3_moe", "fsdp-dp4", "dp_shard=4", True),
           ("qwen3_moe", "hsdp-2x2", "dp_shard=2, dp_replicate=2", False),
           ("qwen3_moe", "fsdp-dp4-full_ac", "dp_shard=4, ac='full'", False),
-          ("qwen3_moe", "fsdp-dp4-sac_layer2", "dp_shard=4, ac='selective', sac_option='2'", False))],
+          ("qwen3_moe", "fsdp-dp4-sac_layer2", "dp_shard=4, ac='selective', sac_option='2'", False),
+          # expert parallel (torchtitan's ExpertParallel on the experts, which FSDP shards on
+          # their own mesh), ep borrowing all of dp_shard: token dispatch and combine all-to-alls
+          ("qwen3_moe", "fsdp_ep-dp2xep2", "dp_shard=2, ep=2", True),
+          ("qwen3_moe", "fsdp_ep-dp4xep4", "dp_shard=4, ep=4", False),
+          ("qwen3_moe", "hsdp_ep-2x2xep2", "dp_shard=2, dp_replicate=2, ep=2", False),
+          ("qwen3_moe", "fsdp_ep-dp2xep2-full_ac", "dp_shard=2, ep=2, ac='full'", False))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",
@@ -650,6 +659,8 @@ def _measure_predict_compare(cfg, work, commlens, model_path, plan_path, r, *, s
     r.update(predicted=summary["predicted_collectives"], cells=summary["cells"],
              differ_cells=summary["differ"], exact_cells=summary["cells"] - summary["differ"],
              approximate_cells=summary["approximate"], bytes_cells=summary.get("bytes_compared", 0),
+             routed_bytes_cells=sum(1 for cell in cmp["cells"]
+                                    if "predicted_bytes_bounds" in cell and "measured_bytes" in cell),
              predicted_file=str(predicted_path),
              status="exact" if c.returncode == 0 else "DIFF",
              diffs=[cell for cell in cmp["cells"] if not cell["match"]])
@@ -847,7 +858,11 @@ def main(argv=None):
     (work / "results.json").write_text(json.dumps(
         {"subset": ns.subset, "seconds": round(time.time() - t0, 1), "configs": results}, indent=1) + "\n")
     bytes_cells = sum(r.get("bytes_cells", 0) for r in results)
-    print(f"bytes: compared on {bytes_cells}/{cells} cells (a byte mismatch makes a cell differ)")
+    routed = sum(r.get("routed_bytes_cells", 0) for r in results)
+    print(f"bytes: compared on {bytes_cells}/{cells} cells (a byte mismatch makes a cell differ)"
+          + (f"; {routed} of them depend on MoE routing: predicted under balanced top-k routing, exact when "
+             "the measured bytes lie within the routing's bounds (no token to every token of the group sent "
+             "to one rank)" if routed else ""))
     gpu_summary = format_gpu_summary(results)
     if gpu_summary:  # before the last line, which stays the CPU corpus' summary
         print(gpu_summary)

@@ -408,26 +408,39 @@ class _Capture:
                           f"but another mesh dim {name!r} in the model has size {seen[0]} and stride {seen[1]}")
         return tuple(mesh.mesh_dim_names)
 
-    def plan_mesh(self, world_size):
-        """``(shape, dim names)`` of one mesh holding every unflattened dim in use, outermost (largest
-        rank stride) first, when they tile the root's ranks; None when no unflattened dim is used.
-        Size-1 dims (torchtitan's pp and cp at degree 1) go first: they change no rank's place."""
+    def plan_mesh(self, world_size, style_dims=()):
+        """``(shape, dim names, aliases)`` of one mesh holding every unflattened dim in use, outermost
+        (largest rank stride) first, when they tile the root's ranks; None when no unflattened dim
+        is used. Size-1 dims (torchtitan's pp and cp at degree 1) go first: they change no rank's
+        place. Dims over the same ranks (torchtitan's ``ep`` borrowing all of ``fsdp``) are one plan
+        dim; ``aliases`` maps each other name to it. It keeps the name a parallel style used
+        (``style_dims``): styles may read their mesh's dim names, as torchtitan's GroupedExperts
+        does."""
         if not self.unflattened_dims:
             return None
-        dims = sorted(self.unflattened_dims.items(), key=lambda item: (item[1][0] != 1, -item[1][1]))
-        stride = 1
+        aliases, kept = {}, {}
+        for name, layout in sorted(self.unflattened_dims.items(), key=lambda item: item[0] not in style_dims):
+            if layout[0] != 1 and layout in kept:
+                aliases[name] = kept[layout]
+            else:
+                kept.setdefault(layout, name)
+        dims = sorted(((name, layout) for name, layout in self.unflattened_dims.items() if name not in aliases),
+                      key=lambda item: (item[1][0] != 1, -item[1][1]))
+        stride, tiled = 1, True
         for name, (size, dim_stride) in reversed(dims):
             if size == 1:
                 continue
             if dim_stride != stride:
+                tiled = False
                 break
             stride *= size
-        sized = [layout for _name, layout in dims if layout[0] != 1]
-        if stride != world_size or len(set(sized)) != len(sized):
+        if not tiled or stride != world_size:
             shown = ", ".join(f"{name!r} (size {size}, stride {dim_stride})" for name, (size, dim_stride) in dims)
             self.fail(f"the mesh dims in use, {shown}, unflattened from the {world_size}-rank mesh "
-                      f"{tuple(self.root_mesh.mesh_dim_names or ())}, do not lay out as one mesh over its ranks")
-        return tuple(size for _name, (size, _stride) in dims), tuple(name for name, _layout in dims)
+                      f"{tuple(self.root_mesh.mesh_dim_names or ())}, do not lay out as one mesh over its ranks "
+                      "(a dim over the ranks of several others, as torchtitan's fsdp over efsdp x ep, is not "
+                      "modelled)")
+        return tuple(size for _name, (size, _stride) in dims), tuple(name for name, _layout in dims), aliases
 
     # ---- the model's modules and hooks
 
@@ -786,11 +799,18 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
         placements, frozen = cap.placements_and_frozen(fsdp_params)
         src_data_rank = cap.src_data_rank()
     root = cap.root_mesh
-    unflattened = cap.plan_mesh(world_size)
+    unflattened = cap.plan_mesh(world_size, style_dims={dim for dim, _plan in steps})
     if root is None:
         shape, names, device_type = (world_size,), None, "cpu"
     elif unflattened is not None:
-        (shape, names), device_type = unflattened, root.device_type
+        (shape, names, aliases), device_type = unflattened, root.device_type
+        steps = [(aliases.get(dim, dim), plan) for dim, plan in steps]
+        for unit in units:
+            unit.mesh_dims = tuple(aliases.get(name, name) for name in unit.mesh_dims)
+        for spec in placements.values():
+            if isinstance(spec, dict):
+                for name in [n for n in spec if n in aliases]:
+                    spec[aliases[name]] = spec.pop(name)
     else:
         shape, names, device_type = tuple(root.shape), root.mesh_dim_names, root.device_type
         if names is None and units:

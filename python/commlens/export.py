@@ -41,6 +41,23 @@ from commlens._errors import CommlensError, cli_main
 from commlens._factory import call_model_factory
 
 
+def _without_checkpoint_wrappers(plan):
+    """The plan with its fully_shard patterns naming the model before checkpoint_wrapper (a unit
+    inside a wrapped block names it, and its prefetch targets, through
+    ``_checkpoint_wrapped_module``), as the program is exported from that model."""
+    import dataclasses
+
+    from commlens.measure import _unwrapped_path
+
+    def unwrapped(fqn):
+        return tuple(map(_unwrapped_path, fqn)) if isinstance(fqn, tuple) else _unwrapped_path(fqn)
+
+    units = tuple(dataclasses.replace(unit, fqn=unwrapped(unit.fqn), forward_prefetch=unwrapped(unit.forward_prefetch),
+                                      backward_prefetch=unwrapped(unit.backward_prefetch))
+                  for unit in plan.fully_shard)
+    return dataclasses.replace(plan, fully_shard=units)
+
+
 @contextlib.contextmanager
 def fsdp_mixed_precision(model, plan):
     """Within the block, ``model`` computes in the dtypes the plan's FSDP2 ``MixedPrecisionPolicy``
@@ -66,7 +83,8 @@ def fsdp_mixed_precision(model, plan):
         return lambda tree: tree_map_only(torch.Tensor, cast, tree)
 
     calls = [(unit.mp_policy, model.get_submodule(path) if path else model)
-             for _, unit, paths in (fully_shard_modules(plan, model) if plan is not None else ()) for path in paths]
+             for _, unit, paths in (fully_shard_modules(_without_checkpoint_wrappers(plan), model)
+                                    if plan is not None else ()) for path in paths]
     taken, cast_params, hooks = set(), {}, []
     for mp, module in calls:
         for p in module.parameters():

@@ -30,6 +30,13 @@ def _module(doc, fqn):
     return next(m for m in doc["modules"] if m["fqn"] == fqn)
 
 
+def _tree(node):
+    """Every module of a prediction's CommDebugMode-schema tree, pre-order."""
+    yield node
+    for child in node.get("children", ()):
+        yield from _tree(child)
+
+
 def _compare(run_commlens, tmp_path, plan, doc, *, model=MODEL, export_plan=None):
     """`commlens compare --json`'s summary of the prediction from the plan (on the program exported
     under ``export_plan``'s mixed precision) against the measured document; fails unless exact."""
@@ -208,11 +215,72 @@ def test_qwen3_moe_under_fsdp(tmp_path, run_commlens):
     _compare(run_commlens, tmp_path, plan, doc, model=model_spec("qwen3_moe"))
 
 
-def test_expert_parallel_is_refused_by_name():
+def test_expert_parallel_under_fsdp(tmp_path, run_commlens):
+    """torchtitan's ExpertParallel on every MoE layer's experts, ep borrowing all of dp_shard (2):
+    FSDP shards the experts on their own mesh (efsdp, of size 1 here: no collective), the dense
+    units on the same ranks as ep. Per MoE layer the experts' hooks issue, forward, an all-to-all
+    of the token counts and two of the tokens (dispatch, combine), and backward one per autograd
+    all-to-all."""
+    settings = dict(name="qwen3_moe", dp_shard=2, ep=2)
+    plan = titan_captured(**settings)
+    # ep and fsdp span the same ranks: one plan dim, named as the style's mesh names it
+    # (GroupedExperts checks for "ep" in its weights' mesh dim names)
+    assert (plan.mesh_shape, plan.mesh_dim_names) == ((1, 2), ("efsdp", "ep"))
+    ((dim, styles),) = plan.parallelize_steps()
+    assert (dim, list(styles), type(styles["layers.*.moe.experts"]).__name__) == (
+        "ep", ["layers.*.moe.experts"], "ExpertParallel")
+    # with ep, torchtitan's apply_fsdp sets each block's prefetch targets (its experts among them),
+    # so the blocks are units of their own
+    assert [(u.fqn, u.mesh_dims, u.forward_prefetch) for u in plan.fully_shard] == [
+        ("tok_embeddings", ("ep",), ("layers.0",)), ("layers.*.moe.experts", ("efsdp",), ()),
+        ("layers.0", ("ep",), ("layers.1", "layers.1.moe.experts")), ("layers.1", ("ep",), ("norm", "norm")),
+        (("norm", "output"), ("ep",), ()), ("", ("ep",), ())]
+    doc = measure_titan(**settings)
+    experts = _module(doc, "FSDPQwen3Model.layers.0.moe.experts")
+    assert (experts["forward"], experts["backward"]) == (
+        {"c10d_functional.all_to_all_single": 3}, {"c10d_functional.all_to_all_single": 2})
+    summary = _compare(run_commlens, tmp_path, plan, doc, model=model_spec("qwen3_moe"))
+    # The prediction: the counts exchange sends 8 int64 counts, the dispatch the rank's 2 x 16
+    # tokens x top-2 = 64 rows of 128 float32; the combine sends the rows the rank's experts got,
+    # 64 under balanced routing, from none to all 2 x 64 of the group's
+    predicted = json.loads((tmp_path / "predicted.json").read_text())
+    layer = next(c for c in _tree(predicted) if c["fqn"] == "FSDPQwen3Model.layers.0.moe.experts")
+    rows = 64 * 128 * 4
+    assert layer["collective_bytes_forward"] == {"c10d_functional.all_to_all_single": 64 + rows + rows}
+    assert layer["collective_bytes_bounds_forward"] == {"c10d_functional.all_to_all_single": [64 + rows, 64 + 3 * rows]}
+    assert summary["differ"] == 0
+    # the table's and the HTML page's detail of the combine say the same
+    pt2, plan_path = tmp_path / "model.pt2", tmp_path / "plan.json"
+    for fmt, marker in (("table", f"{rows} B/rank (balanced routing; 0 to {2 * rows} by the routing)"),
+                        ("html", f"{rows} (balanced routing; 0&ndash;{2 * rows} by the routing)")):
+        r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", fmt, "--noise-level", "1")
+        # per layer, the combine and the dispatch's backward send routed rows
+        assert r.returncode == 0 and r.stdout.count(marker) == 4, r.stdout[-2000:]
+
+
+def test_expert_parallel_bytes_within_the_routings_bounds(tmp_path, run_commlens):
+    """On 4 ranks the fake process group's all-to-all of the token counts hands every rank rank
+    0's counts for its own experts, so the measured routing is not balanced: the routed bytes
+    differ from the balanced prediction, and compare accepts them within the bounds."""
+    settings = dict(name="qwen3_moe", dp_shard=4, ep=4)
+    plan, doc = titan_captured(**settings), measure_titan(**settings)
+    _compare(run_commlens, tmp_path, plan, doc, model=model_spec("qwen3_moe"))
+    r = run_commlens("compare", tmp_path / "predicted.json", tmp_path / "measured.counts.json", "--json")
+    routed = [c for c in json.loads(r.stdout)["cells"] if "predicted_bytes_bounds" in c]
+    assert routed and all(c["match"] for c in routed)
+    assert any(c["measured_bytes"] != c["predicted_bytes"] for c in routed)
+    assert all(c["predicted_bytes_bounds"][0] <= c["measured_bytes"] <= c["predicted_bytes_bounds"][1]
+               for c in routed)
+
+
+def test_expert_parallel_on_part_of_dp_shard_is_refused_by_name():
+    """dp_shard 4 with ep 2: torchtitan's fsdp dim spans efsdp x ep, a flattened dim."""
     import pytest
 
     from commlens.capture import CaptureError
 
-    with pytest.raises(CaptureError, match=r"parallel style torchtitan\.distributed\.expert_parallel\.ExpertParallel "
-                                           r"on module 'layers\.0\.moe\.experts' \(GroupedExperts\) is not modelled"):
-        titan_captured(name="qwen3_moe", dp_shard=2, ep=2)
+    with pytest.raises(CaptureError, match=r"'fsdp' \(size 4, stride 1\), unflattened from the 4-rank mesh "
+                                           r"\('world',\), do not lay out as one mesh over its ranks \(a dim over "
+                                           r"the ranks of several others, as torchtitan's fsdp over efsdp x ep, is "
+                                           r"not modelled\)"):
+        titan_captured(name="qwen3_moe", dp_shard=4, ep=2)

@@ -298,7 +298,7 @@ def _set_mesh_dim(value):
 
 KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
          "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel, "
-         "TransformersReplicatedWithGradAllReduce")
+         "TransformersReplicatedWithGradAllReduce, TorchtitanExpertParallel")
 
 LOAD_ERRORS = [
     (_set_style("FooParallel"),

@@ -23,7 +23,8 @@ REQUIRED_ARGS = {
 }
 # transformers' layers: not torch ParallelStyles, applied by shard_param + install_forward.
 TRANSFORMERS = [entry for entry in STYLES if entry.class_path.startswith("transformers.")]
-TORCH = [entry for entry in STYLES if entry not in TRANSFORMERS]
+TORCHTITAN = [entry for entry in STYLES if entry.class_path.startswith("torchtitan.")]
+TORCH = [entry for entry in STYLES if entry not in TRANSFORMERS + TORCHTITAN]
 IDS = [entry.name for entry in STYLES]
 TORCH_IDS = [entry.name for entry in TORCH]
 
@@ -47,7 +48,7 @@ def schema_styles():
 
 
 def test_table_lookups_cover_every_entry_once():
-    assert (len(TORCH), len(TRANSFORMERS)) == (6, 2)
+    assert (len(TORCH), len(TRANSFORMERS), len(TORCHTITAN)) == (6, 2, 1)
     assert list(BY_NAME) == [entry.name for entry in STYLES]
     assert [entry_of(entry.resolve()) for entry in STYLES] == list(STYLES)
 
@@ -82,7 +83,19 @@ def test_entry_fields_are_the_schema_fields(entry):
     assert set(declared(entry)) == schema_styles()[entry.name]
 
 
-@pytest.mark.parametrize("entry", STYLES, ids=IDS)
+def test_torchtitan_entry_is_its_expert_parallel_style():
+    """torchtitan's ExpertParallel (a torch ParallelStyle), named so that commlens.plan imports it
+    only when a plan uses it; its instance attributes are its hooks' per-call state, no field."""
+    from commlens.plan.styles.torchtitan_expert_parallel import RUNTIME_STATE
+
+    (entry,) = TORCHTITAN
+    assert isinstance(entry.cls, str) and issubclass(entry.resolve(), ParallelStyle)
+    assert f"{entry.resolve().__module__}.{entry.resolve().__name__}" == \
+        "torchtitan.distributed.expert_parallel.ExpertParallel"
+    assert declared(entry) == [] and sorted(vars(minimal(entry))) == sorted(RUNTIME_STATE)
+
+
+@pytest.mark.parametrize("entry", TORCH + TRANSFORMERS, ids=[entry.name for entry in TORCH + TRANSFORMERS])
 def test_constructed_instance_has_exactly_the_declared_fields(entry):
     # A "pl1?" field is set only later, by the style's _apply.
     always = [attribute for attribute, kind in entry.fields if kind != "pl1?"]

@@ -349,6 +349,51 @@ TEST(CompareReport, BytesDifferWithEqualCounts) {
                                           "collective 'c10d_functional.all_reduce', which has no count");
 }
 
+TEST(CompareReport, RoutedBytesWithinTheirBounds) {
+  // An expert-parallel layer: 3 all-to-alls whose bytes depend on the routing, predicted 65600
+  // (balanced) within [32832, 98368]; measured bytes inside the bounds match, outside differ.
+  constexpr const char *A2A = "c10d_functional.all_to_all_single";
+  auto counts = [](const std::string &bytes, const char *bounds) {
+    return std::string(R"({"format": "commlens-counts", "version": 1, "modules": [
+      {"fqn": "Global", "forward": {"c10d_functional.all_to_all_single": 3}, "backward": {},
+       "forward_bytes": {"c10d_functional.all_to_all_single": )") + bytes + "}" + bounds + "}]}";
+  };
+  CommCounts predicted =
+      parseOk(counts("65600", R"(, "forward_bytes_bounds": {"c10d_functional.all_to_all_single": [32832, 98368]})"));
+  ASSERT_EQ(predicted.find("Global")->phase(FW).at(A2A).bytesBounds, std::make_optional(std::pair<int64_t, int64_t>{
+                                                                          32832, 98368}));
+  for (auto [measuredBytes, differ] : {std::pair{"69696", false}, std::pair{"32832", false},
+                                       std::pair{"98368", false}, std::pair{"98432", true}}) {
+    CompareReport r = CompareReport::build(predicted, parseOk(counts(measuredBytes, "")), CommPhase::Forward);
+    EXPECT_EQ(r.numDiffering(), differ ? 1u : 0u) << measuredBytes;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    r.printText(os);
+    EXPECT_EQ(os.str().find("MISMATCH (bytes 98432 measured, outside the routing's bounds [32832, 98368])") !=
+                  std::string::npos,
+              differ)
+        << text;
+  }
+  // the bounds survive both writers
+  for (const std::string &json : {predicted.toCountsJson(), predicted.toTreeJson()})
+    EXPECT_EQ(parseOk(json).find("Global")->phase(FW).at(A2A).bytesBounds, predicted.find("Global")->phase(FW).at(A2A).bytesBounds)
+        << json;
+  // bounds that leave out the bytes, or name a cell without bytes, are refused
+  auto error = [&](const std::string &bytes, const char *bounds) {
+    auto bad = parseCommCounts(counts(bytes, bounds));
+    return bad ? std::string("parsed") : takeMessage(bad.takeError());
+  };
+  EXPECT_EQ(error("65600", R"(, "forward_bytes_bounds": {"c10d_functional.all_to_all_single": [70000, 98368]})"),
+            "modules[0].forward_bytes_bounds[\"c10d_functional.all_to_all_single\"]: bytes 65600 are not within their "
+            "bounds [70000, 98368]");
+  EXPECT_EQ(error("65600", R"(, "forward_bytes_bounds": {"c10d_functional.all_to_all_single": [1]})"),
+            "modules[0].forward_bytes_bounds[\"c10d_functional.all_to_all_single\"]: expected [fewest, most] bytes, "
+            "got [1]");
+  EXPECT_EQ(error("65600", R"(, "backward_bytes_bounds": {"c10d_functional.all_to_all_single": [1, 2]})"),
+            "modules[0].backward_bytes_bounds[\"c10d_functional.all_to_all_single\"]: bytes bounds for collective "
+            "'c10d_functional.all_to_all_single', which has no bytes");
+}
+
 } // namespace
 
 TEST(CommCounts, RangeAndDepthLimits) {

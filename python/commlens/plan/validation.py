@@ -16,7 +16,7 @@ from commlens.plan.codec import (
     placement_to_str,
 )
 from commlens.plan.model import ActivationCheckpoint, FullyShard, Loss, PlanError
-from commlens.plan.styles import entry_of
+from commlens.plan.styles import EXPERT_PARALLEL, entry_of
 
 _LOSS_KINDS = ("sum", "cross_entropy")
 _REDUCTIONS = ("mean", "sum")
@@ -131,7 +131,9 @@ def _validate_fully_shard(plan, subject):
     names = _mesh_dim_names_of(plan)
     # Mesh dims the parallelize steps use (None on a 1-D mesh: the whole mesh).
     tp_dims = set()
-    for dim, _ in plan.parallelize_steps():
+    for dim, styles in plan.parallelize_steps():
+        if styles and all(entry_of(type(s)) in EXPERT_PARALLEL for s in styles.values()):
+            continue  # torchtitan shards the experts on a mesh of their own; the dense units may use it
         if dim is not None:
             tp_dims.add(dim)
         elif names is not None:

@@ -11,6 +11,7 @@ from commlens.plan.styles import (
     prepare_module_output,
     rowwise,
     sequence,
+    torchtitan_expert_parallel,
     transformers_replicated_with_grad_allreduce,
     transformers_rowwise,
 )
@@ -25,8 +26,12 @@ STYLES = (
     prepare_module_input_output.ENTRY,
     transformers_rowwise.ENTRY,
     transformers_replicated_with_grad_allreduce.ENTRY,
+    torchtitan_expert_parallel.ENTRY,
 )
 BY_NAME = {entry.name: entry for entry in STYLES}
+# Expert-parallel styles: torchtitan shards their modules' parameters with FSDP on a mesh of their
+# own, so FSDP units may share the mesh dim a step of only these uses.
+EXPERT_PARALLEL = (torchtitan_expert_parallel.ENTRY,)
 _BY_CLASS_PATH = {entry.class_path: entry for entry in STYLES}
 
 

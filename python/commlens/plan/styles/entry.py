@@ -28,6 +28,9 @@ class StyleEntry:
     cls: type | str
     fields: tuple
     construct: Callable
+    # "module:function" run before a "module:QualName" class is imported (torchtitan's needs
+    # commlens._torchtitan's shims where triton is missing)
+    before_import: str | None = None
 
     @property
     def class_path(self):
@@ -43,6 +46,9 @@ class StyleEntry:
             return self.cls
         import importlib
 
+        if self.before_import:
+            setup_module, _, setup = self.before_import.partition(":")
+            getattr(importlib.import_module(setup_module), setup)()
         module, _, qualname = self.cls.partition(":")
         return getattr(importlib.import_module(module), qualname)
 
