@@ -1,6 +1,7 @@
 #include "autograd/ActivationCheckpoint.h"
 
 #include "ir/Error.h"
+#include "ir/TensorMetaUtils.h"
 
 namespace commlens {
 
@@ -22,8 +23,20 @@ bool listed(const std::vector<std::string> &names, llvm::StringRef op) {
 }
 } // namespace
 
-bool keptByCheckpoint(const ActivationCheckpointUnit &unit, llvm::StringRef op, unsigned call) {
-  return listed(unit.saveOps, op) && !(call % 2 == 0 && listed(unit.recomputeEverySecond, op));
+bool keptByCheckpoint(const ActivationCheckpointUnit &unit, const Node &n, llvm::StringMap<unsigned> &calls) {
+  llvm::StringRef op = n.opString();
+  if (!listed(unit.saveOps, op))
+    return false;
+  if (op == "aten::mm.default" && !unit.recomputeMmRhsShapes.empty()) {
+    const Argument *rhs = n.input("mat2");
+    if (rhs && rhs->isTensor() && rhs->tensor()->meta()) {
+      auto sizes = sizesOf(*rhs->tensor()->meta());
+      if (sizes.size() == 2 && llvm::is_contained(unit.recomputeMmRhsShapes, std::array<int64_t, 2>{sizes[0], sizes[1]}))
+        return false; // forced to recompute, and not counted
+    }
+  }
+  unsigned call = ++calls[op];
+  return !(call % 2 == 0 && listed(unit.recomputeEverySecond, op));
 }
 
 std::string keptCollectives(const ActivationCheckpointUnit &unit) {

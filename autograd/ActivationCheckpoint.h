@@ -17,6 +17,7 @@
 #include "ir/ShardingPlan.h"
 #include "state/PredictionState.h"
 
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Error.h"
 
 namespace commlens {
@@ -31,9 +32,10 @@ llvm::Error applyActivationCheckpointing(const ShardingPlan &plan, Graph &graph,
 // the functional collectives the styles' hooks call directly (those DTensor issues inside an op's
 // dispatch are below it: they run again whenever their op does).
 
-/// Whether the entry's op list keeps the output of `op`, named as the IR names it ("aten::mm.default"),
-/// on its `call`-th call (1-based) in this run of the module.
-bool keptByCheckpoint(const ActivationCheckpointUnit &unit, llvm::StringRef op, unsigned call);
+/// Whether the entry's policy keeps the output of node `n` (its op named as the IR names it,
+/// "aten::mm.default"); `calls` counts the calls of each op the policy counts in this run of the
+/// module (an mm it forces to recompute by its operand's shape is not counted).
+bool keptByCheckpoint(const ActivationCheckpointUnit &unit, const Node &n, llvm::StringMap<unsigned> &calls);
 /// Metadata on a recomputed hook node: the collectives (CommDebugMode names, comma-separated) the
 /// op list keeps, which its redistribution does not issue again.
 inline constexpr const char *kKeptCollectives = "checkpoint_kept_collectives";

@@ -645,7 +645,7 @@ private:
         continue;
       }
       bool hook = n.boundaryOp().has_value();
-      if (!hook && keptByCheckpoint(*r.unit, n.opString(), ++calls[n.opString()]))
+      if (!hook && keptByCheckpoint(*r.unit, n, calls))
         continue;
       Node *copy = copyNodeInto(*bw_, n, "recompute_" + n.name(), operand,
                    [&](const Value *old) {

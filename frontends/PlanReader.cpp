@@ -201,7 +201,8 @@ ShardingPlan decodePlan(const JsonRef &root) {
     }
   if (auto units = root.optField("activation_checkpoint"))
     for (const JsonRef &u : units->items()) {
-      u.rejectUnknownKeys({"fqn", "wrapper", "save_ops", "early_stop", "recompute_every_second"});
+      u.rejectUnknownKeys({"fqn", "wrapper", "save_ops", "early_stop", "recompute_every_second",
+                           "recompute_mm_rhs_shapes"});
       ActivationCheckpointUnit unit;
       unit.pattern = u.field("fqn").asString();
       unit.wrapper = boolOr(u, "wrapper", true);
@@ -227,6 +228,20 @@ ShardingPlan decodePlan(const JsonRef &root) {
             op.fail(fmt::format("'{}' is a collective (recompute_every_second is modelled for compute ops)", name));
           unit.recomputeEverySecond.push_back(std::move(name));
         }
+      if (auto shapes = u.optField("recompute_mm_rhs_shapes")) {
+        if (!llvm::is_contained(unit.recomputeEverySecond, "aten.mm.default"))
+          shapes->fail("recompute_mm_rhs_shapes needs 'aten.mm.default' in recompute_every_second (torchtitan's "
+                       "per-op policy)");
+        for (const JsonRef &shape : shapes->items()) {
+          auto dims = shape.items();
+          if (dims.size() != 2)
+            shape.fail("expected [rows, columns] of an mm's second operand");
+          std::array<int64_t, 2> rc{dims[0].asInt(), dims[1].asInt()};
+          if (rc[0] < 1 || rc[1] < 1)
+            shape.fail("sizes must be positive");
+          unit.recomputeMmRhsShapes.push_back(rc);
+        }
+      }
       if (!unit.saveOps.empty() && !unit.wrapper)
         u.field("save_ops").fail("save_ops needs wrapper=true (a selective policy is passed to checkpoint_wrapper)");
       if (!unit.earlyStop && !unit.wrapper)

@@ -6,6 +6,7 @@
 #include "ir/Mesh.h"
 #include "ir/Types.h"
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -111,6 +112,10 @@ struct ActivationCheckpointUnit {
   /// module is recomputed after all: torchtitan's per-op policy, which saves every other mm
   /// (torchtitan/distributed/activation_checkpoint.py, _apply_op_sac).
   std::vector<std::string> recomputeEverySecond{};
+  /// aten.mm calls whose second operand has one of these shapes are recomputed, and not counted
+  /// by recomputeEverySecond: torchtitan's per_op_sac_force_recompute_mm_shapes_by_fqns (an MoE
+  /// router's gate by default), [in_features, out_features] of each Linear it names.
+  std::vector<std::array<int64_t, 2>> recomputeMmRhsShapes{};
   /// checkpoint_wrapper's early_stop (torch.utils.checkpoint): false recomputes the module's whole
   /// forward, not only up to the last tensor it saved.
   bool earlyStop = true;

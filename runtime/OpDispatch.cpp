@@ -293,23 +293,10 @@ private:
       if (in)
         return makeError("{}: the gradient of {} is a DTensor ({}), which {}'s gradient all-reduce hook does not "
                          "expect", n.where(), n.input("param")->tensor()->name(), str(in->placements), module);
-      CollectiveRecord r;
-      r.opKey = "c10d.allreduce_";
-      r.phase = phase_;
-      r.module = n.scope();
-      r.node = &n;
-      r.argument = x->name();
-      r.meshDims.assign(state_.dtensorMeshDims.begin(), state_.dtensorMeshDims.end());
-      r.src = Placement::partial();
-      r.dst = Placement::replicate();
-      r.fromPlacements = {r.src};
-      r.toPlacements = {r.dst};
-      r.bytesPerRank = x->meta()->nbytes();
-      r.bytesKnown = !castReason_;
-      r.why = fmt::format("{}'s hook all-reduces the gradient of {} (dist.all_reduce on param.grad)", module,
-                          n.input("param")->tensor()->name());
-      r.approximate = approx;
-      state_.collectives.push_back(std::move(r));
+      state_.collectives.push_back(plainTensorCollective(
+          n, x, "c10d.allreduce_", Placement::partial(), Placement::replicate(), approx,
+          fmt::format("{}'s hook all-reduces the gradient of {} (dist.all_reduce on param.grad)", module,
+                      n.input("param")->tensor()->name())));
       return llvm::Error::success();
     }
     case BoundaryOp::AllReduceLocal: {
@@ -336,6 +323,28 @@ private:
     }
   }
 
+  /// A collective a hook issues on a plain tensor `x` over the styles' mesh dims (c10d on a local
+  /// tensor, a functional all-to-all): all of x's bytes, `src` -> `dst` standing for what it does.
+  CollectiveRecord plainTensorCollective(const Node &n, const Value *x, llvm::StringRef opKey, Placement src,
+                                         Placement dst, bool approx, std::string why) const {
+    CollectiveRecord r;
+    r.opKey = opKey.str();
+    r.phase = phase_;
+    r.module = n.scope();
+    r.node = &n;
+    r.argument = x->name();
+    r.meshDims.assign(state_.dtensorMeshDims.begin(), state_.dtensorMeshDims.end());
+    r.src = src;
+    r.dst = dst;
+    r.fromPlacements = {src};
+    r.toPlacements = {dst};
+    r.bytesPerRank = x->meta()->nbytes();
+    r.bytesKnown = !castReason_;
+    r.why = std::move(why);
+    r.approximate = approx;
+    return r;
+  }
+
   /// An expert-parallel style's all_to_all_single over the styles' mesh dim: each rank sends its
   /// plain tensor's rows, split by destination, and gets back what the others send it. Where the
   /// sent rows are routed tokens their number depends on the routing: the program's rows are the
@@ -348,24 +357,12 @@ private:
       return makeError("{}: {} hands all_to_all_single a DTensor ({}), which expects the plain tensor of its "
                        "tokens",
                        n.where(), module, str(in->placements));
-    int64_t group = mesh_.size(); // the styles' sub-mesh
-    CollectiveRecord r;
-    r.opKey = "c10d_functional.all_to_all_single";
-    r.phase = phase_;
-    r.module = n.scope();
-    r.node = &n;
-    r.argument = x->name();
-    r.meshDims.assign(state_.dtensorMeshDims.begin(), state_.dtensorMeshDims.end());
-    r.src = r.dst = Placement::shard(0);
-    r.fromPlacements = {r.src};
-    r.toPlacements = {r.dst};
-    r.bytesPerRank = x->meta()->nbytes();
-    r.bytesKnown = !castReason_;
-    if (boolArg(n, "sends_routed"))
-      r.bytesRange = std::make_pair(int64_t{0}, group * r.bytesPerRank);
-    r.why = fmt::format("{} {} (all_to_all_single{} of {})", module, n.input("what")->get<std::string>(),
-                        boolArg(n, "autograd") ? "_autograd" : "", x->name());
-    r.approximate = approx;
+    CollectiveRecord r = plainTensorCollective(
+        n, x, "c10d_functional.all_to_all_single", Placement::shard(0), Placement::shard(0), approx,
+        fmt::format("{} {} (all_to_all_single{} of {})", module, n.input("what")->get<std::string>(),
+                    boolArg(n, "autograd") ? "_autograd" : "", x->name()));
+    if (boolArg(n, "sends_routed")) // from no row to all of the styles' sub-mesh's
+      r.bytesRange = std::make_pair(int64_t{0}, mesh_.size() * r.bytesPerRank);
     state_.collectives.push_back(std::move(r));
     if (boolArg(n, "autograd") && n.gradEnabled())
       state_.boundarySteps[&n].push_back(BoundaryStep{BoundaryStep::Kind::AllToAll, {}, {}});

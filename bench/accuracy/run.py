@@ -290,7 +290,9 @@ CONFIGS = [
           ("qwen3_moe", "fsdp_ep-dp2xep2", "dp_shard=2, ep=2", True),
           ("qwen3_moe", "fsdp_ep-dp4xep4", "dp_shard=4, ep=4", False),
           ("qwen3_moe", "hsdp_ep-2x2xep2", "dp_shard=2, dp_replicate=2, ep=2", False),
-          ("qwen3_moe", "fsdp_ep-dp2xep2-full_ac", "dp_shard=2, ep=2, ac='full'", False))],
+          ("qwen3_moe", "fsdp_ep-dp2xep2-full_ac", "dp_shard=2, ep=2, ac='full'", False),
+          # torchtitan's per-op SAC, which forces the router gates' mms to recompute
+          ("qwen3_moe", "fsdp-dp4-sac_op", "dp_shard=4, ac='selective', sac_option='op'", False))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",

@@ -612,7 +612,7 @@ class _Capture:
             if not (isinstance(fn, functools.partial) and fn.func is checkpoint.checkpoint and not fn.args):
                 self.fail(f"{where} runs {getattr(fn, '__qualname__', fn)!r}, not torch.utils.checkpoint."
                           "checkpoint; commlens cannot model it")
-            save_ops, every_second, early_stop = (), (), True
+            save_ops, every_second, forced, early_stop = (), (), (), True
             for key, value in fn.keywords.items():
                 if key in _NEUTRAL_CHECKPOINT_KWARGS or (key, value) == ("use_reentrant", False):
                     continue
@@ -622,21 +622,23 @@ class _Capture:
                 if key == "context_fn" and value is checkpoint.noop_context_fn:
                     continue
                 if key == "context_fn":
-                    save_ops, every_second = self.save_ops(value, where)
+                    save_ops, every_second, forced = self.save_ops(value, where)
                     continue
                 self.fail(f"{where}: checkpoint option {key}={value!r} is not modelled")
             for op in save_ops:
                 checkpoint_save_op(op, self.subject, where)
-            entries.append((self.unwrapped[id(module)], json.dumps([save_ops, every_second, early_stop])))
+            entries.append((self.unwrapped[id(module)], json.dumps([save_ops, every_second, forced, early_stop])))
         groups = _group_patterns(entries, self.plain_paths, self.plain_containers)
         options = [json.loads(entries[members[0]][1]) for _pattern, members in groups]
         return tuple(ActivationCheckpoint(pattern, save_ops=tuple(save_ops), early_stop=early_stop,
-                                          recompute_every_second=tuple(every_second))
-                     for (pattern, _members), (save_ops, every_second, early_stop) in zip(groups, options))
+                                          recompute_every_second=tuple(every_second),
+                                          recompute_mm_rhs_shapes=tuple(tuple(s) for s in forced))
+                     for (pattern, _members), (save_ops, every_second, forced, early_stop) in zip(groups, options))
 
     def save_ops(self, context_fn, where):
-        """``(save_ops, recompute_every_second)`` of a selective policy commlens models: an op list,
-        ``partial(create_selective_checkpoint_contexts, [ops])``, or torchtitan's per-op policy."""
+        """``(save_ops, recompute_every_second, recompute_mm_rhs_shapes)`` of a selective policy commlens
+        models: an op list, ``partial(create_selective_checkpoint_contexts, [ops])``, or torchtitan's
+        per-op policy."""
         import torch
         from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
@@ -644,7 +646,7 @@ class _Capture:
                 and len(context_fn.args) == 1 and not context_fn.keywords
                 and isinstance(context_fn.args[0], (list, tuple))
                 and all(isinstance(op, torch._ops.OpOverload) for op in context_fn.args[0])):
-            return tuple(str(op) for op in context_fn.args[0]), ()
+            return tuple(str(op) for op in context_fn.args[0]), (), ()
         if (getattr(context_fn, "__module__", None) == "torchtitan.distributed.activation_checkpoint"
                 and getattr(context_fn, "__qualname__", None) == _TORCHTITAN_OP_SAC):
             return self.torchtitan_op_sac(context_fn, where)
@@ -655,8 +657,8 @@ class _Capture:
     def torchtitan_op_sac(self, context_fn, where):
         """torchtitan's per-op policy (0.2.2, activation_checkpoint.py ``_apply_op_sac``): it saves the
         outputs of the ops in ``op_sac_save_list`` except every second ``aten.mm`` of each run, and
-        recomputes the mms whose weight shapes ``per_op_sac_force_recompute_mm_shapes_by_fqns``
-        names (refused: commlens does not model shape rules). The list's higher-order ops
+        recomputes the mms whose second operand has a shape ``per_op_sac_force_recompute_mm_shapes_by_fqns``
+        names (``recompute_mm_rhs_shapes``; not counted among the mms). The list's higher-order ops
         (``flex_attention``, ``inductor_compiled_code``) are left out of the plan: an exported
         program has no such op, and one that had would be refused by name when predicted."""
         import inspect
@@ -669,11 +671,8 @@ class _Capture:
         if not isinstance(save_list, (set, frozenset, list, tuple)) or not isinstance(forced, set):
             self.fail(f"{where}: torchtitan's per-op policy {_TORCHTITAN_OP_SAC} does not hold the op list and mm "
                       "shapes commlens reads (another torchtitan version than 0.2.2?); commlens cannot model it")
-        if forced:
-            self.fail(f"{where}: torchtitan's per-op policy recomputes the mms of weight shapes {sorted(forced)} "
-                      "(per_op_sac_force_recompute_mm_shapes_by_fqns); commlens does not model shape rules")
         ops = sorted(str(op) for op in save_list if isinstance(op, torch._ops.OpOverload))
-        return tuple(ops), ("aten.mm.default",)
+        return tuple(ops), ("aten.mm.default",), tuple(sorted(tuple(s) for s in forced))
 
     # ---- parameters
 

@@ -285,17 +285,20 @@ def _apply_activation_checkpoint(plan, model, plan_subject):
         if unit.save_ops:
             ops = [checkpoint_save_op(op, plan_subject) for op in unit.save_ops]
             every_second = {checkpoint_save_op(op, plan_subject) for op in unit.recompute_every_second}
-            kwargs["context_fn"] = (_every_second_recomputed(ops, every_second) if every_second else
+            kwargs["context_fn"] = (_every_second_recomputed(ops, every_second, unit.recompute_mm_rhs_shapes)
+                                    if every_second else
                                     functools.partial(create_selective_checkpoint_contexts, ops))
         wrapped = checkpoint_wrapper(parent.get_submodule(leaf), checkpoint_impl=CheckpointImpl.NO_REENTRANT,
                                      preserve_rng_state=False, **kwargs)
         parent.register_module(leaf, wrapped)
 
 
-def _every_second_recomputed(save_ops, every_second):
+def _every_second_recomputed(save_ops, every_second, mm_rhs_shapes=()):
     """A ``context_fn`` whose policy saves the outputs of ``save_ops`` except the 2nd, 4th, ...
     call of an op in ``every_second`` in each run of the module (counted apart in the forward and
-    in the recomputation, which must agree), as :class:`commlens.plan.ActivationCheckpoint` says."""
+    in the recomputation, which must agree), and recomputes, uncounted, an ``aten.mm`` whose second
+    operand's shape is in ``mm_rhs_shapes``, as :class:`commlens.plan.ActivationCheckpoint` says."""
+    import torch
     import collections
 
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
@@ -304,6 +307,8 @@ def _every_second_recomputed(save_ops, every_second):
         calls = collections.Counter()
 
         def policy(ctx, func, *args, **kwargs):
+            if func is torch.ops.aten.mm.default and tuple(args[1].shape) in mm_rhs_shapes:
+                return CheckpointPolicy.PREFER_RECOMPUTE
             if func in every_second:
                 key = ("recompute" if ctx.is_recompute else "forward", func)
                 calls[key] += 1

@@ -28,8 +28,14 @@ def test_ci_subset(commlens_bin, run_commlens, tmp_path):
     assert len(configs) >= 8
     assert int(m.group(2)) == len(configs)
     assert len(lines) == len(configs) + 2
-    # every cell's bytes were compared too (measure and predict both record them)
-    assert lines[-2] == f"bytes: compared on {m.group(4)}/{m.group(4)} cells (a byte mismatch makes a cell differ)"
+    # every cell's bytes were compared too (measure and predict both record them); the subset's
+    # expert-parallel config has bytes that depend on the routing, compared against their bounds
+    routed = sum(x.get("routed_bytes_cells", 0) for x in json.loads((work / "results.json").read_text())["configs"])
+    assert routed > 0
+    assert lines[-2] == (f"bytes: compared on {m.group(4)}/{m.group(4)} cells (a byte mismatch makes a cell differ)"
+                         f"; {routed} of them depend on MoE routing: predicted under balanced top-k routing, exact "
+                         "when the measured bytes lie within the routing's bounds (no token to every token of the "
+                         "group sent to one rank)")
     for cfg, line in zip(configs, lines):
         lm = LINE_RE.match(line)
         assert lm and lm.group(1) == cfg.name, line

@@ -284,3 +284,20 @@ def test_expert_parallel_on_part_of_dp_shard_is_refused_by_name():
                                            r"the ranks of several others, as torchtitan's fsdp over efsdp x ep, is "
                                            r"not modelled\)"):
         titan_captured(name="qwen3_moe", dp_shard=4, ep=2)
+
+
+def test_qwen3_moe_per_op_checkpointing_recomputes_the_router(tmp_path, run_commlens):
+    """torchtitan's per-op SAC on MoE blocks forces the router gate's mm ([128, 8] second operand:
+    the gate Linear's in x out features) to be recomputed, and does not count it among the mms of
+    which it saves every other one (recompute_mm_rhs_shapes; which mms run again is checked in
+    tests/lit/activation-checkpoint/every-second-mm.ir). Under FSDP no op of the block is a
+    DTensor op, so recomputation issues no collective. (With expert parallel torchtitan's own run
+    raises on CPU: SAC finds the recomputation's ops differ from the forward's.)"""
+    settings = dict(name="qwen3_moe", dp_shard=2, ac="selective", sac_option="op")
+    plan = titan_captured(**settings)
+    (ac,) = plan.activation_checkpoint
+    assert (ac.fqn, ac.recompute_every_second, ac.recompute_mm_rhs_shapes) == (
+        "layers.*", ("aten.mm.default",), ((128, 8),))
+    doc = measure_titan(**settings)
+    assert _module(doc, "Global")["backward"] == {"c10d._allgather_base_": 3, "c10d._reduce_scatter_base_": 4}
+    _compare(run_commlens, tmp_path, plan, doc, model=model_spec("qwen3_moe"))

@@ -259,6 +259,23 @@ TEST(PlanReader, ReadsActivationCheckpoint) {
   EXPECT_EQ(errorOf(perOp, R"x("save_ops": ["aten.mm.default"])x", R"x("save_ops": [])x"),
             "activation_checkpoint[0].recompute_every_second[0]: 'aten.mm.default' is not in save_ops "
             "(recompute_every_second recomputes every other call of an op the policy saves)");
+  // and the mms it forces to recompute by their second operand's shape (an MoE router's gate)
+  const std::string everySecond = R"x("recompute_every_second": ["aten.mm.default"])x";
+  std::string forced = perOp;
+  forced.replace(forced.find(everySecond), everySecond.size(),
+                 everySecond + R"x(, "recompute_mm_rhs_shapes": [[128, 8]])x");
+  auto withShapes = parsePlan(forced);
+  ASSERT_TRUE(static_cast<bool>(withShapes)) << takeMessage(withShapes.takeError());
+  EXPECT_EQ(withShapes->activationCheckpoint[0].recomputeMmRhsShapes,
+            (std::vector<std::array<int64_t, 2>>{{128, 8}}));
+  EXPECT_EQ(errorOf(forced, "[[128, 8]]", "[[128, 0]]"),
+            "activation_checkpoint[0].recompute_mm_rhs_shapes[0]: sizes must be positive");
+  EXPECT_EQ(errorOf(forced, "[[128, 8]]", "[[128]]"),
+            "activation_checkpoint[0].recompute_mm_rhs_shapes[0]: expected [rows, columns] of an mm's second "
+            "operand");
+  EXPECT_EQ(errorOf(forced, everySecond + ", ", ""),
+            "activation_checkpoint[0].recompute_mm_rhs_shapes: recompute_mm_rhs_shapes needs 'aten.mm.default' in "
+            "recompute_every_second (torchtitan's per-op policy)");
 }
 
 TEST(PlanReader, MeshSizeAndPlacementListLimits) {

@@ -107,7 +107,9 @@ def to_json(plan, source=None):
                                          # absent when default: plans without them keep their bytes
                                          **({} if u.early_stop else {"early_stop": False}),
                                          **({"recompute_every_second": list(u.recompute_every_second)}
-                                            if u.recompute_every_second else {})}
+                                            if u.recompute_every_second else {}),
+                                         **({"recompute_mm_rhs_shapes": [list(s) for s in u.recompute_mm_rhs_shapes]}
+                                            if u.recompute_mm_rhs_shapes else {})}
                                         for u in plan.activation_checkpoint]
     return out
 
@@ -194,16 +196,21 @@ def from_json(obj, subject="plan"):
         where = f"activation_checkpoint[{i}]"
         if not isinstance(u, dict) or not isinstance(u.get("fqn"), str):
             raise PlanError(subject, f"bad {where}: expected an object with a string \"fqn\"")
-        unknown = sorted(set(u) - {"fqn", "wrapper", "save_ops", "early_stop", "recompute_every_second"})
+        unknown = sorted(set(u) - {"fqn", "wrapper", "save_ops", "early_stop", "recompute_every_second",
+                                   "recompute_mm_rhs_shapes"})
         if unknown:
             raise PlanError(subject, f"unknown field {unknown[0]!r} at {where}")
         save_ops, every_second = u.get("save_ops", []), u.get("recompute_every_second", [])
         for name, value in (("save_ops", save_ops), ("recompute_every_second", every_second)):
             if not isinstance(value, list):
                 raise PlanError(subject, f"bad {name} at {where}: expected a list of op names")
+        shapes = u.get("recompute_mm_rhs_shapes", [])
+        if not isinstance(shapes, list) or not all(isinstance(s, list) for s in shapes):
+            raise PlanError(subject, f"bad recompute_mm_rhs_shapes at {where}: expected a list of [rows, columns]")
         checkpoints.append(ActivationCheckpoint(fqn=u["fqn"], wrapper=u.get("wrapper", True),
                                                 save_ops=tuple(save_ops), early_stop=u.get("early_stop", True),
-                                                recompute_every_second=tuple(every_second)))
+                                                recompute_every_second=tuple(every_second),
+                                                recompute_mm_rhs_shapes=tuple(tuple(s) for s in shapes)))
     placements = {}
     for k, v in (obj.get("placements") or {}).items():
         placements[k] = _placement_spec_from_json(v, subject, f"placements[{k!r}]")

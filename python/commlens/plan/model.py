@@ -150,6 +150,13 @@ class ActivationCheckpoint:
     4th, ... call in each run of the module is recomputed after all --
     torchtitan's per-op policy (``activation_checkpoint.mode="selective"``,
     ``selective_ac_option="op"``), which saves every other ``aten.mm``.
+
+    ``recompute_mm_rhs_shapes``: ``(rows, columns)`` pairs; an ``aten.mm`` whose
+    second operand has one of these shapes is recomputed and not counted by
+    ``recompute_every_second`` -- torchtitan's
+    ``per_op_sac_force_recompute_mm_shapes_by_fqns`` (its MoE routers' gates by
+    default), ``(in_features, out_features)`` of each Linear it names.  Needs
+    ``"aten.mm.default"`` in ``recompute_every_second``.
     """
 
     fqn: str
@@ -157,12 +164,16 @@ class ActivationCheckpoint:
     save_ops: tuple = ()
     early_stop: bool = True
     recompute_every_second: tuple = ()
+    recompute_mm_rhs_shapes: tuple = ()
 
     def __post_init__(self):
         for name in ("save_ops", "recompute_every_second"):
             value = getattr(self, name)
             if isinstance(value, (str, list)):
                 setattr(self, name, (value,) if isinstance(value, str) else tuple(value))
+        if isinstance(self.recompute_mm_rhs_shapes, (list, tuple)):
+            self.recompute_mm_rhs_shapes = tuple(tuple(s) if isinstance(s, list) else s
+                                                 for s in self.recompute_mm_rhs_shapes)
 
 
 @dataclass

@@ -94,6 +94,14 @@ def validate(plan, subject="plan"):
             if op.startswith(("_c10d_functional.", "c10d_functional.")):
                 raise PlanError(subject, f"{where}: recompute_every_second entry {op!r} is a collective "
                                 "(modelled for compute ops)")
+        if unit.recompute_mm_rhs_shapes and "aten.mm.default" not in unit.recompute_every_second:
+            raise PlanError(subject, f"{where}: recompute_mm_rhs_shapes needs 'aten.mm.default' in "
+                            "recompute_every_second (torchtitan's per-op policy)")
+        for shape in unit.recompute_mm_rhs_shapes:
+            if (not isinstance(shape, tuple) or len(shape) != 2
+                    or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+                raise PlanError(subject, f"{where}: recompute_mm_rhs_shapes entry {shape!r} is not a (rows, "
+                                "columns) pair of positive ints")
     for table, label in ((plan.placements, "placements"), (plan.input_placements, "input_placements")):
         for key, spec in table.items():
             where = f"{label}[{key!r}]"
