@@ -293,10 +293,11 @@ private:
       if (in)
         return makeError("{}: the gradient of {} is a DTensor ({}), which {}'s gradient all-reduce hook does not "
                          "expect", n.where(), n.input("param")->tensor()->name(), str(in->placements), module);
-      state_.collectives.push_back(plainTensorCollective(
-          n, x, "c10d.allreduce_", Placement::partial(), Placement::replicate(), approx,
-          fmt::format("{}'s hook all-reduces the gradient of {} (dist.all_reduce on param.grad)", module,
-                      n.input("param")->tensor()->name())));
+      recordCollective(n, x, "c10d.allreduce_", 0, Placement::partial(), Placement::replicate(),
+                       {Placement::partial()}, {Placement::replicate()}, x->meta()->nbytes(),
+                       fmt::format("{}'s hook all-reduces the gradient of {} (dist.all_reduce on param.grad)", module,
+                                   n.input("param")->tensor()->name()))
+          .approximate = approx;
       return llvm::Error::success();
     }
     case BoundaryOp::AllReduceLocal: {
@@ -323,28 +324,6 @@ private:
     }
   }
 
-  /// A collective a hook issues on a plain tensor `x` over the styles' mesh dims (c10d on a local
-  /// tensor, a functional all-to-all): all of x's bytes, `src` -> `dst` standing for what it does.
-  CollectiveRecord plainTensorCollective(const Node &n, const Value *x, llvm::StringRef opKey, Placement src,
-                                         Placement dst, bool approx, std::string why) const {
-    CollectiveRecord r;
-    r.opKey = opKey.str();
-    r.phase = phase_;
-    r.module = n.scope();
-    r.node = &n;
-    r.argument = x->name();
-    r.meshDims.assign(state_.dtensorMeshDims.begin(), state_.dtensorMeshDims.end());
-    r.src = src;
-    r.dst = dst;
-    r.fromPlacements = {src};
-    r.toPlacements = {dst};
-    r.bytesPerRank = x->meta()->nbytes();
-    r.bytesKnown = !castReason_;
-    r.why = std::move(why);
-    r.approximate = approx;
-    return r;
-  }
-
   /// An expert-parallel style's all_to_all_single over the styles' mesh dim: each rank sends its
   /// plain tensor's rows, split by destination, and gets back what the others send it. Where the
   /// sent rows are routed tokens their number depends on the routing: the program's rows are the
@@ -357,13 +336,14 @@ private:
       return makeError("{}: {} hands all_to_all_single a DTensor ({}), which expects the plain tensor of its "
                        "tokens",
                        n.where(), module, str(in->placements));
-    CollectiveRecord r = plainTensorCollective(
-        n, x, "c10d_functional.all_to_all_single", Placement::shard(0), Placement::shard(0), approx,
+    CollectiveRecord &r = recordCollective(
+        n, x, "c10d_functional.all_to_all_single", 0, Placement::shard(0), Placement::shard(0), {Placement::shard(0)},
+        {Placement::shard(0)}, x->meta()->nbytes(),
         fmt::format("{} {} (all_to_all_single{} of {})", module, n.input("what")->get<std::string>(),
                     boolArg(n, "autograd") ? "_autograd" : "", x->name()));
+    r.approximate = approx;
     if (boolArg(n, "sends_routed")) // from no row to all of the styles' sub-mesh's
       r.bytesRange = std::make_pair(int64_t{0}, mesh_.size() * r.bytesPerRank);
-    state_.collectives.push_back(std::move(r));
     if (boolArg(n, "autograd") && n.gradEnabled())
       state_.boundarySteps[&n].push_back(BoundaryStep{BoundaryStep::Kind::AllToAll, {}, {}});
     return llvm::Error::success();
@@ -471,9 +451,9 @@ private:
     return llvm::Error::success();
   }
 
-  /// A collective a handler issues itself (not a redistribution's step): `meshDim` of the DTensor
-  /// mesh, `bytes` handed to it on one rank.
-  void recordCollective(const Node &n, const Value *x, llvm::StringRef opKey, unsigned meshDim, Placement src,
+  /// A collective a handler or hook issues itself (not a redistribution's step): `meshDim` of the
+  /// DTensor mesh, `bytes` handed to it on one rank. Returns the record for what else it marks.
+  CollectiveRecord &recordCollective(const Node &n, const Value *x, llvm::StringRef opKey, unsigned meshDim, Placement src,
                         Placement dst, const Placements &from, const Placements &to, int64_t bytes, std::string why) {
     CollectiveRecord r;
     r.opKey = opKey.str();
@@ -490,6 +470,7 @@ private:
     r.bytesKnown = !castReason_;
     r.why = std::move(why);
     state_.collectives.push_back(std::move(r));
+    return state_.collectives.back();
   }
 
   static bool isArgMinMax(llvm::StringRef op) { return op == "aten::argmax.default" || op == "aten::argmin.default"; }
