@@ -598,9 +598,7 @@ llvm::Error maskedFill(GradCall &c) {
 /// index.Tensor (index_backward): grad accumulated into new zeros of self's shape at the indices
 /// (index_put with accumulate=True; several index tensors broadcast as in the forward).
 llvm::Error indexBackward(GradCall &c) {
-  auto sizes = sizesOf(*c.self()->meta());
-  Value *zeros = c.e.emit("aten::new_zeros.default", {A("self", c.g()), A("size", IntList(sizes.begin(), sizes.end()))},
-                          GradEmitter::like(c.self()), "grad_zeros");
+  Value *zeros = c.e.newZerosLike(c.g(), c.self());
   c.set("self", c.e.emit("aten::index_put.default",
                          {A("self", zeros), A("indices", *c.n.input("indices")), A("values", c.g()), A("accumulate", true)},
                          GradEmitter::like(c.self()), "grad_index_put"));
@@ -1229,9 +1227,7 @@ llvm::Error valueSelectingBackward(GradCall &c) {
     g = c.e.unsqueeze(g, d);
     idx = c.e.unsqueeze(idx, d);
   }
-  auto sizes = sizesOf(*c.self()->meta());
-  Value *zeros = c.e.emit("aten::new_zeros.default", {A("self", g), A("size", IntList(sizes.begin(), sizes.end()))},
-                          GradEmitter::like(c.self()), "grad_zeros");
+  Value *zeros = c.e.newZerosLike(g, c.self());
   c.set("self", c.e.emit("aten::scatter.src", {A("self", zeros), A("dim", dim), A("index", idx), A("src", g)},
                          GradEmitter::like(c.self()), "grad_scatter"));
   return llvm::Error::success();
@@ -1239,9 +1235,7 @@ llvm::Error valueSelectingBackward(GradCall &c) {
 
 /// gather: grad scatter-added into new zeros of self's shape.
 llvm::Error gatherBackward(GradCall &c) {
-  auto sizes = sizesOf(*c.self()->meta());
-  Value *zeros = c.e.emit("aten::new_zeros.default", {A("self", c.g()), A("size", IntList(sizes.begin(), sizes.end()))},
-                          GradEmitter::like(c.self()), "grad_zeros");
+  Value *zeros = c.e.newZerosLike(c.g(), c.self());
   c.set("self", c.e.emit("aten::scatter_add.default",
                          {A("self", zeros), A("dim", *c.intArg("dim")), A("index", c.operand("index")), A("src", c.g())},
                          GradEmitter::like(c.self()), "grad_scatter_add"));
@@ -1830,6 +1824,12 @@ Value *GradEmitter::unsqueeze(Value *x, int64_t d) {
   xs.insert(xs.begin() + d, 1);
   return emit("aten::unsqueeze.default", {A("self", x), A("dim", d)}, metaOf(x->meta()->dtype, xs, x->meta()->device),
               "grad_unsqueeze");
+}
+
+Value *GradEmitter::newZerosLike(Value *g, const Value *target) {
+  auto sizes = sizesOf(*target->meta());
+  return emit("aten::new_zeros.default", {A("self", g), A("size", IntList(sizes.begin(), sizes.end()))}, like(target),
+              "grad_zeros");
 }
 
 Value *GradEmitter::reshape(Value *x, llvm::ArrayRef<int64_t> sizes) {

@@ -41,6 +41,8 @@ public:
   Value *mm(Value *a, Value *b);
   Value *bmm(Value *a, Value *b);
   Value *unsqueeze(Value *x, int64_t d);
+  /// g.new_zeros(target's sizes): zeros of `target`'s shape and dtype, for a gradient to be put in.
+  Value *newZerosLike(Value *g, const Value *target);
   /// Tensor.reshape: a view when the strides allow one, else clone + _unsafe_view.
   Value *reshape(Value *x, llvm::ArrayRef<int64_t> sizes);
   /// at::sum_to(g, target sizes).
