@@ -30,7 +30,7 @@ namespace {
 llvm::Error checkExportedInEvalMode(const ExportedProgram &program) {
   for (const std::unique_ptr<Node> &node : program.graph().nodes())
     for (llvm::StringRef arg : {"train", "training"})
-      if (const Argument *a = node->input(arg); a && a->is<bool>() && a->get<bool>())
+      if (node->boolInput(arg))
         return makeError("{} runs in training mode ({}=True); --phase inference predicts what model.eval() runs "
                          "under torch.no_grad(): export the model in eval mode (python -m commlens.export --eval)",
                          node->where(), arg);

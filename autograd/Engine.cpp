@@ -720,16 +720,12 @@ private:
   /// all_to_all_single_autograd's backward: the gradient goes back the reverse way, one
   /// all_to_all_single that sends what the forward received and receives what it sent.
   Value *allToAllBackward(const Node &fwd, Value *g) {
-    auto flag = [&](llvm::StringRef name) {
-      const Argument *a = fwd.input(name);
-      return a && a->is<bool>() && a->get<bool>();
-    };
     const Value *sent = fwd.input("self")->tensor();
     return emit(boundaryOpTarget(BoundaryOp::AllToAll),
                 {{"self", g, false},
                  {"autograd", false, false},
-                 {"sends_routed", flag("receives_routed"), false},
-                 {"receives_routed", flag("sends_routed"), false},
+                 {"sends_routed", fwd.boolInput("receives_routed"), false},
+                 {"receives_routed", fwd.boolInput("sends_routed"), false},
                  {"what", "sends back the gradient of the all-to-all that " + fwd.input("what")->get<std::string>(),
                   false},
                  {"module", fwd.input("module")->get<std::string>(), true}},

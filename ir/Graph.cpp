@@ -81,6 +81,11 @@ const Argument *Node::input(llvm::StringRef argName) const {
   return nullptr;
 }
 
+bool Node::boolInput(llvm::StringRef argName) const {
+  const Argument *a = input(argName);
+  return a && a->is<bool>() && a->get<bool>();
+}
+
 llvm::SmallVector<Value *, 4> Node::results() const {
   llvm::SmallVector<Value *, 4> out;
   for (const Argument &a : outputs_) {

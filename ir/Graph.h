@@ -81,6 +81,8 @@ public:
   llvm::ArrayRef<NamedArgument> inputs() const { return inputs_; }
   llvm::MutableArrayRef<NamedArgument> inputs() { return inputs_; }
   const Argument *input(llvm::StringRef argName) const;
+  /// Whether the argument is given and is the bool true.
+  bool boolInput(llvm::StringRef argName) const;
   /// Results, shaped as in the schema: a tensor, a tensor list, None, a symbolic int...
   llvm::ArrayRef<Argument> outputs() const { return outputs_; }
   /// Every value this node produces, flattened.

@@ -24,11 +24,6 @@ std::optional<Placement> placementArg(const Node &n, llvm::StringRef name) {
   return *p;
 }
 
-bool boolArg(const Node &n, llvm::StringRef name) {
-  const Argument *a = n.input(name);
-  return a && a->is<bool>() && a->get<bool>();
-}
-
 std::string scopeName(const Node &n) { return n.scope() ? n.scope()->displayName() : "Global"; }
 
 /// DTensor's _normalize_placements_for_grad: Partial becomes Replicate.
@@ -207,7 +202,7 @@ private:
     };
     // A hook's result: a DTensor, or its local tensor with use_local_output (a shard LocalShards follows).
     auto handBack = [&](const Placements &result) {
-      if (!boolArg(n, "use_local_output")) {
+      if (!n.boolInput("use_local_output")) {
         setDTensor(out, result, approx);
         return;
       }
@@ -340,11 +335,11 @@ private:
         n, x, "c10d_functional.all_to_all_single", 0, Placement::shard(0), Placement::shard(0), {Placement::shard(0)},
         {Placement::shard(0)}, x->meta()->nbytes(),
         fmt::format("{} {} (all_to_all_single{} of {})", module, n.input("what")->get<std::string>(),
-                    boolArg(n, "autograd") ? "_autograd" : "", x->name()));
+                    n.boolInput("autograd") ? "_autograd" : "", x->name()));
     r.approximate = approx;
-    if (boolArg(n, "sends_routed")) // from no row to all of the styles' sub-mesh's
+    if (n.boolInput("sends_routed")) // from no row to all of the styles' sub-mesh's
       r.bytesRange = std::make_pair(int64_t{0}, mesh_.size() * r.bytesPerRank);
-    if (boolArg(n, "autograd") && n.gradEnabled())
+    if (n.boolInput("autograd") && n.gradEnabled())
       state_.boundarySteps[&n].push_back(BoundaryStep{BoundaryStep::Kind::AllToAll, {}, {}});
     return llvm::Error::success();
   }
