@@ -14,8 +14,8 @@
 namespace commlens {
 
 std::string CudaTarget::str() const {
-  return fmt::format("{} (sm{}{}, cuDNN {}.{}.{})", name, major, minor, cudnnVersion / 10000, cudnnVersion / 100 % 100,
-                     cudnnVersion % 100);
+  return fmt::format("{} (sm{}{}, cuDNN {}.{}.{}{})", name, major, minor, cudnnVersion / 10000, cudnnVersion / 100 % 100,
+                     cudnnVersion % 100, torchMinor == CudaTarget().torchMinor ? "" : fmt::format(", torch 2.{}", torchMinor));
 }
 
 namespace {
@@ -72,6 +72,20 @@ llvm::Error setComputeCapability(CudaTarget &t, llvm::StringRef text) {
   return llvm::Error::success();
 }
 
+llvm::Error setTorchVersion(CudaTarget &t, llvm::StringRef text) {
+  // "2.11.0+cu130", "2.11.0a0+git...", "2.11": the major and minor are all the selection reads.
+  llvm::StringRef s = text;
+  unsigned major = 0, minor = 0;
+  bool ok = !s.consumeInteger(10, major) && s.consume_front(".") && !s.consumeInteger(10, minor) &&
+            (s.empty() || s.startswith(".") || s.startswith("+"));
+  if (!ok)
+    return makeError("bad torch version '{}' (expected torch.__version__, such as 2.11.0+cu130)", text.str());
+  if (major != 2 || minor < 11 || minor > 13)
+    return makeError("torch {}.{}: the CUDA dispatch is modelled for torch 2.11 to 2.13", major, minor);
+  t.torchMinor = static_cast<int>(minor);
+  return llvm::Error::success();
+}
+
 llvm::StringRef name(SdpaBackend b) {
   switch (b) {
   case SdpaBackend::Cudnn:
@@ -118,7 +132,7 @@ public:
       return c;
     if (!smIn(t_, 8, 0, 12, 1))
       return fmt::format("sm{}{} outside [sm80, sm121]", t_.major, t_.minor);
-    if (o_.dropout * 16.0 != std::floor(o_.dropout * 16.0))
+    if (t_.torchMinor >= 12 && o_.dropout * 16.0 != std::floor(o_.dropout * 16.0))
       return "dropout probability is not a multiple of 1/16";
     if (Check c = nonzeroSeqLens())
       return c;

@@ -24,14 +24,20 @@ struct CudaTarget {
   /// CUDA toolkit the torch build was compiled with (major): below 13, cuDNN attention is only
   /// preferred on minor revisions 0 and 3 of sm9x/sm10x.
   int cudaMajor = 12;
+  /// torch.__version__'s minor (torch 2.MINOR): releases before 2.12 lack check_cudnn_dropout
+  /// (pytorch#174245), the one selection difference modelled between the releases accepted.
+  int torchMinor = 13;
 
-  std::string str() const; ///< "h100 (sm90, cuDNN 9.10.2)"
+  std::string str() const; ///< "h100 (sm90, cuDNN 9.10.2)", ", torch 2.11" added for an older torch
 };
 
 /// A named preset ("h100", "a100", ...), case-insensitive; the error lists the known names.
 llvm::Expected<CudaTarget> cudaTargetByName(llvm::StringRef name);
 /// "MAJOR.MINOR" (e.g. "9.0") or "smXY".
 llvm::Error setComputeCapability(CudaTarget &t, llvm::StringRef text);
+/// torch.__version__ (e.g. "2.11.0+cu130" or "2.11"): 2.11 to 2.13, the releases whose selection
+/// this file follows (2.13's sdp_utils.cpp; 2.11's checked on a GPU).
+llvm::Error setTorchVersion(CudaTarget &t, llvm::StringRef text);
 
 enum class SdpaBackend : uint8_t { Cudnn, Flash, Efficient, Math };
 llvm::StringRef name(SdpaBackend b);

@@ -75,7 +75,7 @@ llvm::Expected<TorchScriptOptions> torchScriptOptionsFrom(const Args &args);
   "  without it such an archive is refused. Only for files you trust: README.md, Security and trust\n"
 
 /// The prediction options predict and rank share: --allow-unsupported, the CUDA target
-/// (--gpu, --gpu-arch, --cudnn-version, --cuda-version) and --cluster.
+/// (--gpu, --gpu-arch, --cudnn-version, --cuda-version, --torch-version) and --cluster.
 llvm::Expected<PassOptions> passOptionsFrom(const Args &args);
 
 } // namespace cli

@@ -113,7 +113,7 @@ json totalsJson(const CommTotals &t) {
 int runRank(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {"--allow-unsupported", COMMLENS_TORCHSCRIPT_FLAGS},
                         {"--phase", "--format", "-o", "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version",
-                         "--cluster", COMMLENS_TORCHSCRIPT_OPTIONS},
+                         "--torch-version", "--cluster", COMMLENS_TORCHSCRIPT_OPTIONS},
                         {"--plan", "--plans"});
   if (!args)
     return fail(takeMessage(args.takeError()));

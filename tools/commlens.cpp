@@ -44,7 +44,7 @@ commands:
   predict MODEL.pt2 --plan PLAN.json [--phase PHASE] [--format table|json|html] [--noise-level N]
           [-o FILE] [--print-after=PASS[,PASS]] [--allow-unsupported] [--world-size N]
           [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N] [--cuda-version MAJOR.MINOR]
-          [--cluster NAME|TOPOLOGY.json] [--time-passes]
+          [--torch-version V] [--cluster NAME|TOPOLOGY.json] [--time-passes]
       predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate),
       with their communication time on a cluster; PHASE forward (default), backward, both, or
       inference (model.eval() under torch.no_grad(): no loss, no backward; an eval-mode program)
@@ -73,7 +73,8 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
                         [--format table|json|html] [--noise-level N] [-o FILE] [--print-after=PASS[,PASS]]
                         [--allow-unsupported] [--world-size N]
                         [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
-                        [--cuda-version MAJOR.MINOR] [--cluster NAME|TOPOLOGY.json] [--time-passes]
+                        [--cuda-version MAJOR.MINOR] [--torch-version V] [--cluster NAME|TOPOLOGY.json]
+                        [--time-passes]
   predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
   --phase inference predicts the first forward of model.eval() under torch.no_grad() (the first
   generate() step): no loss, no backward; the program must be exported in eval mode
@@ -84,7 +85,9 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   a device_type="cuda" plan follows the CUDA dispatch of the target GPU (default h100, cuDNN 9.10.2):
   --gpu names a preset (a100, h100, h200, b200, ...), --gpu-arch sets the compute capability,
   --cudnn-version the runtime's torch.backends.cudnn.version() (e.g. 91002), --cuda-version
-  the runtime's torch.version.cuda (default 12.x; CUDA 13 builds prefer cuDNN on more GPUs)
+  the runtime's torch.version.cuda (default 12.x; CUDA 13 builds prefer cuDNN on more GPUs),
+  --torch-version the runtime's torch.__version__ (2.11 to 2.13, default 2.13; before 2.12 cuDNN
+  attention takes any dropout probability)
 )" COMMLENS_TORCHSCRIPT_USAGE},
     {"check-plan", R"(usage: commlens check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
   validates a plan against the model and lists the modules each style applies to
@@ -92,6 +95,7 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
     {"rank", R"(usage: commlens rank MODEL.pt2 --plan PLAN.json [--plan PLAN.json ...] [--plans DIR]
                      [--cluster NAME|TOPOLOGY.json] [--phase forward|both|inference] [--format table|json]
                      [-o FILE] [--allow-unsupported] [--gpu NAME] [--gpu-arch M.m] [--cudnn-version N] [--cuda-version M.m]
+                     [--torch-version V]
   predicts every plan (--plan, repeatable; --plans: every *.json in DIR) in one process, the model read
   once, and ranks them by communication time per step on the cluster (default h100-ib-ndr), with
   collectives, bytes and time per mesh dim; plans that cannot be predicted are listed as not ranked
@@ -161,6 +165,9 @@ llvm::Expected<PassOptions> passOptionsFrom(const Args &args) {
       return makeError("--cuda-version needs torch.version.cuda (e.g. 12.8), got '{}'", v);
     options.cudaTarget.cudaMajor = major;
   }
+  if (std::string v = args.option("--torch-version"); !v.empty())
+    if (llvm::Error err = setTorchVersion(options.cudaTarget, v))
+      return makeError("--torch-version: {}", takeMessage(std::move(err)));
   if (std::string c = args.option("--cluster"); !c.empty()) {
     auto cluster = resolveCluster(c);
     if (!cluster)
@@ -344,7 +351,7 @@ int runPredict(int argc, char **argv) {
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   auto args = parseArgs(argc, argv, 2, {"--allow-unsupported", "--time-passes", COMMLENS_TORCHSCRIPT_FLAGS},
                         {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size",
-                         "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version", "--cluster",
+                         "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version", "--torch-version", "--cluster",
                          COMMLENS_TORCHSCRIPT_OPTIONS});
   if (!args)
     return fail(takeMessage(args.takeError()));

@@ -30,7 +30,7 @@ collectives, no CUDA kernels) for that line and gets a second line, its **GPU co
 
 On a machine with a GPU, step 2 runs with CUDA tensors on it (``measure(device="cuda")``: the
 real CUDA dispatch, fake process group) and step 3 predicts for that GPU
-(``--gpu-arch/--cudnn-version/--cuda-version`` from the counts file's ``device``); without one
+(``--gpu-arch/--cudnn-version/--cuda-version/--torch-version`` from the counts file's ``device``); without one
 the cell is skipped and counted nowhere. ``gpu: exact N/M configs, K/L cells on <GPU>`` or
 ``gpu: skipped M cuda-plan configs, not counted: <why>`` sums that column; a GPU DIFF fails the run.
 
@@ -603,6 +603,8 @@ def gpu_target_args(device):
         args += ["--cudnn-version", str(device["cudnn_version"])]
     if device.get("cuda_version"):
         args += ["--cuda-version", device["cuda_version"]]
+    if device.get("torch_version"):
+        args += ["--torch-version", device["torch_version"]]
     return args
 
 
@@ -743,7 +745,8 @@ def format_gpu_summary(results):
     if not ran:
         return f"gpu: skipped {len(gpu)} cuda-plan configs, not counted: {gpu[0]['error']}"
     devices = sorted({f"{g['device']['name']} (sm{g['device']['compute_capability'].replace('.', '')}, "
-                      f"cuDNN {g['device'].get('cudnn_version')}, CUDA {g['device'].get('cuda_version')})"
+                      f"cuDNN {g['device'].get('cudnn_version')}, CUDA {g['device'].get('cuda_version')}"
+                      + (f", torch {g['device']['torch_version']})" if g["device"].get("torch_version") else ")")
                       for g in ran if g.get("device")})
     exact = sum(1 for g in ran if g["status"] == "exact")
     return (f"gpu: exact {exact}/{len(ran)} configs, {sum(g['exact_cells'] for g in ran)}/"

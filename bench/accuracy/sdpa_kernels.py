@@ -3,7 +3,7 @@
 For every configuration of the accuracy corpus whose plan has ``device_type="cuda"``, the model
 runs under ``commlens.measure`` on this machine's GPU (fake process group, forward and backward) while
 a dispatch mode records every ``aten._scaled_dot_product_*`` kernel op ATen chose; ``commlens
-predict`` is run for that GPU (``--gpu-arch/--cudnn-version/--cuda-version`` from the measurement)
+predict`` is run for that GPU (``--gpu-arch/--cudnn-version/--cuda-version/--torch-version`` from the measurement)
 and the same ops are read from its IR after the ``propagate`` and ``propagate-backward`` passes.
 One line per configuration: ``NAME  ran=[...]  predicted=[...]  same | DIFF``. The collectives of
 these configurations are compared by ``run.py`` (its GPU column); this checks the kernel choice
@@ -54,7 +54,7 @@ def kernels_run(cfg, plan_path):
 
 
 def kernels_predicted(commlens, model_path, plan_path, cfg, device):
-    passes = "propagate" if cfg.phase == "forward" else "propagate,propagate-backward"
+    passes = "propagate" if cfg.phase in ("forward", "inference") else "propagate,propagate-backward"
     p = subprocess.run([commlens, "predict", str(model_path), "--plan", str(plan_path), "--phase", cfg.phase,
                         f"--print-after={passes}", "-o", "/dev/null",
                         *accuracy.gpu_target_args(device)], capture_output=True, text=True, timeout=600)
@@ -86,7 +86,7 @@ def main(argv=None):
         r = {"name": cfg.name}
         try:
             plan_path = accuracy.ensure_plan(cfg.plan, work)
-            model_path = accuracy.ensure_export(cfg.model, work, cfg.plan, cfg.frontend)
+            model_path = accuracy.ensure_export(cfg.model, work, cfg.plan, cfg.frontend, cfg.phase == "inference")
             r["ran"], r["device"] = kernels_run(cfg, plan_path)
             r["predicted"] = kernels_predicted(ns.commlens, model_path, plan_path, cfg, r["device"])
             r["status"] = "same" if r["ran"] == r["predicted"] else "DIFF"

@@ -744,7 +744,7 @@ def _fake_model_device(plan, device, subject):
 
 def device_info(device):
     """What the counts file records about where the model ran: the device type and, on a GPU,
-    what selects CUDA kernels (``commlens predict --gpu-arch/--cudnn-version/--cuda-version``)."""
+    what selects CUDA kernels (``commlens predict --gpu-arch/--cudnn-version/--cuda-version/--torch-version``)."""
     import torch
 
     dev = torch.device(device)
@@ -752,7 +752,8 @@ def device_info(device):
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         info.update(name=props.name, compute_capability=f"{props.major}.{props.minor}",
-                    cudnn_version=torch.backends.cudnn.version(), cuda_version=torch.version.cuda)
+                    cudnn_version=torch.backends.cudnn.version(), cuda_version=torch.version.cuda,
+                    torch_version=torch.__version__)
     return info
 
 

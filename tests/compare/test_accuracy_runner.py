@@ -97,19 +97,19 @@ def test_gpu_column_without_a_gpu(commlens_bin, tmp_path):
 
 def test_gpu_predict_options_and_summary():
     # What a GPU run adds, from a counts file's device record: predict's target options and the
-    # summary line (H100, cuDNN 9.10.2, CUDA 12.8).
+    # summary line (H100, cuDNN 9.10.2, CUDA 12.8, torch 2.11).
     sys.path.insert(0, str(RUN.parent))
     import run as accuracy
 
     h100 = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0",
-            "cudnn_version": 91002, "cuda_version": "12.8"}
+            "cudnn_version": 91002, "cuda_version": "12.8", "torch_version": "2.11.0+cu128"}
     assert accuracy.gpu_target_args(h100) == ["--gpu-arch", "9.0", "--cudnn-version", "91002",
-                                              "--cuda-version", "12.8"]
+                                              "--cuda-version", "12.8", "--torch-version", "2.11.0+cu128"]
     results = [{"gpu": {"status": "exact", "cells": 24, "exact_cells": 24, "device": h100}},
                {"gpu": {"status": "DIFF", "cells": 50, "exact_cells": 48, "device": h100}},
                {"status": "exact"}]
     assert accuracy.format_gpu_summary(results) == \
-        "gpu: exact 1/2 configs, 72/74 cells on NVIDIA H100 80GB HBM3 (sm90, cuDNN 91002, CUDA 12.8)"
+        "gpu: exact 1/2 configs, 72/74 cells on NVIDIA H100 80GB HBM3 (sm90, cuDNN 91002, CUDA 12.8, torch 2.11.0+cu128)"
     assert accuracy.is_failure({"status": "exact", "gpu": results[1]["gpu"]}, strict=False)
     assert not accuracy.is_failure({"status": "exact", "gpu": {"status": "skipped"}}, strict=False)
     assert accuracy.format_gpu_summary([{"status": "exact"}]) is None

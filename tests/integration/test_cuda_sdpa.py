@@ -67,6 +67,21 @@ def test_bfloat16_runs_flash_and_new_cudnn_runs_cudnn(run_commlens, tmp_path):
         ["aten::_scaled_dot_product_cudnn_attention.default"] * 2
 
 
+def test_torch_2_11_runs_cudnn_attention_with_dropout_0_1(run_commlens, tmp_path):
+    # The lent H200 (cuDNN 9.19, CUDA 13, torch 2.11.0+cu130) ran cuDNN attention for GPT-2 in bf16
+    # with dropout 0.1 (bench/accuracy/sdpa_kernels.py). torch 2.13's check_cudnn_dropout refuses a
+    # probability that is not a multiple of 1/16, so flash runs there; torch 2.11 has no such check.
+    pt2 = export_pt2("examples.gpt2:gpt2(attn='sdpa', dtype='bfloat16', dropout=0.1)", tmp_path)
+    plan_path = save_plan(planlib.resolve_plan(PLAN), tmp_path)
+    h200 = ("--gpu", "h200", "--cudnn-version", "91900", "--cuda-version", "13.0")
+    assert _decomposed_attention_ops(run_commlens, pt2, plan_path, *h200) == \
+        ["aten::_scaled_dot_product_flash_attention.default"] * 2
+    assert _decomposed_attention_ops(run_commlens, pt2, plan_path, *h200, "--torch-version", "2.11.0+cu130") == \
+        ["aten::_scaled_dot_product_cudnn_attention.default"] * 2
+    r = run_commlens("rank", pt2, "--plan", plan_path, *h200, "--torch-version", "2.11.0+cu130")
+    assert r.returncode == 0, r.stderr
+
+
 def _measure_counts(plan_path, out_dir):
     out = out_dir / "measured.json"
     r = subprocess.run([sys.executable, "-m", "commlens.measure", GPT2, "--plan", str(plan_path), "--phase", "both",
@@ -122,6 +137,8 @@ def test_attention_on_head_sharded_dtensors_adds_no_collective(run_commlens, gpt
     (("--cuda-version", "twelve"), "commlens: error: --cuda-version needs torch.version.cuda (e.g. 12.8), "
                                    "got 'twelve'\n"),
     (("--cuda-version", "12x"), "commlens: error: --cuda-version needs torch.version.cuda (e.g. 12.8), got '12x'\n"),
+    (("--torch-version", "2.9.1+cu128"), "commlens: error: --torch-version: torch 2.9: the CUDA dispatch is "
+                                         "modelled for torch 2.11 to 2.13\n"),
 ])
 def test_bad_target_options(run_commlens, gpt2, args, message):
     pt2, plan_path, _ = gpt2

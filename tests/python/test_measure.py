@@ -343,7 +343,8 @@ def test_device_cuda_on_a_gpu():
     major, minor = torch.cuda.get_device_capability()
     assert doc["device"] == {"type": "cuda", "name": torch.cuda.get_device_name(),
                              "compute_capability": f"{major}.{minor}",
-                             "cudnn_version": torch.backends.cudnn.version(), "cuda_version": torch.version.cuda}
+                             "cudnn_version": torch.backends.cudnn.version(), "cuda_version": torch.version.cuda,
+                             "torch_version": torch.__version__}
 
 
 def test_cuda_plan_rejected_by_gloo():

@@ -99,6 +99,34 @@ TEST(SdpaBackendSelection, WhyNamesTheRejectedBackends) {
                    "math, cudnn_attention; not flash_attention: dtype torch.float32 (needs float16 or bfloat16)");
 }
 
+TEST(SdpaBackendSelection, Torch211CudnnTakesDropoutNotAMultipleOfSixteenth) {
+  // GPT-2's bf16 attention with dropout 0.1 on an H200 (cuDNN 9.19, CUDA 13: cuDNN first). torch
+  // 2.13's check_cudnn_dropout refuses 0.1 (1.6/16), so flash runs; torch 2.11 has no such check and
+  // ran cuDNN attention on the lent H200 (docs/cuda-dispatch.md, GPU runs).
+  CudaTarget t = gpu("h200", 91900);
+  t.cudaMajor = 13;
+  TensorMeta q = bhld(ScalarType::BFloat16, 2, 3, 16, 8);
+  EXPECT_EQ(choose(q, t, nullptr, true, 0.1), SdpaBackend::Flash);
+  EXPECT_EQ(choose(q, t, nullptr, true, 0.125), SdpaBackend::Cudnn); // 2/16
+  ASSERT_FALSE(static_cast<bool>(setTorchVersion(t, "2.11.0+cu130")));
+  EXPECT_EQ(t.torchMinor, 11);
+  EXPECT_EQ(choose(q, t, nullptr, true, 0.1), SdpaBackend::Cudnn);
+  EXPECT_EQ(t.str(), "h200 (sm90, cuDNN 9.19.0, torch 2.11)");
+}
+
+TEST(SdpaBackendSelection, TorchVersionsOutsideTheModelledOnesAreRefused) {
+  CudaTarget t;
+  ASSERT_FALSE(static_cast<bool>(setTorchVersion(t, "2.12")));
+  EXPECT_EQ(t.torchMinor, 12);
+  EXPECT_EQ(llvm::toString(setTorchVersion(t, "2.10.1")),
+            "torch 2.10: the CUDA dispatch is modelled for torch 2.11 to 2.13");
+  EXPECT_EQ(llvm::toString(setTorchVersion(t, "two")),
+            "bad torch version 'two' (expected torch.__version__, such as 2.11.0+cu130)");
+  EXPECT_EQ(llvm::toString(setTorchVersion(t, "2.11x")),
+            "bad torch version '2.11x' (expected torch.__version__, such as 2.11.0+cu130)");
+  EXPECT_EQ(t.torchMinor, 12);
+}
+
 TEST(SdpaBackendSelection, TargetsByNameAndCapability) {
   EXPECT_EQ(gpu("B200").major, 10);
   CudaTarget t;
