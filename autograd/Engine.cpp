@@ -768,7 +768,8 @@ private:
                                             : a.step.kind == BoundaryStep::Kind::Redistribute
                                                 ? BoundaryOp::RedistributeBackward
                                                 : BoundaryOp::ToLocalBackward);
-      const Placements &p = a.step.kind == BoundaryStep::Kind::FromLocal ? a.step.to : a.step.from;
+      // from_local: its placements; redistribute: its source; to_local: the gradient's placements.
+      const Placements &p = a.step.kind == BoundaryStep::Kind::Redistribute ? a.step.from : a.step.to;
       std::string module = a.fwd->input("module") && a.fwd->input("module")->is<std::string>()
                                ? a.fwd->input("module")->get<std::string>()
                                : (a.fwd->scope() ? a.fwd->scope()->displayName() : "Global");

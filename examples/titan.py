@@ -163,3 +163,84 @@ def titan_captured(*, name="llama3", tp=1, dp_shard=1, dp_replicate=1, ep=1, **j
                                     loss_parallel=loss_parallel)
     plan.name = f"titan_{name}_captured"
     return plan
+
+
+class MoEStack(torch.nn.Module):
+    """Token embeddings, then blocks ``h + moe(h)`` of torchtitan's ``MoE`` layer alone, each block
+    ``moe_enabled`` as its transformer blocks are, so torchtitan's own ``apply_moe_ep_tp``
+    parallelizes it. Without attention, its tensor parallel runs on CPU (torchtitan's Qwen3-MoE
+    under TP does not: its DTensor attention has no CPU sharding strategy)."""
+
+    def __init__(self, *, vocab_size, dim, n_layers, moe_inter_dim, moe_args):
+        from torchtitan.models.moe import MoE
+
+        super().__init__()
+        self.tok_embeddings = torch.nn.Embedding(vocab_size, dim)
+        self.layers = torch.nn.ModuleDict()
+        for i in range(n_layers):
+            block = torch.nn.Module()
+            block.moe_enabled = True
+            block.moe = MoE(moe_args, dim=dim, hidden_dim=moe_inter_dim)
+            self.layers[str(i)] = block
+
+    def forward(self, ids):
+        h = self.tok_embeddings(ids)
+        for block in self.layers.values():
+            h = h + block.moe(h)
+        return h
+
+
+def moe_stack(*, vocab_size=256, dim=64, n_layers=2, num_experts=8, top_k=2, batch=2, seq_len=16):
+    """:class:`MoEStack` with Qwen3-MoE's routing (softmax top-k, normalised), torchtitan's own
+    ``init_weights`` for the MoE layers (seed 0), and a ``[batch, seq_len]`` batch of token ids."""
+    args = MoEArgs(num_experts=num_experts, num_shared_experts=0, top_k=top_k, score_func="softmax",
+                   route_norm=True, route_scale=1.0, score_before_experts=False)
+    torch.manual_seed(0)
+    model = MoEStack(vocab_size=vocab_size, dim=dim, n_layers=n_layers, moe_inter_dim=dim // 2, moe_args=args)
+    with torch.no_grad():
+        for block in model.layers.values():
+            block.moe.init_weights(0.02, torch.device("cpu"))
+    ids = torch.randint(0, vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
+    return model, (ids,)
+
+
+def parallelize_moe_stack(model, *, tp=2):
+    """The token embeddings as torchtitan's ``apply_non_moe_tp`` plans them (row-wise, output
+    sequence-sharded and local), then torchtitan's ``apply_moe_ep_tp`` with a tensor-parallel mesh
+    alone: each MoE layer's input all-gathered and output reduce-scattered on the sequence dim
+    (``PrepareModuleInputOutput``), the router gate replicated (``NoParallel``), the experts'
+    weights column/row sharded (``TensorParallel``)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+    from torchtitan.models.llama4.infra.parallelize import apply_moe_ep_tp
+
+    tp_mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
+    parallelize_module(model, tp_mesh,
+                       {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))})
+    apply_moe_ep_tp(model, tp_mesh=tp_mesh, ep_mesh=None, etp_mesh=None, ep_etp_mesh=None)
+    return model
+
+
+def measure_moe_stack(*, phase="both", tp=2):
+    """The truth for :func:`parallelize_moe_stack`: one step (sum of the output as the loss) counted
+    under CommDebugMode on the fake process group."""
+    from commlens.measure import count_collectives, counts_document, device_info, fake_process_group
+
+    model, (ids,) = moe_stack()
+    with fake_process_group(tp):
+        parallelize_moe_stack(model, tp=tp)
+        modules = count_collectives(model, (ids,), {}, phase, lambda out, args: out.sum())
+    return counts_document(modules, backend="fake", world_size=tp, phase=phase, model="examples.titan:moe_stack()",
+                           mesh={"shape": [tp], "dim_names": ["tp"], "device_type": "cpu"},
+                           plan_source=f"examples.titan:parallelize_moe_stack(tp={tp})", device=device_info(ids.device))
+
+
+def moe_stack_captured(*, tp=2):
+    """The plan ``commlens.capture`` reads off :func:`parallelize_moe_stack`'s calls (loss: the
+    output's sum, as :func:`measure_moe_stack` takes it)."""
+    import commlens.capture
+
+    plan = commlens.capture.capture("examples.titan:moe_stack()", f"examples.titan:parallelize_moe_stack(tp={tp})", tp)
+    plan.name = f"titan_moe_stack_tp{tp}_captured"
+    return plan

@@ -133,6 +133,13 @@ Placements normalized(llvm::ArrayRef<Placement> placements, int64_t rank) {
   return out;
 }
 
+Placements gradientPlacements(llvm::ArrayRef<Placement> placements) {
+  Placements out;
+  for (const Placement &p : placements)
+    out.push_back(p.isPartial() ? Placement::replicate() : p);
+  return out;
+}
+
 llvm::SmallVector<int64_t, 4> localShape(llvm::ArrayRef<int64_t> global, llvm::ArrayRef<Placement> placements,
                                          const DeviceMesh &mesh, llvm::ArrayRef<int64_t> coord) {
   llvm::SmallVector<int64_t, 4> local(global.begin(), global.end());

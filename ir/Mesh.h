@@ -65,6 +65,9 @@ std::string str(llvm::ArrayRef<Placement> placements); // "[S(0), R]"
 
 /// Normalises negative shard dims against a tensor rank.
 Placements normalized(llvm::ArrayRef<Placement> placements, int64_t rank);
+/// The gradient placements from_local / to_local give by default (DTensor's
+/// _normalize_placements_for_grad, torch/distributed/tensor/_api.py): Partial becomes Replicate.
+Placements gradientPlacements(llvm::ArrayRef<Placement> placements);
 
 /// The shape of the local shard on the rank at mesh coordinate `coord` (DTensor's
 /// compute_local_shape_and_global_offset, torch/distributed/tensor/_utils.py: mesh dims in order,

@@ -47,6 +47,9 @@ public:
                           bool useLocalOutput, llvm::StringRef tag) = 0;
   /// SequenceParallel's input: redistribute a DTensor to Shard(sequence dim), from_local a plain one.
   virtual Value *sequenceParallelInput(Value *x, const Placement &sharding) = 0;
+  /// DTensor.to_local(grad_placements=(gradPlacement,)) of a DTensor (none: the default gradient
+  /// placements).
+  virtual Value *toLocal(Value *x, const std::optional<Placement> &gradPlacement) = 0;
   /// A style's output hook: redistribute to `layout` (none: keep), to_local when `useLocalOutput`.
   virtual Value *redistributeOutput(Value *x, const std::optional<Placement> &layout, bool useLocalOutput) = 0;
   /// `dist.all_reduce` in place on the local tensor of a Partial DTensor (c10d.allreduce_): a

@@ -71,6 +71,10 @@ public:
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::RedistributeOutput), x,
                     {{"layout", placementArg(layout), false}, {"use_local_output", useLocalOutput, false}}, "out");
   }
+  Value *toLocal(Value *x, const std::optional<Placement> &gradPlacement) override {
+    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::ToLocal), x, {{"grad_placement", placementArg(gradPlacement), false}},
+                    "local");
+  }
   Value *allReduceLocal(Value *x) override {
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceLocal), x, {}, "out");
   }

@@ -26,14 +26,6 @@ std::optional<Placement> placementArg(const Node &n, llvm::StringRef name) {
 
 std::string scopeName(const Node &n) { return n.scope() ? n.scope()->displayName() : "Global"; }
 
-/// DTensor's _normalize_placements_for_grad: Partial becomes Replicate.
-Placements gradPlacements(const Placements &p) {
-  Placements out;
-  for (const Placement &x : p)
-    out.push_back(x.isPartial() ? Placement::replicate() : x);
-  return out;
-}
-
 std::optional<Placements> placementsArg(const Node &n, llvm::StringRef name) {
   const Argument *a = n.input(name);
   if (!a || !a->is<StringList>())
@@ -206,7 +198,8 @@ private:
         setDTensor(out, result, approx);
         return;
       }
-      step(BoundaryStep::Kind::ToLocal, normalized(result, x->meta()->rank()), {});
+      Placements local = normalized(result, x->meta()->rank());
+      step(BoundaryStep::Kind::ToLocal, local, gradientPlacements(local));
       localShards_.toLocal(out, normalized(result, x->meta()->rank()));
     };
     // A hook's redistribute: its collectives, and the step its backward replays.
@@ -245,6 +238,15 @@ private:
         result = onMesh(*desired);
       }
       handBack(result);
+      return llvm::Error::success();
+    }
+    case BoundaryOp::ToLocal: { // DTensor.to_local(grad_placements=...)
+      if (!in)
+        return makeError("{}: to_local of {}, which is not a DTensor here", n.where(), x->name());
+      Placements local = normalized(in->placements, x->meta()->rank());
+      std::optional<Placement> grad = placementArg(n, "grad_placement");
+      step(BoundaryStep::Kind::ToLocal, local, grad ? normalized(onMesh(*grad), x->meta()->rank()) : gradientPlacements(local));
+      localShards_.toLocal(out, local);
       return llvm::Error::success();
     }
     case BoundaryOp::SequenceParallelInput: {
@@ -348,8 +350,8 @@ private:
   /// `_redistribute.py`), placements given as a list argument `placements`:
   ///   from_local_backward: the grad is redistributed to the from_local placements with Partial
   ///     normalised to Replicate, then handed back as a plain tensor;
-  ///   to_local_backward: the plain grad is wrapped (from_local) with the forward placements,
-  ///     Partial normalised to Replicate;
+  ///   to_local_backward: the plain grad is wrapped (from_local) with `placements`, the
+  ///     gradient's (to_local's grad_placements, by default the forward's with Partial as Replicate);
   ///   redistribute_backward: the grad goes back to the forward source placements, except that
   ///     a Partial source with a Shard/Replicate grad stays Replicate.
   llvm::Error boundaryBackward(const Node &n, BoundaryOp op, const Value *x, const Value *out,
@@ -359,7 +361,7 @@ private:
       return makeError("{}: missing placements", n.where());
     int64_t rank = x->meta()->rank();
     if (op == BoundaryOp::ToLocalBackward) {
-      Placements target = gradPlacements(normalized(*placements, rank));
+      Placements target = normalized(*placements, rank);
       if (in) { // already a DTensor (not expected): keep it
         setDTensor(out, in->placements, approx);
         return llvm::Error::success();
@@ -370,7 +372,7 @@ private:
     if (!in)
       return llvm::Error::success(); // a plain gradient: nothing to redistribute
     Placements have = normalized(in->placements, rank);
-    Placements target = op == BoundaryOp::FromLocalBackward ? gradPlacements(normalized(*placements, rank))
+    Placements target = op == BoundaryOp::FromLocalBackward ? gradientPlacements(normalized(*placements, rank))
                                                     : redistributeBackwardTarget(have, normalized(*placements, rank));
     std::string module = n.input("module") ? n.input("module")->get<std::string>() : scopeName(n);
     if (have != target) {

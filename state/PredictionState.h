@@ -59,7 +59,9 @@ struct BoundaryStep {
   enum class Kind : uint8_t { FromLocal, Redistribute, ToLocal, AllToAll };
   Kind kind = Kind::FromLocal;
   Placements from; ///< Redistribute: the source; ToLocal: the DTensor's placements
-  Placements to;   ///< FromLocal: the placements given; Redistribute: the target (AllToAll: neither)
+  /// FromLocal: the placements given; Redistribute: the target; ToLocal: the gradient's placements
+  /// (grad_placements, by default `from` with Partial as Replicate). AllToAll: neither.
+  Placements to;
 };
 
 /// One FSDP parameter group: one fully_shard call on one module, or on a list of them.

@@ -293,6 +293,12 @@ CONFIGS = [
           ("qwen3_moe", "fsdp_ep-dp2xep2-full_ac", "dp_shard=2, ep=2, ac='full'", False),
           # torchtitan's per-op SAC, which forces the router gates' mms to recompute
           ("qwen3_moe", "fsdp-dp4-sac_op", "dp_shard=4, ac='selective', sac_option='op'", False))],
+    # MoE tensor parallel as torchtitan's apply_moe_ep_tp applies it with a tp mesh alone (the MoE
+    # input all-gathered and output reduce-scattered, NoParallel router gate, TensorParallel
+    # experts), on token embeddings and MoE layers (Qwen3-MoE's DTensor attention has no CPU
+    # strategy under TP)
+    *[Config(f"titan_moe_stack-tp_captured-tp{tp}-both", T + "moe_stack()", T + f"moe_stack_captured(tp={tp})",
+             "both", ci=tp == 2, measure=T + f"measure_moe_stack(tp={tp})") for tp in (2, 4)],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",

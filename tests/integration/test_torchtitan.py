@@ -20,7 +20,7 @@ import pathlib
 from integration_helpers import export_pt2, save_plan
 
 from commlens.measure import format_counts, measure
-from examples.titan import measure_titan, model_spec, titan_captured
+from examples.titan import measure_moe_stack, measure_titan, model_spec, moe_stack_captured, titan_captured
 
 MODEL = model_spec("llama3")
 TOKENS = 2 * 16
@@ -301,3 +301,28 @@ def test_qwen3_moe_per_op_checkpointing_recomputes_the_router(tmp_path, run_comm
     doc = measure_titan(**settings)
     assert _module(doc, "Global")["backward"] == {"c10d._allgather_base_": 3, "c10d._reduce_scatter_base_": 4}
     _compare(run_commlens, tmp_path, plan, doc, model=model_spec("qwen3_moe"))
+
+
+def test_moe_tensor_parallel(tmp_path, run_commlens):
+    """torchtitan's apply_moe_ep_tp with a tensor-parallel mesh alone (tp=2), on token embeddings
+    and two MoE layers (examples.titan:moe_stack: torchtitan's Qwen3-MoE does not run under TP on
+    CPU). Per layer: PrepareModuleInputOutput all-gathers the sequence-sharded [2, 16, 64] input
+    (rank 0's [2, 8, 64] float32, 4096 bytes) and reduce-scatters the Partial output (8192), the
+    router gate is replicated (NoParallel: nothing moves), and TensorParallel's to_local(grad
+    Partial) of the routed tokens makes their gradient one all_reduce of 2 x 16 tokens x top-2 =
+    64 rows of 64 float32 (16384 bytes)."""
+    plan = moe_stack_captured(tp=2)
+    ((dim, styles),) = plan.parallelize_steps()
+    assert [(k, type(v).__name__) for k, v in styles.items()] == [
+        ("tok_embeddings", "RowwiseParallel"), ("layers.*.moe", "PrepareModuleInputOutput"), ("layers.*.moe.router.gate", "NoParallel"),
+        ("layers.*.moe.experts", "TensorParallel")]
+    doc = measure_moe_stack(tp=2)
+    for layer in (0, 1):
+        moe = _module(doc, f"MoEStack.layers.{layer}.moe")
+        assert (moe["forward"], moe["forward_bytes"]) == (
+            {"c10d_functional.all_gather_into_tensor": 1, "c10d_functional.reduce_scatter_tensor": 1},
+            {"c10d_functional.all_gather_into_tensor": 4096, "c10d_functional.reduce_scatter_tensor": 8192})
+        experts = _module(doc, f"MoEStack.layers.{layer}.moe.experts")
+        assert (experts["backward"], experts["backward_bytes"]) == (
+            {"c10d_functional.all_reduce": 1}, {"c10d_functional.all_reduce": 64 * 64 * 4})
+    _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack()")

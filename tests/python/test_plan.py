@@ -298,7 +298,8 @@ def _set_mesh_dim(value):
 
 KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
          "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel, "
-         "TransformersReplicatedWithGradAllReduce, TorchtitanExpertParallel")
+         "TransformersReplicatedWithGradAllReduce, TorchtitanExpertParallel, TorchtitanTensorParallel, "
+         "TorchtitanNoParallel")
 
 LOAD_ERRORS = [
     (_set_style("FooParallel"),

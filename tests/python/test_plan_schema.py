@@ -90,7 +90,10 @@ def every_field_plan():
     """A plan with what no example plan writes: PrepareModuleOutput and PrepareModuleInputOutput,
     Partial placements, CPU offload, float16, an int reshard_after_forward, a list unit with a
     gradient divide factor, an every-second-mm policy, loss targets from an input and float32
-    logits, src_data_rank None."""
+    logits, src_data_rank None, torchtitan's NoParallel with its layouts."""
+    from commlens.plan.styles import torchtitan_no_parallel
+
+    no_parallel = torchtitan_no_parallel.ENTRY.resolve()
     rep, s0 = Replicate(), Shard(0)
     return Plan(
         name="every_field", mesh_shape=(2, 4), mesh_dim_names=("dp", "tp"), device_type="cuda", tp_mesh_dim="tp",
@@ -104,6 +107,7 @@ def every_field_plan():
             "head": PrepareModuleOutput(output_layouts=(Partial(), None), desired_output_layouts=(rep, None)),
             "": PrepareModuleInputOutput(input_layouts=(rep,), desired_input_layouts=(rep,), output_layouts=(s0,),
                                          desired_output_layouts=(rep,), use_local_input=True),
+            "gate": no_parallel(input_layout=s0, output_layout=Shard(1), use_local_output=False),
         },
         fully_shard=(
             FullyShard("layers.*", "dp", reshard_after_forward=2, offload_policy=CPUOffloadPolicy(pin_memory=False),

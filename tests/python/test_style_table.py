@@ -48,7 +48,7 @@ def schema_styles():
 
 
 def test_table_lookups_cover_every_entry_once():
-    assert (len(TORCH), len(TRANSFORMERS), len(TORCHTITAN)) == (6, 2, 1)
+    assert (len(TORCH), len(TRANSFORMERS), len(TORCHTITAN)) == (6, 2, 3)
     assert list(BY_NAME) == [entry.name for entry in STYLES]
     assert [entry_of(entry.resolve()) for entry in STYLES] == list(STYLES)
 
@@ -83,16 +83,24 @@ def test_entry_fields_are_the_schema_fields(entry):
     assert set(declared(entry)) == schema_styles()[entry.name]
 
 
-def test_torchtitan_entry_is_its_expert_parallel_style():
-    """torchtitan's ExpertParallel (a torch ParallelStyle), named so that commlens.plan imports it
-    only when a plan uses it; its instance attributes are its hooks' per-call state, no field."""
+def test_torchtitan_entries_are_its_moe_styles():
+    """torchtitan's ExpertParallel, TensorParallel (grouped experts) and NoParallel (torch
+    ParallelStyles), named so that commlens.plan imports them only when a plan uses them.
+    ExpertParallel's instance attributes are its hooks' per-call state, no field; TensorParallel has
+    none; NoParallel's are exactly its declared fields."""
     from commlens.plan.styles.torchtitan_expert_parallel import RUNTIME_STATE
 
-    (entry,) = TORCHTITAN
-    assert isinstance(entry.cls, str) and issubclass(entry.resolve(), ParallelStyle)
-    assert f"{entry.resolve().__module__}.{entry.resolve().__name__}" == \
-        "torchtitan.distributed.expert_parallel.ExpertParallel"
-    assert declared(entry) == [] and sorted(vars(minimal(entry))) == sorted(RUNTIME_STATE)
+    assert [(entry.name, entry.class_path) for entry in TORCHTITAN] == [
+        ("TorchtitanExpertParallel", "torchtitan.distributed.expert_parallel.ExpertParallel"),
+        ("TorchtitanTensorParallel", "torchtitan.distributed.expert_parallel.TensorParallel"),
+        ("TorchtitanNoParallel", "torchtitan.distributed.NoParallel")]
+    for entry in TORCHTITAN:
+        assert isinstance(entry.cls, str) and issubclass(entry.resolve(), ParallelStyle)
+        assert f"{entry.resolve().__module__}.{entry.resolve().__name__}" == entry.class_path
+    expert, tensor, no_parallel = TORCHTITAN
+    assert declared(expert) == [] and sorted(vars(minimal(expert))) == sorted(RUNTIME_STATE)
+    assert declared(tensor) == [] and vars(minimal(tensor)) == {}
+    assert sorted(vars(minimal(no_parallel))) == sorted(declared(no_parallel))
 
 
 @pytest.mark.parametrize("entry", TORCH + TRANSFORMERS, ids=[entry.name for entry in TORCH + TRANSFORMERS])

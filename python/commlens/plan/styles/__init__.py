@@ -12,6 +12,8 @@ from commlens.plan.styles import (
     rowwise,
     sequence,
     torchtitan_expert_parallel,
+    torchtitan_no_parallel,
+    torchtitan_tensor_parallel,
     transformers_replicated_with_grad_allreduce,
     transformers_rowwise,
 )
@@ -27,6 +29,8 @@ STYLES = (
     transformers_rowwise.ENTRY,
     transformers_replicated_with_grad_allreduce.ENTRY,
     torchtitan_expert_parallel.ENTRY,
+    torchtitan_tensor_parallel.ENTRY,
+    torchtitan_no_parallel.ENTRY,
 )
 BY_NAME = {entry.name: entry for entry in STYLES}
 # Expert-parallel styles: torchtitan shards their modules' parameters with FSDP on a mesh of their

@@ -1,0 +1,62 @@
+// torchtitan 0.2.2's TensorParallel for grouped experts (torchtitan/distributed/expert_parallel.py),
+// which its apply_moe_ep_tp applies to each MoE layer's GroupedExperts on the tensor-parallel mesh
+// when expert parallel is off:
+//   - _partition_fn: w1 and w3 ([experts, hidden, dim]) become new nn.Parameters Shard(1)
+//     (column-wise), w2 ([experts, dim, hidden]) Shard(2) (row-wise); GroupedExperts.forward
+//     computes with their to_local() on plain tensors, so its output is each rank's partial sum;
+//   - input_fn on (routed_input, num_tokens_per_expert): routed_input goes
+//     DTensor.from_local(Replicate).to_local(grad_placements=(Partial(),)). Nothing moves in
+//     forward; in backward the tokens' gradient is taken as Partial and from_local's backward
+//     redistributes it to Replicate: one all_reduce, when a gradient reaches the routed tokens.
+// The layer's Partial output is reduced by the PrepareModuleInputOutput on the MoE module.
+#include "parallel/StyleParts.h"
+
+#include "ir/Error.h"
+
+namespace commlens {
+namespace {
+
+class TorchtitanTensorParallel final : public StyleModel {
+public:
+  void decode(const JsonRef &r, ParallelStyle &) const override {
+    r.rejectUnknownKeys({"fqn", "style"}); // the class takes no argument
+  }
+
+  std::optional<Placement> parameterPlacement(const ParallelStyle &, const StyledModule &, llvm::StringRef name,
+                                              bool direct) const override {
+    if (!direct)
+      return std::nullopt;
+    if (name == "w1" || name == "w3")
+      return Placement::shard(1);
+    if (name == "w2")
+      return Placement::shard(2);
+    return std::nullopt; // _partition_fn registers these three alone
+  }
+  bool retrainsParameters() const override { return true; }
+  bool parametersUsedLocally() const override { return true; }
+
+  llvm::Error preHook(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments) const override {
+    const std::string &module = hooks.module().scope.displayName();
+    if (!arguments.hasSignature)
+      return makeError("{} on {}: its input hook reads the call's (routed_input, num_tokens_per_expert), which "
+                       "needs the module's call signature (python -m commlens.export records it)",
+                       name(style.kind).str(), module);
+    if (arguments.args.size() != 2 || !arguments.args[0] || !arguments.kwargs.empty())
+      return makeError("{} on {}: expected a call with two positional arguments (routed_input, "
+                       "num_tokens_per_expert), as torchtitan's GroupedExperts takes",
+                       name(style.kind).str(), module);
+    Value *replicated = hooks.annotate(arguments.args[0], Placement::replicate(), std::nullopt,
+                                       /*useLocalOutput=*/false, "in");
+    arguments.args[0] = hooks.toLocal(replicated, Placement::partial());
+    return llvm::Error::success();
+  }
+};
+
+} // namespace
+
+const StyleModel &TorchtitanTensorParallelModel() {
+  static const TorchtitanTensorParallel model;
+  return model;
+}
+
+} // namespace commlens
