@@ -614,8 +614,12 @@ private:
   /// Non-reentrant checkpoint's recomputation, at the first unpack of a tensor the call saved:
   /// its forward nodes again, up to the one whose autograd Function saved last (early stop), or
   /// all of them (early_stop=False).
-  /// Copies read values from outside the call as they are and each other's results inside; they
-  /// keep their forward modules (CommDebugMode charges those, in backward). fully_shard's hooks
+  /// Copies read values from outside the call as they are and each other's results inside. Each
+  /// is charged to the module CommDebugMode's tracker names then: in backward a module's forward
+  /// pre-hook names it and its forward post-hook names nothing back (torch 2.13
+  /// `_CommModeModuleTracker`, `activation_checkpointing`), so the module entered last, not the
+  /// op's own (a parent's output hook after a submodule's call is charged to that submodule).
+  /// fully_shard's hooks
   /// skip recomputation (FSDP2 unshards in its pre-backward instead); so do the ops a selective
   /// policy kept (later copies read the forward's outputs), and the collectives it kept.
   void recompute(Region &r) {
@@ -628,12 +632,24 @@ private:
         stop = std::max(stop, a->fwd->index());
     const std::string kept = keptCollectives(*r.unit);
     llvm::StringMap<unsigned> calls; // per op, its calls so far in this run of the module
+    // the calls recomputation enters, in the order their pre-hooks run (outer before inner)
+    std::vector<const Call *> entered;
+    for (const Call &c : calls_)
+      if (c.first <= stop && c.scopeDepth >= r.call->scopeDepth && r.call->contains(*fwd_.nodes()[c.first]))
+        entered.push_back(&c);
+    llvm::stable_sort(entered, [](const Call *a, const Call *b) {
+      return std::make_pair(a->first, a->scopeDepth) < std::make_pair(b->first, b->scopeDepth);
+    });
+    size_t nextEntered = 0;
+    const Call *tracked = r.call;
     llvm::DenseMap<const Value *, Value *> copies;
     auto operand = [&](const Value *v) {
       Value *copy = copies.lookup(v);
       return copy ? copy : const_cast<Value *>(v);
     };
     for (unsigned i = r.call->first; i <= stop; ++i) {
+      while (nextEntered < entered.size() && entered[nextEntered]->first <= i)
+        tracked = entered[nextEntered++];
       const Node &n = *fwd_.nodes()[i];
       if (!r.call->contains(n))
         continue;
@@ -658,6 +674,8 @@ private:
                    });
       if (hook && !kept.empty())
         copy->setMetadata(kKeptCollectives, kept);
+      if (tracked->scope != n.scope())
+        copy->setScope(const_cast<ModuleScope *>(tracked->scope), tracked->callPath);
     }
   }
 

@@ -165,10 +165,22 @@ def titan_captured(*, name="llama3", tp=1, dp_shard=1, dp_replicate=1, ep=1, **j
     return plan
 
 
+class MoEBlock(torch.nn.Module):
+    """``h + moe(h)``, ``moe_enabled`` as torchtitan's transformer blocks are."""
+
+    moe_enabled = True
+
+    def __init__(self, moe):
+        super().__init__()
+        self.moe = moe
+
+    def forward(self, h):
+        return h + self.moe(h)
+
+
 class MoEStack(torch.nn.Module):
-    """Token embeddings, then blocks ``h + moe(h)`` of torchtitan's ``MoE`` layer alone, each block
-    ``moe_enabled`` as its transformer blocks are, so torchtitan's own ``apply_moe_ep_tp``
-    parallelizes it. Without attention, its tensor parallel runs on CPU (torchtitan's Qwen3-MoE
+    """Token embeddings, then :class:`MoEBlock` s of torchtitan's ``MoE`` layer alone, so that
+    torchtitan's own ``apply_moe_ep_tp`` and ``apply_fsdp`` parallelize it. Without attention, its tensor parallel runs on CPU (torchtitan's Qwen3-MoE
     under TP does not: its DTensor attention has no CPU sharding strategy)."""
 
     def __init__(self, *, vocab_size, dim, n_layers, moe_inter_dim, moe_args):
@@ -176,17 +188,15 @@ class MoEStack(torch.nn.Module):
 
         super().__init__()
         self.tok_embeddings = torch.nn.Embedding(vocab_size, dim)
+        self.norm = self.output = None  # what torchtitan's apply_fsdp looks for after the blocks
         self.layers = torch.nn.ModuleDict()
         for i in range(n_layers):
-            block = torch.nn.Module()
-            block.moe_enabled = True
-            block.moe = MoE(moe_args, dim=dim, hidden_dim=moe_inter_dim)
-            self.layers[str(i)] = block
+            self.layers[str(i)] = MoEBlock(MoE(moe_args, dim=dim, hidden_dim=moe_inter_dim))
 
     def forward(self, ids):
         h = self.tok_embeddings(ids)
         for block in self.layers.values():
-            h = h + block.moe(h)
+            h = block(h)
         return h
 
 
@@ -204,43 +214,55 @@ def moe_stack(*, vocab_size=256, dim=64, n_layers=2, num_experts=8, top_k=2, bat
     return model, (ids,)
 
 
-def parallelize_moe_stack(model, *, tp=2):
+def parallelize_moe_stack(model, *, tp=2, dp_shard=1, ac="none"):
     """The token embeddings as torchtitan's ``apply_non_moe_tp`` plans them (row-wise, output
     sequence-sharded and local), then torchtitan's ``apply_moe_ep_tp`` with a tensor-parallel mesh
     alone: each MoE layer's input all-gathered and output reduce-scattered on the sequence dim
     (``PrepareModuleInputOutput``), the router gate replicated (``NoParallel``), the experts'
-    weights column/row sharded (``TensorParallel``)."""
+    weights column/row sharded (``TensorParallel``). ``ac="full"``: torchtitan's ``apply_ac`` on
+    every block. With ``dp_shard`` > 1, torchtitan's ``apply_fsdp`` on the ``dp_shard`` dim of a
+    ``(dp_shard, tp)`` mesh (the embeddings, each block and the root as units, float32, gradient
+    division off). The order is torchtitan's: TP, AC, FSDP."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
-    from torchtitan.models.llama4.infra.parallelize import apply_moe_ep_tp
+    from torchtitan.distributed.activation_checkpoint import apply_ac
+    from torchtitan.models.llama4.infra.parallelize import apply_fsdp, apply_moe_ep_tp
 
-    tp_mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
-    parallelize_module(model, tp_mesh,
+    mesh = init_device_mesh("cpu", (dp_shard, tp), mesh_dim_names=("dp_shard", "tp"))
+    parallelize_module(model, mesh["tp"],
                        {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))})
-    apply_moe_ep_tp(model, tp_mesh=tp_mesh, ep_mesh=None, etp_mesh=None, ep_etp_mesh=None)
+    apply_moe_ep_tp(model, tp_mesh=mesh["tp"], ep_mesh=None, etp_mesh=None, ep_etp_mesh=None)
+    if ac != "none":
+        apply_ac(model, job_config(ac=ac).activation_checkpoint)
+    if dp_shard > 1:
+        apply_fsdp(model, mesh["dp_shard"], param_dtype=torch.float32, reduce_dtype=torch.float32, pp_enabled=False)
     return model
 
 
-def measure_moe_stack(*, phase="both", tp=2):
+def measure_moe_stack(*, phase="both", tp=2, dp_shard=1, ac="none"):
     """The truth for :func:`parallelize_moe_stack`: one step (sum of the output as the loss) counted
     under CommDebugMode on the fake process group."""
     from commlens.measure import count_collectives, counts_document, device_info, fake_process_group
 
     model, (ids,) = moe_stack()
-    with fake_process_group(tp):
-        parallelize_moe_stack(model, tp=tp)
+    with fake_process_group(tp * dp_shard):
+        parallelize_moe_stack(model, tp=tp, dp_shard=dp_shard, ac=ac)
         modules = count_collectives(model, (ids,), {}, phase, lambda out, args: out.sum())
-    return counts_document(modules, backend="fake", world_size=tp, phase=phase, model="examples.titan:moe_stack()",
-                           mesh={"shape": [tp], "dim_names": ["tp"], "device_type": "cpu"},
-                           plan_source=f"examples.titan:parallelize_moe_stack(tp={tp})", device=device_info(ids.device))
+    return counts_document(modules, backend="fake", world_size=tp * dp_shard, phase=phase,
+                           model="examples.titan:moe_stack()",
+                           mesh={"shape": [dp_shard, tp], "dim_names": ["dp_shard", "tp"], "device_type": "cpu"},
+                           plan_source=f"examples.titan:parallelize_moe_stack(tp={tp}, dp_shard={dp_shard}, ac={ac!r})",
+                           device=device_info(ids.device))
 
 
-def moe_stack_captured(*, tp=2):
+def moe_stack_captured(*, tp=2, dp_shard=1, ac="none"):
     """The plan ``commlens.capture`` reads off :func:`parallelize_moe_stack`'s calls (loss: the
     output's sum, as :func:`measure_moe_stack` takes it)."""
     import commlens.capture
 
-    plan = commlens.capture.capture("examples.titan:moe_stack()", f"examples.titan:parallelize_moe_stack(tp={tp})", tp)
-    plan.name = f"titan_moe_stack_tp{tp}_captured"
+    plan = commlens.capture.capture("examples.titan:moe_stack()",
+                                    f"examples.titan:parallelize_moe_stack(tp={tp}, dp_shard={dp_shard}, ac={ac!r})",
+                                    tp * dp_shard)
+    plan.name = f"titan_moe_stack_dp{dp_shard}xtp{tp}_captured"
     return plan

@@ -154,6 +154,19 @@ llvm::Error prepareModuleInputs(const ParallelStyle &style, StyleHooks &hooks, H
   return llvm::Error::success();
 }
 
+llvm::Error checkGroupedExpertsCall(const ParallelStyle &style, StyleHooks &hooks, const HookArguments &arguments) {
+  const std::string &module = hooks.module().scope.displayName();
+  if (!arguments.hasSignature)
+    return makeError("{} on {}: its input hook reads the call's (routed_input, num_tokens_per_expert), which needs "
+                     "the module's call signature (python -m commlens.export records it)",
+                     name(style.kind).str(), module);
+  if (arguments.args.size() != 2 || !arguments.args[0] || !arguments.args[1] || !arguments.kwargs.empty())
+    return makeError("{} on {}: expected a call with two positional tensors (routed_input, num_tokens_per_expert), "
+                     "as torchtitan's GroupedExperts takes",
+                     name(style.kind).str(), module);
+  return llvm::Error::success();
+}
+
 llvm::Error prepareModuleOutputs(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs) {
   if (!style.outputLayouts)
     return llvm::Error::success();

@@ -43,6 +43,10 @@ llvm::Error redistributeOnlyOutput(const ParallelStyle &style, StyleHooks &hooks
 /// style names. `useLocalOutput`: the input half's use_local_output.
 llvm::Error prepareModuleInputs(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments,
                                 bool useLocalOutput);
+/// The input hooks of torchtitan's expert styles read the call's (routed_input,
+/// num_tokens_per_expert), as GroupedExperts.forward takes them: two positional tensors, which
+/// needs the module's recorded call signature.
+llvm::Error checkGroupedExpertsCall(const ParallelStyle &style, StyleHooks &hooks, const HookArguments &arguments);
 /// PrepareModuleOutput's post-hook: output_layouts over the call's tensor outputs.
 llvm::Error prepareModuleOutputs(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs);
 

@@ -34,15 +34,8 @@ public:
   bool parametersUsedLocally() const override { return true; }
 
   llvm::Error preHook(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments) const override {
-    const std::string &module = hooks.module().scope.displayName();
-    if (!arguments.hasSignature)
-      return makeError("{} on {}: its token dispatch reads the call's (routed_input, num_tokens_per_expert), which "
-                       "needs the module's call signature (python -m commlens.export records it)",
-                       name(style.kind).str(), module);
-    if (arguments.args.size() != 2 || !arguments.args[0] || !arguments.args[1] || !arguments.kwargs.empty())
-      return makeError("{} on {}: expected a call with two positional tensors (routed_input, "
-                       "num_tokens_per_expert), as torchtitan's GroupedExperts takes",
-                       name(style.kind).str(), module);
+    if (llvm::Error err = checkGroupedExpertsCall(style, hooks, arguments))
+      return err;
     arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false,
                                        "exchanges the per-expert token counts");
     arguments.args[0] = hooks.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,

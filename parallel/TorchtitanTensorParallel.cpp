@@ -11,8 +11,6 @@
 // The layer's Partial output is reduced by the PrepareModuleInputOutput on the MoE module.
 #include "parallel/StyleParts.h"
 
-#include "ir/Error.h"
-
 namespace commlens {
 namespace {
 
@@ -36,15 +34,8 @@ public:
   bool parametersUsedLocally() const override { return true; }
 
   llvm::Error preHook(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments) const override {
-    const std::string &module = hooks.module().scope.displayName();
-    if (!arguments.hasSignature)
-      return makeError("{} on {}: its input hook reads the call's (routed_input, num_tokens_per_expert), which "
-                       "needs the module's call signature (python -m commlens.export records it)",
-                       name(style.kind).str(), module);
-    if (arguments.args.size() != 2 || !arguments.args[0] || !arguments.kwargs.empty())
-      return makeError("{} on {}: expected a call with two positional arguments (routed_input, "
-                       "num_tokens_per_expert), as torchtitan's GroupedExperts takes",
-                       name(style.kind).str(), module);
+    if (llvm::Error err = checkGroupedExpertsCall(style, hooks, arguments))
+      return err;
     Value *replicated = hooks.annotate(arguments.args[0], Placement::replicate(), std::nullopt,
                                        /*useLocalOutput=*/false, "in");
     arguments.args[0] = hooks.toLocal(replicated, Placement::partial());

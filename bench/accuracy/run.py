@@ -296,9 +296,13 @@ CONFIGS = [
     # MoE tensor parallel as torchtitan's apply_moe_ep_tp applies it with a tp mesh alone (the MoE
     # input all-gathered and output reduce-scattered, NoParallel router gate, TensorParallel
     # experts), on token embeddings and MoE layers (Qwen3-MoE's DTensor attention has no CPU
-    # strategy under TP)
-    *[Config(f"titan_moe_stack-tp_captured-tp{tp}-both", T + "moe_stack()", T + f"moe_stack_captured(tp={tp})",
-             "both", ci=tp == 2, measure=T + f"measure_moe_stack(tp={tp})") for tp in (2, 4)],
+    # strategy under TP), and under torchtitan's apply_fsdp and apply_ac (whose recomputation
+    # CommDebugMode charges to the module entered last: the MoE output hook's to the experts)
+    *[Config(f"titan_moe_stack-{name}-both", T + "moe_stack()", T + f"moe_stack_captured({settings})",
+             "both", ci=ci, measure=T + f"measure_moe_stack({settings})")
+      for name, settings, ci in (("tp_captured-tp2", "tp=2", False), ("tp_captured-tp4", "tp=4", False),
+                                 ("fsdp_tp_captured-dp2xtp2", "tp=2, dp_shard=2", True),
+                                 ("fsdp_tp_captured-dp2xtp2-full_ac", "tp=2, dp_shard=2, ac='full'", False))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",

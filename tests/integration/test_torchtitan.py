@@ -326,3 +326,33 @@ def test_moe_tensor_parallel(tmp_path, run_commlens):
         assert (experts["backward"], experts["backward_bytes"]) == (
             {"c10d_functional.all_reduce": 1}, {"c10d_functional.all_reduce": 64 * 64 * 4})
     _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack()")
+
+
+def test_moe_tensor_parallel_under_fsdp(tmp_path, run_commlens):
+    """The same with torchtitan's apply_fsdp on dp_shard=2 of a (dp_shard 2, tp 2) mesh: each block
+    is a unit whose parameters FSDP shards on top of their tensor-parallel placements. A block
+    holds the replicated gate (8 x 64) and the experts' tp shards (w1, w2, w3: 8 experts x 16 x 64
+    each), 512 + 3 x 8192 floats per tp rank; FSDP's all-gather sends half of them (50176 bytes)
+    and its reduce-scatter takes all of them (100352 bytes)."""
+    settings = dict(tp=2, dp_shard=2)
+    plan = moe_stack_captured(**settings)
+    assert [(u.fqn, u.mesh_dims) for u in plan.fully_shard] == [
+        ("tok_embeddings", ("dp_shard",)), ("layers.*", ("dp_shard",)), ("", ("dp_shard",))]
+    doc = measure_moe_stack(**settings)
+    block = _module(doc, "FSDPMoEStack.layers.0")
+    floats = 8 * 64 + 3 * 8 * 16 * 64
+    assert block["forward_bytes"]["c10d._allgather_base_"] == floats * 4 // 2
+    assert block["backward_bytes"]["c10d._reduce_scatter_base_"] == floats * 4
+    _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack()")
+
+
+def test_moe_tensor_parallel_full_checkpointing_charges_the_output_hook_to_the_experts(tmp_path, run_commlens):
+    """torchtitan's full AC on the blocks (early stop off) recomputes each MoE layer in backward,
+    its output hook's reduce-scatter too. CommDebugMode's tracker, in backward, is named by forward
+    pre-hooks alone, so that reduce-scatter, which runs after the experts' call, is charged to the
+    experts (and their parents), not to the MoE module's own row."""
+    settings = dict(tp=2, dp_shard=2, ac="full")
+    plan, doc = moe_stack_captured(**settings), measure_moe_stack(**settings)
+    experts = _module(doc, "FSDPMoEStack.layers.0._checkpoint_wrapped_module.moe.experts")
+    assert experts["backward"] == {"c10d_functional.all_reduce": 1, "c10d_functional.reduce_scatter_tensor": 1}
+    _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack()")
