@@ -99,6 +99,8 @@ public:
       return chunk();
     if (op == "aten::vstack.default")
       return vstack();
+    if (op == "transformers::grouped_mm_fallback.default")
+      return transformersGroupedMm();
     if (op == "aten::_assert_tensor_metadata.default")
       return llvm::Error::success(); // export's check of a .to() call: eager code never dispatches it
     if (op == "aten::movedim.int" || op == "aten::movedim.intlist")
@@ -163,6 +165,23 @@ private:
       rows.push_back(x);
     }
     b_.bind(result(0), emit1("aten::cat.default", {{"tensors", rows, false}, {"dim", int64_t{0}, false}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// transformers' MoE experts (transformers 5.23 integrations/moe.py, `_grouped_mm`) call the
+  /// custom op transformers::grouped_mm_fallback(input, weight, offs) where torch._grouped_mm
+  /// cannot run: while dynamo traces float32 weights, so in every float32 program torch.export
+  /// writes. Eagerly (`_can_use_grouped_mm`: any CUDA torch, CPU torch after 2.10) the same call
+  /// runs torch._grouped_mm on the same operands, which the fallback's torch.mm loop over the
+  /// offsets computes.
+  llvm::Error transformersGroupedMm() {
+    Value *input = in("input"), *weight = in("weight"), *offs = in("offs");
+    if (!input || !weight || !offs || n_->results().size() != 1 || !result(0)->meta())
+      return makeError("node '{}' ({}): expected tensors input, weight and offs and one tensor result", n_->name(),
+                       n_->opString());
+    b_.bind(result(0), emit1("aten::_grouped_mm.default", {{"self", input, false}, {"mat2", weight, false},
+                                                           {"offs", offs, false}},
                              *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
   }

@@ -1622,7 +1622,7 @@ const Table &table() {
     reg({"aten::view_as_real.default"}, viewAsRealBackward);
     reg({"aten::view_as_complex.default"}, viewAsComplexBackward);
     reg({"aten::mul.Scalar", "aten::div.Scalar"}, scaleByScalar);
-    reg({"aten::div.Tensor", "aten::true_divide.Tensor"}, divTensor);
+    reg({"aten::div.Tensor", "aten::div_.Tensor", "aten::true_divide.Tensor"}, divTensor);
     reg({"aten::neg.default"}, negBackward);
     reg({"aten::exp.default"}, expBackward);
     reg({"aten::sqrt.default"}, sqrtBackward);

@@ -53,13 +53,24 @@ _FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "granite"
              "ministral": "Ministral", "ernie4_5": "Ernie4_5", "arcee": "Arcee", "qwen3": "Qwen3",
              "exaone4": "Exaone4", "apertus": "Apertus"}
 
+# Mixture-of-experts families (their shipped TP plans use packed_colwise / moe_tp_experts, which
+# hf_tp does not map): the class prefix and the tiny config's expert settings, 8 routed experts,
+# top 2, each expert's FFN hidden // 4 wide.
+_MOE_FAMILIES = {
+    "qwen3_moe": ("Qwen3Moe", dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32)),
+    "qwen2_moe": ("Qwen2Moe", dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                   shared_expert_intermediate_size=64)),
+    "mixtral": ("Mixtral", dict(num_local_experts=8, num_experts_per_tok=2)),
+    "olmoe": ("Olmoe", dict(num_experts=8, num_experts_per_tok=2)),
+}
+
 
 def _family(name):
     import transformers
 
-    if name not in _FAMILIES:
-        raise ValueError(f"family must be one of {sorted(_FAMILIES)}, got {name!r}")
-    cls = _FAMILIES[name]
+    if name not in _FAMILIES and name not in _MOE_FAMILIES:
+        raise ValueError(f"family must be one of {sorted([*_FAMILIES, *_MOE_FAMILIES])}, got {name!r}")
+    cls = _FAMILIES[name] if name in _FAMILIES else _MOE_FAMILIES[name][0]
     return getattr(transformers, cls + "Config"), getattr(transformers, cls + "ForCausalLM")
 
 
@@ -80,9 +91,12 @@ def tiny_config(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8,
     config = config_cls(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=n_layers,
                         num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
                         max_position_embeddings=max(64, seq), tie_word_embeddings=False,
-                        head_dim=dim // n_heads)  # Ministral has no default head_dim
-    if config.pad_token_id is not None and config.pad_token_id >= vocab:
-        config.pad_token_id = 0  # Phi3, Glm, SmolLM3 default to an id past a tiny vocabulary
+                        head_dim=dim // n_heads,  # Ministral has no default head_dim
+                        **(_MOE_FAMILIES[family][1] if family in _MOE_FAMILIES else {}))
+    for special in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        # Phi3, Glm, SmolLM3 (pad), OLMoE (eos) default to an id past a tiny vocabulary
+        if isinstance(getattr(config, special, None), int) and getattr(config, special) >= vocab:
+            setattr(config, special, 0)
     # sdpa where the family supports it (eager otherwise, e.g. Gemma2's logit soft-capping)
     config._attn_implementation = "sdpa" if model_cls._supports_sdpa else "eager"
     return config
@@ -176,6 +190,15 @@ def hf_tp(*, family="llama", tp=4, dp=None, lm_head=True, loss="cross_entropy", 
         activation_checkpoint=((ActivationCheckpoint("model.model.layers.*", wrapper=False),)
                                if gradient_checkpointing else ()),
     )
+
+
+def hf_fsdp(*, family="qwen3_moe", dp=2):
+    """FSDP2 alone, as users shard a transformers model themselves: every decoder layer, then the
+    root, a fully_shard unit on a ``("dp",)`` mesh; the training step's cross-entropy against
+    random targets (seed 0)."""
+    return Plan(name=f"hf_{family}_fsdp", mesh_shape=(dp,), mesh_dim_names=("dp",),
+                fully_shard=(FullyShard("model.model.layers.*", ("dp",)), FullyShard("", ("dp",))),
+                loss=Loss.cross_entropy(targets="random", seed=0))
 
 
 def hf_captured(*, family="llama", tp=4):

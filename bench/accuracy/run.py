@@ -251,6 +251,12 @@ CONFIGS = [
              H + f"hf_captured(family={family!r}, tp={tp})", "inference", ci=(family, tp) == ("llama", 4),
              measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
       for family in HF_CAPTURED for tp in ((2, 4) if family == "llama" else (4,))],
+    # transformers' mixture-of-experts families under FSDP2 (every decoder layer, then the root): their
+    # experts' grouped matmuls (exported as transformers::grouped_mm_fallback, run as _grouped_mm),
+    # routers (top-k, Mixtral's in-place normalisation) and Qwen2-MoE's shared expert
+    *[Config(f"hf_{family}-fsdp-dp{dp}-both", f"examples.hf:hf_model(family={family!r})",
+             H + f"hf_fsdp(family={family!r}, dp={dp})", "both", ci=(family, dp) == ("qwen3_moe", 2))
+      for family, dp in (("qwen3_moe", 2), ("qwen3_moe", 4), ("qwen2_moe", 2), ("mixtral", 2), ("olmoe", 2))],
     # torchtitan 0.2.2 as users run it: its Llama 3 parallelized by its own parallelize_llama
     # (TP+SP, loss parallel, tok_embeddings / blocks / [norm, output] / root FSDP2 units with
     # gradient division off, full AC and both selective policies, bf16), and its dense Qwen3 by

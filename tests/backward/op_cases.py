@@ -143,6 +143,9 @@ CASES = [
      .flatten(2), [(f32(2, 4, 6), S1), (c64(4, 3), S0)]),
 
     ("div", lambda a, b: a / b, [(f32(4, 6), R), (f32(4, 6, lo="pos"), R)]),
+    # Mixtral's router normalises its top-k weights in place (weights /= weights.sum(-1, keepdim=True))
+    ("div-inplace-by-row-sums", lambda a: (a * 2).div_((a * 2).sum(-1, keepdim=True)),
+     [(f32(4, 6, lo="pos"), S0)]),
     ("div-scalar", lambda a: a / 3.0, [(f32(4, 6), R)]),
     ("pow2", lambda a: a.pow(2), [(f32(4, 6), R)]),
     ("pow3", lambda a: a ** 3, [(f32(4, 6), R)]),

@@ -1,0 +1,36 @@
+"""transformers' mixture-of-experts families (examples.hf: Qwen3-MoE, Mixtral) under FSDP2 as users
+shard them (every decoder layer, then the root), one training step measured with CommDebugMode and
+predicted from the exported program. Their experts' grouped matmuls are exported as the custom op
+transformers::grouped_mm_fallback (run eagerly as torch._grouped_mm), and Mixtral's router
+normalises its top-k weights in place (div_)."""
+
+import json
+
+import pytest
+
+from commlens import plan as planlib
+from commlens.measure import format_counts, measure
+from examples.hf import hf_model
+from integration_helpers import export_pt2, save_plan
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_moe_family_under_fsdp(tmp_path, run_commlens, family):
+    model_spec = f"examples.hf:hf_model(family={family!r})"
+    plan_path = save_plan(planlib.resolve_plan(f"examples.hf:hf_fsdp(family={family!r}, dp=2)"), tmp_path)
+    doc = measure(model_spec, str(plan_path), backend="fake", phase="both", return_document=True)
+    # each decoder layer's unit all-gathers its parameters in forward: each of the 2 ranks sends its
+    # half of the layer's float32 parameters (attention, router, the 8 experts, norms)
+    model, _ = hf_model(family=family)
+    layer_bytes = sum(p.numel() for p in model.model.model.layers[0].parameters()) * 4
+    layer = next(m for m in doc["modules"] if m["fqn"] == "FSDPHFCausalLM.model.model.layers.0")
+    assert layer["forward_bytes"] == {"c10d._allgather_base_": layer_bytes // 2}
+    measured = tmp_path / "measured.counts.json"
+    measured.write_text(format_counts(doc))
+    predicted = tmp_path / "predicted.json"
+    r = run_commlens("predict", export_pt2(model_spec, tmp_path), "--plan", plan_path, "--phase", "both",
+                     "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    r = run_commlens("compare", predicted, measured, "--json")
+    summary = json.loads(r.stdout)["summary"]
+    assert r.returncode == 0 and summary["differ"] == 0 and summary["bytes_compared"] == summary["cells"] > 0, r.stdout
