@@ -45,5 +45,12 @@ def test_unmapped_style_is_refused_by_name():
 
 
 def test_unknown_family_is_refused():
-    with pytest.raises(ValueError, match=r"family must be one of \[.*'olmo2'.*\], got 'mixtral'"):
+    with pytest.raises(ValueError, match=r"family must be one of \[.*'olmo2'.*\], got 'falcon'"):
+        shipped_tp_plan("falcon")
+
+
+def test_moe_familys_shipped_tp_plan_is_refused_by_its_unmapped_style():
+    # its experts' packed gate/up parameter is sharded by transformers' packed_colwise, no torch style
+    with pytest.raises(ValueError, match=r"^mixtral ships tp plan entry 'model.model.layers.\*.mlp.experts.gate_up_proj': "
+                                         r"'packed_colwise', which commlens does not map \(known: embedding_rowwise, "):
         shipped_tp_plan("mixtral")
