@@ -15,7 +15,7 @@ namespace commlens {
 
 std::string CudaTarget::str() const {
   return fmt::format("{} (sm{}{}, cuDNN {}.{}.{}{})", name, major, minor, cudnnVersion / 10000, cudnnVersion / 100 % 100,
-                     cudnnVersion % 100, torchMinor == CudaTarget().torchMinor ? "" : fmt::format(", torch 2.{}", torchMinor));
+                     cudnnVersion % 100, torchMinor == kPinnedTorchMinor ? "" : fmt::format(", torch 2.{}", torchMinor));
 }
 
 namespace {

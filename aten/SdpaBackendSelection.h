@@ -26,7 +26,8 @@ struct CudaTarget {
   int cudaMajor = 12;
   /// torch.__version__'s minor (torch 2.MINOR): releases before 2.12 lack check_cudnn_dropout
   /// (pytorch#174245), the one selection difference modelled between the releases accepted.
-  int torchMinor = 13;
+  static constexpr int kPinnedTorchMinor = 13; ///< the torch commlens models (scripts/setup.sh)
+  int torchMinor = kPinnedTorchMinor;
 
   std::string str() const; ///< "h100 (sm90, cuDNN 9.10.2)", ", torch 2.11" added for an older torch
 };

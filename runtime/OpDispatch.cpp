@@ -192,15 +192,20 @@ private:
     auto step = [&](BoundaryStep::Kind kind, Placements from, Placements to) {
       state_.boundarySteps[&n].push_back(BoundaryStep{kind, std::move(from), std::move(to)});
     };
-    // A hook's result: a DTensor, or its local tensor with use_local_output (a shard LocalShards follows).
+    // DTensor.to_local of a DTensor with `placements` (a shard LocalShards follows), its gradient
+    // taken as `grad` (none: the default gradient placements).
+    auto toLocal = [&](const Placements &placements, const std::optional<Placement> &grad) {
+      Placements local = normalized(placements, x->meta()->rank());
+      step(BoundaryStep::Kind::ToLocal, local,
+           grad ? normalized(onMesh(*grad), x->meta()->rank()) : gradientPlacements(local));
+      localShards_.toLocal(out, local);
+    };
+    // A hook's result: a DTensor, or its local tensor with use_local_output.
     auto handBack = [&](const Placements &result) {
-      if (!n.boolInput("use_local_output")) {
+      if (n.boolInput("use_local_output"))
+        toLocal(result, std::nullopt);
+      else
         setDTensor(out, result, approx);
-        return;
-      }
-      Placements local = normalized(result, x->meta()->rank());
-      step(BoundaryStep::Kind::ToLocal, local, gradientPlacements(local));
-      localShards_.toLocal(out, normalized(result, x->meta()->rank()));
     };
     // A hook's redistribute: its collectives, and the step its backward replays.
     auto redistributeStep = [&](const Placements &from, const Placements &to, const std::string &why) -> llvm::Error {
@@ -243,10 +248,7 @@ private:
     case BoundaryOp::ToLocal: { // DTensor.to_local(grad_placements=...)
       if (!in)
         return makeError("{}: to_local of {}, which is not a DTensor here", n.where(), x->name());
-      Placements local = normalized(in->placements, x->meta()->rank());
-      std::optional<Placement> grad = placementArg(n, "grad_placement");
-      step(BoundaryStep::Kind::ToLocal, local, grad ? normalized(onMesh(*grad), x->meta()->rank()) : gradientPlacements(local));
-      localShards_.toLocal(out, local);
+      toLocal(in->placements, placementArg(n, "grad_placement"));
       return llvm::Error::success();
     }
     case BoundaryOp::SequenceParallelInput: {

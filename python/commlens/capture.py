@@ -632,7 +632,7 @@ class _Capture:
         options = [json.loads(entries[members[0]][1]) for _pattern, members in groups]
         return tuple(ActivationCheckpoint(pattern, save_ops=tuple(save_ops), early_stop=early_stop,
                                           recompute_every_second=tuple(every_second),
-                                          recompute_mm_rhs_shapes=tuple(tuple(s) for s in forced))
+                                          recompute_mm_rhs_shapes=forced)
                      for (pattern, _members), (save_ops, every_second, forced, early_stop) in zip(groups, options))
 
     def save_ops(self, context_fn, where):

@@ -210,7 +210,7 @@ def from_json(obj, subject="plan"):
         checkpoints.append(ActivationCheckpoint(fqn=u["fqn"], wrapper=u.get("wrapper", True),
                                                 save_ops=tuple(save_ops), early_stop=u.get("early_stop", True),
                                                 recompute_every_second=tuple(every_second),
-                                                recompute_mm_rhs_shapes=tuple(tuple(s) for s in shapes)))
+                                                recompute_mm_rhs_shapes=shapes))
     placements = {}
     for k, v in (obj.get("placements") or {}).items():
         placements[k] = _placement_spec_from_json(v, subject, f"placements[{k!r}]")
