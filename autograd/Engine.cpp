@@ -782,6 +782,14 @@ private:
         out[0] = allToAllBackward(*a.fwd, g);
         return out;
       }
+      if (a.step.kind == BoundaryStep::Kind::AllReduceGradient) { // in the module whose backward runs now
+        out[0] = emit(boundaryOpTarget(BoundaryOp::AllReduceSum),
+                      {{"self", g, false},
+                       {"what", "sums the gradient of its " + a.fwd->input("what")->get<std::string>(), false},
+                       {"module", a.fwd->input("module")->get<std::string>(), true}},
+                      metaOf(g->meta()->dtype, sizesOf(*g->meta()), g->meta()->device), "grad_all_reduce");
+        return out;
+      }
       llvm::StringRef op = boundaryOpTarget(a.step.kind == BoundaryStep::Kind::FromLocal ? BoundaryOp::FromLocalBackward
                                             : a.step.kind == BoundaryStep::Kind::Redistribute
                                                 ? BoundaryOp::RedistributeBackward

@@ -89,7 +89,7 @@ llvm::Expected<ShardingDecision> ShardingRules::decide(const Node &node,
       in.meta = operands[i]->meta;
       in.placements = normalized(operands[i]->placements, in.meta.rank());
       for (const Placement &p : in.placements)
-        if (p.kind == Placement::Kind::StridedShard)
+        if (p.kind == Placement::Kind::StridedShard && it->second != rules::followInputRule)
           return makeError("{}: operand {} is _StridedShard ({}); strided-shard propagation is not modelled", op, i,
                            str(in.placements));
     } else {

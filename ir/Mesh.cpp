@@ -109,13 +109,24 @@ llvm::Expected<Placement> Placement::parse(llvm::StringRef text) {
     int64_t d;
     if (!arg.trim().getAsInteger(10, d))
       return Placement::shard(d);
+  } else if (call("_StridedShard", arg) || call("_S", arg)) { // torch's repr "_StridedShard(dim=1, sf=2)"
+    auto [dimArg, factorArg] = arg.split(',');
+    dimArg = dimArg.trim();
+    dimArg.consume_front("dim=");
+    factorArg = factorArg.trim();
+    if (!factorArg.consume_front("sf="))
+      factorArg.consume_front("split_factor=");
+    int64_t d, factor;
+    if (!dimArg.trim().getAsInteger(10, d) && !factorArg.trim().getAsInteger(10, factor) && factor >= 1)
+      return Placement{Kind::StridedShard, d, factor, ReduceOp::Sum};
   } else if (call("P", arg) || call("Partial", arg)) {
     if (auto op = reduceOf(arg))
       return Placement::partial(*op);
   } else if (t == "P" || t == "Partial") {
     return Placement::partial();
   }
-  return makeError("bad placement '{}' (expected Shard(d), Replicate() or Partial(op))", text.str());
+  return makeError("bad placement '{}' (expected Shard(d), Replicate(), Partial(op) or _StridedShard(dim=d, sf=k))",
+                   text.str());
 }
 
 std::string str(llvm::ArrayRef<Placement> placements) {

@@ -60,6 +60,14 @@ public:
   /// rows sent / received are tokens routed to this rank's experts (their number is the routing's);
   /// `what` says what it exchanges ("dispatches the routed tokens ...").
   virtual Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, llvm::StringRef what) = 0;
+  /// transformers' _AllReduceForward: `dist.all_reduce` in place of a plain tensor holding this
+  /// rank's partial sums (c10d.allreduce_ of its bytes), identity in backward. `what` says what it
+  /// sums ("sums the experts' partial outputs").
+  virtual Value *allReduceSum(Value *x, llvm::StringRef what) = 0;
+  /// transformers' _AllReduceBackward: identity in forward; in backward, where a gradient reaches
+  /// it, that gradient is summed over the mesh dim (c10d.allreduce_). `what` names the input
+  /// ("hidden_states").
+  virtual Value *allReduceInBackward(Value *x, llvm::StringRef what) = 0;
   /// Whether the call runs with grad enabled (false in a no_grad region and in inference).
   virtual bool gradEnabled() const = 0;
 };

@@ -78,6 +78,12 @@ public:
   Value *allReduceLocal(Value *x) override {
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceLocal), x, {}, "out");
   }
+  Value *allReduceSum(Value *x, llvm::StringRef what) override {
+    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceSum), x, {{"what", what.str(), false}}, "summed");
+  }
+  Value *allReduceInBackward(Value *x, llvm::StringRef what) override {
+    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceInBackward), x, {{"what", what.str(), false}}, "in");
+  }
   Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, llvm::StringRef what) override {
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllToAll), x,
                     {{"autograd", autograd, false},
@@ -435,10 +441,12 @@ private:
     for (const ParallelStyle *style : c.styles)
       if (llvm::Error err = styleModel(style->kind).preHook(*style, hooks, arguments))
         return err;
-    // The forward reads these parameters' local shards (param.to_local(), after the hooks ran).
+    // The forward reads these parameters' local shards (param.to_local(), after the hooks ran);
+    // those no plan made DTensors it reads as they are.
     if (auto local = localParams_.find(c.scope); local != localParams_.end())
       for (const Value *p : local->second)
-        b.bind(p, hooks.annotate(b.map(p), std::nullopt, std::nullopt, /*useLocalOutput=*/true, "local"));
+        if (ctx_.state.dtensors.count(p))
+          b.bind(p, hooks.annotate(b.map(p), std::nullopt, std::nullopt, /*useLocalOutput=*/true, "local"));
     // The graph has one value where the call may have several arguments: a tensor passed twice
     // must become the same value both times.
     llvm::DenseMap<const Value *, Value *> becomes;

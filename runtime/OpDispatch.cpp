@@ -316,6 +316,33 @@ private:
       localShards_.toLocal(out, normalized(summed, x->meta()->rank()));
       return llvm::Error::success();
     }
+    case BoundaryOp::AllReduceSum: {
+      // transformers' _AllReduceForward (and _AllReduceBackward's backward): dist.all_reduce in
+      // place of a plain tensor each rank holds whole-sized, its partial sums (c10d.allreduce_).
+      if (in)
+        return makeError("{}: {} hands dist.all_reduce a DTensor ({}); transformers' all-reduce expects the plain "
+                         "tensor of its partial sums",
+                         n.where(), module, str(in->placements));
+      recordCollective(n, x, "c10d.allreduce_", 0, Placement::partial(), Placement::replicate(),
+                       {Placement::partial()}, {Placement::replicate()}, x->meta()->nbytes(),
+                       fmt::format("{} {} (dist.all_reduce in place of {})", module,
+                                   n.input("what")->get<std::string>(), x->name()))
+          .approximate = approx;
+      localShards_.toLocal(out, onMesh(Placement::replicate())); // the sum: whole on every rank
+      return llvm::Error::success();
+    }
+    case BoundaryOp::AllReduceInBackward: {
+      // transformers' _AllReduceBackward: the tensor itself in forward (the plain tensor its input
+      // hook takes), its gradient summed over the mesh dim in backward.
+      if (in)
+        return makeError("{}: {} takes a DTensor ({}) through its backward all-reduce; commlens models it on the "
+                         "plain tensors transformers' local layers hand on",
+                         n.where(), module, str(in->placements));
+      localShards_.passThrough(x, out);
+      if (n.gradEnabled())
+        step(BoundaryStep::Kind::AllReduceGradient, {}, {});
+      return llvm::Error::success();
+    }
     case BoundaryOp::AllToAll:
       return allToAll(n, x, in, module, approx);
     default: // the FSDP hooks, above

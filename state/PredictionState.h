@@ -56,11 +56,12 @@ struct CollectiveRecord {
 /// One autograd-visible step a plan boundary op took in forward (DTensor.from_local,
 /// DTensor.redistribute, DTensor.to_local): the backward pass replays its autograd Function.
 struct BoundaryStep {
-  enum class Kind : uint8_t { FromLocal, Redistribute, ToLocal, AllToAll };
+  enum class Kind : uint8_t { FromLocal, Redistribute, ToLocal, AllToAll, AllReduceGradient };
   Kind kind = Kind::FromLocal;
   Placements from; ///< Redistribute: the source; ToLocal: the DTensor's placements
   /// FromLocal: the placements given; Redistribute: the target; ToLocal: the gradient's placements
-  /// (grad_placements, by default `from` with Partial as Replicate). AllToAll: neither.
+  /// (grad_placements, by default `from` with Partial as Replicate). AllToAll, AllReduceGradient:
+  /// neither.
   Placements to;
 };
 

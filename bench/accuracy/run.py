@@ -115,6 +115,8 @@ H = "examples.hf:"
 HF_TRANSFORMERS_TP = ("llama", "qwen2", "mistral", "granite", "gemma", "gemma2", "cohere", "starcoder2", "olmo",
                       "olmo2", "olmo3", "phi", "phi3", "glm", "smollm3", "ministral", "ernie4_5", "arcee")
 HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3", "exaone4", "apertus")
+# Mixture-of-experts families whose tp_plan="auto" path the corpus measures natively (moe_tp_experts).
+HF_MOE_CAPTURED = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe")
 
 CONFIGS = [
     # MLP: w1 Colwise, w2 Rowwise; input with and without requires_grad; 1-D and 2-D meshes
@@ -251,6 +253,14 @@ CONFIGS = [
              H + f"hf_captured(family={family!r}, tp={tp})", "inference", ci=(family, tp) == ("llama", 4),
              measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
       for family in HF_CAPTURED for tp in ((2, 4) if family == "llama" else (4,))],
+    # transformers' mixture-of-experts families through their real tp_plan="auto" path: the experts'
+    # 3-D weights placed by their own entries (packed_colwise: _StridedShard; rowwise), the experts
+    # run on local shards between transformers' autograd all-reduces (moe_tp_experts), training and
+    # inference, from the captured plan
+    *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-{phase}", f"examples.hf:hf_model(family={family!r})",
+             H + f"hf_captured(family={family!r}, tp={tp})", phase, ci=(family, tp, phase) == ("qwen3_moe", 2, "both"),
+             measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
+      for family in HF_MOE_CAPTURED for tp in (2, 4) for phase in ("both", "inference")],
     # transformers' mixture-of-experts families under FSDP2 (every decoder layer, then the root): their
     # experts' grouped matmuls (exported as transformers::grouped_mm_fallback, run as _grouped_mm),
     # routers (top-k, Mixtral's in-place normalisation) and Qwen2-MoE's shared expert

@@ -136,6 +136,10 @@ using StrategyFn = llvm::Expected<Cands> (*)(const OpCall &);
 /// Returns the composition as the one candidate of the list op.
 llvm::Expected<Cands> perElement(const OpCall &call, llvm::StringRef elementOp, StrategyFn elementRule);
 
+/// The one candidate following the single input's placements exactly (contiguous, detach, alias,
+/// ...: DTensor's default_strategy): the only rule a _StridedShard operand may go through.
+llvm::Expected<Cands> followInputRule(const OpCall &call);
+
 /// Registration tables, filled per family.
 using RuleTable = llvm::StringMap<StrategyFn>;
 /// Whether DTensor registers `op` as a functional pointwise op (PointwiseRules' families).

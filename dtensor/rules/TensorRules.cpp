@@ -20,10 +20,6 @@
 
 namespace commlens::rules {
 
-namespace {
-
-using RP = RulePlacement;
-
 llvm::Expected<Cands> followInputRule(const OpCall &call) {
   if (call.inputs.size() != 1)
     return call.error("expected one tensor operand, got {}", call.inputs.size());
@@ -31,6 +27,10 @@ llvm::Expected<Cands> followInputRule(const OpCall &call) {
   c.push_back(followCandidate(call, call.inputs[0].placements, call.inputs[0].placements));
   return c;
 }
+
+namespace {
+
+using RP = RulePlacement;
 
 llvm::Expected<Cands> splitRule(const OpCall &call) {
   if (call.inputs.size() != 1)

@@ -21,9 +21,10 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 # Registrations capture records as transformers' own layer objects (plan styles Transformers*):
 # RowwiseParallel rather than its torch style below, because without grad its Linear runs on local
 # shards and calls dist.all_reduce in place (c10d.allreduce_), which no torch style does; and
-# ReplicatedWithGradAllReduce, a gradient hook no torch style has. (Hand-written plans,
+# ReplicatedWithGradAllReduce, a gradient hook no torch style has; MoeExpertsParallel, the experts on
+# their local shards between autograd all-reduces of transformers' own. (Hand-written plans,
 # examples.hf:hf_tp, use the torch styles, measured as torch runs them.)
-OWN_STYLES = ("rowwise", "rowwise_split_input", "replicated_with_grad_allreduce")
+OWN_STYLES = ("rowwise", "rowwise_split_input", "replicated_with_grad_allreduce", "moe_tp_experts")
 
 # transformers' registration name -> the torch style with the layouts transformers registers for it.
 # Its EmbeddingParallel(shard_dim=0) shards the vocabulary, takes the ids replicated and sums the

@@ -56,6 +56,25 @@ def compare_with_measure(run_commlens, predicted, model_spec, plan, directory):
     return json.loads(r.stdout)["summary"]
 
 
+def assert_prediction_equals_counts(run_commlens, pt2, plan_path, measured_doc, phase, directory):
+    """Predicts `pt2` under the plan file in `phase` and checks it against a CommDebugMode counts
+    document measured natively (a client's own parallelization): `commlens compare` passes, no
+    cell differs, and every cell's bytes were compared."""
+    import json
+
+    from commlens.measure import format_counts
+
+    measured = pathlib.Path(directory) / "measured.counts.json"
+    measured.write_text(format_counts(measured_doc))
+    predicted = pathlib.Path(directory) / "predicted.json"
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", phase, "--format", "json", "-o", predicted)
+    assert r.returncode == 0, r.stderr
+    r = run_commlens("compare", predicted, measured, "--phase", phase, "--json")
+    summary = json.loads(r.stdout)["summary"]
+    assert r.returncode == 0 and summary["differ"] == 0, r.stdout
+    assert summary["bytes_compared"] == summary["cells"] > 0
+
+
 def measured_fsdp_tp_step(model_spec, plan):
     """CommDebugMode's totals (commlens.measure, fake process group, both phases) for a plan with
     fully_shard on mesh dim dp and the TP styles on tp, shaped as predict's `commlens.step`:

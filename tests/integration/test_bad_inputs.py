@@ -489,7 +489,7 @@ def _(b):
 def _(b):
     plan = b.plan(lambda d: d["parallelize"][0]["plan"][0].update(output_layouts=["Shard(x)"]))
     return predict(b.good_pt2, plan), (f"{plan}: parallelize[0].plan[0].output_layouts[0]: bad placement 'Shard(x)' "
-                                       "(expected Shard(d), Replicate() or Partial(op))")
+                                       "(expected Shard(d), Replicate(), Partial(op) or _StridedShard(dim=d, sf=k))")
 
 
 @kind("placement-not-a-string")

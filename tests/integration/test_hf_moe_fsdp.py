@@ -4,14 +4,12 @@ predicted from the exported program. Their experts' grouped matmuls are exported
 transformers::grouped_mm_fallback (run eagerly as torch._grouped_mm), and Mixtral's router
 normalises its top-k weights in place (div_)."""
 
-import json
-
 import pytest
 
 from commlens import plan as planlib
-from commlens.measure import format_counts, measure
+from commlens.measure import measure
 from examples.hf import hf_model
-from integration_helpers import export_pt2, save_plan
+from integration_helpers import assert_prediction_equals_counts, export_pt2, save_plan
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
@@ -25,12 +23,4 @@ def test_moe_family_under_fsdp(tmp_path, run_commlens, family):
     layer_bytes = sum(p.numel() for p in model.model.model.layers[0].parameters()) * 4
     layer = next(m for m in doc["modules"] if m["fqn"] == "FSDPHFCausalLM.model.model.layers.0")
     assert layer["forward_bytes"] == {"c10d._allgather_base_": layer_bytes // 2}
-    measured = tmp_path / "measured.counts.json"
-    measured.write_text(format_counts(doc))
-    predicted = tmp_path / "predicted.json"
-    r = run_commlens("predict", export_pt2(model_spec, tmp_path), "--plan", plan_path, "--phase", "both",
-                     "--format", "json", "-o", predicted)
-    assert r.returncode == 0, r.stderr
-    r = run_commlens("compare", predicted, measured, "--json")
-    summary = json.loads(r.stdout)["summary"]
-    assert r.returncode == 0 and summary["differ"] == 0 and summary["bytes_compared"] == summary["cells"] > 0, r.stdout
+    assert_prediction_equals_counts(run_commlens, export_pt2(model_spec, tmp_path), plan_path, doc, "both", tmp_path)

@@ -4,14 +4,11 @@ group, its layer classes on the plan the model resolves, one training step under
 (examples.hf_real). commlens predicts from hf_tp on the exported factory program; every cell, count
 and bytes, must agree. A sample of the dense families (every plan string hf_tp maps); the corpus
 measures them all (bench/accuracy/run.py, ``*-transformers_tp-*``)."""
-import json
-
 import pytest
 
-from integration_helpers import export_pt2, save_plan
+from integration_helpers import assert_prediction_equals_counts, export_pt2, save_plan
 
 import commlens
-from commlens.measure import format_counts
 from examples.hf import hf_tp
 from examples.hf_real import measure_transformers_tp  # needs accelerate (scripts/setup.sh installs it)
 
@@ -35,9 +32,6 @@ def test_prediction_equals_transformers_tp_plan_auto(family, tp, plan_source, tm
     # partial lookups are summed once in forward (the ids need no gradient)
     embed = _module(doc, "HFCausalLM.model.model.embed_tokens")
     assert (embed["forward"], embed["backward"]) == ({"c10d_functional.all_reduce": 1}, {})
-    measured = tmp_path / "measured.counts.json"
-    measured.write_text(format_counts(doc))
-
     pt2 = export_pt2(f"examples.hf:hf_model(family={family!r})", tmp_path)
     # hf_tp maps the plan strings by hand; capture reads transformers' layers off its own calls
     # (python -m commlens.capture --parallelize transformers), on a (pp, dp_replicate, fsdp, tp) =
@@ -45,13 +39,7 @@ def test_prediction_equals_transformers_tp_plan_auto(family, tp, plan_source, tm
     plan = save_plan(hf_tp(family=family, tp=tp) if plan_source == "hf_tp" else
                      commlens.capture(f"examples.hf:hf_model(family={family!r})", "transformers", tp,
                                       loss="cross_entropy"), tmp_path)
-    predicted = tmp_path / "predicted.json"
-    r = run_commlens("predict", pt2, "--plan", plan, "--phase", "both", "--format", "json", "-o", predicted)
-    assert r.returncode == 0, r.stderr
-    r = run_commlens("compare", predicted, measured, "--json")
-    summary = json.loads(r.stdout)["summary"]
-    assert r.returncode == 0 and summary["differ"] == 0, r.stdout
-    assert summary["bytes_compared"] == summary["cells"] > 0
+    assert_prediction_equals_counts(run_commlens, pt2, plan, doc, "both", tmp_path)
 
 
 @pytest.mark.parametrize("family,tp", [
@@ -74,19 +62,11 @@ def test_inference_follows_transformers_local_row_wise_all_reduce(family, tp, tm
     assert o_proj["forward"] == {"c10d.allreduce_": 1}
     embed = _module(doc, "HFCausalLM.model.model.embed_tokens")
     assert embed["forward"] == {"c10d_functional.all_reduce": 1}
-    measured = tmp_path / "measured.counts.json"
-    measured.write_text(format_counts(doc))
 
     pt2 = export_pt2(f"examples.hf:hf_model(family={family!r})", tmp_path, eval_mode=True)
     plan = save_plan(commlens.capture(f"examples.hf:hf_model(family={family!r})", "transformers", tp,
                                       loss="cross_entropy"), tmp_path)
-    predicted = tmp_path / "predicted.json"
-    r = run_commlens("predict", pt2, "--plan", plan, "--phase", "inference", "--format", "json", "-o", predicted)
-    assert r.returncode == 0, r.stderr
-    r = run_commlens("compare", predicted, measured, "--phase", "inference", "--json")
-    summary = json.loads(r.stdout)["summary"]
-    assert r.returncode == 0 and summary["differ"] == 0, r.stdout
-    assert summary["bytes_compared"] == summary["cells"] > 0
+    assert_prediction_equals_counts(run_commlens, pt2, plan, doc, "inference", tmp_path)
 
 
 @pytest.mark.parametrize("phase", ["both", "inference"])
@@ -106,19 +86,10 @@ def test_qwen3_norm_grad_all_reduce_from_the_captured_plan(phase, tmp_path, run_
                 ({}, {"c10d.allreduce_": 1}, {"c10d.allreduce_": 8 * 4}) if phase == "both" else ({}, {}, {}))
     with pytest.raises(ValueError, match="'replicated_with_grad_allreduce', which commlens does not map"):
         hf_tp(family="qwen3", tp=2)
-    measured = tmp_path / "measured.counts.json"
-    measured.write_text(format_counts(doc))
     pt2 = export_pt2("examples.hf:hf_model(family='qwen3')", tmp_path, eval_mode=phase == "inference")
     plan = commlens.capture("examples.hf:hf_model(family='qwen3')", "transformers", 2, loss="cross_entropy")
     norms = {fqn: style for _dim, entries in plan.parallelize_steps() for fqn, style in entries.items()
              if fqn.endswith("_norm")}
     assert sorted(norms) == ["model.model.layers.*.self_attn.k_norm", "model.model.layers.*.self_attn.q_norm"]
     assert {type(style).__name__ for style in norms.values()} == {"ReplicatedWithGradAllReduce"}
-    predicted = tmp_path / "predicted.json"
-    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", phase, "--format", "json",
-                     "-o", predicted)
-    assert r.returncode == 0, r.stderr
-    r = run_commlens("compare", predicted, measured, "--phase", phase, "--json")
-    summary = json.loads(r.stdout)["summary"]
-    assert r.returncode == 0 and summary["differ"] == 0, r.stdout
-    assert summary["bytes_compared"] == summary["cells"] > 0
+    assert_prediction_equals_counts(run_commlens, pt2, save_plan(plan, tmp_path), doc, phase, tmp_path)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from integration_helpers import save_plan
+from integration_helpers import assert_prediction_equals_counts, save_plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -148,7 +148,7 @@ def test_transformers_row_wise_layer_applied_by_measure(run_commlens, tmp_path, 
     w2 (tests/lit/Inputs/transformers_rowwise.json). w2's [8, 16] float32 output is summed once,
     8 * 16 * 4 = 512 bytes: by DTensor's redistribute with grad, by dist.all_reduce in place
     (c10d.allreduce_) without; compare then checks every other cell, backward included."""
-    from commlens.measure import format_counts, measure
+    from commlens.measure import measure
 
     model = "examples.mlp:mlp(batch=8, seq=1, dim=16, hidden=32, bias=False)"
     plan = ROOT / "tests" / "lit" / "Inputs" / "transformers_rowwise.json"
@@ -156,13 +156,5 @@ def test_transformers_row_wise_layer_applied_by_measure(run_commlens, tmp_path, 
     w2 = next(m for m in doc["modules"] if m["fqn"] == "MLP.w2")
     key = "c10d.allreduce_" if phase == "inference" else "c10d_functional.all_reduce"
     assert (w2["forward"], w2["forward_bytes"]) == ({key: 1}, {key: 512})
-    measured = tmp_path / "measured.counts.json"
-    measured.write_text(format_counts(doc))
     pt2 = export_eval(model, tmp_path, eval_mode=phase == "inference")
-    predicted = tmp_path / "predicted.json"
-    r = run_commlens("predict", pt2, "--plan", plan, "--phase", phase, "--format", "json", "-o", predicted)
-    assert r.returncode == 0, r.stderr
-    r = run_commlens("compare", predicted, measured, "--phase", phase, "--json")
-    summary = json.loads(r.stdout)["summary"]
-    assert r.returncode == 0 and summary["differ"] == 0, r.stdout
-    assert summary["bytes_compared"] == summary["cells"] > 0
+    assert_prediction_equals_counts(run_commlens, pt2, plan, doc, phase, tmp_path)

@@ -238,8 +238,8 @@ def test_placement_strings(text, placement):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("Shard(x)", "t: bad placement 'Shard(x)' at w (expected Shard(d), Replicate() or Partial(op))"),
-    ("Replicated", "t: bad placement 'Replicated' at w (expected Shard(d), Replicate() or Partial(op))"),
+    ("Shard(x)", "t: bad placement 'Shard(x)' at w (expected Shard(d), Replicate(), Partial(op) or _StridedShard(dim=d, sf=k))"),
+    ("Replicated", "t: bad placement 'Replicated' at w (expected Shard(d), Replicate(), Partial(op) or _StridedShard(dim=d, sf=k))"),
     ("Partial(mean)", "t: bad placement 'Partial(mean)' at w: unknown reduce op 'mean' "
                       "(expected one of sum, avg, max, min, product)"),
     (3, "t: bad placement 3 at w: expected a string"),
@@ -298,15 +298,15 @@ def _set_mesh_dim(value):
 
 KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
          "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel, "
-         "TransformersReplicatedWithGradAllReduce, TorchtitanExpertParallel, TorchtitanTensorParallel, "
-         "TorchtitanNoParallel")
+         "TransformersReplicatedWithGradAllReduce, TransformersMoeExpertsParallel, TorchtitanExpertParallel, "
+         "TorchtitanTensorParallel, TorchtitanNoParallel")
 
 LOAD_ERRORS = [
     (_set_style("FooParallel"),
      "unknown parallel style 'FooParallel' at parallelize[0].plan[0] ('w1') (known: " + KNOWN + ")"),
     (_set_input_layout("Shard(x)"),
      "bad placement 'Shard(x)' at parallelize[0].plan[0] ('w1').input_layouts[0] "
-     "(expected Shard(d), Replicate() or Partial(op))"),
+     "(expected Shard(d), Replicate(), Partial(op) or _StridedShard(dim=d, sf=k))"),
     (_set_mesh_dim("dp"), "mesh dim 'dp' (parallelize_plan) is not in the mesh (dim names: ['tp'])"),
     (lambda o: o.update(version=2), "unsupported plan version 2 (this commlens reads version 1)"),
     (lambda o: o.update(format="other"), "not a commlens plan (format is 'other', expected 'commlens-plan')"),

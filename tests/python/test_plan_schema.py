@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor.placement_types import _StridedShard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
@@ -88,7 +89,7 @@ CAPTURES = [
 
 def every_field_plan():
     """A plan with what no example plan writes: PrepareModuleOutput and PrepareModuleInputOutput,
-    Partial placements, CPU offload, float16, an int reshard_after_forward, a list unit with a
+    Partial and _StridedShard placements, CPU offload, float16, an int reshard_after_forward, a list unit with a
     gradient divide factor, an every-second-mm policy, loss targets from an input and float32
     logits, src_data_rank None, torchtitan's NoParallel with its layouts."""
     from commlens.plan.styles import torchtitan_no_parallel
@@ -121,7 +122,8 @@ def every_field_plan():
                                                     recompute_every_second=("aten.mm.default",),
                                                     recompute_mm_rhs_shapes=((128, 8),)),
                                ActivationCheckpoint("out", wrapper=False)),
-        placements={"w3.weight": {"tp": s0}, "w3.bias": (rep, Partial("avg"))},
+        placements={"w3.weight": {"tp": s0}, "w3.bias": (rep, Partial("avg")),
+                    "w4.weight": {"tp": _StridedShard(1, split_factor=2)}},
         input_placements={0: (s0, rep), "mask": {"dp": s0}},
         inputs_requires_grad=(0,),
         frozen=("w1.bias",), frozen_after_parallelize=("norm.*",),
@@ -330,8 +332,8 @@ READER_MESSAGES = [
     (["parallelize", 0, "plan", 0, "style"], "FooParallel",
      "parallelize[0].plan[0]: unknown parallel style 'FooParallel'"),
     (["parallelize", 0, "plan", 0, "input_layouts"], ["Shard(x)"],
-     "parallelize[0].plan[0].input_layouts[0]: bad placement 'Shard(x)' (expected Shard(d), Replicate() or "
-     "Partial(op))"),
+     "parallelize[0].plan[0].input_layouts[0]: bad placement 'Shard(x)' (expected Shard(d), Replicate(), "
+     "Partial(op) or _StridedShard(dim=d, sf=k))"),
     (["parallelize", 0, "plan", 1, "colour"], 1, "parallelize[0].plan[1]: unknown key 'colour'"),
     (["parallelize", 0, "plan", 0, "use_local_output"], "yes",
      "parallelize[0].plan[0].use_local_output: expected a boolean"),
@@ -353,7 +355,7 @@ READER_MESSAGES = [
     (["loss", "ignore_index"], "7", "loss.ignore_index: expected an integer"),
     (["src_data_rank"], "0", "src_data_rank: expected an integer"),
     (["placements", "w3.bias", "placements"], ["R", "Q"],
-     "placements.w3.bias.placements[1]: bad placement 'Q' (expected Shard(d), Replicate() or Partial(op))"),
+     "placements.w3.bias.placements[1]: bad placement 'Q' (expected Shard(d), Replicate(), Partial(op) or _StridedShard(dim=d, sf=k))"),
     (["inputs", "0", "requires_grad"], 1, "inputs.0.requires_grad: expected a boolean"),
 ]
 

@@ -143,6 +143,24 @@ TEST(ShardingPlanPatterns, MatchesGlobLikePythonFnmatch) {
   EXPECT_FALSE(matchesGlob("a[", "a"));
 }
 
+TEST(Mesh, PlacementParseTakesTorchsStridedShardRepr) {
+  // torch's repr of transformers' packed_colwise placement, and the short form str() writes.
+  for (const char *text : {"_StridedShard(dim=1, sf=2)", "_StridedShard(1, split_factor=2)", "_S(1,2)"}) {
+    auto p = Placement::parse(text);
+    ASSERT_TRUE(static_cast<bool>(p)) << text << ": " << llvm::toString(p.takeError());
+    EXPECT_EQ(*p, (Placement{Placement::Kind::StridedShard, 1, 2, ReduceOp::Sum})) << text;
+    EXPECT_EQ(p->torchStr(), "_StridedShard(dim=1, sf=2)");
+    EXPECT_EQ(p->str(), "_S(1,2)");
+  }
+  for (const char *text : {"_StridedShard(dim=1)", "_StridedShard(dim=1, sf=0)", "_S(1,x)"}) {
+    auto p = Placement::parse(text);
+    ASSERT_FALSE(static_cast<bool>(p)) << text;
+    EXPECT_EQ(llvm::toString(p.takeError()),
+              std::string("bad placement '") + text +
+                  "' (expected Shard(d), Replicate(), Partial(op) or _StridedShard(dim=d, sf=k))");
+  }
+}
+
 TEST(Mesh, LocalShapeIsTorchChunkOfEachMeshDimInOrder) {
   // By hand: 6 split 4 ways by torch.chunk is 2, 2, 2, 0 (chunks of ceil(6/4) = 2).
   DeviceMesh tp{{4}, {"tp"}};

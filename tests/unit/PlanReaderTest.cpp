@@ -73,8 +73,8 @@ TEST(PlanReader, ErrorsNameThePath) {
   EXPECT_EQ(errorOf(kPlan, R"x("style": "ColwiseParallel")x", R"x("style": "FooParallel")x"),
             "parallelize[0].plan[0]: unknown parallel style 'FooParallel'");
   EXPECT_EQ(errorOf(kPlan, R"x("output_layouts": ["Shard(1)"])x", R"x("output_layouts": ["Shard(x)"])x"),
-            "parallelize[0].plan[1].output_layouts[0]: bad placement 'Shard(x)' (expected Shard(d), Replicate() or "
-            "Partial(op))");
+            "parallelize[0].plan[1].output_layouts[0]: bad placement 'Shard(x)' (expected Shard(d), Replicate(), "
+            "Partial(op) or _StridedShard(dim=d, sf=k))");
   EXPECT_EQ(errorOf(kPlan, R"x("mesh_dim": "tp")x", R"x("mesh_dim": "sp")x"),
             "parallelize[0].mesh_dim: mesh dim 'sp' is not in the mesh (dim names: ['dp', 'tp'])");
   EXPECT_EQ(errorOf(kPlan, R"x("version": 1)x", R"x("version": 2)x"),

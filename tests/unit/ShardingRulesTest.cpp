@@ -289,6 +289,19 @@ TEST(ViewRules, SqueezeAndUnsqueezeRenumber) {
 
 // ---------------------------------------------------------------- tensor ops
 
+TEST(TensorRules, StridedShardPassesOnlyThroughOpsThatFollowTheInput) {
+  // A parameter transformers' packed_colwise placed _StridedShard(1, sf=2): its gradient leaf's
+  // detach keeps it (DTensor's default_strategy copies the placements); any other op is refused.
+  Call detach("aten::detach.default");
+  detach.tensor("self", {4, 16, 6}, {"_StridedShard(dim=1, sf=2)"}).out({4, 16, 6});
+  EXPECT_EQ(decideSummary(detach, mesh1(2)), "[_S(1,2)] -> [_S(1,2)]");
+  Call neg("aten::neg.default");
+  neg.tensor("self", {4, 16, 6}, {"_S(1, 2)"}).out({4, 16, 6});
+  EXPECT_EQ(decideSummary(neg, mesh1(2)),
+            "error: aten::neg.default: operand 0 is _StridedShard ([_S(1,2)]); strided-shard propagation is not "
+            "modelled");
+}
+
 TEST(TensorRules, SplitUnshardsTheSplitDim) {
   // split(S(1), 3, dim=1): the split dim is unsharded (all-gather), pieces follow.
   Call c("aten::split.Tensor");

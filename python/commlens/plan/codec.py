@@ -8,6 +8,7 @@ import torch
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.parallel.style import ParallelStyle
+from torch.distributed.tensor.placement_types import _StridedShard
 
 from commlens.plan.model import FullyShard, PlanError
 from commlens.plan.styles import BY_NAME, entry_of
@@ -18,23 +19,29 @@ from commlens.plan.styles import BY_NAME, entry_of
 
 _REDUCE_OPS = ("sum", "avg", "max", "min", "product")
 _SHARD_RE = re.compile(r"^(?:Shard|S)\(\s*(?:dim\s*=\s*)?(-?\d+)\s*\)$")
+# torch's repr of a _StridedShard (the placement transformers' packed_colwise gives packed gate/up
+# weights): a Shard of `dim` whose shards interleave `sf` blocks
+_STRIDED_SHARD_RE = re.compile(r"^(?:_StridedShard\(\s*(?:dim\s*=\s*)?(-?\d+)\s*,\s*(?:sf|split_factor)\s*=\s*(\d+)"
+                               r"|_S\(\s*(-?\d+)\s*,\s*(\d+))\s*\)$")
 _PARTIAL_RE = re.compile(r"^(?:Partial|P)\(\s*(?:reduce_op\s*=\s*)?['\"]?([a-z_]*)['\"]?\s*\)$")
 
 
 def placement_to_str(p, where="placement"):
-    """Canonical string: ``Shard(d)``, ``Replicate()``, ``Partial(op)``."""
+    """Canonical string: ``Shard(d)``, ``Replicate()``, ``Partial(op)``, ``_StridedShard(dim=d, sf=k)``."""
     if type(p) is Shard:
         return f"Shard({p.dim})"
     if type(p) is Replicate:
         return "Replicate()"
     if type(p) is Partial:
         return f"Partial({p.reduce_op})"
-    raise PlanError(where, f"unsupported placement {p!r} (only Shard, Replicate, Partial)")
+    if type(p) is _StridedShard:
+        return f"_StridedShard(dim={p.dim}, sf={p.split_factor})"
+    raise PlanError(where, f"unsupported placement {p!r} (only Shard, Replicate, Partial, _StridedShard)")
 
 
 def placement_from_str(s, subject="plan", where=""):
     """Parse ``Shard(0)``/``S(0)``/``Shard(dim=0)``, ``Replicate()``/``R``,
-    ``Partial()``/``Partial(sum)``/``P(max)``."""
+    ``Partial()``/``Partial(sum)``/``P(max)``, ``_StridedShard(dim=d, sf=k)``/``_S(d, k)``."""
     loc = f" at {where}" if where else ""
     if not isinstance(s, str):
         raise PlanError(subject, f"bad placement {json.dumps(s)}{loc}: expected a string")
@@ -44,6 +51,12 @@ def placement_from_str(s, subject="plan", where=""):
         return Shard(int(m.group(1)))
     if text in ("Replicate()", "R", "Replicate"):
         return Replicate()
+    m = _STRIDED_SHARD_RE.match(text)
+    if m:
+        dim, factor = (int(g) for g in (m.groups()[:2] if m.group(1) is not None else m.groups()[2:]))
+        if factor < 1:
+            raise PlanError(subject, f"bad placement {s!r}{loc}: split factor {factor} (at least 1)")
+        return _StridedShard(dim, split_factor=factor)
     m = _PARTIAL_RE.match(text)
     if m:
         op = m.group(1) or "sum"
@@ -53,7 +66,8 @@ def placement_from_str(s, subject="plan", where=""):
         return Partial(op)
     if text in ("P", "Partial"):
         return Partial()
-    raise PlanError(subject, f"bad placement {s!r}{loc} (expected Shard(d), Replicate() or Partial(op))")
+    raise PlanError(subject, f"bad placement {s!r}{loc} (expected Shard(d), Replicate(), Partial(op) or "
+                    "_StridedShard(dim=d, sf=k))")
 
 
 def _opt_pl_to_json(p, where):

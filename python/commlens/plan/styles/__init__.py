@@ -14,6 +14,7 @@ from commlens.plan.styles import (
     torchtitan_expert_parallel,
     torchtitan_no_parallel,
     torchtitan_tensor_parallel,
+    transformers_moe_experts,
     transformers_replicated_with_grad_allreduce,
     transformers_rowwise,
 )
@@ -28,6 +29,7 @@ STYLES = (
     prepare_module_input_output.ENTRY,
     transformers_rowwise.ENTRY,
     transformers_replicated_with_grad_allreduce.ENTRY,
+    transformers_moe_experts.ENTRY,
     torchtitan_expert_parallel.ENTRY,
     torchtitan_tensor_parallel.ENTRY,
     torchtitan_no_parallel.ENTRY,
