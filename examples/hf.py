@@ -62,6 +62,14 @@ _MOE_FAMILIES = {
                                    shared_expert_intermediate_size=64)),
     "mixtral": ("Mixtral", dict(num_local_experts=8, num_experts_per_tok=2)),
     "olmoe": ("Olmoe", dict(num_experts=8, num_experts_per_tok=2)),
+    "granitemoe": ("GraniteMoe", dict(num_local_experts=8, num_experts_per_tok=2)),
+    # multi-head latent attention (low-rank q and kv, a rope part of each head: head_dim, as
+    # tiny_config sets it; as many k/v heads as heads), group-limited
+    # routing, a shared expert, the first layer dense
+    "deepseek_v3": ("DeepseekV3", dict(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                       n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1,
+                                       q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
+                                       v_head_dim=8, num_key_value_heads=8)),
 }
 
 
@@ -88,11 +96,11 @@ class HFCausalLM(torch.nn.Module):
 def tiny_config(family, *, n_layers=2, vocab=256, dim=64, hidden=128, n_heads=8, n_kv_heads=4, seq=16):
     """The tiny ``<Family>Config`` the factories build their model from."""
     config_cls, model_cls = _family(family)
-    config = config_cls(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=n_layers,
-                        num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
-                        max_position_embeddings=max(64, seq), tie_word_embeddings=False,
-                        head_dim=dim // n_heads,  # Ministral has no default head_dim
-                        **(_MOE_FAMILIES[family][1] if family in _MOE_FAMILIES else {}))
+    fields = dict(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=n_layers,
+                  num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+                  max_position_embeddings=max(64, seq), tie_word_embeddings=False,
+                  head_dim=dim // n_heads)  # Ministral has no default head_dim
+    config = config_cls(**{**fields, **(_MOE_FAMILIES[family][1] if family in _MOE_FAMILIES else {})})
     for special in ("pad_token_id", "bos_token_id", "eos_token_id"):
         # Phi3, Glm, SmolLM3 (pad), OLMoE (eos) default to an id past a tiny vocabulary
         if isinstance(getattr(config, special, None), int) and getattr(config, special) >= vocab:

@@ -116,7 +116,7 @@ HF_TRANSFORMERS_TP = ("llama", "qwen2", "mistral", "granite", "gemma", "gemma2",
                       "olmo2", "olmo3", "phi", "phi3", "glm", "smollm3", "ministral", "ernie4_5", "arcee")
 HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3", "exaone4", "apertus")
 # Mixture-of-experts families whose tp_plan="auto" path the corpus measures natively (moe_tp_experts).
-HF_MOE_CAPTURED = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe")
+HF_MOE_CAPTURED = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "granitemoe", "deepseek_v3")
 
 CONFIGS = [
     # MLP: w1 Colwise, w2 Rowwise; input with and without requires_grad; 1-D and 2-D meshes
@@ -263,10 +263,12 @@ CONFIGS = [
       for family in HF_MOE_CAPTURED for tp in (2, 4) for phase in ("both", "inference")],
     # transformers' mixture-of-experts families under FSDP2 (every decoder layer, then the root): their
     # experts' grouped matmuls (exported as transformers::grouped_mm_fallback, run as _grouped_mm),
-    # routers (top-k, Mixtral's in-place normalisation) and Qwen2-MoE's shared expert
+    # routers (top-k, Mixtral's in-place normalisation, DeepSeek-V3's group-limited top-k), shared
+    # experts (Qwen2-MoE, DeepSeek-V3) and DeepSeek-V3's multi-head latent attention
     *[Config(f"hf_{family}-fsdp-dp{dp}-both", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_fsdp(family={family!r}, dp={dp})", "both", ci=(family, dp) == ("qwen3_moe", 2))
-      for family, dp in (("qwen3_moe", 2), ("qwen3_moe", 4), ("qwen2_moe", 2), ("mixtral", 2), ("olmoe", 2))],
+      for family, dp in (("qwen3_moe", 2), ("qwen3_moe", 4), ("qwen2_moe", 2), ("mixtral", 2), ("olmoe", 2),
+                         ("granitemoe", 2), ("deepseek_v3", 2))],
     # torchtitan 0.2.2 as users run it: its Llama 3 parallelized by its own parallelize_llama
     # (TP+SP, loss parallel, tok_embeddings / blocks / [norm, output] / root FSDP2 units with
     # gradient division off, full AC and both selective policies, bf16), and its dense Qwen3 by

@@ -1,8 +1,9 @@
-"""transformers' mixture-of-experts families (examples.hf: Qwen3-MoE, Mixtral) under FSDP2 as users
+"""transformers' mixture-of-experts families (examples.hf: Qwen3-MoE, Mixtral, DeepSeek-V3) under FSDP2 as users
 shard them (every decoder layer, then the root), one training step measured with CommDebugMode and
 predicted from the exported program. Their experts' grouped matmuls are exported as the custom op
 transformers::grouped_mm_fallback (run eagerly as torch._grouped_mm), and Mixtral's router
-normalises its top-k weights in place (div_)."""
+normalises its top-k weights in place (div_); DeepSeek-V3 adds multi-head latent attention,
+group-limited routing and a shared expert (its first layer dense)."""
 
 import pytest
 
@@ -12,7 +13,7 @@ from examples.hf import hf_model
 from integration_helpers import assert_prediction_equals_counts, export_pt2, save_plan
 
 
-@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "deepseek_v3"])
 def test_moe_family_under_fsdp(tmp_path, run_commlens, family):
     model_spec = f"examples.hf:hf_model(family={family!r})"
     plan_path = save_plan(planlib.resolve_plan(f"examples.hf:hf_fsdp(family={family!r}, dp=2)"), tmp_path)
