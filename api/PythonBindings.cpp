@@ -29,14 +29,23 @@ template <typename T> T unwrap(llvm::Expected<T> value, const std::string &subje
   return std::move(*value);
 }
 
+/// The dispatch options, checked before the program is read.
+DispatchOptions dispatchOptions(bool allowUnsupported, double routingSkew) {
+  DispatchOptions options;
+  options.allowUnsupported = allowUnsupported;
+  if (llvm::Error err = setRoutingSkew(options, routingSkew))
+    throw CoreError("routing_skew: " + takeMessage(std::move(err)));
+  return options;
+}
+
 std::unique_ptr<Prediction> run(std::unique_ptr<ExportedProgram> program, const std::string &planJson,
                                 const std::string &planName, const std::string &phase,
                                 const std::optional<std::string> &cluster, const std::optional<std::string> &gpu,
-                                bool allowUnsupported) {
+                                const DispatchOptions &dispatch) {
   ShardingPlan plan = unwrap(parsePlan(planJson), planName);
   PredictRequest request;
   request.phase = unwrap(parsePredictPhase(phase), "predict");
-  request.options.allowUnsupported = allowUnsupported;
+  request.options.dispatch = dispatch;
   if (gpu)
     request.options.cudaTarget = unwrap(cudaTargetByName(*gpu), "gpu");
   if (cluster)
@@ -59,30 +68,34 @@ NB_MODULE(_core, m) {
       "predict_program_json",
       [](nb::bytes programJson, const std::string &tiedParametersJson, const std::string &planJson,
          const std::string &planName, const std::string &phase, std::optional<std::string> cluster,
-         std::optional<std::string> gpu, bool allowUnsupported) {
+         std::optional<std::string> gpu, bool allowUnsupported, double routingSkew) {
+        DispatchOptions dispatch = dispatchOptions(allowUnsupported, routingSkew);
         std::string text(programJson.c_str(), programJson.size());
         auto program = unwrap(decodeProgramJson(text), "exported program");
         if (llvm::Error err = applyTiedParameters(*program, tiedParametersJson, "tied parameters"))
           throw CoreError(takeMessage(std::move(err)));
-        return run(std::move(program), planJson, planName, phase, cluster, gpu, allowUnsupported);
+        return run(std::move(program), planJson, planName, phase, cluster, gpu, dispatch);
       },
       nb::arg("program_json"), nb::arg("tied_parameters_json"), nb::arg("plan_json"), nb::arg("plan_name"),
-      nb::arg("phase"), nb::arg("cluster").none(), nb::arg("gpu").none(), nb::arg("allow_unsupported"));
+      nb::arg("phase"), nb::arg("cluster").none(), nb::arg("gpu").none(), nb::arg("allow_unsupported"),
+      nb::arg("routing_skew") = 1.0);
   m.def(
       "predict_pt2",
       [](const std::string &path, const std::string &planJson, const std::string &planName, const std::string &phase,
-         std::optional<std::string> cluster, std::optional<std::string> gpu, bool allowUnsupported, bool torchscript,
+         std::optional<std::string> cluster, std::optional<std::string> gpu, bool allowUnsupported, double routingSkew,
+         bool torchscript,
          std::optional<uint64_t> tsMemory, std::optional<uint64_t> tsCpuSeconds, std::optional<uint64_t> tsOpenFiles,
          std::optional<uint64_t> tsWallSeconds) {
+        DispatchOptions dispatch = dispatchOptions(allowUnsupported, routingSkew);
         // A TorchScript archive only on request (torchscript=True), converted by the worker under limits.
         TorchScriptOptions ts;
         ts.enabled = torchscript;
         ts.limits = {tsMemory, tsCpuSeconds, tsOpenFiles, tsWallSeconds};
         auto program = unwrap(loadPt2(path, ts), path);
-        return run(std::move(program), planJson, planName, phase, cluster, gpu, allowUnsupported);
+        return run(std::move(program), planJson, planName, phase, cluster, gpu, dispatch);
       },
       nb::arg("path"), nb::arg("plan_json"), nb::arg("plan_name"), nb::arg("phase"), nb::arg("cluster").none(),
-      nb::arg("gpu").none(), nb::arg("allow_unsupported"), nb::arg("torchscript") = false,
+      nb::arg("gpu").none(), nb::arg("allow_unsupported"), nb::arg("routing_skew") = 1.0, nb::arg("torchscript") = false,
       nb::arg("torchscript_memory").none() = nb::none(), nb::arg("torchscript_cpu_seconds").none() = nb::none(),
       nb::arg("torchscript_open_files").none() = nb::none(), nb::arg("torchscript_wall_seconds").none() = nb::none());
 }

@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   PredictRequest request;
   request.phase = backward ? PredictPhase::Both : PredictPhase::Forward;
-  request.options.allowUnsupported = true;
+  request.options.dispatch.allowUnsupported = true;
   request.buildReport = false;
   auto prediction = runPrediction(std::move(*program), std::move(*plan), request);
   if (!fuzz::expectMessage(prediction))

@@ -2,8 +2,9 @@
 // built (state.backward), recording collectives as backward ones, charged to each node's scope
 // (null: Global only).
 //
-// Reads:  state.backward; the program; the plan (loss_parallel); options.allowUnsupported;
-//         state.dtensorMesh, dtensorMeshDims, dtensors, fsdp, checkpointed.
+// Reads:  state.backward; the program; the plan (loss_parallel); options.dispatch
+//         (allow-unsupported, the routing skew); state.dtensorMesh, dtensorMeshDims, dtensors, fsdp,
+//         checkpointed.
 // Writes: state.dtensors (backward values), approximate, collectives (backward), fsdp (runtime
 //         flags), warnings.
 #pragma once

@@ -6,6 +6,7 @@
 #include "ir/Cluster.h"
 #include "ir/Graph.h"
 #include "ir/ShardingPlan.h"
+#include "runtime/OpDispatch.h"
 #include "state/PredictionState.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -16,9 +17,10 @@
 namespace commlens {
 
 struct PassOptions {
-  /// Continue past unsupported ops, treating their DTensor operands as replicated and marking
-  /// every count that depends on them approximate.
-  bool allowUnsupported = false;
+  /// What the dispatch of runtime ops assumes: whether to continue past unsupported ops (their
+  /// DTensor operands taken as replicated, every count depending on them approximate), and the
+  /// routing model of MoE tokens.
+  DispatchOptions dispatch;
   /// The GPU whose dispatch a device_type="cuda" plan follows (SDPA backend choice).
   CudaTarget cudaTarget;
   /// Where the plan runs, for communication time estimates (none: no times).

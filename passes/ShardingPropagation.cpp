@@ -5,7 +5,7 @@
 namespace commlens {
 
 llvm::Error ShardingPropagation::run(PassContext &ctx) {
-  return dispatchRuntimeOps(ctx.program, ctx.plan, ctx.program.graph(), Phase::Forward, ctx.options.allowUnsupported,
+  return dispatchRuntimeOps(ctx.program, ctx.plan, ctx.program.graph(), Phase::Forward, ctx.options.dispatch,
                             ctx.state);
 }
 

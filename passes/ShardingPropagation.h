@@ -1,8 +1,9 @@
 // The `propagate` pass: dispatches the forward runtime ops as DTensor does (runtime/OpDispatch.h),
 // recording the forward collectives.
 //
-// Reads:  the program graph; the plan (loss_parallel); options.allowUnsupported;
-//         state.dtensorMesh, dtensorMeshDims, dtensors, fsdp, checkpointed.
+// Reads:  the program graph; the plan (loss_parallel); options.dispatch
+//         (allow-unsupported, the routing skew); state.dtensorMesh, dtensorMeshDims, dtensors, fsdp,
+//         checkpointed.
 // Writes: state.dtensors, approximate, collectives (forward), boundarySteps, fsdp (runtime flags,
 //         post-forward order), warnings.
 #pragma once

@@ -91,7 +91,7 @@ PhaseSums sums(const CommCellMap &cells) {
   return s;
 }
 
-/// A module's bytes in one phase: "?" where unknown, "~" before a balanced-routing value.
+/// A module's bytes in one phase: "?" where unknown, "~" before a value under the routing model.
 std::string bytesText(const PhaseSums &s) {
   if (!s.bytesKnown)
     return "?";
@@ -210,9 +210,11 @@ std::string predictionHtml(const PredictionReport &report, llvm::StringRef title
                   : "</tr>\n";
   }
   body += "</table>\n";
-  if (llvm::any_of(report.state->collectives, [](const CollectiveRecord &c) { return c.bytesRange.has_value(); }))
-    body += "<p class=\"why\">~: bytes under balanced routing of MoE tokens (expert-parallel all-to-alls); the "
-            "collectives below give each one's bounds.</p>\n";
+  auto routed = llvm::find_if(report.state->collectives, [](const CollectiveRecord &c) { return c.bytesRange.has_value(); });
+  if (routed != report.state->collectives.end())
+    body += fmt::format("<p class=\"why\">~: bytes under {} of MoE tokens (expert-parallel all-to-alls); the "
+                        "collectives below give each one's bounds.</p>\n",
+                        escape(routingModel(*routed)));
 
   // Every collective, with why.
   body += "<h2>Collectives</h2>\n<table id=\"collectives\"><tr><th>phase</th><th>module</th><th>collective</th>"
@@ -229,8 +231,8 @@ std::string predictionHtml(const PredictionReport &report, llvm::StringRef title
     body += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} &rarr; {}</td><td class=\"num\">{}</td>",
                         forward ? "forward" : "backward", escape(c.module ? c.module->displayName() : "Global"),
                         escape(c.opKey), dims, escape(str(c.fromPlacements)), escape(str(c.toPlacements)),
-                        c.bytesRange ? fmt::format("{} (balanced routing; {}&ndash;{} by the routing)", c.bytesPerRank,
-                                                   c.bytesRange->first, c.bytesRange->second)
+                        c.bytesRange ? fmt::format("{} ({}; {}&ndash;{} by the routing)", c.bytesPerRank,
+                                                   escape(routingModel(c)), c.bytesRange->first, c.bytesRange->second)
                                      : std::to_string(c.bytesPerRank));
     if (timed)
       body += fmt::format("<td class=\"num\">{}</td>",

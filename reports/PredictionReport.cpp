@@ -82,7 +82,7 @@ void writeRecord(JsonWriter &j, const CollectiveRecord &r) {
     if (!r.bytesKnown) // bytes_per_rank is at the program's dtype, not the run's
       j.attribute("bytes_known", false);
     j.attribute("bytes_per_rank", r.bytesPerRank);
-    if (r.bytesRange) // the routing's: bytes_per_rank is the balanced value
+    if (r.bytesRange) // the routing's: bytes_per_rank is the routing model's value
       j.attributeArray("bytes_per_rank_bounds", [&] {
         j.value(r.bytesRange->first);
         j.value(r.bytesRange->second);
@@ -96,6 +96,8 @@ void writeRecord(JsonWriter &j, const CollectiveRecord &r) {
     stringAttribute(j, "module", r.module ? r.module->displayName() : kGlobal);
     stringAttribute(j, "node", r.node ? r.node->name() : "");
     stringAttribute(j, "op", r.opKey);
+    if (r.bytesRange && r.routingSkew != 1.0)
+      attributeDouble(j, "routing_skew", r.routingSkew);
     stringAttribute(j, "src", r.src.str());
     if (r.time)
       j.attributeObject("time", [&] {
@@ -137,6 +139,10 @@ std::string formatMicroseconds(double us) {
   if (us >= 1e3)
     return fmt::format("{:.3f} ms", us / 1e3);
   return fmt::format("{:.1f} us", us);
+}
+
+std::string routingModel(const CollectiveRecord &c) {
+  return c.routingSkew == 1.0 ? "balanced routing" : fmt::format("routing skew {:g}: the busiest rank", c.routingSkew);
 }
 
 llvm::Expected<PredictionReport> PredictionReport::build(const ExportedProgram &program, const ShardingPlan &plan,
@@ -263,7 +269,7 @@ void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
         if (commPhase(c->phase) == phase)
           os << pad << "  **" << c->opKey << " on mesh dim " << c->meshDims.front() << ": " << str(c->fromPlacements)
              << " -> " << str(c->toPlacements) << ", " << c->bytesPerRank << " B/rank"
-             << (c->bytesRange ? fmt::format(" (balanced routing; {} to {} by the routing)", c->bytesRange->first,
+             << (c->bytesRange ? fmt::format(" ({}; {} to {} by the routing)", routingModel(*c), c->bytesRange->first,
                                              c->bytesRange->second)
                                : "")
              << ", "

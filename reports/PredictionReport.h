@@ -43,6 +43,10 @@ struct MeshDimTotals {
 /// "12.3 us", "4.567 ms", "1.234 s".
 std::string formatMicroseconds(double us);
 
+/// The routing model a routed collective's bytes are predicted under: "balanced routing", or
+/// "routing skew 1.5: the busiest rank" (predict --routing-skew).
+std::string routingModel(const CollectiveRecord &c);
+
 struct PredictionReport {
   const ExportedProgram *program = nullptr;
   const ShardingPlan *plan = nullptr;

@@ -9,6 +9,8 @@
 #include "ir/TensorMetaUtils.h"
 #include "runtime/LocalShards.h"
 
+#include <cmath>
+
 namespace commlens {
 namespace {
 
@@ -54,9 +56,10 @@ std::optional<Placements> placementsArg(const Node &n, llvm::StringRef name) {
 
 class Propagator {
 public:
-  Propagator(const ExportedProgram &program, const ShardingPlan *plan, bool allowUnsupported, PredictionState &state,
-             const Graph &graph, Phase phase)
-      : plan_(plan), allowUnsupported_(allowUnsupported), state_(state), mesh_(state.dtensorMesh),
+  Propagator(const ExportedProgram &program, const ShardingPlan *plan, const DispatchOptions &options,
+             PredictionState &state, const Graph &graph, Phase phase)
+      : plan_(plan), allowUnsupported_(options.allowUnsupported), routingSkew_(options.routingSkew), state_(state),
+        mesh_(state.dtensorMesh),
         graph_(graph), phase_(phase), castReason_(computeCastReason(program, state)) {
     if (&graph == &program.graph())
       localShards_.programInputs(graph);
@@ -368,8 +371,17 @@ private:
         fmt::format("{} {} (all_to_all_single{} of {})", module, n.input("what")->get<std::string>(),
                     n.boolInput("autograd") ? "_autograd" : "", x->name()));
     r.approximate = approx;
-    if (n.boolInput("sends_routed")) // from no row to all of the styles' sub-mesh's
+    if (n.boolInput("sends_routed")) { // from no row to all of the styles' sub-mesh's
       r.bytesRange = std::make_pair(int64_t{0}, mesh_.size() * r.bytesPerRank);
+      // The busiest rank under the routing model: the skew times the balanced rows, whole rows.
+      int64_t rows = x->meta()->rank() ? sizesOf(*x->meta())[0] : 1;
+      if (routingSkew_ != 1.0 && rows > 0) {
+        int64_t skewed = std::min(static_cast<int64_t>(std::ceil(routingSkew_ * static_cast<double>(rows))),
+                                  mesh_.size() * rows);
+        r.bytesPerRank = r.bytesPerRank / rows * skewed;
+        r.routingSkew = routingSkew_;
+      }
+    }
     if (n.boolInput("autograd") && n.gradEnabled())
       state_.boundarySteps[&n].push_back(BoundaryStep{BoundaryStep::Kind::AllToAll, {}, {}});
     return llvm::Error::success();
@@ -649,6 +661,7 @@ private:
 
   const ShardingPlan *plan_;
   const bool allowUnsupported_;
+  const double routingSkew_; // DispatchOptions::routingSkew
   /// Why the run computes in another dtype than the program records, if it does (then the DTensor
   /// collectives' bytes are unknown: commlens does not re-type activations, since export bakes
   /// trace-time dtypes into casts). A program exported under the plan's FSDP MixedPrecisionPolicy
@@ -688,9 +701,18 @@ private:
 
 } // namespace
 
+llvm::Error setRoutingSkew(DispatchOptions &options, double skew) {
+  if (!std::isfinite(skew) || skew < 1)
+    return makeError("the routing skew needs a number of at least 1 (the busiest expert-parallel rank's routed rows "
+                     "over the balanced number), got {}",
+                     skew);
+  options.routingSkew = skew;
+  return llvm::Error::success();
+}
+
 llvm::Error dispatchRuntimeOps(const ExportedProgram &program, const ShardingPlan *plan, const Graph &graph, Phase phase,
-                               bool allowUnsupported, PredictionState &state) {
-  return Propagator(program, plan, allowUnsupported, state, graph, phase).run();
+                               const DispatchOptions &options, PredictionState &state) {
+  return Propagator(program, plan, options, state, graph, phase).run();
 }
 
 } // namespace commlens

@@ -17,10 +17,23 @@
 
 namespace commlens {
 
+/// What a dispatch assumes where the program does not say.
+struct DispatchOptions {
+  /// An op without a sharding rule takes its DTensor operands as replicated and makes what
+  /// depends on it approximate.
+  bool allowUnsupported = false;
+  /// The routing model of MoE tokens: the busiest expert-parallel rank's experts get this many
+  /// times the balanced number of routed rows (at most every row of its group); 1 is balanced
+  /// top-k routing.
+  double routingSkew = 1.0;
+};
+
+/// Sets `options.routingSkew`, a finite number of at least 1 (an error naming the value otherwise).
+llvm::Error setRoutingSkew(DispatchOptions &options, double skew);
+
 /// Dispatches `graph` (the program's forward graph, or the backward graph autodiff built),
-/// recording its collectives as `phase` ones. `allowUnsupported`: an op without a sharding rule
-/// takes its DTensor operands as replicated and makes what depends on it approximate.
+/// recording its collectives as `phase` ones.
 llvm::Error dispatchRuntimeOps(const ExportedProgram &program, const ShardingPlan *plan, const Graph &graph, Phase phase,
-                               bool allowUnsupported, PredictionState &state);
+                               const DispatchOptions &options, PredictionState &state);
 
 } // namespace commlens

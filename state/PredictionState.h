@@ -48,8 +48,11 @@ struct CollectiveRecord {
   std::string why;
   bool approximate = false;
   /// Where the bytes depend on the routing of an MoE layer's tokens: the fewest and most bytes one
-  /// rank can send (bytesPerRank is then the value under balanced routing).
+  /// rank can send (bytesPerRank is then the value under the routing model: balanced, or the
+  /// busiest rank's under `routingSkew`).
   std::optional<std::pair<int64_t, int64_t>> bytesRange{};
+  double routingSkew = 1.0; ///< predict --routing-skew, where bytesRange is set
+
   std::optional<CollectiveTime> time; // with a cluster (predict --cluster)
 };
 

@@ -74,8 +74,14 @@ llvm::Expected<TorchScriptOptions> torchScriptOptionsFrom(const Args &args);
   "  work on the inputs), --torchscript-open-files N (32), --torchscript-wall-seconds N (CPU + 30);\n"            \
   "  without it such an archive is refused. Only for files you trust: README.md, Security and trust\n"
 
+/// predict's and rank's --routing-skew (docs/plan-format.md, "The routing model").
+#define COMMLENS_ROUTING_SKEW_USAGE                                                                                \
+  "  --routing-skew F: the routing model of MoE tokens, the busiest expert-parallel rank getting F times\n"         \
+  "  the balanced number of routed rows (at most all of its group's; default 1, balanced top-k routing)\n"
+
 /// The prediction options predict and rank share: --allow-unsupported, the CUDA target
-/// (--gpu, --gpu-arch, --cudnn-version, --cuda-version, --torch-version) and --cluster.
+/// (--gpu, --gpu-arch, --cudnn-version, --cuda-version, --torch-version), --routing-skew and
+/// --cluster.
 llvm::Expected<PassOptions> passOptionsFrom(const Args &args);
 
 } // namespace cli

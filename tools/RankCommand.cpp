@@ -113,7 +113,7 @@ json totalsJson(const CommTotals &t) {
 int runRank(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {"--allow-unsupported", COMMLENS_TORCHSCRIPT_FLAGS},
                         {"--phase", "--format", "-o", "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version",
-                         "--torch-version", "--cluster", COMMLENS_TORCHSCRIPT_OPTIONS},
+                         "--torch-version", "--cluster", "--routing-skew", COMMLENS_TORCHSCRIPT_OPTIONS},
                         {"--plan", "--plans"});
   if (!args)
     return fail(takeMessage(args.takeError()));
@@ -195,11 +195,17 @@ int runRank(int argc, char **argv) {
     json doc = {{"format", "commlens-rank"},   {"version", 1},          {"model", modelPath},
                 {"cluster", options->cluster->str()}, {"phase", phase}, {"plans", plans},
                 {"errors", errors},            {"load_seconds", loadSeconds}};
+    if (options->dispatch.routingSkew != 1.0)
+      doc["routing_skew"] = options->dispatch.routingSkew;
     os << doc.dump(2) << "\n";
   } else {
-    os << fmt::format("{} plans for {} on {}, phase {}, by communication time per step (collectives back to "
+    std::string routing = options->dispatch.routingSkew == 1.0
+                              ? ""
+                              : fmt::format(", MoE routing skew {:g} (the busiest expert-parallel rank)",
+                                            options->dispatch.routingSkew);
+    os << fmt::format("{} plans for {} on {}, phase {}{}, by communication time per step (collectives back to "
                       "back)\n",
-                      ranked.size(), modelPath, options->cluster->str(), phase);
+                      ranked.size(), modelPath, options->cluster->str(), phase, routing);
     size_t width = 4;
     for (const RankedPlan &r : ranked)
       width = std::max(width, r.name.size());

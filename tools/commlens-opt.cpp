@@ -42,6 +42,10 @@ llvm::cl::opt<std::string> clusterName("cluster", llvm::cl::desc("cluster preset
 llvm::cl::opt<bool> noGrad("no-grad",
                            llvm::cl::desc("the forward runs under torch.no_grad(), as in predict --phase inference"),
                            llvm::cl::cat(category));
+llvm::cl::opt<double> routingSkew("routing-skew",
+                                  llvm::cl::desc("the busiest expert-parallel rank's routed rows over the balanced "
+                                                 "number (default 1)"),
+                                  llvm::cl::init(1.0), llvm::cl::cat(category));
 llvm::cl::opt<bool> allowUnsupported("allow-unsupported", llvm::cl::desc("continue past unsupported ops"),
                                      llvm::cl::cat(category));
 
@@ -94,7 +98,9 @@ int main(int argc, char **argv) {
   request.buildReport = report;
   request.planLabel = planFile.getValue();
   request.programLabel = inputFile.getValue();
-  request.options.allowUnsupported = allowUnsupported;
+  request.options.dispatch.allowUnsupported = allowUnsupported;
+  if (llvm::Error err = setRoutingSkew(request.options.dispatch, routingSkew))
+    return fail(fmt::format("--routing-skew: {}", takeMessage(std::move(err))));
   request.options.inference = noGrad;
   if (!clusterName.empty()) {
     auto cluster = resolveCluster(clusterName);

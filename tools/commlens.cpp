@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -44,12 +45,12 @@ commands:
   predict MODEL.pt2 --plan PLAN.json [--phase PHASE] [--format table|json|html] [--noise-level N]
           [-o FILE] [--print-after=PASS[,PASS]] [--allow-unsupported] [--world-size N]
           [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N] [--cuda-version MAJOR.MINOR]
-          [--torch-version V] [--cluster NAME|TOPOLOGY.json] [--time-passes]
+          [--torch-version V] [--cluster NAME|TOPOLOGY.json] [--routing-skew F] [--time-passes]
       predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate),
       with their communication time on a cluster; PHASE forward (default), backward, both, or
       inference (model.eval() under torch.no_grad(): no loss, no backward; an eval-mode program)
   rank MODEL.pt2 --plan PLAN.json [--plan ...] [--plans DIR] [--cluster NAME|TOPOLOGY.json]
-       [--phase forward|both|inference] [--format table|json] [-o FILE]
+       [--phase forward|both|inference] [--format table|json] [--routing-skew F] [-o FILE]
       predicts every plan in one process and ranks them by communication time per step
   collective-time --cluster NAME|TOPOLOGY.json --collective KIND --bytes N --ranks N [--nodes N]
       estimated time of one collective (KIND: all_reduce, all_gather, reduce_scatter, all_to_all)
@@ -74,7 +75,7 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
                         [--allow-unsupported] [--world-size N]
                         [--gpu NAME] [--gpu-arch MAJOR.MINOR] [--cudnn-version N]
                         [--cuda-version MAJOR.MINOR] [--torch-version V] [--cluster NAME|TOPOLOGY.json]
-                        [--time-passes]
+                        [--routing-skew F] [--time-passes]
   predicts the collectives DTensor issues, per module (passes: decompose, apply-plan, propagate)
   --phase inference predicts the first forward of model.eval() under torch.no_grad() (the first
   generate() step): no loss, no backward; the program must be exported in eval mode
@@ -88,19 +89,19 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
   the runtime's torch.version.cuda (default 12.x; CUDA 13 builds prefer cuDNN on more GPUs),
   --torch-version the runtime's torch.__version__ (2.11 to 2.13, default 2.13; before 2.12 cuDNN
   attention takes any dropout probability)
-)" COMMLENS_TORCHSCRIPT_USAGE},
+)" COMMLENS_ROUTING_SKEW_USAGE COMMLENS_TORCHSCRIPT_USAGE},
     {"check-plan", R"(usage: commlens check-plan MODEL.pt2 --plan PLAN.json [--world-size N]
   validates a plan against the model and lists the modules each style applies to
 )" COMMLENS_TORCHSCRIPT_USAGE},
     {"rank", R"(usage: commlens rank MODEL.pt2 --plan PLAN.json [--plan PLAN.json ...] [--plans DIR]
                      [--cluster NAME|TOPOLOGY.json] [--phase forward|both|inference] [--format table|json]
                      [-o FILE] [--allow-unsupported] [--gpu NAME] [--gpu-arch M.m] [--cudnn-version N] [--cuda-version M.m]
-                     [--torch-version V]
+                     [--torch-version V] [--routing-skew F]
   predicts every plan (--plan, repeatable; --plans: every *.json in DIR) in one process, the model read
   once, and ranks them by communication time per step on the cluster (default h100-ib-ndr), with
   collectives, bytes and time per mesh dim; plans that cannot be predicted are listed as not ranked
   (exit 2 only when none could be)
-)" COMMLENS_TORCHSCRIPT_USAGE},
+)" COMMLENS_ROUTING_SKEW_USAGE COMMLENS_TORCHSCRIPT_USAGE},
     {"collective-time", R"(usage: commlens collective-time --cluster NAME|TOPOLOGY.json --collective KIND
                                 --bytes N --ranks N [--nodes N]
   estimated time of one collective on a cluster: KIND all_reduce, all_gather, reduce_scatter or
@@ -141,7 +142,7 @@ std::vector<std::string> Args::all(const char *name) const {
 
 llvm::Expected<PassOptions> passOptionsFrom(const Args &args) {
   PassOptions options;
-  options.allowUnsupported = args.flag("--allow-unsupported");
+  options.dispatch.allowUnsupported = args.flag("--allow-unsupported");
   if (std::string gpu = args.option("--gpu"); !gpu.empty()) {
     auto target = cudaTargetByName(gpu);
     if (!target)
@@ -168,6 +169,13 @@ llvm::Expected<PassOptions> passOptionsFrom(const Args &args) {
   if (std::string v = args.option("--torch-version"); !v.empty())
     if (llvm::Error err = setTorchVersion(options.cudaTarget, v))
       return makeError("--torch-version: {}", takeMessage(std::move(err)));
+  if (std::string v = args.option("--routing-skew"); !v.empty()) {
+    double skew = 0;
+    if (llvm::StringRef(v).getAsDouble(skew))
+      return makeError("--routing-skew needs a number, got '{}'", v);
+    if (llvm::Error err = setRoutingSkew(options.dispatch, skew))
+      return makeError("--routing-skew: {}", takeMessage(std::move(err)));
+  }
   if (std::string c = args.option("--cluster"); !c.empty()) {
     auto cluster = resolveCluster(c);
     if (!cluster)
@@ -352,7 +360,7 @@ int runPredict(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {"--allow-unsupported", "--time-passes", COMMLENS_TORCHSCRIPT_FLAGS},
                         {"--plan", "--phase", "--format", "--noise-level", "-o", "--print-after", "--world-size",
                          "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version", "--torch-version", "--cluster",
-                         COMMLENS_TORCHSCRIPT_OPTIONS});
+                         "--routing-skew", COMMLENS_TORCHSCRIPT_OPTIONS});
   if (!args)
     return fail(takeMessage(args.takeError()));
   if (args->help)

@@ -127,8 +127,8 @@ def _torchscript_limits(limits):
     return [limits.get(k) for k in _TORCHSCRIPT_LIMITS]
 
 
-def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_unsupported=False, torchscript=False,
-            torchscript_limits=None):
+def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_unsupported=False, routing_skew=1.0,
+            torchscript=False, torchscript_limits=None):
     """Predict the collectives DTensor issues for ``program`` under ``plan``.
 
     ``program``: a ``torch.export.ExportedProgram`` (its JSON written in memory) or a ``.pt2``
@@ -136,7 +136,9 @@ def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_uns
     ``phase``: "forward", "backward", "both" or "inference" (the forward of ``model.eval()`` under
     ``torch.no_grad()``, from a program exported in eval mode). ``cluster``: a preset name or topology file
     (times per collective, module and step); ``gpu``: the CUDA target of ``device_type="cuda"``
-    plans (default h100).
+    plans (default h100). ``routing_skew``: the routing model of MoE tokens, the busiest
+    expert-parallel rank getting that many times the balanced number of routed rows (1: balanced
+    top-k routing; the CLI's ``--routing-skew``).
 
     ``torchscript=True`` reads a TorchScript archive (``torch.jit.save``) at ``program``, which
     means running the model's code: in a worker process under limits (``torchscript_limits``:
@@ -149,16 +151,20 @@ def predict(program, plan, phase="forward", *, cluster=None, gpu=None, allow_uns
     limits = _torchscript_limits(torchscript_limits)
     if limits != [None] * len(limits) and not torchscript:
         raise CommlensError("torchscript_limits", "applies only with torchscript=True")
+    try:
+        routing_skew = float(routing_skew)
+    except (TypeError, ValueError):
+        raise CommlensError("routing_skew", f"needs a number, got {routing_skew!r}") from None
     text, name = _plan_json(plan)
     try:
         if isinstance(program, (str, os.PathLike)):
             native = core().predict_pt2(os.fspath(program), text, name, phase, cluster, gpu, allow_unsupported,
-                                        bool(torchscript), *limits)
+                                        routing_skew, bool(torchscript), *limits)
         else:
             from commlens.export import decoder_program_json, tied_parameters_json
 
             native = core().predict_program_json(decoder_program_json(program), tied_parameters_json(program), text,
-                                                 name, phase, cluster, gpu, allow_unsupported)
+                                                 name, phase, cluster, gpu, allow_unsupported, routing_skew)
     except core().Error as err:
         subject, _, message = str(err).partition(": ")
         raise CommlensError(subject, message) from None

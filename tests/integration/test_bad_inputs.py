@@ -791,6 +791,19 @@ def _(b):
     return predict(b.good_pt2, b.plan_path, "--noise-level", "-1"), "--noise-level needs a non-negative integer, got '-1'"
 
 
+@kind("routing-skew-below-one")
+def _(b):
+    return (predict(b.good_pt2, b.plan_path, "--routing-skew", "0.5"),
+            "--routing-skew: the routing skew needs a number of at least 1 (the busiest expert-parallel rank's routed "
+            "rows over the balanced number), got 0.5")
+
+
+@kind("routing-skew-not-a-number")
+def _(b):
+    return (["rank", b.good_pt2, "--plan", b.plan_path, "--routing-skew", "two"],
+            "--routing-skew needs a number, got 'two'")
+
+
 @kind("bad-world-size")
 def _(b):
     return (["check-plan", b.good_pt2, "--plan", b.plan_path, "--world-size", "99999999999999999999"],

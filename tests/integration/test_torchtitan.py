@@ -256,6 +256,35 @@ def test_expert_parallel_under_fsdp(tmp_path, run_commlens):
         r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", fmt, "--noise-level", "1")
         # per layer, the combine and the dispatch's backward send routed rows
         assert r.returncode == 0 and r.stdout.count(marker) == 4, r.stdout[-2000:]
+    # --routing-skew 1.5: the busiest rank's experts get 1.5 x 64 = 96 rows, which it sends back in
+    # the combine (and in the dispatch's backward); the bounds stay the routing's. At 3 the 192 rows
+    # are more than the group's 2 x 64: all of them.
+    for skew, routed in (("1.5", 96), ("3", 128)):
+        r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json",
+                         "--routing-skew", skew)
+        assert r.returncode == 0, r.stderr
+        layer = next(c for c in _tree(json.loads(r.stdout)) if c["fqn"] == "FSDPQwen3Model.layers.0.moe.experts")
+        assert layer["collective_bytes_forward"] == {"c10d_functional.all_to_all_single": 64 + rows + routed * 128 * 4}
+        assert layer["collective_bytes_bounds_forward"] == {"c10d_functional.all_to_all_single": [64 + rows, 64 + 3 * rows]}
+        combine = [c for c in layer["collectives_forward_detail"] if c.get("bytes_per_rank_bounds")]
+        assert [(c["bytes_per_rank"], c["routing_skew"]) for c in combine] == [(routed * 128 * 4, float(skew))]
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--noise-level", "1",
+                     "--routing-skew", "1.5")
+    assert r.stdout.count(f"{96 * 128 * 4} B/rank (routing skew 1.5: the busiest rank; 0 to {2 * rows} by the "
+                          "routing)") == 4, r.stdout[-2000:]
+    # rank states the routing model it ranked under, and counts the skewed bytes: per layer, 32
+    # more rows in the combine and in the dispatch's backward than balanced
+    ranked = {}
+    for skew in ("1", "1.5"):
+        r = run_commlens("rank", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "--routing-skew", skew)
+        assert r.returncode == 0, r.stderr
+        ranked[skew] = json.loads(r.stdout)
+    assert "routing_skew" not in ranked["1"] and ranked["1.5"]["routing_skew"] == 1.5
+    step = {skew: doc["plans"][0]["forward"]["bytes_per_rank"] + doc["plans"][0]["backward"]["bytes_per_rank"]
+            for skew, doc in ranked.items()}
+    assert step["1.5"] - step["1"] == 2 * 2 * 32 * 128 * 4
+    r = run_commlens("rank", pt2, "--plan", plan_path, "--phase", "both", "--routing-skew", "1.5")
+    assert "phase both, MoE routing skew 1.5 (the busiest expert-parallel rank), by communication time" in r.stdout
 
 
 def test_expert_parallel_bytes_within_the_routings_bounds(tmp_path, run_commlens):

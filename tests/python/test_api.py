@@ -78,6 +78,15 @@ def test_errors_are_commlens_errors(gpt2_ep):
     with pytest.raises(CommlensError) as info:
         commlens.predict(gpt2_ep, PLAN, cluster="dgx")
     assert str(info.value).startswith("cluster: unknown cluster 'dgx' (known: h100-ib-ndr,")
+    # the MoE routing model (the CLI's --routing-skew), checked in memory and from a path alike
+    for program in (gpt2_ep, "/nonexistent.pt2"):
+        with pytest.raises(CommlensError) as info:
+            commlens.predict(program, PLAN, routing_skew=0.5)
+        assert str(info.value) == ("routing_skew: the routing skew needs a number of at least 1 (the busiest "
+                                   "expert-parallel rank's routed rows over the balanced number), got 0.5")
+    with pytest.raises(CommlensError) as info:
+        commlens.predict(gpt2_ep, PLAN, routing_skew="high")
+    assert str(info.value) == "routing_skew: needs a number, got 'high'"
 
 
 def test_assert_comm_counts():
