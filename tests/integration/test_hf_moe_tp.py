@@ -11,6 +11,7 @@ from torch.distributed.tensor.placement_types import Shard, _StridedShard
 from integration_helpers import assert_prediction_equals_counts, export_pt2, save_plan
 
 import commlens
+from commlens.measure import measure
 from examples.hf_real import measure_transformers_tp  # needs accelerate (scripts/setup.sh installs it)
 
 # examples.hf's tiny models: batch 2 x 16 tokens, hidden 64, top-2 routing, float32
@@ -53,6 +54,14 @@ def test_moe_tp_experts_from_the_captured_plan(family, tp, phase, tmp_path, run_
                                                                ("down_proj", Shard(2)))}
     pt2 = export_pt2(model, tmp_path, eval_mode=phase == "inference")
     assert_prediction_equals_counts(run_commlens, pt2, save_plan(plan, tmp_path), doc, phase, tmp_path)
+    if family == "qwen3_moe":
+        # commlens.measure applying the captured plan (transformers' layers, then the placements)
+        # issues what from_pretrained's own path issued, module by module
+        def cells(counts):
+            return {m["fqn"]: [m[k] for k in ("forward", "backward", "forward_bytes", "backward_bytes")]
+                    for m in counts["modules"]}
+
+        assert cells(measure(model, plan, phase=phase, return_document=True)) == cells(doc)
 
 
 def test_moe_tp_experts_needs_the_call_signature(tmp_path, run_commlens):
