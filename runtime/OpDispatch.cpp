@@ -59,8 +59,7 @@ public:
   Propagator(const ExportedProgram &program, const ShardingPlan *plan, const DispatchOptions &options,
              PredictionState &state, const Graph &graph, Phase phase)
       : plan_(plan), allowUnsupported_(options.allowUnsupported), routingSkew_(options.routingSkew), state_(state),
-        mesh_(state.dtensorMesh),
-        graph_(graph), phase_(phase), castReason_(computeCastReason(program, state)) {
+        mesh_(state.dtensorMesh), graph_(graph), phase_(phase), castReason_(computeCastReason(program, state)) {
     if (&graph == &program.graph())
       localShards_.programInputs(graph);
   }
@@ -376,8 +375,10 @@ private:
       // The busiest rank under the routing model: the skew times the balanced rows, whole rows.
       int64_t rows = x->meta()->rank() ? sizesOf(*x->meta())[0] : 1;
       if (routingSkew_ != 1.0 && rows > 0) {
-        int64_t skewed = std::min(static_cast<int64_t>(std::ceil(routingSkew_ * static_cast<double>(rows))),
-                                  mesh_.size() * rows);
+        // compared as doubles: a skew past the group's size (1e300 included) is every row of it
+        int64_t groupRows = mesh_.size() * rows;
+        double wanted = std::ceil(routingSkew_ * static_cast<double>(rows));
+        int64_t skewed = wanted >= static_cast<double>(groupRows) ? groupRows : static_cast<int64_t>(wanted);
         r.bytesPerRank = r.bytesPerRank / rows * skewed;
         r.routingSkew = routingSkew_;
       }
