@@ -294,11 +294,10 @@ private:
       if (in)
         return makeError("{}: the gradient of {} is a DTensor ({}), which {}'s gradient all-reduce hook does not "
                          "expect", n.where(), n.input("param")->tensor()->name(), str(in->placements), module);
-      recordCollective(n, x, "c10d.allreduce_", 0, Placement::partial(), Placement::replicate(),
-                       {Placement::partial()}, {Placement::replicate()}, x->meta()->nbytes(),
-                       fmt::format("{}'s hook all-reduces the gradient of {} (dist.all_reduce on param.grad)", module,
-                                   n.input("param")->tensor()->name()))
-          .approximate = approx;
+      recordPlainAllReduce(n, x,
+                           fmt::format("{}'s hook all-reduces the gradient of {} (dist.all_reduce on param.grad)",
+                                       module, n.input("param")->tensor()->name()),
+                           approx);
       return llvm::Error::success();
     }
     case BoundaryOp::AllReduceLocal: {
@@ -325,11 +324,10 @@ private:
         return makeError("{}: {} hands dist.all_reduce a DTensor ({}); transformers' all-reduce expects the plain "
                          "tensor of its partial sums",
                          n.where(), module, str(in->placements));
-      recordCollective(n, x, "c10d.allreduce_", 0, Placement::partial(), Placement::replicate(),
-                       {Placement::partial()}, {Placement::replicate()}, x->meta()->nbytes(),
-                       fmt::format("{} {} (dist.all_reduce in place of {})", module,
-                                   n.input("what")->get<std::string>(), x->name()))
-          .approximate = approx;
+      recordPlainAllReduce(n, x,
+                           fmt::format("{} {} (dist.all_reduce in place of {})", module,
+                                       n.input("what")->get<std::string>(), x->name()),
+                           approx);
       localShards_.toLocal(out, onMesh(Placement::replicate())); // the sum: whole on every rank
       return llvm::Error::success();
     }
@@ -350,6 +348,14 @@ private:
     default: // the FSDP hooks, above
       return makeError("{}: not a style or loss boundary op", n.where());
     }
+  }
+
+  /// `dist.all_reduce` in place of a plain tensor over the styles' mesh dim, outside DTensor
+  /// (c10d.allreduce_ of its bytes): the ranks' partial values summed.
+  void recordPlainAllReduce(const Node &n, const Value *x, std::string why, bool approx) {
+    recordCollective(n, x, "c10d.allreduce_", 0, Placement::partial(), Placement::replicate(), {Placement::partial()},
+                     {Placement::replicate()}, x->meta()->nbytes(), std::move(why))
+        .approximate = approx;
   }
 
   /// An expert-parallel style's all_to_all_single over the styles' mesh dim: each rank sends its

@@ -53,7 +53,7 @@ def placement_from_str(s, subject="plan", where=""):
         return Replicate()
     m = _STRIDED_SHARD_RE.match(text)
     if m:
-        dim, factor = (int(g) for g in (m.groups()[:2] if m.group(1) is not None else m.groups()[2:]))
+        dim, factor = (int(g) for g in m.groups() if g is not None)  # one of the two spellings matched
         if factor < 1:
             raise PlanError(subject, f"bad placement {s!r}{loc}: split factor {factor} (at least 1)")
         return _StridedShard(dim, split_factor=factor)
