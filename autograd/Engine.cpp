@@ -744,6 +744,7 @@ private:
                  {"autograd", false, false},
                  {"sends_routed", fwd.boolInput("receives_routed"), false},
                  {"receives_routed", fwd.boolInput("sends_routed"), false},
+                 {"copies", *fwd.input("copies")->asInt(), false},
                  {"what", "sends back the gradient of the all-to-all that " + fwd.input("what")->get<std::string>(),
                   false},
                  {"module", fwd.input("module")->get<std::string>(), true}},

@@ -34,7 +34,7 @@ Any other string is refused: Qwen3's ``replicated_with_grad_allreduce`` (a trans
 ``packed_colwise`` / ``moe_tp_experts`` have no torch style to map to.
 None of these families ships a sequence-parallel plan in this transformers version.
 In training, the counts of those styles equal, per module and in bytes, what transformers' own
-layer classes issue (``examples.hf_real:measure_transformers_tp``,
+layer classes issue (``examples.hf_real:measure_transformers``,
 tests/integration/test_hf_real_path.py). Not in inference: under no_grad transformers' rowwise
 Linear runs on local tensors and calls ``dist.all_reduce`` in place. ``commlens predict`` refuses
 Gemma's and Gemma2's plan: their ``embed_tokens`` is an nn.Embedding subclass, which the apply-plan
@@ -209,13 +209,22 @@ def hf_fsdp(*, family="qwen3_moe", dp=2):
                 loss=Loss.cross_entropy(targets="random", seed=0))
 
 
-def hf_captured(*, family="llama", tp=4):
+def hf_captured(*, family="llama", tp=4, distributed=None):
     """The plan ``python -m commlens.capture --parallelize transformers`` captures from transformers'
     own ``from_pretrained(tp_plan="auto")`` calls on the family's model, with the training step's
-    cross-entropy against random targets (seed 0), as ``examples.hf_real`` measures it."""
+    cross-entropy against random targets (seed 0), as ``examples.hf_real`` measures it.
+    ``distributed``: ``DistributedConfig`` sizes (``{"fsdp_size": 2, "ep_size": 2}``; ``tp_size``
+    then defaults to 1) instead of ``tp`` ranks of tensor parallelism."""
+    import math
+
     import commlens.capture
 
-    plan = commlens.capture.capture(f"examples.hf:hf_model(family={family!r})", "transformers", tp,
+    sizes = {"tp_size": tp} if distributed is None else {"tp_size": 1, **distributed}
+    world_size = math.prod(sizes.get(k, 1) for k in ("pp_size", "dp_replicate_size", "fsdp_size", "tp_size"))
+    spec = "transformers"
+    if distributed is not None:
+        spec += f"({', '.join(f'{k}={v!r}' for k, v in sizes.items())})"
+    plan = commlens.capture.capture(f"examples.hf:hf_model(family={family!r})", spec, world_size,
                                     loss="cross_entropy")
     plan.name = f"hf_{family}_captured"
     return plan

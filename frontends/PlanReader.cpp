@@ -128,11 +128,13 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   return u;
 }
 
-/// A step of expert-parallel styles only: torchtitan shards the experts with FSDP on a mesh of
-/// their own, so the dense units may use the step's dim (checked per parameter in fsdp/FullyShard).
+/// A step of expert-parallel styles only: torchtitan and transformers shard the experts with FSDP
+/// on a mesh of their own, so the dense units may use the step's dim (checked per parameter in
+/// fsdp/FullyShard).
 bool onlyExpertParallel(const ParallelizeStep &step) {
   return !step.styles.empty() && llvm::all_of(step.styles, [](const ParallelStyle &s) {
-    return s.kind == ParallelStyle::Kind::TorchtitanExpertParallel;
+    return s.kind == ParallelStyle::Kind::TorchtitanExpertParallel ||
+           s.kind == ParallelStyle::Kind::TransformersEpDispatchExpertsParallel;
   });
 }
 

@@ -24,6 +24,8 @@ struct StyledModule {
   const ModuleScope &scope;
   bool linear = false;    // nn.Linear
   bool embedding = false; // nn.Embedding or a subclass
+  /// Its own parameters (named_parameters(recurse=False)), as the program has them: unsharded.
+  std::vector<const Value *> parameters;
 };
 
 /// The arguments of one module call as the pre-hooks see them (null: not a tensor). Without a
@@ -58,8 +60,18 @@ public:
   /// all_to_all_single of a plain tensor over the styles' mesh dim (`autograd`: the autograd
   /// version, whose backward exchanges the gradient back); `sendsRouted` / `receivesRouted`: the
   /// rows sent / received are tokens routed to this rank's experts (their number is the routing's);
-  /// `what` says what it exchanges ("dispatches the routed tokens ...").
-  virtual Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, llvm::StringRef what) = 0;
+  /// `copies`: each row of `x` is sent that many times (a token to each of its top-k experts), the
+  /// value handed on keeping x's shape; `what` says what it exchanges ("dispatches the routed
+  /// tokens ...").
+  virtual Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, int64_t copies,
+                          llvm::StringRef what) = 0;
+  /// `dist.all_to_all_single` (c10d.alltoall_base_, no autograd) of one int64 count per expert
+  /// (`experts` of them), computed from the routing `routing`: the split sizes an expert-parallel
+  /// dispatch exchanges before its tokens. Returns the counts received (i64[experts]).
+  virtual Value *allToAllCounts(Value *routing, int64_t experts, llvm::StringRef what) = 0;
+  /// The call's positional argument `i` as the program has it, before any hook (null: none or
+  /// not a tensor): what a post-hook reads of the call's inputs.
+  virtual const Value *callArgument(size_t i) const = 0;
   /// transformers' _AllReduceForward: `dist.all_reduce` in place of a plain tensor holding this
   /// rank's partial sums (c10d.allreduce_ of its bytes), identity in backward. `what` says what it
   /// sums ("sums the experts' partial outputs").

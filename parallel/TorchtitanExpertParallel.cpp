@@ -36,10 +36,11 @@ public:
   llvm::Error preHook(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments) const override {
     if (llvm::Error err = checkGroupedExpertsCall(style, hooks, arguments))
       return err;
-    arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false,
+    arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false, /*copies=*/1,
                                        "exchanges the per-expert token counts");
     arguments.args[0] = hooks.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,
-                                       /*receivesRouted=*/true, "dispatches the routed tokens to their experts' ranks");
+                                       /*receivesRouted=*/true, /*copies=*/1,
+                                       "dispatches the routed tokens to their experts' ranks");
     return llvm::Error::success();
   }
 
@@ -47,7 +48,7 @@ public:
     auto y = onlyOutput(style, hooks, outputs);
     if (!y)
       return y.takeError();
-    **y = hooks.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false,
+    **y = hooks.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false, /*copies=*/1,
                          "combines the experts' outputs back on the tokens' ranks");
     return llvm::Error::success();
   }

@@ -5,6 +5,7 @@
 #include "autograd/ActivationCheckpoint.h"
 #include "fsdp/FullyShard.h"
 #include "ir/ModuleCalls.h"
+#include "ir/TensorMetaUtils.h"
 #include "parallel/StyleModel.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -84,14 +85,23 @@ public:
   Value *allReduceInBackward(Value *x, llvm::StringRef what) override {
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceInBackward), x, {{"what", what.str(), false}}, "in");
   }
-  Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, llvm::StringRef what) override {
+  Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, int64_t copies,
+                  llvm::StringRef what) override {
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllToAll), x,
                     {{"autograd", autograd, false},
                      {"sends_routed", sendsRouted, false},
                      {"receives_routed", receivesRouted, false},
+                     {"copies", copies, false},
                      {"what", what.str(), false}},
                     sendsRouted ? "combined" : receivesRouted ? "dispatched" : "exchanged");
   }
+  Value *allToAllCounts(Value *routing, int64_t experts, llvm::StringRef what) override {
+    Value *out = emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllToAllCounts), routing,
+                          {{"experts", experts, false}, {"what", what.str(), false}}, "counts");
+    out->setMeta(metaOf(ScalarType::Long, {experts}, routing->meta()->device));
+    return out;
+  }
+  const Value *callArgument(size_t i) const override { return i < c_.args.size() ? c_.args[i] : nullptr; }
   bool gradEnabled() const override { return c_.gradEnabled; }
 
 private:
@@ -171,7 +181,8 @@ private:
         for (const ModuleScope *s : graph_.scopes().inForwardOrder())
           if (matchesModulePath(style.pattern, s->path())) {
             bool embedding = isEmbedding(*s) || isEmbeddingSubclass(*s);
-            if (llvm::Error err = styleModel(style.kind).checkModule(style, StyledModule{*s, isLinear(*s), embedding}))
+            if (llvm::Error err = styleModel(style.kind).checkModule(
+                    style, StyledModule{*s, isLinear(*s), embedding, directParameters(*s)}))
               return err;
             if (embedding) // decided now: fully_shard later renames the class to FSDPEmbedding
               embeddings_.insert(s);
@@ -209,7 +220,19 @@ private:
 
   void setParam(const InputSpec &in, Placement p) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}}; }
 
-  StyledModule styledModule(const ModuleScope *s) const { return {*s, isLinear(*s), embeddings_.contains(s)}; }
+  StyledModule styledModule(const ModuleScope *s) const {
+    return {*s, isLinear(*s), embeddings_.contains(s), directParameters(*s)};
+  }
+
+  std::vector<const Value *> directParameters(const ModuleScope &s) const {
+    std::string prefix = s.path().empty() ? "" : s.path() + ".";
+    std::vector<const Value *> params;
+    for (const InputSpec &in : graph_.inputs())
+      if (in.kind == InputKind::Parameter && in.value && llvm::StringRef(in.target).startswith(prefix) &&
+          !llvm::StringRef(in.target).drop_front(prefix.size()).contains('.'))
+        params.push_back(in.value);
+    return params;
+  }
 
   llvm::Error distributeParameters() {
     // Parameters by FQN, so that those below a module are one range (its path and a dot).

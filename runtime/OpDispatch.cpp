@@ -345,6 +345,17 @@ private:
     }
     case BoundaryOp::AllToAll:
       return allToAll(n, x, in, module, approx);
+    case BoundaryOp::AllToAllCounts: {
+      // dist.all_to_all_single of one int64 count per expert, outside autograd: its bytes are the
+      // counts', whatever the routing (the tensor it is computed from is not sent).
+      int64_t experts = *n.input("experts")->asInt();
+      recordCollective(n, x, "c10d.alltoall_base_", 0, Placement::shard(0), Placement::shard(0), {Placement::shard(0)},
+                       {Placement::shard(0)}, experts * static_cast<int64_t>(sizeof(int64_t)),
+                       fmt::format("{} {} (dist.all_to_all_single of {} int64 counts, from {})", module,
+                                   n.input("what")->get<std::string>(), experts, x->name()))
+          .approximate = approx;
+      return llvm::Error::success();
+    }
     default: // the FSDP hooks, above
       return makeError("{}: not a style or loss boundary op", n.where());
     }
@@ -370,16 +381,18 @@ private:
       return makeError("{}: {} hands all_to_all_single a DTensor ({}), which expects the plain tensor of its "
                        "tokens",
                        n.where(), module, str(in->placements));
+    int64_t copies = *n.input("copies")->asInt(); // each row sent to that many experts
     CollectiveRecord &r = recordCollective(
         n, x, "c10d_functional.all_to_all_single", 0, Placement::shard(0), Placement::shard(0), {Placement::shard(0)},
-        {Placement::shard(0)}, x->meta()->nbytes(),
-        fmt::format("{} {} (all_to_all_single{} of {})", module, n.input("what")->get<std::string>(),
-                    n.boolInput("autograd") ? "_autograd" : "", x->name()));
+        {Placement::shard(0)}, x->meta()->nbytes() * copies,
+        fmt::format("{} {} (all_to_all_single{} of {}{})", module, n.input("what")->get<std::string>(),
+                    n.boolInput("autograd") ? "_autograd" : "", x->name(),
+                    copies == 1 ? "" : fmt::format(", each row {} times", copies)));
     r.approximate = approx;
     if (n.boolInput("sends_routed")) { // from no row to all of the styles' sub-mesh's
       r.bytesRange = std::make_pair(int64_t{0}, mesh_.size() * r.bytesPerRank);
       // The busiest rank under the routing model: the skew times the balanced rows, whole rows.
-      int64_t rows = x->meta()->rank() ? sizesOf(*x->meta())[0] : 1;
+      int64_t rows = (x->meta()->rank() ? sizesOf(*x->meta())[0] : 1) * copies;
       if (routingSkew_ != 1.0 && rows > 0) {
         // compared as doubles: a skew past the group's size (1e300 included) is every row of it
         int64_t groupRows = mesh_.size() * rows;

@@ -12,7 +12,7 @@ For every configuration (model factory spec, plan factory spec, phase):
    ``WORK/models/`` and ``WORK/plans/``, keyed by the spec and the sources they come from;
 2. the truth is measured with ``commlens.measure`` (fake process group, in-process, CommDebugMode)
    from the cached plan JSON, or by the configuration's own ``measure`` function, which
-   parallelises the model as the user's stack does (``examples.hf_real:measure_transformers_tp``:
+   parallelises the model as the user's stack does (``examples.hf_real:measure_transformers``:
    transformers' ``tp_plan="auto"``): ``WORK/measured/CONFIG.counts.json``;
 3. ``commlens predict MODEL.pt2 --plan PLAN.json --phase P --format json -o
    WORK/predicted/CONFIG.json`` and, when that succeeds, ``commlens compare PREDICTED MEASURED
@@ -239,19 +239,19 @@ CONFIGS = [
     # training step measured natively (examples.hf_real), predicted from hf_tp
     *[Config(f"hf_{family}-transformers_tp-tp{tp}-both", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_tp(family={family!r}, tp={tp})", "both",
-             measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
+             measure=f"examples.hf_real:measure_transformers(family={family!r}, tp={tp})")
       for family in HF_TRANSFORMERS_TP for tp in ((2, 4) if family == "llama" else (4,))],
     # the same runs predicted from the plan commlens.capture reads off transformers' own calls
     # (--parallelize transformers): no plan written by hand
     *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-both", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_captured(family={family!r}, tp={tp})", "both", ci=(family, tp) == ("llama", 4),
-             measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
+             measure=f"examples.hf_real:measure_transformers(family={family!r}, tp={tp})")
       for family in HF_CAPTURED for tp in ((2, 4) if family == "llama" else (4,))],
     # inference through the same path (model.eval() under torch.no_grad(): transformers' row-wise
     # Linear sums its local output with dist.all_reduce, c10d.allreduce_), from the captured plan
     *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-inference", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_captured(family={family!r}, tp={tp})", "inference", ci=(family, tp) == ("llama", 4),
-             measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
+             measure=f"examples.hf_real:measure_transformers(family={family!r}, tp={tp})")
       for family in HF_CAPTURED for tp in ((2, 4) if family == "llama" else (4,))],
     # transformers' mixture-of-experts families through their real tp_plan="auto" path: the experts'
     # 3-D weights placed by their own entries (packed_colwise: _StridedShard; rowwise), the experts
@@ -259,8 +259,27 @@ CONFIGS = [
     # inference, from the captured plan
     *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-{phase}", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_captured(family={family!r}, tp={tp})", phase, ci=(family, tp, phase) == ("qwen3_moe", 2, "both"),
-             measure=f"examples.hf_real:measure_transformers_tp(family={family!r}, tp={tp})")
+             measure=f"examples.hf_real:measure_transformers(family={family!r}, tp={tp})")
       for family in HF_MOE_CAPTURED for tp in (2, 4) for phase in ("both", "inference")],
+    # transformers' own FSDP2 (DistributedConfig(fsdp_size=N): its fsdp_plan's units, the norm and
+    # lm_head kept unsharded as one unit, then the root), from the captured plan
+    *[Config(f"hf_{family}-transformers_fsdp_captured-fsdp2-both", f"examples.hf:hf_model(family={family!r})",
+             H + f"hf_captured(family={family!r}, distributed={{'fsdp_size': 2}})", "both",
+             measure=f"examples.hf_real:measure_transformers(family={family!r}, distributed={{'fsdp_size': 2}})")
+      for family in ("llama", "qwen3_moe")],
+    # transformers' expert parallelism (DistributedConfig(ep_size=E, fsdp_size=F)): the experts
+    # sharded by expert on the expert mesh's ep dim (grouped_gemm), the tokens exchanged by
+    # AllToAllEP (per-expert counts, then each token to its top-k experts' ranks and back), the
+    # experts under FSDP on efsdp and the dense layers on fsdp (two root meshes, one plan mesh), from
+    # the captured plan; training and inference
+    *[Config(f"hf_{family}-transformers_ep_captured-ep{ep}xfsdp{ep}-{phase}",
+             f"examples.hf:hf_model(family={family!r})",
+             H + f"hf_captured(family={family!r}, distributed={{'fsdp_size': {ep}, 'ep_size': {ep}}})", phase,
+             ci=(family, ep, phase) == ("qwen3_moe", 2, "both"),
+             measure=f"examples.hf_real:measure_transformers(family={family!r}, "
+                     f"distributed={{'fsdp_size': {ep}, 'ep_size': {ep}}})")
+      for family, ep, phase in [*((family, 2, "both") for family in HF_MOE_CAPTURED),
+                                ("qwen3_moe", 4, "both"), ("qwen3_moe", 2, "inference"), ("mixtral", 2, "inference")]],
     # transformers' mixture-of-experts families under FSDP2 (every decoder layer, then the root): their
     # experts' grouped matmuls (exported as transformers::grouped_mm_fallback, run as _grouped_mm),
     # routers (top-k, Mixtral's in-place normalisation, DeepSeek-V3's group-limited top-k), shared

@@ -4,7 +4,7 @@ transformers 5.x does not use torch's ``ParallelStyle``s: its layer classes
 (``transformers/distributed/tensor_parallel.py``, registered by name in ``ALL_PARALLEL_STYLES``)
 shard a module's parameters (``shard_param``) and replace its ``forward`` (``install_forward``).
 In training (grad enabled) the registrations below issue, per module and in bytes, what the torch
-style they map to issues: measured by ``examples.hf_real:measure_transformers_tp`` against plans
+style they map to issues: measured by ``examples.hf_real:measure_transformers`` against plans
 built from this table (the accuracy corpus' ``hf_*-transformers_tp`` configurations). Under
 ``torch.no_grad()`` the row-wise ones do not (their Linear then calls ``dist.all_reduce`` in
 place), so capture records those as transformers' own layer (:data:`OWN_STYLES`).
@@ -24,7 +24,12 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 # ReplicatedWithGradAllReduce, a gradient hook no torch style has; MoeExpertsParallel, the experts on
 # their local shards between autograd all-reduces of transformers' own. (Hand-written plans,
 # examples.hf:hf_tp, use the torch styles, measured as torch runs them.)
-OWN_STYLES = ("rowwise", "rowwise_split_input", "replicated_with_grad_allreduce", "moe_tp_experts")
+OWN_STYLES = ("rowwise", "rowwise_split_input", "replicated_with_grad_allreduce", "moe_tp_experts",
+              "ep_dispatch_experts")
+# The expert-parallel layer (transformers/distributed/expert_parallel.py) whose install_forward
+# takes the expert and the tensor-parallel meshes by keyword; its experts' parameters are sharded
+# by "grouped_gemm" entries of their own.
+EP_DISPATCH = "ep_dispatch_experts"
 
 # transformers' registration name -> the torch style with the layouts transformers registers for it.
 # Its EmbeddingParallel(shard_dim=0) shards the vocabulary, takes the ids replicated and sums the
@@ -68,9 +73,30 @@ def apply_layer(model, mesh, pattern, layer):
 
     for path in match_modules(model, pattern):
         module = model.get_submodule(path)
+        if type(layer).__name__ == "EpDispatchExpertsParallel":
+            _dispatch_experts(module, mesh, layer)
+            continue
         for name in list(module._parameters):
             layer.shard_param(module, name, mesh)
         layer.install_forward(module, mesh)
+
+
+def _dispatch_experts(module, ep_mesh, layer):
+    """transformers' ep_plan on one experts module, as commlens models it (plan style
+    ``TransformersEpDispatchExpertsParallel``): ``grouped_gemm`` (Shard(0) on the expert-parallel mesh) on
+    each of its parameters, then ``ep_dispatch_experts`` with the all-to-all exchange and a
+    tensor-parallel mesh of one rank."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from transformers.distributed.expert_parallel import MoEParamShard
+
+    by_expert = MoEParamShard(Shard(0), shards_expert_dim=True)
+    for name in list(module._parameters):
+        by_expert.shard_param(module, name, ep_mesh)
+    # each rank its own TP group (tp_size=1), as transformers' dense mesh has it
+    tp_mesh = init_device_mesh(ep_mesh.device_type, (dist.get_world_size(), 1), mesh_dim_names=("dp", "tp"))["tp"]
+    layer.install_forward(module, ep_mesh=ep_mesh, tp_mesh=tp_mesh, ep_implementation="all_to_all")
 
 
 def parallelize(model, **distributed_config):

@@ -114,8 +114,9 @@ class _Recorder:
         self.placed_then_sharded = []  # (owner, name): a distribute_tensor parameter fully_shard took
         self.replaced_forward = set()  # id(module) whose forward a recorded transformers layer replaced
         self.unmapped_layers = []  # (registration name or None, layer, module): no torch style to map to
-        self.layer_sharded = []  # (layer, owner, name): a parameter a transformers layer sharded
+        self.layer_sharded = []  # (layer, owner, name, mesh): a parameter a transformers layer sharded
         self.layer_installed = set()  # (id(layer), id(module)): a transformers layer's install_forward
+        self.ep_dispatch = {}  # id(module) -> install_forward's keywords, for transformers' ep_dispatch_experts
         self._depth = 0
         self._layer_depth = {"install_forward": 0, "shard_param": 0}
         self._restore = []
@@ -213,7 +214,7 @@ class _Recorder:
         if tp is None:
             # not imported before FN ran: a layer FN applies shows as a replaced forward, refused
             return
-        from commlens._transformers import NO_OP_STYLES, OWN_STYLES, TORCH_STYLES
+        from commlens._transformers import EP_DISPATCH, NO_OP_STYLES, OWN_STYLES, TORCH_STYLES
 
         registered = {id(layer): name for name, layer in tp.ALL_PARALLEL_STYLES.items()}
         recorder = self
@@ -224,27 +225,31 @@ class _Recorder:
                 return
 
             @functools.wraps(original)
-            def wrapper(layer, module, *args):
+            def wrapper(layer, module, *args, **kwargs):
                 if recorder._layer_depth[method]:  # a subclass calling super()
-                    return original(layer, module, *args)
+                    return original(layer, module, *args, **kwargs)
                 before = dict(module._parameters)
                 recorder._layer_depth[method] += 1
                 try:
-                    out = original(layer, module, *args)
+                    out = original(layer, module, *args, **kwargs)
                 finally:
                     recorder._layer_depth[method] -= 1
-                record(layer, module, args, before)
+                record(layer, module, args, kwargs, before)
                 return out
 
             setattr(cls, method, wrapper)
             self._restore.append(lambda: setattr(cls, method, original))
 
-        def installed(layer, module, args, before):
+        def installed(layer, module, args, kwargs, before):
             name = registered.get(id(layer))
             recorder.layer_installed.add((id(layer), id(module)))
             if name in NO_OP_STYLES or name in TORCH_STYLES or name in OWN_STYLES:
                 recorder.replaced_forward.add(id(module))
-            if name in OWN_STYLES:
+            if name == EP_DISPATCH:
+                # install_forward(module, ep_mesh=, tp_mesh=, ep_implementation=) (expert_parallel.py)
+                recorder.ep_dispatch[id(module)] = (module, kwargs)
+                recorder.styles.append((layer, module, kwargs["ep_mesh"], None))
+            elif name in OWN_STYLES:
                 recorder.styles.append((layer, module, args[0], None))
             elif name in TORCH_STYLES:
                 style = TORCH_STYLES[name]()
@@ -252,13 +257,14 @@ class _Recorder:
             elif name not in NO_OP_STYLES:
                 recorder.unmapped_layers.append((name, layer, module))
 
-        def sharded(layer, module, args, before):
+        def sharded(layer, module, args, kwargs, before):
             name = args[0]
             if module._parameters.get(name) is not before.get(name):
                 recorder.styled.add((id(module), name))
-                recorder.layer_sharded.append((layer, module, name))
+                recorder.layer_sharded.append((layer, module, name, args[1] if len(args) > 1 else None))
 
-        pending = [tp.TensorParallelLayer]
+        ep = sys.modules.get("transformers.distributed.expert_parallel")
+        pending = [tp.TensorParallelLayer, *([ep.ExpertParallelLayer] if ep is not None else [])]
         while pending:
             cls = pending.pop()
             pending.extend(cls.__subclasses__())
@@ -359,6 +365,8 @@ class _Capture:
         # dim name -> (size, stride) in the ranks of a 1-D root mesh that the meshes in use were
         # unflattened from (DeviceMesh._unflatten, torchtitan's ParallelDims.build_mesh)
         self.unflattened_dims = {}
+        self.other_roots = []  # root meshes besides root_mesh (transformers' dense and expert meshes)
+        self.root_dims = {}    # dim name -> (size, stride) in the world's ranks, of named root meshes
 
     def fail(self, message):
         raise CaptureError(self.subject, message)
@@ -378,10 +386,20 @@ class _Capture:
         root = mesh._get_root_mesh()
         if self.root_mesh is None:
             self.root_mesh = root
-        elif root != self.root_mesh:
-            self.fail(f"{what} runs on {root}, another device mesh than {self.root_mesh}; a plan has one "
-                      "mesh (slice every mesh from one init_device_mesh)")
+        elif root != self.root_mesh and root not in self.other_roots:
+            import torch
+
+            # transformers' expert parallelism: a dense and an expert init_device_mesh over the same
+            # ranks (transformers/distributed/utils.py); their dims are laid out as one plan mesh
+            for one in (self.root_mesh, root):
+                if not one.mesh_dim_names or not torch.equal(one._rank_map, torch.arange(one._rank_map.numel())):
+                    self.fail(f"{what} runs on {root}, another device mesh than {self.root_mesh}; a plan has "
+                              "one mesh (slice every mesh from one init_device_mesh, or build each over the ranks "
+                              "in order with named dims)")
+            self.other_roots.append(root)
         names = mesh.mesh_dim_names
+        if root.mesh_dim_names and names and all(name in root.mesh_dim_names for name in names):
+            self.record_root_dims(root, mesh, what)
         if mesh == root:
             return tuple(names) if names else None
         root_names = root.mesh_dim_names or ()
@@ -392,6 +410,17 @@ class _Capture:
                 self.fail(f"{what} runs on mesh dim {name!r}, which is not a dim of the root mesh "
                           f"{tuple(root_names)} (flattened meshes are not modelled)")
         return tuple(names)
+
+    def record_root_dims(self, root, mesh, what):
+        """Each dim of ``mesh`` (sliced from the named N-D ``root``) with its size and stride in the
+        world's ranks, for :meth:`plan_mesh` when the model uses several root meshes."""
+        for name in mesh.mesh_dim_names:
+            dim = root.mesh_dim_names.index(name)
+            layout = (root.shape[dim], root.mesh.stride(dim)) if root.shape[dim] != 1 else (1, 0)
+            seen = self.root_dims.setdefault(name, layout)
+            if seen != layout:
+                self.fail(f"{what} runs on mesh dim {name!r} of size {layout[0]} and rank stride {layout[1]}, "
+                          f"but another mesh's dim {name!r} has size {seen[0]} and stride {seen[1]}")
 
     def unflattened_mesh_dims(self, mesh, what):
         """The dims of ``mesh``, unflattened from a 1-D root mesh: each dim's size and stride in
@@ -415,16 +444,21 @@ class _Capture:
         place. Dims over the same ranks (torchtitan's ``ep`` borrowing all of ``fsdp``) are one plan
         dim; ``aliases`` maps each other name to it. It keeps the name a parallel style used
         (``style_dims``): styles may read their mesh's dim names, as torchtitan's GroupedExperts
-        does."""
-        if not self.unflattened_dims:
+        does. With several root meshes (transformers' dense and expert ones) their dims in use are
+        laid out so."""
+        if self.other_roots and self.unflattened_dims:
+            self.fail("the model uses several root meshes and meshes unflattened from a 1-D one; a plan lays out "
+                      "one or the other as its mesh")
+        layouts = self.unflattened_dims or (self.root_dims if self.other_roots else None)
+        if not layouts:
             return None
         aliases, kept = {}, {}
-        for name, layout in sorted(self.unflattened_dims.items(), key=lambda item: item[0] not in style_dims):
+        for name, layout in sorted(layouts.items(), key=lambda item: item[0] not in style_dims):
             if layout[0] != 1 and layout in kept:
                 aliases[name] = kept[layout]
             else:
                 kept.setdefault(layout, name)
-        dims = sorted(((name, layout) for name, layout in self.unflattened_dims.items() if name not in aliases),
+        dims = sorted(((name, layout) for name, layout in layouts.items() if name not in aliases),
                       key=lambda item: (item[1][0] != 1, -item[1][1]))
         stride, tiled = 1, True
         for name, (size, dim_stride) in reversed(dims):
@@ -436,8 +470,10 @@ class _Capture:
             stride *= size
         if not tiled or stride != world_size:
             shown = ", ".join(f"{name!r} (size {size}, stride {dim_stride})" for name, (size, dim_stride) in dims)
-            self.fail(f"the mesh dims in use, {shown}, unflattened from the {world_size}-rank mesh "
-                      f"{tuple(self.root_mesh.mesh_dim_names or ())}, do not lay out as one mesh over its ranks "
+            roots = ", ".join(str(tuple(r.mesh_dim_names)) for r in [self.root_mesh, *self.other_roots])
+            source = (f"of the meshes {roots}" if self.other_roots else
+                      f"unflattened from the {world_size}-rank mesh {tuple(self.root_mesh.mesh_dim_names or ())}")
+            self.fail(f"the mesh dims in use, {shown}, {source}, do not lay out as one mesh over the ranks "
                       "(a dim over the ranks of several others, as torchtitan's fsdp over efsdp x ep, is not "
                       "modelled)")
         return tuple(size for _name, (size, _stride) in dims), tuple(name for name, _layout in dims), aliases
@@ -453,12 +489,14 @@ class _Capture:
             shown = f"{name!r} ({_qualname(layer)})" if name else f"{_qualname(layer)} (not a registered instance)"
             self.fail(f"transformers' tensor-parallel style {shown} on module {self.shown(module)} is not "
                       f"modelled (commlens models {', '.join(dict.fromkeys([*TORCH_STYLES, *OWN_STYLES]))})")
-        for layer, owner, name in self.recorder.layer_sharded:
+        for layer, owner, name, _mesh in self.recorder.layer_sharded:
             # A plan entry naming the parameter itself (MoE experts' "...experts.gate_up_proj":
             # "packed_colwise"): shard_param alone, a distribute_tensor, so the plan's placements
             # record it as the DTensor it became.
-            if (id(layer), id(owner)) not in self.recorder.layer_installed:
+            installed = (id(layer), id(owner)) in self.recorder.layer_installed
+            if not installed and id(owner) not in self.recorder.ep_dispatch:
                 self.recorder.styled.discard((id(owner), name))
+        self.check_expert_dispatch()
         for module in self.modules_by_path.values():
             cls = _unsharded_class(type(module))
             before = self.original.get(id(module))
@@ -484,6 +522,31 @@ class _Capture:
                 self.fail(f"module {self.shown(module)} got a hook ({name}) from the parallelization that no "
                           "ParallelStyle or fully_shard registered (distribute_module input_fn/output_fn?); "
                           "commlens cannot model it")
+
+    def check_expert_dispatch(self):
+        """transformers' ``ep_dispatch_experts`` as commlens models it (plan style
+        ``TransformersEpDispatchExpertsParallel``): the experts' own parameters sharded by expert
+        (``grouped_gemm``: Shard(0)) on the expert-parallel mesh, and the all-to-all token exchange
+        (``AllToAllEP``) without tensor parallelism."""
+        for module_id, (module, kwargs) in self.recorder.ep_dispatch.items():
+            where = f"transformers' ep_dispatch_experts on module {self.shown(module)}"
+            implementation = kwargs.get("ep_implementation", "auto")
+            if implementation not in ("auto", "all_to_all"):
+                self.fail(f"{where}: ep_implementation={implementation!r} is not modelled (commlens models 'auto' "
+                          "and 'all_to_all', the all-to-all token exchange)")
+            if getattr(getattr(module, "config", None), "_experts_implementation", None) == "deepgemm_megamoe":
+                self.fail(f"{where}: DeepGEMM Mega MoE experts (MegaMoeEP) are not modelled")
+            if kwargs["tp_mesh"].size() != 1:
+                self.fail(f"{where}: with tensor parallelism (tp_size {kwargs['tp_mesh'].size()}) the dispatch "
+                          "splits the batch its TP group shares and gathers it back; that is not modelled")
+            sharded = {name: (layer, mesh) for layer, owner, name, mesh in self.recorder.layer_sharded
+                       if owner is module}
+            for name, p in module._parameters.items():
+                layer, mesh = sharded.get(name, (None, None))
+                if p is not None and (type(layer).__name__ != "MoEParamShard" or mesh != kwargs["ep_mesh"]
+                                      or repr(layer.placement) != "Shard(dim=0)"):
+                    self.fail(f"{where}: its parameter {name!r} is not sharded by expert on the expert-parallel "
+                              "mesh (grouped_gemm, Shard(0)); commlens models the experts split so")
 
     # ---- styles
 
@@ -697,8 +760,8 @@ class _Capture:
                             and (id(module), name) not in self.recorder.styled and fqn not in placements):
                         dims = self.mesh_dims(t.device_mesh, f"distribute_tensor of {fqn!r}")
                         pls = tuple(t.placements)
-                        placements[fqn] = pls if dims is None or t.device_mesh == self.root_mesh \
-                            else dict(zip(dims, pls))
+                        whole_mesh = t.device_mesh == self.root_mesh and not self.other_roots
+                        placements[fqn] = pls if dims is None or whole_mesh else dict(zip(dims, pls))
         return placements, tuple(frozen)
 
 

@@ -12,7 +12,7 @@ from integration_helpers import assert_prediction_equals_counts, export_pt2, sav
 
 import commlens
 from commlens.measure import measure
-from examples.hf_real import measure_transformers_tp  # needs accelerate (scripts/setup.sh installs it)
+from examples.hf_real import measure_transformers  # needs accelerate (scripts/setup.sh installs it)
 
 # examples.hf's tiny models: batch 2 x 16 tokens, hidden 64, top-2 routing, float32
 TOKENS, HIDDEN, TOP_K, F32 = 2 * 16, 64, 2, 4
@@ -28,7 +28,7 @@ def _module(doc, fqn):
     ("qwen3_moe", 2, "inference"),
 ])
 def test_moe_tp_experts_from_the_captured_plan(family, tp, phase, tmp_path, run_commlens):
-    doc = measure_transformers_tp(family=family, tp=tp, phase=phase)
+    doc = measure_transformers(family=family, tp=tp, phase=phase)
     layer = "HFCausalLM.model.model.layers.0.mlp.experts"
     experts, act_fn = _module(doc, layer), _module(doc, layer + ".act_fn")
     # _AllReduceForward sums the experts' partial [32, 64] output in place, with or without grad:

@@ -10,7 +10,7 @@ from integration_helpers import assert_prediction_equals_counts, export_pt2, sav
 
 import commlens
 from examples.hf import hf_tp
-from examples.hf_real import measure_transformers_tp  # needs accelerate (scripts/setup.sh installs it)
+from examples.hf_real import measure_transformers  # needs accelerate (scripts/setup.sh installs it)
 
 
 def _module(doc, fqn):
@@ -27,7 +27,7 @@ def _module(doc, fqn):
 ])
 @pytest.mark.parametrize("plan_source", ["hf_tp", "captured"])
 def test_prediction_equals_transformers_tp_plan_auto(family, tp, plan_source, tmp_path, run_commlens):
-    doc = measure_transformers_tp(family=family, tp=tp, phase="both")
+    doc = measure_transformers(family=family, tp=tp, phase="both")
     # init_parallel_plans adds a vocab-parallel embed_tokens to every family's plan: the ranks'
     # partial lookups are summed once in forward (the ids need no gradient)
     embed = _module(doc, "HFCausalLM.model.model.embed_tokens")
@@ -53,7 +53,7 @@ def test_inference_follows_transformers_local_row_wise_all_reduce(family, tp, tm
     module (2 layers, 2 each);
     the vocab-parallel embed_tokens still reduces through DTensor. Predicted from the captured plan
     on the program exported in eval mode, against the native run."""
-    doc = measure_transformers_tp(family=family, tp=tp, phase="inference")
+    doc = measure_transformers(family=family, tp=tp, phase="inference")
     assert doc["phase"] == "inference"
     glob = _module(doc, "Global")
     assert glob["forward"]["c10d.allreduce_"] == 4 and glob["backward"] == {}
@@ -77,7 +77,7 @@ def test_qwen3_norm_grad_all_reduce_from_the_captured_plan(phase, tmp_path, run_
     torch styles, refuses the plan; the captured plan records the layer itself
     (TransformersReplicatedWithGradAllReduce) and predicts the hook's all-reduce where CommDebugMode
     charges it. Without grad the hook is not registered."""
-    doc = measure_transformers_tp(family="qwen3", tp=2, phase=phase)
+    doc = measure_transformers(family="qwen3", tp=2, phase=phase)
     for layer in (0, 1):
         for norm in ("q_norm", "k_norm"):
             m = _module(doc, f"HFCausalLM.model.model.layers.{layer}.self_attn.{norm}")

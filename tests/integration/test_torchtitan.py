@@ -309,7 +309,7 @@ def test_expert_parallel_on_part_of_dp_shard_is_refused_by_name():
     from commlens.capture import CaptureError
 
     with pytest.raises(CaptureError, match=r"'fsdp' \(size 4, stride 1\), unflattened from the 4-rank mesh "
-                                           r"\('world',\), do not lay out as one mesh over its ranks \(a dim over "
+                                           r"\('world',\), do not lay out as one mesh over the ranks \(a dim over "
                                            r"the ranks of several others, as torchtitan's fsdp over efsdp x ep, is "
                                            r"not modelled\)"):
         titan_captured(name="qwen3_moe", dp_shard=4, ep=2)

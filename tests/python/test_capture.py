@@ -140,14 +140,14 @@ def replaced_forward(model):
 
 REFUSALS = [
     (unflattened_gap, "the mesh dims in use, 'unused' (size 1, stride 0), unflattened from the 2-rank mesh "
-                      "('world',), do not lay out as one mesh over its ranks (a dim over the ranks of several "
+                      "('world',), do not lay out as one mesh over the ranks (a dim over the ranks of several "
                       "others, as torchtitan's fsdp over efsdp x ep, is not modelled)"),
     (style_subclass, f"parallel style {MyColwise.__module__}.MyColwise on module 'layers.0.w1' (Linear) is not "
                      "modelled (commlens models ColwiseParallel, RowwiseParallel, SequenceParallel, "
                      "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput, "
                      "TransformersRowwiseParallel, TransformersReplicatedWithGradAllReduce, "
-                     "TransformersMoeExpertsParallel, TorchtitanExpertParallel, TorchtitanTensorParallel, "
-                     "TorchtitanNoParallel)"),
+                     "TransformersMoeExpertsParallel, TransformersEpDispatchExpertsParallel, "
+                     "TorchtitanExpertParallel, TorchtitanTensorParallel, TorchtitanNoParallel)"),
     (custom_wrapper, f"module 'layers.1' is a {Wrapper.__module__}.Wrapper the parallelization added; commlens "
                      "models no module wrapper but checkpoint_wrapper"),
     (fails, "the parallelize function raised ValueError: If passing reshard_after_forward as an int, it should "

@@ -298,8 +298,9 @@ def _set_mesh_dim(value):
 
 KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
          "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel, "
-         "TransformersReplicatedWithGradAllReduce, TransformersMoeExpertsParallel, TorchtitanExpertParallel, "
-         "TorchtitanTensorParallel, TorchtitanNoParallel")
+         "TransformersReplicatedWithGradAllReduce, TransformersMoeExpertsParallel, "
+         "TransformersEpDispatchExpertsParallel, TorchtitanExpertParallel, TorchtitanTensorParallel, "
+         "TorchtitanNoParallel")
 
 LOAD_ERRORS = [
     (_set_style("FooParallel"),

@@ -48,7 +48,7 @@ def schema_styles():
 
 
 def test_table_lookups_cover_every_entry_once():
-    assert (len(TORCH), len(TRANSFORMERS), len(TORCHTITAN)) == (6, 3, 3)
+    assert (len(TORCH), len(TRANSFORMERS), len(TORCHTITAN)) == (6, 4, 3)
     assert list(BY_NAME) == [entry.name for entry in STYLES]
     assert [entry_of(entry.resolve()) for entry in STYLES] == list(STYLES)
 
@@ -116,12 +116,18 @@ def test_applied_transformers_layer_has_only_declared_fields(entry):
 
     layer = minimal(entry)
     model = nn.Sequential(nn.Linear(4, 4))
+    if entry.name == "TransformersEpDispatchExpertsParallel":  # an experts module: 4 experts' 3-D weights
+        model[0] = nn.Module()
+        model[0].gate_up_proj, model[0].down_proj = (nn.Parameter(torch.zeros(4, 8, 4)),
+                                                     nn.Parameter(torch.zeros(4, 4, 4)))
+        model[0].num_experts = 4
     with fake_process_group(2, "test_style_table"):
         apply_layer(model, init_device_mesh("cpu", (2,)), "0", layer)
     assert set(vars(layer)) == set(declared(entry))
     # shard_param: the row-wise layer's weight Shard(-1) (stored as Shard(1)), bias Replicate; the
-    # replicated one leaves them plain
-    expected = [(Shard(1),), (Replicate(),)] if entry.name == "TransformersRowwiseParallel" else [None, None]
+    # expert-parallel one's grouped_gemm shards both by their first dim; the others leave them plain
+    expected = {"TransformersRowwiseParallel": [(Shard(1),), (Replicate(),)],
+                "TransformersEpDispatchExpertsParallel": [(Shard(0),), (Shard(0),)]}.get(entry.name, [None, None])
     assert [getattr(p, "placements", None) for p in model[0].parameters()] == expected
 
 

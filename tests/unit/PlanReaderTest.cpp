@@ -1,6 +1,8 @@
 #include "frontends/PlanReader.h"
 #include "ir/Error.h"
 
+#include <fmt/format.h>
+
 #include <gtest/gtest.h>
 
 using namespace commlens;
@@ -185,6 +187,22 @@ TEST(PlanReader, FullyShardErrorsNameThePath) {
             "fully_shard[0].reshard_after_forward: reshard_after_forward 3 is not a factor of the shard group size 4");
   EXPECT_EQ(errorOf(kFsdpPlan, R"x({"kind": "cpu", "pin_memory": false})x", R"x({"kind": "disk"})x"),
             "fully_shard[0].offload_policy.kind: offload policy 'disk' (expected \"none\" or \"cpu\")");
+}
+
+TEST(PlanReader, DenseUnitsMayShareTheDimOfAnExpertParallelStep) {
+  // torchtitan and transformers put the experts under FSDP on a mesh dim of their own, and the
+  // dense units on the dim whose ranks the experts are dispatched over; a step of a tensor
+  // parallel style may not share its dim (FullyShardErrorsNameThePath).
+  for (const char *style : {"TorchtitanExpertParallel", "TransformersEpDispatchExpertsParallel"}) {
+    std::string doc = kFsdpPlan;
+    const std::string colwise = R"x({"fqn": "w1", "style": "ColwiseParallel"})x";
+    doc.replace(doc.find(colwise), colwise.size(), fmt::format(R"x({{"fqn": "w1", "style": "{}"}})x", style));
+    const std::string root = R"x("mesh_dims": ["shard"])x";
+    doc.replace(doc.find(root), root.size(), R"x("mesh_dims": ["tp"])x");
+    auto plan = parsePlan(doc);
+    ASSERT_TRUE(static_cast<bool>(plan)) << style << ": " << takeMessage(plan.takeError());
+    EXPECT_EQ(plan->fullyShard[1].meshDims, std::vector<unsigned>{2}) << style;
+  }
 }
 
 TEST(PlanReader, ReadsListUnitsAndTorchtitansSettings) {

@@ -14,6 +14,7 @@ from commlens.plan.styles import (
     torchtitan_expert_parallel,
     torchtitan_no_parallel,
     torchtitan_tensor_parallel,
+    transformers_ep_dispatch_experts,
     transformers_moe_experts,
     transformers_replicated_with_grad_allreduce,
     transformers_rowwise,
@@ -30,14 +31,15 @@ STYLES = (
     transformers_rowwise.ENTRY,
     transformers_replicated_with_grad_allreduce.ENTRY,
     transformers_moe_experts.ENTRY,
+    transformers_ep_dispatch_experts.ENTRY,
     torchtitan_expert_parallel.ENTRY,
     torchtitan_tensor_parallel.ENTRY,
     torchtitan_no_parallel.ENTRY,
 )
 BY_NAME = {entry.name: entry for entry in STYLES}
-# Expert-parallel styles: torchtitan shards their modules' parameters with FSDP on a mesh of their
-# own, so FSDP units may share the mesh dim a step of only these uses.
-EXPERT_PARALLEL = (torchtitan_expert_parallel.ENTRY,)
+# Expert-parallel styles: torchtitan and transformers shard their modules' parameters with FSDP on
+# a mesh of their own, so FSDP units may share the mesh dim a step of only these uses.
+EXPERT_PARALLEL = (torchtitan_expert_parallel.ENTRY, transformers_ep_dispatch_experts.ENTRY)
 _BY_CLASS_PATH = {entry.class_path: entry for entry in STYLES}
 
 
