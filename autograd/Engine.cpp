@@ -42,6 +42,17 @@ llvm::DenseSet<const Value *> gradLeaves(const Graph &g, const ShardingPlan &pla
   return leaves;
 }
 
+llvm::DenseSet<const Value *> valuesRequiringGrad(const Graph &g, const ShardingPlan &plan,
+                                                  const llvm::DenseSet<const Value *> *retrained) {
+  llvm::DenseSet<const Value *> requiresGrad = gradLeaves(g, plan, retrained);
+  for (const auto &n : g.nodes())
+    if (n->gradEnabled() && llvm::any_of(n->operands(), [&](Value *v) { return requiresGrad.count(v); }))
+      for (Value *r : n->results())
+        if (r->meta() && isFloating(r->meta()->dtype))
+          requiresGrad.insert(r);
+  return requiresGrad;
+}
+
 namespace {
 
 
@@ -744,7 +755,7 @@ private:
                  {"autograd", false, false},
                  {"sends_routed", fwd.boolInput("receives_routed"), false},
                  {"receives_routed", fwd.boolInput("sends_routed"), false},
-                 {"copies", *fwd.input("copies")->asInt(), false},
+                 {"rows", *fwd.input("rows")->asInt(), false},
                  {"what", "sends back the gradient of the all-to-all that " + fwd.input("what")->get<std::string>(),
                   false},
                  {"module", fwd.input("module")->get<std::string>(), true}},

@@ -31,6 +31,11 @@ namespace commlens {
 llvm::DenseSet<const Value *> gradLeaves(const Graph &g, const ShardingPlan &plan,
                                          const llvm::DenseSet<const Value *> *retrained);
 
+/// The values of `g` that require grad: gradLeaves and the floating results of every grad-enabled
+/// op reading one.
+llvm::DenseSet<const Value *> valuesRequiringGrad(const Graph &g, const ShardingPlan &plan,
+                                                  const llvm::DenseSet<const Value *> *retrained);
+
 /// The `loss` step: appends the plan's loss to the forward graph (state.loss).
 llvm::Error appendLoss(Graph &forward, const ShardingPlan &plan, PredictionState &state);
 

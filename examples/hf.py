@@ -70,6 +70,13 @@ _MOE_FAMILIES = {
                                        n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1,
                                        q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
                                        v_head_dim=8, num_key_value_heads=8)),
+    # DeepSeek-V2's multi-head latent attention: q through a low rank, the kv
+    # projection's rope part bypassing kv_b_proj (transformers' mla_kv_a_proj layer); group-limited
+    # routing, a shared expert, the first layer dense
+    "deepseek_v2": ("DeepseekV2", dict(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                       n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1,
+                                       topk_method="group_limited_greedy", q_lora_rank=32, kv_lora_rank=16,
+                                       qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, num_key_value_heads=8)),
 }
 
 

@@ -35,6 +35,13 @@ struct ParallelStyle {
   bool useLocalOutput = true;
   bool useLocalInput = false; // PrepareModuleInputOutput: the input half's use_local_output
   bool withKwargs = false;
+  // transformers' EpDispatchExpertsParallel (its install_forward's keywords): whether the expert
+  // group is the TP group (ep_size == tp_size: every rank of it holds the same batch), and
+  // ep_implementation.
+  bool sharesBatch = false;
+  enum class EpImplementation : uint8_t { Auto, AllToAll, AllReduce };
+  EpImplementation epImplementation = EpImplementation::Auto;
+  int64_t qkRopeHeadDim = 0; // transformers' MlaKvAProjParallel: the model config's
 };
 /// The torch class name ("ColwiseParallel").
 llvm::StringRef name(ParallelStyle::Kind k);

@@ -27,6 +27,8 @@ llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m) {
   return hints(m.strides);
 }
 
+int64_t rowsOf(const TensorMeta &m) { return m.rank() ? sizesOf(m)[0] : 1; }
+
 TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,
                   std::optional<llvm::ArrayRef<int64_t>> strides) {
   TensorMeta m;

@@ -60,10 +60,10 @@ public:
   /// all_to_all_single of a plain tensor over the styles' mesh dim (`autograd`: the autograd
   /// version, whose backward exchanges the gradient back); `sendsRouted` / `receivesRouted`: the
   /// rows sent / received are tokens routed to this rank's experts (their number is the routing's);
-  /// `copies`: each row of `x` is sent that many times (a token to each of its top-k experts), the
-  /// value handed on keeping x's shape; `what` says what it exchanges ("dispatches the routed
-  /// tokens ...").
-  virtual Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, int64_t copies,
+  /// `rows`: the rows of x's row size it sends (a token once per top-k expert, this rank's slice of
+  /// a batch its TP group shares), the value handed on keeping x's shape; `what` says what it
+  /// exchanges ("dispatches the routed tokens ...").
+  virtual Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, int64_t rows,
                           llvm::StringRef what) = 0;
   /// `dist.all_to_all_single` (c10d.alltoall_base_, no autograd) of one int64 count per expert
   /// (`experts` of them), computed from the routing `routing`: the split sizes an expert-parallel
@@ -72,6 +72,13 @@ public:
   /// The call's positional argument `i` as the program has it, before any hook (null: none or
   /// not a tensor): what a post-hook reads of the call's inputs.
   virtual const Value *callArgument(size_t i) const = 0;
+  /// x[..., start:end] and torch.cat(parts, dim=-1): the local ops a hook splits a tensor by.
+  virtual Value *sliceLastDim(Value *x, int64_t start, int64_t end) = 0;
+  virtual Value *catLastDim(llvm::ArrayRef<Value *> parts) = 0;
+  /// Whether a value of the program (callArgument's) requires grad.
+  virtual bool requiresGrad(const Value *programValue) const = 0;
+  /// The number of ranks of the styles' mesh dim.
+  virtual int64_t meshSize() const = 0;
   /// transformers' _AllReduceForward: `dist.all_reduce` in place of a plain tensor holding this
   /// rank's partial sums (c10d.allreduce_ of its bytes), identity in backward. `what` says what it
   /// sums ("sums the experts' partial outputs").

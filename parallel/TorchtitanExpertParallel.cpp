@@ -14,6 +14,7 @@
 #include "parallel/StyleParts.h"
 
 #include "ir/Error.h"
+#include "ir/TensorMetaUtils.h"
 
 namespace commlens {
 namespace {
@@ -36,10 +37,10 @@ public:
   llvm::Error preHook(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments) const override {
     if (llvm::Error err = checkGroupedExpertsCall(style, hooks, arguments))
       return err;
-    arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false, /*copies=*/1,
-                                       "exchanges the per-expert token counts");
+    arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false,
+                                       rowsOf(*arguments.args[1]->meta()), "exchanges the per-expert token counts");
     arguments.args[0] = hooks.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,
-                                       /*receivesRouted=*/true, /*copies=*/1,
+                                       /*receivesRouted=*/true, rowsOf(*arguments.args[0]->meta()),
                                        "dispatches the routed tokens to their experts' ranks");
     return llvm::Error::success();
   }
@@ -48,8 +49,8 @@ public:
     auto y = onlyOutput(style, hooks, outputs);
     if (!y)
       return y.takeError();
-    **y = hooks.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false, /*copies=*/1,
-                         "combines the experts' outputs back on the tokens' ranks");
+    **y = hooks.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false,
+                         rowsOf(*(**y)->meta()), "combines the experts' outputs back on the tokens' ranks");
     return llvm::Error::success();
   }
 };

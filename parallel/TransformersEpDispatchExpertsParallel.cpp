@@ -2,16 +2,25 @@
 // registered as "ep_dispatch_experts"), which from_pretrained(distributed_config=
 // DistributedConfig(ep_size=...)) applies to the experts module of Qwen3-MoE, Mixtral, OLMoE, ...
 // on the `ep` dim of its expert mesh, with "grouped_gemm" (MoEParamShard(Shard(0))) on each of
-// the experts' 3-D parameters: every rank keeps its experts. Its forward hands the experts'
-// (hidden_states, top_k_index, top_k_weights) to AllToAllEP (what AutoEP runs when the ranks of
-// the expert group hold different batches, as with a tensor-parallel mesh of one rank):
+// the experts' 3-D parameters: every rank keeps its experts, and the forward runs them on their
+// local shards. install_forward's keywords are the plan's fields: `shares_batch` (the TP group is
+// the expert group, ep_size == tp_size, so every rank of it holds the same batch; otherwise the TP
+// group is one rank) and `ep_implementation`, which picks how the tokens reach the experts:
+// - AllToAllEP ("all_to_all"; "auto" in training, and wherever the batches differ):
+//   - with a shared batch, hidden_states, top_k_index and top_k_weights go from Replicate to
+//     Shard(0) on the group (DTensor.from_local(...).redistribute(...).to_local(): a local chunk,
+//     whose backward all-gathers the gradients), so each rank sends its slice of the tokens;
 //   - under no autograd, dist.all_to_all_single of the per-expert token counts, one int64 per
-//     expert of the layer (c10d.alltoall_base_), then the split sizes are read back;
+//     expert of the layer (c10d.alltoall_base_);
 //   - all_to_all_single_autograd of hidden_states[order // top_k]: each token sent once per
 //     expert it routes to (top_k rows a token); what a rank receives is the routing's;
-//   - the experts run on their local experts (param.to_local()) with the rows received;
-//   - all_to_all_single_autograd of their outputs back to the tokens' ranks (the received rows
-//     sent back), then weighted and summed per token locally.
+//   - all_to_all_single_autograd of the experts' outputs back to the tokens' ranks, weighted and
+//     summed per token locally; with a shared batch, the slices then all-gathered
+//     (DTensor.from_local(Shard(0)).full_tensor());
+// - AllReduceEP ("all_reduce"; "auto" when the batch is shared and hidden_states need no grad):
+//   hidden_states and top_k_weights through _AllReduceBackward (their gradient summed by
+//   dist.all_reduce), the experts masked to this rank's, the partial output summed by
+//   dist.all_reduce in place (_AllReduceForward): c10d.allreduce_, as moe_tp_experts does.
 // Each autograd all-to-all's backward is one more all-to-all of the gradient (autograd/Engine):
 // CommDebugMode charges the combine's to the experts module and the dispatch's to the module whose
 // backward ran last inside the experts (their act_fn), where autograd/Engine emits them.
@@ -25,8 +34,25 @@ namespace {
 
 class TransformersEpDispatchExpertsParallel final : public StyleModel {
 public:
-  void decode(const JsonRef &r, ParallelStyle &) const override {
-    r.rejectUnknownKeys({"fqn", "style"}); // the class takes no argument
+  void decode(const JsonRef &r, ParallelStyle &style) const override {
+    r.rejectUnknownKeys({"fqn", "style", "shares_batch", "ep_implementation"});
+    style.sharesBatch = boolOr(r, "shares_batch", false);
+    if (auto implementation = r.optField("ep_implementation")) {
+      llvm::StringRef v = implementation->asStringRef();
+      if (v == "auto")
+        style.epImplementation = ParallelStyle::EpImplementation::Auto;
+      else if (v == "all_to_all")
+        style.epImplementation = ParallelStyle::EpImplementation::AllToAll;
+      else if (v == "all_reduce")
+        style.epImplementation = ParallelStyle::EpImplementation::AllReduce;
+      else
+        implementation->fail(fmt::format("ep_implementation '{}' (expected \"auto\", \"all_to_all\" or "
+                                         "\"all_reduce\"; transformers' MegaMoeEP is not modelled)",
+                                         v.str()));
+      if (style.epImplementation == ParallelStyle::EpImplementation::AllReduce && !style.sharesBatch)
+        implementation->fail("ep_implementation \"all_reduce\" needs shares_batch (every rank of the expert group "
+                             "holding the same batch), as transformers' AllReduceEP does");
+    }
   }
 
   // grouped_gemm on every parameter of the experts module: Shard(0), the experts dim.
@@ -45,35 +71,54 @@ public:
                        "top_k_weights), which needs the module's call signature (python -m commlens.export "
                        "records it)",
                        name(style.kind).str(), hooks.module().scope.displayName());
-    auto topK = topKOf(style, hooks);
-    if (!topK)
-      return topK.takeError();
-    auto experts = expertsOf(style, hooks);
-    if (!experts)
-      return experts.takeError();
-    arguments.args[1] = hooks.allToAllCounts(arguments.args[1], *experts, "exchanges the per-expert token counts");
+    auto call = readCall(style, hooks);
+    if (!call)
+      return call.takeError();
+    if (allReduces(style, hooks)) { // AllReduceEP
+      arguments.args[0] = hooks.allReduceInBackward(arguments.args[0], "hidden_states");
+      if (arguments.args.size() >= 3 && arguments.args[2])
+        arguments.args[2] = hooks.allReduceInBackward(arguments.args[2], "top_k_weights");
+      return llvm::Error::success();
+    }
+    if (slicesSharedBatch(style, hooks))
+      for (size_t i = 0; i < 3 && i < arguments.args.size(); ++i)
+        if (arguments.args[i])
+          arguments.args[i] = hooks.annotate(arguments.args[i], Placement::replicate(), Placement::shard(0),
+                                             /*useLocalOutput=*/true, "slice");
+    hooks.allToAllCounts(arguments.args[1], call->experts, "exchanges the per-expert token counts");
     arguments.args[0] = hooks.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,
-                                       /*receivesRouted=*/true, *topK,
+                                       /*receivesRouted=*/true, call->routedRows,
                                        "dispatches each token to its top-k experts' ranks");
     return llvm::Error::success();
   }
 
   llvm::Error postHook(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs) const override {
-    auto topK = topKOf(style, hooks);
-    if (!topK)
-      return topK.takeError();
+    auto call = readCall(style, hooks);
+    if (!call)
+      return call.takeError();
     auto y = onlyOutput(style, hooks, outputs);
     if (!y)
       return y.takeError();
-    **y = hooks.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false, *topK,
+    if (allReduces(style, hooks)) {
+      **y = hooks.allReduceSum(**y, "sums the experts' partial outputs");
+      return llvm::Error::success();
+    }
+    **y = hooks.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false, call->routedRows,
                          "combines the experts' outputs back on the tokens' ranks");
+    if (slicesSharedBatch(style, hooks))
+      **y = hooks.annotate(**y, Placement::shard(0), Placement::replicate(), /*useLocalOutput=*/true, "gathered");
     return llvm::Error::success();
   }
 
 private:
-  /// top_k: the routing's experts per token, the last dim of the call's (hidden_states [tokens,
-  /// hidden], top_k_index [tokens, top_k], ...), as the experts' forward takes them.
-  static llvm::Expected<int64_t> topKOf(const ParallelStyle &style, StyleHooks &hooks) {
+  struct Call {
+    int64_t experts;    // the layer's experts: the first dim of the experts' own parameters
+    int64_t routedRows; // the rows the dispatch sends: this rank's tokens times top_k
+  };
+
+  /// The experts' (hidden_states [tokens, hidden], top_k_index [tokens, top_k], ...) as the
+  /// program has them, and the module's 3-D parameters [experts, ...].
+  static llvm::Expected<Call> readCall(const ParallelStyle &style, StyleHooks &hooks) {
     const Value *hidden = hooks.callArgument(0), *index = hooks.callArgument(1);
     if (!hidden || !index || hidden->meta()->rank() != 2 || index->meta()->rank() != 2 ||
         sizesOf(*hidden->meta())[0] != sizesOf(*index->meta())[0])
@@ -81,16 +126,33 @@ private:
                        "[tokens, top_k], ...), as transformers' experts take them (python -m commlens.export "
                        "records the call signature)",
                        name(style.kind).str(), hooks.module().scope.displayName());
-    return sizesOf(*index->meta())[1];
-  }
-
-  /// The layer's experts: the first dim of the experts' own parameters, which grouped_gemm shards.
-  static llvm::Expected<int64_t> expertsOf(const ParallelStyle &style, StyleHooks &hooks) {
     const std::vector<const Value *> &params = hooks.module().parameters;
     if (params.empty() || !params.front()->meta() || params.front()->meta()->rank() != 3)
       return makeError("{} on {}: expected the experts' 3-D parameters [experts, ...] on the module itself",
                        name(style.kind).str(), hooks.module().scope.displayName());
-    return sizesOf(*params.front()->meta())[0];
+    int64_t tokens = sizesOf(*hidden->meta())[0];
+    if (slicesSharedBatch(style, hooks)) // torch.chunk's first (largest) slice: rank 0's
+      tokens = (tokens + hooks.meshSize() - 1) / hooks.meshSize();
+    return Call{sizesOf(*params.front()->meta())[0], tokens * sizesOf(*index->meta())[1]};
+  }
+
+  /// AllReduceEP: named, or AutoEP's choice when the batch is shared and hidden_states need no
+  /// grad (`torch.is_grad_enabled() and hidden_states.requires_grad` is false).
+  static bool allReduces(const ParallelStyle &style, StyleHooks &hooks) {
+    switch (style.epImplementation) {
+    case ParallelStyle::EpImplementation::AllReduce:
+      return true;
+    case ParallelStyle::EpImplementation::AllToAll:
+      return false;
+    case ParallelStyle::EpImplementation::Auto:
+      return style.sharesBatch && !(hooks.gradEnabled() && hooks.requiresGrad(hooks.callArgument(0)));
+    }
+    return false;
+  }
+
+  /// AllToAllEP over a TP group of several ranks: each sends its slice of the shared batch.
+  static bool slicesSharedBatch(const ParallelStyle &style, StyleHooks &hooks) {
+    return style.sharesBatch && hooks.meshSize() > 1;
   }
 };
 

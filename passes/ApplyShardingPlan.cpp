@@ -3,6 +3,7 @@
 #include "ir/Error.h"
 #include "ir/GraphBuilder.h"
 #include "autograd/ActivationCheckpoint.h"
+#include "autograd/Engine.h"
 #include "fsdp/FullyShard.h"
 #include "ir/ModuleCalls.h"
 #include "ir/TensorMetaUtils.h"
@@ -39,22 +40,30 @@ struct StyledCall : ModuleCall {
   bool gradEnabled = true;          // the grad mode the call runs in (its hooks' too)
 };
 
-Value *emitHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, Value *x,
-                llvm::SmallVector<NamedArgument, 4> extra, llvm::StringRef tag) {
-  Value *out = b.tensor((x->name() + "_" + tag).str(), *x->meta());
-  llvm::SmallVector<NamedArgument, 4> args{{"self", x, false}};
-  args.append(extra.begin(), extra.end());
-  args.push_back({"module", c.scope->displayName(), true});
+/// One node of the call's hooks, in its scope and grad mode: `op` of `args`, one result `meta`.
+Value *emitInCall(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args,
+                  TensorMeta meta, const std::string &name) {
+  Value *out = b.tensor(name, std::move(meta));
   Node *n = b.graph().appendNode(out->name(), op, std::move(args), {out});
   n->setScope(const_cast<ModuleScope *>(c.scope), c.callPath);
   n->setGradEnabled(c.gradEnabled);
   return out;
 }
 
+Value *emitHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, Value *x,
+                llvm::SmallVector<NamedArgument, 4> extra, llvm::StringRef tag) {
+  llvm::SmallVector<NamedArgument, 4> args{{"self", x, false}};
+  args.append(extra.begin(), extra.end());
+  args.push_back({"module", c.scope->displayName(), true});
+  return emitInCall(b, c, op, std::move(args), *x->meta(), (x->name() + "_" + tag).str());
+}
+
 /// The styles' hooks at one call: each step a `commlens::` boundary op in the call's scope.
 class CallHooks final : public StyleHooks {
 public:
-  CallHooks(GraphBuilder &b, const StyledCall &c, StyledModule module) : b_(b), c_(c), module_(module) {}
+  CallHooks(GraphBuilder &b, const StyledCall &c, StyledModule module, int64_t meshSize,
+            const llvm::DenseSet<const Value *> &requiresGrad)
+      : b_(b), c_(c), module_(std::move(module)), meshSize_(meshSize), requiresGrad_(requiresGrad) {}
   const StyledModule &module() const override { return module_; }
   Value *annotate(Value *x, const std::optional<Placement> &layout, const std::optional<Placement> &desired,
                   bool useLocalOutput, llvm::StringRef tag) override {
@@ -85,13 +94,13 @@ public:
   Value *allReduceInBackward(Value *x, llvm::StringRef what) override {
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceInBackward), x, {{"what", what.str(), false}}, "in");
   }
-  Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, int64_t copies,
+  Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, int64_t rows,
                   llvm::StringRef what) override {
     return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllToAll), x,
                     {{"autograd", autograd, false},
                      {"sends_routed", sendsRouted, false},
                      {"receives_routed", receivesRouted, false},
-                     {"copies", copies, false},
+                     {"rows", rows, false},
                      {"what", what.str(), false}},
                     sendsRouted ? "combined" : receivesRouted ? "dispatched" : "exchanged");
   }
@@ -102,12 +111,36 @@ public:
     return out;
   }
   const Value *callArgument(size_t i) const override { return i < c_.args.size() ? c_.args[i] : nullptr; }
+  bool requiresGrad(const Value *programValue) const override { return requiresGrad_.contains(programValue); }
+  Value *sliceLastDim(Value *x, int64_t start, int64_t end) override {
+    llvm::SmallVector<int64_t, 4> sizes = sizesOf(*x->meta()), strides = stridesOf(*x->meta());
+    int64_t dim = static_cast<int64_t>(sizes.size()) - 1;
+    sizes.back() = end - start; // a view: the strides stay
+    return emitInCall(b_, c_, "aten::slice.Tensor", {{"self", x, false}, {"dim", dim, false}, {"start", start, false},
+                                                      {"end", end, false}},
+                      metaOf(x->meta()->dtype, sizes, x->meta()->device, llvm::ArrayRef<int64_t>(strides)),
+                      x->name() + "_slice");
+  }
+  Value *catLastDim(llvm::ArrayRef<Value *> parts) override {
+    llvm::SmallVector<int64_t, 4> sizes = sizesOf(*parts.front()->meta());
+    sizes.back() = 0;
+    for (const Value *p : parts)
+      sizes.back() += sizesOf(*p->meta()).back();
+    int64_t dim = static_cast<int64_t>(sizes.size()) - 1;
+    return emitInCall(b_, c_, "aten::cat.default", {{"tensors", TensorList(parts.begin(), parts.end()), false},
+                                                     {"dim", dim, false}},
+                      metaOf(parts.front()->meta()->dtype, sizes, parts.front()->meta()->device),
+                      parts.front()->name() + "_cat");
+  }
+  int64_t meshSize() const override { return meshSize_; }
   bool gradEnabled() const override { return c_.gradEnabled; }
 
 private:
   GraphBuilder &b_;
   const StyledCall &c_;
   StyledModule module_;
+  int64_t meshSize_;
+  const llvm::DenseSet<const Value *> &requiresGrad_;
 };
 
 class PlanApplier {
@@ -121,6 +154,7 @@ public:
       return err;
     if (llvm::Error err = distributeParameters())
       return err;
+    requiresGrad_ = valuesRequiringGrad(graph_, plan_, &ctx_.state.retrainedByStyle);
     if (llvm::Error err = applyActivationCheckpointing(plan_, ctx_.program.graph(), ctx_.state))
       return err;
     auto units = resolveFsdpUnits(plan_, ctx_.program.graph(), ctx_.state.dtensors);
@@ -460,7 +494,7 @@ private:
       arguments.args.push_back(v ? b.map(v) : nullptr);
     for (const auto &[key, v] : c.kwargs)
       arguments.kwargs.emplace_back(key, v ? b.map(v) : nullptr);
-    CallHooks hooks(b, c, styledModule(c.scope));
+    CallHooks hooks(b, c, styledModule(c.scope), ctx_.state.dtensorMesh.size(), requiresGrad_);
     for (const ParallelStyle *style : c.styles)
       if (llvm::Error err = styleModel(style->kind).preHook(*style, hooks, arguments))
         return err;
@@ -495,7 +529,7 @@ private:
   }
 
   llvm::Error postHooks(GraphBuilder &b, const StyledCall &c, std::vector<Value *> &outputs) {
-    CallHooks hooks(b, c, styledModule(c.scope));
+    CallHooks hooks(b, c, styledModule(c.scope), ctx_.state.dtensorMesh.size(), requiresGrad_);
     for (const ParallelStyle *style : c.styles)
       if (llvm::Error err = styleModel(style->kind).postHook(*style, hooks, outputs))
         return err;
@@ -645,6 +679,8 @@ private:
   llvm::DenseSet<const ModuleScope *> embeddings_; // styled modules that are nn.Embedding
   std::map<const ModuleScope *, unsigned> fsdpUnitOf_;
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
+  /// The program's values that require grad (StyleHooks::requiresGrad).
+  llvm::DenseSet<const Value *> requiresGrad_;
   /// Per styled module, the parameters its forward uses as local shards (parametersUsedLocally).
   std::map<const ModuleScope *, std::vector<const Value *>> localParams_;
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;

@@ -381,18 +381,20 @@ private:
       return makeError("{}: {} hands all_to_all_single a DTensor ({}), which expects the plain tensor of its "
                        "tokens",
                        n.where(), module, str(in->placements));
-    int64_t copies = *n.input("copies")->asInt(); // each row sent to that many experts
+    // the rows sent, of x's row size (x's own rows, or each token once per top-k expert)
+    int64_t rows = *n.input("rows")->asInt();
+    int64_t xRows = rowsOf(*x->meta());
+    int64_t rowBytes = xRows ? x->meta()->nbytes() / xRows : 0;
     CollectiveRecord &r = recordCollective(
         n, x, "c10d_functional.all_to_all_single", 0, Placement::shard(0), Placement::shard(0), {Placement::shard(0)},
-        {Placement::shard(0)}, x->meta()->nbytes() * copies,
+        {Placement::shard(0)}, rows * rowBytes,
         fmt::format("{} {} (all_to_all_single{} of {}{})", module, n.input("what")->get<std::string>(),
                     n.boolInput("autograd") ? "_autograd" : "", x->name(),
-                    copies == 1 ? "" : fmt::format(", each row {} times", copies)));
+                    rows == xRows ? "" : fmt::format(", {} rows of its row size", rows)));
     r.approximate = approx;
     if (n.boolInput("sends_routed")) { // from no row to all of the styles' sub-mesh's
       r.bytesRange = std::make_pair(int64_t{0}, mesh_.size() * r.bytesPerRank);
       // The busiest rank under the routing model: the skew times the balanced rows, whole rows.
-      int64_t rows = (x->meta()->rank() ? sizesOf(*x->meta())[0] : 1) * copies;
       if (routingSkew_ != 1.0 && rows > 0) {
         // compared as doubles: a skew past the group's size (1e300 included) is every row of it
         int64_t groupRows = mesh_.size() * rows;

@@ -116,7 +116,7 @@ HF_TRANSFORMERS_TP = ("llama", "qwen2", "mistral", "granite", "gemma", "gemma2",
                       "olmo2", "olmo3", "phi", "phi3", "glm", "smollm3", "ministral", "ernie4_5", "arcee")
 HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3", "exaone4", "apertus")
 # Mixture-of-experts families whose tp_plan="auto" path the corpus measures natively (moe_tp_experts).
-HF_MOE_CAPTURED = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "granitemoe", "deepseek_v3")
+HF_MOE_CAPTURED = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "granitemoe", "deepseek_v3", "deepseek_v2")
 
 CONFIGS = [
     # MLP: w1 Colwise, w2 Rowwise; input with and without requires_grad; 1-D and 2-D meshes
@@ -267,19 +267,27 @@ CONFIGS = [
              H + f"hf_captured(family={family!r}, distributed={{'fsdp_size': 2}})", "both",
              measure=f"examples.hf_real:measure_transformers(family={family!r}, distributed={{'fsdp_size': 2}})")
       for family in ("llama", "qwen3_moe")],
-    # transformers' expert parallelism (DistributedConfig(ep_size=E, fsdp_size=F)): the experts
-    # sharded by expert on the expert mesh's ep dim (grouped_gemm), the tokens exchanged by
-    # AllToAllEP (per-expert counts, then each token to its top-k experts' ranks and back), the
-    # experts under FSDP on efsdp and the dense layers on fsdp (two root meshes, one plan mesh), from
-    # the captured plan; training and inference
-    *[Config(f"hf_{family}-transformers_ep_captured-ep{ep}xfsdp{ep}-{phase}",
-             f"examples.hf:hf_model(family={family!r})",
-             H + f"hf_captured(family={family!r}, distributed={{'fsdp_size': {ep}, 'ep_size': {ep}}})", phase,
-             ci=(family, ep, phase) == ("qwen3_moe", 2, "both"),
-             measure=f"examples.hf_real:measure_transformers(family={family!r}, "
-                     f"distributed={{'fsdp_size': {ep}, 'ep_size': {ep}}})")
-      for family, ep, phase in [*((family, 2, "both") for family in HF_MOE_CAPTURED),
-                                ("qwen3_moe", 4, "both"), ("qwen3_moe", 2, "inference"), ("mixtral", 2, "inference")]],
+    # transformers' expert parallelism (DistributedConfig(ep_size=E, ...)): the experts sharded by
+    # expert on the expert mesh's ep dim (grouped_gemm), the tokens exchanged by AllToAllEP
+    # (per-expert counts, then each token to its top-k experts' ranks and back). With fsdp_size=E
+    # the experts under FSDP on efsdp and the dense layers on fsdp (two root meshes, one plan
+    # mesh); with tp_size=E the expert group is the TP group: each rank dispatches its slice of the
+    # shared batch and all-gathers the outputs, or AllReduceEP sums the partial outputs (AutoEP's
+    # choice without grad). From the captured plan; training and inference
+    *[Config(f"hf_{family}-transformers_ep_captured-{tag}-{phase}", f"examples.hf:hf_model(family={family!r})",
+             H + f"hf_captured(family={family!r}, distributed={distributed!r})", phase,
+             ci=(family, tag, phase) == ("qwen3_moe", "ep2xfsdp2", "both"),
+             measure=f"examples.hf_real:measure_transformers(family={family!r}, distributed={distributed!r})")
+      for family, tag, distributed, phase in [
+          *((family, "ep2xfsdp2", {"fsdp_size": 2, "ep_size": 2}, "both") for family in HF_MOE_CAPTURED),
+          ("qwen3_moe", "ep4xfsdp4", {"fsdp_size": 4, "ep_size": 4}, "both"),
+          *((family, "ep2xfsdp2", {"fsdp_size": 2, "ep_size": 2}, "inference") for family in ("qwen3_moe", "mixtral")),
+          *((family, "ep2xtp2", {"tp_size": 2, "ep_size": 2}, phase)
+            for family in ("qwen3_moe", "mixtral", "deepseek_v3") for phase in ("both", "inference")),
+          ("qwen3_moe", "ep4xtp4", {"tp_size": 4, "ep_size": 4}, "both"),
+          ("qwen3_moe", "ep2xtp2_all_reduce", {"tp_size": 2, "ep_size": 2, "ep_implementation": "all_reduce"}, "both"),
+          ("qwen3_moe", "ep2xtp2_all_to_all", {"tp_size": 2, "ep_size": 2, "ep_implementation": "all_to_all"},
+           "inference")]],
     # transformers' mixture-of-experts families under FSDP2 (every decoder layer, then the root): their
     # experts' grouped matmuls (exported as transformers::grouped_mm_fallback, run as _grouped_mm),
     # routers (top-k, Mixtral's in-place normalisation, DeepSeek-V3's group-limited top-k), shared

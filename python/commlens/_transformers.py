@@ -14,6 +14,7 @@ place), so capture records those as transformers' own layer (:data:`OWN_STYLES`)
 
 import contextlib
 import os
+import types
 
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
@@ -25,11 +26,13 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 # their local shards between autograd all-reduces of transformers' own. (Hand-written plans,
 # examples.hf:hf_tp, use the torch styles, measured as torch runs them.)
 OWN_STYLES = ("rowwise", "rowwise_split_input", "replicated_with_grad_allreduce", "moe_tp_experts",
-              "ep_dispatch_experts")
+              "ep_dispatch_experts", "mla_kv_a_proj")
 # The expert-parallel layer (transformers/distributed/expert_parallel.py) whose install_forward
 # takes the expert and the tensor-parallel meshes by keyword; its experts' parameters are sharded
 # by "grouped_gemm" entries of their own.
 EP_DISPATCH = "ep_dispatch_experts"
+# The layer that reads the model config transformers sets on the module (qk_rope_head_dim).
+MLA_KV_A_PROJ = "mla_kv_a_proj"
 
 # transformers' registration name -> the torch style with the layouts transformers registers for it.
 # Its EmbeddingParallel(shard_dim=0) shards the vocabulary, takes the ids replicated and sums the
@@ -78,14 +81,18 @@ def apply_layer(model, mesh, pattern, layer):
             continue
         for name in list(module._parameters):
             layer.shard_param(module, name, mesh)
+        if type(layer).__name__ == "MlaKvAProjParallel":
+            # transformers hands the module its model config (apply_tensor_parallelism); the layer
+            # reads qk_rope_head_dim off it
+            module.config = types.SimpleNamespace(qk_rope_head_dim=layer.qk_rope_head_dim)
         layer.install_forward(module, mesh)
 
 
 def _dispatch_experts(module, ep_mesh, layer):
     """transformers' ep_plan on one experts module, as commlens models it (plan style
-    ``TransformersEpDispatchExpertsParallel``): ``grouped_gemm`` (Shard(0) on the expert-parallel mesh) on
-    each of its parameters, then ``ep_dispatch_experts`` with the all-to-all exchange and a
-    tensor-parallel mesh of one rank."""
+    ``TransformersEpDispatchExpertsParallel``): ``grouped_gemm`` (Shard(0) on the expert-parallel
+    mesh) on each of its parameters, then ``ep_dispatch_experts`` with the layer's
+    ``ep_implementation``, its TP mesh the expert mesh itself (``shares_batch``) or of one rank."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard
@@ -94,9 +101,11 @@ def _dispatch_experts(module, ep_mesh, layer):
     by_expert = MoEParamShard(Shard(0), shards_expert_dim=True)
     for name in list(module._parameters):
         by_expert.shard_param(module, name, ep_mesh)
-    # each rank its own TP group (tp_size=1), as transformers' dense mesh has it
-    tp_mesh = init_device_mesh(ep_mesh.device_type, (dist.get_world_size(), 1), mesh_dim_names=("dp", "tp"))["tp"]
-    layer.install_forward(module, ep_mesh=ep_mesh, tp_mesh=tp_mesh, ep_implementation="all_to_all")
+    if layer.shares_batch:
+        tp_mesh = ep_mesh
+    else:  # each rank its own TP group (tp_size=1), as transformers' dense mesh has it
+        tp_mesh = init_device_mesh(ep_mesh.device_type, (dist.get_world_size(), 1), mesh_dim_names=("dp", "tp"))["tp"]
+    layer.install_forward(module, ep_mesh=ep_mesh, tp_mesh=tp_mesh, ep_implementation=layer.ep_implementation)
 
 
 def parallelize(model, **distributed_config):

@@ -214,7 +214,7 @@ class _Recorder:
         if tp is None:
             # not imported before FN ran: a layer FN applies shows as a replaced forward, refused
             return
-        from commlens._transformers import EP_DISPATCH, NO_OP_STYLES, OWN_STYLES, TORCH_STYLES
+        from commlens._transformers import EP_DISPATCH, MLA_KV_A_PROJ, NO_OP_STYLES, OWN_STYLES, TORCH_STYLES
 
         registered = {id(layer): name for name, layer in tp.ALL_PARALLEL_STYLES.items()}
         recorder = self
@@ -246,9 +246,19 @@ class _Recorder:
             if name in NO_OP_STYLES or name in TORCH_STYLES or name in OWN_STYLES:
                 recorder.replaced_forward.add(id(module))
             if name == EP_DISPATCH:
-                # install_forward(module, ep_mesh=, tp_mesh=, ep_implementation=) (expert_parallel.py)
+                # install_forward(module, ep_mesh=, tp_mesh=, ep_implementation=) (expert_parallel.py):
+                # its keywords are the plan style's fields, on an object of their own
                 recorder.ep_dispatch[id(module)] = (module, kwargs)
-                recorder.styles.append((layer, module, kwargs["ep_mesh"], None))
+                style = type(layer)()
+                style.shares_batch = kwargs["tp_mesh"].size() > 1
+                style.ep_implementation = kwargs.get("ep_implementation", "auto")
+                recorder.styles.append((style, module, kwargs["ep_mesh"], None))
+            elif name == MLA_KV_A_PROJ:
+                # the model config's qk_rope_head_dim, which transformers set on the module, is the
+                # plan style's field, on an object of its own
+                style = type(layer)()
+                style.qk_rope_head_dim = module.config.qk_rope_head_dim
+                recorder.styles.append((style, module, args[0], None))
             elif name in OWN_STYLES:
                 recorder.styles.append((layer, module, args[0], None))
             elif name in TORCH_STYLES:
@@ -526,24 +536,31 @@ class _Capture:
     def check_expert_dispatch(self):
         """transformers' ``ep_dispatch_experts`` as commlens models it (plan style
         ``TransformersEpDispatchExpertsParallel``): the experts' own parameters sharded by expert
-        (``grouped_gemm``: Shard(0)) on the expert-parallel mesh, and the all-to-all token exchange
-        (``AllToAllEP``) without tensor parallelism."""
-        for module_id, (module, kwargs) in self.recorder.ep_dispatch.items():
+        (``grouped_gemm``: Shard(0)) on the expert-parallel mesh, a TP group of one rank or the
+        expert group itself, and the all-to-all or all-reduce implementations."""
+        from torch.distributed import get_process_group_ranks
+
+        from commlens.plan.styles.transformers_ep_dispatch_experts import EP_IMPLEMENTATIONS
+
+        for module, kwargs in self.recorder.ep_dispatch.values():
             where = f"transformers' ep_dispatch_experts on module {self.shown(module)}"
             implementation = kwargs.get("ep_implementation", "auto")
-            if implementation not in ("auto", "all_to_all"):
-                self.fail(f"{where}: ep_implementation={implementation!r} is not modelled (commlens models 'auto' "
-                          "and 'all_to_all', the all-to-all token exchange)")
+            if implementation not in EP_IMPLEMENTATIONS:
+                self.fail(f"{where}: ep_implementation={implementation!r} is not modelled (commlens models "
+                          f"{', '.join(map(repr, EP_IMPLEMENTATIONS))})")
             if getattr(getattr(module, "config", None), "_experts_implementation", None) == "deepgemm_megamoe":
                 self.fail(f"{where}: DeepGEMM Mega MoE experts (MegaMoeEP) are not modelled")
-            if kwargs["tp_mesh"].size() != 1:
-                self.fail(f"{where}: with tensor parallelism (tp_size {kwargs['tp_mesh'].size()}) the dispatch "
-                          "splits the batch its TP group shares and gathers it back; that is not modelled")
+            tp_mesh, ep_mesh = kwargs["tp_mesh"], kwargs["ep_mesh"]
+            if tp_mesh.size() != 1 and (get_process_group_ranks(tp_mesh.get_group())
+                                        != get_process_group_ranks(ep_mesh.get_group())):
+                self.fail(f"{where}: its TP group of {tp_mesh.size()} ranks is part of its expert group of "
+                          f"{ep_mesh.size()} (1 < tp_size < ep_size); commlens models a TP group of one rank or "
+                          "the expert group itself")
             sharded = {name: (layer, mesh) for layer, owner, name, mesh in self.recorder.layer_sharded
                        if owner is module}
             for name, p in module._parameters.items():
                 layer, mesh = sharded.get(name, (None, None))
-                if p is not None and (type(layer).__name__ != "MoEParamShard" or mesh != kwargs["ep_mesh"]
+                if p is not None and (type(layer).__name__ != "MoEParamShard" or mesh != ep_mesh
                                       or repr(layer.placement) != "Shard(dim=0)"):
                     self.fail(f"{where}: its parameter {name!r} is not sharded by expert on the expert-parallel "
                               "mesh (grouped_gemm, Shard(0)); commlens models the experts split so")

@@ -75,6 +75,18 @@ def assert_prediction_equals_counts(run_commlens, pt2, plan_path, measured_doc, 
     assert summary["bytes_compared"] == summary["cells"] > 0
 
 
+def assert_measure_of_plan_equals(model_spec, plan, phase, measured_doc):
+    """commlens.measure applying ``plan`` to the model issues, module by module and in bytes, what
+    ``measured_doc`` (the parallelization run natively) counted."""
+    from commlens.measure import measure
+
+    def cells(counts):
+        return {m["fqn"]: [m[k] for k in ("forward", "backward", "forward_bytes", "backward_bytes")]
+                for m in counts["modules"]}
+
+    assert cells(measure(model_spec, plan, phase=phase, return_document=True)) == cells(measured_doc)
+
+
 def measured_fsdp_tp_step(model_spec, plan):
     """CommDebugMode's totals (commlens.measure, fake process group, both phases) for a plan with
     fully_shard on mesh dim dp and the TP styles on tp, shaped as predict's `commlens.step`:

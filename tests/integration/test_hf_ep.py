@@ -4,15 +4,16 @@ forward under CommDebugMode, predicted from the plan commlens.capture reads off 
 calls. transformers builds two root meshes over the same ranks, a dense (pp, dp_replicate, fsdp,
 tp) and an expert (pp, dp_replicate, efsdp, ep) one; its ep_plan shards each experts module's 3-D
 weights by expert (``grouped_gemm``) and installs ``ep_dispatch_experts``, whose AllToAllEP
-exchanges the per-expert counts and the tokens by all-to-all; its FSDP puts the experts on efsdp
-and the dense layers on fsdp."""
+exchanges the per-expert counts and the tokens by all-to-all (with tp_size == ep_size each rank
+its slice of the batch the group shares, or AllReduceEP's all-reduce of partial outputs); its
+FSDP puts the experts on efsdp and the dense layers on fsdp."""
 import pytest
 
-from integration_helpers import assert_prediction_equals_counts, export_pt2, save_plan
+from integration_helpers import (assert_measure_of_plan_equals, assert_prediction_equals_counts, export_pt2,
+                                 save_plan)
 
 import commlens
 from commlens.capture import CaptureError
-from commlens.measure import measure
 from examples.hf_real import measure_transformers  # needs accelerate (scripts/setup.sh installs it)
 
 # examples.hf's tiny Qwen3-MoE: batch 2 x 16 tokens, hidden 64, 8 experts, top-2 routing, float32
@@ -57,19 +58,49 @@ def test_ep_dispatch_experts_from_the_captured_plan(ep, phase, tmp_path, run_com
     assert_prediction_equals_counts(run_commlens, pt2, save_plan(plan, tmp_path), doc, phase, tmp_path)
     if (ep, phase) == (2, "both"):
         # commlens.measure applying the captured plan issues what from_pretrained's own path issued
-        def cells(counts):
-            return {m["fqn"]: [m[k] for k in ("forward", "backward", "forward_bytes", "backward_bytes")]
-                    for m in counts["modules"]}
+        assert_measure_of_plan_equals(MODEL, plan, phase, doc)
 
-        assert cells(measure(MODEL, plan, phase=phase, return_document=True)) == cells(doc)
+
+@pytest.mark.parametrize("tp,implementation,phase", [
+    (2, "auto", "both"), (2, "auto", "inference"), (4, "auto", "both"),
+    (2, "all_reduce", "both"), (2, "all_to_all", "inference"),
+])
+def test_ep_dispatch_experts_on_the_tp_group(tp, implementation, phase, tmp_path, run_commlens):
+    """ep_size == tp_size: the expert group is the TP group, whose ranks hold the same batch.
+    AllToAllEP (AutoEP's choice while hidden_states require grad) has each rank dispatch its
+    slice of the batch and all-gathers the outputs; AllReduceEP (AutoEP's choice without grad)
+    runs every rank's experts on the whole batch and sums the partial outputs."""
+    distributed = {"tp_size": tp, "ep_size": tp, "ep_implementation": implementation}
+    doc = measure_transformers(family="qwen3_moe", phase=phase, distributed=distributed)
+    experts = _module(doc, "HFCausalLM.model.model.layers.0.mlp.experts")
+    all_reduce = implementation == "all_reduce" or (implementation == "auto" and phase == "inference")
+    if all_reduce:  # the [32, 64] f32 partial output summed in place: 8192 bytes
+        assert (experts["forward"], experts["forward_bytes"]) == (
+            {"c10d.allreduce_": 1}, {"c10d.allreduce_": TOKENS * HIDDEN * F32})
+    else:
+        # this rank's 32 / tp tokens, each sent to its top-2 experts; its output slice all-gathered
+        assert experts["forward"] == {"c10d.alltoall_base_": 1, "c10d_functional.all_gather_into_tensor": 1,
+                                      "c10d_functional.all_to_all_single": 2}
+        assert experts["forward_bytes"]["c10d_functional.all_gather_into_tensor"] == TOKENS // tp * HIDDEN * F32
+
+    spec = f"transformers({', '.join(f'{k}={v!r}' for k, v in distributed.items())})"
+    plan = commlens.capture(MODEL, spec, tp, loss="cross_entropy")
+    layer = next(style for _dim, entries in plan.parallelize_steps() for fqn, style in entries.items()
+                 if fqn == "model.model.layers.*.mlp.experts")
+    assert (layer.shares_batch, layer.ep_implementation) == (True, implementation)
+    pt2 = export_pt2(MODEL, tmp_path, eval_mode=phase == "inference")
+    assert_prediction_equals_counts(run_commlens, pt2, save_plan(plan, tmp_path), doc, phase, tmp_path)
+    if (tp, implementation, phase) == (2, "auto", "both"):
+        assert_measure_of_plan_equals(MODEL, plan, phase, doc)
 
 
 @pytest.mark.parametrize("config,message", [
-    # ep_size == tp_size: the dispatch slices the batch its TP group shares
-    ({"tp_size": 2, "ep_size": 2},
-     "transformers' ep_dispatch_experts on module 'model.model.layers.0.mlp.experts' (Qwen3MoeExperts): with tensor "
-     "parallelism (tp_size 2) the dispatch splits the batch its TP group shares and gathers it back; that is not "
-     "modelled"),
+    # a TP group inside a larger expert group: the dispatch slices the TP group's batch before the
+    # expert group's exchange
+    ({"tp_size": 2, "fsdp_size": 2, "ep_size": 4},
+     "transformers' ep_dispatch_experts on module 'model.model.layers.0.mlp.experts' (Qwen3MoeExperts): its TP group "
+     "of 2 ranks is part of its expert group of 4 (1 < tp_size < ep_size); commlens models a TP group of one rank "
+     "or the expert group itself"),
     # efsdp of 2 ranks: the experts' FSDP sums its gradients by itself (and fsdp, over efsdp x ep,
     # would not lay out as one plan mesh with them)
     ({"fsdp_size": 4, "ep_size": 2},

@@ -8,10 +8,10 @@ which runs them on their local shards between transformers' own autograd all-red
 import pytest
 from torch.distributed.tensor.placement_types import Shard, _StridedShard
 
-from integration_helpers import assert_prediction_equals_counts, export_pt2, save_plan
+from integration_helpers import (assert_measure_of_plan_equals, assert_prediction_equals_counts, export_pt2,
+                                 save_plan)
 
 import commlens
-from commlens.measure import measure
 from examples.hf_real import measure_transformers  # needs accelerate (scripts/setup.sh installs it)
 
 # examples.hf's tiny models: batch 2 x 16 tokens, hidden 64, top-2 routing, float32
@@ -57,11 +57,29 @@ def test_moe_tp_experts_from_the_captured_plan(family, tp, phase, tmp_path, run_
     if family == "qwen3_moe":
         # commlens.measure applying the captured plan (transformers' layers, then the placements)
         # issues what from_pretrained's own path issued, module by module
-        def cells(counts):
-            return {m["fqn"]: [m[k] for k in ("forward", "backward", "forward_bytes", "backward_bytes")]
-                    for m in counts["modules"]}
+        assert_measure_of_plan_equals(model, plan, phase, doc)
 
-        assert cells(measure(model, plan, phase=phase, return_document=True)) == cells(doc)
+
+@pytest.mark.parametrize("phase", ["both", "inference"])
+def test_mla_kv_a_proj_from_the_captured_plan(phase, tmp_path, run_commlens):
+    """DeepSeek-V2's shipped plan installs mla_kv_a_proj on each kv_a_proj_with_mqa: the projection
+    runs whole, and the rope part of its output (the last qk_rope_head_dim = 8 features), which
+    bypasses the column-wise kv_b_proj, goes through _AllReduceBackward."""
+    doc = measure_transformers(family="deepseek_v2", tp=2, phase=phase)
+    kv_a = _module(doc, "HFCausalLM.model.model.layers.0.self_attn.kv_a_proj_with_mqa")
+    # training: the rope part's gradient, 32 tokens x 8 x 4 = 1024 bytes, summed in its backward
+    assert (kv_a["forward"], kv_a["backward"], kv_a["backward_bytes"]) == (
+        ({}, {"c10d.allreduce_": 1}, {"c10d.allreduce_": TOKENS * 8 * F32}) if phase == "both" else ({}, {}, {}))
+
+    model = "examples.hf:hf_model(family='deepseek_v2')"
+    plan = commlens.capture(model, "transformers", 2, loss="cross_entropy")
+    mla = {fqn: (type(style).__name__, style.qk_rope_head_dim) for _dim, entries in plan.parallelize_steps()
+           for fqn, style in entries.items() if fqn.endswith("kv_a_proj_with_mqa")}
+    assert mla == {"model.model.layers.*.self_attn.kv_a_proj_with_mqa": ("MlaKvAProjParallel", 8)}
+    pt2 = export_pt2(model, tmp_path, eval_mode=phase == "inference")
+    assert_prediction_equals_counts(run_commlens, pt2, save_plan(plan, tmp_path), doc, phase, tmp_path)
+    if phase == "both":
+        assert_measure_of_plan_equals(model, plan, phase, doc)
 
 
 def test_moe_tp_experts_needs_the_call_signature(tmp_path, run_commlens):

@@ -147,7 +147,8 @@ REFUSALS = [
                      "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput, "
                      "TransformersRowwiseParallel, TransformersReplicatedWithGradAllReduce, "
                      "TransformersMoeExpertsParallel, TransformersEpDispatchExpertsParallel, "
-                     "TorchtitanExpertParallel, TorchtitanTensorParallel, TorchtitanNoParallel)"),
+                     "TransformersMlaKvAProjParallel, TorchtitanExpertParallel, TorchtitanTensorParallel, "
+                     "TorchtitanNoParallel)"),
     (custom_wrapper, f"module 'layers.1' is a {Wrapper.__module__}.Wrapper the parallelization added; commlens "
                      "models no module wrapper but checkpoint_wrapper"),
     (fails, "the parallelize function raised ValueError: If passing reshard_after_forward as an int, it should "

@@ -284,6 +284,12 @@ def _set_style(name):
     return f
 
 
+def _set_entry(**fields):
+    def f(obj):
+        obj["parallelize"][0]["plan"][0] = {"fqn": "w1", **fields}
+    return f
+
+
 def _set_input_layout(value):
     def f(obj):
         obj["parallelize"][0]["plan"][0]["input_layouts"] = [value]
@@ -299,8 +305,8 @@ def _set_mesh_dim(value):
 KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
          "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel, "
          "TransformersReplicatedWithGradAllReduce, TransformersMoeExpertsParallel, "
-         "TransformersEpDispatchExpertsParallel, TorchtitanExpertParallel, TorchtitanTensorParallel, "
-         "TorchtitanNoParallel")
+         "TransformersEpDispatchExpertsParallel, TransformersMlaKvAProjParallel, TorchtitanExpertParallel, "
+         "TorchtitanTensorParallel, TorchtitanNoParallel")
 
 LOAD_ERRORS = [
     (_set_style("FooParallel"),
@@ -317,6 +323,12 @@ LOAD_ERRORS = [
     (lambda o: o.update(mesh={"shape": [2, 2], "dim_names": ["dp", "tp"], "device_type": "cpu"},
                         placements={"w1.weight": {"mesh_dims": None, "placements": ["Shard(0)"]}}),
      "placements['w1.weight'] has 1 placements for a 2-D mesh"),
+    (_set_entry(style="TransformersEpDispatchExpertsParallel", ep_implementation="megamoe"),
+     "invalid TransformersEpDispatchExpertsParallel at parallelize[0].plan[0] ('w1'): ep_implementation 'megamoe' "
+     "is not one of auto, all_to_all, all_reduce"),
+    (_set_entry(style="TransformersEpDispatchExpertsParallel", ep_implementation="all_reduce"),
+     "invalid TransformersEpDispatchExpertsParallel at parallelize[0].plan[0] ('w1'): ep_implementation 'all_reduce' "
+     "needs shares_batch (every rank of the expert group holding the same batch)"),
     (lambda o: o.update(loss={"kind": "mse"}), "unknown loss kind 'mse' (expected one of sum, cross_entropy)"),
     (lambda o: o.update(loss_parallel=True), "loss_parallel needs loss kind 'cross_entropy'"),
 ]

@@ -205,6 +205,36 @@ TEST(PlanReader, DenseUnitsMayShareTheDimOfAnExpertParallelStep) {
   }
 }
 
+TEST(PlanReader, ReadsTransformersExpertDispatchKeywords) {
+  // install_forward's keywords of transformers' ep_dispatch_experts, with their defaults
+  std::string doc = kFsdpPlan;
+  const std::string colwise = R"x({"fqn": "w1", "style": "ColwiseParallel"})x";
+  const std::string dispatch = R"x({"fqn": "w1", "style": "TransformersEpDispatchExpertsParallel"})x";
+  doc.replace(doc.find(colwise), colwise.size(), dispatch);
+  auto plain = parsePlan(doc);
+  ASSERT_TRUE(static_cast<bool>(plain)) << takeMessage(plain.takeError());
+  const ParallelStyle &defaults = plain->steps[0].styles[0];
+  EXPECT_FALSE(defaults.sharesBatch);
+  EXPECT_EQ(defaults.epImplementation, ParallelStyle::EpImplementation::Auto);
+  const std::string set = R"x("style": "TransformersEpDispatchExpertsParallel")x";
+  std::string shared = doc;
+  shared.replace(shared.find(set), set.size(),
+                 set + R"x(, "shares_batch": true, "ep_implementation": "all_reduce")x");
+  auto plan = parsePlan(shared);
+  ASSERT_TRUE(static_cast<bool>(plan)) << takeMessage(plan.takeError());
+  EXPECT_TRUE(plan->steps[0].styles[0].sharesBatch);
+  EXPECT_EQ(plan->steps[0].styles[0].epImplementation, ParallelStyle::EpImplementation::AllReduce);
+
+  EXPECT_EQ(errorOf(doc, set, set + R"x(, "ep_implementation": "megamoe")x"),
+            "parallelize[0].plan[0].ep_implementation: ep_implementation 'megamoe' (expected \"auto\", "
+            "\"all_to_all\" or \"all_reduce\"; transformers' MegaMoeEP is not modelled)");
+  EXPECT_EQ(errorOf(doc, set, set + R"x(, "ep_implementation": "all_reduce")x"),
+            "parallelize[0].plan[0].ep_implementation: ep_implementation \"all_reduce\" needs shares_batch (every "
+            "rank of the expert group holding the same batch), as transformers' AllReduceEP does");
+  EXPECT_EQ(errorOf(doc, set, set + R"x(, "shares_batch": "yes")x"),
+            "parallelize[0].plan[0].shares_batch: expected a boolean");
+}
+
 TEST(PlanReader, ReadsListUnitsAndTorchtitansSettings) {
   // torchtitan's fully_shard([norm, output]) with set_gradient_divide_factor(1.0), and its loss
   // over pred.float()

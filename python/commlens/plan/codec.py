@@ -141,6 +141,10 @@ def style_to_json(style, where="style"):
             out[fname] = _dict_to_json(val, w)
         elif kind == "bool":
             out[fname] = bool(val)
+        elif kind == "str":
+            out[fname] = str(val)
+        elif kind == "int":
+            out[fname] = int(val)
         elif kind == "style":
             out[fname] = style_to_json(val, w)
     return out
@@ -182,6 +186,14 @@ def style_from_json(obj, subject="plan", where="style"):
         elif kind == "bool":
             if not isinstance(v, bool):
                 raise PlanError(subject, f"bad value at {w}: expected true or false")
+            values[fname] = v
+        elif kind == "str":
+            if not isinstance(v, str):
+                raise PlanError(subject, f"bad value at {w}: expected a string")
+            values[fname] = v
+        elif kind == "int":
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise PlanError(subject, f"bad value at {w}: expected an integer")
             values[fname] = v
         elif kind == "style":
             values[fname] = style_from_json(v, subject, w)

@@ -10,8 +10,10 @@ from typing import Callable
 #   "pltup" : None or tuple of (Placement | None)     -> null or list
 #   "pldict": dict str -> Placement                   -> object
 #   "bool"  : bool
+#   "str"   : str (its values listed by the schema)
+#   "int"   : int
 #   "style" : a nested style object
-FIELD_KINDS = ("pl1", "pl1?", "pl", "pltup", "pldict", "bool", "style")
+FIELD_KINDS = ("pl1", "pl1?", "pl", "pltup", "pldict", "bool", "str", "int", "style")
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,37 @@
-"""``TransformersEpDispatchExpertsParallel``: the plan codec's entry for ``class EpDispatchExpertsParallel``
-of transformers/distributed/expert_parallel.py (transformers 5.23), registered as
-``"ep_dispatch_experts"`` and applied by ``from_pretrained(distributed_config=
+"""``TransformersEpDispatchExpertsParallel``: the plan codec's entry for ``class
+EpDispatchExpertsParallel`` of transformers/distributed/expert_parallel.py (transformers 5.23),
+registered as ``"ep_dispatch_experts"`` and applied by ``from_pretrained(distributed_config=
 DistributedConfig(ep_size=...))`` to the experts module of Qwen3-MoE, Mixtral, OLMoE, ... on the
 ``ep`` dim of its expert mesh. Its experts' parameters are sharded by expert (``grouped_gemm``,
 Shard(0) on the same mesh), which the plan style does; the experts run on their local experts, and
-the tokens reach them by ``AllToAllEP``: the per-expert counts exchanged by
-``dist.all_to_all_single``, the routed rows dispatched and the outputs combined by
-``all_to_all_single_autograd`` (parallel/TransformersEpDispatchExpertsParallel.cpp). Modelled with a
-tensor-parallel mesh of one rank (``tp_size=1``); it has no fields."""
+the tokens reach them by the ``EPImplementation`` its ``install_forward`` names
+(parallel/TransformersEpDispatchExpertsParallel.cpp). The layer object holds no configuration:
+its fields are ``install_forward``'s keywords, ``shares_batch`` (its ``tp_mesh`` is the expert
+mesh: ``tp_size == ep_size``; otherwise a mesh of one rank) and ``ep_implementation``, set on the
+object commlens builds (capture records them so)."""
 
 from commlens.plan.styles.entry import StyleEntry
+
+EP_IMPLEMENTATIONS = ("auto", "all_to_all", "all_reduce")
 
 
 def _construct(values, subject, where):
     from transformers.distributed.expert_parallel import EpDispatchExpertsParallel
 
-    return EpDispatchExpertsParallel()
+    implementation = values.get("ep_implementation", "auto")
+    if implementation not in EP_IMPLEMENTATIONS:
+        raise ValueError(f"ep_implementation {implementation!r} is not one of {', '.join(EP_IMPLEMENTATIONS)}")
+    if implementation == "all_reduce" and not values.get("shares_batch", False):
+        raise ValueError("ep_implementation 'all_reduce' needs shares_batch (every rank of the expert group holding "
+                         "the same batch)")
+    layer = EpDispatchExpertsParallel()
+    layer.shares_batch, layer.ep_implementation = False, "auto"
+    return layer
 
 
 ENTRY = StyleEntry(
     name="TransformersEpDispatchExpertsParallel",
     cls="transformers.distributed.expert_parallel:EpDispatchExpertsParallel",
-    fields=(),
+    fields=(("shares_batch", "bool"), ("ep_implementation", "str")),
     construct=_construct,
 )
