@@ -77,7 +77,14 @@ _MOE_FAMILIES = {
                                        n_shared_experts=1, first_k_dense_replace=1, n_group=2, topk_group=1,
                                        topk_method="group_limited_greedy", q_lora_rank=32, kv_lora_rank=16,
                                        qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, num_key_value_heads=8)),
+    # Llama 4's text model (config Llama4TextConfig): every token through every expert pre-scaled
+    # by its router score (top 1), a shared expert, chunked attention; its experts' gate_up_proj
+    # packed row-wise (packed_rowwise: _StridedShard(-1, sf=2)), down_proj column-wise
+    "llama4": ("Llama4", dict(num_local_experts=8, num_experts_per_tok=1, intermediate_size_mlp=128,
+                              attention_chunk_size=16)),
 }
+# Families whose config class is not <prefix>Config.
+_CONFIG_CLASSES = {"llama4": "Llama4TextConfig"}
 
 
 def _family(name):
@@ -86,7 +93,8 @@ def _family(name):
     if name not in _FAMILIES and name not in _MOE_FAMILIES:
         raise ValueError(f"family must be one of {sorted([*_FAMILIES, *_MOE_FAMILIES])}, got {name!r}")
     cls = _FAMILIES[name] if name in _FAMILIES else _MOE_FAMILIES[name][0]
-    return getattr(transformers, cls + "Config"), getattr(transformers, cls + "ForCausalLM")
+    return (getattr(transformers, _CONFIG_CLASSES.get(name, cls + "Config")),
+            getattr(transformers, cls + "ForCausalLM"))
 
 
 class HFCausalLM(torch.nn.Module):
