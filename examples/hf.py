@@ -3,8 +3,8 @@ transformers applies to the model family, for the accuracy corpus.
 
 ``hf_llama(...)`` / ``hf_qwen2(...)`` / ``hf_mistral(...)`` / ``hf_granite(...)``, and ``hf_model(family=...)``
 for any family in ``_FAMILIES`` (also gemma, gemma2, cohere, starcoder2, olmo, olmo2, olmo3, phi, phi3, glm,
-smollm3, ministral, ernie4_5, arcee, qwen3, exaone4, apertus), build a small randomly initialised ``<Family>ForCausalLM``
-from a config (nothing is downloaded), wrapped so that the model takes the
+smollm3, ministral, ernie4_5, arcee, qwen3, exaone4, apertus, granite_swa) or ``_MOE_FAMILIES``, build a small
+randomly initialised ``<Family>ForCausalLM`` from a config (nothing is downloaded), wrapped so that the model takes the
 token ids and returns the logits; they return ``(model, (ids,))``. Module names (root class
 ``HFCausalLM``)::
 
@@ -51,7 +51,7 @@ _FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "granite"
              "gemma": "Gemma", "gemma2": "Gemma2", "cohere": "Cohere", "starcoder2": "Starcoder2", "olmo": "Olmo",
              "olmo2": "Olmo2", "olmo3": "Olmo3", "phi": "Phi", "phi3": "Phi3", "glm": "Glm", "smollm3": "SmolLM3",
              "ministral": "Ministral", "ernie4_5": "Ernie4_5", "arcee": "Arcee", "qwen3": "Qwen3",
-             "exaone4": "Exaone4", "apertus": "Apertus"}
+             "exaone4": "Exaone4", "apertus": "Apertus", "granite_swa": "GraniteSWA"}
 
 # Mixture-of-experts families (their shipped TP plans use packed_colwise / moe_tp_experts, which
 # hf_tp does not map): the class prefix and the tiny config's expert settings, 8 routed experts,

@@ -114,7 +114,7 @@ H = "examples.hf:"
 # it (HF_CAPTURED).
 HF_TRANSFORMERS_TP = ("llama", "qwen2", "mistral", "granite", "gemma", "gemma2", "cohere", "starcoder2", "olmo",
                       "olmo2", "olmo3", "phi", "phi3", "glm", "smollm3", "ministral", "ernie4_5", "arcee")
-HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3", "exaone4", "apertus")
+HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3", "exaone4", "apertus", "granite_swa")
 # Mixture-of-experts families whose tp_plan="auto" path the corpus measures natively (moe_tp_experts).
 HF_MOE_CAPTURED = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "granitemoe", "deepseek_v3", "deepseek_v2")
 

@@ -26,7 +26,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 # their local shards between autograd all-reduces of transformers' own. (Hand-written plans,
 # examples.hf:hf_tp, use the torch styles, measured as torch runs them.)
 OWN_STYLES = ("rowwise", "rowwise_split_input", "replicated_with_grad_allreduce", "moe_tp_experts",
-              "ep_dispatch_experts", "mla_kv_a_proj")
+              "ep_dispatch_experts", "mla_kv_a_proj", "local_params")
 # The expert-parallel layer (transformers/distributed/expert_parallel.py) whose install_forward
 # takes the expert and the tensor-parallel meshes by keyword; its experts' parameters are sharded
 # by "grouped_gemm" entries of their own.

@@ -93,3 +93,23 @@ def test_qwen3_norm_grad_all_reduce_from_the_captured_plan(phase, tmp_path, run_
     assert sorted(norms) == ["model.model.layers.*.self_attn.k_norm", "model.model.layers.*.self_attn.q_norm"]
     assert {type(style).__name__ for style in norms.values()} == {"ReplicatedWithGradAllReduce"}
     assert_prediction_equals_counts(run_commlens, pt2, save_plan(plan, tmp_path), doc, phase, tmp_path)
+
+
+def test_local_params_attention_sinks(tmp_path, run_commlens):
+    """GraniteSWA's plan shards each attention's sinks (one per head) by their own colwise entry and
+    installs local_params on the attention, whose forward then reads the sinks' local shard beside
+    its local heads: no collective of its own; predicted from the captured plan, training step."""
+    from torch.distributed.tensor import Shard
+
+    model = "examples.hf:hf_model(family='granite_swa')"
+    doc = measure_transformers(family="granite_swa", tp=2, phase="both")
+    attn = _module(doc, "HFCausalLM.model.model.layers.0.self_attn")
+    # o_proj's forward all-reduce and q/k/v's backward ones, as in any colwise/rowwise attention
+    assert (attn["forward"], attn["backward"]) == ({"c10d_functional.all_reduce": 1},
+                                                   {"c10d_functional.all_reduce": 3})
+    plan = commlens.capture(model, "transformers", 2, loss="cross_entropy")
+    styles = {fqn: type(style).__name__ for _dim, entries in plan.parallelize_steps() for fqn, style in entries.items()}
+    assert styles["model.model.layers.*.self_attn"] == "LocalParamsParallel"
+    assert plan.placements["model.model.layers.0.self_attn.sinks"] == {"tp": Shard(0)}
+    pt2 = export_pt2(model, tmp_path)
+    assert_prediction_equals_counts(run_commlens, pt2, save_plan(plan, tmp_path), doc, "both", tmp_path)

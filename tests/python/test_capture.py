@@ -147,7 +147,7 @@ REFUSALS = [
                      "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput, "
                      "TransformersRowwiseParallel, TransformersReplicatedWithGradAllReduce, "
                      "TransformersMoeExpertsParallel, TransformersEpDispatchExpertsParallel, "
-                     "TransformersMlaKvAProjParallel, TorchtitanExpertParallel, TorchtitanTensorParallel, "
+                     "TransformersMlaKvAProjParallel, TransformersLocalParamsParallel, TorchtitanExpertParallel, TorchtitanTensorParallel, "
                      "TorchtitanNoParallel)"),
     (custom_wrapper, f"module 'layers.1' is a {Wrapper.__module__}.Wrapper the parallelization added; commlens "
                      "models no module wrapper but checkpoint_wrapper"),

@@ -305,7 +305,7 @@ def _set_mesh_dim(value):
 KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
          "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel, "
          "TransformersReplicatedWithGradAllReduce, TransformersMoeExpertsParallel, "
-         "TransformersEpDispatchExpertsParallel, TransformersMlaKvAProjParallel, TorchtitanExpertParallel, "
+         "TransformersEpDispatchExpertsParallel, TransformersMlaKvAProjParallel, TransformersLocalParamsParallel, TorchtitanExpertParallel, "
          "TorchtitanTensorParallel, TorchtitanNoParallel")
 
 LOAD_ERRORS = [
