@@ -227,6 +227,8 @@ struct Region {
   const ActivationCheckpointUnit *unit;
   std::vector<AGNode *> ops;
   std::optional<llvm::DenseSet<const AGNode *>> savers;
+  /// Those of `savers` that saved one of their own results (saved after the op ran).
+  llvm::DenseSet<const AGNode *> resultSavers;
   bool recomputed = false;
 };
 
@@ -252,6 +254,7 @@ public:
       return err;
     if (llvm::Error err = execute())
       return err;
+    closeCheckpointingWindow();
     state_.backward = bw_;
     return llvm::Error::success();
   }
@@ -291,7 +294,7 @@ private:
       for (unsigned i = c.first; i <= c.last; ++i)
         if (const Node *n = fwd_.nodes()[i].get(); c.contains(*n))
           regionOf_[n] = static_cast<unsigned>(regions_.size());
-      regions_.push_back(Region{&c, unit->second, {}, std::nullopt, false});
+      regions_.push_back(Region{&c, unit->second, {}, std::nullopt, {}, false});
     }
   }
 
@@ -587,9 +590,12 @@ private:
 
   // ---- activation checkpointing ------------------------------------------------------------------
 
-  /// Whether the node's autograd Function saved a tensor: its backward formula reads a forward
-  /// value (emitted into a scratch graph to find out).
-  bool savesTensors(AGNode &a) {
+  /// What the node's autograd Function saved: whether its backward formula reads a forward value,
+  /// and whether one of them is its own result (emitted into a scratch graph to find out).
+  struct Saved {
+    bool any = false, result = false;
+  };
+  Saved savedTensors(AGNode &a) {
     auto scratch = std::make_shared<Graph>(fwd_.sharedScopes());
     std::swap(bw_, scratch);
     llvm::SmallVector<Value *, 2> buffer = a.buffer;
@@ -604,11 +610,15 @@ private:
       llvm::consumeError(grads.takeError()); // the real application reports it
     a.buffer = std::move(buffer);
     std::swap(bw_, scratch);
+    Saved saved;
+    llvm::SmallVector<Value *, 4> results = a.fwd->results();
     for (const auto &n : scratch->nodes())
       for (Value *v : n->operands())
-        if (fwd_.lookupValue(v->name()) == v)
-          return true;
-    return false;
+        if (fwd_.lookupValue(v->name()) == v) {
+          saved.any = true;
+          saved.result |= llvm::is_contained(results, v);
+        }
+    return saved;
   }
 
   /// The call's autograd nodes that saved a tensor.
@@ -616,8 +626,11 @@ private:
     if (!r.savers) {
       r.savers.emplace();
       for (AGNode *a : r.ops)
-        if (savesTensors(*a))
+        if (Saved saved = savedTensors(*a); saved.any) {
           r.savers->insert(a);
+          if (saved.result)
+            r.resultSavers.insert(a);
+        }
     }
     return *r.savers;
   }
@@ -635,12 +648,23 @@ private:
   /// policy kept (later copies read the forward's outputs), and the collectives it kept.
   void recompute(Region &r) {
     r.recomputed = true;
+    if (!checkpointingFrom_) // the recomputed module's forward pre-hook
+      checkpointingFrom_ = bw_->nodes().size();
     unsigned stop = 0;
-    if (!r.unit->earlyStop)
+    bool stopRuns = true; // whether the op at `stop` itself runs again
+    if (!r.unit->earlyStop) {
       stop = r.call->last;
-    else
+    } else {
+      // Early stop ends recomputation when the last tensor the call saved is packed again: an op
+      // saves its inputs before it runs (autograd's VariableType), so a last saver that saved no
+      // result of its own is not run again, nor dispatched (torch.utils.checkpoint's
+      // _StopRecomputationError).
       for (const AGNode *a : savers(r))
-        stop = std::max(stop, a->fwd->index());
+        if (a->fwd->index() >= stop) {
+          stop = a->fwd->index();
+          stopRuns = r.resultSavers.contains(a);
+        }
+    }
     const std::string kept = keptCollectives(*r.unit);
     llvm::StringMap<unsigned> calls; // per op, its calls so far in this run of the module
     // the calls recomputation enters, in the order their pre-hooks run (outer before inner)
@@ -659,6 +683,8 @@ private:
       return copy ? copy : const_cast<Value *>(v);
     };
     for (unsigned i = r.call->first; i <= stop; ++i) {
+      if (i == stop && !stopRuns)
+        break;
       while (nextEntered < entered.size() && entered[nextEntered]->first <= i)
         tracked = entered[nextEntered++];
       const Node &n = *fwd_.nodes()[i];
@@ -768,6 +794,7 @@ private:
     switch (a.kind) {
     case AGNode::Kind::HookOut:
       current_ = a.module; // CommDebugMode's global full-backward pre-hook
+      closeCheckpointingWindow();
       [[fallthrough]];
     case AGNode::Kind::HookIn:
       for (size_t i = 0; i < a.buffer.size() && i < out.size(); ++i)
@@ -852,6 +879,17 @@ private:
   llvm::DenseMap<const Value *, AGNode *> accumulators_;
   uint64_t seq_ = 0;
   const ModuleScope *current_ = nullptr; // Global until the first module output hook fires
+  /// The first backward node since a recomputation's forward hooks, while no module's backward
+  /// pre-hook has run since (CommDebugMode's activation_checkpointing is on).
+  std::optional<size_t> checkpointingFrom_;
+
+  void closeCheckpointingWindow() {
+    if (!checkpointingFrom_)
+      return;
+    for (size_t i = *checkpointingFrom_; i < bw_->nodes().size(); ++i)
+      state_.checkpointingOps.insert(bw_->nodes()[i].get());
+    checkpointingFrom_.reset();
+  }
   llvm::DenseMap<const Value *, Value *> leafGrads_; // parameter -> the gradient AccumulateGrad got
   llvm::DenseSet<unsigned> fsdpPreBackwardDone_, fsdpPostBackwardDone_;
   /// Per FSDP unit, its modules' forward pre-hooks / post-hooks seen so far (list units).

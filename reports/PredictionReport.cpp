@@ -372,31 +372,40 @@ public:
   void child(const ModuleScope *c);
 
   void ops(const ModuleScope *s) {
-    j.attributeArray("operations_backward", [&] {
-      auto it = in_.bwOps.find(s);
-      if (it == in_.bwOps.end())
-        return;
-      for (const Node *n : it->second) {
-        llvm::SmallVector<const Value *, 4> sharded;
-        n->forEachOperand([&](const Value *v) {
-          if (v->kind() == ValueKind::Tensor && r_.state->layout(v))
-            sharded.push_back(v);
-        });
-        j.object([&] {
-          j.attributeArray("input_shape", [&] {
-            for (const Value *v : sharded)
-              stringValue(j, v->meta() ? v->meta()->str() : "");
-          });
-          j.attributeArray("input_sharding", [&] {
-            for (const Value *v : sharded)
-              stringValue(j, placementsRepr(r_.state->layout(v)->placements));
-          });
-          j.attribute("is_bw", true);
-          stringAttribute(j, "name", "aten." + n->op().name + "." + n->op().overload);
-        });
-      }
-    });
+    // CommDebugMode's lists: the backward ops, and apart those run while recomputation is tracked
+    auto list = [&](const char *key, bool checkpointing) {
+      j.attributeArray(key, [&] {
+        auto it = in_.bwOps.find(s);
+        if (it == in_.bwOps.end())
+          return;
+        for (const Node *n : it->second)
+          if (r_.state->checkpointingOps.contains(n) == checkpointing)
+            op(n);
+      });
+    };
+    list("operations_backward", false);
+    list("operations_checkpointing", true);
     j.attributeArray("operations_forward", [] {});
+  }
+
+  void op(const Node *n) {
+    llvm::SmallVector<const Value *, 4> sharded;
+    n->forEachOperand([&](const Value *v) {
+      if (v->kind() == ValueKind::Tensor && r_.state->layout(v))
+        sharded.push_back(v);
+    });
+    j.object([&] {
+      j.attributeArray("input_shape", [&] {
+        for (const Value *v : sharded)
+          stringValue(j, v->meta() ? v->meta()->str() : "");
+      });
+      j.attributeArray("input_sharding", [&] {
+        for (const Value *v : sharded)
+          stringValue(j, placementsRepr(r_.state->layout(v)->placements));
+      });
+      j.attribute("is_bw", true);
+      stringAttribute(j, "name", "aten." + n->op().name + "." + n->op().overload);
+    });
   }
 
   void approximate(const ModuleCounts &m) {

@@ -137,6 +137,10 @@ struct PredictionState {
   /// Operands may be forward values (saved tensors); each node's scope is the module
   /// CommDebugMode charges (null: Global only).
   std::shared_ptr<Graph> backward;
+  /// The backward ops CommDebugMode lists as activation checkpointing (its JSON's
+  /// operations_checkpointing): those run from a recomputation's forward hooks until the next
+  /// module's full-backward pre-hook (torch 2.13 `_CommModeModuleTracker.activation_checkpointing`).
+  llvm::DenseSet<const Node *> checkpointingOps;
   /// FSDP2 parameter groups (fsdp/FullyShard.h), in plan order.
   FsdpState fsdp;
   /// Modules whose calls are activation-checkpointed, with the plan entry that says how
