@@ -91,10 +91,16 @@ def every_field_plan():
     """A plan with what no example plan writes: PrepareModuleOutput and PrepareModuleInputOutput,
     Partial and _StridedShard placements, CPU offload, float16, an int reshard_after_forward, a list unit with a
     gradient divide factor, an every-second-mm policy, loss targets from an input and float32
-    logits, src_data_rank None, torchtitan's NoParallel with its layouts."""
-    from commlens.plan.styles import torchtitan_no_parallel
+    logits, src_data_rank None, torchtitan's NoParallel with its layouts, transformers' expert dispatch
+    and MLA layers with their fields."""
+    from commlens.plan.styles import (torchtitan_no_parallel, transformers_ep_dispatch_experts,
+                                      transformers_mla_kv_a_proj)
 
     no_parallel = torchtitan_no_parallel.ENTRY.resolve()
+    dispatch = transformers_ep_dispatch_experts.ENTRY.construct(
+        {"shares_batch": True, "ep_implementation": "all_reduce"}, "test", "experts")
+    dispatch.shares_batch, dispatch.ep_implementation = True, "all_reduce"
+    mla = transformers_mla_kv_a_proj.ENTRY.construct({"qk_rope_head_dim": 8}, "test", "kv_a")
     rep, s0 = Replicate(), Shard(0)
     return Plan(
         name="every_field", mesh_shape=(2, 4), mesh_dim_names=("dp", "tp"), device_type="cuda", tp_mesh_dim="tp",
@@ -109,6 +115,8 @@ def every_field_plan():
             "": PrepareModuleInputOutput(input_layouts=(rep,), desired_input_layouts=(rep,), output_layouts=(s0,),
                                          desired_output_layouts=(rep,), use_local_input=True),
             "gate": no_parallel(input_layout=s0, output_layout=Shard(1), use_local_output=False),
+            "experts": dispatch,
+            "kv_a": mla,
         },
         fully_shard=(
             FullyShard("layers.*", "dp", reshard_after_forward=2, offload_policy=CPUOffloadPolicy(pin_memory=False),
