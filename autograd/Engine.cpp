@@ -716,6 +716,16 @@ private:
     }
   }
 
+  /// A module's full-backward pre-hook, or the end of backward: the ops since a recomputation's
+  /// forward hooks are CommDebugMode's activation checkpointing ones (state.checkpointingOps).
+  void closeCheckpointingWindow() {
+    if (!checkpointingFrom_)
+      return;
+    for (size_t i = *checkpointingFrom_; i < bw_->nodes().size(); ++i)
+      state_.checkpointingOps.insert(bw_->nodes()[i].get());
+    checkpointingFrom_.reset();
+  }
+
   /// Emits an FSDP hook (once per unit) into the backward graph, in the current module.
   void emitFsdpHook(llvm::StringRef op, unsigned unit, llvm::SmallVector<NamedArgument, 4> args) {
     args.push_back({"unit", static_cast<int64_t>(unit), true});
@@ -882,14 +892,6 @@ private:
   /// The first backward node since a recomputation's forward hooks, while no module's backward
   /// pre-hook has run since (CommDebugMode's activation_checkpointing is on).
   std::optional<size_t> checkpointingFrom_;
-
-  void closeCheckpointingWindow() {
-    if (!checkpointingFrom_)
-      return;
-    for (size_t i = *checkpointingFrom_; i < bw_->nodes().size(); ++i)
-      state_.checkpointingOps.insert(bw_->nodes()[i].get());
-    checkpointingFrom_.reset();
-  }
   llvm::DenseMap<const Value *, Value *> leafGrads_; // parameter -> the gradient AccumulateGrad got
   llvm::DenseSet<unsigned> fsdpPreBackwardDone_, fsdpPostBackwardDone_;
   /// Per FSDP unit, its modules' forward pre-hooks / post-hooks seen so far (list units).

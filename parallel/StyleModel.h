@@ -25,7 +25,7 @@ struct StyledModule {
   bool linear = false;    // nn.Linear
   bool embedding = false; // nn.Embedding or a subclass
   /// Its own parameters (named_parameters(recurse=False)), as the program has them: unsharded.
-  std::vector<const Value *> parameters;
+  llvm::ArrayRef<const InputSpec *> parameters;
 };
 
 /// The arguments of one module call as the pre-hooks see them (null: not a tensor). Without a

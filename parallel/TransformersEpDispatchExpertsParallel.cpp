@@ -126,14 +126,15 @@ private:
                        "[tokens, top_k], ...), as transformers' experts take them (python -m commlens.export "
                        "records the call signature)",
                        name(style.kind).str(), hooks.module().scope.displayName());
-    const std::vector<const Value *> &params = hooks.module().parameters;
-    if (params.empty() || !params.front()->meta() || params.front()->meta()->rank() != 3)
+    llvm::ArrayRef<const InputSpec *> params = hooks.module().parameters;
+    const Value *first = params.empty() ? nullptr : params.front()->value;
+    if (!first || !first->meta() || first->meta()->rank() != 3)
       return makeError("{} on {}: expected the experts' 3-D parameters [experts, ...] on the module itself",
                        name(style.kind).str(), hooks.module().scope.displayName());
     int64_t tokens = sizesOf(*hidden->meta())[0];
     if (slicesSharedBatch(style, hooks)) // torch.chunk's first (largest) slice: rank 0's
       tokens = (tokens + hooks.meshSize() - 1) / hooks.meshSize();
-    return Call{sizesOf(*params.front()->meta())[0], tokens * sizesOf(*index->meta())[1]};
+    return Call{sizesOf(*first->meta())[0], tokens * sizesOf(*index->meta())[1]};
   }
 
   /// AllReduceEP: named, or AutoEP's choice when the batch is shared and hidden_states need no

@@ -214,9 +214,10 @@ private:
       for (const ParallelStyle &style : step.styles)
         for (const ModuleScope *s : graph_.scopes().inForwardOrder())
           if (matchesModulePath(style.pattern, s->path())) {
-            bool embedding = isEmbedding(*s) || isEmbeddingSubclass(*s);
-            if (llvm::Error err = styleModel(style.kind).checkModule(
-                    style, StyledModule{*s, isLinear(*s), embedding, directParameters(*s)}))
+            const auto &params = directParams_.try_emplace(s, directParameters(*s)).first->second;
+            bool embedding = isEmbedding(*s) || isEmbeddingSubclass(*s, params);
+            if (llvm::Error err =
+                    styleModel(style.kind).checkModule(style, StyledModule{*s, isLinear(*s), embedding, params}))
               return err;
             if (embedding) // decided now: fully_shard later renames the class to FSDPEmbedding
               embeddings_.insert(s);
@@ -230,20 +231,11 @@ private:
   /// name, so the module is recognised by what nn.Embedding is: one direct parameter, `weight`,
   /// that an aten::embedding lookup in the module itself reads. The styles then treat it as torch's
   /// isinstance(module, nn.Embedding) does.
-  bool isEmbeddingSubclass(const ModuleScope &s) const {
-    std::string prefix = s.path().empty() ? "" : s.path() + ".";
-    const Value *weight = nullptr;
-    unsigned direct = 0;
-    for (const InputSpec &in : graph_.inputs()) {
-      llvm::StringRef target(in.target);
-      if (in.kind != InputKind::Parameter || !target.startswith(prefix) ||
-          target.drop_front(prefix.size()).contains('.'))
-        continue;
-      ++direct;
-      if (target.drop_front(prefix.size()) == "weight")
-        weight = in.value;
-    }
-    if (direct != 1 || !weight || !weight->meta() || weight->meta()->rank() != 2)
+  bool isEmbeddingSubclass(const ModuleScope &s, llvm::ArrayRef<const InputSpec *> params) const {
+    if (params.size() != 1 || params.front()->target != (s.path().empty() ? "" : s.path() + ".") + "weight")
+      return false;
+    const Value *weight = params.front()->value;
+    if (!weight->meta() || weight->meta()->rank() != 2)
       return false;
     return llvm::any_of(graph_.nodes(), [&](const auto &n) {
       const Argument *w = n->input("weight");
@@ -255,16 +247,20 @@ private:
   void setParam(const InputSpec &in, Placement p) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}}; }
 
   StyledModule styledModule(const ModuleScope *s) const {
-    return {*s, isLinear(*s), embeddings_.contains(s), directParameters(*s)};
+    auto params = directParams_.find(s); // none: a module only fully_shard wraps
+    return {*s, isLinear(*s), embeddings_.contains(s),
+            params == directParams_.end() ? llvm::ArrayRef<const InputSpec *>()
+                                          : llvm::ArrayRef<const InputSpec *>(params->second)};
   }
 
-  std::vector<const Value *> directParameters(const ModuleScope &s) const {
+  /// The module's own parameters (named_parameters(recurse=False)), in the program's input order.
+  std::vector<const InputSpec *> directParameters(const ModuleScope &s) const {
     std::string prefix = s.path().empty() ? "" : s.path() + ".";
-    std::vector<const Value *> params;
+    std::vector<const InputSpec *> params;
     for (const InputSpec &in : graph_.inputs())
       if (in.kind == InputKind::Parameter && in.value && llvm::StringRef(in.target).startswith(prefix) &&
           !llvm::StringRef(in.target).drop_front(prefix.size()).contains('.'))
-        params.push_back(in.value);
+        params.push_back(&in);
     return params;
   }
 
@@ -677,6 +673,8 @@ private:
   const Graph &graph_;
   std::map<const ModuleScope *, std::vector<const ParallelStyle *>> styles_;
   llvm::DenseSet<const ModuleScope *> embeddings_; // styled modules that are nn.Embedding
+  /// Per styled module, its own parameters (StyledModule::parameters), found once.
+  std::map<const ModuleScope *, std::vector<const InputSpec *>> directParams_;
   std::map<const ModuleScope *, unsigned> fsdpUnitOf_;
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
   /// The program's values that require grad (StyleHooks::requiresGrad).
