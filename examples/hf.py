@@ -224,18 +224,25 @@ def hf_fsdp(*, family="qwen3_moe", dp=2):
                 loss=Loss.cross_entropy(targets="random", seed=0))
 
 
+def distributed_sizes(tp, distributed):
+    """``(DistributedConfig sizes, world size)``: ``tp`` ranks of tensor parallelism, or the
+    ``distributed`` sizes (``{"fsdp_size": 2, "ep_size": 2}``; ``tp_size`` then defaults to 1) on as
+    many ranks as transformers' dense (pp, dp_replicate, fsdp, tp) mesh holds."""
+    import math
+
+    sizes = {"tp_size": tp} if distributed is None else {"tp_size": 1, **distributed}
+    return sizes, math.prod(sizes.get(k, 1) for k in ("pp_size", "dp_replicate_size", "fsdp_size", "tp_size"))
+
+
 def hf_captured(*, family="llama", tp=4, distributed=None):
     """The plan ``python -m commlens.capture --parallelize transformers`` captures from transformers'
     own ``from_pretrained(tp_plan="auto")`` calls on the family's model, with the training step's
     cross-entropy against random targets (seed 0), as ``examples.hf_real`` measures it.
     ``distributed``: ``DistributedConfig`` sizes (``{"fsdp_size": 2, "ep_size": 2}``; ``tp_size``
     then defaults to 1) instead of ``tp`` ranks of tensor parallelism."""
-    import math
-
     import commlens.capture
 
-    sizes = {"tp_size": tp} if distributed is None else {"tp_size": 1, **distributed}
-    world_size = math.prod(sizes.get(k, 1) for k in ("pp_size", "dp_replicate_size", "fsdp_size", "tp_size"))
+    sizes, world_size = distributed_sizes(tp, distributed)
     spec = "transformers"
     if distributed is not None:
         spec += f"({', '.join(f'{k}={v!r}' for k, v in sizes.items())})"

@@ -20,7 +20,7 @@ import tempfile
 from commlens._transformers import torchrun_env
 from commlens.measure import count_collectives, counts_document, device_info, fake_process_group
 from commlens.plan import Loss
-from examples.hf import HFCausalLM, _build, _family
+from examples.hf import HFCausalLM, _build, _family, distributed_sizes
 
 @contextlib.contextmanager
 def _no_progress_bars():
@@ -46,9 +46,8 @@ def measure_transformers(*, family="llama", tp=4, phase="both", distributed=None
     ``commlens predict`` name the exported factory's modules."""
     from transformers.distributed import DistributedConfig
 
-    sizes = {"tp_size": tp} if distributed is None else {"tp_size": 1, **distributed}
+    sizes, world_size = distributed_sizes(tp, distributed)
     config = DistributedConfig(tp_plan="auto", **sizes)
-    world_size = config.pp_size * config.dp_replicate_size * config.fsdp_size * config.tp_size
     model, (ids,) = _build(family, **model_kw)
     with tempfile.TemporaryDirectory(prefix="commlens-hf-") as path, _no_progress_bars():
         model.model.save_pretrained(path)

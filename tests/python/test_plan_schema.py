@@ -99,7 +99,6 @@ def every_field_plan():
     no_parallel = torchtitan_no_parallel.ENTRY.resolve()
     dispatch = transformers_ep_dispatch_experts.ENTRY.construct(
         {"shares_batch": True, "ep_implementation": "all_reduce"}, "test", "experts")
-    dispatch.shares_batch, dispatch.ep_implementation = True, "all_reduce"
     mla = transformers_mla_kv_a_proj.ENTRY.construct({"qk_rope_head_dim": 8}, "test", "kv_a")
     rep, s0 = Replicate(), Shard(0)
     return Plan(

@@ -25,7 +25,7 @@ def _construct(values, subject, where):
         raise ValueError("ep_implementation 'all_reduce' needs shares_batch (every rank of the expert group holding "
                          "the same batch)")
     layer = EpDispatchExpertsParallel()
-    layer.shares_batch, layer.ep_implementation = False, "auto"
+    layer.shares_batch, layer.ep_implementation = values.get("shares_batch", False), implementation
     return layer
 
 
