@@ -1,5 +1,7 @@
 #include "autograd/Derivatives.h"
 
+#include "autograd/GradCall.h"
+
 #include "ir/Error.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -11,57 +13,8 @@
 
 namespace commlens {
 
-namespace {
-
-int operandIndex(const Node &n, llvm::StringRef name) {
-  int i = 0;
-  for (const NamedArgument &a : n.inputs())
-    for (Value *v : a.value.tensors()) {
-      if (v->kind() != ValueKind::Tensor)
-        continue;
-      if (a.name == name)
-        return i;
-      ++i;
-    }
-  return -1;
-}
-
-bool columnMajor(const Value *v) {
-  if (!v->meta() || v->meta()->rank() != 2)
-    return false;
-  auto s = sizesOf(*v->meta());
-  auto st = stridesOf(*v->meta());
-  if (v->producer() &&
-      (v->producer()->opString() == "aten::t.default" || v->producer()->opString() == "aten::transpose.int"))
-    return true;
-  return st[0] == 1 && st[1] == s[0];
-}
-
-NamedArgument A(llvm::StringRef name, Argument v) { return {name.str(), std::move(v), false}; }
-NamedArgument K(llvm::StringRef name, Argument v) { return {name.str(), std::move(v), true}; }
-Value *mut(const Value *v) { return const_cast<Value *>(v); }
-
-/// A Scalar argument (alpha, beta, value) as a double, when it is a number.
-std::optional<double> numberOf(const Argument *a) {
-  if (!a || a->isNone())
-    return std::nullopt;
-  if (a->is<double>())
-    return a->get<double>();
-  if (a->is<bool>())
-    return a->get<bool>() ? 1.0 : 0.0;
-  if (auto i = a->asInt())
-    return static_cast<double>(*i);
-  return std::nullopt;
-}
-
-/// maybe_multiply(x, s): x * s unless s is the number 1.
-Value *maybeMultiply(GradCall &c, Value *x, const Argument *s) {
-  if (!s || s->isNone())
-    return x;
-  if (auto v = numberOf(s); v && *v == 1.0)
-    return x;
-  return c.e.emit("aten::mul.Scalar", {A("self", x), A("other", *s)}, GradEmitter::like(x), "grad_scale");
-}
+// The procedures autograd/derivatives.yaml names with `code:`, and the helpers they share.
+namespace derivatives {
 
 Value *unary(GradCall &c, llvm::StringRef op, Value *x, llvm::StringRef hint) {
   return c.e.emit(op, {A("self", x)}, GradEmitter::like(x), hint);
@@ -88,8 +41,6 @@ Value *zeroScalar(GradCall &c) {
   return c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)}, metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device),
                   "grad_zero");
 }
-
-using Table = llvm::StringMap<DerivativeFormula>;
 
 // ---- formulas ---------------------------------------------------------------------------------
 
@@ -238,16 +189,6 @@ llvm::Error sdpaCudnn(GradCall &c) {
   return llvm::Error::success();
 }
 
-llvm::Error identity(GradCall &c) {
-  c.set("self", c.g());
-  return llvm::Error::success();
-}
-
-llvm::Error viewLike(GradCall &c) {
-  c.set("self", c.e.reshape(c.g(), sizesOf(*c.self()->meta())));
-  return llvm::Error::success();
-}
-
 llvm::Error permute(GradCall &c) {
   IntList dims = *c.n.input("dims")->asIntList();
   int64_t rank = static_cast<int64_t>(dims.size());
@@ -292,27 +233,6 @@ llvm::Error squeeze(GradCall &c) {
   return llvm::Error::success();
 }
 
-llvm::Error unsqueezeBackward(GradCall &c) {
-  c.set("self", c.e.emit("aten::squeeze.dim", {A("self", c.g()), A("dim", *c.intArg("dim"))},
-                         GradEmitter::like(c.self()), "grad_squeeze"));
-  return llvm::Error::success();
-}
-
-llvm::Error tBackward(GradCall &c) {
-  c.set("self", c.e.t(c.g()));
-  return llvm::Error::success();
-}
-
-llvm::Error transposeBackward(GradCall &c) {
-  c.set("self", c.e.transpose(c.g(), *c.intArg("dim0"), *c.intArg("dim1")));
-  return llvm::Error::success();
-}
-
-llvm::Error expandBackward(GradCall &c) {
-  c.set("self", c.e.sumTo(c.g(), *c.self()->meta()));
-  return llvm::Error::success();
-}
-
 llvm::Error toCopy(GradCall &c) {
   Value *g = c.g(), *self = c.self();
   c.set("self", g->meta()->dtype == self->meta()->dtype
@@ -330,87 +250,6 @@ llvm::Error nativeDropout(GradCall &c) {
                           GradEmitter::like(c.g()), "grad_dropout"));
   return llvm::Error::success();
 }
-
-llvm::Error addmm(GradCall &c) {
-  Value *g = c.g();
-  c.set("self", maybeMultiply(c, g, c.n.input("beta")));
-  if (c.want("mat1"))
-    c.set("mat1", maybeMultiply(c, c.e.mmMat1Backward(g, c.operand("mat2"), c.operand("mat1")), c.n.input("alpha")));
-  if (c.want("mat2"))
-    c.set("mat2", maybeMultiply(c, c.e.mmMat2Backward(g, c.operand("mat1"), c.operand("mat2")), c.n.input("alpha")));
-  return llvm::Error::success();
-}
-
-llvm::Error mmBackward(GradCall &c) {
-  Value *g = c.g(), *self = c.self(), *mat2 = c.operand("mat2");
-  if (c.want("self"))
-    c.set("self", c.e.mmMat1Backward(g, mat2, self));
-  if (c.want("mat2"))
-    c.set("mat2", c.e.mmMat2Backward(g, self, mat2));
-  return llvm::Error::success();
-}
-
-llvm::Error bmmBackward(GradCall &c) {
-  Value *g = c.g(), *self = c.self(), *mat2 = c.operand("mat2");
-  if (c.want("self"))
-    c.set("self", c.e.bmm(g, c.e.transpose(mat2, 1, 2)));
-  if (c.want("mat2"))
-    c.set("mat2", c.e.bmm(c.e.transpose(self, 1, 2), g));
-  return llvm::Error::success();
-}
-
-llvm::Error baddbmm(GradCall &c) {
-  Value *g = c.g();
-  Value *b1 = c.operand("batch1"), *b2 = c.operand("batch2");
-  c.set("self", maybeMultiply(c, g, c.n.input("beta")));
-  if (c.want("batch1"))
-    c.set("batch1", maybeMultiply(c, c.e.bmm(g, c.e.transpose(b2, 1, 2)), c.n.input("alpha")));
-  if (c.want("batch2"))
-    c.set("batch2", maybeMultiply(c, c.e.bmm(c.e.transpose(b1, 1, 2), g), c.n.input("alpha")));
-  return llvm::Error::success();
-}
-
-llvm::Error relu(GradCall &c) {
-  c.set("self", c.e.emit("aten::threshold_backward.default",
-                         {A("grad_output", c.g()), A("self", mut(c.result())), A("threshold", int64_t(0))},
-                         GradEmitter::like(c.g()), "grad_relu"));
-  return llvm::Error::success();
-}
-
-llvm::Error gelu(GradCall &c) {
-  llvm::SmallVector<NamedArgument, 4> args{A("grad_output", c.g()), A("self", c.self())};
-  if (const Argument *x = c.n.input("approximate"))
-    args.push_back(K("approximate", *x));
-  c.set("self", c.e.emit("aten::gelu_backward.default", std::move(args), GradEmitter::like(c.g()), "grad_gelu"));
-  return llvm::Error::success();
-}
-
-/// softplus: softplus_backward(grad, self, beta, threshold), the defaults 1 and 20 where the node
-/// leaves them out (derivatives.yaml).
-llvm::Error softplus(GradCall &c) {
-  const Argument *beta = c.n.input("beta"), *threshold = c.n.input("threshold");
-  c.set("self", c.e.emit("aten::softplus_backward.default",
-                         {A("grad_output", c.g()), A("self", c.self()), K("beta", beta ? *beta : Argument(int64_t(1))),
-                          K("threshold", threshold ? *threshold : Argument(int64_t(20)))},
-                         GradEmitter::like(c.g()), "grad_softplus"));
-  return llvm::Error::success();
-}
-
-llvm::Error silu(GradCall &c) {
-  c.set("self", c.e.emit("aten::silu_backward.default", {A("grad_output", c.g()), A("self", c.self())},
-                         GradEmitter::like(c.g()), "grad_silu"));
-  return llvm::Error::success();
-}
-
-/// tanh / sigmoid: OP_backward(grad, result).
-template <const char *Op>
-llvm::Error outputBackward(GradCall &c) {
-  c.set("self", c.e.emit(Op, {A("grad_output", c.g()), A("output", mut(c.result()))}, GradEmitter::like(c.g()),
-                         "grad_act"));
-  return llvm::Error::success();
-}
-constexpr char kTanhBackward[] = "aten::tanh_backward.default";
-constexpr char kSigmoidBackward[] = "aten::sigmoid_backward.default";
 
 llvm::Error softmax(GradCall &c) {
   bool log = c.n.opString() == "aten::_log_softmax.default";
@@ -431,29 +270,6 @@ llvm::Error softmax(GradCall &c) {
   return llvm::Error::success();
 }
 
-llvm::Error add(GradCall &c) {
-  c.set("self", c.g());
-  if (c.want("other"))
-    c.set("other", maybeMultiply(c, c.g(), c.n.input("alpha")));
-  return llvm::Error::success();
-}
-
-llvm::Error sub(GradCall &c) {
-  c.set("self", c.g());
-  if (c.want("other"))
-    c.set("other", maybeMultiply(c, unary(c, "aten::neg.default", c.g(), "grad_neg"), c.n.input("alpha")));
-  return llvm::Error::success();
-}
-
-/// rsub(self, other, alpha) = other - alpha * self.
-llvm::Error rsub(GradCall &c) {
-  if (c.want("self"))
-    c.set("self", maybeMultiply(c, unary(c, "aten::neg.default", c.g(), "grad_neg"), c.n.input("alpha")));
-  if (c.want("other"))
-    c.set("other", c.g());
-  return llvm::Error::success();
-}
-
 bool isComplex(ScalarType t) {
   return t == ScalarType::ComplexHalf || t == ScalarType::ComplexFloat || t == ScalarType::ComplexDouble;
 }
@@ -469,14 +285,6 @@ Argument conj(GradCall &c, const Argument &x) {
                          metaOf(v->meta()->dtype, sizesOf(*v->meta()), v->meta()->device, stridesOf(*v->meta())),
                          "grad_conj");
   return Argument(c.e.emit("aten::clone.default", {A("self", view)}, GradEmitter::like(view), "grad_resolve_conj"));
-}
-
-/// Tensor.contiguous(): the tensor itself when it already is, else a contiguous clone.
-Value *contiguous(GradCall &c, Value *x) {
-  if (isContiguous(*x->meta()))
-    return x;
-  return c.e.emit("aten::clone.default", {A("self", x), K("memory_format", MemoryFormat::Contiguous)},
-                  GradEmitter::like(x), "grad_contiguous");
 }
 
 /// mul_tensor_backward (torch 2.13 FunctionsManual.cpp): grad * other.conj(), and the real part
@@ -505,103 +313,6 @@ llvm::Error mulTensor(GradCall &c) {
     c.set("self", mulBackward(c, other, c.self()));
   if (c.want("other"))
     c.set("other", mulBackward(c, Argument(c.self()), c.n.input("other")->tensor()));
-  return llvm::Error::success();
-}
-
-/// view_as_real: self's gradient is at::view_as_complex(grad.contiguous()).
-llvm::Error viewAsRealBackward(GradCall &c) {
-  Value *g = contiguous(c, c.g());
-  c.set("self", c.e.emit("aten::view_as_complex.default", {A("self", g)}, GradEmitter::like(c.self()),
-                         "grad_view_as_complex"));
-  return llvm::Error::success();
-}
-
-/// view_as_complex: self's gradient is at::view_as_real(grad.contiguous().resolve_conj()) (the
-/// gradient carries no conjugate bit here: resolve_conj returns it unchanged).
-llvm::Error viewAsComplexBackward(GradCall &c) {
-  Value *g = contiguous(c, c.g());
-  c.set("self", c.e.emit("aten::view_as_real.default", {A("self", g)}, GradEmitter::like(c.self()),
-                         "grad_view_as_real"));
-  return llvm::Error::success();
-}
-
-llvm::Error scaleByScalar(GradCall &c) {
-  c.set("self", binary(c, c.n.opString(), c.g(), *c.n.input("other"), "grad_scale"));
-  return llvm::Error::success();
-}
-
-llvm::Error divTensor(GradCall &c) {
-  const Argument &other = *c.n.input("other");
-  Value *g = c.g(), *self = c.self();
-  if (c.want("self"))
-    c.set("self", binary(c, "aten::div.Tensor", g, other, "grad_div"));
-  if (c.want("other") && other.isTensor()) {
-    // -grad * ((self / other) / other)
-    Value *ng = unary(c, "aten::neg.default", g, "grad_neg");
-    Value *q = binary(c, "aten::div.Tensor", self, other, "grad_div");
-    Value *q2 = binary(c, "aten::div.Tensor", q, other, "grad_div");
-    c.set("other", mul(c, ng, q2));
-  }
-  return llvm::Error::success();
-}
-
-llvm::Error negBackward(GradCall &c) {
-  c.set("self", unary(c, "aten::neg.default", c.g(), "grad_neg"));
-  return llvm::Error::success();
-}
-
-llvm::Error expBackward(GradCall &c) {
-  c.set("self", mul(c, c.g(), mut(c.result())));
-  return llvm::Error::success();
-}
-
-llvm::Error sqrtBackward(GradCall &c) {
-  // grad / (2 * result)
-  Value *two = binary(c, "aten::mul.Scalar", mut(c.result()), int64_t(2), "grad_sqrt_scale");
-  c.set("self", binary(c, "aten::div.Tensor", c.g(), two, "grad_sqrt"));
-  return llvm::Error::success();
-}
-
-llvm::Error logBackward(GradCall &c) {
-  c.set("self", binary(c, "aten::div.Tensor", c.g(), c.self(), "grad_log"));
-  return llvm::Error::success();
-}
-
-llvm::Error rsqrtBackward(GradCall &c) {
-  // -0.5 * grad * result.pow(3); the saved result is unpacked as a detached alias (a detach
-  // DTensor dispatches, as CommDebugMode's backward op lists show).
-  Value *saved = unary(c, "aten::detach.default", mut(c.result()), "grad_rsqrt_result");
-  Value *p = c.e.emit("aten::pow.Tensor_Scalar", {A("self", saved), A("exponent", 3.0)}, GradEmitter::like(saved),
-                      "grad_rsqrt_pow");
-  Value *a0 = binary(c, "aten::mul.Scalar", c.g(), -0.5, "grad_rsqrt_scale");
-  c.set("self", mul(c, a0, p));
-  return llvm::Error::success();
-}
-
-llvm::Error powTensorScalar(GradCall &c) {
-  // pow_backward: grad * (exponent * self.pow(exponent - 1))
-  const Argument &e = *c.n.input("exponent");
-  double ex = numberOf(&e).value_or(1.0);
-  Value *self = c.self();
-  Value *p = powScalar(c, self, ex - 1);
-  Value *m = binary(c, "aten::mul.Scalar", p, e, "grad_pow_scale");
-  c.set("self", mul(c, c.g(), m));
-  return llvm::Error::success();
-}
-
-llvm::Error maskedFill(GradCall &c) {
-  c.set("self", c.e.emit("aten::masked_fill.Scalar", {A("self", c.g()), A("mask", c.operand("mask")), A("value", int64_t(0))},
-                         GradEmitter::like(c.g()), "grad_masked_fill"));
-  return llvm::Error::success();
-}
-
-/// index.Tensor (index_backward): grad accumulated into new zeros of self's shape at the indices
-/// (index_put with accumulate=True; several index tensors broadcast as in the forward).
-llvm::Error indexBackward(GradCall &c) {
-  Value *zeros = c.e.newZerosLike(c.g(), c.self());
-  c.set("self", c.e.emit("aten::index_put.default",
-                         {A("self", zeros), A("indices", *c.n.input("indices")), A("values", c.g()), A("accumulate", true)},
-                         GradEmitter::like(c.self()), "grad_index_put"));
   return llvm::Error::success();
 }
 
@@ -655,16 +366,6 @@ llvm::Error groupedMmBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-llvm::Error embedding(GradCall &c) {
-  Value *weight = c.operand("weight"), *indices = c.operand("indices");
-  c.set("weight", c.e.emit("aten::embedding_dense_backward.default",
-                           {A("grad_output", c.g()), A("indices", indices), A("num_weights", sizesOf(*weight->meta())[0]),
-                            A("padding_idx", c.intArg("padding_idx", -1).value_or(-1)),
-                            A("scale_grad_by_freq", c.boolArg("scale_grad_by_freq"))},
-                           GradEmitter::like(weight), "grad_embedding"));
-  return llvm::Error::success();
-}
-
 llvm::Error sumDefault(GradCall &c) {
   auto s = sizesOf(*c.self()->meta());
   Value *g = c.g();
@@ -688,15 +389,6 @@ llvm::Error sumMeanDim(GradCall &c) {
     x = binary(c, "aten::div.Scalar", x, static_cast<double>(count), "grad_mean");
   }
   c.set("self", x);
-  return llvm::Error::success();
-}
-
-llvm::Error selectBackward(GradCall &c) {
-  auto s0 = sizesOf(*c.self()->meta());
-  c.set("self", c.e.emit("aten::select_backward.default",
-                         {A("grad_output", c.g()), A("input_sizes", IntList(s0.begin(), s0.end())),
-                          A("dim", *c.intArg("dim")), A("index", *c.intArg("index"))},
-                         GradEmitter::like(c.self()), "grad_select"));
   return llvm::Error::success();
 }
 
@@ -749,147 +441,6 @@ llvm::Error nllLoss(GradCall &c) {
 }
 
 // ---- pointwise math ---------------------------------------------------------------------------
-
-llvm::Error absBackward(GradCall &c) { // grad * self.sgn()
-  c.set("self", mul(c, c.g(), unary(c, "aten::sgn.default", c.self(), "grad_sgn")));
-  return llvm::Error::success();
-}
-
-llvm::Error sinBackward(GradCall &c) { // grad * self.cos()
-  c.set("self", mul(c, c.g(), unary(c, "aten::cos.default", c.self(), "grad_cos")));
-  return llvm::Error::success();
-}
-
-llvm::Error cosBackward(GradCall &c) { // grad * -self.sin()
-  Value *s = unary(c, "aten::sin.default", c.self(), "grad_sin");
-  c.set("self", mul(c, c.g(), unary(c, "aten::neg.default", s, "grad_neg")));
-  return llvm::Error::success();
-}
-
-llvm::Error reciprocalBackward(GradCall &c) { // -grad * (result * result)
-  Value *ng = unary(c, "aten::neg.default", c.g(), "grad_neg");
-  Value *sq = mul(c, mut(c.result()), mut(c.result()));
-  c.set("self", mul(c, ng, sq));
-  return llvm::Error::success();
-}
-
-llvm::Error log1pBackward(GradCall &c) { // grad / (self + 1)
-  Value *s1 = binary(c, "aten::add.Scalar", c.self(), int64_t(1), "grad_add");
-  c.set("self", binary(c, "aten::div.Tensor", c.g(), s1, "grad_log1p"));
-  return llvm::Error::success();
-}
-
-llvm::Error expm1Backward(GradCall &c) { // grad * (result + 1)
-  Value *r1 = binary(c, "aten::add.Scalar", mut(c.result()), int64_t(1), "grad_add");
-  c.set("self", mul(c, c.g(), r1));
-  return llvm::Error::success();
-}
-
-llvm::Error erfBackward(GradCall &c) { // 2/sqrt(pi) * exp(-(self.pow(2))) * grad
-  Value *p = powScalar(c, c.self(), int64_t(2));
-  Value *e = unary(c, "aten::exp.default", unary(c, "aten::neg.default", p, "grad_neg"), "grad_exp");
-  Value *s = binary(c, "aten::mul.Scalar", e, 1.1283791670955126, "grad_scale");
-  c.set("self", mul(c, s, c.g()));
-  return llvm::Error::success();
-}
-
-llvm::Error tanBackward(GradCall &c) { // grad * (result.pow(2) + 1)
-  Value *p = powScalar(c, mut(c.result()), int64_t(2));
-  c.set("self", mul(c, c.g(), binary(c, "aten::add.Scalar", p, int64_t(1), "grad_add")));
-  return llvm::Error::success();
-}
-
-/// sinh / cosh / lgamma / i0: grad * OP'(self), the derivative one unary op of self.
-template <const char *Op>
-llvm::Error unaryDerivative(GradCall &c) {
-  c.set("self", mul(c, c.g(), unary(c, Op, c.self(), "grad_deriv")));
-  return llvm::Error::success();
-}
-constexpr char kCosh[] = "aten::cosh.default";
-constexpr char kSinh[] = "aten::sinh.default";
-constexpr char kDigamma[] = "aten::digamma.default";
-constexpr char kSpecialI1[] = "aten::special_i1.default";
-
-llvm::Error digammaBackward(GradCall &c) { // grad * polygamma(1, self)
-  Value *p = c.e.emit("aten::polygamma.default", {A("n", int64_t(1)), A("self", c.self())}, GradEmitter::like(c.self()),
-                      "grad_polygamma");
-  c.set("self", mul(c, c.g(), p));
-  return llvm::Error::success();
-}
-
-/// asin: grad * (-self * self + 1).rsqrt(); acos: the same, negated.
-llvm::Error asinAcosBackward(GradCall &c) {
-  Value *self = c.self();
-  Value *sq = mul(c, unary(c, "aten::neg.default", self, "grad_neg"), self);
-  Value *r = unary(c, "aten::rsqrt.default", binary(c, "aten::add.Scalar", sq, int64_t(1), "grad_add"), "grad_rsqrt");
-  if (c.n.opString() == "aten::acos.default")
-    r = unary(c, "aten::neg.default", r, "grad_neg");
-  c.set("self", mul(c, c.g(), r));
-  return llvm::Error::success();
-}
-
-llvm::Error atanBackward(GradCall &c) { // grad / (self * self + 1)
-  Value *sq = mul(c, c.self(), c.self());
-  c.set("self", binary(c, "aten::div.Tensor", c.g(), binary(c, "aten::add.Scalar", sq, int64_t(1), "grad_add"),
-                       "grad_atan"));
-  return llvm::Error::success();
-}
-
-llvm::Error asinhBackward(GradCall &c) { // grad * (self.pow(2) + 1).rsqrt()
-  Value *p = powScalar(c, c.self(), int64_t(2));
-  Value *r = unary(c, "aten::rsqrt.default", binary(c, "aten::add.Scalar", p, int64_t(1), "grad_add"), "grad_rsqrt");
-  c.set("self", mul(c, c.g(), r));
-  return llvm::Error::success();
-}
-
-llvm::Error acoshBackward(GradCall &c) { // grad * (self * self - 1).rsqrt()
-  Value *sq = mul(c, c.self(), c.self());
-  Value *r = unary(c, "aten::rsqrt.default", binary(c, "aten::sub.Scalar", sq, int64_t(1), "grad_sub"), "grad_rsqrt");
-  c.set("self", mul(c, c.g(), r));
-  return llvm::Error::success();
-}
-
-llvm::Error erfcBackward(GradCall &c) { // -2/sqrt(pi) * exp(-(self.pow(2))) * grad
-  Value *p = powScalar(c, c.self(), int64_t(2));
-  Value *e = unary(c, "aten::exp.default", unary(c, "aten::neg.default", p, "grad_neg"), "grad_exp");
-  c.set("self", mul(c, binary(c, "aten::mul.Scalar", e, -1.1283791670955126, "grad_scale"), c.g()));
-  return llvm::Error::success();
-}
-
-llvm::Error erfinvBackward(GradCall &c) { // sqrt(pi)/2 * exp(self.erfinv().pow(2)) * grad
-  Value *p = powScalar(c, unary(c, "aten::erfinv.default", c.self(), "grad_erfinv"), int64_t(2));
-  Value *e = unary(c, "aten::exp.default", p, "grad_exp");
-  c.set("self", mul(c, binary(c, "aten::mul.Scalar", e, 0.88622692545275801, "grad_scale"), c.g()));
-  return llvm::Error::success();
-}
-
-llvm::Error exp2Backward(GradCall &c) { // grad * result * ln 2
-  c.set("self", binary(c, "aten::mul.Scalar", mul(c, c.g(), mut(c.result())), 0.69314718055994531, "grad_scale"));
-  return llvm::Error::success();
-}
-
-/// log2 / log10: grad / (self * ln(base)).
-llvm::Error logBaseBackward(GradCall &c) {
-  double lnBase = c.n.opString() == "aten::log2.default" ? 0.69314718055994531 : 2.3025850929940459;
-  Value *d = binary(c, "aten::mul.Scalar", c.self(), lnBase, "grad_scale");
-  c.set("self", binary(c, "aten::div.Tensor", c.g(), d, "grad_log"));
-  return llvm::Error::success();
-}
-
-/// deg2rad / rad2deg: grad times the constant factor.
-llvm::Error angleScaleBackward(GradCall &c) {
-  double k = c.n.opString() == "aten::deg2rad.default" ? 0.017453292519943295 : 57.295779513082323;
-  c.set("self", binary(c, "aten::mul.Scalar", c.g(), k, "grad_scale"));
-  return llvm::Error::success();
-}
-
-llvm::Error logitBackward(GradCall &c) {
-  llvm::SmallVector<NamedArgument, 4> args{A("grad_output", c.g()), A("self", c.self())};
-  if (const Argument *eps = c.n.input("eps"); eps && !eps->isNone())
-    args.push_back(A("eps", *eps));
-  c.set("self", c.e.emit("aten::logit_backward.default", std::move(args), GradEmitter::like(c.g()), "grad_logit"));
-  return llvm::Error::success();
-}
 
 /// clamp / clamp_min / clamp_max with Scalar bounds: where(self >= min & self <= max, grad, 0).
 llvm::Error clampBackward(GradCall &c) {
@@ -961,13 +512,6 @@ llvm::Error clampTensorBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// square: pow_backward with the exponent 2.0 (square runs as pow(self, 2)).
-llvm::Error squareBackward(GradCall &c) {
-  Value *p = powScalar(c, c.self(), 1.0);
-  c.set("self", mul(c, c.g(), binary(c, "aten::mul.Scalar", p, 2.0, "grad_pow_scale")));
-  return llvm::Error::success();
-}
-
 /// maximum / minimum: each side gets where(self == other, grad / 2, grad) with the loser's
 /// entries zeroed in place; other's gradient first, as autograd computes it.
 llvm::Error maxMinBackward(GradCall &c) {
@@ -987,12 +531,6 @@ llvm::Error maxMinBackward(GradCall &c) {
     c.set("other", side(isMax ? "aten::gt.Tensor" : "aten::lt.Tensor"));
   if (c.want("self"))
     c.set("self", side(isMax ? "aten::lt.Tensor" : "aten::gt.Tensor"));
-  return llvm::Error::success();
-}
-
-llvm::Error flipBackward(GradCall &c) {
-  c.set("self", c.e.emit("aten::flip.default", {A("self", c.g()), A("dims", *c.n.input("dims"))},
-                         GradEmitter::like(c.g()), "grad_flip"));
   return llvm::Error::success();
 }
 
@@ -1034,57 +572,6 @@ llvm::Error cumsumBackward(GradCall &c) {
   };
   Value *s = c.e.emit("aten::cumsum.default", {A("self", flip(g)), A("dim", dim)}, GradEmitter::like(g), "grad_cumsum");
   c.set("self", flip(s));
-  return llvm::Error::success();
-}
-
-/// addcmul(self, t1, t2, value): self gets grad; t1 grad * (t2 * value), t2 grad * (t1 * value).
-llvm::Error addcmulBackward(GradCall &c) {
-  const Argument &value = c.n.input("value") ? *c.n.input("value") : Argument(int64_t(1));
-  Value *t1 = c.operand("tensor1"), *t2 = c.operand("tensor2");
-  if (c.want("self"))
-    c.set("self", c.g());
-  if (c.want("tensor1"))
-    c.set("tensor1", mul(c, c.g(), binary(c, "aten::mul.Scalar", t2, value, "grad_scale")));
-  if (c.want("tensor2"))
-    c.set("tensor2", mul(c, c.g(), binary(c, "aten::mul.Scalar", t1, value, "grad_scale")));
-  return llvm::Error::success();
-}
-
-/// lerp.Scalar(self, end, w): self grad * (1 - w), end grad * w (end's first).
-llvm::Error lerpScalarBackward(GradCall &c) {
-  double w = numberOf(c.n.input("weight")).value_or(0.0);
-  if (c.want("end"))
-    c.set("end", binary(c, "aten::mul.Scalar", c.g(), w, "grad_scale"));
-  if (c.want("self"))
-    c.set("self", binary(c, "aten::mul.Scalar", c.g(), 1.0 - w, "grad_scale"));
-  return llvm::Error::success();
-}
-
-/// hypot: grad * self / result, grad * other / result.
-llvm::Error hypotBackward(GradCall &c) {
-  for (llvm::StringRef name : {"self", "other"})
-    if (c.want(name))
-      c.set(name, binary(c, "aten::div.Tensor", mul(c, c.g(), c.operand(name)), mut(c.result()), "grad_hypot"));
-  return llvm::Error::success();
-}
-
-/// logaddexp: grad / (1 + exp(other - self)) and grad / (1 + exp(self - other)); logaddexp2 the
-/// same with 2 ** (other - self).
-llvm::Error logaddexpBackward(GradCall &c) {
-  Value *self = c.self(), *other = c.operand("other");
-  bool base2 = c.n.opString() == "aten::logaddexp2.default";
-  auto side = [&](Value *a, Value *b) {
-    Value *d = binary(c, "aten::sub.Tensor", a, b, "grad_sub");
-    Value *e = base2 ? c.e.emit("aten::pow.Scalar", {A("self", int64_t(2)), A("exponent", d)}, GradEmitter::like(d),
-                                "grad_pow")
-                     : unary(c, "aten::exp.default", d, "grad_exp");
-    return binary(c, "aten::div.Tensor", c.g(), binary(c, "aten::add.Scalar", e, int64_t(1), "grad_add"),
-                  "grad_logaddexp");
-  };
-  if (c.want("self"))
-    c.set("self", side(other, self));
-  if (c.want("other"))
-    c.set("other", side(self, other));
   return llvm::Error::success();
 }
 
@@ -1233,60 +720,6 @@ llvm::Error valueSelectingBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// gather: grad scatter-added into new zeros of self's shape.
-llvm::Error gatherBackward(GradCall &c) {
-  Value *zeros = c.e.newZerosLike(c.g(), c.self());
-  c.set("self", c.e.emit("aten::scatter_add.default",
-                         {A("self", zeros), A("dim", *c.intArg("dim")), A("index", c.operand("index")), A("src", c.g())},
-                         GradEmitter::like(c.self()), "grad_scatter_add"));
-  return llvm::Error::success();
-}
-
-/// `scalar - x` as autograd computes it for a Scalar on the left: empty_like(x).fill_(scalar),
-/// then an in-place OP_(x) (sub_ for 1 - w, div_ for value / t2).
-Value *scalarLeft(GradCall &c, llvm::StringRef inplaceOp, const Argument &scalar, Value *x) {
-  Value *e = c.e.emit("aten::empty_like.default", {A("self", x), K("memory_format", MemoryFormat::Preserve)},
-                      GradEmitter::like(x), "grad_empty");
-  Value *f = c.e.emit("aten::fill_.Scalar", {A("self", e), A("value", scalar)}, GradEmitter::like(x), "grad_fill");
-  return binary(c, inplaceOp, f, x, "grad_inplace");
-}
-
-llvm::Error atanhBackward(GradCall &c) { // grad * 1 / (1 - self.pow(2))
-  Value *p = powScalar(c, c.self(), int64_t(2));
-  Value *d = scalarLeft(c, "aten::sub_.Tensor", int64_t(1), p);
-  Value *g = binary(c, "aten::mul.Scalar", c.g(), int64_t(1), "grad_scale");
-  c.set("self", binary(c, "aten::div.Tensor", g, d, "grad_atanh"));
-  return llvm::Error::success();
-}
-
-/// lerp.Tensor: end grad * weight, self grad * (1 - weight), weight grad * (end - self).
-llvm::Error lerpTensorBackward(GradCall &c) {
-  Value *self = c.self(), *end = c.operand("end"), *w = c.operand("weight");
-  if (c.want("end"))
-    c.set("end", mul(c, c.g(), w));
-  if (c.want("self"))
-    c.set("self", mul(c, c.g(), scalarLeft(c, "aten::sub_.Tensor", int64_t(1), w)));
-  if (c.want("weight"))
-    c.set("weight", mul(c, c.g(), binary(c, "aten::sub.Tensor", end, self, "grad_sub")));
-  return llvm::Error::success();
-}
-
-/// addcdiv(self, t1, t2, value): t1 grad * (value / t2); t2 -grad * (t1 * value) / (t2 * t2).
-llvm::Error addcdivBackward(GradCall &c) {
-  const Argument &value = c.n.input("value") ? *c.n.input("value") : Argument(int64_t(1));
-  Value *t1 = c.operand("tensor1"), *t2 = c.operand("tensor2");
-  if (c.want("self"))
-    c.set("self", c.g());
-  if (c.want("tensor1"))
-    c.set("tensor1", mul(c, c.g(), scalarLeft(c, "aten::div_.Tensor", value, t2)));
-  if (c.want("tensor2")) {
-    Value *sq = mul(c, t2, t2);
-    Value *q = binary(c, "aten::div.Tensor", binary(c, "aten::mul.Scalar", t1, value, "grad_scale"), sq, "grad_div");
-    c.set("tensor2", mul(c, unary(c, "aten::neg.default", c.g(), "grad_neg"), q));
-  }
-  return llvm::Error::success();
-}
-
 /// atan2: with r = 1 / (self^2 + other^2) (0 where that is 0): grad * other * r, grad * -self * r.
 llvm::Error atan2Backward(GradCall &c) {
   Value *self = c.self(), *other = c.operand("other");
@@ -1300,13 +733,6 @@ llvm::Error atan2Backward(GradCall &c) {
     c.set("self", mul(c, mul(c, c.g(), other), r));
   if (c.want("other"))
     c.set("other", mul(c, mul(c, c.g(), unary(c, "aten::neg.default", self, "grad_neg")), r));
-  return llvm::Error::success();
-}
-
-llvm::Error thresholdBackward(GradCall &c) {
-  c.set("self", c.e.emit("aten::threshold_backward.default",
-                         {A("grad_output", c.g()), A("self", c.self()), A("threshold", *c.n.input("threshold"))},
-                         GradEmitter::like(c.g()), "grad_threshold"));
   return llvm::Error::success();
 }
 
@@ -1384,12 +810,6 @@ llvm::Error upsampleBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-llvm::Error adaptiveAvgPool2dBackward(GradCall &c) {
-  c.set("self", c.e.emit("aten::_adaptive_avg_pool2d_backward.default", {A("grad_output", c.g()), A("self", c.self())},
-                         GradEmitter::like(c.self()), "grad_pool"));
-  return llvm::Error::success();
-}
-
 /// max_pool2d_with_indices_backward(grad, self, kernel, stride, padding, dilation, ceil_mode, indices).
 llvm::Error maxPool2dBackward(GradCall &c) {
   auto listArg = [&](llvm::StringRef name, IntList dflt) {
@@ -1414,13 +834,6 @@ llvm::Error nanToNumBackward(GradCall &c) {
   Value *notNan = c.e.emit("aten::eq.Tensor", {A("self", self), A("other", self)}, boolLike(self), "grad_mask");
   Value *m = c.e.emit("aten::mul.Tensor", {A("self", fin), A("other", notNan)}, boolLike(self), "grad_mask");
   c.set("self", mul(c, c.g(), m));
-  return llvm::Error::success();
-}
-
-llvm::Error polygammaBackward(GradCall &c) { // grad * polygamma(n + 1, self)
-  Value *p = c.e.emit("aten::polygamma.default", {A("n", *c.intArg("n") + 1), A("self", c.self())},
-                      GradEmitter::like(c.self()), "grad_polygamma");
-  c.set("self", mul(c, c.g(), p));
   return llvm::Error::success();
 }
 
@@ -1465,34 +878,6 @@ llvm::Error gridSamplerBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-llvm::Error entrBackward(GradCall &c) { // grad * -(1 + log(self))
-  Value *l = binary(c, "aten::add.Scalar", unary(c, "aten::log.default", c.self(), "grad_log"), int64_t(1), "grad_add");
-  c.set("self", mul(c, c.g(), unary(c, "aten::neg.default", l, "grad_neg")));
-  return llvm::Error::success();
-}
-
-llvm::Error erfcxBackward(GradCall &c) { // (2 * self * result - 2/sqrt(pi)) * grad
-  Value *x = mul(c, binary(c, "aten::mul.Scalar", c.self(), 2.0, "grad_scale"), mut(c.result()));
-  c.set("self", mul(c, binary(c, "aten::sub.Scalar", x, 1.1283791670955126, "grad_sub"), c.g()));
-  return llvm::Error::success();
-}
-
-llvm::Error logNdtrBackward(GradCall &c) { // grad / sqrt(2 pi) * exp(-(result + self^2 / 2))
-  Value *p = powScalar(c, c.self(), int64_t(2));
-  Value *s = binary(c, "aten::add.Tensor", mut(c.result()), binary(c, "aten::div.Scalar", p, int64_t(2), "grad_half"),
-                    "grad_add");
-  Value *e = unary(c, "aten::exp.default", unary(c, "aten::neg.default", s, "grad_neg"), "grad_exp");
-  c.set("self", mul(c, binary(c, "aten::div.Scalar", c.g(), 2.5066282746310002, "grad_scale"), e));
-  return llvm::Error::success();
-}
-
-llvm::Error ndtriBackward(GradCall &c) { // grad * sqrt(2 pi) * exp(result^2 / 2)
-  Value *p = powScalar(c, mut(c.result()), int64_t(2));
-  Value *e = unary(c, "aten::exp.default", binary(c, "aten::div.Scalar", p, int64_t(2), "grad_half"), "grad_exp");
-  c.set("self", mul(c, binary(c, "aten::mul.Scalar", c.g(), 2.5066282746310002, "grad_scale"), e));
-  return llvm::Error::success();
-}
-
 /// fmax / fmin: other's gradient masked where self wins (self >= other, or other is NaN; <= for
 /// fmin) first, then self's masked where it does not.
 llvm::Error fmaxFminBackward(GradCall &c) {
@@ -1512,14 +897,6 @@ llvm::Error fmaxFminBackward(GradCall &c) {
     c.set("other", masked(selfWins()));
   if (c.want("self"))
     c.set("self", masked(c.e.emit("aten::logical_not_.default", {A("self", selfWins())}, boolLike(c.g()), "grad_mask")));
-  return llvm::Error::success();
-}
-
-/// Ops whose derivative is zero: zeros_like(grad) for each tensor operand that wants one.
-llvm::Error zeroGrad(GradCall &c) {
-  for (llvm::StringRef name : {"self", "other"})
-    if (c.want(name))
-      c.set(name, unary(c, "aten::zeros_like.default", c.g(), "grad_zeros"));
   return llvm::Error::success();
 }
 
@@ -1567,403 +944,33 @@ llvm::Error aminmaxBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-llvm::Error trilTriu(GradCall &c) {
-  llvm::SmallVector<NamedArgument, 4> args{A("self", c.g())};
-  if (const Argument *d = c.n.input("diagonal"))
-    args.push_back(A("diagonal", *d));
-  c.set("self", c.e.emit(c.n.opString(), std::move(args), GradEmitter::like(c.g()), "grad_tri"));
-  return llvm::Error::success();
-}
+} // namespace derivatives
 
-const Table &table() {
-  static const Table t = [] {
-    Table m;
-    auto reg = [&](std::initializer_list<llvm::StringRef> ops, DerivativeFormula f) {
-      for (llvm::StringRef op : ops)
-        m[op] = f;
-    };
-    reg({"aten::native_layer_norm.default"}, layerNorm);
-    reg({"aten::_fused_rms_norm.default"}, rmsNorm);
-    reg({"aten::_scaled_dot_product_flash_attention_for_cpu.default"}, sdpaFlashCpu);
-    reg({"aten::_scaled_dot_product_flash_attention.default"}, sdpaFlash);
-    reg({"aten::_scaled_dot_product_efficient_attention.default"}, sdpaEfficient);
-    reg({"aten::_scaled_dot_product_cudnn_attention.default"}, sdpaCudnn);
-    reg({"aten::view.default", "aten::_unsafe_view.default", "aten::reshape.default", "aten::view_copy.default"},
-        viewLike);
-    reg({"aten::t.default"}, tBackward);
-    reg({"aten::transpose.int"}, transposeBackward);
-    reg({"aten::permute.default"}, permute);
-    reg({"aten::expand.default", "aten::expand_copy.default"}, expandBackward);
-    reg({"aten::squeeze.dim", "aten::squeeze.dims", "aten::squeeze.default"}, squeeze);
-    reg({"aten::unsqueeze.default"}, unsqueezeBackward);
-    reg({"aten::select.int"}, selectBackward);
-    reg({"aten::slice.Tensor"}, sliceBackward);
-    reg({"aten::stack.default", "aten::cat.default"}, stackCat);
-    reg({"aten::_to_copy.default"}, toCopy);
-    reg({"aten::clone.default", "aten::alias.default", "aten::contiguous.default", "aten::add.Scalar", "aten::frac.default",
-         "aten::add_.Scalar", "aten::sub.Scalar", "aten::positive.default", "aten::lift_fresh_copy.default"},
-        identity);
-    reg({"aten::native_dropout.default"}, nativeDropout);
-    reg({"aten::addmm.default"}, addmm);
-    reg({"aten::mm.default"}, mmBackward);
-    reg({"aten::bmm.default"}, bmmBackward);
-    reg({"aten::baddbmm.default"}, baddbmm);
-    reg({"aten::relu.default"}, relu);
-    reg({"aten::gelu.default"}, gelu);
-    reg({"aten::silu.default"}, silu);
-    reg({"aten::softplus.default"}, softplus);
-    reg({"aten::tanh.default"}, outputBackward<kTanhBackward>);
-    reg({"aten::sigmoid.default"}, outputBackward<kSigmoidBackward>);
-    reg({"aten::_softmax.default", "aten::_log_softmax.default", "aten::_safe_softmax.default"}, softmax);
-    reg({"aten::add.Tensor", "aten::add_.Tensor"}, add);
-    reg({"aten::sub.Tensor"}, sub);
-    reg({"aten::rsub.Tensor", "aten::rsub.Scalar"}, rsub);
-    reg({"aten::mul.Tensor", "aten::mul_.Tensor"}, mulTensor);
-    reg({"aten::view_as_real.default"}, viewAsRealBackward);
-    reg({"aten::view_as_complex.default"}, viewAsComplexBackward);
-    reg({"aten::mul.Scalar", "aten::div.Scalar"}, scaleByScalar);
-    reg({"aten::div.Tensor", "aten::div_.Tensor", "aten::true_divide.Tensor"}, divTensor);
-    reg({"aten::neg.default"}, negBackward);
-    reg({"aten::exp.default"}, expBackward);
-    reg({"aten::sqrt.default"}, sqrtBackward);
-    reg({"aten::log.default"}, logBackward);
-    reg({"aten::rsqrt.default"}, rsqrtBackward);
-    reg({"aten::pow.Tensor_Scalar"}, powTensorScalar);
-    reg({"aten::abs.default"}, absBackward);
-    reg({"aten::sin.default"}, sinBackward);
-    reg({"aten::cos.default"}, cosBackward);
-    reg({"aten::reciprocal.default"}, reciprocalBackward);
-    reg({"aten::log1p.default"}, log1pBackward);
-    reg({"aten::expm1.default"}, expm1Backward);
-    reg({"aten::erf.default"}, erfBackward);
-    reg({"aten::floor.default", "aten::ceil.default", "aten::round.default", "aten::trunc.default",
-         "aten::sign.default", "aten::round.decimals", "aten::div.Tensor_mode", "aten::div.Scalar_mode"},
-        zeroGrad);
-    reg({"aten::where.self"}, whereBackward);
-    reg({"aten::fmax.default", "aten::fmin.default"}, fmaxFminBackward);
-    reg({"aten::special_entr.default"}, entrBackward);
-    reg({"aten::special_erfcx.default"}, erfcxBackward);
-    reg({"aten::special_log_ndtr.default"}, logNdtrBackward);
-    reg({"aten::special_ndtri.default"}, ndtriBackward);
-    reg({"aten::polygamma.default"}, polygammaBackward);
-    reg({"aten::native_batch_norm.default", "aten::_native_batch_norm_legit_functional.default",
-         "aten::_native_batch_norm_legit.no_stats", "aten::_native_batch_norm_legit_no_training.default"},
-        batchNormBackward);
-    reg({"aten::grid_sampler_2d.default", "aten::grid_sampler_3d.default"}, gridSamplerBackward);
-    reg({"aten::square.default"}, squareBackward);
-    reg({"aten::upsample_nearest1d.default", "aten::upsample_nearest2d.default", "aten::upsample_nearest3d.default",
-         "aten::_upsample_nearest_exact1d.default", "aten::_upsample_nearest_exact2d.default",
-         "aten::_upsample_nearest_exact3d.default", "aten::upsample_linear1d.default",
-         "aten::upsample_bilinear2d.default", "aten::upsample_bicubic2d.default", "aten::upsample_trilinear3d.default",
-         "aten::_upsample_bilinear2d_aa.default", "aten::_upsample_bicubic2d_aa.default",
-         "aten::_upsample_lanczos2d_aa.default"},
-        upsampleBackward);
-    reg({"aten::_adaptive_avg_pool2d.default"}, adaptiveAvgPool2dBackward);
-    reg({"aten::max_pool2d_with_indices.default"}, maxPool2dBackward);
-    reg({"aten::nan_to_num.default"}, nanToNumBackward);
-    reg({"aten::xlogy.Tensor"}, xlogyBackward);
-    reg({"aten::pow.Tensor_Tensor"}, powTensorTensorBackward);
-    reg({"aten::max.default", "aten::min.default"}, evenlyDistributeBackward);
-    reg({"aten::threshold.default"}, thresholdBackward);
-    reg({"aten::atanh.default"}, atanhBackward);
-    reg({"aten::lerp.Tensor"}, lerpTensorBackward);
-    reg({"aten::addcdiv.default"}, addcdivBackward);
-    reg({"aten::atan2.default"}, atan2Backward);
-    reg({"aten::var_mean.correction"}, varMeanCorrection);
-    reg({"aten::max.dim", "aten::min.dim", "aten::topk.default", "aten::sort.default", "aten::sort.stable",
-         "aten::median.dim", "aten::nanmedian.dim", "aten::kthvalue.default", "aten::mode.default"},
-        valueSelectingBackward);
-    reg({"aten::gather.default"}, gatherBackward);
-    reg({"aten::index.Tensor"}, indexBackward);
-    reg({"aten::index_put.default", "aten::index_put_.default"}, indexPutBackward);
-    reg({"aten::_grouped_mm.default"}, groupedMmBackward);
-    reg({"aten::tan.default"}, tanBackward);
-    reg({"aten::sinh.default"}, unaryDerivative<kCosh>);
-    reg({"aten::cosh.default"}, unaryDerivative<kSinh>);
-    reg({"aten::lgamma.default"}, unaryDerivative<kDigamma>);
-    reg({"aten::i0.default"}, unaryDerivative<kSpecialI1>);
-    reg({"aten::digamma.default"}, digammaBackward);
-    reg({"aten::asin.default", "aten::acos.default"}, asinAcosBackward);
-    reg({"aten::atan.default"}, atanBackward);
-    reg({"aten::asinh.default"}, asinhBackward);
-    reg({"aten::acosh.default"}, acoshBackward);
-    reg({"aten::erfc.default"}, erfcBackward);
-    reg({"aten::erfinv.default"}, erfinvBackward);
-    reg({"aten::exp2.default"}, exp2Backward);
-    reg({"aten::log2.default", "aten::log10.default"}, logBaseBackward);
-    reg({"aten::deg2rad.default", "aten::rad2deg.default"}, angleScaleBackward);
-    reg({"aten::logit.default"}, logitBackward);
-    reg({"aten::clamp.default", "aten::clip.default", "aten::clamp_min.default", "aten::clamp_max.default"},
-        clampBackward);
-    reg({"aten::clamp.Tensor", "aten::clip.Tensor", "aten::clamp_min.Tensor", "aten::clamp_max.Tensor"},
-        clampTensorBackward);
-    reg({"aten::maximum.default", "aten::minimum.default", "aten::max.other", "aten::min.other"}, maxMinBackward);
-    reg({"aten::flip.default"}, flipBackward);
-    reg({"aten::roll.default"}, rollBackward);
-    reg({"aten::constant_pad_nd.default"}, constantPadBackward);
-    reg({"aten::cumsum.default"}, cumsumBackward);
-    reg({"aten::addcmul.default"}, addcmulBackward);
-    reg({"aten::lerp.Scalar"}, lerpScalarBackward);
-    reg({"aten::hypot.default"}, hypotBackward);
-    reg({"aten::logaddexp.default", "aten::logaddexp2.default"}, logaddexpBackward);
-    reg({"aten::pow.Scalar"}, powScalarBackward);
-    reg({"aten::nansum.default"}, nansumBackward);
-    reg({"aten::var.correction"}, varCorrection);
-    reg({"aten::std.correction"}, stdCorrection);
-    reg({"aten::norm.Scalar", "aten::linalg_vector_norm.default"}, normBackward);
-    reg({"aten::split.Tensor", "aten::split_with_sizes.default", "aten::split_with_sizes_copy.default",
-         "aten::unbind.int"},
-        splitUnbindBackward);
-    reg({"aten::masked_fill.Scalar"}, maskedFill);
-    reg({"aten::sum.default"}, sumDefault);
-    reg({"aten::sum.dim_IntList", "aten::mean.dim", "aten::mean.default"}, sumMeanDim);
-    reg({"aten::logsumexp.default"}, logsumexpBackward);
-    reg({"aten::amax.default", "aten::amin.default"}, aminmaxBackward);
-    reg({"aten::tril.default", "aten::triu.default"}, trilTriu);
-    reg({"aten::embedding.default"}, embedding);
-    reg({"aten::nll_loss_forward.default", "aten::nll_loss2d_forward.default"}, nllLoss);
+// ---- registry ---------------------------------------------------------------------------------
+
+namespace {
+
+const llvm::StringMap<DerivativeFormula> &table() {
+  static const llvm::StringMap<DerivativeFormula> t = [] {
+    llvm::StringMap<DerivativeFormula> m;
+    for (const derivatives::DerivativeEntry &e : derivatives::derivativeTable())
+      m[e.op] = e.formula;
     return m;
   }();
   return t;
 }
 
 const llvm::StringSet<> &nonDifferentiable() {
-  static const llvm::StringSet<> s = {
-      "aten::arange.default", "aten::arange.start", "aten::arange.start_step", "aten::ones.default",
-      "aten::zeros.default", "aten::full.default", "aten::empty.memory_format", "aten::randint.default",
-      "aten::eq.Scalar", "aten::eq.Tensor", "aten::ne.Scalar", "aten::ne.Tensor", "aten::lt.Scalar",
-      "aten::lt.Tensor", "aten::gt.Scalar", "aten::gt.Tensor", "aten::le.Scalar", "aten::le.Tensor",
-      "aten::ge.Scalar", "aten::ge.Tensor", "aten::logical_not.default", "aten::argmax.default",
-      "aten::argmin.default", "aten::sym_size.int", "aten::detach.default", "aten::zeros_like.default",
-      "aten::ones_like.default", "aten::full_like.default", "aten::empty_like.default", "aten::new_zeros.default",
-      "aten::new_ones.default", "aten::new_full.default", "aten::new_empty.default", "aten::new_empty_strided.default",
-      "aten::rand_like.default", "aten::randn_like.default", "aten::scalar_tensor.default",
-      // The orthogonal polynomials and Bessel functions: torch 2.13's autograd gives their results
-      // no grad_fn (checked for every overload: the result does not require grad).
-      "aten::special_chebyshev_polynomial_t.default", "aten::special_chebyshev_polynomial_t.n_scalar",
-      "aten::special_chebyshev_polynomial_t.x_scalar", "aten::special_chebyshev_polynomial_u.default",
-      "aten::special_chebyshev_polynomial_u.n_scalar", "aten::special_chebyshev_polynomial_u.x_scalar",
-      "aten::special_chebyshev_polynomial_v.default", "aten::special_chebyshev_polynomial_v.n_scalar",
-      "aten::special_chebyshev_polynomial_v.x_scalar", "aten::special_chebyshev_polynomial_w.default",
-      "aten::special_chebyshev_polynomial_w.n_scalar", "aten::special_chebyshev_polynomial_w.x_scalar",
-      "aten::special_shifted_chebyshev_polynomial_t.default", "aten::special_shifted_chebyshev_polynomial_t.n_scalar",
-      "aten::special_shifted_chebyshev_polynomial_t.x_scalar", "aten::special_shifted_chebyshev_polynomial_u.default",
-      "aten::special_shifted_chebyshev_polynomial_u.n_scalar",
-      "aten::special_shifted_chebyshev_polynomial_u.x_scalar", "aten::special_shifted_chebyshev_polynomial_v.default",
-      "aten::special_shifted_chebyshev_polynomial_v.n_scalar",
-      "aten::special_shifted_chebyshev_polynomial_v.x_scalar", "aten::special_shifted_chebyshev_polynomial_w.default",
-      "aten::special_shifted_chebyshev_polynomial_w.n_scalar",
-      "aten::special_shifted_chebyshev_polynomial_w.x_scalar", "aten::special_hermite_polynomial_h.default",
-      "aten::special_hermite_polynomial_h.n_scalar", "aten::special_hermite_polynomial_h.x_scalar",
-      "aten::special_hermite_polynomial_he.default", "aten::special_hermite_polynomial_he.n_scalar",
-      "aten::special_hermite_polynomial_he.x_scalar", "aten::special_laguerre_polynomial_l.default",
-      "aten::special_laguerre_polynomial_l.n_scalar", "aten::special_laguerre_polynomial_l.x_scalar",
-      "aten::special_legendre_polynomial_p.default", "aten::special_legendre_polynomial_p.n_scalar",
-      "aten::special_legendre_polynomial_p.x_scalar", "aten::special_airy_ai.default",
-      "aten::special_bessel_j0.default", "aten::special_bessel_j1.default", "aten::special_bessel_y0.default",
-      "aten::special_bessel_y1.default", "aten::special_modified_bessel_i0.default",
-      "aten::special_modified_bessel_i1.default", "aten::special_modified_bessel_k0.default",
-      "aten::special_modified_bessel_k1.default", "aten::special_scaled_modified_bessel_k0.default",
-      "aten::special_scaled_modified_bessel_k1.default", "aten::special_spherical_bessel_j0.default"};
+  static const llvm::StringSet<> s = [] {
+    llvm::StringSet<> m;
+    for (const char *op : derivatives::nonDifferentiableTable())
+      m.insert(op);
+    return m;
+  }();
   return s;
 }
 
 } // namespace
-
-// ---- GradEmitter helpers ----------------------------------------------------------------------
-
-Value *GradEmitter::emit(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args, TensorMeta meta,
-                         llvm::StringRef hint) {
-  Value *v = newValue(hint, std::move(meta));
-  emitNode(v->name(), op, std::move(args), {Argument(v)});
-  return v;
-}
-
-TensorMeta GradEmitter::like(const Value *v) {
-  return metaOf(v->meta()->dtype, sizesOf(*v->meta()), v->meta()->device);
-}
-
-TensorMeta GradEmitter::withSizes(const Value *v, llvm::ArrayRef<int64_t> sizes) {
-  return metaOf(v->meta()->dtype, sizes, v->meta()->device);
-}
-
-Value *GradEmitter::t(Value *x) {
-  auto s = sizesOf(*x->meta());
-  auto st = stridesOf(*x->meta());
-  std::swap(s[0], s[1]);
-  std::swap(st[0], st[1]);
-  return emit("aten::t.default", {A("self", x)}, metaOf(x->meta()->dtype, s, x->meta()->device, st), "grad_t");
-}
-
-Value *GradEmitter::transpose(Value *x, int64_t d0, int64_t d1) {
-  auto s = sizesOf(*x->meta());
-  auto st = stridesOf(*x->meta());
-  int64_t r = static_cast<int64_t>(s.size());
-  d0 = d0 < 0 ? d0 + r : d0;
-  d1 = d1 < 0 ? d1 + r : d1;
-  std::swap(s[d0], s[d1]);
-  std::swap(st[d0], st[d1]);
-  return emit("aten::transpose.int", {A("self", x), A("dim0", d0), A("dim1", d1)},
-              metaOf(x->meta()->dtype, s, x->meta()->device, st), "grad_transpose");
-}
-
-Value *GradEmitter::mm(Value *a, Value *b) {
-  auto sa = sizesOf(*a->meta()), sb = sizesOf(*b->meta());
-  return emit("aten::mm.default", {A("self", a), A("mat2", b)}, metaOf(a->meta()->dtype, {sa[0], sb[1]}, a->meta()->device),
-              "grad_mm");
-}
-
-Value *GradEmitter::bmm(Value *a, Value *b) {
-  auto sa = sizesOf(*a->meta()), sb = sizesOf(*b->meta());
-  return emit("aten::bmm.default", {A("self", a), A("mat2", b)},
-              metaOf(a->meta()->dtype, {sa[0], sa[1], sb[2]}, a->meta()->device), "grad_bmm");
-}
-
-Value *GradEmitter::unsqueeze(Value *x, int64_t d) {
-  auto xs = sizesOf(*x->meta());
-  xs.insert(xs.begin() + d, 1);
-  return emit("aten::unsqueeze.default", {A("self", x), A("dim", d)}, metaOf(x->meta()->dtype, xs, x->meta()->device),
-              "grad_unsqueeze");
-}
-
-Value *GradEmitter::newZerosLike(Value *g, const Value *target) {
-  auto sizes = sizesOf(*target->meta());
-  return emit("aten::new_zeros.default", {A("self", g), A("size", IntList(sizes.begin(), sizes.end()))}, like(target),
-              "grad_zeros");
-}
-
-Value *GradEmitter::reshape(Value *x, llvm::ArrayRef<int64_t> sizes) {
-  IntList size(sizes.begin(), sizes.end());
-  if (sizesOf(*x->meta()) == llvm::SmallVector<int64_t, 4>(sizes.begin(), sizes.end()))
-    return emit("aten::view.default", {A("self", x), A("size", size)},
-                metaOf(x->meta()->dtype, sizes, x->meta()->device, stridesOf(*x->meta())), "grad_view");
-  if (auto st = viewStrides(*x->meta(), sizes))
-    return emit("aten::view.default", {A("self", x), A("size", size)},
-                metaOf(x->meta()->dtype, sizes, x->meta()->device, *st), "grad_view");
-  Value *c = emit("aten::clone.default", {A("self", x), K("memory_format", MemoryFormat::Contiguous)}, like(x),
-                  "grad_clone");
-  return emit("aten::_unsafe_view.default", {A("self", c), A("size", size)},
-              metaOf(x->meta()->dtype, sizes, x->meta()->device), "grad_view");
-}
-
-Value *GradEmitter::sumTo(Value *g, const TensorMeta &target) {
-  auto gs = sizesOf(*g->meta());
-  auto ts = sizesOf(target);
-  if (gs == ts || gs.size() < ts.size())
-    return g;
-  size_t leading = gs.size() - ts.size();
-  IntList dims;
-  for (size_t i = 0; i < leading; ++i)
-    dims.push_back(static_cast<int64_t>(i));
-  for (size_t i = 0; i < ts.size(); ++i)
-    if (ts[i] == 1 && gs[leading + i] != 1)
-      dims.push_back(static_cast<int64_t>(leading + i));
-  if (dims.empty())
-    return g;
-  llvm::SmallVector<int64_t, 4> kept = gs;
-  for (int64_t d : dims)
-    kept[d] = 1;
-  Value *r = emit("aten::sum.dim_IntList", {A("self", g), A("dim", dims), A("keepdim", true)},
-                  metaOf(g->meta()->dtype, kept, g->meta()->device), "grad_sum");
-  if (leading > 0)
-    r = emit("aten::view.default", {A("self", r), A("size", IntList(ts.begin(), ts.end()))},
-             metaOf(g->meta()->dtype, ts, g->meta()->device), "grad_view");
-  return r;
-}
-
-Value *GradEmitter::mmMat1Backward(Value *g, Value *mat2, const Value *mat1) {
-  if (columnMajor(mat1))
-    return t(mm(mat2, t(g)));
-  return mm(g, t(mat2));
-}
-
-Value *GradEmitter::mmMat2Backward(Value *g, Value *mat1, const Value *mat2) {
-  if (columnMajor(mat2))
-    return t(mm(t(g), mat1));
-  return mm(t(mat1), g);
-}
-
-Value *GradEmitter::unsqueezeMultiple(Value *g, llvm::ArrayRef<int64_t> dims, bool keepdim) {
-  if (keepdim)
-    return g;
-  IntList ds(dims.begin(), dims.end());
-  std::sort(ds.begin(), ds.end());
-  for (int64_t d : ds)
-    g = unsqueeze(g, d);
-  return g;
-}
-
-Value *GradEmitter::sumBackward(Value *g, llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<int64_t> dims, bool keepdim) {
-  Value *x = unsqueezeMultiple(g, dims, keepdim);
-  // Tensor.expand's strides: 0 on every broadcast dim (later contiguous() calls copy such a grad).
-  auto xs = sizesOf(*x->meta());
-  auto xst = stridesOf(*x->meta());
-  llvm::SmallVector<int64_t, 4> strides(sizes.size(), 0);
-  size_t lead = sizes.size() - xs.size();
-  for (size_t i = lead; i < sizes.size(); ++i)
-    strides[i] = xs[i - lead] == sizes[i] ? xst[i - lead] : 0;
-  return emit("aten::expand.default", {A("self", x), A("size", IntList(sizes.begin(), sizes.end()))},
-              metaOf(x->meta()->dtype, sizes, x->meta()->device, strides), "grad_expand");
-}
-
-// ---- GradCall ---------------------------------------------------------------------------------
-
-const Value *GradCall::result(unsigned i) const {
-  auto r = n.results();
-  return i < r.size() ? r[i] : nullptr;
-}
-
-Value *GradCall::operand(llvm::StringRef name) const {
-  const Argument *a = n.input(name);
-  return a && a->isTensor() ? a->tensor() : nullptr;
-}
-
-bool GradCall::want(llvm::StringRef name) const {
-  int i = operandIndex(n, name);
-  return i >= 0 && i < static_cast<int>(needed.size()) && needed[i];
-}
-
-void GradCall::set(llvm::StringRef name, Value *v) {
-  if (int i = operandIndex(n, name); i >= 0 && i < static_cast<int>(out.size()))
-    out[i] = v;
-}
-
-std::optional<int64_t> GradCall::intArg(llvm::StringRef name, std::optional<int64_t> dflt) const {
-  const Argument *a = n.input(name);
-  if (!a || a->isNone())
-    return dflt;
-  return a->asInt();
-}
-
-std::optional<double> GradCall::floatArg(llvm::StringRef name) const { return numberOf(n.input(name)); }
-
-bool GradCall::boolArg(llvm::StringRef name, bool dflt) const {
-  const Argument *a = n.input(name);
-  return a && a->is<bool>() ? a->get<bool>() : dflt;
-}
-
-IntList GradCall::reducedDims(llvm::StringRef name) const {
-  Value *x = self();
-  int64_t rank = x ? x->meta()->rank() : 0;
-  std::optional<IntList> dims;
-  if (const Argument *a = n.input(name); a && !a->isNone()) {
-    if (auto one = a->asInt())
-      dims = IntList{*one};
-    else
-      dims = a->asIntList();
-  }
-  IntList ds;
-  if (dims && !dims->empty())
-    for (int64_t d : *dims)
-      ds.push_back(d < 0 ? d + rank : d);
-  else
-    for (int64_t d = 0; d < rank; ++d)
-      ds.push_back(d);
-  std::sort(ds.begin(), ds.end());
-  return ds;
-}
-
-// ---- registry ---------------------------------------------------------------------------------
 
 DerivativeFormula findDerivative(llvm::StringRef op) {
   auto it = table().find(op);

@@ -37,6 +37,12 @@ if ! "$PY" -c "import selenium, nanobind, xdist, importlib.metadata as m; assert
   echo "setup: installing selenium==$SELENIUM, nanobind==$NANOBIND, pytest-xdist==$XDIST and expecttest==$EXPECTTEST into .venv"
   "$PY" -m pip install -q --disable-pip-version-check "selenium==$SELENIUM" "nanobind==$NANOBIND" "pytest-xdist==$XDIST" "expecttest==$EXPECTTEST"
 fi
+# PyYAML: the build compiles autograd/derivatives.yaml (autograd/gen_derivatives.py) with it.
+PYYAML=6.0.4
+if ! "$PY" -c "import yaml; assert yaml.__version__ == '$PYYAML'" 2>/dev/null; then
+  echo "setup: installing pyyaml==$PYYAML into .venv"
+  "$PY" -m pip install -q --disable-pip-version-check "pyyaml==$PYYAML"
+fi
 # Hugging Face models for the accuracy corpus (examples/hf.py), pinned (it does not depend on
 # torch, so pip leaves the CPU build alone), and accelerate, which transformers' from_pretrained
 # needs for a tp_plan (examples/hf_real.py; it accepts any torch >= 2.0, so the CPU build stays too).

@@ -11,7 +11,7 @@ with what CommDebugMode records for `loss.backward()`.
 writes OUTDIR/<id>.pt2, <id>.plan.json, <id>.dump.json (CommDebugMode's generate_json_dump) and
 OUTDIR/manifest.json, all in this one process.
 
-Adding a derivative formula: one entry in autograd/Derivatives.cpp and one case here.
+Adding a derivative formula: one entry in autograd/derivatives.yaml and one case here.
 """
 import json
 import pathlib

@@ -1,6 +1,6 @@
 """Per-op backward oracle: for every single-op program of op_cases.py, the backward ATen ops and
 collectives `commlens predict --phase backward` gives (the autodiff pass's derivative formulas,
-autograd/Derivatives.cpp) against what torch 2.13 runs for `loss.backward()` under CommDebugMode
+autograd/derivatives.yaml) against what torch 2.13 runs for `loss.backward()` under CommDebugMode
 (fake process group, mesh of 2), made in the same test run by one `op_cases.py` subprocess.
 
 Compared per module: the multiset of names of the backward ops with a DTensor argument, and the
