@@ -6,6 +6,7 @@
 #include "ir/TensorMetaUtils.h"
 
 #include <cmath>
+#include <cstring>
 
 #include <numeric>
 
@@ -117,6 +118,8 @@ public:
       return upsampleVec();
     if (auto alias = aliasTargets().find(op); alias != aliasTargets().end())
       return runAs(alias->second);
+    if (auto composite = compositeOps().find(op); composite != compositeOps().end())
+      return (this->*composite->second)();
     b_.copy(n);
     return llvm::Error::success();
   }
@@ -183,6 +186,353 @@ private:
     b_.bind(result(0), emit1("aten::_grouped_mm.default", {{"self", input, false}, {"mat2", weight, false},
                                                            {"offs", offs, false}},
                              *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  // ---- CompositeImplicitAutograd ops that run one or a few other ops (TensorShape.cpp,
+  // ReduceOps.cpp, Sorting.cpp, UnaryOps.cpp, LinearAlgebra.cpp in torch 2.13): DTensor and
+  // autograd see only what they run. Each emits exactly the ops a TorchDispatchMode sees them run.
+  using Composite = llvm::Error (Decomposer::*)();
+  static const llvm::StringMap<Composite> &compositeOps() {
+    static const llvm::StringMap<Composite> m = {
+        {"aten::mT.default", &Decomposer::lastTwoDimsTransposed},
+        {"aten::mH.default", &Decomposer::lastTwoDimsTransposed},
+        {"aten::matrix_H.default", &Decomposer::lastTwoDimsTransposed},
+        {"aten::adjoint.default", &Decomposer::lastTwoDimsTransposed},
+        {"aten::numpy_T.default", &Decomposer::dimsReversed},
+        {"aten::expand_as.default", &Decomposer::expandedToResult},
+        {"aten::broadcast_to.default", &Decomposer::expandedToResult},
+        {"aten::broadcast_tensors.default", &Decomposer::broadcastTensors},
+        {"aten::view_as.default", &Decomposer::viewedAsResult},
+        {"aten::unflatten.int", &Decomposer::viewedAsResult},
+        {"aten::reshape_as.default", &Decomposer::reshapedAsResult},
+        {"aten::ravel.default", &Decomposer::ravel},
+        {"aten::fliplr.default", &Decomposer::flippedSide},
+        {"aten::flipud.default", &Decomposer::flippedSide},
+        {"aten::narrow.default", &Decomposer::narrow},
+        {"aten::std.default", &Decomposer::correctionOverload},
+        {"aten::var.default", &Decomposer::correctionOverload},
+        {"aten::var_mean.default", &Decomposer::correctionOverload},
+        {"aten::msort.default", &Decomposer::sortResult},
+        {"aten::argsort.default", &Decomposer::sortResult},
+        {"aten::real.default", &Decomposer::selfWhenReal},
+        {"aten::resolve_conj.default", &Decomposer::selfWhenReal},
+        {"aten::resolve_neg.default", &Decomposer::selfWhenReal},
+        {"aten::isreal.default", &Decomposer::isreal},
+        {"aten::atleast_1d.default", &Decomposer::atLeastNd},
+        {"aten::atleast_2d.default", &Decomposer::atLeastNd},
+        {"aten::atleast_3d.default", &Decomposer::atLeastNd},
+        {"aten::outer.default", &Decomposer::outer},
+        {"aten::special_ndtr.default", &Decomposer::ndtr},
+        {"aten::hsplit.int", &Decomposer::splitBySections},
+        {"aten::hsplit.array", &Decomposer::splitBySections},
+        {"aten::vsplit.int", &Decomposer::splitBySections},
+        {"aten::vsplit.array", &Decomposer::splitBySections},
+        {"aten::dsplit.int", &Decomposer::splitBySections},
+        {"aten::dsplit.array", &Decomposer::splitBySections},
+        {"aten::diff.default", &Decomposer::diff},
+        {"aten::sum_to_size.default", &Decomposer::sumToSize},
+        {"aten::linalg_norm.default", &Decomposer::linalgNorm},
+        {"aten::adaptive_avg_pool2d.default", &Decomposer::adaptiveAvgPool2d},
+        {"aten::kl_div.default", &Decomposer::klDiv},
+    };
+    return m;
+  }
+
+  std::string where() const {
+    return fmt::format("node '{}' ({}) in {}", n_->name(), n_->opString(),
+                       n_->scope() ? n_->scope()->displayName() : "Global");
+  }
+  /// The node's one result as `op` run on `self` with `args` after it.
+  llvm::Error runOnSelf(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args = {}) {
+    b_.bind(result(0), unary(op, in("self"), *result(0)->meta(), result(0)->name(), std::move(args)));
+    return llvm::Error::success();
+  }
+  /// The conjugating ops (mH, adjoint, resolve_conj, ...) are the identity on a real tensor; the
+  /// conjugate views of a complex one are not modelled.
+  llvm::Error refuseComplex() const {
+    if (isComplex(in("self")->meta()->dtype))
+      return makeError("{}: on a complex tensor (its conjugate or real view) is not modelled", where());
+    return llvm::Error::success();
+  }
+
+  /// mT / mH / matrix_H / adjoint: transpose(-2, -1) (and conj(), the identity on a real tensor).
+  llvm::Error lastTwoDimsTransposed() {
+    if (llvm::Error err = refuseComplex())
+      return err;
+    return runOnSelf("aten::transpose.int", {{"dim0", int64_t{-2}, false}, {"dim1", int64_t{-1}, false}});
+  }
+  /// Tensor.T (numpy_T): permute with the dims reversed.
+  llvm::Error dimsReversed() {
+    IntList dims;
+    for (int64_t d = in("self")->meta()->rank() - 1; d >= 0; --d)
+      dims.push_back(d);
+    return runOnSelf("aten::permute.default", {{"dims", dims, false}});
+  }
+  /// expand_as(other): expand(other.sizes()); broadcast_to(size): expand(size).
+  llvm::Error expandedToResult() {
+    const Argument *size = n_->input("size");
+    return runOnSelf("aten::expand.default",
+                     {{"size", size ? b_.map(*size) : Argument(IntList(hints(result(0)->meta()->sizes))), false}});
+  }
+  /// broadcast_tensors: each tensor whose sizes differ from the broadcast shape expanded to it.
+  llvm::Error broadcastTensors() {
+    const Argument *tensors = n_->input("tensors");
+    if (!tensors || !tensors->is<TensorList>() || tensors->get<TensorList>().size() != n_->results().size())
+      return makeError("{}: expected a tensor list 'tensors' and one result per tensor", where());
+    const TensorList &xs = tensors->get<TensorList>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      Value *x = b_.map(xs[i]);
+      const Value *r = n_->results()[i];
+      auto sizes = hints(r->meta()->sizes);
+      b_.bind(r, hints(x->meta()->sizes) == sizes
+                     ? x
+                     : unary("aten::expand.default", x, *r->meta(), r->name(), {{"size", IntList(sizes), false}}));
+    }
+    return llvm::Error::success();
+  }
+  /// view_as(other): view(other.sizes()); unflatten: view(the unflattened sizes).
+  llvm::Error viewedAsResult() { return runOnSelf("aten::view.default", {{"size", IntList(hints(result(0)->meta()->sizes)), false}}); }
+  /// reshape_as(other): reshape(other.sizes()), itself a view or clone + _unsafe_view.
+  llvm::Error reshapedAsResult() {
+    b_.bind(result(0), reshape(in("self"), hints(result(0)->meta()->sizes), result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// ravel: contiguous().view(-1).
+  llvm::Error ravel() {
+    Value *x = in("self");
+    if (!isContiguous(*x->meta()))
+      x = unary("aten::clone.default", x, withShape(*x->meta(), hints(x->meta()->sizes)), tmp("contiguous"),
+                {{"memory_format", MemoryFormat::Contiguous, true}});
+    b_.bind(result(0), unary("aten::view.default", x, *result(0)->meta(), result(0)->name(),
+                             {{"size", IntList{-1}, false}}));
+    return llvm::Error::success();
+  }
+  /// fliplr: flip([1]); flipud: flip([0]).
+  llvm::Error flippedSide() {
+    return runOnSelf("aten::flip.default", {{"dims", IntList{n_->opString() == "aten::fliplr.default" ? 1 : 0}, false}});
+  }
+  /// narrow(dim, start, length): slice(dim, start, start + length).
+  llvm::Error narrow() {
+    auto dim = n_->input("dim")->asInt(), start = n_->input("start")->asInt(), length = n_->input("length")->asInt();
+    if (!dim || !start || !length)
+      return makeError("{}: expected integer dim, start and length", where());
+    int64_t rank = in("self")->meta()->rank();
+    int64_t size = hints(in("self")->meta()->sizes)[*dim < 0 ? *dim + rank : *dim];
+    int64_t from = *start < 0 ? *start + size : *start;
+    return runOnSelf("aten::slice.Tensor",
+                     {{"dim", *dim, false}, {"start", from, false}, {"end", from + *length, false}});
+  }
+  /// std / var / var_mean over every dim (ReduceOps.cpp): their .correction overload.
+  llvm::Error correctionOverload() {
+    llvm::StringRef op = n_->opString();
+    return stdVarDim((op.split('.').first + ".correction").str());
+  }
+  /// msort: sort(dim 0)'s values; argsort(dim, descending): sort(dim, descending)'s indices.
+  llvm::Error sortResult() {
+    bool indices = n_->opString() == "aten::argsort.default";
+    Value *x = in("self");
+    llvm::SmallVector<NamedArgument, 4> args{{"self", x, false}};
+    args.push_back({"dim", indices && n_->input("dim") ? b_.map(*n_->input("dim")) : Argument(int64_t{indices ? -1 : 0}),
+                    false});
+    if (const Argument *descending = n_->input("descending"); indices && descending)
+      args.push_back({"descending", b_.map(*descending), false});
+    TensorMeta values = withShape(*x->meta(), hints(x->meta()->sizes)), order = values;
+    order.dtype = ScalarType::Long;
+    Value *v = b_.tensor(indices ? tmp("values") : result(0)->name(), indices ? values : *result(0)->meta());
+    Value *i = b_.tensor(indices ? result(0)->name() : tmp("indices"), indices ? *result(0)->meta() : order);
+    b_.emit("aten::sort.default", std::move(args), {Argument(v), Argument(i)}, *n_);
+    b_.bind(result(0), indices ? i : v);
+    return llvm::Error::success();
+  }
+  /// real / resolve_conj / resolve_neg of a real tensor: the tensor itself, no op.
+  llvm::Error selfWhenReal() {
+    if (llvm::Error err = refuseComplex())
+      return err;
+    b_.bind(result(0), in("self"));
+    return llvm::Error::success();
+  }
+  /// isreal of a real tensor: ones_like(self, dtype=bool).
+  llvm::Error isreal() {
+    if (llvm::Error err = refuseComplex())
+      return err;
+    return runOnSelf("aten::ones_like.default",
+                     {{"dtype", ScalarType::Bool, true}, {"memory_format", MemoryFormat::Preserve, true}});
+  }
+  /// atleast_{1,2,3}d: a 0-d tensor reshaped to [1]*n; a 1-d one unsqueezed at 0 (and, for 3-d,
+  /// at -1 too); a 2-d one for atleast_3d at -1; higher ranks the tensor itself.
+  llvm::Error atLeastNd() {
+    Value *x = in("self");
+    int64_t want = n_->opString()[std::strlen("aten::atleast_")] - '0';
+    int64_t rank = x->meta()->rank();
+    if (rank >= want) {
+      b_.bind(result(0), x);
+      return llvm::Error::success();
+    }
+    if (rank == 0) {
+      b_.bind(result(0), reshape(x, IntList(want, 1), result(0)->name()));
+      return llvm::Error::success();
+    }
+    auto sizes = hints(x->meta()->sizes);
+    if (rank == 1) {
+      sizes.insert(sizes.begin(), 1);
+      x = unary("aten::unsqueeze.default", x, withShape(*x->meta(), sizes), want == 2 ? result(0)->name() : tmp("unsqueeze"),
+                {{"dim", int64_t{0}, false}});
+      if (want == 2) {
+        b_.bind(result(0), x);
+        return llvm::Error::success();
+      }
+    }
+    b_.bind(result(0), unary("aten::unsqueeze.default", x, *result(0)->meta(), result(0)->name(),
+                             {{"dim", int64_t{-1}, false}}));
+    return llvm::Error::success();
+  }
+  /// outer(self, vec2): self.reshape({n, 1}) * vec2.
+  llvm::Error outer() {
+    Value *x = in("self");
+    Value *column = reshape(x, {hints(x->meta()->sizes)[0], 1}, tmp("view"));
+    b_.bind(result(0), emit1("aten::mul.Tensor", {{"self", column, false}, {"other", in("vec2"), false}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// special_ndtr: (1 + erf(x * M_SQRT1_2)) * 0.5.
+  llvm::Error ndtr() {
+    Value *x = in("self");
+    TensorMeta m = *result(0)->meta();
+    Value *scaled = unary("aten::mul.Scalar", x, m, tmp("scaled"), {{"other", 0.7071067811865476, false}});
+    Value *erf = unary("aten::erf.default", scaled, m, tmp("erf"));
+    Value *shifted = unary("aten::add.Scalar", erf, m, tmp("shifted"), {{"other", int64_t{1}, false}});
+    b_.bind(result(0), unary("aten::mul.Scalar", shifted, m, result(0)->name(), {{"other", 0.5, false}}));
+    return llvm::Error::success();
+  }
+
+  /// A view of `x` on [start, end) of `dim` (slice.Tensor's strides and sizes).
+  Value *slice(Value *x, int64_t dim, int64_t start, int64_t end, llvm::StringRef name, const TensorMeta *meta = nullptr) {
+    auto sizes = hints(x->meta()->sizes);
+    sizes[dim] = end - start;
+    TensorMeta m = meta ? *meta : withShape(*x->meta(), sizes, llvm::ArrayRef<int64_t>(hints(x->meta()->strides)));
+    return unary("aten::slice.Tensor", x, m, name, {{"dim", dim, false}, {"start", start, false}, {"end", end, false}});
+  }
+  /// hsplit / vsplit / dsplit (TensorShape.cpp): tensor_split on dim 1 (0 for a 1-D tensor), 0
+  /// or 2, into equal sections or at the indices: one slice per piece.
+  llvm::Error splitBySections() {
+    Value *x = in("self");
+    llvm::StringRef op = n_->opString();
+    int64_t rank = x->meta()->rank();
+    int64_t dim = op.startswith("aten::vsplit.") ? 0 : op.startswith("aten::dsplit.") ? 2 : (rank == 1 ? 0 : 1);
+    if (dim >= rank)
+      return makeError("{}: a tensor of rank {} has no dim {} to split", where(), rank, dim);
+    int64_t size = hints(x->meta()->sizes)[dim];
+    IntList bounds{0};
+    if (const Argument *sections = n_->input("sections")) {
+      auto k = sections->asInt();
+      if (!k || *k <= 0 || size % *k != 0)
+        return makeError("{}: {} sections do not divide dim {} of size {} (torch raises)", where(),
+                         k ? *k : 0, dim, size);
+      for (int64_t i = 1; i <= *k; ++i)
+        bounds.push_back(size / *k * i);
+    } else {
+      for (int64_t i : n_->input("indices")->asIntList().value_or(IntList{}))
+        bounds.push_back(std::clamp<int64_t>(i < 0 ? i + size : i, bounds.back(), size));
+      bounds.push_back(size);
+    }
+    if (bounds.size() - 1 != n_->results().size())
+      return makeError("{}: {} pieces, but the node has {} results", where(), bounds.size() - 1, n_->results().size());
+    for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+      const Value *r = n_->results()[i];
+      b_.bind(r, slice(x, dim, bounds[i], bounds[i + 1], r->name(), &*r->meta()));
+    }
+    return llvm::Error::success();
+  }
+  /// diff (n=1, no prepend/append): self[1:] - self[:-1] along dim, the second slice taken first.
+  llvm::Error diff() {
+    for (llvm::StringRef name : {"prepend", "append"})
+      if (const Argument *a = n_->input(name); a && !a->isNone())
+        return makeError("{}: {} is not modelled", where(), name);
+    if (auto n = n_->input("n") ? n_->input("n")->asInt() : std::optional<int64_t>(1); n != 1)
+      return makeError("{}: n != 1 is not modelled", where());
+    Value *x = in("self");
+    if (!isFloating(x->meta()->dtype))
+      return makeError("{}: of a {} tensor (logical_xor) is not modelled", where(), torchName(x->meta()->dtype));
+    int64_t rank = x->meta()->rank();
+    int64_t dim = n_->input("dim") ? *n_->input("dim")->asInt() : -1;
+    dim = dim < 0 ? dim + rank : dim;
+    int64_t size = hints(x->meta()->sizes)[dim];
+    Value *before = slice(x, dim, 0, size - 1, tmp("before"));
+    Value *after = slice(x, dim, 1, size, tmp("after"));
+    b_.bind(result(0), emit1("aten::sub.Tensor", {{"self", after, false}, {"other", before, false}}, *result(0)->meta(),
+                             result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// sum_to_size (at::sum_to): sum over the leading dims and the dims the size makes 1, keepdim,
+  /// then a view without the leading dims; the tensor itself when nothing is summed.
+  llvm::Error sumToSize() {
+    Value *x = in("self");
+    auto xs = hints(x->meta()->sizes);
+    IntList to = n_->input("size")->asIntList().value_or(IntList{});
+    size_t leading = xs.size() - std::min(xs.size(), to.size());
+    IntList dims;
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (i < leading || (to[i - leading] == 1 && xs[i] != 1))
+        dims.push_back(static_cast<int64_t>(i));
+    if (dims.empty()) {
+      b_.bind(result(0), x);
+      return llvm::Error::success();
+    }
+    auto kept = xs;
+    for (int64_t d : dims)
+      kept[d] = 1;
+    Value *sum = emit1("aten::sum.dim_IntList", {{"self", x, false}, {"dim", dims, false}, {"keepdim", true, false}},
+                       leading ? withShape(*x->meta(), kept) : *result(0)->meta(),
+                       leading ? tmp("sum") : result(0)->name());
+    b_.bind(result(0), leading ? unary("aten::view.default", sum, *result(0)->meta(), result(0)->name(),
+                                       {{"size", to, false}})
+                               : sum);
+    return llvm::Error::success();
+  }
+  /// linalg_norm (LinearAlgebra.cpp): linalg_vector_norm(ord or 2.0, dim, keepdim, dtype) unless
+  /// ord is given for a matrix (two dims, or no dim and a 2-D input): matrix norms are not modelled.
+  llvm::Error linalgNorm() {
+    const Argument *ord = n_->input("ord"), *dim = n_->input("dim");
+    bool hasOrd = ord && !ord->isNone(), hasDim = dim && !dim->isNone();
+    size_t dims = hasDim ? dim->asIntList().value_or(IntList{0}).size() : 0;
+    if (hasOrd && (dims == 2 || (!hasDim && in("self")->meta()->rank() == 2)))
+      return makeError("{}: a matrix norm (linalg_matrix_norm) is not modelled", where());
+    llvm::SmallVector<NamedArgument, 4> args{{"ord", hasOrd ? b_.map(*ord) : Argument(2.0), false}};
+    if (hasDim)
+      args.push_back({"dim", b_.map(*dim), false});
+    for (llvm::StringRef name : {"keepdim", "dtype"})
+      if (const Argument *a = n_->input(name); a && !a->isNone())
+        args.push_back({name.str(), b_.map(*a), name == "dtype"});
+    return runOnSelf("aten::linalg_vector_norm.default", std::move(args));
+  }
+  /// adaptive_avg_pool2d (AdaptiveAveragePooling.cpp): mean over the last two dims (keepdim) for
+  /// a 1x1 output, else _adaptive_avg_pool2d.
+  llvm::Error adaptiveAvgPool2d() {
+    IntList out = n_->input("output_size")->asIntList().value_or(IntList{});
+    if (out == IntList{1, 1})
+      return runOnSelf("aten::mean.dim", {{"dim", IntList{-1, -2}, false}, {"keepdim", true, false}});
+    return runOnSelf("aten::_adaptive_avg_pool2d.default", {{"output_size", out, false}});
+  }
+  /// kl_div with log_target=False (Loss.cpp): xlogy(target, target) - target * input, then the
+  /// reduction (0 none, 1 mean, 2 sum); target * input runs first.
+  llvm::Error klDiv() {
+    if (const Argument *logTarget = n_->input("log_target"); logTarget && logTarget->is<bool>() && logTarget->get<bool>())
+      return makeError("{}: log_target=True is not modelled", where());
+    Value *x = in("self"), *target = in("target");
+    const Argument *reductionArg = n_->input("reduction");
+    int64_t reduction = reductionArg ? reductionArg->asInt().value_or(1) : 1;
+    if (reduction < 0 || reduction > 2)
+      return makeError("{}: reduction {} is not 0, 1 or 2", where(), reduction);
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
+    Value *product = emit1("aten::mul.Tensor", {{"self", target, false}, {"other", x, false}}, m, tmp("mul"));
+    Value *entropy = emit1("aten::xlogy.Tensor", {{"self", target, false}, {"other", target, false}}, m, tmp("xlogy"));
+    Value *pointwise = emit1("aten::sub.Tensor", {{"self", entropy, false}, {"other", product, false}},
+                             reduction ? m : *result(0)->meta(), reduction ? tmp("sub") : result(0)->name());
+    if (reduction)
+      pointwise = unary(reduction == 1 ? "aten::mean.default" : "aten::sum.default", pointwise, *result(0)->meta(),
+                        result(0)->name());
+    b_.bind(result(0), pointwise);
     return llvm::Error::success();
   }
 
@@ -484,7 +834,8 @@ private:
     return llvm::Error::success();
   }
 
-  /// std.dim / var.dim (ReduceOps.cpp): the .correction overload, correction 1 when unbiased.
+  /// std.dim / var.dim (ReduceOps.cpp): the .correction overload, correction 1 when unbiased;
+  /// every result bound (var_mean's two).
   llvm::Error stdVarDim(llvm::StringRef runtimeOp) {
     const Argument *unbiased = n_->input("unbiased");
     int64_t correction = unbiased && unbiased->is<bool>() && !unbiased->get<bool>() ? 0 : 1;
@@ -494,7 +845,12 @@ private:
     args.push_back({"correction", correction, true});
     if (const Argument *keepdim = n_->input("keepdim"))
       args.push_back({"keepdim", b_.map(*keepdim), true});
-    b_.bind(result(0), emit1(runtimeOp, std::move(args), *result(0)->meta(), result(0)->name()));
+    llvm::SmallVector<Argument, 1> outs;
+    for (const Value *r : n_->results())
+      outs.push_back(b_.tensor(r->name(), *r->meta()));
+    b_.emit(runtimeOp, std::move(args), llvm::SmallVector<Argument, 1>(outs), *n_);
+    for (size_t i = 0; i < outs.size(); ++i)
+      b_.bind(n_->results()[i], outs[i].tensor());
     return llvm::Error::success();
   }
 

@@ -270,10 +270,6 @@ llvm::Error softmax(GradCall &c) {
   return llvm::Error::success();
 }
 
-bool isComplex(ScalarType t) {
-  return t == ScalarType::ComplexHalf || t == ScalarType::ComplexFloat || t == ScalarType::ComplexDouble;
-}
-
 /// Tensor.conj() as an operand of mul: for a complex tensor a view with the conjugate bit
 /// (aten::_conj), which the conjugate fallback materialises (a clone) before the kernel runs; the
 /// tensor itself otherwise.

@@ -115,4 +115,8 @@ bool isFloating(ScalarType t) {
   }
 }
 
+bool isComplex(ScalarType t) {
+  return t == ScalarType::ComplexHalf || t == ScalarType::ComplexFloat || t == ScalarType::ComplexDouble;
+}
+
 } // namespace commlens

@@ -34,5 +34,7 @@ std::optional<llvm::SmallVector<int64_t, 4>> viewStrides(const TensorMeta &meta,
 
 /// Dtypes autograd differentiates (floating and complex).
 bool isFloating(ScalarType t);
+/// c10::isComplexType.
+bool isComplex(ScalarType t);
 
 } // namespace commlens
