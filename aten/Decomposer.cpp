@@ -234,6 +234,7 @@ private:
         {"aten::sum_to_size.default", &Decomposer::sumToSize},
         {"aten::linalg_norm.default", &Decomposer::linalgNorm},
         {"aten::adaptive_avg_pool2d.default", &Decomposer::adaptiveAvgPool2d},
+        {"aten::adaptive_avg_pool1d.default", &Decomposer::adaptiveAvgPool1d},
         {"aten::kl_div.default", &Decomposer::klDiv},
     };
     return m;
@@ -513,6 +514,27 @@ private:
     if (out == IntList{1, 1})
       return runOnSelf("aten::mean.dim", {{"dim", IntList{-1, -2}, false}, {"keepdim", true, false}});
     return runOnSelf("aten::_adaptive_avg_pool2d.default", {{"output_size", out, false}});
+  }
+  /// adaptive_avg_pool1d (AdaptiveAveragePooling.cpp): unsqueeze(-2), adaptive_avg_pool2d to
+  /// [1, size] (a mean for size 1), squeeze(-2).
+  llvm::Error adaptiveAvgPool1d() {
+    Value *x = in("self");
+    IntList out = n_->input("output_size")->asIntList().value_or(IntList{});
+    if (out.size() != 1)
+      return makeError("{}: expected a one-element output_size", where());
+    auto sizes = hints(x->meta()->sizes);
+    sizes.insert(sizes.end() - 1, 1);
+    Value *wide = unary("aten::unsqueeze.default", x, withShape(*x->meta(), sizes), tmp("unsqueeze"),
+                        {{"dim", int64_t{-2}, false}});
+    sizes.back() = out[0];
+    Value *pooled = out[0] == 1
+                        ? unary("aten::mean.dim", wide, withShape(*x->meta(), sizes), tmp("pool"),
+                                {{"dim", IntList{-1, -2}, false}, {"keepdim", true, false}})
+                        : unary("aten::_adaptive_avg_pool2d.default", wide, withShape(*x->meta(), sizes), tmp("pool"),
+                                {{"output_size", IntList{1, out[0]}, false}});
+    b_.bind(result(0), unary("aten::squeeze.dim", pooled, *result(0)->meta(), result(0)->name(),
+                             {{"dim", int64_t{-2}, false}}));
+    return llvm::Error::success();
   }
   /// kl_div with log_target=False (Loss.cpp): xlogy(target, target) - target * input, then the
   /// reduction (0 none, 1 mean, 2 sum); target * input runs first.

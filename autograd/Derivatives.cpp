@@ -821,6 +821,39 @@ llvm::Error maxPool2dBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// max_unpool2d / 3d: max_pool_double_backward(grad, indices, 2 or 3): the indices and the
+/// contiguous gradient viewed as [leading dims, -1], the gradient gathered at the indices, viewed
+/// back to the indices' sizes.
+llvm::Error maxUnpoolBackward(GradCall &c) {
+  Value *idx = c.operand("indices"), *g = c.g();
+  size_t pooled = c.n.opString() == "aten::max_unpool3d.default" ? 3 : 2;
+  auto is = sizesOf(*idx->meta());
+  if (is.size() < pooled)
+    return makeError("autodiff: {} with indices of rank {} (node '{}')", c.n.opString(), is.size(), c.n.name());
+  IntList flat(is.begin(), is.end() - pooled), shown = flat;
+  int64_t rest = 1;
+  for (size_t i = is.size() - pooled; i < is.size(); ++i)
+    rest *= is[i];
+  flat.push_back(rest);
+  shown.push_back(-1);
+  Value *iv = c.e.emit("aten::view.default", {A("self", idx), A("size", shown)}, GradEmitter::withSizes(idx, flat),
+                       "grad_indices_view");
+  Value *gc = contiguous(c, g);
+  auto gs = sizesOf(*gc->meta());
+  IntList gflat(gs.begin(), gs.end() - pooled);
+  int64_t grest = 1;
+  for (size_t i = gs.size() - pooled; i < gs.size(); ++i)
+    grest *= gs[i];
+  gflat.push_back(grest);
+  Value *gv = c.e.emit("aten::view.default", {A("self", gc), A("size", shown)}, GradEmitter::withSizes(gc, gflat),
+                       "grad_view");
+  Value *picked = c.e.emit("aten::gather.default", {A("self", gv), A("dim", int64_t(-1)), A("index", iv)},
+                           GradEmitter::withSizes(gv, flat), "grad_gather");
+  c.set("self", c.e.emit("aten::view.default", {A("self", picked), A("size", IntList(is.begin(), is.end()))},
+                         GradEmitter::like(c.self()), "grad_view"));
+  return llvm::Error::success();
+}
+
 /// nan_to_num: grad where self is finite ((|self| != inf) * (self == self)).
 llvm::Error nanToNumBackward(GradCall &c) {
   Value *self = c.self();

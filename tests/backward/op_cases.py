@@ -45,6 +45,9 @@ def mask(*shape):
     return torch.rand(*shape, generator=g) > 0.5
 
 
+# Where max_pool2d took each maximum of a [1, 2, 4, 4] input (2x2 windows): indices max_unpool2d can scatter to.
+POOLED_INDICES = F.max_pool2d(f32(1, 2, 4, 4), 2, return_indices=True)[1]
+
 # (id, fn, [(tensor, placement)]): floating inputs require grad; every input becomes a DTensor.
 CASES = [
     # matrix family
@@ -293,6 +296,17 @@ CASES = [
      [(f32(2, 3, 4, 4), S0), (idx(3, 2, 4, 4), S0)]),
     ("embedding", lambda i, w: F.embedding(i, w), [(idx(10, 4, 3), R), (f32(10, 6), R)]),
     ("embedding-shard", lambda i, w: F.embedding(i, w), [(idx(10, 4, 3), R), (f32(10, 6), S1)]),
+    # formulas from derivatives.yaml's data (autograd/derivatives.yaml)
+    ("median-all", lambda a: a.median(), [(f32(4, 6), R)]),
+    ("nanmedian-all", lambda a: a.nanmedian(), [(f32(4, 6), S0)]),
+    ("angle", torch.angle, [(f32(4, 6), S0)]),
+    ("conj-physical", torch.conj_physical, [(f32(4, 6), R)]),
+    ("scatter", lambda a, i, b: a.scatter(1, i, b), [(f32(4, 6), R), (idx(6, 4, 3), R), (f32(4, 3), R)]),
+    ("scatter-add", lambda a, i, b: a.scatter_add(1, i, b), [(f32(4, 6), S0), (idx(6, 4, 3), S0), (f32(4, 3), S0)]),
+    ("remainder", torch.remainder, [(f32(4, 6), R), (f32(4, 6, lo="pos"), S1)]),
+    ("fmod", torch.fmod, [(f32(4, 6), S0), (f32(4, 6, lo="pos"), R)]),
+    ("max-unpool2d", lambda a, i: F.max_unpool2d(a, i, 2), [(f32(1, 2, 2, 2), S1), (POOLED_INDICES, S1)]),
+    ("adaptive-avg-pool1d", lambda a: F.adaptive_avg_pool1d(a, 3), [(f32(2, 3, 6), S0)]),
 ]
 
 

@@ -59,6 +59,22 @@ def test_hints_meta_optional_arguments_and_statements(tmp_path):
     assert '"grad_scale")' in rsqrt  # mul.Scalar's default name
 
 
+def test_strings_sizes_and_real_only(tmp_path):
+    rc, err, cpp = generate(tmp_path, [
+        {"ops": ["aten::remainder.Tensor"], "other": "mul.Tensor(neg(grad), div.Tensor_mode(self, other, rounding_mode='floor'))"},
+        {"ops": ["aten::scatter_add.default"], "src": "gather(grad, int(dim), index, _sizes=index)"},
+        {"ops": ["aten::angle.default"], "real_only": True,
+         "self": "zeros_like(self, memory_format=preserve_format, _hint='grad_zeros')"},
+    ])
+    assert rc == 0, err
+    assert 'K("rounding_mode", Argument(std::string("floor")))' in cpp
+    assert 'GradEmitter::withSizes(c.g(), sizesOf(*c.operand("index")->meta()))' in cpp
+    angle = cpp[cpp.index("// aten::angle.default"):]
+    # the complex check comes before any op
+    assert angle.index("isComplex(v->meta()->dtype)") < angle.index('c.e.emit("aten::zeros_like.default"')
+    assert 'K("memory_format", Argument(MemoryFormat::Preserve))' in angle
+
+
 @pytest.mark.parametrize("entry,message", [
     ({"ops": ["aten::sin.nope"], "self": "grad"}, "torch has no operator aten::sin.nope"),
     ({"ops": ["aten::sin.default"], "self": "cosine(self)"}, "torch has no operator aten::cosine.default"),
