@@ -235,6 +235,9 @@ private:
         {"aten::linalg_norm.default", &Decomposer::linalgNorm},
         {"aten::adaptive_avg_pool2d.default", &Decomposer::adaptiveAvgPool2d},
         {"aten::adaptive_avg_pool1d.default", &Decomposer::adaptiveAvgPool1d},
+        {"aten::nll_loss_nd.default", &Decomposer::nllLossNd},
+        {"aten::l1_loss.default", &Decomposer::l1Loss},
+        {"aten::grid_sampler.default", &Decomposer::gridSampler},
         {"aten::kl_div.default", &Decomposer::klDiv},
     };
     return m;
@@ -892,7 +895,7 @@ private:
   }
 
   /// cross_entropy_loss (LossNLL.cpp) with class-index targets and no label smoothing:
-  /// log_softmax over the class dim, then nll_loss (nll_loss_forward for 1-D and 2-D input).
+  /// log_softmax over the class dim, then nll_loss_nd.
   llvm::Error crossEntropyLoss() {
     Value *x = in("self"), *target = in("target");
     const Argument *smoothing = n_->input("label_smoothing");
@@ -904,26 +907,96 @@ private:
       return makeError("{}: label_smoothing is not supported", where);
     if (!target || isFloating(target->meta()->dtype))
       return makeError("{}: class-probability targets are not supported (class indices only)", where);
-    if (x->meta()->rank() > 2)
-      return makeError("{}: input of rank {} (nll_loss_nd's reshape to 2-D) is not supported", where,
-                       x->meta()->rank());
     int64_t classDim = x->meta()->rank() == 1 ? 0 : 1;
     Value *logp = emit1("aten::_log_softmax.default",
                         {{"self", x, false}, {"dim", classDim, false}, {"half_to_float", false, false}},
                         withShape(*x->meta(), hints(x->meta()->sizes)), tmp("log_softmax"));
-    llvm::SmallVector<NamedArgument, 4> args{{"self", logp, false}, {"target", target, false}};
-    // cross_entropy_loss's defaults, spelled out: nll_loss_forward has none.
-    for (auto [name, fallback] : {std::pair<const char *, Argument>{"weight", NoneArg{}},
-                                  {"reduction", int64_t{1}}, {"ignore_index", int64_t{-100}}})
-      if (const Argument *a = n_->input(name))
-        args.push_back({name, b_.map(*a), false});
+    return nllLossNdOf(logp, target);
+  }
+
+  /// nll_loss_forward / nll_loss2d_forward of `x` and `target` with the node's weight, reduction
+  /// and ignore_index, the defaults of cross_entropy_loss / nll_loss_nd spelled out (the forward
+  /// ops have none); the output (total_weight a temporary).
+  Value *nllLoss(llvm::StringRef op, Value *x, Value *target, const TensorMeta &outMeta, llvm::StringRef name) {
+    llvm::SmallVector<NamedArgument, 4> args{{"self", x, false}, {"target", target, false}};
+    for (auto [arg, fallback] : {std::pair<const char *, Argument>{"weight", NoneArg{}},
+                                 {"reduction", int64_t{1}}, {"ignore_index", int64_t{-100}}})
+      if (const Argument *a = n_->input(arg))
+        args.push_back({arg, b_.map(*a), false});
       else
-        args.push_back({name, fallback, false});
+        args.push_back({arg, fallback, false});
     Value *totalWeight = b_.tensor(tmp("total_weight"), withShape(*x->meta(), {}));
-    Value *out = b_.tensor(result(0)->name(), *result(0)->meta());
-    b_.emit("aten::nll_loss_forward.default", std::move(args), {out, totalWeight}, *n_);
-    b_.bind(result(0), out);
+    Value *out = b_.tensor(name, outMeta);
+    b_.emit(op, std::move(args), {out, totalWeight}, *n_);
+    return out;
+  }
+
+  /// nll_loss_nd (LossNLL.cpp): nll_loss for 1-D and 2-D input, nll_loss2d for 4-D; otherwise
+  /// input and target viewed as [N, C, 1, -1] and [N, 1, -1] for nll_loss2d, its unreduced output
+  /// viewed back to [N, d1, ...].
+  llvm::Error nllLossNd() { return nllLossNdOf(in("self"), in("target")); }
+  llvm::Error nllLossNdOf(Value *x, Value *target) {
+    int64_t rank = x->meta()->rank();
+    if (rank < 1 || !target)
+      return makeError("{}: expected an input of rank 1 or more and a target", where());
+    const Argument *reductionArg = n_->input("reduction");
+    int64_t reduction = reductionArg ? reductionArg->asInt().value_or(1) : 1;
+    if (rank <= 2 || rank == 4) {
+      b_.bind(result(0), nllLoss(rank == 4 ? "aten::nll_loss2d_forward.default" : "aten::nll_loss_forward.default", x,
+                                 target, *result(0)->meta(), result(0)->name()));
+      return llvm::Error::success();
+    }
+    auto xs = hints(x->meta()->sizes);
+    int64_t n = xs[0], c = xs[1], rest = 1;
+    for (size_t i = 2; i < xs.size(); ++i)
+      rest *= xs[i];
+    auto contiguous = [&](Value *v) {
+      return isContiguous(*v->meta()) ? v
+                                      : unary("aten::clone.default", v, withShape(*v->meta(), hints(v->meta()->sizes)),
+                                              tmp("contiguous"), {{"memory_format", MemoryFormat::Contiguous, true}});
+    };
+    Value *xv = unary("aten::view.default", contiguous(x), withShape(*x->meta(), {n, c, 1, rest}), tmp("input_view"),
+                      {{"size", IntList{n, c, 1, -1}, false}});
+    Value *tv = unary("aten::view.default", contiguous(target), withShape(*target->meta(), {n, 1, rest}),
+                      tmp("target_view"), {{"size", IntList{n, 1, -1}, false}});
+    if (reduction != 0) {
+      b_.bind(result(0), nllLoss("aten::nll_loss2d_forward.default", xv, tv, *result(0)->meta(), result(0)->name()));
+      return llvm::Error::success();
+    }
+    Value *flat = nllLoss("aten::nll_loss2d_forward.default", xv, tv, withShape(*x->meta(), {n, 1, rest}), tmp("flat"));
+    b_.bind(result(0), unary("aten::view.default", flat, *result(0)->meta(), result(0)->name(),
+                             {{"size", IntList(hints(result(0)->meta()->sizes)), false}}));
     return llvm::Error::success();
+  }
+
+  /// l1_loss (Loss.cpp): (self - target).abs(), then the reduction (0 none, 1 mean, 2 sum).
+  llvm::Error l1Loss() {
+    Value *x = in("self"), *target = in("target");
+    const Argument *reductionArg = n_->input("reduction");
+    int64_t reduction = reductionArg ? reductionArg->asInt().value_or(1) : 1;
+    if (reduction < 0 || reduction > 2)
+      return makeError("{}: reduction {} is not 0, 1 or 2", where(), reduction);
+    TensorMeta m = withShape(*x->meta(), hints(result(0)->meta()->sizes));
+    if (reduction)
+      m = withShape(*x->meta(), hints(x->meta()->sizes));
+    Value *diff = emit1("aten::sub.Tensor", {{"self", x, false}, {"other", target, false}}, m, tmp("sub"));
+    Value *abs = unary("aten::abs.default", diff, reduction ? m : *result(0)->meta(),
+                       reduction ? tmp("abs") : result(0)->name());
+    b_.bind(result(0), reduction ? unary(reduction == 1 ? "aten::mean.default" : "aten::sum.default", abs,
+                                         *result(0)->meta(), result(0)->name())
+                                 : abs);
+    return llvm::Error::success();
+  }
+
+  /// grid_sampler (GridSampler.cpp): grid_sampler_2d for a 4-D input, grid_sampler_3d for 5-D, with
+  /// the same arguments (on CUDA cudnn_grid_sampler may run instead: not modelled).
+  llvm::Error gridSampler() {
+    if (cuda_)
+      return makeError("{}: on CUDA it may run cudnn_grid_sampler, which is not modelled", where());
+    int64_t rank = in("input")->meta()->rank();
+    if (rank != 4 && rank != 5)
+      return makeError("{}: expected a 4-D or 5-D input, not {}-D", where(), rank);
+    return runAs(rank == 4 ? "aten::grid_sampler_2d.default" : "aten::grid_sampler_3d.default");
   }
 
   /// upsample_*.vec (UpSample.cpp): the .default kernel with the output size the result has and
