@@ -544,22 +544,37 @@ private:
   llvm::Error klDiv() {
     if (const Argument *logTarget = n_->input("log_target"); logTarget && logTarget->is<bool>() && logTarget->get<bool>())
       return makeError("{}: log_target=True is not modelled", where());
+    auto reduction = lossReduction();
+    if (!reduction)
+      return reduction.takeError();
     Value *x = in("self"), *target = in("target");
-    const Argument *reductionArg = n_->input("reduction");
-    int64_t reduction = reductionArg ? reductionArg->asInt().value_or(1) : 1;
-    if (reduction < 0 || reduction > 2)
-      return makeError("{}: reduction {} is not 0, 1 or 2", where(), reduction);
     TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
     Value *product = emit1("aten::mul.Tensor", {{"self", target, false}, {"other", x, false}}, m, tmp("mul"));
     Value *entropy = emit1("aten::xlogy.Tensor", {{"self", target, false}, {"other", target, false}}, m, tmp("xlogy"));
-    Value *pointwise = emit1("aten::sub.Tensor", {{"self", entropy, false}, {"other", product, false}},
-                             reduction ? m : *result(0)->meta(), reduction ? tmp("sub") : result(0)->name());
-    if (reduction)
-      pointwise = unary(reduction == 1 ? "aten::mean.default" : "aten::sum.default", pointwise, *result(0)->meta(),
-                        result(0)->name());
-    b_.bind(result(0), pointwise);
+    bindLoss(*reduction, "aten::sub.Tensor", {{"self", entropy, false}, {"other", product, false}}, m);
     return llvm::Error::success();
   }
+
+  /// A loss's `reduction` (at::Reduction: 0 none, 1 mean, the default, 2 sum).
+  llvm::Expected<int64_t> lossReduction() const {
+    const Argument *a = n_->input("reduction");
+    int64_t reduction = a ? a->asInt().value_or(1) : 1;
+    if (reduction < 0 || reduction > 2)
+      return makeError("{}: reduction {} is not 0, 1 or 2", where(), reduction);
+    return reduction;
+  }
+  /// apply_loss_reduction (Loss.cpp) of the pointwise loss `op(args)` of meta `m`: the result
+  /// itself for reduction 0, else reduced by mean.default / sum.default.
+  void bindLoss(int64_t reduction, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args, const TensorMeta &m) {
+    if (reduction == 0) {
+      b_.bind(result(0), emit1(op, std::move(args), *result(0)->meta(), result(0)->name()));
+      return;
+    }
+    Value *pointwise = emit1(op, std::move(args), m, tmp("pointwise"));
+    b_.bind(result(0), unary(reduction == 1 ? "aten::mean.default" : "aten::sum.default", pointwise,
+                             *result(0)->meta(), result(0)->name()));
+  }
+
 
   Value *in(llvm::StringRef name) const {
     const Argument *a = n_->input(name);
@@ -939,8 +954,9 @@ private:
     int64_t rank = x->meta()->rank();
     if (rank < 1 || !target)
       return makeError("{}: expected an input of rank 1 or more and a target", where());
-    const Argument *reductionArg = n_->input("reduction");
-    int64_t reduction = reductionArg ? reductionArg->asInt().value_or(1) : 1;
+    auto reduction = lossReduction();
+    if (!reduction)
+      return reduction.takeError();
     if (rank <= 2 || rank == 4) {
       b_.bind(result(0), nllLoss(rank == 4 ? "aten::nll_loss2d_forward.default" : "aten::nll_loss_forward.default", x,
                                  target, *result(0)->meta(), result(0)->name()));
@@ -959,7 +975,7 @@ private:
                       {{"size", IntList{n, c, 1, -1}, false}});
     Value *tv = unary("aten::view.default", contiguous(target), withShape(*target->meta(), {n, 1, rest}),
                       tmp("target_view"), {{"size", IntList{n, 1, -1}, false}});
-    if (reduction != 0) {
+    if (*reduction != 0) {
       b_.bind(result(0), nllLoss("aten::nll_loss2d_forward.default", xv, tv, *result(0)->meta(), result(0)->name()));
       return llvm::Error::success();
     }
@@ -971,22 +987,16 @@ private:
 
   /// l1_loss (Loss.cpp): (self - target).abs(), then the reduction (0 none, 1 mean, 2 sum).
   llvm::Error l1Loss() {
+    auto reduction = lossReduction();
+    if (!reduction)
+      return reduction.takeError();
     Value *x = in("self"), *target = in("target");
-    const Argument *reductionArg = n_->input("reduction");
-    int64_t reduction = reductionArg ? reductionArg->asInt().value_or(1) : 1;
-    if (reduction < 0 || reduction > 2)
-      return makeError("{}: reduction {} is not 0, 1 or 2", where(), reduction);
-    TensorMeta m = withShape(*x->meta(), hints(result(0)->meta()->sizes));
-    if (reduction)
-      m = withShape(*x->meta(), hints(x->meta()->sizes));
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
     Value *diff = emit1("aten::sub.Tensor", {{"self", x, false}, {"other", target, false}}, m, tmp("sub"));
-    Value *abs = unary("aten::abs.default", diff, reduction ? m : *result(0)->meta(),
-                       reduction ? tmp("abs") : result(0)->name());
-    b_.bind(result(0), reduction ? unary(reduction == 1 ? "aten::mean.default" : "aten::sum.default", abs,
-                                         *result(0)->meta(), result(0)->name())
-                                 : abs);
+    bindLoss(*reduction, "aten::abs.default", {{"self", diff, false}}, m);
     return llvm::Error::success();
   }
+
 
   /// grid_sampler (GridSampler.cpp): grid_sampler_2d for a 4-D input, grid_sampler_3d for 5-D, with
   /// the same arguments (on CUDA cudnn_grid_sampler may run instead: not modelled).
