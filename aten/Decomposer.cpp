@@ -118,8 +118,14 @@ public:
       return upsampleVec();
     if (auto alias = aliasTargets().find(op); alias != aliasTargets().end())
       return runAs(alias->second);
-    if (auto composite = compositeOps().find(op); composite != compositeOps().end())
-      return (this->*composite->second)();
+    if (auto composite = compositeOps().find(op); composite != compositeOps().end()) {
+      keepExported_ = false;
+      if (llvm::Error err = (this->*composite->second)())
+        return err;
+      if (keepExported_)
+        b_.copy(n);
+      return llvm::Error::success();
+    }
     b_.copy(n);
     return llvm::Error::success();
   }
@@ -243,27 +249,26 @@ private:
     return m;
   }
 
-  std::string where() const {
-    return fmt::format("node '{}' ({}) in {}", n_->name(), n_->opString(),
-                       n_->scope() ? n_->scope()->displayName() : "Global");
-  }
   /// The node's one result as `op` run on `self` with `args` after it.
   llvm::Error runOnSelf(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args = {}) {
     b_.bind(result(0), unary(op, in("self"), *result(0)->meta(), result(0)->name(), std::move(args)));
     return llvm::Error::success();
   }
-  /// The conjugating ops (mH, adjoint, resolve_conj, ...) are the identity on a real tensor; the
-  /// conjugate views of a complex one are not modelled.
-  llvm::Error refuseComplex() const {
-    if (isComplex(in("self")->meta()->dtype))
-      return makeError("{}: on a complex tensor (its conjugate or real view) is not modelled", where());
+  /// A form of a composite op this table does not model stays the op export kept, as before
+  /// the table had it: propagation passes it through on plain tensors and refuses it by name on a
+  /// DTensor. Returned before anything is emitted.
+  llvm::Error keepExported() {
+    keepExported_ = true;
     return llvm::Error::success();
   }
+  /// The conjugating ops (mH, adjoint, resolve_conj, ...) are the identity on a real tensor; their
+  /// complex forms (conjugate and real views) are not modelled.
+  bool complexSelf() const { return isComplex(in("self")->meta()->dtype); }
 
   /// mT / mH / matrix_H / adjoint: transpose(-2, -1) (and conj(), the identity on a real tensor).
   llvm::Error lastTwoDimsTransposed() {
-    if (llvm::Error err = refuseComplex())
-      return err;
+    if (complexSelf())
+      return keepExported();
     return runOnSelf("aten::transpose.int", {{"dim0", int64_t{-2}, false}, {"dim1", int64_t{-1}, false}});
   }
   /// Tensor.T (numpy_T): permute with the dims reversed.
@@ -283,7 +288,7 @@ private:
   llvm::Error broadcastTensors() {
     const Argument *tensors = n_->input("tensors");
     if (!tensors || !tensors->is<TensorList>() || tensors->get<TensorList>().size() != n_->results().size())
-      return makeError("{}: expected a tensor list 'tensors' and one result per tensor", where());
+      return keepExported();
     const TensorList &xs = tensors->get<TensorList>();
     for (size_t i = 0; i < xs.size(); ++i) {
       Value *x = b_.map(xs[i]);
@@ -320,7 +325,7 @@ private:
   llvm::Error narrow() {
     auto dim = n_->input("dim")->asInt(), start = n_->input("start")->asInt(), length = n_->input("length")->asInt();
     if (!dim || !start || !length)
-      return makeError("{}: expected integer dim, start and length", where());
+      return keepExported();
     int64_t rank = in("self")->meta()->rank();
     int64_t size = hints(in("self")->meta()->sizes)[*dim < 0 ? *dim + rank : *dim];
     int64_t from = *start < 0 ? *start + size : *start;
@@ -351,15 +356,15 @@ private:
   }
   /// real / resolve_conj / resolve_neg of a real tensor: the tensor itself, no op.
   llvm::Error selfWhenReal() {
-    if (llvm::Error err = refuseComplex())
-      return err;
+    if (complexSelf())
+      return keepExported();
     b_.bind(result(0), in("self"));
     return llvm::Error::success();
   }
   /// isreal of a real tensor: ones_like(self, dtype=bool).
   llvm::Error isreal() {
-    if (llvm::Error err = refuseComplex())
-      return err;
+    if (complexSelf())
+      return keepExported();
     return runOnSelf("aten::ones_like.default",
                      {{"dtype", ScalarType::Bool, true}, {"memory_format", MemoryFormat::Preserve, true}});
   }
@@ -425,14 +430,13 @@ private:
     int64_t rank = x->meta()->rank();
     int64_t dim = op.startswith("aten::vsplit.") ? 0 : op.startswith("aten::dsplit.") ? 2 : (rank == 1 ? 0 : 1);
     if (dim >= rank)
-      return makeError("{}: a tensor of rank {} has no dim {} to split", where(), rank, dim);
+      return keepExported();
     int64_t size = hints(x->meta()->sizes)[dim];
     IntList bounds{0};
     if (const Argument *sections = n_->input("sections")) {
       auto k = sections->asInt();
       if (!k || *k <= 0 || size % *k != 0)
-        return makeError("{}: {} sections do not divide dim {} of size {} (torch raises)", where(),
-                         k ? *k : 0, dim, size);
+        return keepExported();
       for (int64_t i = 1; i <= *k; ++i)
         bounds.push_back(size / *k * i);
     } else {
@@ -441,7 +445,7 @@ private:
       bounds.push_back(size);
     }
     if (bounds.size() - 1 != n_->results().size())
-      return makeError("{}: {} pieces, but the node has {} results", where(), bounds.size() - 1, n_->results().size());
+      return keepExported();
     for (size_t i = 0; i + 1 < bounds.size(); ++i) {
       const Value *r = n_->results()[i];
       b_.bind(r, slice(x, dim, bounds[i], bounds[i + 1], r->name(), &*r->meta()));
@@ -452,12 +456,12 @@ private:
   llvm::Error diff() {
     for (llvm::StringRef name : {"prepend", "append"})
       if (const Argument *a = n_->input(name); a && !a->isNone())
-        return makeError("{}: {} is not modelled", where(), name);
+        return keepExported();
     if (auto n = n_->input("n") ? n_->input("n")->asInt() : std::optional<int64_t>(1); n != 1)
-      return makeError("{}: n != 1 is not modelled", where());
+      return keepExported();
     Value *x = in("self");
     if (!isFloating(x->meta()->dtype))
-      return makeError("{}: of a {} tensor (logical_xor) is not modelled", where(), torchName(x->meta()->dtype));
+      return keepExported();
     int64_t rank = x->meta()->rank();
     int64_t dim = n_->input("dim") ? *n_->input("dim")->asInt() : -1;
     dim = dim < 0 ? dim + rank : dim;
@@ -501,7 +505,7 @@ private:
     bool hasOrd = ord && !ord->isNone(), hasDim = dim && !dim->isNone();
     size_t dims = hasDim ? dim->asIntList().value_or(IntList{0}).size() : 0;
     if (hasOrd && (dims == 2 || (!hasDim && in("self")->meta()->rank() == 2)))
-      return makeError("{}: a matrix norm (linalg_matrix_norm) is not modelled", where());
+      return keepExported();
     llvm::SmallVector<NamedArgument, 4> args{{"ord", hasOrd ? b_.map(*ord) : Argument(2.0), false}};
     if (hasDim)
       args.push_back({"dim", b_.map(*dim), false});
@@ -524,7 +528,7 @@ private:
     Value *x = in("self");
     IntList out = n_->input("output_size")->asIntList().value_or(IntList{});
     if (out.size() != 1)
-      return makeError("{}: expected a one-element output_size", where());
+      return keepExported();
     auto sizes = hints(x->meta()->sizes);
     sizes.insert(sizes.end() - 1, 1);
     Value *wide = unary("aten::unsqueeze.default", x, withShape(*x->meta(), sizes), tmp("unsqueeze"),
@@ -543,10 +547,10 @@ private:
   /// reduction (0 none, 1 mean, 2 sum); target * input runs first.
   llvm::Error klDiv() {
     if (const Argument *logTarget = n_->input("log_target"); logTarget && logTarget->is<bool>() && logTarget->get<bool>())
-      return makeError("{}: log_target=True is not modelled", where());
+      return keepExported();
     auto reduction = lossReduction();
     if (!reduction)
-      return reduction.takeError();
+      return keepExported();
     Value *x = in("self"), *target = in("target");
     TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
     Value *product = emit1("aten::mul.Tensor", {{"self", target, false}, {"other", x, false}}, m, tmp("mul"));
@@ -556,11 +560,11 @@ private:
   }
 
   /// A loss's `reduction` (at::Reduction: 0 none, 1 mean, the default, 2 sum).
-  llvm::Expected<int64_t> lossReduction() const {
+  std::optional<int64_t> lossReduction() const {
     const Argument *a = n_->input("reduction");
     int64_t reduction = a ? a->asInt().value_or(1) : 1;
     if (reduction < 0 || reduction > 2)
-      return makeError("{}: reduction {} is not 0, 1 or 2", where(), reduction);
+      return std::nullopt;
     return reduction;
   }
   /// apply_loss_reduction (Loss.cpp) of the pointwise loss `op(args)` of meta `m`: the result
@@ -953,10 +957,10 @@ private:
   llvm::Error nllLossNdOf(Value *x, Value *target) {
     int64_t rank = x->meta()->rank();
     if (rank < 1 || !target)
-      return makeError("{}: expected an input of rank 1 or more and a target", where());
+      return keepExported();
     auto reduction = lossReduction();
     if (!reduction)
-      return reduction.takeError();
+      return keepExported();
     if (rank <= 2 || rank == 4) {
       b_.bind(result(0), nllLoss(rank == 4 ? "aten::nll_loss2d_forward.default" : "aten::nll_loss_forward.default", x,
                                  target, *result(0)->meta(), result(0)->name()));
@@ -989,7 +993,7 @@ private:
   llvm::Error l1Loss() {
     auto reduction = lossReduction();
     if (!reduction)
-      return reduction.takeError();
+      return keepExported();
     Value *x = in("self"), *target = in("target");
     TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
     Value *diff = emit1("aten::sub.Tensor", {{"self", x, false}, {"other", target, false}}, m, tmp("sub"));
@@ -1002,10 +1006,10 @@ private:
   /// the same arguments (on CUDA cudnn_grid_sampler may run instead: not modelled).
   llvm::Error gridSampler() {
     if (cuda_)
-      return makeError("{}: on CUDA it may run cudnn_grid_sampler, which is not modelled", where());
+      return keepExported();
     int64_t rank = in("input")->meta()->rank();
     if (rank != 4 && rank != 5)
-      return makeError("{}: expected a 4-D or 5-D input, not {}-D", where(), rank);
+      return keepExported();
     return runAs(rank == 4 ? "aten::grid_sampler_2d.default" : "aten::grid_sampler_3d.default");
   }
 
@@ -1226,6 +1230,7 @@ private:
   }
 
   GraphBuilder &b_;
+  bool keepExported_ = false;
   const CudaTarget *cuda_ = nullptr;
   /// Exported values that require grad at run time (gradLeaves and what grad-enabled ops make
   /// of them), for the kernels whose arguments depend on it.
