@@ -226,11 +226,12 @@ class Formula:
     def op(self, name, overload, node):
         schema = schema_of(name, overload)
         qualified = f"aten::{name}.{overload}"
-        params = [a for a in schema.arguments]
+        params = list(schema.arguments)
         like, sizes_of, hint = None, None, DEFAULT_HINTS.get(qualified, f"grad_{name}")
         args, optional, first_tensor = [], [], None
-        if len(node.args) > len([p for p in params if not p.kwarg_only]):
-            raise FormulaError(f"{qualified} takes at most {len(params)} positional arguments")
+        positional = len([p for p in params if not p.kwarg_only])
+        if len(node.args) > positional:
+            raise FormulaError(f"{qualified} takes at most {positional} positional arguments")
         written = [(params[i].name, a, False) for i, a in enumerate(node.args)]
         for k in node.keywords:
             if k.arg == "_like":

@@ -89,6 +89,8 @@ def test_strings_sizes_and_real_only(tmp_path):
     ({"ops": ["aten::add.Tensor", "aten::add.Scalar"], "other": "grad"},
      "argument 'other' differs between the entry's ops"),
     ({"ops": ["aten::mul.Scalar"], "other": "grad"}, "'other' is not a tensor argument"),
+    ({"ops": ["aten::sin.default"], "self": "gelu_backward(grad, self, 'tanh')"},
+     "aten::gelu_backward.default takes at most 2 positional arguments"),
     ({"ops": ["aten::sin.default"], "self": "mul.Tensor(grad, self + 1)"},
      "arithmetic is on numbers only, not tensors (call the op)"),
     ({"ops": ["aten::sin.default"], "code": "sinBackward", "self": "grad"}, "an entry with code: has no formulas"),
