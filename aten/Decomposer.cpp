@@ -323,11 +323,13 @@ private:
   }
   /// narrow(dim, start, length): slice(dim, start, start + length).
   llvm::Error narrow() {
-    auto dim = n_->input("dim")->asInt(), start = n_->input("start")->asInt(), length = n_->input("length")->asInt();
+    auto dim = intInput("dim"), start = intInput("start"), length = intInput("length");
     if (!dim || !start || !length)
       return keepExported();
-    int64_t rank = in("self")->meta()->rank();
-    int64_t size = hints(in("self")->meta()->sizes)[*dim < 0 ? *dim + rank : *dim];
+    int64_t rank = in("self")->meta()->rank(), d = *dim < 0 ? *dim + rank : *dim;
+    if (d < 0 || d >= rank)
+      return keepExported();
+    int64_t size = hints(in("self")->meta()->sizes)[d];
     int64_t from = *start < 0 ? *start + size : *start;
     return runOnSelf("aten::slice.Tensor",
                      {{"dim", *dim, false}, {"start", from, false}, {"end", from + *length, false}});
@@ -440,7 +442,10 @@ private:
       for (int64_t i = 1; i <= *k; ++i)
         bounds.push_back(size / *k * i);
     } else {
-      for (int64_t i : n_->input("indices")->asIntList().value_or(IntList{}))
+      auto indices = intListInput("indices");
+      if (!indices)
+        return keepExported();
+      for (int64_t i : *indices)
         bounds.push_back(std::clamp<int64_t>(i < 0 ? i + size : i, bounds.back(), size));
       bounds.push_back(size);
     }
@@ -457,14 +462,18 @@ private:
     for (llvm::StringRef name : {"prepend", "append"})
       if (const Argument *a = n_->input(name); a && !a->isNone())
         return keepExported();
-    if (auto n = n_->input("n") ? n_->input("n")->asInt() : std::optional<int64_t>(1); n != 1)
+    if (n_->input("n") && intInput("n") != 1)
       return keepExported();
     Value *x = in("self");
     if (!isFloating(x->meta()->dtype))
       return keepExported();
     int64_t rank = x->meta()->rank();
-    int64_t dim = n_->input("dim") ? *n_->input("dim")->asInt() : -1;
+    if (n_->input("dim") && !intInput("dim"))
+      return keepExported();
+    int64_t dim = intInput("dim").value_or(-1);
     dim = dim < 0 ? dim + rank : dim;
+    if (dim < 0 || dim >= rank)
+      return keepExported();
     int64_t size = hints(x->meta()->sizes)[dim];
     Value *before = slice(x, dim, 0, size - 1, tmp("before"));
     Value *after = slice(x, dim, 1, size, tmp("after"));
@@ -477,7 +486,10 @@ private:
   llvm::Error sumToSize() {
     Value *x = in("self");
     auto xs = hints(x->meta()->sizes);
-    IntList to = n_->input("size")->asIntList().value_or(IntList{});
+    auto size = intListInput("size");
+    if (!size || size->size() > xs.size())
+      return keepExported();
+    const IntList &to = *size;
     size_t leading = xs.size() - std::min(xs.size(), to.size());
     IntList dims;
     for (size_t i = 0; i < xs.size(); ++i)
@@ -517,7 +529,10 @@ private:
   /// adaptive_avg_pool2d (AdaptiveAveragePooling.cpp): mean over the last two dims (keepdim) for
   /// a 1x1 output, else _adaptive_avg_pool2d.
   llvm::Error adaptiveAvgPool2d() {
-    IntList out = n_->input("output_size")->asIntList().value_or(IntList{});
+    auto outputSize = intListInput("output_size");
+    if (!outputSize)
+      return keepExported();
+    IntList out = *outputSize;
     if (out == IntList{1, 1})
       return runOnSelf("aten::mean.dim", {{"dim", IntList{-1, -2}, false}, {"keepdim", true, false}});
     return runOnSelf("aten::_adaptive_avg_pool2d.default", {{"output_size", out, false}});
@@ -526,19 +541,20 @@ private:
   /// [1, size] (a mean for size 1), squeeze(-2).
   llvm::Error adaptiveAvgPool1d() {
     Value *x = in("self");
-    IntList out = n_->input("output_size")->asIntList().value_or(IntList{});
+    IntList out = intListInput("output_size").value_or(IntList{});
     if (out.size() != 1)
       return keepExported();
+    int64_t width = out[0];
     auto sizes = hints(x->meta()->sizes);
     sizes.insert(sizes.end() - 1, 1);
     Value *wide = unary("aten::unsqueeze.default", x, withShape(*x->meta(), sizes), tmp("unsqueeze"),
                         {{"dim", int64_t{-2}, false}});
-    sizes.back() = out[0];
-    Value *pooled = out[0] == 1
+    sizes.back() = width;
+    Value *pooled = width == 1
                         ? unary("aten::mean.dim", wide, withShape(*x->meta(), sizes), tmp("pool"),
                                 {{"dim", IntList{-1, -2}, false}, {"keepdim", true, false}})
                         : unary("aten::_adaptive_avg_pool2d.default", wide, withShape(*x->meta(), sizes), tmp("pool"),
-                                {{"output_size", IntList{1, out[0]}, false}});
+                                {{"output_size", IntList{1, width}, false}});
     b_.bind(result(0), unary("aten::squeeze.dim", pooled, *result(0)->meta(), result(0)->name(),
                              {{"dim", int64_t{-2}, false}}));
     return llvm::Error::success();
@@ -579,6 +595,16 @@ private:
                              *result(0)->meta(), result(0)->name()));
   }
 
+
+  /// The node's argument `name` as an int / an int list; nullopt when absent or of another form.
+  std::optional<int64_t> intInput(llvm::StringRef name) const {
+    const Argument *a = n_->input(name);
+    return a ? a->asInt() : std::nullopt;
+  }
+  std::optional<IntList> intListInput(llvm::StringRef name) const {
+    const Argument *a = n_->input(name);
+    return a ? a->asIntList() : std::nullopt;
+  }
 
   Value *in(llvm::StringRef name) const {
     const Argument *a = n_->input(name);
@@ -743,7 +769,7 @@ private:
   llvm::Error layerNorm() {
     Value *x = in("input");
     const TensorMeta &xm = *x->meta();
-    auto normalized = n_->input("normalized_shape")->asIntList().value_or(IntList{});
+    auto normalized = intListInput("normalized_shape").value_or(IntList{});
     auto statSizes = hints(xm.sizes);
     for (size_t i = 0; i < normalized.size() && i < statSizes.size(); ++i)
       statSizes[statSizes.size() - 1 - i] = 1;
@@ -765,7 +791,7 @@ private:
     // CPU composite path of torch 2.13: pow, mean.dim(keepdim), add_(eps), rsqrt, mul, mul(weight).
     Value *x = in("input");
     const TensorMeta &xm = *x->meta();
-    auto normalized = n_->input("normalized_shape")->asIntList().value_or(IntList{});
+    auto normalized = intListInput("normalized_shape").value_or(IntList{});
     IntList dims;
     for (size_t i = 0; i < normalized.size(); ++i)
       dims.push_back(-1 - static_cast<int64_t>(normalized.size() - 1 - i));
@@ -906,7 +932,10 @@ private:
     if (m != "constant")
       return makeError("node '{}' aten::pad.default with mode '{}' in {}: only mode 'constant' is supported",
                        n_->name(), m, n_->scope() ? n_->scope()->displayName() : "Global");
-    llvm::SmallVector<NamedArgument, 4> args{{"self", in("self"), false}, {"pad", b_.map(*n_->input("pad")), false}};
+    const Argument *padding = n_->input("pad");
+    if (!padding)
+      return makeError("node '{}' aten::pad.default: expected a 'pad' argument", n_->name());
+    llvm::SmallVector<NamedArgument, 4> args{{"self", in("self"), false}, {"pad", b_.map(*padding), false}};
     if (const Argument *value = n_->input("value"); value && !value->isNone())
       args.push_back({"value", b_.map(*value), false});
     b_.bind(result(0), emit1("aten::constant_pad_nd.default", std::move(args), *result(0)->meta(), result(0)->name()));
@@ -1043,7 +1072,7 @@ private:
 
   llvm::Error softmax(llvm::StringRef runtimeOp) {
     Value *x = in("self");
-    int64_t dim = n_->input("dim")->asInt().value_or(-1);
+    int64_t dim = intInput("dim").value_or(-1);
     b_.bind(result(0), emit1(runtimeOp, {{"self", x, false}, {"dim", dim, false}, {"half_to_float", false, false}},
                              *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
