@@ -80,12 +80,7 @@ public:
       return llvm::Error::success();
     }
     if (op == "aten::contiguous.default") {
-      Value *x = in("self");
-      if (isContiguous(*x->meta()))
-        b_.bind(n.results()[0], x);
-      else
-        b_.bind(n.results()[0], unary("aten::clone.default", x, withShape(*x->meta(), hints(x->meta()->sizes)),
-                                      result(0)->name(), {{"memory_format", MemoryFormat::Contiguous, true}}));
+      b_.bind(n.results()[0], contiguous(in("self"), result(0)->name()));
       return llvm::Error::success();
     }
     if (op == "aten::type_as.default")
@@ -309,12 +304,8 @@ private:
   }
   /// ravel: contiguous().view(-1).
   llvm::Error ravel() {
-    Value *x = in("self");
-    if (!isContiguous(*x->meta()))
-      x = unary("aten::clone.default", x, withShape(*x->meta(), hints(x->meta()->sizes)), tmp("contiguous"),
-                {{"memory_format", MemoryFormat::Contiguous, true}});
-    b_.bind(result(0), unary("aten::view.default", x, *result(0)->meta(), result(0)->name(),
-                             {{"size", IntList{-1}, false}}));
+    b_.bind(result(0), unary("aten::view.default", contiguous(in("self"), tmp("contiguous")), *result(0)->meta(),
+                             result(0)->name(), {{"size", IntList{-1}, false}}));
     return llvm::Error::success();
   }
   /// fliplr: flip([1]); flipud: flip([0]).
@@ -526,19 +517,22 @@ private:
         args.push_back({name.str(), b_.map(*a), name == "dtype"});
     return runOnSelf("aten::linalg_vector_norm.default", std::move(args));
   }
-  /// adaptive_avg_pool2d (AdaptiveAveragePooling.cpp): mean over the last two dims (keepdim) for
-  /// a 1x1 output, else _adaptive_avg_pool2d.
+  /// adaptive_avg_pool2d (AdaptiveAveragePooling.cpp) of `x` to `out`: mean over the last two dims
+  /// (keepdim) for a 1x1 output, else _adaptive_avg_pool2d.
+  Value *adaptiveAvgPool2dOf(Value *x, const IntList &out, const TensorMeta &meta, llvm::StringRef name) {
+    if (out == IntList{1, 1})
+      return unary("aten::mean.dim", x, meta, name, {{"dim", IntList{-1, -2}, false}, {"keepdim", true, false}});
+    return unary("aten::_adaptive_avg_pool2d.default", x, meta, name, {{"output_size", out, false}});
+  }
   llvm::Error adaptiveAvgPool2d() {
     auto outputSize = intListInput("output_size");
     if (!outputSize)
       return keepExported();
-    IntList out = *outputSize;
-    if (out == IntList{1, 1})
-      return runOnSelf("aten::mean.dim", {{"dim", IntList{-1, -2}, false}, {"keepdim", true, false}});
-    return runOnSelf("aten::_adaptive_avg_pool2d.default", {{"output_size", out, false}});
+    b_.bind(result(0), adaptiveAvgPool2dOf(in("self"), IntList(*outputSize), *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
   }
   /// adaptive_avg_pool1d (AdaptiveAveragePooling.cpp): unsqueeze(-2), adaptive_avg_pool2d to
-  /// [1, size] (a mean for size 1), squeeze(-2).
+  /// [1, size], squeeze(-2).
   llvm::Error adaptiveAvgPool1d() {
     Value *x = in("self");
     IntList out = intListInput("output_size").value_or(IntList{});
@@ -550,11 +544,7 @@ private:
     Value *wide = unary("aten::unsqueeze.default", x, withShape(*x->meta(), sizes), tmp("unsqueeze"),
                         {{"dim", int64_t{-2}, false}});
     sizes.back() = width;
-    Value *pooled = width == 1
-                        ? unary("aten::mean.dim", wide, withShape(*x->meta(), sizes), tmp("pool"),
-                                {{"dim", IntList{-1, -2}, false}, {"keepdim", true, false}})
-                        : unary("aten::_adaptive_avg_pool2d.default", wide, withShape(*x->meta(), sizes), tmp("pool"),
-                                {{"output_size", IntList{1, width}, false}});
+    Value *pooled = adaptiveAvgPool2dOf(wide, IntList{1, width}, withShape(*x->meta(), sizes), tmp("pool"));
     b_.bind(result(0), unary("aten::squeeze.dim", pooled, *result(0)->meta(), result(0)->name(),
                              {{"dim", int64_t{-2}, false}}));
     return llvm::Error::success();
@@ -595,7 +585,6 @@ private:
                              *result(0)->meta(), result(0)->name()));
   }
 
-
   /// The node's argument `name` as an int / an int list; nullopt when absent or of another form.
   std::optional<int64_t> intInput(llvm::StringRef name) const {
     const Argument *a = n_->input(name);
@@ -632,6 +621,14 @@ private:
     std::reverse(s.begin(), s.end());
     std::reverse(st.begin(), st.end());
     return unary("aten::t.default", w, withShape(*w->meta(), s, llvm::ArrayRef<int64_t>(st)), tmp("t"));
+  }
+
+  /// Tensor.contiguous(): `x` itself when it is, else a contiguous clone named `name`.
+  Value *contiguous(Value *x, llvm::StringRef name) {
+    if (isContiguous(*x->meta()))
+      return x;
+    return unary("aten::clone.default", x, withShape(*x->meta(), hints(x->meta()->sizes)), name,
+                 {{"memory_format", MemoryFormat::Contiguous, true}});
   }
 
   /// reshape: a view when the strides allow it, else clone + _unsafe_view.
@@ -999,15 +996,10 @@ private:
     int64_t n = xs[0], c = xs[1], rest = 1;
     for (size_t i = 2; i < xs.size(); ++i)
       rest *= xs[i];
-    auto contiguous = [&](Value *v) {
-      return isContiguous(*v->meta()) ? v
-                                      : unary("aten::clone.default", v, withShape(*v->meta(), hints(v->meta()->sizes)),
-                                              tmp("contiguous"), {{"memory_format", MemoryFormat::Contiguous, true}});
-    };
-    Value *xv = unary("aten::view.default", contiguous(x), withShape(*x->meta(), {n, c, 1, rest}), tmp("input_view"),
-                      {{"size", IntList{n, c, 1, -1}, false}});
-    Value *tv = unary("aten::view.default", contiguous(target), withShape(*target->meta(), {n, 1, rest}),
-                      tmp("target_view"), {{"size", IntList{n, 1, -1}, false}});
+    Value *xv = unary("aten::view.default", contiguous(x, tmp("input_contiguous")), withShape(*x->meta(), {n, c, 1, rest}),
+                      tmp("input_view"), {{"size", IntList{n, c, 1, -1}, false}});
+    Value *tv = unary("aten::view.default", contiguous(target, tmp("target_contiguous")),
+                      withShape(*target->meta(), {n, 1, rest}), tmp("target_view"), {{"size", IntList{n, 1, -1}, false}});
     if (*reduction != 0) {
       b_.bind(result(0), nllLoss("aten::nll_loss2d_forward.default", xv, tv, *result(0)->meta(), result(0)->name()));
       return llvm::Error::success();
@@ -1029,7 +1021,6 @@ private:
     bindLoss(*reduction, "aten::abs.default", {{"self", diff, false}}, m);
     return llvm::Error::success();
   }
-
 
   /// grid_sampler (GridSampler.cpp): grid_sampler_2d for a 4-D input, grid_sampler_3d for 5-D, with
   /// the same arguments (on CUDA cudnn_grid_sampler may run instead: not modelled).
