@@ -676,7 +676,7 @@ llvm::Error normBackward(GradCall &c) {
 /// filled by a plain zeros tensor. On DTensors that mix makes DTensor's cat raise in torch 2.13,
 /// so the formula errors too.
 llvm::Error splitUnbindBackward(GradCall &c) {
-  bool unbind = c.n.opString() == "aten::unbind.int";
+  bool unbind = c.n.opString() == "aten::unbind.int" || c.n.opString() == "aten::unbind_copy.int";
   TensorList parts;
   for (size_t i = 0; i < c.grads.size(); ++i) {
     Value *g = c.grads[i];

@@ -26,6 +26,7 @@ const RuleTable &table() {
     registerSpatialRules(t);
     registerLinalgRules(t);
     registerAttentionRules(t);
+    registerDecompositionRules(t);
     return t;
   }();
   return t;

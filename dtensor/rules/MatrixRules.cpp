@@ -9,7 +9,8 @@
 // Dims are visited in sorted letter order within each class. addmm/baddbmm insert the bias
 // placement after the output, derived from the output through broadcasting (a broadcast dim is
 // R, a Partial output asks the bias for the same Partial: R -> P is a local divide, no comm).
-// _foreach_mm runs mm per list element.
+// _foreach_mm runs mm per list element. dot keeps 2.13's older full-mesh einsum strategy (no
+// linearity rules).
 #include "dtensor/rules/RuleEngine.h"
 
 #include <set>
@@ -105,6 +106,16 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> baddbmmRule(const OpCall &c) {
   return einsumStrategy(c, "bmk", "bkn", "bmn", true);
 }
 
+/// dot: the full-mesh einsum strategy 'i,i->' (gen_einsum_strategies): per mesh dim [R | R, R] and
+/// [P(sum) | S(0), S(0)]; no Partial input is kept.
+llvm::Expected<Cands> dotRule(const OpCall &c) {
+  if (c.inputs.size() != 2 || c.rank(0) != 1 || c.rank(1) != 1)
+    return c.error("expected two 1-D tensor operands");
+  using RP = RulePlacement;
+  Placement s0 = Placement::shard(0);
+  return expandSingleDim(c, {{RP::P(), RP::of(s0), RP::of(s0)}}, ExpandOptions());
+}
+
 /// _foreach_mm(self[], mat2[]): mm per list element.
 llvm::Expected<Cands> foreachMmRule(const OpCall &c) { return perElement(c, "aten::mm.default", mmRule); }
 
@@ -116,6 +127,7 @@ void registerMatrixRules(RuleTable &t) {
   t["aten::bmm.default"] = bmmRule;
   t["aten::baddbmm.default"] = baddbmmRule;
   t["aten::_foreach_mm.default"] = foreachMmRule;
+  t["aten::dot.default"] = dotRule;
 }
 
 } // namespace commlens::rules

@@ -356,6 +356,16 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> randomRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), opts);
 }
 
+/// multinomial: batch dims (all but the last, consumed by the sampling) shard with the output.
+llvm::Expected<llvm::SmallVector<Candidate, 8>> multinomialRule(const OpCall &call) {
+  if (call.inputs.size() != 1)
+    return call.error("expected one tensor operand");
+  Rules rules;
+  for (int64_t i = 0; i + 1 < call.rank(0); ++i)
+    rules.push_back({RP::ph(i), RP::ph(i)});
+  return expandSingleDim(call, std::move(rules), ExpandOptions());
+}
+
 } // namespace
 
 bool isPointwiseOp(llvm::StringRef op) { return families().count(op) != 0; }
@@ -372,6 +382,10 @@ void registerPointwiseRules(RuleTable &t) {
   t["aten::native_dropout.default"] = randomRule;
   t["aten::bernoulli.default"] = randomRule;
   t["aten::bernoulli_.float"] = randomRule; // dropout's CPU kernel draws its mask with it (aten/Decomposer)
+  for (const char *op : {"aten::normal_.default", "aten::uniform_.default", "aten::log_normal_.default",
+                         "aten::exponential_.default", "aten::geometric_.default"})
+    t[op] = randomRule;
+  t["aten::multinomial.default"] = multinomialRule;
 }
 
 } // namespace commlens::rules

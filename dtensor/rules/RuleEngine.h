@@ -154,6 +154,9 @@ void registerBackwardRules(RuleTable &t);
 void registerSpatialRules(RuleTable &t);
 void registerLinalgRules(RuleTable &t);
 void registerAttentionRules(RuleTable &t);
+/// Ops without a DTensor strategy whose strategy DTensor derives from their decomposition.
+void registerDecompositionRules(RuleTable &t);
+bool hasDecompositionRule(llvm::StringRef op);
 
 // Small helpers shared by rule files.
 int64_t normDim(int64_t d, int64_t rank);

@@ -9,6 +9,8 @@
 //     to it, then min-cost selection;
 //   index_select: single-dim [S(d) | S(d), R] for d != dim, [S(dim) | R, S(0)],
 //     [P(op) | P(op), R] for sum, avg, min, max, product;
+//   index_fill / index_reduce: [S(d) | S(d), R..] for d != dim, plus the Partials each keeps;
+//   bucketize: self sharded on any dim, or boundaries on dim 0 (Partial(sum) counts);
 //   gather: full-mesh expansion of [R|R,R], [MaskP | S(dim), MaskP] when index.size(dim) == 1,
 //     [S(dim) | R, S(dim)], [S(d) | S(d), S(d)] for d != dim when ranks agree;
 //   scatter.src / scatter.value / scatter_add: [R|R..] and [S(d)|S(d)..] for d != dim where the
@@ -115,6 +117,51 @@ llvm::Expected<Cands> indexSelectRule(const OpCall &call) {
       rules.push_back({RP::ph(i), RP::ph(i), RP::R()});
   rules.push_back({RP::ph(dim), RP::R(), RP::ph(0)});
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product})
+    rules.push_back({RP::P(op), RP::P(op), RP::R()});
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
+/// index_fill.int_Scalar / int_Tensor / index_reduce (_index_dim_strategy): [S(d) | S(d), R..]
+/// for d != dim (index_reduce's source shards with self), then the Partial passthroughs each op
+/// allows: a scalar fill survives only idempotent reductions, a 0-d tensor value any reduction
+/// (it is reduced with self), index_reduce none.
+llvm::Expected<Cands> indexDimRule(const OpCall &call) {
+  bool reduce = call.op == "aten::index_reduce.default", tensorValue = call.op == "aten::index_fill.int_Tensor";
+  size_t want = reduce || tensorValue ? 3 : 2;
+  if (call.inputs.size() != want)
+    return call.error("expected {} tensor operands, got {}", want, call.inputs.size());
+  auto d = call.intArg("dim", 1);
+  if (!d)
+    return call.error("missing dim argument");
+  int64_t dim = normDim(*d, call.rank(0));
+  std::vector<SingleDimRule> rules;
+  for (int64_t i = 0; i < call.rank(0); ++i)
+    if (i != dim) {
+      SingleDimRule r{RP::ph(i), RP::ph(i), RP::R()};
+      if (want == 3)
+        r.push_back(reduce ? RP::ph(i) : RP::R());
+      rules.push_back(std::move(r));
+    }
+  if (tensorValue)
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max, ReduceOp::Product})
+      rules.push_back({RP::P(op), RP::P(op), RP::R(), RP::P(op)});
+  else if (!reduce)
+    for (ReduceOp op : {ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+      rules.push_back({RP::P(op), RP::P(op), RP::R()});
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
+/// bucketize.Tensor(self, boundaries): self sharded on any dim with boundaries replicated;
+/// boundaries sharded on dim 0 with self replicated, the counts Partial(sum); a Partial max/min
+/// self kept (bucketize is monotone in self).
+llvm::Expected<Cands> bucketizeRule(const OpCall &call) {
+  if (call.inputs.size() != 2)
+    return call.error("expected two tensor operands, got {}", call.inputs.size());
+  std::vector<SingleDimRule> rules;
+  for (int64_t i = 0; i < call.rank(0); ++i)
+    rules.push_back({RP::ph(i), RP::ph(i), RP::R()});
+  rules.push_back({RP::P(), RP::R(), RP::ph(0)});
+  for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min})
     rules.push_back({RP::P(op), RP::P(op), RP::R()});
   return expandSingleDim(call, std::move(rules), ExpandOptions{});
 }
@@ -431,6 +478,9 @@ void registerTensorRules(RuleTable &t) {
   t["aten::cat.default"] = catRule;
   t["aten::index_select.default"] = indexSelectRule;
   t["aten::gather.default"] = gatherRule;
+  for (const char *op : {"aten::index_fill.int_Scalar", "aten::index_fill.int_Tensor", "aten::index_reduce.default"})
+    t[op] = indexDimRule;
+  t["aten::bucketize.Tensor"] = bucketizeRule;
   for (const char *op : {"aten::scatter.src", "aten::scatter.value", "aten::scatter_add.default"})
     t[op] = scatterRule;
 }

@@ -82,6 +82,19 @@ DimPtr splitNew(DimPtr in, const std::vector<int64_t> &group, int64_t idx) {
   return d;
 }
 
+/// Repeat.new: a dim repeated once is itself, a repeated singleton a broadcast.
+DimPtr repeatNew(DimPtr in, int64_t times) {
+  if (times == 1)
+    return in;
+  if (in->k == DimSpec::K::Singleton)
+    return broadcast(std::move(in), times);
+  auto d = std::make_shared<DimSpec>();
+  d->k = DimSpec::K::Repeat;
+  d->inner = std::move(in);
+  d->size = times;
+  return d;
+}
+
 using DimMap = std::vector<DimPtr>;
 
 llvm::Expected<DimMap> viewGroups(const OpCall &call, llvm::ArrayRef<int64_t> from, IntList to) {
@@ -450,6 +463,23 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> expandRule(const OpCall &call) {
   return viewStrategy(call, *rule, false);
 }
 
+/// repeat (dim_repeat): leading new dims broadcast, each repeated input dim replicated.
+llvm::Expected<llvm::SmallVector<Candidate, 8>> repeatRule(const OpCall &call) {
+  if (llvm::Error e = needOneInput(call))
+    return e;
+  auto repeats = call.intListArg("repeats", 1);
+  if (!repeats)
+    return call.error("missing repeats argument");
+  int64_t nd = call.rank(0);
+  if (static_cast<int64_t>(repeats->size()) < nd)
+    return call.error("{} repeats for a {}-D tensor", repeats->size(), nd);
+  size_t pad = repeats->size() - static_cast<size_t>(nd);
+  DimMap rule;
+  for (size_t i = 0; i < repeats->size(); ++i)
+    rule.push_back(repeatNew(i < pad ? singleton() : inputDim(static_cast<int64_t>(i - pad)), (*repeats)[i]));
+  return viewStrategy(call, rule, false);
+}
+
 llvm::Expected<llvm::SmallVector<Candidate, 8>> unsqueezeRule(const OpCall &call) {
   if (llvm::Error e = needOneInput(call))
     return e;
@@ -570,6 +600,7 @@ void registerViewRules(RuleTable &t) {
   t["aten::view_copy.default"] = viewRule<false>;
   t["aten::expand.default"] = expandRule;
   t["aten::expand_copy.default"] = expandRule; // the same Tensor.expand dim map in DTensor
+  t["aten::repeat.default"] = repeatRule;
   t["aten::unsqueeze.default"] = unsqueezeRule;
   t["aten::squeeze.dim"] = squeezeRule;
   t["aten::squeeze.dims"] = squeezeRule;

@@ -151,8 +151,10 @@ def render(dt, pointwise, ours):
     lines.append("")
     extra = sorted(o for o in ours if o not in dt)
     if extra:
-        lines += ["commlens rules for ops outside this list (in-place variants, or ops DTensor has no strategy",
-                  "for, where commlens reproduces DTensor's error): " + ", ".join(f"`{o}`" for o in extra), ""]
+        lines += ["commlens rules for ops outside this list (in-place variants, ops DTensor shards through their",
+                  "decomposition as `DecompShardingStrategy` does (dtensor/rules/DecompositionRules.cpp), or ops",
+                  "DTensor has no strategy for, where commlens reproduces DTensor's error): "
+                  + ", ".join(f"`{o}`" for o in extra), ""]
     lines += ["| op | DTensor strategy | commlens | reason (no rule) |", "|---|---|---|---|"]
     for name in names:
         module, kinds = dt[name]

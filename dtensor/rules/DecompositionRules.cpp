@@ -1,0 +1,520 @@
+// Ops DTensor has no strategy for but torch._decomp decomposes (torch 2.13
+// `distributed/tensor/_decompositions.py`, DecompShardingStrategy). DTensor derives their strategy by
+// tracing the decomposition: for every combination of candidate input placements on a one-device
+// mesh (Replicate, every placement an input has, each Shard widened to every dim of each input) it
+// runs the decomposition's ops through their own strategies, drops the combinations where any op
+// would redistribute, and reads the output placements. The surviving [outputs | inputs] lists are
+// expanded to the real mesh (expand_to_full_mesh_op_strategy) and the cheapest is selected; the op
+// then runs whole on the local shards, so its only collectives are its inputs' redistributions.
+//
+// Each decomposition below is written as torch 2.13's decomposition function calls its ops (the
+// dtype casts of `pw_cast_for_opmath` are identities for float32/float64 and refused otherwise).
+// DTensor traces on fresh contiguous meta tensors of the operands' global shapes, so strides and
+// memory formats never matter here.
+// The rules oracle (tests/rules/test_rules_oracle.py) checks each against live DTensor.
+#include "dtensor/ShardingRules.h"
+#include "dtensor/rules/RuleEngine.h"
+#include "ir/TensorMetaUtils.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <fmt/ranges.h>
+
+namespace commlens::rules {
+
+namespace {
+
+/// A decomposition as a scratch graph: the op's tensor operands as inputs, the decomposition's
+/// ops as nodes, and which values the op returns.
+class Decomposition {
+public:
+  explicit Decomposition(const OpCall &call) : call_(call) {
+    for (size_t i = 0; i < call.inputs.size(); ++i) {
+      Value *v = graph_.createValue(fmt::format("in{}", i), ValueKind::Tensor);
+      v->setMeta(call.inputs[i].meta);
+      inputs_.push_back(v);
+    }
+  }
+
+  const OpCall &call() const { return call_; }
+  Value *in(unsigned i) const { return inputs_[i]; }
+  const TensorMeta &meta(const Value *v) const { return *v->meta(); }
+  /// A meta like `like` with other sizes (contiguous) and optionally another dtype.
+  static TensorMeta shaped(const TensorMeta &like, llvm::ArrayRef<int64_t> sizes,
+                           std::optional<ScalarType> dtype = std::nullopt) {
+    return metaOf(dtype.value_or(like.dtype), sizes, like.device);
+  }
+
+  /// Appends `target` with `args`, one result per meta.
+  llvm::SmallVector<Value *, 2> ops(llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> args,
+                                    llvm::ArrayRef<TensorMeta> metas) {
+    llvm::SmallVector<Argument, 1> outs;
+    llvm::SmallVector<Value *, 2> results;
+    for (const TensorMeta &m : metas) {
+      Value *r = graph_.createUniqueValue("t", ValueKind::Tensor);
+      r->setMeta(m);
+      results.push_back(r);
+      outs.push_back(Argument(r));
+    }
+    graph_.appendNode(fmt::format("n{}", graph_.numNodes()), target, std::move(args), std::move(outs));
+    return results;
+  }
+  Value *op(llvm::StringRef target, llvm::SmallVector<NamedArgument, 4> args, const TensorMeta &meta) {
+    return ops(target, std::move(args), {meta})[0];
+  }
+  /// The original call's argument `name` (else positional `pos`), for passing on unchanged.
+  std::optional<NamedArgument> forward(llvm::StringRef name, unsigned pos, llvm::StringRef as = "") const {
+    const Argument *a = call_.arg(name, pos);
+    if (!a)
+      return std::nullopt;
+    return NamedArgument{(as.empty() ? name : as).str(), *a, false};
+  }
+
+  void returns(llvm::ArrayRef<Value *> outs) { outputs_.assign(outs.begin(), outs.end()); }
+  llvm::ArrayRef<Value *> outputs() const { return outputs_; }
+  const Graph &graph() const { return graph_; }
+
+private:
+  const OpCall &call_;
+  Graph graph_;
+  llvm::SmallVector<Value *, 4> inputs_;
+  llvm::SmallVector<Value *, 2> outputs_;
+};
+
+using DecomposeFn = llvm::Error (*)(Decomposition &);
+/// Whether the op, run whole on each rank's shards of the selected candidate, succeeds.
+using LocalCheckFn = llvm::Error (*)(const OpCall &, const Candidate &);
+
+
+NamedArgument na(llvm::StringRef name, Argument v) { return {name.str(), std::move(v), false}; }
+
+llvm::Error needFloat(Decomposition &d) {
+  for (const OpInput &in : d.call().inputs)
+    if (in.meta.dtype != ScalarType::Float && in.meta.dtype != ScalarType::Double)
+      return d.call().error("its decomposition upcasts {} inputs (pw_cast_for_opmath), which is not modelled",
+                            torchName(in.meta.dtype));
+  return llvm::Error::success();
+}
+
+/// `<view>_copy`: the view, then clone(memory_format=contiguous_format) of each result.
+template <const char *View> llvm::Error viewCopy(Decomposition &d) {
+  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0))};
+  for (const NamedArgument &a : d.call().node->inputs().drop_front())
+    args.push_back(a);
+  llvm::SmallVector<TensorMeta, 2> metas;
+  for (Value *r : d.call().results)
+    metas.push_back(*r->meta());
+  llvm::SmallVector<Value *, 2> views = d.ops(View, std::move(args), metas), outs;
+  for (Value *v : views)
+    outs.push_back(d.op("aten::clone.default",
+                        {na("self", v), {"memory_format", Argument(MemoryFormat::Contiguous), true}}, d.meta(v)));
+  d.returns(outs);
+  return llvm::Error::success();
+}
+constexpr char kAlias[] = "aten::alias.default", kT[] = "aten::t.default", kTranspose[] = "aten::transpose.int",
+               kPermute[] = "aten::permute.default", kUnsqueeze[] = "aten::unsqueeze.default",
+               kSqueeze[] = "aten::squeeze.default", kSqueezeDim[] = "aten::squeeze.dim",
+               kSqueezeDims[] = "aten::squeeze.dims", kUnbind[] = "aten::unbind.int";
+
+/// narrow_copy(self, dim, start, length): narrow (slice.Tensor start..start+length), then clone.
+llvm::Error narrowCopy(Decomposition &d) {
+  auto dim = d.call().intArg("dim", 1), start = d.call().intArg("start", 2), length = d.call().intArg("length", 3);
+  if (!dim || !start || !length)
+    return d.call().error("missing dim, start or length");
+  const TensorMeta &out = *d.call().results[0]->meta();
+  int64_t size = d.call().shape(0)[normDim(*dim, d.call().rank(0))];
+  int64_t s = *start < 0 ? *start + size : *start;
+  Value *slice = d.op("aten::slice.Tensor",
+                      {na("self", d.in(0)), na("dim", *dim), na("start", s), na("end", s + *length)}, out);
+  d.returns({d.op("aten::clone.default", {na("self", slice), {"memory_format", Argument(MemoryFormat::Contiguous), true}},
+                  out)});
+  return llvm::Error::success();
+}
+
+/// pixel_shuffle / pixel_unshuffle (torch._refs): view to (*batch, C, r, r, H, W) or
+/// (*batch, C, H/r, r, W/r, r), permute the factors next to H and W (or to C), reshape, clone.
+llvm::Error pixelShuffle(Decomposition &d) {
+  bool down = d.call().op == "aten::pixel_unshuffle.default";
+  auto factor = d.call().intArg(down ? "downscale_factor" : "upscale_factor", 1);
+  int64_t rank = d.call().rank(0);
+  if (!factor || *factor <= 0 || rank < 3)
+    return d.call().error("expected a positive factor and an input of at least 3 dims");
+  auto x = d.call().shape(0);
+  int64_t r = *factor, n = rank - 3, c = x[n], h = x[n + 1], w = x[n + 2];
+  IntList sizes(x.begin(), x.begin() + n), perm;
+  for (int64_t i = 0; i < n; ++i)
+    perm.push_back(i);
+  if (down) {
+    sizes.append({c, h / r, r, w / r, r});
+    perm.append({n, n + 2, n + 4, n + 1, n + 3});
+  } else {
+    sizes.append({c / (r * r), r, r, h, w});
+    perm.append({n, n + 3, n + 1, n + 4, n + 2});
+  }
+  const TensorMeta &in = d.call().inputs[0].meta, &out = *d.call().results[0]->meta();
+  Value *v = d.op("aten::view.default", {na("self", d.in(0)), na("size", sizes)}, Decomposition::shaped(in, sizes));
+  IntList permuted;
+  for (int64_t p : perm)
+    permuted.push_back(sizes[p]);
+  Value *p = d.op("aten::permute.default", {na("self", v), na("dims", perm)}, Decomposition::shaped(in, permuted));
+  Value *shuffled = d.op("aten::reshape.default", {na("self", p), na("shape", IntList(sizesOf(out)))}, out);
+  d.returns({d.op("aten::clone.default",
+                  {na("self", shuffled), {"memory_format", Argument(MemoryFormat::Contiguous), true}}, out)});
+  return llvm::Error::success();
+}
+
+/// DTensor then runs pixel_shuffle / pixel_unshuffle whole on each rank's shard: the local
+/// channels must divide by r*r (shuffle), the local height and width by r (unshuffle), which
+/// the one-device trace cannot see.
+llvm::Error pixelShuffleRunsLocally(const OpCall &call, const Candidate &c) {
+  bool down = call.op == "aten::pixel_unshuffle.default";
+  int64_t r = *call.intArg(down ? "downscale_factor" : "upscale_factor", 1), n = call.rank(0) - 3;
+  auto global = call.shape(0);
+  return forEachMeshCoordinate(*call.mesh, [&](llvm::ArrayRef<int64_t> coord) -> llvm::Error {
+    auto x = localShape(global, c.inputs[0], *call.mesh, coord);
+    bool ok = down ? x[n + 1] % r == 0 && x[n + 2] % r == 0 : x[n] % (r * r) == 0;
+    if (!ok)
+      return call.error("the local {} fails on the rank at mesh coordinate [{}]: its shard [{}] does not divide by "
+                        "the factor {} (DTensor raises at runtime)",
+                        call.op, fmt::join(coord, ", "), fmt::join(x, ", "), r);
+    return llvm::Error::success();
+  });
+}
+
+/// rsub.Tensor(self, other, alpha): sub(other, self, alpha).
+llvm::Error rsub(Decomposition &d) {
+  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(1)), na("other", d.in(0))};
+  if (auto alpha = d.forward("alpha", 2))
+    args.push_back({"alpha", alpha->value, true});
+  d.returns({d.op("aten::sub.Tensor", std::move(args), *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
+/// vdot (real): dot.
+llvm::Error vdot(Decomposition &d) {
+  if (isComplex(d.call().inputs[0].meta.dtype))
+    return d.call().error("complex vdot (conj then dot) is not modelled");
+  d.returns({d.op("aten::dot.default", {na("self", d.in(0)), na("tensor", d.in(1))}, *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
+/// floor_divide: div(rounding_mode='floor').
+llvm::Error floorDivide(Decomposition &d) {
+  d.returns({d.op("aten::div.Tensor_mode",
+                  {na("self", d.in(0)), na("other", d.in(1)), {"rounding_mode", Argument(std::string("floor")), true}},
+                  *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
+/// aminmax(self, dim=None, keepdim): amin, then amax, over the same dims.
+llvm::Error aminmax(Decomposition &d) {
+  if (d.call().results.size() != 2)
+    return d.call().error("expected two results");
+  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0))};
+  auto dim = d.call().intArg("dim", 1);
+  if (dim)
+    args.push_back(na("dim", IntList{*dim}));
+  if (auto keepdim = d.forward("keepdim", 2))
+    args.push_back(*keepdim);
+  const TensorMeta &m = *d.call().results[0]->meta();
+  Value *lo = d.op("aten::amin.default", args, m);
+  Value *hi = d.op("aten::amax.default", args, *d.call().results[1]->meta());
+  d.returns({lo, hi});
+  return llvm::Error::success();
+}
+
+/// count_nonzero(self, dim=None): ne(self, 0), then sum over dim (all dims when None).
+llvm::Error countNonzero(Decomposition &d) {
+  const TensorMeta &x = d.call().inputs[0].meta;
+  Value *mask = d.op("aten::ne.Scalar", {na("self", d.in(0)), na("other", int64_t{0})},
+                     Decomposition::shaped(x, sizesOf(x), ScalarType::Bool));
+  const Argument *dim = d.call().arg("dim", 1);
+  d.returns({d.op("aten::sum.dim_IntList", {na("self", mask), na("dim", dim ? *dim : Argument())},
+                  *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
+/// mv(self, vec): (self * vec).sum(dim=1).
+Value *mvOf(Decomposition &d, Value *mat, Value *vec, const TensorMeta &out) {
+  Value *prod = d.op("aten::mul.Tensor", {na("self", mat), na("other", vec)},
+                     Decomposition::shaped(d.meta(mat), sizesOf(d.meta(mat))));
+  return d.op("aten::sum.dim_IntList", {na("self", prod), na("dim", IntList{1})}, out);
+}
+llvm::Error mv(Decomposition &d) {
+  if (llvm::Error e = needFloat(d))
+    return e;
+  if (d.call().rank(0) != 2 || d.call().rank(1) != 1)
+    return d.call().error("expected a matrix and a vector");
+  // torch.mv inside a decomposition is itself decomposed the same way (mv has no strategy).
+  d.returns({mvOf(d, d.in(0), d.in(1), *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
+std::optional<double> scalarArg(const OpCall &call, llvm::StringRef name, unsigned pos) {
+  const Argument *a = call.arg(name, pos);
+  if (!a)
+    return 1.0;
+  if (auto i = a->asInt())
+    return static_cast<double>(*i);
+  if (a->is<double>())
+    return a->get<double>();
+  return std::nullopt;
+}
+
+/// outer(vec1, vec2): vec1.reshape(-1, 1) * vec2.
+Value *outerOf(Decomposition &d, Value *v1, Value *v2, const TensorMeta &out) {
+  int64_t n = sizesOf(d.meta(v1))[0];
+  Value *col = d.op("aten::reshape.default", {na("self", v1), na("shape", IntList{n, 1})},
+                    Decomposition::shaped(d.meta(v1), {n, 1}));
+  return d.op("aten::mul.Tensor", {na("self", col), na("other", v2)}, out);
+}
+
+/// addr(self, vec1, vec2, beta, alpha) (torch._refs.addr, non-bool): self expanded to the outer
+/// shape; alpha * outer when beta == 0, else beta * self + alpha * outer.
+llvm::Error addr(Decomposition &d) {
+  const OpCall &c = d.call();
+  if (c.rank(1) != 1 || c.rank(2) != 1)
+    return c.error("expected 1-D vec1 and vec2");
+  if (c.inputs[0].meta.dtype == ScalarType::Bool)
+    return c.error("boolean addr (logical_or of the outer product) is not modelled");
+  auto beta = scalarArg(c, "beta", 3);
+  if (!beta)
+    return c.error("beta is not a number");
+  const TensorMeta &out = *c.results[0]->meta();
+  int64_t n = c.shape(1)[0], m = c.shape(2)[0];
+  Value *self = d.op("aten::expand.default", {na("self", d.in(0)), na("size", IntList{n, m})},
+                     Decomposition::shaped(c.inputs[0].meta, {n, m}));
+  Argument alphaArg = c.arg("alpha", 4) ? *c.arg("alpha", 4) : Argument(int64_t{1});
+  Argument betaArg = c.arg("beta", 3) ? *c.arg("beta", 3) : Argument(int64_t{1});
+  if (*beta == 0) {
+    Value *outer = d.op("aten::outer.default", {na("self", d.in(1)), na("vec2", d.in(2))}, out);
+    d.returns({d.op("aten::mul.Tensor", {na("self", outer), na("other", alphaArg)}, out)});
+    return llvm::Error::success();
+  }
+  Value *bias = d.op("aten::mul.Tensor", {na("self", self), na("other", betaArg)}, out);
+  Value *outer = d.op("aten::outer.default", {na("self", d.in(1)), na("vec2", d.in(2))}, out);
+  Value *scaled = d.op("aten::mul.Tensor", {na("self", outer), na("other", alphaArg)}, out);
+  d.returns({d.op("aten::add.Tensor", {na("self", bias), na("other", scaled)}, out)});
+  return llvm::Error::success();
+}
+llvm::Error outer(Decomposition &d) {
+  if (d.call().rank(0) != 1 || d.call().rank(1) != 1)
+    return d.call().error("expected two 1-D tensors");
+  d.returns({outerOf(d, d.in(0), d.in(1), *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
+/// std_mean.correction: var_mean.correction with the same arguments, then sqrt of the variance.
+llvm::Error stdMean(Decomposition &d) {
+  if (d.call().results.size() != 2)
+    return d.call().error("expected two results");
+  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0))};
+  for (const NamedArgument &a : d.call().node->inputs().drop_front())
+    args.push_back(a);
+  const TensorMeta &s = *d.call().results[0]->meta(), &m = *d.call().results[1]->meta();
+  llvm::SmallVector<Value *, 2> vm = d.ops("aten::var_mean.correction", std::move(args), {s, m});
+  d.returns({d.op("aten::sqrt.default", {na("self", vm[0])}, s), vm[1]});
+  return llvm::Error::success();
+}
+
+/// unsafe_split.Tensor: split.Tensor with the same arguments.
+llvm::Error unsafeSplit(Decomposition &d) {
+  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0))};
+  for (const NamedArgument &a : d.call().node->inputs().drop_front())
+    args.push_back(a);
+  llvm::SmallVector<TensorMeta, 2> metas;
+  for (Value *r : d.call().results)
+    metas.push_back(*r->meta());
+  d.returns(d.ops("aten::split.Tensor", std::move(args), metas));
+  return llvm::Error::success();
+}
+
+const llvm::StringMap<DecomposeFn> &decompositions() {
+  static const llvm::StringMap<DecomposeFn> m = {
+      {"aten::alias_copy.default", viewCopy<kAlias>},
+      {"aten::t_copy.default", viewCopy<kT>},
+      {"aten::transpose_copy.int", viewCopy<kTranspose>},
+      {"aten::permute_copy.default", viewCopy<kPermute>},
+      {"aten::unsqueeze_copy.default", viewCopy<kUnsqueeze>},
+      {"aten::squeeze_copy.default", viewCopy<kSqueeze>},
+      {"aten::squeeze_copy.dim", viewCopy<kSqueezeDim>},
+      {"aten::squeeze_copy.dims", viewCopy<kSqueezeDims>},
+      {"aten::unbind_copy.int", viewCopy<kUnbind>},
+      {"aten::narrow_copy.default", narrowCopy},
+      {"aten::rsub.Tensor", rsub},
+      {"aten::vdot.default", vdot},
+      {"aten::floor_divide.default", floorDivide},
+      {"aten::aminmax.default", aminmax},
+      {"aten::count_nonzero.default", countNonzero},
+      {"aten::mv.default", mv},
+      {"aten::outer.default", outer},
+      {"aten::addr.default", addr},
+      {"aten::std_mean.correction", stdMean},
+      {"aten::unsafe_split.Tensor", unsafeSplit},
+      {"aten::pixel_shuffle.default", pixelShuffle},
+      {"aten::pixel_unshuffle.default", pixelShuffle},
+  };
+  return m;
+}
+
+const llvm::StringMap<LocalCheckFn> &localChecks() {
+  static const llvm::StringMap<LocalCheckFn> m = {{"aten::pixel_shuffle.default", pixelShuffleRunsLocally},
+                                                  {"aten::pixel_unshuffle.default", pixelShuffleRunsLocally}};
+  return m;
+}
+
+/// The candidate placements of one input (DecompShardingStrategy._get_candidate_placements):
+/// Replicate, every placement any input has, each Shard widened to every dim of this input, in
+/// the order DTensor iterates its Python set of them, which decides ties between equally cheap
+/// strategies: a placement's set slot is its hash, Shard(d) hashes to d and Replicate to -2 (the
+/// last slot), so Shards come first by dim and Replicate last; a Partial hashes its reduce op's
+/// string (per process) and lands between them in most processes.
+llvm::SmallVector<Placement, 8> candidatePlacements(const OpCall &call, int64_t rank) {
+  llvm::SmallVector<Placement, 8> out;
+  bool anyShard = false;
+  llvm::SmallVector<Placement, 4> others;
+  for (const OpInput &in : call.inputs) {
+    if (!in.isDTensor)
+      continue;
+    for (const Placement &p : in.placements) {
+      if (p.isShard())
+        anyShard = true;
+      else if (p.kind != Placement::Kind::Replicate && !llvm::is_contained(others, p))
+        others.push_back(p);
+    }
+  }
+  if (anyShard)
+    for (int64_t d = 0; d < rank; ++d)
+      out.push_back(Placement::shard(d));
+  out.append(others.begin(), others.end());
+  out.push_back(Placement::replicate());
+  return out;
+}
+
+/// Runs the decomposition with one placement per input on a one-device mesh; the output
+/// placements, or nullopt when some op of it would redistribute (or raises).
+llvm::Expected<std::optional<llvm::SmallVector<std::optional<Placement>, 2>>>
+trace(const Decomposition &d, llvm::ArrayRef<Placement> inputs, const DeviceMesh &oneDevice) {
+  llvm::DenseMap<const Value *, Placement> placed;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (d.call().inputs[i].isDTensor)
+      placed[d.in(static_cast<unsigned>(i))] = inputs[i];
+  const ShardingRules &rules = ShardingRules::get();
+  for (const auto &node : d.graph().nodes()) {
+    llvm::SmallVector<std::optional<DTensorSpec>, 4> specs;
+    bool any = false;
+    for (Value *v : node->tensorOperands()) {
+      auto it = placed.find(v);
+      if (it == placed.end()) {
+        specs.push_back(std::nullopt);
+        continue;
+      }
+      Placements ps;
+      ps.push_back(it->second);
+      specs.push_back(DTensorSpec{std::move(ps), *v->meta()});
+      any = true;
+    }
+    if (!any)
+      return d.call().error("its decomposition's {} has no DTensor operand (DTensor has no strategy for it)",
+                            node->opString());
+    if (!rules.supports(node->opString()))
+      return d.call().error("its decomposition runs {}, which has no sharding rule", node->opString());
+    llvm::Expected<ShardingDecision> dec = rules.decide(*node, specs, oneDevice);
+    if (!dec) {
+      std::string why = llvm::toString(dec.takeError());
+      // DTensor would trace on with a _StridedShard value, which commlens does not model: refuse
+      // rather than drop a combination DTensor keeps.
+      if (llvm::StringRef(why).contains("_StridedShard"))
+        return d.call().error("its decomposition's {} would make a _StridedShard ({})", node->opString(), why);
+      return std::nullopt; // DTensor: this combination raises and is skipped
+    }
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (specs[i] && dec->operandPlacements[i] && *dec->operandPlacements[i] != specs[i]->placements)
+        return std::nullopt; // the decomposition would redistribute
+    llvm::SmallVector<Value *, 4> results;
+    for (Value *r : node->results())
+      if (r->kind() == ValueKind::Tensor)
+        results.push_back(r);
+    for (size_t i = 0; i < results.size() && i < dec->resultPlacements.size(); ++i)
+      if (dec->resultPlacements[i])
+        placed[results[i]] = (*dec->resultPlacements[i])[0];
+  }
+  llvm::SmallVector<std::optional<Placement>, 2> outs;
+  for (Value *o : d.outputs()) {
+    auto it = placed.find(o);
+    outs.push_back(it == placed.end() ? std::nullopt : std::optional<Placement>(it->second));
+  }
+  return outs;
+}
+
+llvm::Expected<Cands> decompositionRule(const OpCall &call) {
+  auto fn = decompositions().find(call.op);
+  if (fn == decompositions().end())
+    return call.error("no decomposition");
+  if (call.results.empty())
+    return call.error("no tensor result");
+  for (Value *r : call.results)
+    if (!r->meta())
+      return call.error("result '{}' has no tensor meta", r->name());
+  Decomposition d(call);
+  if (llvm::Error e = fn->second(d))
+    return e;
+  // A Tensor[] op whose decomposition returns one tensor: DTensor reads the one placement as a
+  // single output spec and raises on the list the op returns.
+  if (call.node->outputs().size() == 1 && call.node->outputs()[0].is<TensorList>() && d.outputs().size() == 1)
+    return call.error("a Tensor[] result of one tensor: DTensor raises ('output_specs' has 1 output which does not "
+                      "equal the number of op outputs)");
+  if (d.outputs().size() != call.results.size())
+    return call.error("its decomposition returns {} values for {} results", d.outputs().size(), call.results.size());
+  DeviceMesh oneDevice{{1}, {}, call.mesh->deviceType};
+
+  std::vector<llvm::SmallVector<Placement, 8>> options;
+  for (const OpInput &in : call.inputs)
+    options.push_back(in.isDTensor ? candidatePlacements(call, in.meta.rank())
+                                   : llvm::SmallVector<Placement, 8>{Placement::replicate()});
+  std::vector<SingleDimRule> rules;
+  std::vector<size_t> pick(options.size(), 0);
+  while (true) {
+    llvm::SmallVector<Placement, 4> combo;
+    for (size_t i = 0; i < options.size(); ++i)
+      combo.push_back(options[i][pick[i]]);
+    auto outs = trace(d, combo, oneDevice);
+    if (!outs)
+      return outs.takeError();
+    if (*outs) {
+      SingleDimRule r;
+      for (const std::optional<Placement> &o : **outs)
+        r.push_back(o ? RulePlacement::of(*o) : RulePlacement::none());
+      for (const Placement &p : combo)
+        r.push_back(RulePlacement::of(p));
+      rules.push_back(std::move(r));
+    }
+    size_t i = options.size();
+    while (i > 0 && ++pick[i - 1] == options[i - 1].size())
+      pick[--i] = 0;
+    if (i == 0)
+      break;
+  }
+  if (rules.empty())
+    return call.error("no placement runs its decomposition without redistribution");
+  ExpandOptions opts;
+  opts.numOutputs = static_cast<unsigned>(call.results.size());
+  opts.insertReplicate = false;
+  opts.fillPlaceholders = false;
+  Cands cands = expandSingleDim(call, std::move(rules), opts);
+  if (auto check = localChecks().find(call.op); check != localChecks().end() && !cands.empty())
+    if (llvm::Error e = check->second(call, cands[selectMinCost(call, cands)]))
+      return e;
+  return cands;
+}
+
+} // namespace
+
+bool hasDecompositionRule(llvm::StringRef op) { return decompositions().count(op) != 0; }
+
+void registerDecompositionRules(RuleTable &t) {
+  for (const auto &e : decompositions())
+    t[e.getKey()] = decompositionRule;
+}
+
+} // namespace commlens::rules
