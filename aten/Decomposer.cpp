@@ -240,6 +240,7 @@ private:
         {"aten::l1_loss.default", &Decomposer::l1Loss},
         {"aten::grid_sampler.default", &Decomposer::gridSampler},
         {"aten::kl_div.default", &Decomposer::klDiv},
+        {"aten::selu.default", &Decomposer::selu},
     };
     return m;
   }
@@ -355,6 +356,11 @@ private:
     return llvm::Error::success();
   }
   /// isreal of a real tensor: ones_like(self, dtype=bool).
+  /// selu (Activation.cpp): elu with SELU's alpha and scale.
+  llvm::Error selu() {
+    return runOnSelf("aten::elu.default",
+                     {{"alpha", 1.6732632423543772848170429916717, false}, {"scale", 1.0507009873554804934193349852946, false}});
+  }
   llvm::Error isreal() {
     if (complexSelf())
       return keepExported();

@@ -108,10 +108,12 @@ class Formula:
             return self.constant(node.value)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
             return self.constant(-node.operand.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult):
+        if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.Div):
             (lt, lk), (rt, rk) = self.expr(node.left), self.expr(node.right)
             if lk not in ("int", "double") or rk not in ("int", "double"):
                 raise FormulaError("arithmetic is on numbers only, not tensors (call the op)")
+            if isinstance(node.op, ast.Div):  # Python's true division: a double
+                return f"(double({lt}) / double({rt}))", "double"
             sym = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}[type(node.op)]
             return f"({lt} {sym} {rt})", "double" if "double" in (lk, rk) else "int"
         if isinstance(node, ast.Call):

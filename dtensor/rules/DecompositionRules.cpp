@@ -96,16 +96,22 @@ llvm::Error needFloat(Decomposition &d) {
   return llvm::Error::success();
 }
 
-/// `<view>_copy`: the view, then clone(memory_format=contiguous_format) of each result.
-template <const char *View> llvm::Error viewCopy(Decomposition &d) {
+/// `target` on the call's own arguments (its self the decomposition's input 0), one result per
+/// result of the call, with the call's result metas.
+llvm::SmallVector<Value *, 2> sameCallAs(Decomposition &d, llvm::StringRef target) {
   llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0))};
   for (const NamedArgument &a : d.call().node->inputs().drop_front())
     args.push_back(a);
   llvm::SmallVector<TensorMeta, 2> metas;
   for (Value *r : d.call().results)
     metas.push_back(*r->meta());
-  llvm::SmallVector<Value *, 2> views = d.ops(View, std::move(args), metas), outs;
-  for (Value *v : views)
+  return d.ops(target, std::move(args), metas);
+}
+
+/// `<view>_copy`: the view, then clone(memory_format=contiguous_format) of each result.
+template <const char *View> llvm::Error viewCopy(Decomposition &d) {
+  llvm::SmallVector<Value *, 2> outs;
+  for (Value *v : sameCallAs(d, View))
     outs.push_back(d.op("aten::clone.default",
                         {na("self", v), {"memory_format", Argument(MemoryFormat::Contiguous), true}}, d.meta(v)));
   d.returns(outs);
@@ -181,6 +187,95 @@ llvm::Error pixelShuffleRunsLocally(const OpCall &call, const Candidate &c) {
   });
 }
 
+/// An elementwise op of the decomposition: the result has `like`'s sizes (and `dtype`).
+Value *pointwise(Decomposition &d, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, Value *like,
+                 std::optional<ScalarType> dtype = std::nullopt) {
+  return d.op(op, std::move(args), Decomposition::shaped(d.meta(like), sizesOf(d.meta(like)), dtype));
+}
+
+std::optional<double> scalarArg(const OpCall &call, llvm::StringRef name, unsigned pos, double dflt) {
+  const Argument *a = call.arg(name, pos);
+  if (!a)
+    return dflt;
+  if (auto i = a->asInt())
+    return static_cast<double>(*i);
+  if (a->is<double>())
+    return a->get<double>();
+  return std::nullopt;
+}
+
+/// elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result) (torch._decomp):
+/// where(x <= 0, grad * input_scale * (y + alpha * scale), grad * scale) of the result y, or
+/// where(x <= 0, grad * input_scale * alpha * scale * exp(x * input_scale), grad * scale).
+llvm::Error eluBackward(Decomposition &d) {
+  const OpCall &c = d.call();
+  auto alpha = scalarArg(c, "alpha", 1, 1), scale = scalarArg(c, "scale", 2, 1), inScale = scalarArg(c, "input_scale", 3, 1);
+  const Argument *isResult = c.arg("is_result", 4);
+  if (!alpha || !scale || !inScale || !isResult || !isResult->is<bool>())
+    return c.error("alpha, scale, input_scale and is_result must be numbers");
+  Value *grad = d.in(0), *x = d.in(1);
+  Value *mask = pointwise(d, "aten::le.Scalar", {na("self", x), na("other", int64_t{0})}, x, ScalarType::Bool);
+  Value *neg = pointwise(d, "aten::mul.Tensor", {na("self", grad), na("other", *inScale)}, grad);
+  if (isResult->get<bool>()) {
+    Value *shifted = pointwise(d, "aten::add.Tensor", {na("self", x), na("other", *alpha * *scale)}, x);
+    neg = pointwise(d, "aten::mul.Tensor", {na("self", neg), na("other", shifted)}, grad);
+  } else {
+    neg = pointwise(d, "aten::mul.Tensor", {na("self", neg), na("other", *alpha * *scale)}, grad);
+    Value *scaled = pointwise(d, "aten::mul.Tensor", {na("self", x), na("other", *inScale)}, x);
+    Value *e = pointwise(d, "aten::exp.default", {na("self", scaled)}, x);
+    neg = pointwise(d, "aten::mul.Tensor", {na("self", neg), na("other", e)}, grad);
+  }
+  Value *pos = pointwise(d, "aten::mul.Tensor", {na("self", grad), na("other", *scale)}, grad);
+  d.returns({pointwise(d, "aten::where.self", {na("condition", mask), na("self", neg), na("other", pos)}, grad)});
+  return llvm::Error::success();
+}
+
+/// leaky_relu_backward(grad, self, negative_slope, self_is_result): where(self > 0, grad,
+/// grad * negative_slope).
+llvm::Error leakyReluBackward(Decomposition &d) {
+  Value *grad = d.in(0), *x = d.in(1);
+  auto slope = d.forward("negative_slope", 2, "other");
+  if (!slope)
+    return d.call().error("missing negative_slope");
+  Value *mask = pointwise(d, "aten::gt.Scalar", {na("self", x), na("other", int64_t{0})}, x, ScalarType::Bool);
+  Value *neg = pointwise(d, "aten::mul.Tensor", {na("self", grad), *slope}, grad);
+  d.returns({pointwise(d, "aten::where.self", {na("condition", mask), na("self", grad), na("other", neg)}, grad)});
+  return llvm::Error::success();
+}
+
+/// mish_backward(grad, input): t = tanh(softplus(x)); grad * (t + x * sigmoid(x) * (1 - t * t)).
+llvm::Error mishBackward(Decomposition &d) {
+  Value *grad = d.in(0), *x = d.in(1);
+  Value *sp = pointwise(d, "aten::softplus.default", {na("self", x)}, x);
+  Value *t = pointwise(d, "aten::tanh.default", {na("self", sp)}, x);
+  Value *sig = pointwise(d, "aten::sigmoid.default", {na("self", x)}, x);
+  Value *xs = pointwise(d, "aten::mul.Tensor", {na("self", x), na("other", sig)}, x);
+  Value *tt = pointwise(d, "aten::mul.Tensor", {na("self", t), na("other", t)}, x);
+  Value *one = pointwise(d, "aten::rsub.Scalar", {na("self", tt), na("other", int64_t{1})}, x);
+  Value *out = pointwise(d, "aten::mul.Tensor", {na("self", xs), na("other", one)}, x);
+  Value *sum = pointwise(d, "aten::add.Tensor", {na("self", t), na("other", out)}, x);
+  d.returns({pointwise(d, "aten::mul.Tensor", {na("self", grad), na("other", sum)}, grad)});
+  return llvm::Error::success();
+}
+
+/// softplus_backward(grad, self, beta, threshold): z = exp(x * beta);
+/// where(x * beta > threshold, grad, grad * z / (z + 1)).
+llvm::Error softplusBackward(Decomposition &d) {
+  Value *grad = d.in(0), *x = d.in(1);
+  auto beta = d.forward("beta", 2, "other"), threshold = d.forward("threshold", 3, "other");
+  if (!beta || !threshold)
+    return d.call().error("missing beta or threshold");
+  Value *z = pointwise(d, "aten::exp.default",
+                       {na("self", pointwise(d, "aten::mul.Tensor", {na("self", x), *beta}, x))}, x);
+  Value *scaled = pointwise(d, "aten::mul.Tensor", {na("self", x), *beta}, x);
+  Value *mask = pointwise(d, "aten::gt.Scalar", {na("self", scaled), *threshold}, x, ScalarType::Bool);
+  Value *gz = pointwise(d, "aten::mul.Tensor", {na("self", grad), na("other", z)}, grad);
+  Value *z1 = pointwise(d, "aten::add.Tensor", {na("self", z), na("other", 1.0)}, x);
+  Value *ratio = pointwise(d, "aten::div.Tensor", {na("self", gz), na("other", z1)}, grad);
+  d.returns({pointwise(d, "aten::where.self", {na("condition", mask), na("self", grad), na("other", ratio)}, grad)});
+  return llvm::Error::success();
+}
+
 /// rsub.Tensor(self, other, alpha): sub(other, self, alpha).
 llvm::Error rsub(Decomposition &d) {
   llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(1)), na("other", d.in(0))};
@@ -250,17 +345,6 @@ llvm::Error mv(Decomposition &d) {
   return llvm::Error::success();
 }
 
-std::optional<double> scalarArg(const OpCall &call, llvm::StringRef name, unsigned pos) {
-  const Argument *a = call.arg(name, pos);
-  if (!a)
-    return 1.0;
-  if (auto i = a->asInt())
-    return static_cast<double>(*i);
-  if (a->is<double>())
-    return a->get<double>();
-  return std::nullopt;
-}
-
 /// outer(vec1, vec2): vec1.reshape(-1, 1) * vec2.
 Value *outerOf(Decomposition &d, Value *v1, Value *v2, const TensorMeta &out) {
   int64_t n = sizesOf(d.meta(v1))[0];
@@ -277,7 +361,7 @@ llvm::Error addr(Decomposition &d) {
     return c.error("expected 1-D vec1 and vec2");
   if (c.inputs[0].meta.dtype == ScalarType::Bool)
     return c.error("boolean addr (logical_or of the outer product) is not modelled");
-  auto beta = scalarArg(c, "beta", 3);
+  auto beta = scalarArg(c, "beta", 3, 1);
   if (!beta)
     return c.error("beta is not a number");
   const TensorMeta &out = *c.results[0]->meta();
@@ -308,27 +392,15 @@ llvm::Error outer(Decomposition &d) {
 llvm::Error stdMean(Decomposition &d) {
   if (d.call().results.size() != 2)
     return d.call().error("expected two results");
-  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0))};
-  for (const NamedArgument &a : d.call().node->inputs().drop_front())
-    args.push_back(a);
-  const TensorMeta &s = *d.call().results[0]->meta(), &m = *d.call().results[1]->meta();
-  llvm::SmallVector<Value *, 2> vm = d.ops("aten::var_mean.correction", std::move(args), {s, m});
-  d.returns({d.op("aten::sqrt.default", {na("self", vm[0])}, s), vm[1]});
+  llvm::SmallVector<Value *, 2> vm = sameCallAs(d, "aten::var_mean.correction");
+  d.returns({d.op("aten::sqrt.default", {na("self", vm[0])}, d.meta(vm[0])), vm[1]});
   return llvm::Error::success();
 }
-
 /// unsafe_split.Tensor: split.Tensor with the same arguments.
 llvm::Error unsafeSplit(Decomposition &d) {
-  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0))};
-  for (const NamedArgument &a : d.call().node->inputs().drop_front())
-    args.push_back(a);
-  llvm::SmallVector<TensorMeta, 2> metas;
-  for (Value *r : d.call().results)
-    metas.push_back(*r->meta());
-  d.returns(d.ops("aten::split.Tensor", std::move(args), metas));
+  d.returns(sameCallAs(d, "aten::split.Tensor"));
   return llvm::Error::success();
 }
-
 const llvm::StringMap<DecomposeFn> &decompositions() {
   static const llvm::StringMap<DecomposeFn> m = {
       {"aten::alias_copy.default", viewCopy<kAlias>},
@@ -353,6 +425,10 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::unsafe_split.Tensor", unsafeSplit},
       {"aten::pixel_shuffle.default", pixelShuffle},
       {"aten::pixel_unshuffle.default", pixelShuffle},
+      {"aten::elu_backward.default", eluBackward},
+      {"aten::leaky_relu_backward.default", leakyReluBackward},
+      {"aten::mish_backward.default", mishBackward},
+      {"aten::softplus_backward.default", softplusBackward},
   };
   return m;
 }
@@ -363,31 +439,131 @@ const llvm::StringMap<LocalCheckFn> &localChecks() {
   return m;
 }
 
-/// The candidate placements of one input (DecompShardingStrategy._get_candidate_placements):
-/// Replicate, every placement any input has, each Shard widened to every dim of this input, in
-/// the order DTensor iterates its Python set of them, which decides ties between equally cheap
-/// strategies: a placement's set slot is its hash, Shard(d) hashes to d and Replicate to -2 (the
-/// last slot), so Shards come first by dim and Replicate last; a Partial hashes its reduce op's
-/// string (per process) and lands between them in most processes.
-llvm::SmallVector<Placement, 8> candidatePlacements(const OpCall &call, int64_t rank) {
-  llvm::SmallVector<Placement, 8> out;
-  bool anyShard = false;
-  llvm::SmallVector<Placement, 4> others;
-  for (const OpInput &in : call.inputs) {
-    if (!in.isDTensor)
-      continue;
-    for (const Placement &p : in.placements) {
-      if (p.isShard())
-        anyShard = true;
-      else if (p.kind != Placement::Kind::Replicate && !llvm::is_contained(others, p))
-        others.push_back(p);
+/// CPython 3.11's set (Objects/setobject.c), for the order DTensor iterates its sets of candidate
+/// placements: that order decides ties between equally cheap strategies. Insertion probes
+/// linearly (9 slots) then by perturbation; a table 3/5 full grows to 4x its entries.
+class PythonSet {
+public:
+  /// A placement's Python hash: Replicate -1 (stored as -2), Shard(d) d, Partial 1 + hash of its
+  /// reduce op's string. String hashes are salted per process (PYTHONHASHSEED): DTensor's own
+  /// choice between tied strategies with Partial inputs varies from run to run. commlens uses the
+  /// salt of PYTHONHASHSEED=0 (the rules oracle runs DTensor with it).
+  static int64_t hash(const Placement &p) {
+    switch (p.kind) {
+    case Placement::Kind::Replicate: return -2;
+    case Placement::Kind::Shard: return p.dim;
+    case Placement::Kind::Partial: {
+      static constexpr int64_t kSeed0[] = {-8474663593505626638, -8735798916851054570, -8547758369677143136,
+                                           -7571550297259199965, -2607318637830267426}; // sum avg max min product
+      return kSeed0[static_cast<int>(p.reduceOp)];
+    }
+    default: return 0; // _StridedShard / MaskPartial never reach a decomposition (refused before)
     }
   }
-  if (anyShard)
-    for (int64_t d = 0; d < rank; ++d)
-      out.push_back(Placement::shard(d));
-  out.append(others.begin(), others.end());
-  out.push_back(Placement::replicate());
+
+  void add(const Placement &p) {
+    if (insert(table_, p, /*clean=*/false)) {
+      ++used_;
+      if (used_ * 5 >= (table_.size() - 1) * 3)
+        resize(used_ * 4);
+    }
+  }
+  /// set(other) / set |= other (set_merge): one resize up front; an empty set of the same size
+  /// copies the table, an empty one of another size reinserts other's entries in its table order,
+  /// a non-empty one adds them one by one.
+  void merge(const PythonSet &other) {
+    if (other.used_ == 0)
+      return;
+    if ((used_ + other.used_) * 5 >= (table_.size() - 1) * 3)
+      resize((used_ + other.used_) * 2);
+    if (used_ == 0) {
+      if (table_.size() == other.table_.size()) {
+        table_ = other.table_;
+      } else {
+        for (const std::optional<Placement> &e : other.table_)
+          if (e)
+            insert(table_, *e, /*clean=*/true);
+      }
+      used_ = other.used_;
+      return;
+    }
+    for (const std::optional<Placement> &e : other.table_)
+      if (e)
+        add(*e);
+  }
+  /// Iteration order.
+  llvm::SmallVector<Placement, 8> list() const {
+    llvm::SmallVector<Placement, 8> out;
+    for (const std::optional<Placement> &e : table_)
+      if (e)
+        out.push_back(*e);
+    return out;
+  }
+
+private:
+  static bool insert(std::vector<std::optional<Placement>> &table, const Placement &p, bool clean) {
+    size_t mask = table.size() - 1, perturb = static_cast<size_t>(hash(p)), i = perturb & mask;
+    while (true) {
+      size_t probes = i + 9 <= mask ? 9 : 0;
+      for (size_t j = 0; j <= probes; ++j) {
+        std::optional<Placement> &e = table[i + j];
+        if (!e) {
+          e = p;
+          return true;
+        }
+        if (!clean && *e == p)
+          return false;
+      }
+      perturb >>= 5;
+      i = (i * 5 + 1 + perturb) & mask;
+    }
+  }
+  void resize(size_t minUsed) {
+    size_t size = 8;
+    while (size <= minUsed)
+      size <<= 1;
+    std::vector<std::optional<Placement>> table(size);
+    for (const std::optional<Placement> &e : table_)
+      if (e)
+        insert(table, *e, /*clean=*/true);
+    table_ = std::move(table);
+  }
+
+  std::vector<std::optional<Placement>> table_ = std::vector<std::optional<Placement>>(8);
+  size_t used_ = 0;
+};
+
+/// The candidate placements of each input (DecompShardingStrategy._get_candidate_placements), in
+/// DTensor's order: the set of Replicate and every placement of every input, each Shard widened
+/// to every dim of the input (a Shard of a dim the input lacks is left out: its trace fails).
+std::vector<llvm::SmallVector<Placement, 8>> candidatePlacements(const OpCall &call) {
+  PythonSet all;
+  all.add(Placement::replicate());
+  for (const OpInput &in : call.inputs)
+    if (in.isDTensor)
+      for (const Placement &p : in.placements)
+        all.add(p);
+  std::vector<llvm::SmallVector<Placement, 8>> out;
+  for (const OpInput &in : call.inputs) {
+    if (!in.isDTensor) {
+      out.push_back({Placement::replicate()});
+      continue;
+    }
+    PythonSet options;
+    options.merge(all);
+    for (const Placement &p : all.list())
+      if (p.isShard()) {
+        PythonSet dims;
+        for (int64_t d = 0; d < in.meta.rank(); ++d)
+          dims.add(Placement::shard(d));
+        options.merge(dims);
+      }
+    llvm::SmallVector<Placement, 8> valid;
+    for (const Placement &p : options.list())
+      if (!p.isShard() || p.dim < in.meta.rank())
+        valid.push_back(p);
+    out.push_back(std::move(valid));
+  }
   return out;
 }
 
@@ -468,10 +644,7 @@ llvm::Expected<Cands> decompositionRule(const OpCall &call) {
     return call.error("its decomposition returns {} values for {} results", d.outputs().size(), call.results.size());
   DeviceMesh oneDevice{{1}, {}, call.mesh->deviceType};
 
-  std::vector<llvm::SmallVector<Placement, 8>> options;
-  for (const OpInput &in : call.inputs)
-    options.push_back(in.isDTensor ? candidatePlacements(call, in.meta.rank())
-                                   : llvm::SmallVector<Placement, 8>{Placement::replicate()});
+  std::vector<llvm::SmallVector<Placement, 8>> options = candidatePlacements(call);
   std::vector<SingleDimRule> rules;
   std::vector<size_t> pick(options.size(), 0);
   while (true) {

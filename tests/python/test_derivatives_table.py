@@ -75,6 +75,18 @@ def test_strings_sizes_and_real_only(tmp_path):
     assert 'K("memory_format", Argument(MemoryFormat::Preserve))' in angle
 
 
+def test_number_arithmetic_divides_as_python_does(tmp_path):
+    # celu's input_scale is 1.0 / alpha: true division, a double even for integer operands
+    rc, err, cpp = generate(tmp_path, [
+        {"ops": ["aten::celu.default"],
+         "self": "elu_backward(grad, given(alpha, 1.0), 1, 1.0 / float(alpha, 1.0), False, self)"},
+        {"ops": ["aten::sin.default"], "self": "mul.Scalar(grad, 1 / 2)"},
+    ])
+    assert rc == 0, err
+    assert "(double(" in cpp[cpp.index("// aten::celu.default"):cpp.index("// aten::sin.default")]
+    assert "(double(int64_t(1)) / double(int64_t(2)))" in cpp[cpp.index("// aten::sin.default"):]
+
+
 @pytest.mark.parametrize("entry,message", [
     ({"ops": ["aten::sin.nope"], "self": "grad"}, "torch has no operator aten::sin.nope"),
     ({"ops": ["aten::sin.default"], "self": "cosine(self)"}, "torch has no operator aten::cosine.default"),

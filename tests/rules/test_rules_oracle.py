@@ -219,12 +219,26 @@ def all_cases():
                          lambda t: [t, L("dim", [1]), dict(B("keepdim", True), keyword=True)])
     cases += unary_cases("aten::pixel_shuffle.default", [2, 8, 3, 4], lambda t: [t, I("upscale_factor", 2)])
     cases += unary_cases("aten::pixel_unshuffle.default", [2, 2, 4, 6], lambda t: [t, I("downscale_factor", 2)])
+    # activation backward ops, decomposed into pointwise ops (a Partial grad survives only linear steps)
+    for case in binary_cases("aten::elu_backward.default", ["grad_output", "self_or_result"], [[4, 6], [4, 6]],
+                             partials=("P(sum)", "P(avg)"), every2d=5):
+        g, x = case["args"]
+        for is_result in (False, True):
+            cases.append(dict(case, args=[g, F("alpha", 1.0), I("scale", 1), F("input_scale", 0.5),
+                                          B("is_result", is_result), x]))
+    for op, extra in (("aten::leaky_relu_backward.default", lambda: [F("negative_slope", 0.01), B("self_is_result", False)]),
+                      ("aten::mish_backward.default", lambda: []),
+                      ("aten::softplus_backward.default", lambda: [I("beta", 3), F("threshold", 0.2)])):
+        cases += binary_cases(op, ["grad_output", "self"], [[4, 6], [4, 6]], partials=("P(sum)", "P(avg)"), every2d=5,
+                              make_extra=extra)
     cases += binary_cases("aten::rsub.Tensor", ["self", "other"], [[4, 6], [4, 6]], partials=("P(sum)", "P(avg)"),
                           make_extra=lambda: [{"name": "alpha", "float": 2.0, "keyword": True}])
-    cases += binary_cases("aten::rsub.Tensor", ["self", "other"], [[4, 6], [6]])
+    cases += binary_cases("aten::rsub.Tensor", ["self", "other"], [[4, 6], [6]], partials=("P(max)", "P(min)", "P(avg)"),
+                          every2d=2)  # ties between Partial candidates: DTensor's set order decides
     cases += binary_cases("aten::floor_divide.default", ["self", "other"], [[4, 6], [4, 6]], partials=("P(sum)", "P(max)"))
     cases += binary_cases("aten::vdot.default", ["self", "other"], [[8], [8]], partials=("P(sum)", "P(avg)"))
-    cases += binary_cases("aten::mv.default", ["self", "vec"], [[8, 6], [6]], every2d=3)
+    cases += binary_cases("aten::mv.default", ["self", "vec"], [[8, 6], [6]], partials=("P(sum)", "P(avg)", "P(min)"),
+                          every2d=2)
     cases += binary_cases("aten::outer.default", ["self", "vec2"], [[8], [6]], every2d=3)
     for mesh in MESHES:
         o2, o1 = tuples(per_dim(2), mesh), tuples(per_dim(1), mesh)
