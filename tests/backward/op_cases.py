@@ -307,6 +307,26 @@ CASES = [
     ("fmod", torch.fmod, [(f32(4, 6), S0), (f32(4, 6, lo="pos"), R)]),
     ("max-unpool2d", lambda a, i: F.max_unpool2d(a, i, 2), [(f32(1, 2, 2, 2), S1), (POOLED_INDICES, S1)]),
     ("adaptive-avg-pool1d", lambda a: F.adaptive_avg_pool1d(a, 3), [(f32(2, 3, 6), S0)]),
+    # a view's _copy variant differentiates as the view (sharded through its decomposition)
+    ("t-copy", torch.t_copy, [(f32(4, 6), S0)]),
+    ("transpose-copy", lambda a: torch.transpose_copy(a, 0, 2), [(f32(2, 4, 6), S1)]),
+    ("permute-copy", lambda a: torch.permute_copy(a, (2, 0, 1)), [(f32(2, 4, 6), S0)]),
+    ("squeeze-copy", lambda a: torch.squeeze_copy(a, 1), [(f32(4, 1, 6), S0)]),
+    ("unsqueeze-copy", lambda a: torch.unsqueeze_copy(a, 1), [(f32(4, 6), S1)]),
+    ("alias-copy", torch.alias_copy, [(f32(4, 6), S0)]),
+    ("unbind-copy", lambda a: sum(torch.unbind_copy(a, 1)), [(f32(4, 3), S0)]),
+    ("unsafe-split", lambda a: sum(torch.unsafe_split(a, 2, 1)), [(f32(4, 6), S0)]),
+    ("addr", lambda c, a, b: torch.addr(c, a, b, alpha=0.5), [(f32(4, 6), R), (f32(4), S0), (f32(6), R)]),
+    ("index-fill", lambda a, i: a.index_fill(1, i, 2.0), [(f32(4, 6), S0), (idx(6, 2), R)]),
+    ("pixel-shuffle", lambda a: F.pixel_shuffle(a, 2), [(f32(2, 8, 3, 3), S0)]),
+    ("pixel-unshuffle", lambda a: F.pixel_unshuffle(a, 2), [(f32(2, 2, 4, 4), S1)]),
+    # activations whose backward ops DTensor shards through their decompositions
+    ("elu", lambda a: F.elu(a, alpha=0.5), [(f32(4, 6), S0)]),
+    ("celu", lambda a: F.celu(a, alpha=2.0), [(f32(4, 6), S1)]),
+    ("selu", F.selu, [(f32(4, 6), S0)]),
+    ("leaky-relu", lambda a: F.leaky_relu(a, 0.2), [(f32(4, 6), S0)]),
+    ("mish", F.mish, [(f32(4, 6), R)]),
+    ("softplus", lambda a: F.softplus(a, beta=2.0, threshold=1.0), [(f32(4, 6), S1)]),
 ]
 
 
