@@ -241,6 +241,7 @@ private:
         {"aten::grid_sampler.default", &Decomposer::gridSampler},
         {"aten::kl_div.default", &Decomposer::klDiv},
         {"aten::selu.default", &Decomposer::selu},
+        {"aten::tile.default", &Decomposer::tile},
     };
     return m;
   }
@@ -356,6 +357,16 @@ private:
     return llvm::Error::success();
   }
   /// isreal of a real tensor: ones_like(self, dtype=bool).
+  /// tile (TensorShape.cpp): repeat, the dims padded with leading 1s to the tensor's rank.
+  llvm::Error tile() {
+    auto dims = intListInput("dims");
+    if (!dims)
+      return keepExported();
+    IntList reps(static_cast<size_t>(std::max<int64_t>(0, in("self")->meta()->rank() - static_cast<int64_t>(dims->size()))),
+                 1);
+    reps.append(dims->begin(), dims->end());
+    return runOnSelf("aten::repeat.default", {{"repeats", reps, false}});
+  }
   /// selu (Activation.cpp): elu with SELU's alpha and scale.
   llvm::Error selu() {
     return runOnSelf("aten::elu.default",

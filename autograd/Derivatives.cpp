@@ -388,6 +388,42 @@ llvm::Error sumMeanDim(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// repeat_backward (FunctionsManual.cpp): sum away the leading dims repeat added, view each
+/// repeated dim as (repeat, size), sum the repeat dims. Zero repeats (a zeros gradient) are refused.
+llvm::Error repeatBackward(GradCall &c) {
+  const Argument *r = c.n.input("repeats");
+  std::optional<IntList> repeats = r ? r->asIntList() : std::nullopt;
+  auto input = sizesOf(*c.self()->meta());
+  if (!repeats || repeats->size() < input.size())
+    return makeError("node '{}' ({}): expected a repeats list of at least {} ints", c.n.name(), c.n.opString(),
+                     input.size());
+  if (llvm::is_contained(*repeats, 0))
+    return makeError("node '{}' ({}): zero repeats (a zeros gradient) are not modelled", c.n.name(), c.n.opString());
+  Value *g = c.g();
+  size_t unsqueezed = repeats->size() - input.size();
+  for (size_t i = 0; i < unsqueezed; ++i) {
+    auto gs = sizesOf(*g->meta());
+    g = c.e.emit("aten::sum.dim_IntList", {A("self", g), A("dim", IntList{0})},
+                 GradEmitter::withSizes(g, llvm::ArrayRef<int64_t>(gs).drop_front()), "grad_sum");
+  }
+  IntList viewSizes, sumDims;
+  for (size_t d = 0; d < input.size(); ++d) {
+    int64_t times = (*repeats)[d + unsqueezed];
+    if (times != 1) {
+      viewSizes.push_back(times);
+      sumDims.push_back(static_cast<int64_t>(viewSizes.size()) - 1);
+    }
+    viewSizes.push_back(input[d]);
+  }
+  if (llvm::ArrayRef<int64_t>(sizesOf(*g->meta())) != llvm::ArrayRef<int64_t>(viewSizes))
+    g = c.e.reshape(g, viewSizes);
+  if (!sumDims.empty())
+    g = c.e.emit("aten::sum.dim_IntList", {A("self", g), A("dim", sumDims)},
+                 GradEmitter::withSizes(g, input), "grad_sum");
+  c.set("self", g);
+  return llvm::Error::success();
+}
+
 llvm::Error sliceBackward(GradCall &c) {
   auto s0 = sizesOf(*c.self()->meta());
   c.set("self", c.e.emit("aten::slice_backward.default",

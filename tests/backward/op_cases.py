@@ -320,6 +320,9 @@ CASES = [
     ("index-fill", lambda a, i: a.index_fill(1, i, 2.0), [(f32(4, 6), S0), (idx(6, 2), R)]),
     ("pixel-shuffle", lambda a: F.pixel_shuffle(a, 2), [(f32(2, 8, 3, 3), S0)]),
     ("pixel-unshuffle", lambda a: F.pixel_unshuffle(a, 2), [(f32(2, 2, 4, 4), S1)]),
+    ("repeat", lambda a: a.repeat(2, 1, 3), [(f32(4, 6), S0)]),
+    ("repeat-once", lambda a: a.repeat(1, 1) * 2.0, [(f32(4, 6), S1)]),
+    ("repeat-vector", lambda a: a.repeat(2, 2), [(f32(3), R)]),
     # activations whose backward ops DTensor shards through their decompositions
     ("elu", lambda a: F.elu(a, alpha=0.5), [(f32(4, 6), S0)]),
     ("celu", lambda a: F.celu(a, alpha=2.0), [(f32(4, 6), S1)]),
