@@ -91,8 +91,8 @@ public:
       const Argument *copy = n.input("copy");
       return conversion(/*forced=*/copy && copy->is<bool>() && copy->get<bool>());
     }
-    if (op == "aten::chunk.default")
-      return chunk();
+    if (op == "aten::chunk.default" || op == "aten::unsafe_chunk.default")
+      return chunk(op == "aten::chunk.default" ? "aten::split.Tensor" : "aten::unsafe_split.Tensor");
     if (op == "aten::vstack.default")
       return vstack();
     if (op == "transformers::grouped_mm_fallback.default")
@@ -242,6 +242,7 @@ private:
         {"aten::kl_div.default", &Decomposer::klDiv},
         {"aten::selu.default", &Decomposer::selu},
         {"aten::tile.default", &Decomposer::tile},
+        {"aten::kron.default", &Decomposer::kron},
     };
     return m;
   }
@@ -366,6 +367,32 @@ private:
                  1);
     reps.append(dims->begin(), dims->end());
     return runOnSelf("aten::repeat.default", {{"repeats", reps, false}});
+  }
+  /// kron (LinearAlgebra.cpp KronImpl): both operands padded to the larger rank and viewed with
+  /// their dims interleaved (self's at even positions, other's at odd ones, 1 elsewhere), multiplied,
+  /// the product viewed as the result.
+  llvm::Error kron() {
+    Value *a = in("self"), *b = in("other");
+    if (!a || !b)
+      return keepExported();
+    auto as = hints(a->meta()->sizes), bs = hints(b->meta()->sizes);
+    size_t maxdim = std::max(as.size(), bs.size()), padA = maxdim - as.size(), padB = maxdim - bs.size();
+    IntList aView, bView, prod;
+    for (size_t i = 0; i < maxdim; ++i) {
+      int64_t ai = i >= padA ? as[i - padA] : 1, bi = i >= padB ? bs[i - padB] : 1;
+      aView.append({ai, 1});
+      bView.append({1, bi});
+      prod.append({ai, bi});
+    }
+    Value *av = unary("aten::_unsafe_view.default", a, withShape(*a->meta(), aView), tmp("self_view"),
+                      {{"size", aView, false}});
+    Value *bv = unary("aten::_unsafe_view.default", b, withShape(*b->meta(), bView), tmp("other_view"),
+                      {{"size", bView, false}});
+    Value *m = emit1("aten::mul.Tensor", {{"self", av, false}, {"other", bv, false}}, withShape(*result(0)->meta(), prod),
+                     tmp("mul"));
+    b_.bind(result(0), unary("aten::_unsafe_view.default", m, *result(0)->meta(), result(0)->name(),
+                             {{"size", IntList(hints(result(0)->meta()->sizes)), false}}));
+    return llvm::Error::success();
   }
   /// selu (Activation.cpp): elu with SELU's alpha and scale.
   llvm::Error selu() {
@@ -758,22 +785,23 @@ private:
 
   /// chunk is CompositeImplicitAutograd: it runs split.Tensor with ceil(size / chunks) per piece
   /// (TensorShape.cpp), so DTensor and autograd see a split.
-  llvm::Error chunk() {
+  /// chunk / unsafe_chunk: `splitOp` (split / unsafe_split) into pieces of ceil(size / chunks).
+  llvm::Error chunk(llvm::StringRef splitOp) {
     Value *x = in("self");
     const Argument *chunks = n_->input("chunks"), *dimArg = n_->input("dim");
     if (!chunks || !chunks->is<int64_t>() || chunks->get<int64_t>() <= 0)
-      return makeError("node '{}' (aten::chunk.default): expected a positive int 'chunks'", n_->name());
+      return makeError("node '{}' ({}): expected a positive int 'chunks'", n_->name(), n_->opString());
     int64_t rank = x->meta()->rank();
     int64_t dim = dimArg && dimArg->is<int64_t>() ? dimArg->get<int64_t>() : 0;
     if (dim < -rank || dim >= std::max<int64_t>(rank, 1))
-      return makeError("node '{}' (aten::chunk.default): dim {} is out of range for a tensor of rank {}", n_->name(),
+      return makeError("node '{}' ({}): dim {} is out of range for a tensor of rank {}", n_->name(), n_->opString(),
                        dim, rank);
     int64_t size = hints(x->meta()->sizes)[dim < 0 ? dim + rank : dim];
     int64_t n = chunks->get<int64_t>();
     TensorList pieces;
     for (const Value *r : n_->results())
       pieces.push_back(b_.tensor(r->name(), *r->meta()));
-    b_.emit("aten::split.Tensor", {{"self", x, false}, {"split_size", (size + n - 1) / n, false}, {"dim", dim, false}},
+    b_.emit(splitOp, {{"self", x, false}, {"split_size", (size + n - 1) / n, false}, {"dim", dim, false}},
             {Argument(pieces)}, *n_);
     for (size_t i = 0; i < pieces.size(); ++i)
       b_.bind(n_->results()[i], pieces[i]);
