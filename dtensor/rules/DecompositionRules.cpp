@@ -18,6 +18,8 @@
 
 #include "llvm/ADT/DenseMap.h"
 
+#include <cmath>
+
 #include <fmt/ranges.h>
 
 namespace commlens::rules {
@@ -276,6 +278,75 @@ llvm::Error softplusBackward(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// fill.Scalar(self, value): full_like(self, value).
+llvm::Error fill(Decomposition &d) {
+  auto value = d.forward("value", 1, "fill_value");
+  if (!value)
+    return d.call().error("missing value");
+  d.returns({d.op("aten::full_like.default", {na("self", d.in(0)), *value}, *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
+/// rot90(self, k, dims) (torch._refs): by k mod 4, transpose(flip(dims[1])), flip(dims),
+/// transpose(flip(dims[0])) or a contiguous clone.
+llvm::Error rot90(Decomposition &d) {
+  const OpCall &c = d.call();
+  int64_t rank = c.rank(0);
+  IntList dims = c.intListArg("dims", 2).value_or(IntList{0, 1});
+  if (dims.size() != 2 || rank < 2)
+    return c.error("expected two rotation dims of a tensor of at least 2 dims");
+  int64_t d0 = normDim(dims[0], rank), d1 = normDim(dims[1], rank), k = ((c.intArg("k", 1).value_or(1) % 4) + 4) % 4;
+  if (d0 == d1)
+    return c.error("expected two different rotation dims");
+  const TensorMeta &x = c.inputs[0].meta, &out = *c.results[0]->meta();
+  auto flip = [&](IntList flipDims) {
+    return d.op("aten::flip.default", {na("self", d.in(0)), na("dims", flipDims)}, Decomposition::shaped(x, sizesOf(x)));
+  };
+  auto transpose = [&](Value *v) {
+    return d.op("aten::transpose.int", {na("self", v), na("dim0", d0), na("dim1", d1)}, out);
+  };
+  if (k == 1)
+    d.returns({transpose(flip({d1}))});
+  else if (k == 2)
+    d.returns({d.op("aten::flip.default", {na("self", d.in(0)), na("dims", IntList{d0, d1})}, out)});
+  else if (k == 3)
+    d.returns({transpose(flip({d0}))});
+  else
+    d.returns({d.op("aten::clone.default",
+                    {na("self", d.in(0)), {"memory_format", Argument(MemoryFormat::Contiguous), true}}, out)});
+  return llvm::Error::success();
+}
+
+/// isin.Tensor_Tensor (torch._refs isin_default, taken when test_elements.numel() < 10 *
+/// elements.numel() ** 0.145): elements viewed with a 1 per test dim, eq, any over the test
+/// dims, bitwise_not when inverted. The sorting path (DTensor finds no strategy through it) is
+/// refused.
+llvm::Error isin(Decomposition &d) {
+  const OpCall &c = d.call();
+  auto elems = c.shape(0), test = c.shape(1);
+  double n = static_cast<double>(numelOf(elems)), m = static_cast<double>(numelOf(test));
+  if (!(m < 10.0 * std::pow(n, 0.145)))
+    return c.error("its sorting path (test_elements.numel() >= 10 * elements.numel() ** 0.145) has no DTensor "
+                   "strategy (DTensor raises)");
+  if (n == 0)
+    return c.error("empty elements (empty_like) are not modelled");
+  IntList viewSizes(elems.begin(), elems.end()), dims, eqSizes(elems.begin(), elems.end());
+  viewSizes.append(test.size(), 1);
+  eqSizes.append(test.begin(), test.end());
+  for (int64_t i = -1; i >= -static_cast<int64_t>(test.size()); --i)
+    dims.push_back(i);
+  const TensorMeta &out = *c.results[0]->meta();
+  Value *x = d.op("aten::view.default", {na("self", d.in(0)), na("size", viewSizes)},
+                  Decomposition::shaped(c.inputs[0].meta, viewSizes));
+  Value *eq = d.op("aten::eq.Tensor", {na("self", x), na("other", d.in(1))},
+                   Decomposition::shaped(c.inputs[0].meta, eqSizes, ScalarType::Bool));
+  Value *any = d.op("aten::any.dims", {na("self", eq), na("dim", dims)}, out);
+  const Argument *invert = c.arg("invert", 3);
+  bool inverted = invert && invert->is<bool>() && invert->get<bool>();
+  d.returns({inverted ? d.op("aten::bitwise_not.default", {na("self", any)}, out) : any});
+  return llvm::Error::success();
+}
+
 /// rsub.Tensor(self, other, alpha): sub(other, self, alpha).
 llvm::Error rsub(Decomposition &d) {
   llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(1)), na("other", d.in(0))};
@@ -429,6 +500,9 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::leaky_relu_backward.default", leakyReluBackward},
       {"aten::mish_backward.default", mishBackward},
       {"aten::softplus_backward.default", softplusBackward},
+      {"aten::fill.Scalar", fill},
+      {"aten::rot90.default", rot90},
+      {"aten::isin.Tensor_Tensor", isin},
   };
   return m;
 }

@@ -323,6 +323,9 @@ CASES = [
     ("repeat", lambda a: a.repeat(2, 1, 3), [(f32(4, 6), S0)]),
     ("repeat-once", lambda a: a.repeat(1, 1) * 2.0, [(f32(4, 6), S1)]),
     ("repeat-vector", lambda a: a.repeat(2, 2), [(f32(3), R)]),
+    ("rot90", lambda a: torch.rot90(a, 1, (0, 2)), [(f32(2, 4, 6), S1)]),
+    ("rot90-k3", lambda a: torch.rot90(a, -1, (1, 0)), [(f32(4, 6), S0)]),
+    ("fill", lambda a: torch.fill(a, 2.0) * a, [(f32(4, 6), S0)]),
     # activations whose backward ops DTensor shards through their decompositions
     ("elu", lambda a: F.elu(a, alpha=0.5), [(f32(4, 6), S0)]),
     ("celu", lambda a: F.celu(a, alpha=2.0), [(f32(4, 6), S1)]),

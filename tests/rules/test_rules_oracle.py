@@ -231,6 +231,13 @@ def all_cases():
                       ("aten::softplus_backward.default", lambda: [I("beta", 3), F("threshold", 0.2)])):
         cases += binary_cases(op, ["grad_output", "self"], [[4, 6], [4, 6]], partials=("P(sum)", "P(avg)"), every2d=5,
                               make_extra=extra)
+    cases += unary_cases("aten::fill.Scalar", [4, 6], lambda t: [t, F("value", 2.0)], partials=("P(sum)", "P(max)"))
+    for k, dims in ((1, [0, 1]), (2, [1, 2]), (3, [0, 2]), (4, [0, 1])):
+        cases += unary_cases("aten::rot90.default", [4, 6, 8], lambda t, k=k, dims=dims: [t, I("k", k), L("dims", dims)])
+    cases += binary_cases("aten::isin.Tensor_Tensor", ["elements", "test_elements"], [[20], [5]])
+    cases += binary_cases("aten::isin.Tensor_Tensor", ["elements", "test_elements"], [[4, 6], [3]],
+                          make_extra=lambda: [dict(B("invert", True), keyword=True)])
+    cases += binary_cases("aten::isin.Tensor_Tensor", ["elements", "test_elements"], [[4], [20]])  # sorting path
     cases += binary_cases("aten::rsub.Tensor", ["self", "other"], [[4, 6], [4, 6]], partials=("P(sum)", "P(avg)"),
                           make_extra=lambda: [{"name": "alpha", "float": 2.0, "keyword": True}])
     cases += binary_cases("aten::rsub.Tensor", ["self", "other"], [[4, 6], [6]], partials=("P(max)", "P(min)", "P(avg)"),
