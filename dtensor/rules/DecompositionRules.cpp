@@ -347,6 +347,46 @@ llvm::Error isin(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// mse_loss(self, target, reduction) (torch._decomp): pow(self - target, 2), then mean (1), sum
+/// (2) or nothing (0). Operands of different shapes (broadcast inside the op) are refused.
+llvm::Error mseLoss(Decomposition &d) {
+  const OpCall &c = d.call();
+  if (llvm::Error e = needFloat(d))
+    return e;
+  if (c.shape(0) != c.shape(1))
+    return c.error("operands of different shapes (broadcast inside mse_loss) are not modelled");
+  int64_t reduction = c.intArg("reduction", 2).value_or(1);
+  Value *diff = pointwise(d, "aten::sub.Tensor", {na("self", d.in(0)), na("other", d.in(1))}, d.in(0));
+  Value *sq = pointwise(d, "aten::pow.Tensor_Scalar", {na("self", diff), na("exponent", int64_t{2})}, d.in(0));
+  const TensorMeta &out = *c.results[0]->meta();
+  if (reduction == 1)
+    sq = d.op("aten::mean.default", {na("self", sq)}, out);
+  else if (reduction == 2)
+    sq = d.op("aten::sum.default", {na("self", sq)}, out);
+  else if (reduction != 0)
+    return c.error("reduction {} is not 0, 1 or 2", reduction);
+  d.returns({sq});
+  return llvm::Error::success();
+}
+
+/// mse_loss_backward(grad, self, target, reduction) (torch._decomp): (self - target) * norm * grad,
+/// norm 2 / numel for a mean, else 2.
+llvm::Error mseLossBackward(Decomposition &d) {
+  const OpCall &c = d.call();
+  if (llvm::Error e = needFloat(d))
+    return e;
+  if (c.shape(1) != c.shape(2))
+    return c.error("operands of different shapes (broadcast inside mse_loss) are not modelled");
+  auto reduction = c.intArg("reduction", 3);
+  if (!reduction)
+    return c.error("missing reduction");
+  double norm = *reduction == 1 ? 2.0 / static_cast<double>(numelOf(c.shape(1))) : 2.0;
+  Value *diff = pointwise(d, "aten::sub.Tensor", {na("self", d.in(1)), na("other", d.in(2))}, d.in(1));
+  Value *scaled = pointwise(d, "aten::mul.Tensor", {na("self", diff), na("other", norm)}, d.in(1));
+  d.returns({d.op("aten::mul.Tensor", {na("self", scaled), na("other", d.in(0))}, *c.results[0]->meta())});
+  return llvm::Error::success();
+}
+
 /// rsub.Tensor(self, other, alpha): sub(other, self, alpha).
 llvm::Error rsub(Decomposition &d) {
   llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(1)), na("other", d.in(0))};
@@ -503,6 +543,8 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::fill.Scalar", fill},
       {"aten::rot90.default", rot90},
       {"aten::isin.Tensor_Tensor", isin},
+      {"aten::mse_loss.default", mseLoss},
+      {"aten::mse_loss_backward.default", mseLossBackward},
   };
   return m;
 }

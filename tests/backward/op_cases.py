@@ -326,6 +326,8 @@ CASES = [
     ("rot90", lambda a: torch.rot90(a, 1, (0, 2)), [(f32(2, 4, 6), S1)]),
     ("rot90-k3", lambda a: torch.rot90(a, -1, (1, 0)), [(f32(4, 6), S0)]),
     ("fill", lambda a: torch.fill(a, 2.0) * a, [(f32(4, 6), S0)]),
+    ("mse-loss", F.mse_loss, [(f32(4, 6), S0), (f32(4, 6), S0)]),
+    ("mse-loss-sum", lambda a, b: F.mse_loss(a, b, reduction="sum"), [(f32(4, 6), S1), (f32(4, 6), R)]),
     # activations whose backward ops DTensor shards through their decompositions
     ("elu", lambda a: F.elu(a, alpha=0.5), [(f32(4, 6), S0)]),
     ("celu", lambda a: F.celu(a, alpha=2.0), [(f32(4, 6), S1)]),

@@ -231,6 +231,17 @@ def all_cases():
                       ("aten::softplus_backward.default", lambda: [I("beta", 3), F("threshold", 0.2)])):
         cases += binary_cases(op, ["grad_output", "self"], [[4, 6], [4, 6]], partials=("P(sum)", "P(avg)"), every2d=5,
                               make_extra=extra)
+    for reduction in (0, 1, 2):
+        cases += binary_cases("aten::mse_loss.default", ["self", "target"], [[4, 6], [4, 6]],
+                              partials=("P(sum)", "P(avg)"), every2d=5, make_extra=lambda r=reduction: [I("reduction", r)])
+    for mesh in MESHES:
+        opts = tuples(per_dim(2), mesh)
+        for pa, pb in list(itertools.product(opts, opts))[:: (5 if len(mesh) > 1 else 1)]:
+            for reduction, gshape in ((1, []), (0, [4, 6])):
+                g = ["R"] * len(mesh) if not gshape else pa
+                cases.append({"op": "aten::mse_loss_backward.default", "mesh": mesh,
+                              "args": [T("grad_output", gshape, g), T("self", [4, 6], pa), T("target", [4, 6], pb),
+                                       I("reduction", reduction)]})
     cases += unary_cases("aten::fill.Scalar", [4, 6], lambda t: [t, F("value", 2.0)], partials=("P(sum)", "P(max)"))
     for k, dims in ((1, [0, 1]), (2, [1, 2]), (3, [0, 2]), (4, [0, 1])):
         cases += unary_cases("aten::rot90.default", [4, 6, 8], lambda t, k=k, dims=dims: [t, I("k", k), L("dims", dims)])
