@@ -347,36 +347,55 @@ llvm::Error isin(Decomposition &d) {
   return llvm::Error::success();
 }
 
-/// mse_loss(self, target, reduction) (torch._decomp): pow(self - target, 2), then mean (1), sum
-/// (2) or nothing (0). Operands of different shapes (broadcast inside the op) are refused.
-llvm::Error mseLoss(Decomposition &d) {
-  const OpCall &c = d.call();
+/// An elementwise op of the decomposition on operands that broadcast together.
+Value *broadcasting(Decomposition &d, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, Value *a, Value *b,
+                    std::optional<ScalarType> dtype = std::nullopt) {
+  auto as = sizesOf(d.meta(a)), bs = sizesOf(d.meta(b));
+  llvm::SmallVector<int64_t, 4> out(std::max(as.size(), bs.size()), 1);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t x = i < as.size() ? as[as.size() - 1 - i] : 1, y = i < bs.size() ? bs[bs.size() - 1 - i] : 1;
+    out[out.size() - 1 - i] = x == 1 ? y : x;
+  }
+  return d.op(op, std::move(args), Decomposition::shaped(d.meta(a), out, dtype));
+}
+
+/// mean (1), sum (2) or nothing (0) of a pointwise loss (apply_loss_reduction).
+llvm::Error reduceLoss(Decomposition &d, Value *loss) {
+  int64_t reduction = d.call().intArg("reduction", 2).value_or(1);
+  const TensorMeta &out = *d.call().results[0]->meta();
+  if (reduction == 1)
+    loss = d.op("aten::mean.default", {na("self", loss)}, out);
+  else if (reduction == 2)
+    loss = d.op("aten::sum.default", {na("self", loss)}, out);
+  else if (reduction != 0)
+    return d.call().error("reduction {} is not 0, 1 or 2", reduction);
+  d.returns({loss});
+  return llvm::Error::success();
+}
+
+/// A pointwise loss's operands: float, of one shape (broadcast inside the op is refused).
+llvm::Error needLossOperands(Decomposition &d, unsigned self, unsigned target) {
   if (llvm::Error e = needFloat(d))
     return e;
-  if (c.shape(0) != c.shape(1))
-    return c.error("operands of different shapes (broadcast inside mse_loss) are not modelled");
-  int64_t reduction = c.intArg("reduction", 2).value_or(1);
-  Value *diff = pointwise(d, "aten::sub.Tensor", {na("self", d.in(0)), na("other", d.in(1))}, d.in(0));
-  Value *sq = pointwise(d, "aten::pow.Tensor_Scalar", {na("self", diff), na("exponent", int64_t{2})}, d.in(0));
-  const TensorMeta &out = *c.results[0]->meta();
-  if (reduction == 1)
-    sq = d.op("aten::mean.default", {na("self", sq)}, out);
-  else if (reduction == 2)
-    sq = d.op("aten::sum.default", {na("self", sq)}, out);
-  else if (reduction != 0)
-    return c.error("reduction {} is not 0, 1 or 2", reduction);
-  d.returns({sq});
+  if (d.call().shape(self) != d.call().shape(target))
+    return d.call().error("operands of different shapes (broadcast inside the loss) are not modelled");
   return llvm::Error::success();
+}
+
+/// mse_loss(self, target, reduction) (torch._decomp): pow(self - target, 2), then the reduction.
+llvm::Error mseLoss(Decomposition &d) {
+  if (llvm::Error e = needLossOperands(d, 0, 1))
+    return e;
+  Value *diff = pointwise(d, "aten::sub.Tensor", {na("self", d.in(0)), na("other", d.in(1))}, d.in(0));
+  return reduceLoss(d, pointwise(d, "aten::pow.Tensor_Scalar", {na("self", diff), na("exponent", int64_t{2})}, d.in(0)));
 }
 
 /// mse_loss_backward(grad, self, target, reduction) (torch._decomp): (self - target) * norm * grad,
 /// norm 2 / numel for a mean, else 2.
 llvm::Error mseLossBackward(Decomposition &d) {
-  const OpCall &c = d.call();
-  if (llvm::Error e = needFloat(d))
+  if (llvm::Error e = needLossOperands(d, 1, 2))
     return e;
-  if (c.shape(1) != c.shape(2))
-    return c.error("operands of different shapes (broadcast inside mse_loss) are not modelled");
+  const OpCall &c = d.call();
   auto reduction = c.intArg("reduction", 3);
   if (!reduction)
     return c.error("missing reduction");
@@ -384,6 +403,95 @@ llvm::Error mseLossBackward(Decomposition &d) {
   Value *diff = pointwise(d, "aten::sub.Tensor", {na("self", d.in(1)), na("other", d.in(2))}, d.in(1));
   Value *scaled = pointwise(d, "aten::mul.Tensor", {na("self", diff), na("other", norm)}, d.in(1));
   d.returns({d.op("aten::mul.Tensor", {na("self", scaled), na("other", d.in(0))}, *c.results[0]->meta())});
+  return llvm::Error::success();
+}
+
+/// smooth_l1_loss(self, target, reduction, beta) / huber_loss(self, target, reduction, delta)
+/// (torch._decomp): z = |self - target|; where(z < beta, 0.5 * z ** 2 / beta, z - 0.5 * beta),
+/// huber where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta)); then the reduction.
+llvm::Error smoothL1OrHuberLoss(Decomposition &d) {
+  if (llvm::Error e = needLossOperands(d, 0, 1))
+    return e;
+  bool huber = d.call().op == "aten::huber_loss.default";
+  auto beta = scalarArg(d.call(), huber ? "delta" : "beta", 3, 1.0);
+  if (!beta)
+    return d.call().error("{} is not a number", huber ? "delta" : "beta");
+  Value *x = d.in(0);
+  Value *z = pointwise(d, "aten::abs.default",
+                       {na("self", pointwise(d, "aten::sub.Tensor", {na("self", x), na("other", d.in(1))}, x))}, x);
+  Value *mask = pointwise(d, "aten::lt.Scalar", {na("self", z), na("other", *beta)}, x, ScalarType::Bool);
+  Value *small, *large;
+  if (huber) {
+    small = pointwise(d, "aten::mul.Tensor", {na("self", z), na("other", 0.5)}, x);
+    small = pointwise(d, "aten::mul.Tensor", {na("self", small), na("other", z)}, x);
+    large = pointwise(d, "aten::sub.Tensor", {na("self", z), na("other", 0.5 * *beta)}, x);
+    large = pointwise(d, "aten::mul.Tensor", {na("self", large), na("other", *beta)}, x);
+  } else {
+    small = pointwise(d, "aten::pow.Tensor_Scalar", {na("self", z), na("exponent", int64_t{2})}, x);
+    small = pointwise(d, "aten::mul.Tensor", {na("self", small), na("other", 0.5)}, x);
+    small = pointwise(d, "aten::div.Tensor", {na("self", small), na("other", *beta)}, x);
+    large = pointwise(d, "aten::sub.Tensor", {na("self", z), na("other", 0.5 * *beta)}, x);
+  }
+  return reduceLoss(
+      d, pointwise(d, "aten::where.self", {na("condition", mask), na("self", small), na("other", large)}, x));
+}
+
+/// A smooth-L1 / Huber backward's (norm, knob): norm 1 / numel for a mean reduction, else 1;
+/// the knob (beta, delta) defaults to 1.
+llvm::Expected<std::pair<double, double>> lossBackwardScalars(Decomposition &d, llvm::StringRef knob) {
+  if (llvm::Error e = needLossOperands(d, 1, 2))
+    return e;
+  const OpCall &c = d.call();
+  auto reduction = c.intArg("reduction", 3);
+  auto value = scalarArg(c, knob, 4, 1.0);
+  if (!reduction || !value)
+    return c.error("missing reduction or {}", knob);
+  return std::pair{*reduction == 1 ? 1.0 / static_cast<double>(numelOf(c.shape(1))) : 1.0, *value};
+}
+
+/// smooth_l1_loss_backward(grad, self, target, reduction, beta) (torch._decomp): x = self - target,
+/// g = grad * norm (1 / numel for a mean); where(|x| < beta, g * x / beta, g * sign(x)).
+llvm::Error smoothL1LossBackward(Decomposition &d) {
+  auto knobs = lossBackwardScalars(d, "beta");
+  if (!knobs)
+    return knobs.takeError();
+  const OpCall &c = d.call();
+  auto [norm, beta] = *knobs;
+  Value *grad = d.in(0), *self = d.in(1);
+  Value *x = pointwise(d, "aten::sub.Tensor", {na("self", self), na("other", d.in(2))}, self);
+  Value *ax = pointwise(d, "aten::abs.default", {na("self", x)}, self);
+  Value *g = pointwise(d, "aten::mul.Tensor", {na("self", grad), na("other", norm)}, grad);
+  Value *mask = pointwise(d, "aten::lt.Scalar", {na("self", ax), na("other", beta)}, self, ScalarType::Bool);
+  Value *small = broadcasting(d, "aten::mul.Tensor", {na("self", g), na("other", x)}, g, x);
+  small = pointwise(d, "aten::div.Tensor", {na("self", small), na("other", beta)}, small);
+  Value *sign = pointwise(d, "aten::sign.default", {na("self", x)}, self);
+  Value *large = broadcasting(d, "aten::mul.Tensor", {na("self", g), na("other", sign)}, g, sign);
+  d.returns({d.op("aten::where.self", {na("condition", mask), na("self", small), na("other", large)},
+                  *c.results[0]->meta())});
+  return llvm::Error::success();
+}
+
+/// huber_loss_backward(grad, self, target, reduction, delta) (torch._decomp): x = self - target;
+/// where(x < -delta, -norm * grad * delta, where(x > delta, norm * grad * delta, norm * x * grad)).
+llvm::Error huberLossBackward(Decomposition &d) {
+  auto knobs = lossBackwardScalars(d, "delta");
+  if (!knobs)
+    return knobs.takeError();
+  const OpCall &c = d.call();
+  auto [norm, delta] = *knobs;
+  Value *grad = d.in(0), *self = d.in(1);
+  const TensorMeta &out = *c.results[0]->meta();
+  Value *x = pointwise(d, "aten::sub.Tensor", {na("self", self), na("other", d.in(2))}, self);
+  Value *below = pointwise(d, "aten::lt.Scalar", {na("self", x), na("other", -delta)}, self, ScalarType::Bool);
+  Value *neg = pointwise(d, "aten::mul.Tensor", {na("self", grad), na("other", -norm)}, grad);
+  neg = pointwise(d, "aten::mul.Tensor", {na("self", neg), na("other", delta)}, grad);
+  Value *above = pointwise(d, "aten::gt.Scalar", {na("self", x), na("other", delta)}, self, ScalarType::Bool);
+  Value *pos = pointwise(d, "aten::mul.Tensor", {na("self", grad), na("other", norm)}, grad);
+  pos = pointwise(d, "aten::mul.Tensor", {na("self", pos), na("other", delta)}, grad);
+  Value *mid = pointwise(d, "aten::mul.Tensor", {na("self", x), na("other", norm)}, self);
+  mid = broadcasting(d, "aten::mul.Tensor", {na("self", mid), na("other", grad)}, mid, grad);
+  Value *inner = d.op("aten::where.self", {na("condition", above), na("self", pos), na("other", mid)}, out);
+  d.returns({d.op("aten::where.self", {na("condition", below), na("self", neg), na("other", inner)}, out)});
   return llvm::Error::success();
 }
 
@@ -545,6 +653,10 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::isin.Tensor_Tensor", isin},
       {"aten::mse_loss.default", mseLoss},
       {"aten::mse_loss_backward.default", mseLossBackward},
+      {"aten::smooth_l1_loss.default", smoothL1OrHuberLoss},
+      {"aten::huber_loss.default", smoothL1OrHuberLoss},
+      {"aten::smooth_l1_loss_backward.default", smoothL1LossBackward},
+      {"aten::huber_loss_backward.default", huberLossBackward},
   };
   return m;
 }

@@ -328,6 +328,8 @@ CASES = [
     ("fill", lambda a: torch.fill(a, 2.0) * a, [(f32(4, 6), S0)]),
     ("mse-loss", F.mse_loss, [(f32(4, 6), S0), (f32(4, 6), S0)]),
     ("mse-loss-sum", lambda a, b: F.mse_loss(a, b, reduction="sum"), [(f32(4, 6), S1), (f32(4, 6), R)]),
+    ("smooth-l1-loss", lambda a, b: F.smooth_l1_loss(a, b, beta=0.5), [(f32(4, 6), S0), (f32(4, 6), S0)]),
+    ("huber-loss", lambda a, b: F.huber_loss(a, b, reduction="sum", delta=0.5), [(f32(4, 6), S1), (f32(4, 6), R)]),
     # activations whose backward ops DTensor shards through their decompositions
     ("elu", lambda a: F.elu(a, alpha=0.5), [(f32(4, 6), S0)]),
     ("celu", lambda a: F.celu(a, alpha=2.0), [(f32(4, 6), S1)]),

@@ -234,6 +234,10 @@ def all_cases():
     for reduction in (0, 1, 2):
         cases += binary_cases("aten::mse_loss.default", ["self", "target"], [[4, 6], [4, 6]],
                               partials=("P(sum)", "P(avg)"), every2d=5, make_extra=lambda r=reduction: [I("reduction", r)])
+    for op, knob in (("aten::smooth_l1_loss.default", "beta"), ("aten::huber_loss.default", "delta")):
+        for reduction in (0, 1, 2):
+            cases += binary_cases(op, ["self", "target"], [[4, 6], [4, 6]], partials=("P(sum)", "P(avg)"), every2d=7,
+                                  make_extra=lambda r=reduction, k=knob: [I("reduction", r), F(k, 0.5)])
     for mesh in MESHES:
         opts = tuples(per_dim(2), mesh)
         for pa, pb in list(itertools.product(opts, opts))[:: (5 if len(mesh) > 1 else 1)]:
@@ -242,6 +246,11 @@ def all_cases():
                 cases.append({"op": "aten::mse_loss_backward.default", "mesh": mesh,
                               "args": [T("grad_output", gshape, g), T("self", [4, 6], pa), T("target", [4, 6], pb),
                                        I("reduction", reduction)]})
+                for op, knob in (("aten::smooth_l1_loss_backward.default", "beta"),
+                                 ("aten::huber_loss_backward.default", "delta")):
+                    cases.append({"op": op, "mesh": mesh,
+                                  "args": [T("grad_output", gshape, g), T("self", [4, 6], pa), T("target", [4, 6], pb),
+                                           I("reduction", reduction), F(knob, 0.5)]})
     cases += unary_cases("aten::fill.Scalar", [4, 6], lambda t: [t, F("value", 2.0)], partials=("P(sum)", "P(max)"))
     for k, dims in ((1, [0, 1]), (2, [1, 2]), (3, [0, 2]), (4, [0, 1])):
         cases += unary_cases("aten::rot90.default", [4, 6, 8], lambda t, k=k, dims=dims: [t, I("k", k), L("dims", dims)])
