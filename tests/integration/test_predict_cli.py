@@ -10,8 +10,9 @@ from commlens import plan as planlib
 from commlens.export import export_model
 
 
-class RepeatNet(torch.nn.Module):
-    """w2(repeat(w1(x))): aten::repeat has no commlens rule yet (docs/op-coverage.md)."""
+class ShuffleNet(torch.nn.Module):
+    """w2(channel_shuffle(w1(x))): aten::channel_shuffle has no commlens rule yet (DTensor shards it
+    through its decomposition into a _StridedShard, which commlens does not model)."""
 
     def __init__(self):
         super().__init__()
@@ -19,14 +20,14 @@ class RepeatNet(torch.nn.Module):
         self.w2 = torch.nn.Linear(32, 16)
 
     def forward(self, x):
-        return self.w2(self.w1(x).repeat(1, 1, 1))
+        return self.w2(torch.nn.functional.channel_shuffle(self.w1(x), 2))
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("predict")
     pt2 = d / "net.pt2"
-    torch.export.save(export_model(RepeatNet(), (torch.randn(2, 8, 16),)), str(pt2))
+    torch.export.save(export_model(ShuffleNet(), (torch.randn(2, 8, 16),)), str(pt2))
     plan = planlib.Plan(mesh_shape=(4,), mesh_dim_names=("tp",), device_type="cpu",
                         parallelize_plan={"w1": ColwiseParallel(use_local_output=False), "w2": RowwiseParallel()},
                         tp_mesh_dim="tp")
@@ -39,8 +40,8 @@ def test_unsupported_op_names_op_node_and_module(run_commlens, files):
     pt2, plan = files
     r = run_commlens("predict", pt2, "--plan", plan)
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == (f"commlens: error: {pt2}: unsupported op aten::repeat.default at node 'repeat' in RepeatNet "
-                        "(no DTensor sharding rule in commlens)\n")
+    assert r.stderr == (f"commlens: error: {pt2}: unsupported op aten::channel_shuffle.default at node 'channel_shuffle' in "
+                        "ShuffleNet (no DTensor sharding rule in commlens)\n")
 
 
 def test_allow_unsupported_marks_dependent_counts_approximate(run_commlens, files, tmp_path):
@@ -49,7 +50,7 @@ def test_allow_unsupported_marks_dependent_counts_approximate(run_commlens, file
     r = run_commlens("predict", pt2, "--plan", plan, "--allow-unsupported", "--format", "json", "-o", out)
     assert r.returncode == 0, r.stderr
     tree = json.loads(out.read_text())
-    # repeat's operand is w1's S(2) output (use_local_output=False): replicating it for the
+    # channel_shuffle's operand is w1's S(2) output (use_local_output=False): replicating it for the
     # unsupported op is one all_gather, charged to the root module; its result is assumed
     # Replicate, so w2's Rowwise input hook chunks it locally, mm gives Partial and the output
     # hook all_reduces: both counts depend on the unsupported op and are approximate.
@@ -57,8 +58,8 @@ def test_allow_unsupported_marks_dependent_counts_approximate(run_commlens, file
                                            ["c10d_functional.all_reduce", 1]]
     assert tree["approximate_forward"] == ["c10d_functional.all_gather_into_tensor", "c10d_functional.all_reduce"]
     assert tree["commlens"]["warnings"] == [
-        "unsupported op aten::repeat.default at node 'repeat' in RepeatNet: operands replicated, counts that depend "
-        "on it are approximate"]
+        "unsupported op aten::channel_shuffle.default at node 'channel_shuffle' in ShuffleNet: operands replicated, "
+        "counts that depend on it are approximate"]
     r = run_commlens("predict", pt2, "--plan", plan, "--allow-unsupported")
     assert "*c10d_functional.all_reduce: 1 (approximate)" in r.stdout
 
@@ -96,10 +97,10 @@ def test_plan_naming_a_missing_module(run_commlens, files, tmp_path):
     r = run_commlens("predict", pt2, "--plan", bad)
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout.splitlines()[-2:] == [
-        f"warning: plan pattern '{p}' matches no module of RepeatNet: skipped, as torch's parallelize_module skips it"
+        f"warning: plan pattern '{p}' matches no module of ShuffleNet: skipped, as torch's parallelize_module skips it"
         for p in ("w3", "w4")]
     r = run_commlens("check-plan", pt2, "--plan", bad)
-    assert (r.returncode, r.stderr) == (2, f"commlens: error: {bad}: plan pattern 'w3' matches no module of RepeatNet\n")
+    assert (r.returncode, r.stderr) == (2, f"commlens: error: {bad}: plan pattern 'w3' matches no module of ShuffleNet\n")
 
 
 def test_time_passes(run_commlens, tmp_path):
