@@ -298,9 +298,9 @@ llvm::Error rot90(Decomposition &d) {
   int64_t d0 = normDim(dims[0], rank), d1 = normDim(dims[1], rank), k = ((c.intArg("k", 1).value_or(1) % 4) + 4) % 4;
   if (d0 == d1)
     return c.error("expected two different rotation dims");
-  const TensorMeta &x = c.inputs[0].meta, &out = *c.results[0]->meta();
+  const TensorMeta &out = *c.results[0]->meta();
   auto flip = [&](IntList flipDims) {
-    return d.op("aten::flip.default", {na("self", d.in(0)), na("dims", flipDims)}, Decomposition::shaped(x, sizesOf(x)));
+    return pointwise(d, "aten::flip.default", {na("self", d.in(0)), na("dims", flipDims)}, d.in(0));
   };
   auto transpose = [&](Value *v) {
     return d.op("aten::transpose.int", {na("self", v), na("dim0", d0), na("dim1", d1)}, out);
@@ -539,38 +539,25 @@ llvm::Error aminmax(Decomposition &d) {
 
 /// count_nonzero(self, dim=None): ne(self, 0), then sum over dim (all dims when None).
 llvm::Error countNonzero(Decomposition &d) {
-  const TensorMeta &x = d.call().inputs[0].meta;
-  Value *mask = d.op("aten::ne.Scalar", {na("self", d.in(0)), na("other", int64_t{0})},
-                     Decomposition::shaped(x, sizesOf(x), ScalarType::Bool));
+  Value *mask = pointwise(d, "aten::ne.Scalar", {na("self", d.in(0)), na("other", int64_t{0})}, d.in(0),
+                          ScalarType::Bool);
   const Argument *dim = d.call().arg("dim", 1);
   d.returns({d.op("aten::sum.dim_IntList", {na("self", mask), na("dim", dim ? *dim : Argument())},
                   *d.call().results[0]->meta())});
   return llvm::Error::success();
 }
 
-/// mv(self, vec): (self * vec).sum(dim=1).
-Value *mvOf(Decomposition &d, Value *mat, Value *vec, const TensorMeta &out) {
-  Value *prod = d.op("aten::mul.Tensor", {na("self", mat), na("other", vec)},
-                     Decomposition::shaped(d.meta(mat), sizesOf(d.meta(mat))));
-  return d.op("aten::sum.dim_IntList", {na("self", prod), na("dim", IntList{1})}, out);
-}
+/// mv(self, vec): (self * vec).sum(dim=1). addr's backward runs it (grad.mv(vec)).
 llvm::Error mv(Decomposition &d) {
   if (llvm::Error e = needFloat(d))
     return e;
   if (d.call().rank(0) != 2 || d.call().rank(1) != 1)
     return d.call().error("expected a matrix and a vector");
-  // torch.mv inside a decomposition is itself decomposed the same way (mv has no strategy).
-  d.returns({mvOf(d, d.in(0), d.in(1), *d.call().results[0]->meta())});
+  Value *prod = pointwise(d, "aten::mul.Tensor", {na("self", d.in(0)), na("other", d.in(1))}, d.in(0));
+  d.returns({d.op("aten::sum.dim_IntList", {na("self", prod), na("dim", IntList{1})}, *d.call().results[0]->meta())});
   return llvm::Error::success();
 }
 
-/// outer(vec1, vec2): vec1.reshape(-1, 1) * vec2.
-Value *outerOf(Decomposition &d, Value *v1, Value *v2, const TensorMeta &out) {
-  int64_t n = sizesOf(d.meta(v1))[0];
-  Value *col = d.op("aten::reshape.default", {na("self", v1), na("shape", IntList{n, 1})},
-                    Decomposition::shaped(d.meta(v1), {n, 1}));
-  return d.op("aten::mul.Tensor", {na("self", col), na("other", v2)}, out);
-}
 
 /// addr(self, vec1, vec2, beta, alpha) (torch._refs.addr, non-bool): self expanded to the outer
 /// shape; alpha * outer when beta == 0, else beta * self + alpha * outer.
@@ -600,10 +587,15 @@ llvm::Error addr(Decomposition &d) {
   d.returns({d.op("aten::add.Tensor", {na("self", bias), na("other", scaled)}, out)});
   return llvm::Error::success();
 }
+/// outer(vec1, vec2): vec1.reshape(-1, 1) * vec2. Top-level outer is decomposed before DTensor
+/// sees it (aten/Decomposer); this rule serves the outer inside addr's decomposition.
 llvm::Error outer(Decomposition &d) {
   if (d.call().rank(0) != 1 || d.call().rank(1) != 1)
     return d.call().error("expected two 1-D tensors");
-  d.returns({outerOf(d, d.in(0), d.in(1), *d.call().results[0]->meta())});
+  int64_t n = d.call().shape(0)[0];
+  Value *col = d.op("aten::reshape.default", {na("self", d.in(0)), na("shape", IntList{n, 1})},
+                    Decomposition::shaped(d.call().inputs[0].meta, {n, 1}));
+  d.returns({d.op("aten::mul.Tensor", {na("self", col), na("other", d.in(1))}, *d.call().results[0]->meta())});
   return llvm::Error::success();
 }
 
