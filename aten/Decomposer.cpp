@@ -214,6 +214,9 @@ private:
         {"aten::std.default", &Decomposer::correctionOverload},
         {"aten::var.default", &Decomposer::correctionOverload},
         {"aten::var_mean.default", &Decomposer::correctionOverload},
+        {"aten::var_mean.dim", &Decomposer::correctionOverload},
+        {"aten::std_mean.default", &Decomposer::correctionOverload},
+        {"aten::std_mean.dim", &Decomposer::correctionOverload},
         {"aten::msort.default", &Decomposer::sortResult},
         {"aten::argsort.default", &Decomposer::sortResult},
         {"aten::real.default", &Decomposer::selfWhenReal},
@@ -242,6 +245,35 @@ private:
         {"aten::kl_div.default", &Decomposer::klDiv},
         {"aten::selu.default", &Decomposer::selu},
         {"aten::tile.default", &Decomposer::tile},
+        {"aten::diag.default", &Decomposer::diag},
+        {"aten::trapezoid.x", &Decomposer::trapezoid},
+        {"aten::trapz.x", &Decomposer::trapezoid},
+        {"aten::cumulative_trapezoid.x", &Decomposer::trapezoid},
+        {"aten::fft_fft.default", &Decomposer::fft},
+        {"aten::fft_fft2.default", &Decomposer::fft},
+        {"aten::fft_fftn.default", &Decomposer::fft},
+        {"aten::fft_ifft.default", &Decomposer::fft},
+        {"aten::fft_ifft2.default", &Decomposer::fft},
+        {"aten::fft_ifftn.default", &Decomposer::fft},
+        {"aten::fft_rfft.default", &Decomposer::fft},
+        {"aten::fft_rfft2.default", &Decomposer::fft},
+        {"aten::fft_rfftn.default", &Decomposer::fft},
+        {"aten::fft_irfft.default", &Decomposer::fft},
+        {"aten::fft_irfft2.default", &Decomposer::fft},
+        {"aten::fft_irfftn.default", &Decomposer::fft},
+        {"aten::fft_hfft.default", &Decomposer::fft},
+        {"aten::fft_hfft2.default", &Decomposer::fft},
+        {"aten::fft_hfftn.default", &Decomposer::fft},
+        {"aten::fft_ihfft.default", &Decomposer::fft},
+        {"aten::fft_ihfft2.default", &Decomposer::fft},
+        {"aten::fft_ihfftn.default", &Decomposer::fft},
+        {"aten::fft_fftshift.default", &Decomposer::fftShift},
+        {"aten::fft_ifftshift.default", &Decomposer::fftShift},
+        {"aten::diagflat.default", &Decomposer::diagflat},
+        {"aten::linalg_diagonal.default", &Decomposer::linalgDiagonal},
+        {"aten::float_power.Tensor_Tensor", &Decomposer::floatPower},
+        {"aten::float_power.Tensor_Scalar", &Decomposer::floatPower},
+        {"aten::float_power.Scalar", &Decomposer::floatPower},
         {"aten::kron.default", &Decomposer::kron},
     };
     return m;
@@ -328,7 +360,8 @@ private:
     return runOnSelf("aten::slice.Tensor",
                      {{"dim", *dim, false}, {"start", from, false}, {"end", from + *length, false}});
   }
-  /// std / var / var_mean over every dim (ReduceOps.cpp): their .correction overload.
+  /// std / var / var_mean / std_mean over every dim or with `unbiased` (ReduceOps.cpp): their
+  /// .correction overload.
   llvm::Error correctionOverload() {
     llvm::StringRef op = n_->opString();
     return stdVarDim((op.split('.').first + ".correction").str());
@@ -392,6 +425,278 @@ private:
                      tmp("mul"));
     b_.bind(result(0), unary("aten::_unsafe_view.default", m, *result(0)->meta(), result(0)->name(),
                              {{"size", IntList(hints(result(0)->meta()->sizes)), false}}));
+    return llvm::Error::success();
+  }
+  /// torch.fft.* of a real tensor (SpectralOps.cpp), as the ATen kernels they call: the input resized
+  /// per transformed dim (slice where longer, one constant_pad_nd where shorter), then
+  ///   fft/ifft (1-D): _fft_r2c(onesided=False), ifft's result conjugated (_conj);
+  ///   fft2/fftn/ifft2/ifftn: the input made complex (_to_copy), then _fft_c2c;
+  ///   rfft*: _fft_r2c(onesided=True);
+  ///   ihfft: _fft_r2c(onesided=True) then _conj; ihfft2/n: r2c over the last dim, _conj_physical,
+  ///     _fft_c2c(forward=False) over the others;
+  ///   irfft*: made complex, _fft_c2r with the last dim's size (given, or 2 * (size - 1));
+  ///   hfft*: made complex, _fft_c2c over all but the last dim (n-D), _conj and the clone that
+  ///     resolves it, then _fft_c2r over the last dim.
+  /// `norm` becomes the kernels' normalization (0 none, 1 by sqrt(n), 2 by n) for the direction.
+  /// A complex input is not modelled (stays the exported op).
+  llvm::Error fft() {
+    Value *x = in("self");
+    llvm::StringRef base = llvm::StringRef(n_->opString()).drop_front(std::strlen("aten::fft_")).split('.').first;
+    bool nd = base.endswith("2") || base.endswith("n");
+    llvm::StringRef kind = nd ? base.drop_back() : base;
+    if (!x || isComplex(x->meta()->dtype) || (x->meta()->dtype != ScalarType::Float && x->meta()->dtype != ScalarType::Double))
+      return keepExported();
+    auto sizes = hints(x->meta()->sizes);
+    int64_t rank = static_cast<int64_t>(sizes.size());
+    auto wrap = [&](int64_t d) { return d < 0 ? d + rank : d; };
+    IntList dims, shape;
+    if (!nd) {
+      dims = {wrap(intInput("dim").value_or(-1))};
+      const Argument *n = n_->input("n");
+      shape = {n && !n->isNone() ? n->asInt().value_or(-1) : -1};
+    } else {
+      std::optional<IntList> sArg = intListInput("s"), dimArg = intListInput("dim");
+      if (!dimArg && base.endswith("2"))
+        dimArg = IntList{-2, -1};
+      if (dimArg) {
+        for (int64_t d : *dimArg)
+          dims.push_back(wrap(d));
+        if (sArg && sArg->size() != dims.size())
+          return keepExported();
+      } else {
+        for (int64_t d = sArg ? rank - static_cast<int64_t>(sArg->size()) : 0; d < rank; ++d)
+          dims.push_back(d);
+      }
+      shape = sArg ? *sArg : IntList(dims.size(), -1);
+    }
+    if (dims.empty())
+      return keepExported();
+    for (int64_t d : dims)
+      if (d < 0 || d >= rank)
+        return keepExported();
+    bool forward = kind == "fft" || kind == "rfft" || kind == "hfft";
+    const Argument *normArg = n_->input("norm");
+    std::string norm = normArg && normArg->is<std::string>() ? normArg->get<std::string>() : "backward";
+    int64_t normalization;
+    if (norm == "backward")
+      normalization = forward ? 0 : 2;
+    else if (norm == "forward")
+      normalization = forward ? 2 : 0;
+    else if (norm == "ortho")
+      normalization = 1;
+    else
+      return keepExported();
+    ScalarType real = x->meta()->dtype;
+    ScalarType complex = real == ScalarType::Double ? ScalarType::ComplexDouble : ScalarType::ComplexFloat;
+    auto withType = [&](const Value *v, ScalarType t, llvm::ArrayRef<int64_t> sz) {
+      TensorMeta m = withShape(*v->meta(), sz);
+      m.dtype = t;
+      return m;
+    };
+    auto toComplex = [&](Value *v) {
+      return unary("aten::_to_copy.default", v, withType(v, complex, hints(v->meta()->sizes)), tmp("complex"),
+                   {{"dtype", complex, true}});
+    };
+    auto resize = [&](Value *v) {
+      auto vs = hints(v->meta()->sizes);
+      IntList pad(2 * vs.size(), 0);
+      bool padded = false;
+      for (size_t i = 0; i < dims.size(); ++i) {
+        int64_t want = shape[i], d = dims[i];
+        if (want == -1)
+          continue;
+        if (vs[d] < want) {
+          padded = true;
+          pad[pad.size() - 2 * d - 1] = want - vs[d];
+        }
+        if (vs[d] > want) {
+          auto cut = hints(v->meta()->sizes);
+          cut[d] = want;
+          v = unary("aten::slice.Tensor", v, withShape(*v->meta(), cut), tmp("resized"),
+                    {{"dim", d, false}, {"start", int64_t{0}, false}, {"end", want, false}});
+        }
+      }
+      if (!padded)
+        return v;
+      auto grown = hints(v->meta()->sizes);
+      for (size_t i = 0; i < dims.size(); ++i)
+        if (shape[i] != -1)
+          grown[dims[i]] = shape[i];
+      return unary("aten::constant_pad_nd.default", v, withShape(*v->meta(), grown), tmp("padded"),
+                   {{"pad", pad, false}});
+    };
+    auto r2c = [&](Value *v, IntList ds, bool onesided) {
+      auto out = hints(v->meta()->sizes);
+      if (onesided)
+        out[ds.back()] = out[ds.back()] / 2 + 1;
+      return unary("aten::_fft_r2c.default", v, withType(v, complex, out), tmp("r2c"),
+                   {{"dim", ds, false}, {"normalization", normalization, false}, {"onesided", onesided, false}});
+    };
+    auto c2c = [&](Value *v, IntList ds, bool fwd) {
+      return unary("aten::_fft_c2c.default", v, *v->meta(), tmp("c2c"),
+                   {{"dim", ds, false}, {"normalization", normalization, false}, {"forward", fwd, false}});
+    };
+    auto same = [&](llvm::StringRef op, Value *v, llvm::StringRef what) { return unary(op, v, *v->meta(), tmp(what)); };
+    IntList last{dims.back()}, rest(dims.begin(), dims.end() - 1);
+    Value *out = nullptr;
+    if (kind == "fft" || kind == "ifft") {
+      if (nd) {
+        out = c2c(resize(toComplex(x)), dims, forward);
+      } else {
+        out = r2c(resize(x), dims, false);
+        if (!forward)
+          out = same("aten::_conj.default", out, "conj");
+      }
+    } else if (kind == "rfft") {
+      out = r2c(resize(x), dims, true);
+    } else if (kind == "ihfft") {
+      out = r2c(resize(x), last, true);
+      if (rest.empty()) {
+        out = same("aten::_conj.default", out, "conj");
+      } else {
+        out = same("aten::_conj_physical.default", out, "conj");
+        out = c2c(out, rest, false);
+      }
+    } else { // irfft, hfft: complex to real
+      int64_t lastSize = shape.back() != -1 ? shape.back() : 2 * (sizes[dims.back()] - 1);
+      shape.back() = lastSize / 2 + 1;
+      Value *v = resize(toComplex(x));
+      if (kind == "hfft") {
+        if (!rest.empty())
+          v = c2c(v, rest, true);
+        v = same("aten::clone.default", same("aten::_conj.default", v, "conj"), "resolved");
+      }
+      auto outSizes = hints(v->meta()->sizes);
+      outSizes[dims.back()] = lastSize;
+      out = unary("aten::_fft_c2r.default", v, withType(v, real, outSizes), tmp("c2r"),
+                  {{"dim", kind == "hfft" ? last : dims, false}, {"normalization", normalization, false},
+                   {"last_dim_size", lastSize, false}});
+    }
+    b_.bind(result(0), out);
+    return llvm::Error::success();
+  }
+  /// fftshift / ifftshift (torch/fft): roll by size // 2 (ifftshift: (size + 1) // 2) over `dim`,
+  /// every dim when none is given.
+  llvm::Error fftShift() {
+    auto sizes = hints(in("self")->meta()->sizes);
+    int64_t rank = static_cast<int64_t>(sizes.size());
+    bool inverse = n_->opString() == "aten::fft_ifftshift.default";
+    IntList dims;
+    if (auto d = intListInput("dim"))
+      for (int64_t x : *d)
+        dims.push_back(x < 0 ? x + rank : x);
+    else if (auto d = intInput("dim"))
+      dims.push_back(*d < 0 ? *d + rank : *d);
+    else
+      for (int64_t d = 0; d < rank; ++d)
+        dims.push_back(d);
+    IntList shifts;
+    for (int64_t d : dims)
+      shifts.push_back((sizes[d] + (inverse ? 1 : 0)) / 2);
+    return runOnSelf("aten::roll.default", {{"shifts", shifts, false}, {"dims", dims, false}});
+  }
+  /// trapezoid / trapz / cumulative_trapezoid with sample points x of y's shape (Integration.cpp):
+  /// dx = x[1:] - x[:-1] along dim, then (dx * (y[:-1] + y[1:])).sum(dim) (cumsum(dim)) / 2. Sample
+  /// points of another shape (viewed to broadcast) and the .dx forms are not modelled.
+  llvm::Error trapezoid() {
+    Value *y = in("y"), *x = in("x");
+    if (!y || !x || hints(x->meta()->sizes) != hints(y->meta()->sizes))
+      return keepExported();
+    auto sizes = hints(y->meta()->sizes);
+    int64_t rank = static_cast<int64_t>(sizes.size()), dim = intInput("dim").value_or(-1);
+    dim = dim < 0 ? dim + rank : dim;
+    if (dim < 0 || dim >= rank || sizes[dim] == 0)
+      return keepExported();
+    auto shorter = sizes;
+    shorter[dim] -= 1;
+    auto slice = [&](Value *v, bool right) {
+      TensorMeta m = withShape(*v->meta(), shorter);
+      if (right)
+        return unary("aten::slice.Tensor", v, m, tmp("right"), {{"dim", dim, false}, {"start", int64_t{1}, false}});
+      return unary("aten::slice.Tensor", v, m, tmp("left"),
+                   {{"dim", dim, false}, {"start", int64_t{0}, false}, {"end", int64_t{-1}, false}});
+    };
+    auto binaryOp = [&](llvm::StringRef op, Value *a, Value *b, llvm::StringRef what) {
+      return emit1(op, {{"self", a, false}, {"other", b, false}}, withShape(*y->meta(), shorter), tmp(what));
+    };
+    Value *xl = slice(x, false), *xr = slice(x, true);
+    Value *dx = binaryOp("aten::sub.Tensor", xr, xl, "dx");
+    Value *yl = slice(y, false), *yr = slice(y, true);
+    Value *area = binaryOp("aten::mul.Tensor", dx, binaryOp("aten::add.Tensor", yl, yr, "heights"), "areas");
+    bool cumulative = n_->opString() == "aten::cumulative_trapezoid.x";
+    auto summed = shorter;
+    if (!cumulative)
+      summed.erase(summed.begin() + dim);
+    TensorMeta sm = withShape(*area->meta(), summed);
+    Value *total = nullptr;
+    if (cumulative)
+      total = unary("aten::cumsum.default", area, sm, tmp("sum"), {{"dim", dim, false}});
+    else
+      total = unary("aten::sum.dim_IntList", area, sm, tmp("sum"), {{"dim", IntList{dim}, false}});
+    b_.bind(result(0), unary("aten::div.Scalar", total, *result(0)->meta(), result(0)->name(), {{"other", 2.0, false}}));
+    return llvm::Error::success();
+  }
+  /// diag (TensorShape.cpp): diag_embed of a vector, diagonal_copy of a matrix, at offset `diagonal`.
+  llvm::Error diag() {
+    int64_t rank = in("self")->meta()->rank();
+    if (rank != 1 && rank != 2)
+      return keepExported();
+    return runOnSelf(rank == 1 ? "aten::diag_embed.default" : "aten::diagonal_copy.default",
+                     {{"offset", intInput("diagonal").value_or(0), false}});
+  }
+  /// diagflat (TensorShape.cpp): self.contiguous().view(-1).diag(offset), the vector's diag_embed.
+  llvm::Error diagflat() {
+    Value *x = in("self");
+    int64_t numel = 1;
+    for (int64_t s : hints(x->meta()->sizes))
+      numel *= s;
+    Value *flat = unary("aten::view.default", contiguous(x, tmp("contiguous")), withShape(*x->meta(), {numel}),
+                        tmp("flat"), {{"size", IntList{-1}, false}});
+    b_.bind(result(0), unary("aten::diag_embed.default", flat, *result(0)->meta(), result(0)->name(),
+                             {{"offset", intInput("offset").value_or(0), false}}));
+    return llvm::Error::success();
+  }
+  /// linalg.diagonal (LinearAlgebra.cpp): A.diagonal(offset, dim1, dim2), its dims defaulting to the
+  /// last two.
+  llvm::Error linalgDiagonal() {
+    Value *a = in("A");
+    if (!a)
+      return keepExported();
+    b_.bind(result(0), unary("aten::diagonal.default", a, *result(0)->meta(), result(0)->name(),
+                             {{"offset", intInput("offset").value_or(0), false},
+                              {"dim1", intInput("dim1").value_or(-2), false},
+                              {"dim2", intInput("dim2").value_or(-1), false}}));
+    return llvm::Error::success();
+  }
+  /// float_power (Pow.cpp): pow with the tensor operands cast to double (`.to`: a _to_copy where the
+  /// dtype differs) and a Scalar operand as a double. Complex operands are not modelled.
+  llvm::Error floatPower() {
+    const TensorMeta &out = *result(0)->meta();
+    if (out.dtype != ScalarType::Double)
+      return keepExported();
+    auto asDouble = [&](llvm::StringRef name) -> std::optional<Argument> {
+      const Argument *a = n_->input(name);
+      if (!a)
+        return std::nullopt;
+      if (Value *x = in(name)) {
+        if (x->meta()->dtype == ScalarType::Double)
+          return Argument(x);
+        TensorMeta m = *x->meta();
+        m.dtype = ScalarType::Double;
+        return Argument(unary("aten::_to_copy.default", x, m, tmp(name), {{"dtype", ScalarType::Double, true}}));
+      }
+      if (a->is<double>())
+        return *a;
+      if (auto i = a->asInt())
+        return Argument(static_cast<double>(*i));
+      return std::nullopt;
+    };
+    auto self = asDouble("self");
+    auto exponent = asDouble("exponent");
+    if (!self || !exponent)
+      return keepExported();
+    llvm::StringRef op = !in("self") ? "aten::pow.Scalar" : in("exponent") ? "aten::pow.Tensor_Tensor" : "aten::pow.Tensor_Scalar";
+    b_.bind(result(0), emit1(op, {{"self", *self, false}, {"exponent", *exponent, false}}, out, result(0)->name()));
     return llvm::Error::success();
   }
   /// selu (Activation.cpp): elu with SELU's alpha and scale.

@@ -30,17 +30,10 @@ Value *powScalar(GradCall &c, Value *x, Argument exponent) {
 }
 
 /// A Bool meta of v's sizes (masks).
-TensorMeta boolLike(const Value *v) {
-  TensorMeta m = GradEmitter::like(v);
-  m.dtype = ScalarType::Bool;
-  return m;
-}
+TensorMeta boolLike(const Value *v) { return withDtype(GradEmitter::like(v), ScalarType::Bool); }
 
 /// A 0-dim zero of the gradient's dtype (the `zeros` operand of the where()s formulas run).
-Value *zeroScalar(GradCall &c) {
-  return c.e.emit("aten::scalar_tensor.default", {A("s", 0.0)}, metaOf(c.g()->meta()->dtype, {}, c.g()->meta()->device),
-                  "grad_zero");
-}
+Value *zeroScalar(GradCall &c) { return scalarTensor(c, 0.0, c.g()); }
 
 // ---- formulas ---------------------------------------------------------------------------------
 
@@ -435,6 +428,54 @@ llvm::Error sliceBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// narrow_copy: slice_backward(grad, self's sizes, dim, start, start + length, 1).
+llvm::Error narrowCopyBackward(GradCall &c) {
+  auto s0 = sizesOf(*c.self()->meta());
+  int64_t start = *c.intArg("start"), length = *c.intArg("length");
+  c.set("self", c.e.emit("aten::slice_backward.default",
+                         {A("grad_output", c.g()), A("input_sizes", IntList(s0.begin(), s0.end())),
+                          A("dim", *c.intArg("dim")), A("start", start), A("end", start + length), A("step", int64_t(1))},
+                         GradEmitter::like(c.self()), "grad_slice"));
+  return llvm::Error::success();
+}
+
+/// mv: self: grad.ger(vec), which runs as outer's grad.reshape({-1, 1}) * vec; vec: self.t().mv(grad).
+llvm::Error mvBackward(GradCall &c) {
+  Value *self = c.self(), *vec = c.operand("vec");
+  if (c.want("self")) {
+    Value *col = c.e.reshape(c.g(), {sizesOf(*c.g()->meta())[0], 1});
+    c.set("self", c.e.emit("aten::mul.Tensor", {A("self", col), A("other", vec)}, GradEmitter::like(self), "grad_mul"));
+  }
+  if (c.want("vec"))
+    c.set("vec", c.e.emit("aten::mv.default", {A("self", c.e.t(self)), A("vec", c.g())}, GradEmitter::like(vec),
+                          "grad_mv"));
+  return llvm::Error::success();
+}
+
+/// mvlgamma_backward: grad * (arange(-p/2 + 0.5, 0.5, 0.5) + self.unsqueeze(-1)).digamma_().sum(-1).
+/// The arange is a plain tensor: added to a DTensor of more than one element, DTensor raises, and so
+/// does the dispatch pass.
+llvm::Error mvlgammaBackward(GradCall &c) {
+  Value *self = c.self();
+  int64_t p = *c.intArg("p");
+  auto sizes = sizesOf(*self->meta());
+  TensorMeta am = GradEmitter::withSizes(self, {p});
+  Value *args = c.e.emit("aten::arange.start_step",
+                         {A("start", -static_cast<double>(p) / 2.0 + 0.5), A("end", 0.5), A("step", 0.5),
+                          K("dtype", self->meta()->dtype)},
+                         am, "grad_arange");
+  Value *col = c.e.unsqueeze(self, static_cast<int64_t>(sizes.size()));
+  llvm::SmallVector<int64_t, 4> wide(sizes.begin(), sizes.end());
+  wide.push_back(p);
+  Value *sum = c.e.emit("aten::add.Tensor", {A("self", args), A("other", col)}, GradEmitter::withSizes(self, wide),
+                        "grad_add");
+  Value *dg = c.e.emit("aten::digamma_.default", {A("self", sum)}, GradEmitter::like(sum), "grad_digamma");
+  Value *red = c.e.emit("aten::sum.dim_IntList", {A("self", dg), A("dim", IntList{-1})}, GradEmitter::like(self),
+                        "grad_sum");
+  c.set("self", mul(c, c.g(), red));
+  return llvm::Error::success();
+}
+
 /// stack: grad.select(dim, i) per input; cat: grad.slice(dim, offset, offset + size) per input
 /// (as DTensor receives cat's and stack's backward).
 llvm::Error stackCat(GradCall &c) {
@@ -607,6 +648,79 @@ llvm::Error cumsumBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// logcumsumexp_backward (FunctionsManual.cpp, real case): log|grad| split by grad's sign (the other
+/// entries the dtype's lowest value), each minus the result, reverse-logcumsumexp'd (flip, logcumsumexp,
+/// flip), plus self, exponentiated; the positive part minus the negative part.
+llvm::Error logcumsumexpBackward(GradCall &c) {
+  Value *g = c.g(), *self = c.self(), *r = mut(c.result());
+  if (g->meta()->dtype == ScalarType::ComplexFloat || g->meta()->dtype == ScalarType::ComplexDouble)
+    return makeError("autodiff: node '{}' ({}): the complex case is not modelled", c.n.name(), c.n.opString());
+  const Argument &dim = *c.n.input("dim");
+  IntList dims{*dim.asInt()};
+  Value *lowest = scalarTensor(c, -std::numeric_limits<double>::max(), g);
+  Value *logAbs = unary(c, "aten::log.default", unary(c, "aten::abs.default", g, "grad_abs"), "grad_log");
+  auto signPart = [&](llvm::StringRef cmp) {
+    Value *m = c.e.emit(cmp, {A("self", g), A("other", int64_t(0))}, boolLike(g), "grad_mask");
+    return c.e.emit("aten::where.self", {A("condition", m), A("self", logAbs), A("other", lowest)},
+                    GradEmitter::like(g), "grad_where");
+  };
+  Value *pos = signPart("aten::gt.Scalar"), *neg = signPart("aten::lt.Scalar");
+  auto flip = [&](Value *x) {
+    return c.e.emit("aten::flip.default", {A("self", x), A("dims", dims)}, GradEmitter::like(x), "grad_flip");
+  };
+  auto part = [&](Value *logGrad) {
+    Value *d = binary(c, "aten::sub.Tensor", logGrad, r, "grad_sub");
+    Value *l = c.e.emit("aten::logcumsumexp.default", {A("self", flip(d)), A("dim", dim)}, GradEmitter::like(d),
+                        "grad_logcumsumexp");
+    return unary(c, "aten::exp.default", binary(c, "aten::add.Tensor", flip(l), self, "grad_add"), "grad_exp");
+  };
+  Value *p = part(pos), *n = part(neg);
+  c.set("self", binary(c, "aten::sub.Tensor", p, n, "grad_logcumsumexp"));
+  return llvm::Error::success();
+}
+
+/// aminmax_backward (FunctionsManual.cpp): for min, then max, scale_grad_by_count of the gradient
+/// and the result restored to self's rank (reshape) against the mask self == result: (grad /
+/// mask.sum(dims, keepdim)) * mask; the two parts added.
+llvm::Error aminmaxPairBackward(GradCall &c) {
+  Value *self = c.self();
+  auto sizes = sizesOf(*self->meta());
+  bool keepdim = c.boolArg("keepdim");
+  IntList dims;
+  if (auto d = c.intArg("dim"))
+    dims.push_back(*d < 0 ? *d + static_cast<int64_t>(sizes.size()) : *d);
+  llvm::SmallVector<int64_t, 4> restored;
+  if (!dims.empty()) {
+    restored.assign(sizes.begin(), sizes.end());
+    restored[dims[0]] = 1;
+  } else if (keepdim) {
+    restored.assign(sizes.size(), 1);
+  }
+  llvm::SmallVector<int64_t, 4> counted(sizes.size(), 1);
+  if (!dims.empty()) {
+    counted.assign(sizes.begin(), sizes.end());
+    counted[dims[0]] = 1;
+  }
+  auto part = [&](unsigned i) -> Value * {
+    Value *g = i < c.grads.size() ? c.grads[i] : nullptr;
+    if (!g)
+      return nullptr;
+    Value *gr = keepdim ? g : c.e.reshape(g, restored);
+    Value *rr = keepdim ? mut(c.result(i)) : c.e.reshape(mut(c.result(i)), restored);
+    Value *mask = c.e.emit("aten::eq.Tensor", {A("self", self), A("other", rr)}, boolLike(self), "grad_mask");
+    TensorMeta cm = GradEmitter::withSizes(self, counted);
+    cm.dtype = ScalarType::Long;
+    Value *count = c.e.emit("aten::sum.dim_IntList", {A("self", mask), A("dim", dims), A("keepdim", true)}, cm,
+                            "grad_count");
+    Value *q = c.e.emit("aten::div.Tensor", {A("self", gr), A("other", count)}, GradEmitter::withSizes(self, counted),
+                        "grad_div");
+    return c.e.emit("aten::mul.Tensor", {A("self", q), A("other", mask)}, GradEmitter::like(self), "grad_mul");
+  };
+  Value *lo = part(0), *hi = part(1);
+  c.set("self", lo && hi ? binary(c, "aten::add.Tensor", lo, hi, "grad_aminmax") : lo ? lo : hi);
+  return llvm::Error::success();
+}
+
 /// pow.Scalar(base, exponent tensor): grad * (result * ln(base)).
 llvm::Error powScalarBackward(GradCall &c) {
   double base = numberOf(c.n.input("self")).value_or(1.0);
@@ -660,33 +774,47 @@ llvm::Error varCorrection(GradCall &c) {
 }
 
 /// var_mean: var_backward of the var gradient plus mean_backward of the mean gradient.
+/// mean_backward of the mean result's gradient (var_mean's and std_mean's second result).
+Value *meanGrad(GradCall &c, Value *g) {
+  auto sizes = sizesOf(*c.self()->meta());
+  IntList ds = c.reducedDims();
+  bool all = !c.n.input("dim") || c.n.input("dim")->isNone();
+  int64_t n = 1;
+  for (int64_t d : ds)
+    n *= sizes[d];
+  return binary(c, "aten::div.Scalar", c.e.sumBackward(g, sizes, ds, all || c.boolArg("keepdim")), n, "grad_mean");
+}
+
+/// var_mean: var_backward of the var gradient plus mean_backward of the mean gradient.
 llvm::Error varMeanCorrection(GradCall &c) {
   Value *v = c.grads[0] ? varBackward(c, c.grads[0]) : nullptr;
-  Value *m = nullptr;
-  if (c.grads.size() > 1 && c.grads[1]) {
-    auto sizes = sizesOf(*c.self()->meta());
-    IntList ds = c.reducedDims();
-    bool all = !c.n.input("dim") || c.n.input("dim")->isNone();
-    int64_t n = 1;
-    for (int64_t d : ds)
-      n *= sizes[d];
-    m = c.e.sumBackward(c.grads[1], sizes, ds, all || c.boolArg("keepdim"));
-    m = binary(c, "aten::div.Scalar", m, n, "grad_mean");
-  }
+  Value *m = c.grads.size() > 1 && c.grads[1] ? meanGrad(c, c.grads[1]) : nullptr;
   c.set("self", v && m ? binary(c, "aten::add.Tensor", v, m, "grad_var_mean") : (v ? v : m));
   return llvm::Error::success();
 }
 
-/// std: var_backward of grad / (2 * result), zero where the result is zero.
-llvm::Error stdCorrection(GradCall &c) {
+/// std_backward: var_backward of grad / (2 * std), zero where std is zero.
+Value *stdGrad(GradCall &c, Value *g) {
   Value *r = mut(c.result());
   Value *two = binary(c, "aten::mul.Scalar", r, int64_t(2), "grad_scale");
-  Value *q = binary(c, "aten::div.Tensor", c.g(), two, "grad_div");
+  Value *q = binary(c, "aten::div.Tensor", g, two, "grad_div");
   TensorMeta bm = boolLike(r);
   Value *z = c.e.emit("aten::eq.Scalar", {A("self", r), A("other", int64_t(0))}, bm, "grad_zero_mask");
   q = c.e.emit("aten::masked_fill_.Scalar", {A("self", q), A("mask", z), A("value", int64_t(0))}, GradEmitter::like(q),
                "grad_masked");
-  c.set("self", varBackward(c, q));
+  return varBackward(c, q);
+}
+
+llvm::Error stdCorrection(GradCall &c) {
+  c.set("self", stdGrad(c, c.g()));
+  return llvm::Error::success();
+}
+
+/// std_mean_backward: std_backward of the std gradient plus mean_backward of the mean gradient.
+llvm::Error stdMeanCorrection(GradCall &c) {
+  Value *v = c.grads[0] ? stdGrad(c, c.grads[0]) : nullptr;
+  Value *m = c.grads.size() > 1 && c.grads[1] ? meanGrad(c, c.grads[1]) : nullptr;
+  c.set("self", v && m ? binary(c, "aten::add.Tensor", v, m, "grad_std_mean") : (v ? v : m));
   return llvm::Error::success();
 }
 

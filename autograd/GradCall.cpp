@@ -63,6 +63,11 @@ Value *contiguous(GradCall &c, Value *x) {
                   GradEmitter::like(x), "grad_contiguous");
 }
 
+Value *scalarTensor(GradCall &c, const Argument &value, const Value *like) {
+  return c.e.emit("aten::scalar_tensor.default", {A("s", value)}, metaOf(like->meta()->dtype, {}, like->meta()->device),
+                  "grad_scalar");
+}
+
 Value *scalarLeft(GradCall &c, llvm::StringRef inplaceOp, const Argument &scalar, Value *x) {
   Value *e = c.e.emit("aten::empty_like.default", {A("self", x), K("memory_format", MemoryFormat::Preserve)},
                       GradEmitter::like(x), "grad_empty");

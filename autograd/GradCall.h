@@ -103,10 +103,18 @@ inline IntList sizesList(const Value *v) {
   return IntList(s.begin(), s.end());
 }
 
+/// `m` with another dtype (a comparison's Bool mask).
+inline TensorMeta withDtype(TensorMeta m, ScalarType dtype) {
+  m.dtype = dtype;
+  return m;
+}
 /// A Scalar argument (alpha, beta, value) as a double, when it is a number.
 std::optional<double> numberOf(const Argument *a);
 /// maybe_multiply(x, s): x * s unless s is absent, None or the number 1.
 Value *maybeMultiply(GradCall &c, Value *x, const Argument *s);
+/// A 0-dim tensor of `like`'s dtype holding `value` (at::scalar_tensor: the `0` or `eps` operand a
+/// formula's where() takes, a plain tensor DTensor treats as a replicated scalar).
+Value *scalarTensor(GradCall &c, const Argument &value, const Value *like);
 /// `scalar - x` / `scalar / x` as autograd computes them for a Scalar on the left:
 /// empty_like(x).fill_(scalar), then the in-place op (sub_, div_) with x.
 Value *scalarLeft(GradCall &c, llvm::StringRef inplaceOp, const Argument &scalar, Value *x);

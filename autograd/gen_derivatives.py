@@ -31,7 +31,11 @@ VALUE_HELPERS = {
     "contiguous": (("value",), "contiguous(c, {0})"),
     "scalar_minus": (("argument", "value"), 'scalarLeft(c, "aten::sub_.Tensor", {0}, {1})'),
     "scalar_div": (("argument", "value"), 'scalarLeft(c, "aten::div_.Tensor", {0}, {1})'),
+    "scalar_tensor": (("argument", "value"), "scalarTensor(c, {0}, {1})"),
 }
+# Ops whose result is a Bool mask whatever their operands' dtype.
+BOOL_RESULT_OPS = {"eq", "ne", "lt", "gt", "le", "ge", "logical_and", "logical_or", "logical_not", "isfinite", "isnan",
+                   "isinf"}
 DEFAULT_HINTS = {"aten::mul.Scalar": "grad_scale"}
 MEMORY_FORMATS = {"preserve_format": "MemoryFormat::Preserve", "contiguous_format": "MemoryFormat::Contiguous"}
 RESERVED = {"grad", "result"}
@@ -264,6 +268,8 @@ class Formula:
             raise FormulaError(f"{qualified}: no tensor argument to take the result's meta from (give _like=)")
         meta_cpp = (f"GradEmitter::withSizes({meta}, sizesOf(*{sizes_of}->meta()))" if sizes_of
                     else f"GradEmitter::like({meta})")
+        if name in BOOL_RESULT_OPS:
+            meta_cpp = f"withDtype({meta_cpp}, ScalarType::Bool)"
         v = self.fresh()
         if optional:
             self.out.append(f"llvm::SmallVector<NamedArgument, 4> {v}Args{{{', '.join(args)}}};")

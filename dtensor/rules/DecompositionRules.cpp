@@ -139,6 +139,21 @@ llvm::Error narrowCopy(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// diagonal_backward(grad, input_sizes, offset, dim1, dim2) (torch._decomp): grad.new_zeros(input_sizes),
+/// then diagonal_scatter of grad into it.
+llvm::Error diagonalBackward(Decomposition &d) {
+  auto sizes = d.call().intListArg("input_sizes", 1);
+  auto offset = d.call().intArg("offset", 2), dim1 = d.call().intArg("dim1", 3), dim2 = d.call().intArg("dim2", 4);
+  if (!sizes || !offset || !dim1 || !dim2)
+    return d.call().error("missing input_sizes, offset, dim1 or dim2");
+  const TensorMeta &out = *d.call().results[0]->meta();
+  Value *zeros = d.op("aten::new_zeros.default", {na("self", d.in(0)), na("size", *sizes)}, out);
+  d.returns({d.op("aten::diagonal_scatter.default",
+                  {na("self", zeros), na("src", d.in(0)), na("offset", *offset), na("dim1", *dim1), na("dim2", *dim2)},
+                  out)});
+  return llvm::Error::success();
+}
+
 /// pixel_shuffle / pixel_unshuffle (torch._refs): view to (*batch, C, r, r, H, W) or
 /// (*batch, C, H/r, r, W/r, r), permute the factors next to H and W (or to C), reshape, clone.
 llvm::Error pixelShuffle(Decomposition &d) {
@@ -624,6 +639,7 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::squeeze_copy.dims", viewCopy<kSqueezeDims>},
       {"aten::unbind_copy.int", viewCopy<kUnbind>},
       {"aten::narrow_copy.default", narrowCopy},
+      {"aten::diagonal_backward.default", diagonalBackward},
       {"aten::rsub.Tensor", rsub},
       {"aten::vdot.default", vdot},
       {"aten::floor_divide.default", floorDivide},

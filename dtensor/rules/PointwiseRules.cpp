@@ -183,7 +183,7 @@ const llvm::StringMap<Family> &families() {
          Family::Plain);
     both({"aten::silu_.default", "aten::rsqrt_.default", "aten::sqrt_.default", "aten::pow_.Scalar",
           "aten::masked_fill_.Scalar", "aten::add_.Scalar", "aten::sub_.Scalar", "aten::logical_and_.default",
-          "aten::logical_or_.default", "aten::logical_not_.default"},
+          "aten::logical_or_.default", "aten::logical_not_.default", "aten::digamma_.default"},
          Family::Plain);
     return m;
   }();

@@ -271,15 +271,16 @@ llvm::Expected<Cands> newFactoryRule(const OpCall &call) {
   return c;
 }
 
-/// roll / flip: single-dim [S(d) | S(d)] for the dims the op leaves alone, [P(op) | P(op)] for
-/// sum, avg, max, min; the implicit all-Replicate rule first. roll with no dims flattens: every
-/// dim is active.
+/// roll / flip / _fft_r2c, _fft_c2c, _fft_c2r (fft_single_dim_strategy): single-dim [S(d) | S(d)]
+/// for the dims the op leaves alone, [P(op) | P(op)] for sum, avg, max, min; the implicit
+/// all-Replicate rule first. roll with no dims flattens: every dim is active.
 llvm::Expected<Cands> rollFlipRule(const OpCall &call) {
   if (call.inputs.size() != 1)
     return call.error("expected one tensor operand, got {}", call.inputs.size());
   int64_t rank = call.rank(0);
   bool isRoll = call.op == "aten::roll.default";
-  std::optional<IntList> dims = call.intListArg("dims", isRoll ? 2 : 1);
+  bool isFft = llvm::StringRef(call.op).startswith("aten::_fft_");
+  std::optional<IntList> dims = isFft ? call.intListArg("dim", 1) : call.intListArg("dims", isRoll ? 2 : 1);
   std::set<int64_t> active;
   if (!dims || dims->empty()) {
     if (!isRoll)
@@ -466,6 +467,8 @@ void registerTensorRules(RuleTable &t) {
                          "aten::linalg_qr.default", "aten::_linalg_eigh.default"})
     t[op] = replicateOnlyRule;
   t["aten::roll.default"] = rollFlipRule;
+  for (const char *op : {"aten::_fft_r2c.default", "aten::_fft_c2c.default", "aten::_fft_c2r.default"})
+    t[op] = rollFlipRule;
   t["aten::flip.default"] = rollFlipRule;
   t["aten::unbind.int"] = unbindRule;
   t["aten::stack.default"] = stackRule;

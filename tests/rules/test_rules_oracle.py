@@ -352,6 +352,22 @@ def all_cases():
                       ("aten::split_with_sizes_copy.default", [L("split_sizes", [2, 4]), I("dim", 1)])):
         cases += unary_cases(op, [5, 6], lambda t, extra=extra: [t] + extra, partials=("P(sum)", "P(max)"))
     cases += unary_cases("aten::diag.default", [6], lambda t: [t])
+    # the FFT kernels torch.fft.* calls: sharded on the dims they leave alone, Partials passed through
+    cases += unary_cases("aten::_fft_r2c.default", [4, 6, 8],
+                         lambda t: [t, L("dim", [2]), I("normalization", 1), B("onesided", True)],
+                         partials=("P(sum)", "P(max)"))
+    cases += unary_cases("aten::_fft_r2c.default", [4, 6, 8],
+                         lambda t: [t, L("dim", [0, 1]), I("normalization", 0), B("onesided", False)])
+    cases += unary_cases("aten::_fft_c2c.default", [4, 6, 8],
+                         lambda t: [t, L("dim", [1]), I("normalization", 2), B("forward", False)], dtype="c64")
+    cases += unary_cases("aten::_fft_c2r.default", [4, 6, 5],
+                         lambda t: [t, L("dim", [1, 2]), I("normalization", 1), I("last_dim_size", 8)], dtype="c64")
+    # diagonal's gradient, sharded through its decomposition (new_zeros, diagonal_scatter)
+    cases += unary_cases("aten::diagonal_backward.default", [4, 6],
+                         lambda t: [t, L("input_sizes", [4, 6, 6]), I("offset", 0), I("dim1", 1), I("dim2", 2)])
+    cases += unary_cases("aten::diagonal_backward.default", [6],
+                         lambda t: [t, L("input_sizes", [6, 7]), I("offset", 1), I("dim1", 0), I("dim2", 1)])
+    cases += unary_cases("aten::digamma_.default", [4, 6], lambda t: [t])
     cases += unary_cases("aten::diagonal_copy.default", [5, 6], lambda t: [t, I("offset", 1)])
     cases += unary_cases("aten::expand_copy.default", [1, 6], lambda t: [t, L("size", [4, 6])])
     for mesh in MESHES:
