@@ -246,6 +246,8 @@ private:
         {"aten::selu.default", &Decomposer::selu},
         {"aten::tile.default", &Decomposer::tile},
         {"aten::diag.default", &Decomposer::diag},
+        {"aten::pairwise_distance.default", &Decomposer::pairwiseDistanceOp},
+        {"aten::triplet_margin_loss.default", &Decomposer::tripletMarginLoss},
         {"aten::trapezoid.x", &Decomposer::trapezoid},
         {"aten::trapz.x", &Decomposer::trapezoid},
         {"aten::cumulative_trapezoid.x", &Decomposer::trapezoid},
@@ -914,6 +916,53 @@ private:
     return llvm::Error::success();
   }
 
+  /// pairwise_distance (Distance.cpp): norm(x1 - x2 + eps, p, innermost dim, keepdim), as
+  /// norm.ScalarOpt_dim. `out` is the result's meta and name.
+  Value *pairwiseDistance(Value *x1, Value *x2, const Argument &p, const Argument &eps, bool keepdim,
+                          const TensorMeta &out, llvm::StringRef name) {
+    auto s1 = hints(x1->meta()->sizes), s2 = hints(x2->meta()->sizes);
+    auto wide = s1.size() >= s2.size() ? s1 : s2;
+    int64_t innermost = std::max<int64_t>(static_cast<int64_t>(wide.size()) - 1, 0);
+    TensorMeta m = withShape(*x1->meta(), wide);
+    Value *diff = emit1("aten::sub.Tensor", {{"self", x1, false}, {"other", x2, false}}, m, (name + "_diff").str());
+    Value *shifted = emit1("aten::add.Scalar", {{"self", diff, false}, {"other", eps, false}}, m, (name + "_eps").str());
+    return unary("aten::norm.ScalarOpt_dim", shifted, out, name,
+                 {{"p", p, false}, {"dim", IntList{innermost}, false}, {"keepdim", keepdim, false}});
+  }
+  llvm::Error pairwiseDistanceOp() {
+    Value *x1 = in("x1"), *x2 = in("x2");
+    if (!x1 || !x2 || x1->meta()->rank() == 0 || x2->meta()->rank() == 0)
+      return keepExported();
+    const Argument *p = n_->input("p"), *eps = n_->input("eps"), *keepdim = n_->input("keepdim");
+    b_.bind(result(0), pairwiseDistance(x1, x2, p ? *p : Argument(2.0), eps ? *eps : Argument(1e-6),
+                                        keepdim && keepdim->is<bool>() && keepdim->get<bool>(), *result(0)->meta(),
+                                        result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// triplet_margin_loss without swap (Loss.cpp): clamp_min(margin + d(anchor, positive) -
+  /// d(anchor, negative), 0), reduced; d is pairwise_distance.
+  llvm::Error tripletMarginLoss() {
+    Value *a = in("anchor"), *pos = in("positive"), *neg = in("negative");
+    const Argument *swap = n_->input("swap");
+    auto reduction = lossReduction();
+    if (!a || !pos || !neg || (swap && swap->is<bool>() && swap->get<bool>()) || !reduction ||
+        hints(a->meta()->sizes) != hints(pos->meta()->sizes) || hints(a->meta()->sizes) != hints(neg->meta()->sizes) ||
+        a->meta()->rank() == 0)
+      return keepExported();
+    const Argument *p = n_->input("p"), *eps = n_->input("eps"), *margin = n_->input("margin");
+    auto sizes = hints(a->meta()->sizes);
+    sizes.pop_back();
+    TensorMeta m = withShape(*a->meta(), sizes);
+    Argument pArg = p ? *p : Argument(2.0), epsArg = eps ? *eps : Argument(1e-6);
+    Value *dPos = pairwiseDistance(a, pos, pArg, epsArg, false, m, tmp("dist_pos"));
+    Value *dNeg = pairwiseDistance(a, neg, pArg, epsArg, false, m, tmp("dist_neg"));
+    Value *shifted = emit1("aten::add.Scalar", {{"self", dPos, false}, {"other", margin ? *margin : Argument(1.0), false}},
+                           m, tmp("margin"));
+    Value *gap = emit1("aten::sub.Tensor", {{"self", shifted, false}, {"other", dNeg, false}}, m, tmp("gap"));
+    bindLoss(*reduction, "aten::clamp_min.default", {{"self", gap, false}, {"min", int64_t{0}, false}}, m);
+    return llvm::Error::success();
+  }
+
   /// A loss's `reduction` (at::Reduction: 0 none, 1 mean, the default, 2 sum).
   std::optional<int64_t> lossReduction() const {
     const Argument *a = n_->input("reduction");
@@ -996,15 +1045,35 @@ private:
     return emit1("aten::mm.default", {{"self", a, false}, {"mat2", b, false}}, withShape(*a->meta(), {m, k}), name);
   }
 
-  /// at::matmul's dispatch for the ranks our models use (ATen LinearAlgebra.cpp _matmul_impl):
-  /// both operands at least 2-D. Its paths for a 1-D operand (dot, mv, the unsqueezed vector)
-  /// run ops without a sharding rule here, so they are refused by name.
+  /// at::matmul's dispatch (ATen LinearAlgebra.cpp _matmul_impl): vector . vector is dot, matrix .
+  /// vector mv, vector . matrix unsqueeze(0), mm, squeeze_(0); a contiguous tensor of 3 or more dims
+  /// times a vector folds its leading dims into rows for mv. A vector times a batch of matrices
+  /// (expanded, bmm) is refused by name.
   llvm::Expected<Value *> matmul(Value *a, Value *b, const TensorMeta &outMeta, llvm::StringRef outName) {
     const TensorMeta &am = *a->meta(), &bm = *b->meta();
     auto outSizes = hints(outMeta.sizes);
     int64_t da = am.rank(), db = bm.rank();
+    if (da == 1 && db == 1)
+      return emit1("aten::dot.default", {{"self", a, false}, {"tensor", b, false}}, outMeta, outName);
+    if (da == 2 && db == 1)
+      return emit1("aten::mv.default", {{"self", a, false}, {"vec", b, false}}, outMeta, outName);
+    if (da == 1 && db == 2) {
+      int64_t k = am.sizes[0].hint;
+      Value *row = unary("aten::unsqueeze.default", a, withShape(am, {1, k}), tmp("unsqueeze"), {{"dim", int64_t{0}, false}});
+      Value *prod = mm(row, b, tmp("mm"));
+      return unary("aten::squeeze_.dim", prod, outMeta, outName, {{"dim", int64_t{0}, false}});
+    }
+    if (da >= 3 && db == 1 && isContiguous(am)) {
+      int64_t rows = 1;
+      for (int64_t i = 0; i + 1 < da; ++i)
+        rows *= am.sizes[i].hint;
+      Value *flat = reshape(a, {rows, am.sizes.back().hint}, tmp("view"));
+      Value *prod = emit1("aten::mv.default", {{"self", flat, false}, {"vec", b, false}}, withShape(am, {rows}), tmp("mv"));
+      return emit1("aten::_unsafe_view.default", {{"self", prod, false}, {"size", IntList(outSizes), false}},
+                   outMeta, outName);
+    }
     if (da < 2 || db < 2)
-      return makeError("node '{}' ({}): at::matmul of a {}-D and a {}-D tensor (its dot / mv / vector path) is not "
+      return makeError("node '{}' ({}): at::matmul of a {}-D and a {}-D tensor (its batched vector path) is not "
                        "modelled",
                        n_->name(), n_->opString(), da, db);
     if (da == 2 && db == 2)

@@ -818,9 +818,9 @@ llvm::Error stdMeanCorrection(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// norm.Scalar / linalg_vector_norm with p = 2: grad * self / result, zero where the result is.
+/// norm.Scalar / norm.ScalarOpt_dim / linalg_vector_norm with p = 2: grad * self / result, zero where the result is.
 llvm::Error normBackward(GradCall &c) {
-  const Argument *p = c.n.input(c.n.opString() == "aten::norm.Scalar" ? "p" : "ord");
+  const Argument *p = c.n.input(llvm::StringRef(c.n.opString()).startswith("aten::norm.") ? "p" : "ord");
   if (numberOf(p).value_or(2.0) != 2.0)
     return makeError("autodiff: {} with p != 2 has no formula yet (node '{}')", c.n.opString(), c.n.name());
   IntList ds = c.reducedDims();

@@ -527,6 +527,20 @@ llvm::Error vdot(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// norm.ScalarOpt_dim(self, p, dim, keepdim) (torch._refs.norm with a numeric p): linalg_vector_norm.
+llvm::Error normScalarOptDim(Decomposition &d) {
+  const Argument *p = d.call().arg("p", 1);
+  if (p && !p->isNone() && !p->is<double>() && !p->asInt())
+    return d.call().error("a string p (matrix norms) is not modelled");
+  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0)), na("ord", p && !p->isNone() ? *p : Argument(2.0))};
+  if (auto dim = d.forward("dim", 2))
+    args.push_back(*dim);
+  if (auto keepdim = d.forward("keepdim", 3))
+    args.push_back(*keepdim);
+  d.returns({d.op("aten::linalg_vector_norm.default", std::move(args), *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
 /// floor_divide: div(rounding_mode='floor').
 llvm::Error floorDivide(Decomposition &d) {
   d.returns({d.op("aten::div.Tensor_mode",
@@ -642,6 +656,7 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::diagonal_backward.default", diagonalBackward},
       {"aten::rsub.Tensor", rsub},
       {"aten::vdot.default", vdot},
+      {"aten::norm.ScalarOpt_dim", normScalarOptDim},
       {"aten::floor_divide.default", floorDivide},
       {"aten::aminmax.default", aminmax},
       {"aten::count_nonzero.default", countNonzero},
@@ -803,6 +818,21 @@ std::vector<llvm::SmallVector<Placement, 8>> candidatePlacements(const OpCall &c
   return out;
 }
 
+/// A combination whose trace meets what commlens does not model (a _StridedShard, a _NormPartial):
+/// DTensor keeps it as a strategy, commlens cannot say what it gives.
+class UnmodelledCombination : public llvm::ErrorInfo<UnmodelledCombination> {
+public:
+  static char ID;
+  explicit UnmodelledCombination(std::string why) : why_(std::move(why)) {}
+  void log(llvm::raw_ostream &os) const override { os << why_; }
+  std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
+  const std::string &why() const { return why_; }
+
+private:
+  std::string why_;
+};
+char UnmodelledCombination::ID = 0;
+
 /// Runs the decomposition with one placement per input on a one-device mesh; the output
 /// placements, or nullopt when some op of it would redistribute (or raises).
 llvm::Expected<std::optional<llvm::SmallVector<std::optional<Placement>, 2>>>
@@ -834,10 +864,13 @@ trace(const Decomposition &d, llvm::ArrayRef<Placement> inputs, const DeviceMesh
     llvm::Expected<ShardingDecision> dec = rules.decide(*node, specs, oneDevice);
     if (!dec) {
       std::string why = llvm::toString(dec.takeError());
-      // DTensor would trace on with a _StridedShard value, which commlens does not model: refuse
-      // rather than drop a combination DTensor keeps.
-      if (llvm::StringRef(why).contains("_StridedShard"))
-        return d.call().error("its decomposition's {} would make a _StridedShard ({})", node->opString(), why);
+      // DTensor would trace on where a sub-op makes what commlens does not model (a _StridedShard,
+      // a _NormPartial, a form a rule refuses as not modelled): refuse rather than drop a
+      // combination DTensor keeps.
+      llvm::StringRef w(why);
+      if (w.contains("_StridedShard") || w.contains("_NormPartial") || w.contains("not modelled"))
+        return llvm::make_error<UnmodelledCombination>(
+            fmt::format("its decomposition's {} does what commlens does not model ({})", node->opString(), why));
       return std::nullopt; // DTensor: this combination raises and is skipped
     }
     for (size_t i = 0; i < specs.size(); ++i)
@@ -881,21 +914,34 @@ llvm::Expected<Cands> decompositionRule(const OpCall &call) {
   DeviceMesh oneDevice{{1}, {}, call.mesh->deviceType};
 
   std::vector<llvm::SmallVector<Placement, 8>> options = candidatePlacements(call);
-  std::vector<SingleDimRule> rules;
+  // Every combination that traces, in DTensor's order; `unmodelled` marks those whose trace meets
+  // what commlens does not model.
+  std::vector<SingleDimRule> rules, everyRule;
+  std::string unmodelledWhy;
   std::vector<size_t> pick(options.size(), 0);
   while (true) {
     llvm::SmallVector<Placement, 4> combo;
     for (size_t i = 0; i < options.size(); ++i)
       combo.push_back(options[i][pick[i]]);
     auto outs = trace(d, combo, oneDevice);
-    if (!outs)
-      return outs.takeError();
-    if (*outs) {
+    if (!outs) {
+      llvm::Error other = llvm::handleErrors(outs.takeError(), [&](const UnmodelledCombination &u) {
+        SingleDimRule r(call.results.size(), RulePlacement::none());
+        for (const Placement &p : combo)
+          r.push_back(RulePlacement::of(p));
+        everyRule.push_back(std::move(r));
+        if (unmodelledWhy.empty())
+          unmodelledWhy = u.why();
+      });
+      if (other)
+        return other;
+    } else if (*outs) {
       SingleDimRule r;
       for (const std::optional<Placement> &o : **outs)
         r.push_back(o ? RulePlacement::of(*o) : RulePlacement::none());
       for (const Placement &p : combo)
         r.push_back(RulePlacement::of(p));
+      everyRule.push_back(r);
       rules.push_back(std::move(r));
     }
     size_t i = options.size();
@@ -905,12 +951,22 @@ llvm::Expected<Cands> decompositionRule(const OpCall &call) {
       break;
   }
   if (rules.empty())
-    return call.error("no placement runs its decomposition without redistribution");
+    return unmodelledWhy.empty() ? call.error("no placement runs its decomposition without redistribution")
+                                 : call.error("{}", unmodelledWhy);
   ExpandOptions opts;
   opts.numOutputs = static_cast<unsigned>(call.results.size());
   opts.insertReplicate = false;
   opts.fillPlaceholders = false;
+  bool someUnmodelled = everyRule.size() != rules.size();
   Cands cands = expandSingleDim(call, std::move(rules), opts);
+  // DTensor selects among every strategy, the unmodelled ones included: refuse when it would
+  // select one of those; otherwise the same one is selected among the modelled strategies.
+  if (someUnmodelled && !cands.empty()) {
+    Cands all = expandSingleDim(call, std::move(everyRule), opts);
+    const Candidate &selected = all[selectMinCost(call, all)];
+    if (!llvm::any_of(cands, [&](const Candidate &m) { return m.inputs == selected.inputs; }))
+      return call.error("{}", unmodelledWhy);
+  }
   if (auto check = localChecks().find(call.op); check != localChecks().end() && !cands.empty())
     if (llvm::Error e = check->second(call, cands[selectMinCost(call, cands)]))
       return e;

@@ -603,6 +603,7 @@ void registerViewRules(RuleTable &t) {
   t["aten::repeat.default"] = repeatRule;
   t["aten::unsqueeze.default"] = unsqueezeRule;
   t["aten::squeeze.dim"] = squeezeRule;
+  t["aten::squeeze_.dim"] = squeezeRule; // in place: self takes the reindexed placements (1-D matmul's)
   t["aten::squeeze.dims"] = squeezeRule;
   t["aten::squeeze.default"] = squeezeRule;
   t["aten::permute.default"] = permuteRule;

@@ -367,6 +367,14 @@ CASES = [
     ("trapezoid", lambda y, x: torch.trapezoid(y, x, dim=1), [(f32(4, 6), S0), (f32(4, 6), R)]),
     ("cumulative-trapezoid", lambda y, x: torch.cumulative_trapezoid(y, x, dim=1), [(f32(4, 6), S1), (f32(4, 6), R)]),
     ("diagflat", torch.diagflat, [(f32(2, 3), S0)]),
+    # at::matmul's vector paths: dot, mv, unsqueeze + mm + squeeze_, the folded mv
+    ("matmul-vv", torch.matmul, [(f32(6), S0), (f32(6), S0)]),
+    ("matmul-mv", torch.matmul, [(f32(4, 6), S1), (f32(6), R)]),
+    ("matmul-vm", torch.matmul, [(f32(4), R), (f32(4, 6), S1)]),
+    ("matmul-3dv", torch.matmul, [(f32(2, 4, 6), S0), (f32(6), R)]),
+    ("pairwise-distance", F.pairwise_distance, [(f32(4, 6), S0), (f32(4, 6), R)]),
+    ("triplet-margin-loss", lambda a, p, n: F.triplet_margin_loss(a, p, n, margin=0.5),
+     [(f32(4, 6), S0), (f32(4, 6), R), (f32(4, 6), S0)]),
 ]
 
 

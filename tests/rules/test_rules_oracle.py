@@ -368,6 +368,12 @@ def all_cases():
     cases += unary_cases("aten::diagonal_backward.default", [6],
                          lambda t: [t, L("input_sizes", [6, 7]), I("offset", 1), I("dim1", 0), I("dim2", 1)])
     cases += unary_cases("aten::digamma_.default", [4, 6], lambda t: [t])
+    # torch.norm over a dim (pairwise_distance's): DTensor's trace of its linalg_vector_norm; a shard
+    # on the reduced dim would give a _NormPartial, which commlens refuses (not in the grid)
+    for mesh in MESHES:
+        for pl in tuples(["R", "S(0)", "P(sum)"], mesh):
+            cases.append({"op": "aten::norm.ScalarOpt_dim", "mesh": mesh,
+                          "args": [T("self", [4, 6], pl), F("p", 2.0), L("dim", [1])]})
     cases += unary_cases("aten::diagonal_copy.default", [5, 6], lambda t: [t, I("offset", 1)])
     cases += unary_cases("aten::expand_copy.default", [1, 6], lambda t: [t, L("size", [4, 6])])
     for mesh in MESHES:
