@@ -246,6 +246,10 @@ private:
         {"aten::selu.default", &Decomposer::selu},
         {"aten::tile.default", &Decomposer::tile},
         {"aten::diag.default", &Decomposer::diag},
+        {"aten::cross.default", &Decomposer::cross},
+        {"aten::chalf.default", &Decomposer::chalf},
+        {"aten::cartesian_prod.default", &Decomposer::cartesianProd},
+        {"aten::max_pool1d_with_indices.default", &Decomposer::maxPool1dWithIndices},
         {"aten::pairwise_distance.default", &Decomposer::pairwiseDistanceOp},
         {"aten::triplet_margin_loss.default", &Decomposer::tripletMarginLoss},
         {"aten::trapezoid.x", &Decomposer::trapezoid},
@@ -636,6 +640,68 @@ private:
     else
       total = unary("aten::sum.dim_IntList", area, sm, tmp("sum"), {{"dim", IntList{dim}, false}});
     b_.bind(result(0), unary("aten::div.Scalar", total, *result(0)->meta(), result(0)->name(), {{"other", 2.0, false}}));
+    return llvm::Error::success();
+  }
+  /// cross (Cross.cpp): linalg_cross over `dim`, by default the first dim of size 3.
+  llvm::Error cross() {
+    Value *a = in("self"), *b = in("other");
+    auto sizes = hints(a->meta()->sizes);
+    int64_t rank = static_cast<int64_t>(sizes.size());
+    std::optional<int64_t> dim = intInput("dim");
+    if (!dim)
+      for (int64_t d = 0; d < rank && !dim; ++d)
+        if (sizes[d] == 3)
+          dim = d;
+    if (!b || !dim || hints(b->meta()->sizes) != sizes)
+      return keepExported();
+    b_.bind(result(0), emit1("aten::linalg_cross.default", {{"self", a, false}, {"other", b, false}, {"dim", *dim, true}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// chalf: _to_copy to complex32.
+  llvm::Error chalf() { return runOnSelf("aten::_to_copy.default", {{"dtype", ScalarType::ComplexHalf, true}}); }
+  /// cartesian_prod of one tensor is the tensor itself (Itertools.cpp); more are not modelled.
+  llvm::Error cartesianProd() {
+    const Argument *tensors = n_->input("tensors");
+    if (!tensors || !tensors->is<TensorList>() || tensors->get<TensorList>().size() != 1)
+      return keepExported();
+    b_.bind(result(0), b_.map(tensors->get<TensorList>()[0]));
+    return llvm::Error::success();
+  }
+  /// max_pool1d_with_indices (MaxPooling.cpp): max_pool2d_with_indices of the input unsqueezed at -2
+  /// with a window of height 1, both results squeezed at -2.
+  llvm::Error maxPool1dWithIndices() {
+    Value *x = in("self");
+    auto kernel = intListInput("kernel_size");
+    if (!x || !kernel || kernel->size() != 1 || n_->results().size() != 2)
+      return keepExported();
+    auto one = [&](llvm::StringRef name, int64_t dflt) -> std::optional<int64_t> {
+      auto l = intListInput(name);
+      if (!l || l->empty())
+        return dflt;
+      return l->size() == 1 ? std::optional<int64_t>((*l)[0]) : std::nullopt;
+    };
+    auto stride = one("stride", (*kernel)[0]), padding = one("padding", 0), dilation = one("dilation", 1);
+    if (!stride || !padding || !dilation)
+      return keepExported();
+    const Argument *ceil = n_->input("ceil_mode");
+    bool ceilMode = ceil && ceil->is<bool>() && ceil->get<bool>();
+    auto sizes = hints(x->meta()->sizes);
+    auto wide = sizes;
+    wide.insert(wide.end() - 1, 1);
+    Value *x2 = unary("aten::unsqueeze.default", x, withShape(*x->meta(), wide), tmp("unsqueeze"),
+                      {{"dim", int64_t{-2}, false}});
+    auto pooled = hints(result(0)->meta()->sizes);
+    pooled.insert(pooled.end() - 1, 1);
+    TensorMeta vm = withShape(*result(0)->meta(), pooled), im = withShape(*result(1)->meta(), pooled);
+    Value *values = b_.tensor(tmp("values2d"), vm), *indices = b_.tensor(tmp("indices2d"), im);
+    b_.emit("aten::max_pool2d_with_indices.default",
+            {{"self", x2, false}, {"kernel_size", IntList{1, (*kernel)[0]}, false},
+             {"stride", IntList{1, *stride}, false}, {"padding", IntList{0, *padding}, false},
+             {"dilation", IntList{1, *dilation}, false}, {"ceil_mode", ceilMode, false}},
+            {values, indices}, *n_);
+    b_.bind(result(0), unary("aten::squeeze.dim", values, *result(0)->meta(), result(0)->name(), {{"dim", int64_t{-2}, false}}));
+    b_.bind(result(1), unary("aten::squeeze.dim", indices, *result(1)->meta(), result(1)->name(), {{"dim", int64_t{-2}, false}}));
     return llvm::Error::success();
   }
   /// diag (TensorShape.cpp): diag_embed of a vector, diagonal_copy of a matrix, at offset `diagonal`.

@@ -956,6 +956,33 @@ llvm::Error evenlyDistributeBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// max_pool2d_with_indices_backward: grad_output's gradient is max_pool_double_backward (grad,
+/// contiguous, viewed with the spatial dims flattened, gathered at the flattened indices, viewed as
+/// the indices); self's is zeros_like(self), built from its saved sizes (a plain tensor).
+llvm::Error maxPoolDoubleBackward(GradCall &c) {
+  Value *indices = c.operand("indices");
+  if (c.want("grad_output")) {
+    auto is = sizesOf(*indices->meta());
+    if (is.size() < 2)
+      return makeError("autodiff: node '{}' ({}): indices of fewer than 2 dims", c.n.name(), c.n.opString());
+    auto gs = sizesOf(*c.g()->meta());
+    llvm::SmallVector<int64_t, 4> flatIdx(is.begin(), is.end() - 2), flatGrad(gs.begin(), gs.end() - 2);
+    flatIdx.push_back(is[is.size() - 2] * is.back());
+    flatGrad.push_back(gs[gs.size() - 2] * gs.back());
+    Value *iv = c.e.reshape(indices, flatIdx);
+    Value *gv = c.e.reshape(contiguous(c, c.g()), flatGrad);
+    Value *picked = c.e.emit("aten::gather.default", {A("self", gv), A("dim", int64_t(-1)), A("index", iv)},
+                             GradEmitter::withSizes(c.g(), flatIdx), "grad_gather");
+    c.set("grad_output", c.e.reshape(picked, is));
+  }
+  if (c.want("self")) {
+    auto ss = sizesOf(*c.self()->meta());
+    c.set("self", c.e.emit("aten::zeros.default", {A("size", IntList(ss.begin(), ss.end()))}, GradEmitter::like(c.self()),
+                           "grad_zeros"));
+  }
+  return llvm::Error::success();
+}
+
 /// upsample_*: OP_backward(grad, output_size, input_size, [align_corners,] the scales given).
 llvm::Error upsampleBackward(GradCall &c) {
   llvm::StringRef op = c.n.opString();

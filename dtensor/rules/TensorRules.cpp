@@ -446,7 +446,7 @@ llvm::Expected<Cands> scatterIntoRule(const OpCall &call) {
 
 void registerTensorRules(RuleTable &t) {
   for (const char *op : {"aten::contiguous.default", "aten::detach.default", "aten::alias.default",
-                         "aten::detach_.default", "aten::view.dtype", "aten::fill_.Scalar"})
+                         "aten::detach_.default", "aten::view.dtype", "aten::fill_.Scalar", "aten::zero_.default"})
     t[op] = followInputRule;
   // item(): DTensor skips sharding propagation and reads the local shard as it is (the
   // replicate-only strategy it registers is never consulted).

@@ -367,6 +367,12 @@ CASES = [
     ("trapezoid", lambda y, x: torch.trapezoid(y, x, dim=1), [(f32(4, 6), S0), (f32(4, 6), R)]),
     ("cumulative-trapezoid", lambda y, x: torch.cumulative_trapezoid(y, x, dim=1), [(f32(4, 6), S1), (f32(4, 6), R)]),
     ("diagflat", torch.diagflat, [(f32(2, 3), S0)]),
+    ("linalg-cross", lambda a, b: torch.linalg.cross(a, b, dim=1), [(f32(4, 3), S0), (f32(4, 3), R)]),
+    ("max-pool1d", lambda a: F.max_pool1d(a, 2, return_indices=True)[0], [(f32(2, 4, 6), S1)]),
+    ("zero", lambda a: a.clone().zero_() + a, [(f32(4, 6), S0)]),
+    ("max-pool2d-backward", lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, [2, 2], [2, 2], [0, 0], [1, 1],
+                                                                                  False, i),
+     [(f32(1, 2, 2, 2), S1), (f32(1, 2, 4, 4), S1), (POOLED_INDICES, S1)]),
     # at::matmul's vector paths: dot, mv, unsqueeze + mm + squeeze_, the folded mv
     ("matmul-vv", torch.matmul, [(f32(6), S0), (f32(6), S0)]),
     ("matmul-mv", torch.matmul, [(f32(4, 6), S1), (f32(6), R)]),

@@ -368,6 +368,9 @@ def all_cases():
     cases += unary_cases("aten::diagonal_backward.default", [6],
                          lambda t: [t, L("input_sizes", [6, 7]), I("offset", 1), I("dim1", 0), I("dim2", 1)])
     cases += unary_cases("aten::digamma_.default", [4, 6], lambda t: [t])
+    cases += unary_cases("aten::zero_.default", [4, 6], lambda t: [t], partials=("P(sum)", "P(max)"))
+    # matmul's vector . matrix path squeezes its [1, n] product in place
+    cases += unary_cases("aten::squeeze_.dim", [4, 1, 6], lambda t: [t, I("dim", 1)])
     # torch.norm over a dim (pairwise_distance's): DTensor's trace of its linalg_vector_norm; a shard
     # on the reduced dim would give a _NormPartial, which commlens refuses (not in the grid)
     for mesh in MESHES:
