@@ -246,6 +246,8 @@ private:
         {"aten::selu.default", &Decomposer::selu},
         {"aten::tile.default", &Decomposer::tile},
         {"aten::diag.default", &Decomposer::diag},
+        {"aten::take_along_dim.default", &Decomposer::takeAlongDim},
+        {"aten::nanmean.default", &Decomposer::nanmean},
         {"aten::cross.default", &Decomposer::cross},
         {"aten::chalf.default", &Decomposer::chalf},
         {"aten::cartesian_prod.default", &Decomposer::cartesianProd},
@@ -704,6 +706,74 @@ private:
     b_.bind(result(1), unary("aten::squeeze.dim", indices, *result(1)->meta(), result(1)->name(), {{"dim", int64_t{-2}, false}}));
     return llvm::Error::success();
   }
+  /// take_along_dim over a dim (TensorAdvancedIndexing.cpp): indices and self broadcast to each
+  /// other's shape outside `dim` (expand, always called), the indices wrapped by the dim's size
+  /// (remainder), then gather. Without a dim (the flattened form) it is not modelled.
+  llvm::Error takeAlongDim() {
+    Value *x = in("self"), *idx = in("indices");
+    auto dimArg = intInput("dim");
+    if (!x || !idx || !dimArg || x->meta()->rank() != idx->meta()->rank() || x->meta()->rank() == 0)
+      return keepExported();
+    auto xs = hints(x->meta()->sizes), is = hints(idx->meta()->sizes);
+    int64_t rank = static_cast<int64_t>(xs.size()), dim = *dimArg < 0 ? *dimArg + rank : *dimArg;
+    auto broadcast = [&](llvm::SmallVector<int64_t, 4> a, llvm::ArrayRef<int64_t> b) -> std::optional<IntList> {
+      IntList out;
+      for (int64_t i = 0; i < rank; ++i) {
+        if (a[i] != b[i] && a[i] != 1 && b[i] != 1)
+          return std::nullopt;
+        out.push_back(a[i] == 1 ? b[i] : a[i]);
+      }
+      return out;
+    };
+    auto selfWithIdxDim = xs;
+    selfWithIdxDim[dim] = is[dim];
+    auto idxWithSelfDim = is;
+    idxWithSelfDim[dim] = xs[dim];
+    auto idxShape = broadcast(selfWithIdxDim, is), selfShape = broadcast(idxWithSelfDim, xs);
+    if (dim < 0 || dim >= rank || !idxShape || !selfShape)
+      return keepExported();
+    auto expand = [&](Value *v, const IntList &shape, llvm::StringRef what) {
+      auto vs = hints(v->meta()->sizes), st = hints(v->meta()->strides);
+      llvm::SmallVector<int64_t, 4> strides;
+      for (int64_t i = 0; i < rank; ++i)
+        strides.push_back(vs[i] == shape[i] ? st[i] : 0);
+      return unary("aten::expand.default", v, withShape(*v->meta(), shape, llvm::ArrayRef<int64_t>(strides)), tmp(what),
+                   {{"size", shape, false}});
+    };
+    Value *ib = expand(idx, *idxShape, "indices");
+    Value *xb = expand(x, *selfShape, "self");
+    Value *wrapped = unary("aten::remainder.Scalar", ib, withShape(*ib->meta(), *idxShape), tmp("wrapped"),
+                           {{"other", xs[dim], false}});
+    b_.bind(result(0), emit1("aten::gather.default", {{"self", xb, false}, {"dim", dim, false}, {"index", wrapped, false}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// nanmean (ReduceOps.cpp): nansum(self, dim, keepdim) divided by the count of non-NaN entries,
+  /// (self != self).logical_not_().sum(dim, keepdim). Floating self only; a dtype is not modelled.
+  llvm::Error nanmean() {
+    Value *x = in("self");
+    const Argument *dtype = n_->input("dtype");
+    if (!x || (dtype && !dtype->isNone()) ||
+        (x->meta()->dtype != ScalarType::Float && x->meta()->dtype != ScalarType::Double))
+      return keepExported();
+    const Argument *dim = n_->input("dim");
+    const Argument *keepdim = n_->input("keepdim");
+    Argument dimArg = dim ? *dim : Argument(NoneArg{});
+    Argument keepArg = keepdim ? *keepdim : Argument(false);
+    const TensorMeta &out = *result(0)->meta();
+    TensorMeta mask = *x->meta();
+    mask.dtype = ScalarType::Bool;
+    Value *nan = emit1("aten::ne.Tensor", {{"self", x, false}, {"other", x, false}}, mask, tmp("isnan"));
+    Value *kept = unary("aten::logical_not_.default", nan, mask, tmp("not_nan"));
+    TensorMeta countMeta = out;
+    countMeta.dtype = ScalarType::Long;
+    Value *count = emit1("aten::sum.dim_IntList", {{"self", kept, false}, {"dim", dimArg, false}, {"keepdim", keepArg, false}},
+                         countMeta, tmp("count"));
+    Value *total = emit1("aten::nansum.default", {{"self", x, false}, {"dim", dimArg, false}, {"keepdim", keepArg, false}},
+                         out, tmp("nansum"));
+    b_.bind(result(0), emit1("aten::div.Tensor", {{"self", total, false}, {"other", count, false}}, out, result(0)->name()));
+    return llvm::Error::success();
+  }
   /// diag (TensorShape.cpp): diag_embed of a vector, diagonal_copy of a matrix, at offset `diagonal`.
   llvm::Error diag() {
     int64_t rank = in("self")->meta()->rank();
@@ -966,16 +1036,21 @@ private:
                              {{"dim", int64_t{-2}, false}}));
     return llvm::Error::success();
   }
-  /// kl_div with log_target=False (Loss.cpp): xlogy(target, target) - target * input, then the
-  /// reduction (0 none, 1 mean, 2 sum); target * input runs first.
+  /// kl_div (Loss.cpp): with log_target=False xlogy(target, target) - target * input (target *
+  /// input first), with log_target=True exp(target) * (target - input) (the difference first); then
+  /// the reduction (0 none, 1 mean, 2 sum).
   llvm::Error klDiv() {
-    if (const Argument *logTarget = n_->input("log_target"); logTarget && logTarget->is<bool>() && logTarget->get<bool>())
-      return keepExported();
     auto reduction = lossReduction();
     if (!reduction)
       return keepExported();
     Value *x = in("self"), *target = in("target");
     TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
+    if (const Argument *logTarget = n_->input("log_target"); logTarget && logTarget->is<bool>() && logTarget->get<bool>()) {
+      Value *diff = emit1("aten::sub.Tensor", {{"self", target, false}, {"other", x, false}}, m, tmp("sub"));
+      Value *weight = unary("aten::exp.default", target, m, tmp("exp"));
+      bindLoss(*reduction, "aten::mul.Tensor", {{"self", weight, false}, {"other", diff, false}}, m);
+      return llvm::Error::success();
+    }
     Value *product = emit1("aten::mul.Tensor", {{"self", target, false}, {"other", x, false}}, m, tmp("mul"));
     Value *entropy = emit1("aten::xlogy.Tensor", {{"self", target, false}, {"other", target, false}}, m, tmp("xlogy"));
     bindLoss(*reduction, "aten::sub.Tensor", {{"self", entropy, false}, {"other", product, false}}, m);

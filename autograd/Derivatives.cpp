@@ -983,6 +983,50 @@ llvm::Error maxPoolDoubleBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// _softmax_backward_data: grad_output's gradient is _softmax_backward_data(grad, output, dim,
+/// input_dtype); output's is softmax_double_backward, grad_output * grad - (output * grad_output)
+/// .sum(dim, true) * grad - grad_output * (output * grad).sum(dim, true), its last term first.
+llvm::Error softmaxDoubleBackward(GradCall &c) {
+  Value *go = c.operand("grad_output"), *out = c.operand("output"), *g = c.g();
+  int64_t dim = *c.intArg("dim");
+  if (c.want("grad_output"))
+    c.set("grad_output", c.e.emit("aten::_softmax_backward_data.default",
+                                  {A("grad_output", g), A("output", out), A("dim", dim),
+                                   A("input_dtype", *c.n.input("input_dtype"))},
+                                  GradEmitter::like(go), "grad_softmax"));
+  if (c.want("output")) {
+    auto ss = sizesOf(*out->meta());
+    int64_t d = dim < 0 ? dim + static_cast<int64_t>(ss.size()) : dim;
+    llvm::SmallVector<int64_t, 4> kept(ss.begin(), ss.end());
+    kept[d] = 1;
+    auto rowSum = [&](Value *x) {
+      return c.e.emit("aten::sum.dim_IntList", {A("self", x), A("dim", IntList{dim}), A("keepdim", true)},
+                      GradEmitter::withSizes(x, kept), "grad_sum");
+    };
+    Value *third = mul(c, go, rowSum(mul(c, out, g)));
+    Value *second = c.e.emit("aten::mul.Tensor", {A("self", rowSum(mul(c, out, go))), A("other", g)},
+                             GradEmitter::like(g), "grad_mul");
+    Value *first = mul(c, go, g);
+    c.set("output", binary(c, "aten::sub.Tensor", binary(c, "aten::sub.Tensor", first, second, "grad_sub"), third,
+                           "grad_softmax_double"));
+  }
+  return llvm::Error::success();
+}
+
+/// native_dropout_backward: grad_output's gradient is native_dropout_double_backward, grad *
+/// (mask.type_as(grad) * scale); the mask gets none.
+llvm::Error nativeDropoutDoubleBackward(GradCall &c) {
+  Value *mask = c.operand("mask"), *g = c.g();
+  TensorMeta fm = GradEmitter::like(mask);
+  fm.dtype = g->meta()->dtype;
+  Value *m = mask->meta()->dtype == g->meta()->dtype
+                 ? mask
+                 : c.e.emit("aten::_to_copy.default", {A("self", mask), K("dtype", g->meta()->dtype)}, fm, "grad_mask");
+  Value *scaled = binary(c, "aten::mul.Scalar", m, *c.n.input("scale"), "grad_scale");
+  c.set("grad_output", mul(c, g, scaled));
+  return llvm::Error::success();
+}
+
 /// upsample_*: OP_backward(grad, output_size, input_size, [align_corners,] the scales given).
 llvm::Error upsampleBackward(GradCall &c) {
   llvm::StringRef op = c.n.opString();

@@ -370,6 +370,13 @@ CASES = [
     ("linalg-cross", lambda a, b: torch.linalg.cross(a, b, dim=1), [(f32(4, 3), S0), (f32(4, 3), R)]),
     ("max-pool1d", lambda a: F.max_pool1d(a, 2, return_indices=True)[0], [(f32(2, 4, 6), S1)]),
     ("zero", lambda a: a.clone().zero_() + a, [(f32(4, 6), S0)]),
+    ("take-along-dim", lambda a, i: torch.take_along_dim(a, i, 1), [(f32(4, 6), S0), (idx(6, 4, 3), S0)]),
+    ("nanmean", lambda a: torch.nanmean(a, 1), [(f32(4, 6), S0)]),
+    ("kl-div-log-target", lambda a, b: F.kl_div(a, b, reduction="sum", log_target=True), [(f32(4, 6), S0), (f32(4, 6), R)]),
+    # double backward ops: a gradient's own gradient
+    ("softmax-backward-data", lambda g, o: aten._softmax_backward_data(g, o, 1, torch.float32),
+     [(f32(4, 6), S0), (f32(4, 6, lo="pos"), S0)]),
+    ("native-dropout-backward", lambda g, m: aten.native_dropout_backward(g, m, 2.0), [(f32(4, 6), S1), (mask(4, 6), S1)]),
     ("max-pool2d-backward", lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, [2, 2], [2, 2], [0, 0], [1, 1],
                                                                                   False, i),
      [(f32(1, 2, 2, 2), S1), (f32(1, 2, 4, 4), S1), (POOLED_INDICES, S1)]),
