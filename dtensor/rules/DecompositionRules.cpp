@@ -541,6 +541,32 @@ llvm::Error normScalarOptDim(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// index_add / index_copy (torch._refs._index_add / _index_copy): index_put of source into self
+/// at (None,) * dim + (index,), accumulating for index_add (source scaled by alpha first when it is
+/// not 1); a 0-d self (unsqueezed) is not modelled.
+llvm::Error indexAddOrCopy(Decomposition &d) {
+  bool add = d.call().op == "aten::index_add.default";
+  auto dim = d.call().intArg("dim", 1);
+  if (!dim || d.call().inputs.size() != 3 || d.call().rank(0) == 0 || d.call().rank(1) > 1)
+    return d.call().error("expected self of at least one dim, a dim, a 1-d index and a source");
+  int64_t wrapped = normDim(*dim, d.call().rank(0));
+  if (d.call().rank(1) == 0)
+    return d.call().error("a 0-d index (unsqueezed first) is not modelled");
+  Value *source = d.in(2);
+  if (add)
+    if (const Argument *alpha = d.call().arg("alpha", 4); alpha && !alpha->isNone() && !(alpha->asInt() == 1) &&
+                                                          !(alpha->is<double>() && alpha->get<double>() == 1.0))
+      source = d.op("aten::mul.Scalar", {na("self", source), na("other", *alpha)}, d.meta(source));
+  OptionalTensorList indices;
+  indices.items.assign(static_cast<size_t>(wrapped), nullptr);
+  indices.items.push_back(d.in(1));
+  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0)), na("indices", Argument(indices)), na("values", source)};
+  if (add)
+    args.push_back(na("accumulate", true));
+  d.returns({d.op("aten::index_put.default", std::move(args), *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
 /// floor_divide: div(rounding_mode='floor').
 llvm::Error floorDivide(Decomposition &d) {
   d.returns({d.op("aten::div.Tensor_mode",
@@ -656,6 +682,8 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::diagonal_backward.default", diagonalBackward},
       {"aten::rsub.Tensor", rsub},
       {"aten::vdot.default", vdot},
+      {"aten::index_add.default", indexAddOrCopy},
+      {"aten::index_copy.default", indexAddOrCopy},
       {"aten::norm.ScalarOpt_dim", normScalarOptDim},
       {"aten::floor_divide.default", floorDivide},
       {"aten::aminmax.default", aminmax},

@@ -190,12 +190,6 @@ const llvm::StringMap<Family> &families() {
   return m;
 }
 
-bool isInplaceName(llvm::StringRef op) {
-  // DTensor's OpSchema.is_inplace_op: the schema name ends with '_' ("aten::add_.Tensor"). The
-  // dunder ops (__lshift__, __xor__, ...) count too, so their Partial inputs cannot be kept.
-  llvm::StringRef base = op.split("::").second.split('.').first;
-  return base.endswith("_");
-}
 
 /// torch.broadcast_shapes over the call's tensor operands.
 llvm::Expected<llvm::SmallVector<int64_t, 4>> broadcastShape(const OpCall &call) {

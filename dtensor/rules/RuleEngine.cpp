@@ -401,4 +401,11 @@ Candidate followCandidate(const OpCall &call, Placements in, Placements out) {
   return c;
 }
 
+bool isInplaceName(llvm::StringRef op) {
+  // DTensor's OpSchema.is_inplace_op: the schema name ends with '_' ("aten::add_.Tensor"). The
+  // dunder ops (__lshift__, __xor__, ...) count too, so their Partial inputs cannot be kept.
+  llvm::StringRef base = op.split("::").second.split('.').first;
+  return base.endswith("_");
+}
+
 } // namespace commlens::rules

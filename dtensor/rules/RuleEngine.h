@@ -121,6 +121,9 @@ struct ExpandOptions {
 Cands expandSingleDim(const OpCall &call, std::vector<SingleDimRule> rules,
                                                 const ExpandOptions &opts);
 
+/// DTensor's OpSchema.is_inplace_op: the op's name ends with '_'.
+bool isInplaceName(llvm::StringRef op);
+
 /// is_tensor_shardable for concrete sizes.
 bool isShardable(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<Placement> placements, const DeviceMesh &mesh);
 bool isEvenlyShardableOnDim(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<Placement> placements,

@@ -151,6 +151,120 @@ llvm::Expected<Cands> indexDimRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), ExpandOptions{});
 }
 
+/// The dims of self an index / index_put call indexes: the positions of its non-None `indices`
+/// (their tensors are the call's inputs 1..n, in order). Bool masks are refused: their result
+/// shape depends on the data.
+llvm::Expected<IntList> indexedDims(const OpCall &call, size_t tensorsAfter) {
+  const Argument *ix = call.arg("indices", 1);
+  IntList dims;
+  if (ix && ix->is<OptionalTensorList>()) {
+    const auto &items = ix->get<OptionalTensorList>().items;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (items[i])
+        dims.push_back(static_cast<int64_t>(i));
+  } else if (ix && ix->is<TensorList>()) {
+    for (size_t i = 0; i < ix->get<TensorList>().size(); ++i)
+      dims.push_back(static_cast<int64_t>(i));
+  } else {
+    return call.error("expected a list of indices");
+  }
+  if (dims.empty() || call.inputs.size() != 1 + dims.size() + tensorsAfter)
+    return call.error("expected {} index tensors among {} tensor operands", dims.size(), call.inputs.size());
+  for (size_t i = 1; i <= dims.size(); ++i) {
+    ScalarType t = call.inputs[i].meta.dtype;
+    if (t == ScalarType::Bool || t == ScalarType::Byte)
+      return call.error("a boolean mask index (a data-dependent shape) is not modelled");
+  }
+  if (dims.back() >= call.rank(0))
+    return call.error("{} indices for a tensor of {} dims", dims.back() + 1, call.rank(0));
+  return dims;
+}
+
+/// index.Tensor (index_single_dim_strategy): self sharded on a dim no index touches (the result on
+/// where that dim lands: after the broadcast index dims, which go where the indexed dims were when
+/// those are consecutive, else first); the index tensors sharded together on one broadcast dim
+/// (a size-1 dim replicated) with self replicated; self's Partial(sum / avg) passed through.
+llvm::Expected<Cands> indexTensorRule(const OpCall &call) {
+  auto dims = indexedDims(call, 0);
+  if (!dims)
+    return dims.takeError();
+  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims->size()), broadcastNdim = 0;
+  for (int64_t i = 1; i <= n; ++i)
+    broadcastNdim = std::max(broadcastNdim, call.rank(static_cast<unsigned>(i)));
+  bool consecutive = true;
+  for (size_t i = 0; i + 1 < dims->size(); ++i)
+    consecutive &= (*dims)[i + 1] - (*dims)[i] == 1;
+  int64_t insert = consecutive ? (*dims)[0] : 0;
+  std::vector<SingleDimRule> rules;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (llvm::is_contained(*dims, d))
+      continue;
+    int64_t out = d;
+    if (d >= insert)
+      out = d + broadcastNdim - llvm::count_if(*dims, [&](int64_t x) { return d > x; });
+    SingleDimRule r{RP::ph(out), RP::ph(d)};
+    r.append(static_cast<size_t>(n), RP::R());
+    rules.push_back(std::move(r));
+  }
+  for (int64_t bd = 0; bd < broadcastNdim; ++bd) {
+    SingleDimRule r{RP::ph(bd + insert), RP::R()};
+    bool any = false;
+    for (int64_t i = 1; i <= n; ++i) {
+      auto shape = call.shape(static_cast<unsigned>(i));
+      int64_t offset = broadcastNdim - static_cast<int64_t>(shape.size());
+      int64_t size = bd < offset ? 1 : shape[bd - offset];
+      any |= size > 1;
+      r.push_back(size > 1 ? RP::ph(bd - offset) : RP::R());
+    }
+    if (any)
+      rules.push_back(std::move(r));
+  }
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+    SingleDimRule r{RP::P(op), RP::P(op)};
+    r.append(static_cast<size_t>(n), RP::R());
+    rules.push_back(std::move(r));
+  }
+  return expandSingleDim(call, std::move(rules), ExpandOptions{});
+}
+
+/// index_put / index_put_ (index_put_single_dim_strategy): self and the result sharded alike on a
+/// dim no index touches, values on the matching dim (right-aligned; Replicate where values has no
+/// such dim or it is of size 1), the indices replicated; or all Partial(sum) but the indices.
+llvm::Expected<Cands> indexPutRule(const OpCall &call) {
+  auto dims = indexedDims(call, 1);
+  if (!dims)
+    return dims.takeError();
+  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims->size()), broadcastNdim = 0;
+  for (int64_t i = 1; i <= n; ++i)
+    broadcastNdim = std::max(broadcastNdim, call.rank(static_cast<unsigned>(i)));
+  auto values = call.shape(static_cast<unsigned>(n + 1));
+  int64_t valuesNdim = static_cast<int64_t>(values.size());
+  bool contiguous = dims->size() <= 1 || dims->back() - dims->front() + 1 == n;
+  IntList nonIndexed;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!llvm::is_contained(*dims, d))
+      nonIndexed.push_back(d);
+  int64_t resultNdim = broadcastNdim + static_cast<int64_t>(nonIndexed.size());
+  std::vector<SingleDimRule> rules;
+  for (size_t i = 0; i < nonIndexed.size(); ++i) {
+    int64_t d = nonIndexed[i];
+    int64_t valuesDim = contiguous ? (d < dims->front() ? d : d - n + broadcastNdim)
+                                   : broadcastNdim + static_cast<int64_t>(i);
+    int64_t vd = valuesDim - (resultNdim - valuesNdim);
+    SingleDimRule r{RP::ph(d), RP::ph(d)};
+    r.append(static_cast<size_t>(n), RP::R());
+    r.push_back(vd < 0 || values[vd] == 1 ? RP::R() : RP::ph(vd));
+    rules.push_back(std::move(r));
+  }
+  SingleDimRule partial{RP::P(), RP::P()};
+  partial.append(static_cast<size_t>(n), RP::R());
+  partial.push_back(RP::P());
+  rules.push_back(std::move(partial));
+  ExpandOptions opts;
+  opts.inplace = isInplaceName(call.op);
+  return expandSingleDim(call, std::move(rules), opts);
+}
+
 /// bucketize.Tensor(self, boundaries): self sharded on any dim with boundaries replicated;
 /// boundaries sharded on dim 0 with self replicated, the counts Partial(sum); a Partial max/min
 /// self kept (bucketize is monotone in self).
@@ -480,6 +594,9 @@ void registerTensorRules(RuleTable &t) {
   t["aten::select.int"] = selectRule;
   t["aten::cat.default"] = catRule;
   t["aten::index_select.default"] = indexSelectRule;
+  t["aten::index.Tensor"] = indexTensorRule;
+  t["aten::index_put.default"] = indexPutRule;
+  t["aten::index_put_.default"] = indexPutRule;
   t["aten::gather.default"] = gatherRule;
   for (const char *op : {"aten::index_fill.int_Scalar", "aten::index_fill.int_Tensor", "aten::index_reduce.default"})
     t[op] = indexDimRule;

@@ -372,6 +372,11 @@ CASES = [
     ("zero", lambda a: a.clone().zero_() + a, [(f32(4, 6), S0)]),
     ("take-along-dim", lambda a, i: torch.take_along_dim(a, i, 1), [(f32(4, 6), S0), (idx(6, 4, 3), S0)]),
     ("nanmean", lambda a: torch.nanmean(a, 1), [(f32(4, 6), S0)]),
+    # advanced indexing (index_put's rule, index_add / index_copy through their decompositions)
+    ("index-select", lambda a, i: torch.index_select(a, 1, i), [(f32(4, 6), S0), (idx(6, 3), R)]),
+    ("index-add", lambda a, i, b: a.index_add(0, i, b, alpha=2.0), [(f32(4, 6), S1), (idx(4, 3), R), (f32(3, 6), S1)]),
+    ("index-copy", lambda a, i, b: a.index_copy(1, i, b), [(f32(4, 6), S0), (idx(6, 3), R), (f32(4, 3), S0)]),
+    ("index-tensor", lambda a, i: a[:, i], [(f32(4, 6), S0), (idx(6, 3), R)]),
     ("kl-div-log-target", lambda a, b: F.kl_div(a, b, reduction="sum", log_target=True), [(f32(4, 6), S0), (f32(4, 6), R)]),
     # double backward ops: a gradient's own gradient
     ("softmax-backward-data", lambda g, o: aten._softmax_backward_data(g, o, 1, torch.float32),

@@ -128,6 +128,9 @@ def build(case, mesh, kind):
         elif "tensors" in a:
             v = []
             for t in a["tensors"]:
+                if t is None:  # an optional list's None (index's untouched dims)
+                    v.append(None)
+                    continue
                 dt, full = make_tensor(t, mesh, case.get("device"))
                 v.append(pick(dt, full))
         elif "int" in a:

@@ -8,7 +8,7 @@
 //            {"name":"scalars","floats":[0.5]}, {"name":"output_mask","bools":[true,false]},
 //            {"name":"alpha","float":0.5 | "inf"}, {"name":"dtype","dtype":"bf16"}, {"name":"x","none":true},
 //            {"name":"rounding_mode","str":"floor","keyword":true},
-//            {"name":"tensors","tensors":[{...tensor...}, ...]}],
+//            {"name":"tensors","tensors":[{...tensor...} | null, ...]}],
 //    "outputs":[{"shape":[8,4],"dtype":"f32"} | {"list":[{"shape":..}, ...]} | {"int":8} | null]}
 // Answer: {"ok":true,"operands":[["S(0)"] | null, ...],"results":[[..] | null, ...],
 //          "collectives":N (RedistributePlanner over the operand redistributions) | null,
@@ -112,14 +112,24 @@ llvm::json::Value run(llvm::StringRef text) {
           return fail(takeMessage(v.takeError()));
         na.value = *v;
       } else if (const llvm::json::Array *ts = a->getArray("tensors")) {
-        TensorList list;
+        // null entries make an optional list (index's and index_put's indices)
+        OptionalTensorList list;
+        bool optional = false;
         for (const llvm::json::Value &tv : *ts) {
+          if (tv.kind() == llvm::json::Value::Null) {
+            optional = true;
+            list.items.push_back(nullptr);
+            continue;
+          }
           auto v = makeTensor(*tv.getAsObject());
           if (!v)
             return fail(takeMessage(v.takeError()));
-          list.push_back(*v);
+          list.items.push_back(*v);
         }
-        na.value = list;
+        if (optional)
+          na.value = list;
+        else
+          na.value = TensorList(list.items.begin(), list.items.end());
       } else if (auto i = a->getInteger("int")) {
         na.value = *i;
       } else if (const llvm::json::Array *is = a->getArray("ints")) {

@@ -369,6 +369,26 @@ def all_cases():
                          lambda t: [t, L("input_sizes", [6, 7]), I("offset", 1), I("dim1", 0), I("dim2", 1)])
     cases += unary_cases("aten::digamma_.default", [4, 6], lambda t: [t])
     cases += unary_cases("aten::zero_.default", [4, 6], lambda t: [t], partials=("P(sum)", "P(max)"))
+    # advanced indexing: index (x[:, i], x[i, j]) and index_put (accumulating or not); indices are
+    # DTensors too, an untouched dim a None in the list
+    def idx_list(shapes_pls, none_first=False):
+        items = [{"shape": list(sh), "dtype": "i64", "placements": p} for sh, p in shapes_pls]
+        return {"name": "indices", "tensors": ([None] if none_first else []) + items}
+
+    for mesh in MESHES:
+        for pl in tuples(["R", "S(0)", "S(1)", "P(sum)"], mesh):
+            cases.append({"op": "aten::index.Tensor", "mesh": mesh,
+                          "args": [T("self", [4, 6, 8], pl), idx_list([([4], ["R"] * len(mesh))], none_first=True)]})
+            cases.append({"op": "aten::index_put.default", "mesh": mesh,
+                          "args": [T("self", [4, 6], pl), idx_list([([4], ["R"] * len(mesh))], none_first=True),
+                                   T("values", [4, 4], pl), B("accumulate", True)]})
+        for ipl in tuples(["R", "S(0)"], mesh):
+            cases.append({"op": "aten::index.Tensor", "mesh": mesh,
+                          "args": [T("self", [6, 8], ["R"] * len(mesh)),
+                                   idx_list([([4, 2], ipl), ([4, 2], ipl)])]})
+            cases.append({"op": "aten::index_put.default", "mesh": mesh,
+                          "args": [T("self", [6, 8, 4], ["R"] * len(mesh)), idx_list([([4], ipl)]),
+                                   T("values", [4, 8, 4], ipl)]})
     # matmul's vector . matrix path squeezes its [1, n] product in place
     cases += unary_cases("aten::squeeze_.dim", [4, 1, 6], lambda t: [t, I("dim", 1)])
     # torch.norm over a dim (pairwise_distance's): DTensor's trace of its linalg_vector_norm; a shard
