@@ -151,10 +151,14 @@ llvm::Expected<Cands> indexDimRule(const OpCall &call) {
   return expandSingleDim(call, std::move(rules), ExpandOptions{});
 }
 
-/// The dims of self an index / index_put call indexes: the positions of its non-None `indices`
-/// (their tensors are the call's inputs 1..n, in order). Bool masks are refused: their result
-/// shape depends on the data.
-llvm::Expected<IntList> indexedDims(const OpCall &call, size_t tensorsAfter) {
+/// What an index / index_put call indexes: the dims of self with a non-None entry in `indices`
+/// (their tensors are the call's inputs 1..n, in order) and the rank the index tensors broadcast
+/// to. Bool masks are refused: their result shape depends on the data.
+struct Indexing {
+  IntList dims;
+  int64_t broadcastNdim = 0;
+};
+llvm::Expected<Indexing> indexedDims(const OpCall &call, size_t tensorsAfter) {
   const Argument *ix = call.arg("indices", 1);
   IntList dims;
   if (ix && ix->is<OptionalTensorList>()) {
@@ -177,7 +181,10 @@ llvm::Expected<IntList> indexedDims(const OpCall &call, size_t tensorsAfter) {
   }
   if (dims.back() >= call.rank(0))
     return call.error("{} indices for a tensor of {} dims", dims.back() + 1, call.rank(0));
-  return dims;
+  Indexing out{dims, 0};
+  for (size_t i = 1; i <= dims.size(); ++i)
+    out.broadcastNdim = std::max(out.broadcastNdim, call.rank(static_cast<unsigned>(i)));
+  return out;
 }
 
 /// index.Tensor (index_single_dim_strategy): self sharded on a dim no index touches (the result on
@@ -185,12 +192,11 @@ llvm::Expected<IntList> indexedDims(const OpCall &call, size_t tensorsAfter) {
 /// those are consecutive, else first); the index tensors sharded together on one broadcast dim
 /// (a size-1 dim replicated) with self replicated; self's Partial(sum / avg) passed through.
 llvm::Expected<Cands> indexTensorRule(const OpCall &call) {
-  auto dims = indexedDims(call, 0);
-  if (!dims)
-    return dims.takeError();
-  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims->size()), broadcastNdim = 0;
-  for (int64_t i = 1; i <= n; ++i)
-    broadcastNdim = std::max(broadcastNdim, call.rank(static_cast<unsigned>(i)));
+  auto indexing = indexedDims(call, 0);
+  if (!indexing)
+    return indexing.takeError();
+  const IntList *dims = &indexing->dims;
+  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims->size()), broadcastNdim = indexing->broadcastNdim;
   bool consecutive = true;
   for (size_t i = 0; i + 1 < dims->size(); ++i)
     consecutive &= (*dims)[i + 1] - (*dims)[i] == 1;
@@ -231,12 +237,11 @@ llvm::Expected<Cands> indexTensorRule(const OpCall &call) {
 /// dim no index touches, values on the matching dim (right-aligned; Replicate where values has no
 /// such dim or it is of size 1), the indices replicated; or all Partial(sum) but the indices.
 llvm::Expected<Cands> indexPutRule(const OpCall &call) {
-  auto dims = indexedDims(call, 1);
-  if (!dims)
-    return dims.takeError();
-  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims->size()), broadcastNdim = 0;
-  for (int64_t i = 1; i <= n; ++i)
-    broadcastNdim = std::max(broadcastNdim, call.rank(static_cast<unsigned>(i)));
+  auto indexing = indexedDims(call, 1);
+  if (!indexing)
+    return indexing.takeError();
+  const IntList *dims = &indexing->dims;
+  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims->size()), broadcastNdim = indexing->broadcastNdim;
   auto values = call.shape(static_cast<unsigned>(n + 1));
   int64_t valuesNdim = static_cast<int64_t>(values.size());
   bool contiguous = dims->size() <= 1 || dims->back() - dims->front() + 1 == n;
