@@ -567,6 +567,55 @@ llvm::Error indexAddOrCopy(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// The two halves of input `i` along `dim` (glu's a and b: tensor_split / narrow run slice).
+std::optional<std::pair<Value *, Value *>> halves(Decomposition &d, unsigned i, int64_t dim) {
+  auto sizes = d.call().shape(i);
+  if (sizes[dim] % 2 != 0)
+    return std::nullopt;
+  int64_t half = sizes[dim] / 2;
+  auto halfSizes = sizes;
+  halfSizes[dim] = half;
+  TensorMeta m = Decomposition::shaped(d.meta(d.in(i)), halfSizes);
+  Value *first = d.op("aten::slice.Tensor", {na("self", d.in(i)), na("dim", dim), na("start", int64_t{0}), na("end", half)}, m);
+  Value *second =
+      d.op("aten::slice.Tensor", {na("self", d.in(i)), na("dim", dim), na("start", half), na("end", 2 * half)}, m);
+  return std::make_pair(first, second);
+}
+
+/// glu(self, dim) (torch._refs): a, b = tensor_split(self, 2, dim); a * sigmoid(b).
+llvm::Error glu(Decomposition &d) {
+  if (d.call().rank(0) == 0)
+    return d.call().error("a 0-d input (DTensor raises)");
+  int64_t dim = normDim(d.call().intArg("dim", 1).value_or(-1), d.call().rank(0));
+  auto ab = halves(d, 0, dim);
+  if (!ab)
+    return d.call().error("halving dimension {} must be even", dim);
+  Value *gate = pointwise(d, "aten::sigmoid.default", {na("self", ab->second)}, ab->second);
+  d.returns({pointwise(d, "aten::mul.Tensor", {na("self", ab->first), na("other", gate)}, ab->first)});
+  return llvm::Error::success();
+}
+
+/// glu_backward(grad_output, self, dim) (torch._decomp): s = sigmoid(second half); the first half's
+/// gradient s * grad_output, the second's (1 - s) * s * first half * grad_output; cat along dim.
+llvm::Error gluBackward(Decomposition &d) {
+  if (d.call().inputs.size() != 2 || d.call().rank(1) == 0)
+    return d.call().error("expected grad_output and a self of at least one dim");
+  int64_t dim = normDim(d.call().intArg("dim", 2).value_or(-1), d.call().rank(1));
+  auto ab = halves(d, 1, dim);
+  if (!ab)
+    return d.call().error("halving dimension {} must be even", dim);
+  Value *grad = d.in(0);
+  Value *s = pointwise(d, "aten::sigmoid.default", {na("self", ab->second)}, ab->second);
+  Value *t = pointwise(d, "aten::rsub.Scalar", {na("self", s), na("other", 1.0)}, s);
+  t = pointwise(d, "aten::mul.Tensor", {na("self", t), na("other", s)}, s);
+  t = pointwise(d, "aten::mul.Tensor", {na("self", t), na("other", ab->first)}, s);
+  Value *second = pointwise(d, "aten::mul.Tensor", {na("self", t), na("other", grad)}, s);
+  Value *first = pointwise(d, "aten::mul.Tensor", {na("self", s), na("other", grad)}, s);
+  d.returns({d.op("aten::cat.default", {na("tensors", Argument(TensorList{first, second})), na("dim", dim)},
+                  *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
 /// floor_divide: div(rounding_mode='floor').
 llvm::Error floorDivide(Decomposition &d) {
   d.returns({d.op("aten::div.Tensor_mode",
@@ -682,6 +731,8 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::diagonal_backward.default", diagonalBackward},
       {"aten::rsub.Tensor", rsub},
       {"aten::vdot.default", vdot},
+      {"aten::glu.default", glu},
+      {"aten::glu_backward.default", gluBackward},
       {"aten::index_add.default", indexAddOrCopy},
       {"aten::index_copy.default", indexAddOrCopy},
       {"aten::norm.ScalarOpt_dim", normScalarOptDim},

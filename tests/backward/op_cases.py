@@ -336,6 +336,8 @@ CASES = [
     ("selu", F.selu, [(f32(4, 6), S0)]),
     ("leaky-relu", lambda a: F.leaky_relu(a, 0.2), [(f32(4, 6), S0)]),
     ("mish", F.mish, [(f32(4, 6), R)]),
+    ("glu", lambda a: F.glu(a, 1), [(f32(4, 6), S0)]),
+    ("glu-sharded-dim", lambda a: F.glu(a, 0), [(f32(4, 6), S0)]),
     ("softplus", lambda a: F.softplus(a, beta=2.0, threshold=1.0), [(f32(4, 6), S1)]),
     # pointwise special functions and the FunctionsManual helpers behind them
     ("copysign", torch.copysign, [(f32(4, 6), S0), (f32(4, 6), R)]),

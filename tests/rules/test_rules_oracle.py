@@ -369,6 +369,13 @@ def all_cases():
                          lambda t: [t, L("input_sizes", [6, 7]), I("offset", 1), I("dim1", 0), I("dim2", 1)])
     cases += unary_cases("aten::digamma_.default", [4, 6], lambda t: [t])
     cases += unary_cases("aten::zero_.default", [4, 6], lambda t: [t], partials=("P(sum)", "P(max)"))
+    # glu and its gradient, sharded through their decompositions (slice halves, sigmoid, mul, cat)
+    cases += unary_cases("aten::glu.default", [4, 6], lambda t: [t, I("dim", 1)])
+    cases += unary_cases("aten::glu.default", [4, 6], lambda t: [t, I("dim", 0)])
+    for mesh in MESHES:
+        for pl in tuples(["R", "S(0)", "S(1)", "P(sum)"], mesh):
+            cases.append({"op": "aten::glu_backward.default", "mesh": mesh,
+                          "args": [T("grad_output", [4, 3], pl), T("self", [4, 6], pl), I("dim", 1)]})
     # advanced indexing: index (x[:, i], x[i, j]) and index_put (accumulating or not); indices are
     # DTensors too, an untouched dim a None in the list
     def idx_list(shapes_pls, none_first=False):
