@@ -446,13 +446,14 @@ private:
   ///   hfft*: made complex, _fft_c2c over all but the last dim (n-D), _conj and the clone that
   ///     resolves it, then _fft_c2r over the last dim.
   /// `norm` becomes the kernels' normalization (0 none, 1 by sqrt(n), 2 by n) for the direction.
-  /// A complex input is not modelled (stays the exported op).
+  /// An input other than float32 / float64 (a complex one included) is not modelled (stays the
+  /// exported op).
   llvm::Error fft() {
     Value *x = in("self");
     llvm::StringRef base = llvm::StringRef(n_->opString()).drop_front(std::strlen("aten::fft_")).split('.').first;
     bool nd = base.endswith("2") || base.endswith("n");
     llvm::StringRef kind = nd ? base.drop_back() : base;
-    if (!x || isComplex(x->meta()->dtype) || (x->meta()->dtype != ScalarType::Float && x->meta()->dtype != ScalarType::Double))
+    if (!x || (x->meta()->dtype != ScalarType::Float && x->meta()->dtype != ScalarType::Double))
       return keepExported();
     auto sizes = hints(x->meta()->sizes);
     int64_t rank = static_cast<int64_t>(sizes.size());
@@ -716,6 +717,8 @@ private:
       return keepExported();
     auto xs = hints(x->meta()->sizes), is = hints(idx->meta()->sizes);
     int64_t rank = static_cast<int64_t>(xs.size()), dim = *dimArg < 0 ? *dimArg + rank : *dimArg;
+    if (dim < 0 || dim >= rank)
+      return keepExported();
     auto broadcast = [&](llvm::SmallVector<int64_t, 4> a, llvm::ArrayRef<int64_t> b) -> std::optional<IntList> {
       IntList out;
       for (int64_t i = 0; i < rank; ++i) {
@@ -730,18 +733,10 @@ private:
     auto idxWithSelfDim = is;
     idxWithSelfDim[dim] = xs[dim];
     auto idxShape = broadcast(selfWithIdxDim, is), selfShape = broadcast(idxWithSelfDim, xs);
-    if (dim < 0 || dim >= rank || !idxShape || !selfShape)
+    if (!idxShape || !selfShape)
       return keepExported();
-    auto expand = [&](Value *v, const IntList &shape, llvm::StringRef what) {
-      auto vs = hints(v->meta()->sizes), st = hints(v->meta()->strides);
-      llvm::SmallVector<int64_t, 4> strides;
-      for (int64_t i = 0; i < rank; ++i)
-        strides.push_back(vs[i] == shape[i] ? st[i] : 0);
-      return unary("aten::expand.default", v, withShape(*v->meta(), shape, llvm::ArrayRef<int64_t>(strides)), tmp(what),
-                   {{"size", shape, false}});
-    };
-    Value *ib = expand(idx, *idxShape, "indices");
-    Value *xb = expand(x, *selfShape, "self");
+    Value *ib = expand(idx, *idxShape, tmp("indices"));
+    Value *xb = expand(x, *selfShape, tmp("self"));
     Value *wrapped = unary("aten::remainder.Scalar", ib, withShape(*ib->meta(), *idxShape), tmp("wrapped"),
                            {{"other", xs[dim], false}});
     b_.bind(result(0), emit1("aten::gather.default", {{"self", xb, false}, {"dim", dim, false}, {"index", wrapped, false}},
@@ -1170,6 +1165,19 @@ private:
                  {{"memory_format", MemoryFormat::Contiguous, true}});
   }
 
+  /// expand(x, sizes) (`sizes` right-aligned with x's): stride 0 on the broadcast dims, x's own
+  /// strides on the others.
+  Value *expand(Value *x, llvm::ArrayRef<int64_t> sizes, llvm::StringRef name) {
+    auto xs = hints(x->meta()->sizes), st = hints(x->meta()->strides);
+    llvm::SmallVector<int64_t, 4> strides(sizes.size(), 0);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      int64_t src = static_cast<int64_t>(i) - static_cast<int64_t>(sizes.size() - xs.size());
+      if (src >= 0 && xs[src] == sizes[i])
+        strides[i] = st[src];
+    }
+    return emit1("aten::expand.default", {{"self", x, false}, {"size", IntList(sizes.begin(), sizes.end()), false}},
+                 withShape(*x->meta(), sizes, llvm::ArrayRef<int64_t>(strides)), name);
+  }
   /// reshape: a view when the strides allow it, else clone + _unsafe_view.
   Value *reshape(Value *x, llvm::ArrayRef<int64_t> sizes, llvm::StringRef name) {
     if (auto st = viewStrides(*x->meta(), sizes))
@@ -1204,12 +1212,15 @@ private:
       Value *prod = mm(row, b, tmp("mm"));
       return unary("aten::squeeze_.dim", prod, outMeta, outName, {{"dim", int64_t{0}, false}});
     }
-    if (da >= 3 && db == 1 && isContiguous(am)) {
+    // fold the batch dims of a into rows: reshape, mm (a matrix b) or mv (a vector b), _unsafe_view
+    if (da >= 3 && (db == 2 || (db == 1 && isContiguous(am)))) {
       int64_t rows = 1;
       for (int64_t i = 0; i + 1 < da; ++i)
         rows *= am.sizes[i].hint;
       Value *flat = reshape(a, {rows, am.sizes.back().hint}, tmp("view"));
-      Value *prod = emit1("aten::mv.default", {{"self", flat, false}, {"vec", b, false}}, withShape(am, {rows}), tmp("mv"));
+      Value *prod = db == 2 ? mm(flat, b, tmp("mm"))
+                            : emit1("aten::mv.default", {{"self", flat, false}, {"vec", b, false}},
+                                    withShape(am, {rows}), tmp("mv"));
       return emit1("aten::_unsafe_view.default", {{"self", prod, false}, {"size", IntList(outSizes), false}},
                    outMeta, outName);
     }
@@ -1219,15 +1230,6 @@ private:
                        n_->name(), n_->opString(), da, db);
     if (da == 2 && db == 2)
       return mm(a, b, outName);
-    if (da >= 3 && db == 2) { // fold the batch dims of a into rows: reshape, mm, _unsafe_view
-      int64_t rows = 1;
-      for (int64_t i = 0; i + 1 < da; ++i)
-        rows *= am.sizes[i].hint;
-      Value *flat = reshape(a, {rows, am.sizes.back().hint}, tmp("view"));
-      Value *prod = mm(flat, b, tmp("mm"));
-      return emit1("aten::_unsafe_view.default", {{"self", prod, false}, {"size", IntList(outSizes), false}},
-                   outMeta, outName);
-    }
     // Batched: expand both to the broadcast batch shape, fold batches, bmm, _unsafe_view.
     auto as = hints(am.sizes), bs = hints(bm.sizes);
     llvm::SmallVector<int64_t, 4> batch(outSizes.begin(), outSizes.end() - 2);
@@ -1236,16 +1238,7 @@ private:
       llvm::SmallVector<int64_t, 4> expanded(batch);
       expanded.push_back(sizes[sizes.size() - 2]);
       expanded.push_back(sizes.back());
-      // expand computes stride 0 for broadcast dims and keeps the others.
-      auto st = hints(x->meta()->strides);
-      llvm::SmallVector<int64_t, 4> est(expanded.size(), 0);
-      for (size_t i = 0; i < expanded.size(); ++i) {
-        int64_t src = static_cast<int64_t>(i) - static_cast<int64_t>(expanded.size() - sizes.size());
-        if (src >= 0 && sizes[src] == expanded[i])
-          est[i] = st[src];
-      }
-      Value *e = emit1("aten::expand.default", {{"self", x, false}, {"size", IntList(expanded), false}},
-                       withShape(*x->meta(), expanded, llvm::ArrayRef<int64_t>(est)), tmp(("expand" + tag).str()));
+      Value *e = expand(x, expanded, tmp(("expand" + tag).str()));
       return reshape(e, {nb, sizes[sizes.size() - 2], sizes.back()}, tmp(("view" + tag).str()));
     };
     Value *fa = fold(a, as, "");

@@ -653,7 +653,7 @@ llvm::Error cumsumBackward(GradCall &c) {
 /// flip), plus self, exponentiated; the positive part minus the negative part.
 llvm::Error logcumsumexpBackward(GradCall &c) {
   Value *g = c.g(), *self = c.self(), *r = mut(c.result());
-  if (g->meta()->dtype == ScalarType::ComplexFloat || g->meta()->dtype == ScalarType::ComplexDouble)
+  if (isComplex(g->meta()->dtype))
     return makeError("autodiff: node '{}' ({}): the complex case is not modelled", c.n.name(), c.n.opString());
   const Argument &dim = *c.n.input("dim");
   IntList dims{*dim.asInt()};
@@ -689,18 +689,16 @@ llvm::Error aminmaxPairBackward(GradCall &c) {
   IntList dims;
   if (auto d = c.intArg("dim"))
     dims.push_back(*d < 0 ? *d + static_cast<int64_t>(sizes.size()) : *d);
-  llvm::SmallVector<int64_t, 4> restored;
-  if (!dims.empty()) {
-    restored.assign(sizes.begin(), sizes.end());
-    restored[dims[0]] = 1;
-  } else if (keepdim) {
-    restored.assign(sizes.size(), 1);
-  }
+  // The count's (keepdim) shape; without keepdim the gradient and the result are reshaped to it, or
+  // to a 0-d tensor when every dim is reduced (restore_reduced_dims with no dims).
   llvm::SmallVector<int64_t, 4> counted(sizes.size(), 1);
   if (!dims.empty()) {
     counted.assign(sizes.begin(), sizes.end());
     counted[dims[0]] = 1;
   }
+  llvm::SmallVector<int64_t, 4> restored;
+  if (!dims.empty())
+    restored = counted;
   auto part = [&](unsigned i) -> Value * {
     Value *g = i < c.grads.size() ? c.grads[i] : nullptr;
     if (!g)
@@ -708,10 +706,8 @@ llvm::Error aminmaxPairBackward(GradCall &c) {
     Value *gr = keepdim ? g : c.e.reshape(g, restored);
     Value *rr = keepdim ? mut(c.result(i)) : c.e.reshape(mut(c.result(i)), restored);
     Value *mask = c.e.emit("aten::eq.Tensor", {A("self", self), A("other", rr)}, boolLike(self), "grad_mask");
-    TensorMeta cm = GradEmitter::withSizes(self, counted);
-    cm.dtype = ScalarType::Long;
-    Value *count = c.e.emit("aten::sum.dim_IntList", {A("self", mask), A("dim", dims), A("keepdim", true)}, cm,
-                            "grad_count");
+    Value *count = c.e.emit("aten::sum.dim_IntList", {A("self", mask), A("dim", dims), A("keepdim", true)},
+                            withDtype(GradEmitter::withSizes(self, counted), ScalarType::Long), "grad_count");
     Value *q = c.e.emit("aten::div.Tensor", {A("self", gr), A("other", count)}, GradEmitter::withSizes(self, counted),
                         "grad_div");
     return c.e.emit("aten::mul.Tensor", {A("self", q), A("other", mask)}, GradEmitter::like(self), "grad_mul");
@@ -773,7 +769,6 @@ llvm::Error varCorrection(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// var_mean: var_backward of the var gradient plus mean_backward of the mean gradient.
 /// mean_backward of the mean result's gradient (var_mean's and std_mean's second result).
 Value *meanGrad(GradCall &c, Value *g) {
   auto sizes = sizesOf(*c.self()->meta());
@@ -818,7 +813,8 @@ llvm::Error stdMeanCorrection(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// norm.Scalar / norm.ScalarOpt_dim / linalg_vector_norm with p = 2: grad * self / result, zero where the result is.
+/// norm.Scalar / norm.ScalarOpt_dim / linalg_vector_norm with p = 2: grad * self / result, zero
+/// where the result is.
 llvm::Error normBackward(GradCall &c) {
   const Argument *p = c.n.input(llvm::StringRef(c.n.opString()).startswith("aten::norm.") ? "p" : "ord");
   if (numberOf(p).value_or(2.0) != 2.0)
@@ -1017,11 +1013,10 @@ llvm::Error softmaxDoubleBackward(GradCall &c) {
 /// (mask.type_as(grad) * scale); the mask gets none.
 llvm::Error nativeDropoutDoubleBackward(GradCall &c) {
   Value *mask = c.operand("mask"), *g = c.g();
-  TensorMeta fm = GradEmitter::like(mask);
-  fm.dtype = g->meta()->dtype;
   Value *m = mask->meta()->dtype == g->meta()->dtype
                  ? mask
-                 : c.e.emit("aten::_to_copy.default", {A("self", mask), K("dtype", g->meta()->dtype)}, fm, "grad_mask");
+                 : c.e.emit("aten::_to_copy.default", {A("self", mask), K("dtype", g->meta()->dtype)},
+                            withDtype(GradEmitter::like(mask), g->meta()->dtype), "grad_mask");
   Value *scaled = binary(c, "aten::mul.Scalar", m, *c.n.input("scale"), "grad_scale");
   c.set("grad_output", mul(c, g, scaled));
   return llvm::Error::success();

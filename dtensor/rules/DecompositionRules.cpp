@@ -553,10 +553,8 @@ llvm::Error indexAddOrCopy(Decomposition &d) {
   if (d.call().rank(1) == 0)
     return d.call().error("a 0-d index (unsqueezed first) is not modelled");
   Value *source = d.in(2);
-  if (add)
-    if (const Argument *alpha = d.call().arg("alpha", 4); alpha && !alpha->isNone() && !(alpha->asInt() == 1) &&
-                                                          !(alpha->is<double>() && alpha->get<double>() == 1.0))
-      source = d.op("aten::mul.Scalar", {na("self", source), na("other", *alpha)}, d.meta(source));
+  if (std::optional<double> alpha = scalarArg(d.call(), "alpha", 4, 1.0); add && alpha != 1.0)
+    source = d.op("aten::mul.Scalar", {na("self", source), na("other", *d.call().arg("alpha", 4))}, d.meta(source));
   OptionalTensorList indices;
   indices.items.assign(static_cast<size_t>(wrapped), nullptr);
   indices.items.push_back(d.in(1));
@@ -943,9 +941,9 @@ trace(const Decomposition &d, llvm::ArrayRef<Placement> inputs, const DeviceMesh
     llvm::Expected<ShardingDecision> dec = rules.decide(*node, specs, oneDevice);
     if (!dec) {
       std::string why = llvm::toString(dec.takeError());
-      // DTensor would trace on where a sub-op makes what commlens does not model (a _StridedShard,
-      // a _NormPartial, a form a rule refuses as not modelled): refuse rather than drop a
-      // combination DTensor keeps.
+      // DTensor traces on where a sub-op makes what commlens does not model (a _StridedShard, a
+      // _NormPartial, a form a rule refuses as not modelled): the combination is a strategy DTensor
+      // keeps, so it is reported, not dropped (decompositionRule refuses the op if it is selected).
       llvm::StringRef w(why);
       if (w.contains("_StridedShard") || w.contains("_NormPartial") || w.contains("not modelled"))
         return llvm::make_error<UnmodelledCombination>(

@@ -190,7 +190,6 @@ const llvm::StringMap<Family> &families() {
   return m;
 }
 
-
 /// torch.broadcast_shapes over the call's tensor operands.
 llvm::Expected<llvm::SmallVector<int64_t, 4>> broadcastShape(const OpCall &call) {
   llvm::SmallVector<int64_t, 4> common;

@@ -152,10 +152,12 @@ llvm::Expected<Cands> indexDimRule(const OpCall &call) {
 }
 
 /// What an index / index_put call indexes: the dims of self with a non-None entry in `indices`
-/// (their tensors are the call's inputs 1..n, in order) and the rank the index tensors broadcast
-/// to. Bool masks are refused: their result shape depends on the data.
+/// (their tensors are the call's inputs 1..n, in order), whether those dims are consecutive, and
+/// the rank the index tensors broadcast to. Bool masks are refused: their result shape depends on
+/// the data.
 struct Indexing {
   IntList dims;
+  bool consecutive = true;
   int64_t broadcastNdim = 0;
 };
 llvm::Expected<Indexing> indexedDims(const OpCall &call, size_t tensorsAfter) {
@@ -181,7 +183,7 @@ llvm::Expected<Indexing> indexedDims(const OpCall &call, size_t tensorsAfter) {
   }
   if (dims.back() >= call.rank(0))
     return call.error("{} indices for a tensor of {} dims", dims.back() + 1, call.rank(0));
-  Indexing out{dims, 0};
+  Indexing out{dims, dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size()), 0};
   for (size_t i = 1; i <= dims.size(); ++i)
     out.broadcastNdim = std::max(out.broadcastNdim, call.rank(static_cast<unsigned>(i)));
   return out;
@@ -195,19 +197,16 @@ llvm::Expected<Cands> indexTensorRule(const OpCall &call) {
   auto indexing = indexedDims(call, 0);
   if (!indexing)
     return indexing.takeError();
-  const IntList *dims = &indexing->dims;
-  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims->size()), broadcastNdim = indexing->broadcastNdim;
-  bool consecutive = true;
-  for (size_t i = 0; i + 1 < dims->size(); ++i)
-    consecutive &= (*dims)[i + 1] - (*dims)[i] == 1;
-  int64_t insert = consecutive ? (*dims)[0] : 0;
+  const IntList &dims = indexing->dims;
+  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims.size()), broadcastNdim = indexing->broadcastNdim;
+  int64_t insert = indexing->consecutive ? dims.front() : 0;
   std::vector<SingleDimRule> rules;
   for (int64_t d = 0; d < rank; ++d) {
-    if (llvm::is_contained(*dims, d))
+    if (llvm::is_contained(dims, d))
       continue;
     int64_t out = d;
     if (d >= insert)
-      out = d + broadcastNdim - llvm::count_if(*dims, [&](int64_t x) { return d > x; });
+      out = d + broadcastNdim - llvm::count_if(dims, [&](int64_t x) { return d > x; });
     SingleDimRule r{RP::ph(out), RP::ph(d)};
     r.append(static_cast<size_t>(n), RP::R());
     rules.push_back(std::move(r));
@@ -240,21 +239,20 @@ llvm::Expected<Cands> indexPutRule(const OpCall &call) {
   auto indexing = indexedDims(call, 1);
   if (!indexing)
     return indexing.takeError();
-  const IntList *dims = &indexing->dims;
-  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims->size()), broadcastNdim = indexing->broadcastNdim;
+  const IntList &dims = indexing->dims;
+  int64_t rank = call.rank(0), n = static_cast<int64_t>(dims.size()), broadcastNdim = indexing->broadcastNdim;
   auto values = call.shape(static_cast<unsigned>(n + 1));
   int64_t valuesNdim = static_cast<int64_t>(values.size());
-  bool contiguous = dims->size() <= 1 || dims->back() - dims->front() + 1 == n;
   IntList nonIndexed;
   for (int64_t d = 0; d < rank; ++d)
-    if (!llvm::is_contained(*dims, d))
+    if (!llvm::is_contained(dims, d))
       nonIndexed.push_back(d);
   int64_t resultNdim = broadcastNdim + static_cast<int64_t>(nonIndexed.size());
   std::vector<SingleDimRule> rules;
   for (size_t i = 0; i < nonIndexed.size(); ++i) {
     int64_t d = nonIndexed[i];
-    int64_t valuesDim = contiguous ? (d < dims->front() ? d : d - n + broadcastNdim)
-                                   : broadcastNdim + static_cast<int64_t>(i);
+    int64_t valuesDim = indexing->consecutive ? (d < dims.front() ? d : d - n + broadcastNdim)
+                                              : broadcastNdim + static_cast<int64_t>(i);
     int64_t vd = valuesDim - (resultNdim - valuesNdim);
     SingleDimRule r{RP::ph(d), RP::ph(d)};
     r.append(static_cast<size_t>(n), RP::R());
