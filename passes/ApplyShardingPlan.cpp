@@ -237,11 +237,14 @@ private:
     const Value *weight = params.front()->value;
     if (!weight->meta() || weight->meta()->rank() != 2)
       return false;
-    return llvm::any_of(graph_.nodes(), [&](const auto &n) {
-      const Argument *w = n->input("weight");
-      return n->scope() == &s && n->opString() == "aten::embedding.default" && w && w->isTensor() &&
-             w->tensor() == weight;
-    });
+    if (!embeddingLookups_) { // (module, weight) of every aten::embedding, found in one walk
+      embeddingLookups_.emplace();
+      for (const auto &n : graph_.nodes())
+        if (n->opString() == "aten::embedding.default")
+          if (const Argument *w = n->input("weight"); w && w->isTensor())
+            embeddingLookups_->insert({n->scope(), w->tensor()});
+    }
+    return embeddingLookups_->contains({&s, weight});
   }
 
   void setParam(const InputSpec &in, Placement p) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}}; }
@@ -254,14 +257,18 @@ private:
   }
 
   /// The module's own parameters (named_parameters(recurse=False)), in the program's input order.
-  std::vector<const InputSpec *> directParameters(const ModuleScope &s) const {
-    std::string prefix = s.path().empty() ? "" : s.path() + ".";
-    std::vector<const InputSpec *> params;
-    for (const InputSpec &in : graph_.inputs())
-      if (in.kind == InputKind::Parameter && in.value && llvm::StringRef(in.target).startswith(prefix) &&
-          !llvm::StringRef(in.target).drop_front(prefix.size()).contains('.'))
-        params.push_back(&in);
-    return params;
+  std::vector<const InputSpec *> directParameters(const ModuleScope &s) {
+    if (!paramsByModulePath_) { // every parameter under its module's path, found in one walk
+      paramsByModulePath_.emplace();
+      for (const InputSpec &in : graph_.inputs())
+        if (in.kind == InputKind::Parameter && in.value) {
+          size_t dot = llvm::StringRef(in.target).rfind('.');
+          (*paramsByModulePath_)[dot == llvm::StringRef::npos ? "" : llvm::StringRef(in.target).take_front(dot)]
+              .push_back(&in);
+        }
+    }
+    auto it = paramsByModulePath_->find(s.path());
+    return it == paramsByModulePath_->end() ? std::vector<const InputSpec *>() : it->second;
   }
 
   llvm::Error distributeParameters() {
@@ -675,6 +682,8 @@ private:
   llvm::DenseSet<const ModuleScope *> embeddings_; // styled modules that are nn.Embedding
   /// Per styled module, its own parameters (StyledModule::parameters), found once.
   std::map<const ModuleScope *, std::vector<const InputSpec *>> directParams_;
+  std::optional<llvm::StringMap<std::vector<const InputSpec *>>> paramsByModulePath_;
+  mutable std::optional<llvm::DenseSet<std::pair<const ModuleScope *, const Value *>>> embeddingLookups_;
   std::map<const ModuleScope *, unsigned> fsdpUnitOf_;
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
   /// The program's values that require grad (StyleHooks::requiresGrad).
