@@ -18,6 +18,7 @@
 namespace commlens {
 
 class Node;
+struct ExportedProgram;
 
 enum class ValueKind : uint8_t { Tensor, SymInt, SymBool, SymFloat, CustomObj, Token };
 
@@ -224,6 +225,7 @@ public:
   std::optional<Argument> userInput(llvm::StringRef key) const;
 
 private:
+  friend std::unique_ptr<ExportedProgram> cloneProgram(const ExportedProgram &src);
   /// A new value, named by its (just claimed) entry in valuesByName_.
   Value *define(llvm::StringMapEntry<Value *> &entry, ValueKind kind);
   /// A node without its op, named, in the graph's root scope.
@@ -259,7 +261,8 @@ struct WeightInfo {
   TensorMeta meta;
 };
 
-/// A loaded program: the graph plus what the archive says about it.
+/// A loaded program: the graph plus what the archive says about it. (cloneProgram, in
+/// ir/GraphBuilder.h, copies every field: a new one goes there too.)
 struct ExportedProgram {
   Graph &graph() { return *graph_; }
   const Graph &graph() const { return *graph_; }
@@ -276,6 +279,10 @@ struct ExportedProgram {
   /// Whether regions ran under torch.autocast (wrap_with_autocast): autocast casts operands at
   /// run time, which the program's recorded dtypes do not show for every tensor.
   bool autocastRegions = false;
+  /// The graph already holds the ops the CPU dispatcher runs (the `decompose` pass ran for a CPU
+  /// plan): `commlens rank` decomposes once for all of its CPU plans, and the pass leaves such a
+  /// program as it is.
+  bool decomposedForCpu = false;
   /// Attribute paths of the modules the exporter recorded (module_call_graph), including
   /// modules that produced no node, e.g. containers; "" is the root.
   std::vector<std::string> modulePaths;

@@ -2,7 +2,8 @@
 
 namespace commlens {
 
-GraphBuilder::GraphBuilder(const Graph &src) : src_(src), dst_(std::make_unique<Graph>(src.sharedScopes())) {
+GraphBuilder::GraphBuilder(const Graph &src, std::shared_ptr<ModuleScopeTree> scopes)
+    : src_(src), dst_(std::make_unique<Graph>(scopes ? std::move(scopes) : src.sharedScopes())) {
   for (const InputSpec &in : src.inputs()) {
     InputSpec copy = in;
     if (in.value) {
@@ -126,6 +127,31 @@ std::unique_ptr<Graph> GraphBuilder::finish() {
     dst_->outputs().push_back(std::move(o));
   }
   return std::move(dst_);
+}
+
+std::unique_ptr<ExportedProgram> cloneProgram(const ExportedProgram &src) {
+  llvm::DenseMap<const ModuleScope *, ModuleScope *> scopeCopy;
+  std::shared_ptr<ModuleScopeTree> scopes = src.graph().scopes().clone(scopeCopy);
+  GraphBuilder b(src.graph(), scopes);
+  for (const std::unique_ptr<Node> &node : src.graph().nodes()) {
+    Node *n = b.copy(*node);
+    n->setScope(scopeCopy.lookup(node->scope()),
+                llvm::SmallVector<unsigned, 4>(node->callPath().begin(), node->callPath().end()));
+  }
+  auto out = std::make_unique<ExportedProgram>();
+  std::unique_ptr<Graph> graph = b.finish();
+  graph->uniqueCounter_ = src.graph().uniqueCounter_;
+  out->replaceGraph(std::move(graph));
+  out->schemaVersion = src.schemaVersion;
+  out->torchVersion = src.torchVersion;
+  out->verifiers = src.verifiers;
+  out->weights = src.weights;
+  out->tiedParametersUnknown = src.tiedParametersUnknown;
+  out->autocastRegions = src.autocastRegions;
+  out->decomposedForCpu = src.decomposedForCpu;
+  out->modulePaths = src.modulePaths;
+  out->rangeConstraints = src.rangeConstraints;
+  return out;
 }
 
 } // namespace commlens

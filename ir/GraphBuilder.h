@@ -22,8 +22,9 @@ Node *copyNodeInto(Graph &dst, const Node &node, llvm::StringRef name,
 
 class GraphBuilder {
 public:
-  /// Starts a graph holding `src`'s inputs (same names and metadata).
-  explicit GraphBuilder(const Graph &src);
+  /// Starts a graph holding `src`'s inputs (same names and metadata), on `src`'s module-scope
+  /// tree unless given another.
+  explicit GraphBuilder(const Graph &src, std::shared_ptr<ModuleScopeTree> scopes = nullptr);
 
   /// The new value an old value maps to (itself mapped through bind()).
   Value *map(const Value *old) const;
@@ -48,5 +49,10 @@ private:
   std::unique_ptr<Graph> dst_;
   llvm::DenseMap<const Value *, Value *> map_;
 };
+
+/// A deep copy of `src`: its graph, values and module-scope tree are the copy's own (passes rewrite
+/// them), everything else the archive said is copied. `commlens rank` decodes a program once and
+/// predicts each plan on a copy.
+std::unique_ptr<ExportedProgram> cloneProgram(const ExportedProgram &src);
 
 } // namespace commlens

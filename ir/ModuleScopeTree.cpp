@@ -26,6 +26,28 @@ ModuleScopeTree::ModuleScopeTree() {
   setName(root_);
 }
 
+std::unique_ptr<ModuleScopeTree>
+ModuleScopeTree::clone(llvm::DenseMap<const ModuleScope *, ModuleScope *> &copyOf) const {
+  auto out = std::make_unique<ModuleScopeTree>();
+  out->storage_.clear();
+  out->order_.clear();
+  for (const std::unique_ptr<ModuleScope> &s : storage_) {
+    out->storage_.push_back(std::make_unique<ModuleScope>(*s));
+    copyOf[s.get()] = out->storage_.back().get();
+  }
+  for (const std::unique_ptr<ModuleScope> &s : out->storage_) {
+    s->parent_ = s->parent_ ? copyOf[s->parent_] : nullptr;
+    for (ModuleScope *&child : s->children_)
+      child = copyOf[child];
+  }
+  for (ModuleScope *s : order_)
+    out->order_.push_back(copyOf[s]);
+  out->root_ = copyOf[root_];
+  for (const auto &[key, s] : byParentAndPath_)
+    out->byParentAndPath_.emplace(std::make_pair(copyOf[key.first], key.second), copyOf[s]);
+  return out;
+}
+
 void ModuleScopeTree::setRootType(llvm::StringRef type) {
   root_->type_ = type.str();
   // Every display name starts with the root's class name.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -69,6 +70,9 @@ public:
                                 unsigned forwardIndex, unsigned numCalls);
   /// All scopes in forward order, root first.
   llvm::ArrayRef<ModuleScope *> inForwardOrder() const { return order_; }
+  /// A deep copy; `copyOf` receives each scope's copy (passes rename and wrap scopes, so
+  /// programs predicted from one decode each need their own tree).
+  std::unique_ptr<ModuleScopeTree> clone(llvm::DenseMap<const ModuleScope *, ModuleScope *> &copyOf) const;
 
 private:
   void setName(ModuleScope *s);

@@ -3,6 +3,8 @@
 #include "api/Commlens.h"
 #include "frontends/PlanReader.h"
 #include "frontends/Pt2Loader.h"
+#include "ir/GraphBuilder.h"
+#include "passes/DecomposeToRuntimeOps.h"
 #include "ir/Error.h"
 #include "reports/PredictionReport.h"
 
@@ -58,21 +60,46 @@ llvm::Expected<std::vector<std::string>> planPaths(const Args &args) {
   return paths;
 }
 
-/// Predicts one plan on a freshly decoded program; an error names the plan file.
-llvm::Expected<RankedPlan> predictOne(const Pt2Records &records, bool checkSchemas, const std::string &planPath,
+/// The decoded program, and the same program once through the `decompose` pass for CPU dispatch,
+/// which no CPU plan changes: each plan is predicted on a copy of one of them.
+struct DecodedProgram {
+  std::unique_ptr<ExportedProgram> exported;
+  /// Null until a CPU plan needs it, or when the decomposition fails (each plan's pipeline then
+  /// reports the error, after the plan's own checks, as `predict` does).
+  std::unique_ptr<ExportedProgram> decomposedForCpu;
+  bool decomposeTried = false;
+
+  /// The program a plan's pipeline starts from. An inference prediction first checks the
+  /// exported ops for training mode, so it starts from them.
+  std::unique_ptr<ExportedProgram> copyFor(const ShardingPlan &plan, const PassOptions &options, PredictPhase phase) {
+    if (plan.mesh.deviceType != MeshDeviceType::Cpu || phase == PredictPhase::Inference)
+      return cloneProgram(*exported);
+    if (!decomposeTried) {
+      decomposeTried = true;
+      auto program = cloneProgram(*exported);
+      PassContext ctx{*program, nullptr, options, PredictionState()};
+      if (llvm::Error err = DecomposeToRuntimeOps().run(ctx))
+        llvm::consumeError(std::move(err));
+      else
+        decomposedForCpu = std::move(program);
+    }
+    return cloneProgram(decomposedForCpu ? *decomposedForCpu : *exported);
+  }
+};
+
+/// Predicts one plan; an error names the plan file.
+llvm::Expected<RankedPlan> predictOne(DecodedProgram &decoded, const std::string &planPath,
                                       const PassOptions &options, PredictPhase phase) {
   auto start = std::chrono::steady_clock::now();
   auto plan = readPlanFile(planPath);
   if (!plan)
     return makeError("{}: {}", planPath, takeMessage(plan.takeError()));
-  auto program = decodePt2(records, checkSchemas);
-  if (!program)
-    return program.takeError();
   PredictRequest request;
   request.phase = phase;
   request.options = options;
   request.planLabel = request.programLabel = planPath;
-  auto prediction = runPrediction(std::move(*program), std::move(*plan), request);
+  auto program = decoded.copyFor(*plan, options, phase);
+  auto prediction = runPrediction(std::move(program), std::move(*plan), request);
   if (!prediction)
     return prediction.takeError();
   const PredictionReport &report = (*prediction)->report();
@@ -145,16 +172,18 @@ int runRank(int argc, char **argv) {
   auto records = readPt2Records(modelPath, *torchScript);
   if (!records)
     return fail(fmt::format("{}: {}", modelPath, takeMessage(records.takeError())));
-  // The archive is read and its nodes checked against the op schemas once; every plan then
-  // decodes its own program from the records in memory.
-  if (auto checked = decodePt2(*records, /*checkSchemas=*/true); !checked)
-    return fail(fmt::format("{}: {}", modelPath, takeMessage(checked.takeError())));
+  // The archive is read, decoded and its nodes checked against the op schemas once; every plan
+  // is then predicted on its own copy of the program (the passes rewrite it).
+  auto exported = decodePt2(*records, /*checkSchemas=*/true);
+  if (!exported)
+    return fail(fmt::format("{}: {}", modelPath, takeMessage(exported.takeError())));
+  DecodedProgram decoded{std::move(*exported), nullptr};
   double loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::vector<RankedPlan> ranked;
   std::vector<FailedPlan> failed;
   for (const std::string &path : *paths) {
-    auto r = predictOne(*records, false, path, *options, predictPhase);
+    auto r = predictOne(decoded, path, *options, predictPhase);
     if (r)
       ranked.push_back(std::move(*r));
     else

@@ -81,6 +81,32 @@ def test_rank_table_and_bad_plans(run_commlens, llama, tmp_path):
     assert r.stderr.startswith(f"commlens: error: no plan could be ranked (first: {bad}: plan: ")
 
 
+def test_rank_copies_the_program_per_plan_and_device(run_commlens, tmp_path):
+    # rank decodes the program once and decomposes it once for its CPU plans; a CUDA plan starts
+    # from the exported ops (its SDPA lowers to a CUDA kernel). In any order, each ranked plan must
+    # be what predict gives for it alone.
+    from commlens import plan as planlib
+    from integration_helpers import save_plan
+    pt2 = export_pt2("examples.gpt2:gpt2(attn='sdpa')", tmp_path)
+    plans = []
+    for device in ("cpu", "cuda"):
+        d = tmp_path / device
+        d.mkdir()
+        plans.append(save_plan(planlib.resolve_plan(f"examples.plans:gpt2_tp_sp(tp=4, device_type='{device}')"), d))
+    order = [plans[0], plans[1], plans[0]]
+    r = run_commlens("rank", pt2, *[a for p in order for a in ("--plan", p)], "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["errors"] == [] and len(doc["plans"]) == 3
+    for p in doc["plans"]:
+        pred = tmp_path / "pred.json"
+        r = run_commlens("predict", pt2, "--plan", p["plan"], "--phase", "both", "--cluster", "h100-ib-ndr",
+                         "--format", "json", "-o", pred)
+        assert r.returncode == 0, r.stderr
+        step = json.loads(pred.read_text())["commlens"]["step"]
+        assert (p["forward"], p["backward"], p["time_us"]) == (step["forward"], step["backward"], step["time_us"])
+
+
 @pytest.mark.parametrize("args, message", [
     ((), "rank takes MODEL.pt2 and at least one --plan PLAN.json or --plans DIR"),
     (("--phase", "backward", "--plan", "x.json"), "--phase must be forward, both or inference, got 'backward'"),

@@ -1,4 +1,5 @@
 #include "ir/Graph.h"
+#include "ir/GraphBuilder.h"
 #include "ir/IRPrinter.h"
 #include "ir/ShardingPlan.h"
 
@@ -92,12 +93,15 @@ TEST(ModuleScopeTree, NamesLikeCommDebugModeAndKeepsForwardOrder) {
   EXPECT_EQ(tree.lookup("layers.0.attention.wq"), wq);
 }
 
-TEST(IRPrinter, PrintsAStableReadableGraph) {
-  ExportedProgram p;
-  p.torchVersion = "2.13.0+cpu";
-  p.schemaVersion = {8, 20};
-  p.verifiers = {"TRAINING"};
-  Graph &g = p.graph();
+namespace {
+
+/// x -> fc (an nn.Linear, its second call) -> output, with the root's call signature.
+std::unique_ptr<ExportedProgram> linearProgram() {
+  auto p = std::make_unique<ExportedProgram>();
+  p->torchVersion = "2.13.0+cpu";
+  p->schemaVersion = {8, 20};
+  p->verifiers = {"TRAINING"};
+  Graph &g = p->graph();
   Value *w = g.createValue("p_fc_weight", ValueKind::Tensor);
   w->setMeta(f32({16, 8}));
   Value *x = g.createValue("x", ValueKind::Tensor);
@@ -113,20 +117,63 @@ TEST(IRPrinter, PrintsAStableReadableGraph) {
                          {y});
   n->setScope(fc, {1});
   g.outputs().push_back({OutputKind::UserOutput, y, ""});
-  EXPECT_EQ(y->producer(), n);
-  EXPECT_EQ(n->operands().size(), 2u);
+  g.addCallSignature({"", 0, {Argument(x)}, {}});
+  return p;
+}
 
+std::string printed(const ExportedProgram &p) {
   std::string text;
   llvm::raw_string_ostream os(text);
   printProgram(os, p);
-  EXPECT_EQ(os.str(), "program torch 2.13.0+cpu schema 8.20 dialect TRAINING\n"
-                      "scope Net : __main__.Net\n"
-                      "scope Net.fc : torch.nn.modules.linear.Linear\n"
-                      "input %p_fc_weight : f32[16, 8] parameter \"fc.weight\"\n"
-                      "input %x : f32[2, 8] user_input \"x\"\n"
-                      "%linear : f32[2, 16] = aten::linear.default(input=%x, weight=%p_fc_weight, alpha=0.5, "
-                      "dims=[0, -1]) @Net.fc#1\n"
-                      "output user_output %linear\n");
+  return os.str();
+}
+
+} // namespace
+
+TEST(IRPrinter, PrintsAStableReadableGraph) {
+  auto p = linearProgram();
+  const Node &n = *p->graph().nodes().front();
+  Value *y = p->graph().lookupValue("linear");
+  EXPECT_EQ(y->producer(), &n);
+  EXPECT_EQ(n.operands().size(), 2u);
+  EXPECT_EQ(printed(*p), "program torch 2.13.0+cpu schema 8.20 dialect TRAINING\n"
+                         "scope Net : __main__.Net\n"
+                         "scope Net.fc : torch.nn.modules.linear.Linear\n"
+                         "input %p_fc_weight : f32[16, 8] parameter \"fc.weight\"\n"
+                         "input %x : f32[2, 8] user_input \"x\"\n"
+                         "%linear : f32[2, 16] = aten::linear.default(input=%x, weight=%p_fc_weight, alpha=0.5, "
+                         "dims=[0, -1]) @Net.fc#1\n"
+                         "output user_output %linear\n"
+                         "call @Net(%x)\n");
+}
+
+// commlens rank predicts every plan on a copy of one decoded program: a plan's passes rename
+// scopes (fully_shard), wrap them (checkpoint_wrapper) and replace the graph, which must not
+// reach the original or the next plan's copy.
+TEST(CloneProgram, IsADeepCopyAPlanCanRewriteAlone) {
+  auto original = linearProgram();
+  std::string before = printed(*original);
+  auto copy = cloneProgram(*original);
+  EXPECT_EQ(printed(*copy), before);
+  EXPECT_EQ(copy->verifiers, original->verifiers);
+  const Node &n = *copy->graph().nodes().front();
+  EXPECT_NE(&n, original->graph().nodes().front().get());
+  // The copy's node reads the copy's values and lies in the copy's scope tree.
+  EXPECT_EQ(n.input("input")->tensor(), copy->graph().inputs()[1].value);
+  EXPECT_NE(copy->graph().inputs()[1].value, original->graph().inputs()[1].value);
+  EXPECT_EQ(n.scope(), copy->graph().scopes().lookup("fc"));
+  EXPECT_EQ(n.callPath().vec(), std::vector<unsigned>{1});
+  EXPECT_EQ(copy->graph().lookupValue("linear")->producer(), &n);
+  ASSERT_EQ(copy->graph().callSignatures().size(), 1u);
+  EXPECT_EQ(copy->graph().callSignatures()[0].args[0].tensor(), copy->graph().inputs()[1].value);
+
+  ModuleScopeTree &scopes = copy->graph().scopes();
+  scopes.setType(scopes.lookup("fc"), "torch.distributed.fsdp.FSDPLinear");
+  scopes.wrap(scopes.lookup("fc"), "CheckpointWrapper", "_checkpoint_wrapped_module");
+  scopes.setType(scopes.root(), "FSDPNet");
+  EXPECT_EQ(printed(*original), before);
+  EXPECT_EQ(original->graph().scopes().lookup("fc")->type(), "torch.nn.modules.linear.Linear");
+  EXPECT_EQ(n.scope()->displayName(), "FSDPNet.fc._checkpoint_wrapped_module");
 }
 
 // Expectations are Python's fnmatch.fnmatchcase(text, pattern), which torch applies to frozen names.
