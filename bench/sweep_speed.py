@@ -17,8 +17,11 @@ measured plan's counts are checked against the ranking's (`commlens rank --forma
 
 Prints each sweep's ranking, then per sweep and in total the time of each side and their ratios:
 against rank alone (the export is made once and serves every sweep) and against export + rank.
-There is no MoE model among the examples (examples/hf.py leaves the MoE families out: their
-expert-parallel styles have no torch ParallelStyle to map to), so the sweep is the Llama's alone.
+The sweep is the Llama's alone. The MoE examples (examples/titan.py's moe_stack and torchtitan's
+Qwen3-MoE, transformers' MoE families) get their plans by capture, which runs the user's own
+parallelize code under a fake process group once per plan, and CommDebugMode's side of them
+needs real weights (FSDP, expert parallel): neither fits "one export, many plan files" at 405B
+scale yet.
 """
 import argparse
 import json
