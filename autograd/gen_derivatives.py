@@ -327,6 +327,12 @@ def generate(doc):
                         continue
                     if not forward_arg(schemas, operand)[0]:
                         raise FormulaError(f"'{operand}' is not a tensor argument")
+                    if source == "not_differentiable":  # torch raises when the operand requires grad
+                        lines.append(f'  if (c.want("{operand}"))')
+                        lines.append(f'    return makeError("autodiff: {{}} is not differentiable with respect to '
+                                     f'\'{operand}\' (torch raises when it requires grad; node \'{{}}\' in {{}})", '
+                                     'c.n.opString(), c.n.name(), c.n.scope() ? c.n.scope()->displayName() : "Global");')
+                        continue
                     out = []
                     result = Formula(schemas, out, counter).generate(str(source))
                     lines.append(f'  if (c.want("{operand}")) {{')

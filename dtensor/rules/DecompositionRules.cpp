@@ -486,6 +486,41 @@ llvm::Error smoothL1LossBackward(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// soft_margin_loss(self, target, reduction) (torch._decomp): log1p(exp(-self * target)), then the
+/// reduction.
+llvm::Error softMarginLoss(Decomposition &d) {
+  if (llvm::Error e = needLossOperands(d, 0, 1))
+    return e;
+  Value *x = d.in(0);
+  Value *neg = pointwise(d, "aten::neg.default", {na("self", x)}, x);
+  Value *prod = pointwise(d, "aten::mul.Tensor", {na("self", neg), na("other", d.in(1))}, x);
+  Value *e = pointwise(d, "aten::exp.default", {na("self", prod)}, x);
+  return reduceLoss(d, pointwise(d, "aten::log1p.default", {na("self", e)}, x));
+}
+
+/// soft_margin_loss_backward(grad, self, target, reduction) (torch._decomp):
+/// target * grad * (sigmoid(target * self) - 1), divided by numel for a mean.
+llvm::Error softMarginLossBackward(Decomposition &d) {
+  if (llvm::Error e = needLossOperands(d, 1, 2))
+    return e;
+  const OpCall &c = d.call();
+  auto reduction = c.intArg("reduction", 3);
+  if (!reduction)
+    return c.error("missing reduction");
+  Value *grad = d.in(0), *self = d.in(1), *target = d.in(2);
+  Value *g = broadcasting(d, "aten::mul.Tensor", {na("self", target), na("other", grad)}, target, grad);
+  Value *z = pointwise(d, "aten::mul.Tensor", {na("self", target), na("other", self)}, self);
+  Value *s = pointwise(d, "aten::sigmoid.default", {na("self", z)}, self);
+  s = pointwise(d, "aten::sub.Tensor", {na("self", s), na("other", int64_t{1})}, self);
+  if (*reduction != 1) {
+    d.returns({d.op("aten::mul.Tensor", {na("self", g), na("other", s)}, *c.results[0]->meta())});
+    return llvm::Error::success();
+  }
+  Value *r = broadcasting(d, "aten::mul.Tensor", {na("self", g), na("other", s)}, g, s);
+  d.returns({d.op("aten::div.Tensor", {na("self", r), na("other", numelOf(c.shape(1)))}, *c.results[0]->meta())});
+  return llvm::Error::success();
+}
+
 /// huber_loss_backward(grad, self, target, reduction, delta) (torch._decomp): x = self - target;
 /// where(x < -delta, -norm * grad * delta, where(x > delta, norm * grad * delta, norm * x * grad)).
 llvm::Error huberLossBackward(Decomposition &d) {
@@ -757,6 +792,8 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::huber_loss.default", smoothL1OrHuberLoss},
       {"aten::smooth_l1_loss_backward.default", smoothL1LossBackward},
       {"aten::huber_loss_backward.default", huberLossBackward},
+      {"aten::soft_margin_loss.default", softMarginLoss},
+      {"aten::soft_margin_loss_backward.default", softMarginLossBackward},
   };
   return m;
 }

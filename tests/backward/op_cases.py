@@ -329,6 +329,10 @@ CASES = [
     ("mse-loss", F.mse_loss, [(f32(4, 6), S0), (f32(4, 6), S0)]),
     ("mse-loss-sum", lambda a, b: F.mse_loss(a, b, reduction="sum"), [(f32(4, 6), S1), (f32(4, 6), R)]),
     ("smooth-l1-loss", lambda a, b: F.smooth_l1_loss(a, b, beta=0.5), [(f32(4, 6), S0), (f32(4, 6), S0)]),
+    # The target is a label (torch raises when it requires grad).
+    ("soft-margin-loss", lambda a, b: F.soft_margin_loss(a, b.detach()), [(f32(4, 6), S0), (f32(4, 6), S0)]),
+    ("soft-margin-loss-sum", lambda a, b: F.soft_margin_loss(a, b.detach(), reduction="sum"),
+     [(f32(4, 6), S1), (f32(4, 6), R)]),
     ("huber-loss", lambda a, b: F.huber_loss(a, b, reduction="sum", delta=0.5), [(f32(4, 6), S1), (f32(4, 6), R)]),
     # activations whose backward ops DTensor shards through their decompositions
     ("elu", lambda a: F.elu(a, alpha=0.5), [(f32(4, 6), S0)]),

@@ -70,3 +70,25 @@ def test_backward_ops_of_one_op_match_torch(case, truth, run_commlens):
             diffs[f"{fqn} collectives"] = {"measured": dict(m), "predicted": dict(p)}
     assert not diffs, json.dumps(diffs, indent=1)
     assert sum(sum(c.values()) for c in m_ops.values()) > 0
+
+
+def test_an_operand_torch_cannot_differentiate_is_refused_by_name(tmp_path, run_commlens):
+    # soft_margin_loss has no derivative for its target: torch raises when the target requires
+    # grad, so a prediction must refuse rather than give the target no gradient.
+    import torch
+    import torch.nn.functional as F
+
+    from commlens.export import export_model
+    from commlens.plan import save
+
+    x, t = op_cases.f32(4, 6), op_cases.f32(4, 6)
+    with pytest.raises(RuntimeError, match="not differentiable with respect to argument 'target'"):
+        F.soft_margin_loss(x.clone().requires_grad_(), t.clone().requires_grad_())
+    inputs = [(x, op_cases.S0), (t, op_cases.S0)]
+    torch.export.save(export_model(op_cases.Op(F.soft_margin_loss), [x, t]), str(tmp_path / "m.pt2"))
+    save(op_cases.plan_of(inputs), tmp_path / "p.json")
+    r = run_commlens("predict", tmp_path / "m.pt2", "--plan", tmp_path / "p.json", "--phase", "backward")
+    assert (r.returncode, r.stderr) == (2, f"commlens: error: {tmp_path / 'm.pt2'}: autodiff: "
+                                           "aten::soft_margin_loss.default is not differentiable with respect to "
+                                           "'target' (torch raises when it requires grad; node 'soft_margin_loss' "
+                                           "in Op)\n")

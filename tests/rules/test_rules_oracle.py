@@ -234,6 +234,9 @@ def all_cases():
     for reduction in (0, 1, 2):
         cases += binary_cases("aten::mse_loss.default", ["self", "target"], [[4, 6], [4, 6]],
                               partials=("P(sum)", "P(avg)"), every2d=5, make_extra=lambda r=reduction: [I("reduction", r)])
+    for reduction in (0, 1, 2):
+        cases += binary_cases("aten::soft_margin_loss.default", ["self", "target"], [[4, 6], [4, 6]],
+                              partials=("P(sum)", "P(avg)"), every2d=5, make_extra=lambda r=reduction: [I("reduction", r)])
     for op, knob in (("aten::smooth_l1_loss.default", "beta"), ("aten::huber_loss.default", "delta")):
         for reduction in (0, 1, 2):
             cases += binary_cases(op, ["self", "target"], [[4, 6], [4, 6]], partials=("P(sum)", "P(avg)"), every2d=7,
@@ -243,9 +246,10 @@ def all_cases():
         for pa, pb in list(itertools.product(opts, opts))[:: (5 if len(mesh) > 1 else 1)]:
             for reduction, gshape in ((1, []), (0, [4, 6])):
                 g = ["R"] * len(mesh) if not gshape else pa
-                cases.append({"op": "aten::mse_loss_backward.default", "mesh": mesh,
-                              "args": [T("grad_output", gshape, g), T("self", [4, 6], pa), T("target", [4, 6], pb),
-                                       I("reduction", reduction)]})
+                for op in ("aten::mse_loss_backward.default", "aten::soft_margin_loss_backward.default"):
+                    cases.append({"op": op, "mesh": mesh,
+                                  "args": [T("grad_output", gshape, g), T("self", [4, 6], pa), T("target", [4, 6], pb),
+                                           I("reduction", reduction)]})
                 for op, knob in (("aten::smooth_l1_loss_backward.default", "beta"),
                                  ("aten::huber_loss_backward.default", "delta")):
                     cases.append({"op": op, "mesh": mesh,
