@@ -513,6 +513,50 @@ llvm::Error nllLoss(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// binary_cross_entropy_with_logits (FunctionsManual's binary_cross_entropy_with_logits_backward and
+/// _target_backward, the ops a DTensor runs): self sigmoid(self) - target, with pos_weight
+/// (pos_weight * target + 1 - target) * sigmoid(self) - pos_weight * target; target -self; each
+/// times grad, times weight when given, divided in place by numel for a mean. weight and pos_weight
+/// are not differentiable (torch raises when they require grad).
+llvm::Error bceWithLogitsBackward(GradCall &c) {
+  for (llvm::StringRef name : {"weight", "pos_weight"})
+    if (c.want(name))
+      return c.notDifferentiable(name);
+  Value *self = c.self(), *target = c.operand("target"), *weight = c.operand("weight");
+  Value *posWeight = c.operand("pos_weight");
+  bool mean = c.intArg("reduction", 1) == 1;
+  auto finish = [&](Value *x, const Value *like) {
+    x = mul(c, x, c.g());
+    if (weight)
+      x = mul(c, x, weight);
+    if (mean)
+      x = binary(c, "aten::div_.Scalar", x, numelOf(sizesOf(*like->meta())), "grad_div");
+    return x;
+  };
+  if (c.want("self")) {
+    Value *g;
+    if (posWeight) {
+      Value *t = c.e.emit("aten::mul.Tensor", {A("self", posWeight), A("other", target)}, GradEmitter::like(target),
+                          "grad_mul");
+      g = binary(c, "aten::add.Scalar", t, int64_t(1), "grad_add");
+      g = binary(c, "aten::sub.Tensor", g, target, "grad_sub");
+      g = mul(c, g, unary(c, "aten::sigmoid.default", self, "grad_sigmoid"));
+      g = binary(c, "aten::sub.Tensor", g, t, "grad_sub");
+    } else {
+      g = binary(c, "aten::sub.Tensor", unary(c, "aten::sigmoid.default", self, "grad_sigmoid"), target, "grad_sub");
+    }
+    c.set("self", finish(g, self));
+  }
+  if (c.want("target")) {
+    if (posWeight)
+      return makeError("autodiff: {}: the target's gradient with a pos_weight (log_sigmoid of both signs) is not "
+                       "modelled",
+                       c.n.where());
+    c.set("target", finish(unary(c, "aten::neg.default", self, "grad_neg"), target));
+  }
+  return llvm::Error::success();
+}
+
 // ---- pointwise math ---------------------------------------------------------------------------
 
 /// clamp / clamp_min / clamp_max with Scalar bounds: where(self >= min & self <= max, grad, 0).

@@ -1,5 +1,7 @@
 #include "autograd/GradCall.h"
 
+#include "ir/Error.h"
+
 #include "ir/TensorMetaUtils.h"
 
 #include <algorithm>
@@ -232,6 +234,11 @@ Value *GradCall::operand(llvm::StringRef name) const {
 bool GradCall::want(llvm::StringRef name) const {
   int i = operandIndex(n, name);
   return i >= 0 && i < static_cast<int>(needed.size()) && needed[i];
+}
+
+llvm::Error GradCall::notDifferentiable(llvm::StringRef name) const {
+  return makeError("autodiff: {} is not differentiable with respect to '{}' (torch raises when it requires grad)",
+                   n.where(), name);
 }
 
 void GradCall::set(llvm::StringRef name, Value *v) {

@@ -73,6 +73,9 @@ struct GradCall {
   Value *self() const { return operand("self"); }
   bool want(llvm::StringRef name) const;
   void set(llvm::StringRef name, Value *v);
+  /// The error for an operand that needs a gradient torch's autograd refuses to give (torch raises
+  /// "not differentiable with respect to argument" when it requires grad).
+  llvm::Error notDifferentiable(llvm::StringRef name) const;
   std::optional<int64_t> intArg(llvm::StringRef name, std::optional<int64_t> dflt = std::nullopt) const;
   std::optional<double> floatArg(llvm::StringRef name) const;
   bool boolArg(llvm::StringRef name, bool dflt = false) const;

@@ -329,9 +329,7 @@ def generate(doc):
                         raise FormulaError(f"'{operand}' is not a tensor argument")
                     if source == "not_differentiable":  # torch raises when the operand requires grad
                         lines.append(f'  if (c.want("{operand}"))')
-                        lines.append(f'    return makeError("autodiff: {{}} is not differentiable with respect to '
-                                     f'\'{operand}\' (torch raises when it requires grad; node \'{{}}\' in {{}})", '
-                                     'c.n.opString(), c.n.name(), c.n.scope() ? c.n.scope()->displayName() : "Global");')
+                        lines.append(f'    return c.notDifferentiable("{operand}");')
                         continue
                     out = []
                     result = Formula(schemas, out, counter).generate(str(source))

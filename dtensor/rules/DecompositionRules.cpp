@@ -375,8 +375,8 @@ Value *broadcasting(Decomposition &d, llvm::StringRef op, llvm::SmallVector<Name
 }
 
 /// mean (1), sum (2) or nothing (0) of a pointwise loss (apply_loss_reduction).
-llvm::Error reduceLoss(Decomposition &d, Value *loss) {
-  int64_t reduction = d.call().intArg("reduction", 2).value_or(1);
+llvm::Error reduceLoss(Decomposition &d, Value *loss, unsigned reductionPos = 2) {
+  int64_t reduction = d.call().intArg("reduction", reductionPos).value_or(1);
   const TensorMeta &out = *d.call().results[0]->meta();
   if (reduction == 1)
     loss = d.op("aten::mean.default", {na("self", loss)}, out);
@@ -484,6 +484,61 @@ llvm::Error smoothL1LossBackward(Decomposition &d) {
   d.returns({d.op("aten::where.self", {na("condition", mask), na("self", small), na("other", large)},
                   *c.results[0]->meta())});
   return llvm::Error::success();
+}
+
+/// log_sigmoid_forward(self) (torch._decomp): min(0, self) - log1p(exp(-|self|)); the buffer is
+/// exp(-|self|) on the CPU, an empty tensor on CUDA (as the program's recorded buffer shows).
+llvm::Error logSigmoidForward(Decomposition &d) {
+  if (llvm::Error e = needFloat(d))
+    return e;
+  if (d.call().results.size() != 2)
+    return d.call().error("expected the output and the buffer");
+  Value *x = d.in(0);
+  Value *zero = d.op("aten::new_zeros.default", {na("self", x), na("size", IntList{})}, Decomposition::shaped(d.meta(x), {}));
+  Value *low = broadcasting(d, "aten::minimum.default", {na("self", zero), na("other", x)}, zero, x);
+  Value *z = pointwise(d, "aten::abs.default", {na("self", x)}, x);
+  z = pointwise(d, "aten::neg.default", {na("self", z)}, x);
+  z = pointwise(d, "aten::exp.default", {na("self", z)}, x);
+  Value *out = pointwise(d, "aten::sub.Tensor",
+                         {na("self", low), na("other", pointwise(d, "aten::log1p.default", {na("self", z)}, x))}, x);
+  Value *buffer = z;
+  if (numelOf(sizesOf(*d.call().results[1]->meta())) == 0)
+    buffer = d.op("aten::new_zeros.default", {na("self", x), na("size", IntList{0})}, *d.call().results[1]->meta());
+  d.returns({out, buffer});
+  return llvm::Error::success();
+}
+
+/// binary_cross_entropy_with_logits(self, target, weight, pos_weight, reduction) (torch._decomp):
+/// (1 - target) * self - logsigmoid(self), the logsigmoid scaled by (pos_weight - 1) * target + 1
+/// when given; times weight when given; then the reduction.
+llvm::Error binaryCrossEntropyWithLogits(Decomposition &d) {
+  if (llvm::Error e = needLossOperands(d, 0, 1))
+    return e;
+  const OpCall &c = d.call();
+  unsigned next = 2; // weight and pos_weight, when given, are the next tensor operands
+  auto optional = [&](llvm::StringRef name, unsigned pos) -> Value * {
+    const Argument *a = c.arg(name, pos);
+    return a && a->isTensor() ? d.in(next++) : nullptr;
+  };
+  Value *weight = optional("weight", 2), *posWeight = optional("pos_weight", 3);
+  Value *self = d.in(0), *target = d.in(1);
+  Value *logWeight = nullptr;
+  if (posWeight) {
+    Value *w = pointwise(d, "aten::sub.Tensor", {na("self", posWeight), na("other", int64_t{1})}, posWeight);
+    w = broadcasting(d, "aten::mul.Tensor", {na("self", w), na("other", target)}, w, target);
+    logWeight = pointwise(d, "aten::add.Tensor", {na("self", w), na("other", int64_t{1})}, w);
+  }
+  Value *keep = pointwise(d, "aten::rsub.Scalar", {na("self", target), na("other", int64_t{1})}, target);
+  keep = pointwise(d, "aten::mul.Tensor", {na("self", keep), na("other", self)}, self);
+  const TensorMeta &m = d.meta(self);
+  Value *logSigmoid = d.ops("aten::log_sigmoid_forward.default", {na("self", self)}, {m, m})[0];
+  if (logWeight)
+    logSigmoid = broadcasting(d, "aten::mul.Tensor", {na("self", logWeight), na("other", logSigmoid)}, logWeight,
+                              logSigmoid);
+  Value *loss = broadcasting(d, "aten::sub.Tensor", {na("self", keep), na("other", logSigmoid)}, keep, logSigmoid);
+  if (weight)
+    loss = broadcasting(d, "aten::mul.Tensor", {na("self", loss), na("other", weight)}, loss, weight);
+  return reduceLoss(d, loss, 4);
 }
 
 /// soft_margin_loss(self, target, reduction) (torch._decomp): log1p(exp(-self * target)), then the
@@ -793,6 +848,8 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::smooth_l1_loss_backward.default", smoothL1LossBackward},
       {"aten::huber_loss_backward.default", huberLossBackward},
       {"aten::soft_margin_loss.default", softMarginLoss},
+      {"aten::log_sigmoid_forward.default", logSigmoidForward},
+      {"aten::binary_cross_entropy_with_logits.default", binaryCrossEntropyWithLogits},
       {"aten::soft_margin_loss_backward.default", softMarginLossBackward},
   };
   return m;

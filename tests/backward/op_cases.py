@@ -329,6 +329,14 @@ CASES = [
     ("mse-loss", F.mse_loss, [(f32(4, 6), S0), (f32(4, 6), S0)]),
     ("mse-loss-sum", lambda a, b: F.mse_loss(a, b, reduction="sum"), [(f32(4, 6), S1), (f32(4, 6), R)]),
     ("smooth-l1-loss", lambda a, b: F.smooth_l1_loss(a, b, beta=0.5), [(f32(4, 6), S0), (f32(4, 6), S0)]),
+    ("bce-with-logits", F.binary_cross_entropy_with_logits, [(f32(4, 6), S0), (f32(4, 6), S0)]),
+    # weight and pos_weight are not differentiable (torch raises when they require grad).
+    ("bce-with-logits-weight", lambda a, b, w: F.binary_cross_entropy_with_logits(a, b, weight=w.detach()),
+     [(f32(4, 6), S1), (f32(4, 6), R), (f32(6), R)]),
+    ("bce-with-logits-pos-weight-sum",
+     lambda a, b, w, pw: F.binary_cross_entropy_with_logits(a, b.detach(), weight=w.detach(), pos_weight=pw.detach(),
+                                                            reduction="sum"),
+     [(f32(4, 6), S0), (f32(4, 6), S0), (f32(6), R), (f32(6), R)]),
     # The target is a label (torch raises when it requires grad).
     ("soft-margin-loss", lambda a, b: F.soft_margin_loss(a, b.detach()), [(f32(4, 6), S0), (f32(4, 6), S0)]),
     ("soft-margin-loss-sum", lambda a, b: F.soft_margin_loss(a, b.detach(), reduction="sum"),

@@ -72,23 +72,39 @@ def test_backward_ops_of_one_op_match_torch(case, truth, run_commlens):
     assert sum(sum(c.values()) for c in m_ops.values()) > 0
 
 
-def test_an_operand_torch_cannot_differentiate_is_refused_by_name(tmp_path, run_commlens):
-    # soft_margin_loss has no derivative for its target: torch raises when the target requires
-    # grad, so a prediction must refuse rather than give the target no gradient.
+@pytest.mark.parametrize("name, fn, shapes, torch_raises, refusal", [
+    # soft_margin_loss has no derivative for its target, binary_cross_entropy_with_logits none for
+    # its weight: torch raises when they require grad, so a prediction refuses rather than give
+    # them no gradient.
+    ("soft_margin_loss", "F.soft_margin_loss", [(4, 6), (4, 6)], True,
+     " is not differentiable with respect to 'target' (torch raises when it requires grad)"),
+    ("binary_cross_entropy_with_logits", "lambda a, b, w: F.binary_cross_entropy_with_logits(a, b.detach(), weight=w)",
+     [(4, 6), (4, 6), (6,)], True,
+     " is not differentiable with respect to 'weight' (torch raises when it requires grad)"),
+    # torch differentiates the target with a pos_weight through log_sigmoid of both signs; not modelled.
+    ("binary_cross_entropy_with_logits", "lambda a, b, pw: F.binary_cross_entropy_with_logits(a, b, pos_weight=pw.detach())",
+     [(4, 6), (4, 6), (6,)], False,
+     ": the target's gradient with a pos_weight (log_sigmoid of both signs) is not modelled"),
+])
+def test_a_gradient_commlens_cannot_give_is_refused_by_name(name, fn, shapes, torch_raises, refusal, tmp_path,
+                                                            run_commlens):
     import torch
     import torch.nn.functional as F
 
     from commlens.export import export_model
     from commlens.plan import save
 
-    x, t = op_cases.f32(4, 6), op_cases.f32(4, 6)
-    with pytest.raises(RuntimeError, match="not differentiable with respect to argument 'target'"):
-        F.soft_margin_loss(x.clone().requires_grad_(), t.clone().requires_grad_())
-    inputs = [(x, op_cases.S0), (t, op_cases.S0)]
-    torch.export.save(export_model(op_cases.Op(F.soft_margin_loss), [x, t]), str(tmp_path / "m.pt2"))
+    fn = eval(fn, {"F": F})
+    xs = [op_cases.f32(*shape) for shape in shapes]
+    grads = [x.clone().requires_grad_() for x in xs]
+    if torch_raises:
+        with pytest.raises(RuntimeError, match="not differentiable with respect to argument"):
+            fn(*grads)
+    else:
+        fn(*grads).backward()
+    inputs = [(x, op_cases.R) for x in xs]
+    torch.export.save(export_model(op_cases.Op(fn), xs), str(tmp_path / "m.pt2"))
     save(op_cases.plan_of(inputs), tmp_path / "p.json")
     r = run_commlens("predict", tmp_path / "m.pt2", "--plan", tmp_path / "p.json", "--phase", "backward")
-    assert (r.returncode, r.stderr) == (2, f"commlens: error: {tmp_path / 'm.pt2'}: autodiff: "
-                                           "aten::soft_margin_loss.default is not differentiable with respect to "
-                                           "'target' (torch raises when it requires grad; node 'soft_margin_loss' "
-                                           "in Op)\n")
+    assert (r.returncode, r.stderr) == (2, f"commlens: error: {tmp_path / 'm.pt2'}: autodiff: node '{name}' "
+                                           f"aten::{name}.default in Op{refusal}\n")

@@ -234,6 +234,23 @@ def all_cases():
     for reduction in (0, 1, 2):
         cases += binary_cases("aten::mse_loss.default", ["self", "target"], [[4, 6], [4, 6]],
                               partials=("P(sum)", "P(avg)"), every2d=5, make_extra=lambda r=reduction: [I("reduction", r)])
+    cases += unary_cases("aten::log_sigmoid_forward.default", [4, 6], lambda t: [t], partials=("P(sum)", "P(avg)"))
+    none = lambda name: {"name": name, "none": True}  # noqa: E731
+    for reduction in (0, 1, 2):
+        cases += binary_cases("aten::binary_cross_entropy_with_logits.default", ["self", "target"], [[4, 6], [4, 6]],
+                              partials=("P(sum)", "P(avg)"), every2d=5,
+                              make_extra=lambda r=reduction: [none("weight"), none("pos_weight"), I("reduction", r)])
+    for mesh in MESHES:  # weight and pos_weight broadcast along the last dim
+        opts = tuples(per_dim(2), mesh)
+        wopts = tuples(per_dim(1), mesh)
+        for i, (pa, pw) in enumerate(itertools.product(opts, wopts)):
+            if len(mesh) > 1 and i % 5:
+                continue
+            for pos_weight in (False, True):
+                cases.append({"op": "aten::binary_cross_entropy_with_logits.default", "mesh": mesh,
+                              "args": [T("self", [4, 6], pa), T("target", [4, 6], pa), T("weight", [6], pw),
+                                       T("pos_weight", [6], pw) if pos_weight else none("pos_weight"),
+                                       I("reduction", 1 if pos_weight else 2)]})
     for reduction in (0, 1, 2):
         cases += binary_cases("aten::soft_margin_loss.default", ["self", "target"], [[4, 6], [4, 6]],
                               partials=("P(sum)", "P(avg)"), every2d=5, make_extra=lambda r=reduction: [I("reduction", r)])
