@@ -513,6 +513,31 @@ llvm::Error nllLoss(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// binary_cross_entropy: self binary_cross_entropy_backward(grad, self, target, weight, reduction);
+/// target (FunctionsManual's binary_cross_entropy_target_backward) -logit(self) * grad, times
+/// weight when given, divided in place by numel for a mean. weight is not differentiable.
+llvm::Error bceBackward(GradCall &c) {
+  if (c.want("weight"))
+    return c.notDifferentiable("weight");
+  Value *self = c.self(), *target = c.operand("target"), *weight = c.operand("weight");
+  std::optional<int64_t> reduction = c.intArg("reduction", 1);
+  if (c.want("self"))
+    c.set("self", c.e.emit("aten::binary_cross_entropy_backward.default",
+                           {A("grad_output", c.g()), A("self", self), A("target", target),
+                            A("weight", weight ? Argument(weight) : Argument()), A("reduction", *reduction)},
+                           GradEmitter::like(self), "grad_binary_cross_entropy"));
+  if (c.want("target")) {
+    Value *g = unary(c, "aten::neg_.default", unary(c, "aten::logit.default", self, "grad_logit"), "grad_neg");
+    g = mul(c, g, c.g());
+    if (weight)
+      g = mul(c, g, weight);
+    if (reduction == 1)
+      g = binary(c, "aten::div_.Scalar", g, numelOf(sizesOf(*target->meta())), "grad_div");
+    c.set("target", g);
+  }
+  return llvm::Error::success();
+}
+
 /// binary_cross_entropy_with_logits (FunctionsManual's binary_cross_entropy_with_logits_backward and
 /// _target_backward, the ops a DTensor runs): self sigmoid(self) - target, with pos_weight
 /// (pos_weight * target + 1 - target) * sigmoid(self) - pos_weight * target; target -self; each

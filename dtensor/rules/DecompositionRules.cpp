@@ -486,6 +486,19 @@ llvm::Error smoothL1LossBackward(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// A loss's optional tensor operands (weight, pos_weight) by schema name and position: each given
+/// one is the next tensor input from `first` on (after self and target, or grad, self and target).
+llvm::SmallVector<Value *, 2> optionalLossOperands(Decomposition &d, unsigned first,
+                                                  llvm::ArrayRef<std::pair<llvm::StringRef, unsigned>> names) {
+  llvm::SmallVector<Value *, 2> out;
+  unsigned next = first;
+  for (auto [name, pos] : names) {
+    const Argument *a = d.call().arg(name, pos);
+    out.push_back(a && a->isTensor() ? d.in(next++) : nullptr);
+  }
+  return out;
+}
+
 /// log_sigmoid_forward(self) (torch._decomp): min(0, self) - log1p(exp(-|self|)); the buffer is
 /// exp(-|self|) on the CPU, an empty tensor on CUDA (as the program's recorded buffer shows).
 llvm::Error logSigmoidForward(Decomposition &d) {
@@ -514,13 +527,8 @@ llvm::Error logSigmoidForward(Decomposition &d) {
 llvm::Error binaryCrossEntropyWithLogits(Decomposition &d) {
   if (llvm::Error e = needLossOperands(d, 0, 1))
     return e;
-  const OpCall &c = d.call();
-  unsigned next = 2; // weight and pos_weight, when given, are the next tensor operands
-  auto optional = [&](llvm::StringRef name, unsigned pos) -> Value * {
-    const Argument *a = c.arg(name, pos);
-    return a && a->isTensor() ? d.in(next++) : nullptr;
-  };
-  Value *weight = optional("weight", 2), *posWeight = optional("pos_weight", 3);
+  auto weights = optionalLossOperands(d, 2, {{"weight", 2}, {"pos_weight", 3}});
+  Value *weight = weights[0], *posWeight = weights[1];
   Value *self = d.in(0), *target = d.in(1);
   Value *logWeight = nullptr;
   if (posWeight) {
@@ -539,6 +547,55 @@ llvm::Error binaryCrossEntropyWithLogits(Decomposition &d) {
   if (weight)
     loss = broadcasting(d, "aten::mul.Tensor", {na("self", loss), na("other", weight)}, loss, weight);
   return reduceLoss(d, loss, 4);
+}
+
+/// binary_cross_entropy(self, target, weight, reduction) (torch._decomp): (target - 1) *
+/// max(log1p(-self), -100) - target * max(log(self), -100), times weight when given, then the
+/// reduction (the -100 floors are self.new_full((), -100)).
+llvm::Error binaryCrossEntropy(Decomposition &d) {
+  if (llvm::Error e = needLossOperands(d, 0, 1))
+    return e;
+  Value *weight = optionalLossOperands(d, 2, {{"weight", 2}})[0];
+  Value *self = d.in(0), *target = d.in(1);
+  auto floored = [&](Value *x) {
+    Value *floor = d.op("aten::new_full.default", {na("self", self), na("size", IntList{}), na("fill_value", int64_t{-100})},
+                        Decomposition::shaped(d.meta(self), {}));
+    return broadcasting(d, "aten::maximum.default", {na("self", x), na("other", floor)}, x, floor);
+  };
+  Value *a = pointwise(d, "aten::sub.Tensor", {na("self", target), na("other", int64_t{1})}, target);
+  Value *neg = pointwise(d, "aten::neg.default", {na("self", self)}, self);
+  a = pointwise(d, "aten::mul.Tensor",
+                {na("self", a), na("other", floored(pointwise(d, "aten::log1p.default", {na("self", neg)}, self)))}, self);
+  Value *b = floored(pointwise(d, "aten::log.default", {na("self", self)}, self));
+  b = pointwise(d, "aten::mul.Tensor", {na("self", target), na("other", b)}, self);
+  Value *loss = pointwise(d, "aten::sub.Tensor", {na("self", a), na("other", b)}, self);
+  if (weight)
+    loss = broadcasting(d, "aten::mul.Tensor", {na("self", loss), na("other", weight)}, loss, weight);
+  return reduceLoss(d, loss, 3);
+}
+
+/// binary_cross_entropy_backward(grad, self, target, weight, reduction) (torch._decomp):
+/// grad * (self - target) / clamp(self * (1 - self), min=1e-12), times weight when given, divided
+/// by numel for a mean.
+llvm::Error binaryCrossEntropyBackward(Decomposition &d) {
+  if (llvm::Error e = needLossOperands(d, 1, 2))
+    return e;
+  const OpCall &c = d.call();
+  auto reduction = c.intArg("reduction", 4);
+  Value *grad = d.in(0), *self = d.in(1), *target = d.in(2);
+  Value *weight = optionalLossOperands(d, 3, {{"weight", 3}})[0];
+  Value *diff = pointwise(d, "aten::sub.Tensor", {na("self", self), na("other", target)}, self);
+  Value *r = broadcasting(d, "aten::mul.Tensor", {na("self", grad), na("other", diff)}, grad, diff);
+  Value *var = pointwise(d, "aten::rsub.Scalar", {na("self", self), na("other", int64_t{1})}, self);
+  var = pointwise(d, "aten::mul.Tensor", {na("self", self), na("other", var)}, self);
+  var = pointwise(d, "aten::clamp.default", {na("self", var), na("min", 1e-12)}, self);
+  r = pointwise(d, "aten::div.Tensor", {na("self", r), na("other", var)}, r);
+  if (weight)
+    r = broadcasting(d, "aten::mul.Tensor", {na("self", r), na("other", weight)}, r, weight);
+  if (reduction.value_or(1) == 1)
+    r = pointwise(d, "aten::div.Tensor", {na("self", r), na("other", numelOf(c.shape(1)))}, r);
+  d.returns({r});
+  return llvm::Error::success();
 }
 
 /// soft_margin_loss(self, target, reduction) (torch._decomp): log1p(exp(-self * target)), then the
@@ -849,6 +906,8 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::huber_loss_backward.default", huberLossBackward},
       {"aten::soft_margin_loss.default", softMarginLoss},
       {"aten::log_sigmoid_forward.default", logSigmoidForward},
+      {"aten::binary_cross_entropy.default", binaryCrossEntropy},
+      {"aten::binary_cross_entropy_backward.default", binaryCrossEntropyBackward},
       {"aten::binary_cross_entropy_with_logits.default", binaryCrossEntropyWithLogits},
       {"aten::soft_margin_loss_backward.default", softMarginLossBackward},
   };

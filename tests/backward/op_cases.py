@@ -329,6 +329,11 @@ CASES = [
     ("mse-loss", F.mse_loss, [(f32(4, 6), S0), (f32(4, 6), S0)]),
     ("mse-loss-sum", lambda a, b: F.mse_loss(a, b, reduction="sum"), [(f32(4, 6), S1), (f32(4, 6), R)]),
     ("smooth-l1-loss", lambda a, b: F.smooth_l1_loss(a, b, beta=0.5), [(f32(4, 6), S0), (f32(4, 6), S0)]),
+    # binary_cross_entropy takes probabilities (sigmoid inside the program keeps them in (0, 1)).
+    ("bce", lambda a, b: F.binary_cross_entropy(torch.sigmoid(a), torch.sigmoid(b)), [(f32(4, 6), S0), (f32(4, 6), S0)]),
+    ("bce-weight-sum", lambda a, b, w: F.binary_cross_entropy(torch.sigmoid(a), torch.sigmoid(b).detach(),
+                                                              weight=w.detach(), reduction="sum"),
+     [(f32(4, 6), S1), (f32(4, 6), R), (f32(6), R)]),
     ("bce-with-logits", F.binary_cross_entropy_with_logits, [(f32(4, 6), S0), (f32(4, 6), S0)]),
     # weight and pos_weight are not differentiable (torch raises when they require grad).
     ("bce-with-logits-weight", lambda a, b, w: F.binary_cross_entropy_with_logits(a, b, weight=w.detach()),

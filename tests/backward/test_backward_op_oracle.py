@@ -73,12 +73,16 @@ def test_backward_ops_of_one_op_match_torch(case, truth, run_commlens):
 
 
 @pytest.mark.parametrize("name, fn, shapes, torch_raises, refusal", [
-    # soft_margin_loss has no derivative for its target, binary_cross_entropy_with_logits none for
-    # its weight: torch raises when they require grad, so a prediction refuses rather than give
+    # soft_margin_loss has no derivative for its target, the binary cross entropies none for their
+    # weights: torch raises when they require grad, so a prediction refuses rather than give
     # them no gradient.
     ("soft_margin_loss", "F.soft_margin_loss", [(4, 6), (4, 6)], True,
      " is not differentiable with respect to 'target' (torch raises when it requires grad)"),
     ("binary_cross_entropy_with_logits", "lambda a, b, w: F.binary_cross_entropy_with_logits(a, b.detach(), weight=w)",
+     [(4, 6), (4, 6), (6,)], True,
+     " is not differentiable with respect to 'weight' (torch raises when it requires grad)"),
+    ("binary_cross_entropy",
+     "lambda a, b, w: F.binary_cross_entropy(torch.sigmoid(a), torch.sigmoid(b).detach(), weight=w)",
      [(4, 6), (4, 6), (6,)], True,
      " is not differentiable with respect to 'weight' (torch raises when it requires grad)"),
     # torch differentiates the target with a pos_weight through log_sigmoid of both signs; not modelled.
@@ -94,7 +98,7 @@ def test_a_gradient_commlens_cannot_give_is_refused_by_name(name, fn, shapes, to
     from commlens.export import export_model
     from commlens.plan import save
 
-    fn = eval(fn, {"F": F})
+    fn = eval(fn, {"F": F, "torch": torch})
     xs = [op_cases.f32(*shape) for shape in shapes]
     grads = [x.clone().requires_grad_() for x in xs]
     if torch_raises:

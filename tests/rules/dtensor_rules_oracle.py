@@ -85,13 +85,17 @@ def make_tensor(t, mesh, device=None):
     shape = tuple(t["shape"])
     dtype = DTYPES[t.get("dtype", "f32")]
     pl = t.get("placements")
-    init = t.get("init")  # "eye": identity matrices (positive definite), "ones": valid LU pivots
+    # "eye": identity matrices (positive definite), "ones": valid LU pivots, "prob": values in (0, 1)
+    # (binary_cross_entropy's kernel checks them)
+    init = t.get("init")
 
     def fill(x):
         if init == "eye":
             x.copy_(torch.eye(x.shape[-2], x.shape[-1], dtype=dtype).expand(x.shape))
         elif init == "ones":
             x.fill_(1)
+        elif init == "prob":
+            x.uniform_(0.1, 0.9)
         elif dtype.is_floating_point or dtype.is_complex:
             x.normal_()
         else:

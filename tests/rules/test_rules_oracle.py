@@ -251,6 +251,20 @@ def all_cases():
                               "args": [T("self", [4, 6], pa), T("target", [4, 6], pa), T("weight", [6], pw),
                                        T("pos_weight", [6], pw) if pos_weight else none("pos_weight"),
                                        I("reduction", 1 if pos_weight else 2)]})
+    for mesh in MESHES:  # binary_cross_entropy: self in (0, 1); with a weight along the last dim
+        opts = tuples(per_dim(2, ("P(sum)", "P(avg)")), mesh)
+        for i, (pa, pb) in enumerate(itertools.product(opts, opts)):
+            if len(mesh) > 1 and i % 5:
+                continue
+            weight = T("weight", [6], ["R"] * len(mesh)) if i % 2 else none("weight")
+            cases.append({"op": "aten::binary_cross_entropy.default", "mesh": mesh,
+                          "args": [TI("self", [4, 6], pa, init="prob"), TI("target", [4, 6], pb, init="prob"), weight,
+                                   I("reduction", i % 3)]})
+            for reduction, gshape in ((1, []), (0, [4, 6])):
+                g = ["R"] * len(mesh) if not gshape else pa
+                cases.append({"op": "aten::binary_cross_entropy_backward.default", "mesh": mesh,
+                              "args": [T("grad_output", gshape, g), TI("self", [4, 6], pa, init="prob"),
+                                       TI("target", [4, 6], pb, init="prob"), weight, I("reduction", reduction)]})
     for reduction in (0, 1, 2):
         cases += binary_cases("aten::soft_margin_loss.default", ["self", "target"], [[4, 6], [4, 6]],
                               partials=("P(sum)", "P(avg)"), every2d=5, make_extra=lambda r=reduction: [I("reduction", r)])
