@@ -405,15 +405,24 @@ llvm::Error mseLoss(Decomposition &d) {
   return reduceLoss(d, pointwise(d, "aten::pow.Tensor_Scalar", {na("self", diff), na("exponent", int64_t{2})}, d.in(0)));
 }
 
+/// A pointwise loss's backward operands (grad, self, target: float, self and target of one shape)
+/// and its `reduction`, at schema position `pos`.
+llvm::Expected<int64_t> lossBackwardReduction(Decomposition &d, unsigned pos = 3) {
+  if (llvm::Error e = needLossOperands(d, 1, 2))
+    return e;
+  auto reduction = d.call().intArg("reduction", pos);
+  if (!reduction)
+    return d.call().error("missing reduction");
+  return *reduction;
+}
+
 /// mse_loss_backward(grad, self, target, reduction) (torch._decomp): (self - target) * norm * grad,
 /// norm 2 / numel for a mean, else 2.
 llvm::Error mseLossBackward(Decomposition &d) {
-  if (llvm::Error e = needLossOperands(d, 1, 2))
-    return e;
-  const OpCall &c = d.call();
-  auto reduction = c.intArg("reduction", 3);
+  auto reduction = lossBackwardReduction(d);
   if (!reduction)
-    return c.error("missing reduction");
+    return reduction.takeError();
+  const OpCall &c = d.call();
   double norm = *reduction == 1 ? 2.0 / static_cast<double>(numelOf(c.shape(1))) : 2.0;
   Value *diff = pointwise(d, "aten::sub.Tensor", {na("self", d.in(1)), na("other", d.in(2))}, d.in(1));
   Value *scaled = pointwise(d, "aten::mul.Tensor", {na("self", diff), na("other", norm)}, d.in(1));
@@ -454,13 +463,13 @@ llvm::Error smoothL1OrHuberLoss(Decomposition &d) {
 /// A smooth-L1 / Huber backward's (norm, knob): norm 1 / numel for a mean reduction, else 1;
 /// the knob (beta, delta) defaults to 1.
 llvm::Expected<std::pair<double, double>> lossBackwardScalars(Decomposition &d, llvm::StringRef knob) {
-  if (llvm::Error e = needLossOperands(d, 1, 2))
-    return e;
+  auto reduction = lossBackwardReduction(d);
+  if (!reduction)
+    return reduction.takeError();
   const OpCall &c = d.call();
-  auto reduction = c.intArg("reduction", 3);
   auto value = scalarArg(c, knob, 4, 1.0);
-  if (!reduction || !value)
-    return c.error("missing reduction or {}", knob);
+  if (!value)
+    return c.error("{} is not a number", knob);
   return std::pair{*reduction == 1 ? 1.0 / static_cast<double>(numelOf(c.shape(1))) : 1.0, *value};
 }
 
@@ -497,6 +506,13 @@ llvm::SmallVector<Value *, 2> optionalLossOperands(Decomposition &d, unsigned fi
     out.push_back(a && a->isTensor() ? d.in(next++) : nullptr);
   }
   return out;
+}
+
+/// A loss times its `weight` (broadcast) when given, then its reduction.
+llvm::Error reduceWeightedLoss(Decomposition &d, Value *loss, Value *weight, unsigned reductionPos) {
+  if (weight)
+    loss = broadcasting(d, "aten::mul.Tensor", {na("self", loss), na("other", weight)}, loss, weight);
+  return reduceLoss(d, loss, reductionPos);
 }
 
 /// log_sigmoid_forward(self) (torch._decomp): min(0, self) - log1p(exp(-|self|)); the buffer is
@@ -544,9 +560,7 @@ llvm::Error binaryCrossEntropyWithLogits(Decomposition &d) {
     logSigmoid = broadcasting(d, "aten::mul.Tensor", {na("self", logWeight), na("other", logSigmoid)}, logWeight,
                               logSigmoid);
   Value *loss = broadcasting(d, "aten::sub.Tensor", {na("self", keep), na("other", logSigmoid)}, keep, logSigmoid);
-  if (weight)
-    loss = broadcasting(d, "aten::mul.Tensor", {na("self", loss), na("other", weight)}, loss, weight);
-  return reduceLoss(d, loss, 4);
+  return reduceWeightedLoss(d, loss, weight, 4);
 }
 
 /// binary_cross_entropy(self, target, weight, reduction) (torch._decomp): (target - 1) *
@@ -569,19 +583,17 @@ llvm::Error binaryCrossEntropy(Decomposition &d) {
   Value *b = floored(pointwise(d, "aten::log.default", {na("self", self)}, self));
   b = pointwise(d, "aten::mul.Tensor", {na("self", target), na("other", b)}, self);
   Value *loss = pointwise(d, "aten::sub.Tensor", {na("self", a), na("other", b)}, self);
-  if (weight)
-    loss = broadcasting(d, "aten::mul.Tensor", {na("self", loss), na("other", weight)}, loss, weight);
-  return reduceLoss(d, loss, 3);
+  return reduceWeightedLoss(d, loss, weight, 3);
 }
 
 /// binary_cross_entropy_backward(grad, self, target, weight, reduction) (torch._decomp):
 /// grad * (self - target) / clamp(self * (1 - self), min=1e-12), times weight when given, divided
 /// by numel for a mean.
 llvm::Error binaryCrossEntropyBackward(Decomposition &d) {
-  if (llvm::Error e = needLossOperands(d, 1, 2))
-    return e;
+  auto reduction = lossBackwardReduction(d, 4);
+  if (!reduction)
+    return reduction.takeError();
   const OpCall &c = d.call();
-  auto reduction = c.intArg("reduction", 4);
   Value *grad = d.in(0), *self = d.in(1), *target = d.in(2);
   Value *weight = optionalLossOperands(d, 3, {{"weight", 3}})[0];
   Value *diff = pointwise(d, "aten::sub.Tensor", {na("self", self), na("other", target)}, self);
@@ -592,7 +604,7 @@ llvm::Error binaryCrossEntropyBackward(Decomposition &d) {
   r = pointwise(d, "aten::div.Tensor", {na("self", r), na("other", var)}, r);
   if (weight)
     r = broadcasting(d, "aten::mul.Tensor", {na("self", r), na("other", weight)}, r, weight);
-  if (reduction.value_or(1) == 1)
+  if (*reduction == 1)
     r = pointwise(d, "aten::div.Tensor", {na("self", r), na("other", numelOf(c.shape(1)))}, r);
   d.returns({r});
   return llvm::Error::success();
@@ -613,12 +625,10 @@ llvm::Error softMarginLoss(Decomposition &d) {
 /// soft_margin_loss_backward(grad, self, target, reduction) (torch._decomp):
 /// target * grad * (sigmoid(target * self) - 1), divided by numel for a mean.
 llvm::Error softMarginLossBackward(Decomposition &d) {
-  if (llvm::Error e = needLossOperands(d, 1, 2))
-    return e;
-  const OpCall &c = d.call();
-  auto reduction = c.intArg("reduction", 3);
+  auto reduction = lossBackwardReduction(d);
   if (!reduction)
-    return c.error("missing reduction");
+    return reduction.takeError();
+  const OpCall &c = d.call();
   Value *grad = d.in(0), *self = d.in(1), *target = d.in(2);
   Value *g = broadcasting(d, "aten::mul.Tensor", {na("self", target), na("other", grad)}, target, grad);
   Value *z = pointwise(d, "aten::mul.Tensor", {na("self", target), na("other", self)}, self);
