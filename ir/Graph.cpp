@@ -125,6 +125,13 @@ Value *Graph::define(llvm::StringMapEntry<Value *> &entry, ValueKind kind) {
   return v;
 }
 
+void Graph::reserve(size_t values, size_t nodes) {
+  if (valuesByName_.empty())
+    valuesByName_ = llvm::StringMap<Value *>(static_cast<unsigned>(values));
+  values_.reserve(values);
+  nodes_.reserve(nodes);
+}
+
 Value *Graph::createValue(llvm::StringRef name, ValueKind kind) {
   assert(!valuesByName_.count(name) && "value names are unique");
   return define(*valuesByName_.try_emplace(name).first, kind);

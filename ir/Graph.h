@@ -203,6 +203,10 @@ public:
 
   llvm::ArrayRef<std::unique_ptr<Node>> nodes() const { return nodes_; }
   size_t numNodes() const { return nodes_.size(); }
+  size_t numValues() const { return values_.size(); }
+  /// Makes room for about this many values and nodes (a pass's rewrite of a graph of that size),
+  /// so that the name table is not rehashed as it grows.
+  void reserve(size_t values, size_t nodes);
 
   std::vector<InputSpec> &inputs() { return inputs_; }
   const std::vector<InputSpec> &inputs() const { return inputs_; }

@@ -4,6 +4,7 @@ namespace commlens {
 
 GraphBuilder::GraphBuilder(const Graph &src, std::shared_ptr<ModuleScopeTree> scopes)
     : src_(src), dst_(std::make_unique<Graph>(scopes ? std::move(scopes) : src.sharedScopes())) {
+  dst_->reserve(src.numValues(), src.numNodes());
   for (const InputSpec &in : src.inputs()) {
     InputSpec copy = in;
     if (in.value) {
