@@ -930,28 +930,52 @@ private:
     }
     return llvm::Error::success();
   }
-  /// diff (n=1, no prepend/append): self[1:] - self[:-1] along dim, the second slice taken first.
+  /// diff (ReduceOps.cpp): prepend and append concatenated to self along dim first (cat), then n
+  /// times result[1:] - result[:-1] along dim, the second slice taken first.
   llvm::Error diff() {
-    for (llvm::StringRef name : {"prepend", "append"})
-      if (const Argument *a = n_->input(name); a && !a->isNone())
-        return keepExported();
-    if (n_->input("n") && intInput("n") != 1)
-      return keepExported();
     Value *x = in("self");
-    if (!isFloating(x->meta()->dtype))
+    if (!isFloating(x->meta()->dtype) || (n_->input("n") && !intInput("n")) || (n_->input("dim") && !intInput("dim")))
       return keepExported();
-    int64_t rank = x->meta()->rank();
-    if (n_->input("dim") && !intInput("dim"))
-      return keepExported();
-    int64_t dim = intInput("dim").value_or(-1);
+    int64_t n = intInput("n").value_or(1), rank = x->meta()->rank(), dim = intInput("dim").value_or(-1);
     dim = dim < 0 ? dim + rank : dim;
-    if (dim < 0 || dim >= rank)
+    if (n < 1 || dim < 0 || dim >= rank)
       return keepExported();
-    int64_t size = hints(x->meta()->sizes)[dim];
-    Value *before = slice(x, dim, 0, size - 1, tmp("before"));
-    Value *after = slice(x, dim, 1, size, tmp("after"));
-    b_.bind(result(0), emit1("aten::sub.Tensor", {{"self", after, false}, {"other", before, false}}, *result(0)->meta(),
-                             result(0)->name()));
+    auto sizes = hints(x->meta()->sizes);
+    TensorList parts;
+    for (llvm::StringRef name : {"prepend", "self", "append"}) {
+      const Argument *a = name == "self" ? nullptr : n_->input(name);
+      if (name != "self" && (!a || a->isNone()))
+        continue;
+      Value *part = name == "self" ? x : in(name);
+      if (!part || part->meta()->dtype != x->meta()->dtype || part->meta()->rank() != rank)
+        return keepExported(); // a scalar or another dtype: not modelled
+      auto partSizes = hints(part->meta()->sizes);
+      for (int64_t d = 0; d < rank; ++d)
+        if (d != dim && partSizes[d] != sizes[d])
+          return keepExported();
+      parts.push_back(part);
+    }
+    if (parts.size() > 1) {
+      auto joined = sizes;
+      joined[dim] = 0;
+      for (Value *p : parts)
+        joined[dim] += hints(p->meta()->sizes)[dim];
+      x = emit1("aten::cat.default", {{"tensors", parts, false}, {"dim", dim, false}}, withShape(*x->meta(), joined),
+                tmp("joined"));
+    }
+    int64_t len = hints(x->meta()->sizes)[dim];
+    if (n >= len) // torch caps n at the length: every difference is taken, leaving an empty dim
+      return keepExported();
+    for (int64_t i = 0; i < n; ++i, --len) {
+      Value *before = slice(x, dim, 0, len - 1, tmp("before"));
+      Value *after = slice(x, dim, 1, len, tmp("after"));
+      auto shorter = hints(x->meta()->sizes);
+      shorter[dim] = len - 1;
+      bool last = i + 1 == n;
+      x = emit1("aten::sub.Tensor", {{"self", after, false}, {"other", before, false}},
+                last ? *result(0)->meta() : withShape(*x->meta(), shorter), last ? result(0)->name() : tmp("diff"));
+    }
+    b_.bind(result(0), x);
     return llvm::Error::success();
   }
   /// sum_to_size (at::sum_to): sum over the leading dims and the dims the size makes 1, keepdim,

@@ -410,6 +410,9 @@ CASES = [
     ("matmul-vm", torch.matmul, [(f32(4), R), (f32(4, 6), S1)]),
     ("matmul-3dv", torch.matmul, [(f32(2, 4, 6), S0), (f32(6), R)]),
     ("pairwise-distance", F.pairwise_distance, [(f32(4, 6), S0), (f32(4, 6), R)]),
+    ("diff-n2", lambda a: torch.diff(a, n=2, dim=1), [(f32(4, 6), S0)]),
+    ("diff-prepend-append", lambda a, p: torch.diff(a, dim=0, prepend=p, append=p), [(f32(4, 6), S1), (f32(1, 6), S1)]),
+    ("diff-sharded-dim", lambda a: torch.diff(a, n=2, dim=0), [(f32(8, 6), S0)]),
     ("triplet-margin-loss", lambda a, p, n: F.triplet_margin_loss(a, p, n, margin=0.5),
      [(f32(4, 6), S0), (f32(4, 6), R), (f32(4, 6), S0)]),
 ]
