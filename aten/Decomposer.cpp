@@ -943,12 +943,11 @@ private:
     auto sizes = hints(x->meta()->sizes);
     TensorList parts;
     for (llvm::StringRef name : {"prepend", "self", "append"}) {
-      const Argument *a = name == "self" ? nullptr : n_->input(name);
-      if (name != "self" && (!a || a->isNone()))
-        continue;
       Value *part = name == "self" ? x : in(name);
-      if (!part || part->meta()->dtype != x->meta()->dtype || part->meta()->rank() != rank)
-        return keepExported(); // a scalar or another dtype: not modelled
+      if (!part)
+        continue; // no prepend / append (both are Tensor?)
+      if (part->meta()->dtype != x->meta()->dtype || part->meta()->rank() != rank)
+        return keepExported(); // another dtype (cat promotes) or rank: not modelled
       auto partSizes = hints(part->meta()->sizes);
       for (int64_t d = 0; d < rank; ++d)
         if (d != dim && partSizes[d] != sizes[d])

@@ -513,6 +513,17 @@ llvm::Error nllLoss(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// How FunctionsManual finishes a binary cross entropy's gradient `x`: times grad, times weight
+/// when given, divided in place by `like`'s numel for a mean.
+Value *finishLossGrad(GradCall &c, Value *x, Value *weight, bool mean, const Value *like) {
+  x = mul(c, x, c.g());
+  if (weight)
+    x = mul(c, x, weight);
+  if (mean)
+    x = binary(c, "aten::div_.Scalar", x, numelOf(sizesOf(*like->meta())), "grad_div");
+  return x;
+}
+
 /// binary_cross_entropy: self binary_cross_entropy_backward(grad, self, target, weight, reduction);
 /// target (FunctionsManual's binary_cross_entropy_target_backward) -logit(self) * grad, times
 /// weight when given, divided in place by numel for a mean. weight is not differentiable.
@@ -526,15 +537,10 @@ llvm::Error bceBackward(GradCall &c) {
                            {A("grad_output", c.g()), A("self", self), A("target", target),
                             A("weight", weight ? Argument(weight) : Argument()), A("reduction", *reduction)},
                            GradEmitter::like(self), "grad_binary_cross_entropy"));
-  if (c.want("target")) {
-    Value *g = unary(c, "aten::neg_.default", unary(c, "aten::logit.default", self, "grad_logit"), "grad_neg");
-    g = mul(c, g, c.g());
-    if (weight)
-      g = mul(c, g, weight);
-    if (reduction == 1)
-      g = binary(c, "aten::div_.Scalar", g, numelOf(sizesOf(*target->meta())), "grad_div");
-    c.set("target", g);
-  }
+  if (c.want("target"))
+    c.set("target", finishLossGrad(c, unary(c, "aten::neg_.default", unary(c, "aten::logit.default", self, "grad_logit"),
+                                            "grad_neg"),
+                                   weight, reduction == 1, target));
   return llvm::Error::success();
 }
 
@@ -550,14 +556,6 @@ llvm::Error bceWithLogitsBackward(GradCall &c) {
   Value *self = c.self(), *target = c.operand("target"), *weight = c.operand("weight");
   Value *posWeight = c.operand("pos_weight");
   bool mean = c.intArg("reduction", 1) == 1;
-  auto finish = [&](Value *x, const Value *like) {
-    x = mul(c, x, c.g());
-    if (weight)
-      x = mul(c, x, weight);
-    if (mean)
-      x = binary(c, "aten::div_.Scalar", x, numelOf(sizesOf(*like->meta())), "grad_div");
-    return x;
-  };
   if (c.want("self")) {
     Value *g;
     if (posWeight) {
@@ -570,14 +568,14 @@ llvm::Error bceWithLogitsBackward(GradCall &c) {
     } else {
       g = binary(c, "aten::sub.Tensor", unary(c, "aten::sigmoid.default", self, "grad_sigmoid"), target, "grad_sub");
     }
-    c.set("self", finish(g, self));
+    c.set("self", finishLossGrad(c, g, weight, mean, self));
   }
   if (c.want("target")) {
     if (posWeight)
       return makeError("autodiff: {}: the target's gradient with a pos_weight (log_sigmoid of both signs) is not "
                        "modelled",
                        c.n.where());
-    c.set("target", finish(unary(c, "aten::neg.default", self, "grad_neg"), target));
+    c.set("target", finishLossGrad(c, unary(c, "aten::neg.default", self, "grad_neg"), weight, mean, target));
   }
   return llvm::Error::success();
 }

@@ -209,13 +209,32 @@ private:
     return llvm::Error::success();
   }
 
+  /// (module, weight) of the program's aten::embedding lookups.
+  using EmbeddingLookups = llvm::DenseSet<std::pair<const ModuleScope *, const Value *>>;
+
   llvm::Error collectStyledModules() {
+    // Each module's own parameters (named_parameters(recurse=False), in the program's input order)
+    // and the embedding lookups, each found in one walk rather than per styled module.
+    llvm::StringMap<std::vector<const InputSpec *>> ownParams;
+    for (const InputSpec &in : graph_.inputs())
+      if (in.kind == InputKind::Parameter && in.value) {
+        size_t dot = llvm::StringRef(in.target).rfind('.');
+        ownParams[dot == llvm::StringRef::npos ? "" : llvm::StringRef(in.target).take_front(dot)].push_back(&in);
+      }
+    EmbeddingLookups lookups;
+    for (const auto &n : graph_.nodes())
+      if (n->opString() == "aten::embedding.default")
+        if (const Argument *w = n->input("weight"); w && w->isTensor())
+          lookups.insert({n->scope(), w->tensor()});
     for (const ParallelizeStep &step : plan_.steps)
       for (const ParallelStyle &style : step.styles)
         for (const ModuleScope *s : graph_.scopes().inForwardOrder())
           if (matchesModulePath(style.pattern, s->path())) {
-            const auto &params = directParams_.try_emplace(s, directParameters(*s)).first->second;
-            bool embedding = isEmbedding(*s) || isEmbeddingSubclass(*s, params);
+            auto own = ownParams.find(s->path());
+            const auto &params =
+                directParams_.try_emplace(s, own == ownParams.end() ? std::vector<const InputSpec *>() : own->second)
+                    .first->second;
+            bool embedding = isEmbedding(*s) || isEmbeddingSubclass(*s, params, lookups);
             if (llvm::Error err =
                     styleModel(style.kind).checkModule(style, StyledModule{*s, isLinear(*s), embedding, params}))
               return err;
@@ -231,20 +250,12 @@ private:
   /// name, so the module is recognised by what nn.Embedding is: one direct parameter, `weight`,
   /// that an aten::embedding lookup in the module itself reads. The styles then treat it as torch's
   /// isinstance(module, nn.Embedding) does.
-  bool isEmbeddingSubclass(const ModuleScope &s, llvm::ArrayRef<const InputSpec *> params) const {
+  static bool isEmbeddingSubclass(const ModuleScope &s, llvm::ArrayRef<const InputSpec *> params,
+                                  const EmbeddingLookups &lookups) {
     if (params.size() != 1 || params.front()->target != (s.path().empty() ? "" : s.path() + ".") + "weight")
       return false;
     const Value *weight = params.front()->value;
-    if (!weight->meta() || weight->meta()->rank() != 2)
-      return false;
-    if (!embeddingLookups_) { // (module, weight) of every aten::embedding, found in one walk
-      embeddingLookups_.emplace();
-      for (const auto &n : graph_.nodes())
-        if (n->opString() == "aten::embedding.default")
-          if (const Argument *w = n->input("weight"); w && w->isTensor())
-            embeddingLookups_->insert({n->scope(), w->tensor()});
-    }
-    return embeddingLookups_->contains({&s, weight});
+    return weight->meta() && weight->meta()->rank() == 2 && lookups.contains({&s, weight});
   }
 
   void setParam(const InputSpec &in, Placement p) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}}; }
@@ -254,21 +265,6 @@ private:
     return {*s, isLinear(*s), embeddings_.contains(s),
             params == directParams_.end() ? llvm::ArrayRef<const InputSpec *>()
                                           : llvm::ArrayRef<const InputSpec *>(params->second)};
-  }
-
-  /// The module's own parameters (named_parameters(recurse=False)), in the program's input order.
-  std::vector<const InputSpec *> directParameters(const ModuleScope &s) {
-    if (!paramsByModulePath_) { // every parameter under its module's path, found in one walk
-      paramsByModulePath_.emplace();
-      for (const InputSpec &in : graph_.inputs())
-        if (in.kind == InputKind::Parameter && in.value) {
-          size_t dot = llvm::StringRef(in.target).rfind('.');
-          (*paramsByModulePath_)[dot == llvm::StringRef::npos ? "" : llvm::StringRef(in.target).take_front(dot)]
-              .push_back(&in);
-        }
-    }
-    auto it = paramsByModulePath_->find(s.path());
-    return it == paramsByModulePath_->end() ? std::vector<const InputSpec *>() : it->second;
   }
 
   llvm::Error distributeParameters() {
@@ -682,8 +678,6 @@ private:
   llvm::DenseSet<const ModuleScope *> embeddings_; // styled modules that are nn.Embedding
   /// Per styled module, its own parameters (StyledModule::parameters), found once.
   std::map<const ModuleScope *, std::vector<const InputSpec *>> directParams_;
-  std::optional<llvm::StringMap<std::vector<const InputSpec *>>> paramsByModulePath_;
-  mutable std::optional<llvm::DenseSet<std::pair<const ModuleScope *, const Value *>>> embeddingLookups_;
   std::map<const ModuleScope *, unsigned> fsdpUnitOf_;
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
   /// The program's values that require grad (StyleHooks::requiresGrad).

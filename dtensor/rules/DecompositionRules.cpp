@@ -508,11 +508,14 @@ llvm::SmallVector<Value *, 2> optionalLossOperands(Decomposition &d, unsigned fi
   return out;
 }
 
-/// A loss times its `weight` (broadcast) when given, then its reduction.
+/// A loss (or its gradient) times its `weight`, broadcast, when one is given.
+Value *weighted(Decomposition &d, Value *loss, Value *weight) {
+  return weight ? broadcasting(d, "aten::mul.Tensor", {na("self", loss), na("other", weight)}, loss, weight) : loss;
+}
+
+/// A loss times its `weight` when given, then its reduction.
 llvm::Error reduceWeightedLoss(Decomposition &d, Value *loss, Value *weight, unsigned reductionPos) {
-  if (weight)
-    loss = broadcasting(d, "aten::mul.Tensor", {na("self", loss), na("other", weight)}, loss, weight);
-  return reduceLoss(d, loss, reductionPos);
+  return reduceLoss(d, weighted(d, loss, weight), reductionPos);
 }
 
 /// log_sigmoid_forward(self) (torch._decomp): min(0, self) - log1p(exp(-|self|)); the buffer is
@@ -601,9 +604,7 @@ llvm::Error binaryCrossEntropyBackward(Decomposition &d) {
   Value *var = pointwise(d, "aten::rsub.Scalar", {na("self", self), na("other", int64_t{1})}, self);
   var = pointwise(d, "aten::mul.Tensor", {na("self", self), na("other", var)}, self);
   var = pointwise(d, "aten::clamp.default", {na("self", var), na("min", 1e-12)}, self);
-  r = pointwise(d, "aten::div.Tensor", {na("self", r), na("other", var)}, r);
-  if (weight)
-    r = broadcasting(d, "aten::mul.Tensor", {na("self", r), na("other", weight)}, r, weight);
+  r = weighted(d, pointwise(d, "aten::div.Tensor", {na("self", r), na("other", var)}, r), weight);
   if (*reduction == 1)
     r = pointwise(d, "aten::div.Tensor", {na("self", r), na("other", numelOf(c.shape(1)))}, r);
   d.returns({r});
@@ -634,12 +635,10 @@ llvm::Error softMarginLossBackward(Decomposition &d) {
   Value *z = pointwise(d, "aten::mul.Tensor", {na("self", target), na("other", self)}, self);
   Value *s = pointwise(d, "aten::sigmoid.default", {na("self", z)}, self);
   s = pointwise(d, "aten::sub.Tensor", {na("self", s), na("other", int64_t{1})}, self);
-  if (*reduction != 1) {
-    d.returns({d.op("aten::mul.Tensor", {na("self", g), na("other", s)}, *c.results[0]->meta())});
-    return llvm::Error::success();
-  }
   Value *r = broadcasting(d, "aten::mul.Tensor", {na("self", g), na("other", s)}, g, s);
-  d.returns({d.op("aten::div.Tensor", {na("self", r), na("other", numelOf(c.shape(1)))}, *c.results[0]->meta())});
+  if (*reduction == 1)
+    r = pointwise(d, "aten::div.Tensor", {na("self", r), na("other", numelOf(c.shape(1)))}, r);
+  d.returns({r});
   return llvm::Error::success();
 }
 
