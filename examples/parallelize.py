@@ -15,6 +15,11 @@ PyTorch's FSDP tests), for ``commlens.capture``: each takes the model, builds it
   ``tok_embeddings`` a unit of its own first (torchtitan's ``apply_fsdp``);
 * ``stacked_mlp_fsdp()``: examples.mlp:stacked_mlp, ``fully_shard`` with its default mesh on
   every block and the root, no gradient sync for the last block;
+* ``subclassed_tp(tp)``: examples.subclassed, its ``nn.Embedding`` subclass row-wise (vocab
+  parallel), its two ``nn.Linear`` subclasses column-wise then row-wise;
+* ``captured(model, parallelize, world_size, loss)``: the plan ``commlens.capture`` reads off one of
+  these functions (a plan factory, for the accuracy corpus); ``measure_natively(...)``: the truth,
+  one step of the model as the function parallelizes it, counted by CommDebugMode on real CPU tensors;
 * ``mlp_placed(dp, tp)``: examples.mlp:mlp, its input made a replicated DTensor by
   ``PrepareModuleInput`` on the root and its parameters placed by ``distribute_tensor`` on ``tp``
   of a ``("dp", "tp")`` mesh, ``w2.bias`` frozen.
@@ -115,3 +120,45 @@ def mlp_placed(model, *, dp=2, tp=2):
             param = getattr(module, name)
             module.register_parameter(name, nn.Parameter(distribute_tensor(param.detach(), tp_mesh, pls)))
     model.w2.bias.requires_grad_(False)
+
+
+def subclassed_tp(model, *, tp=4):
+    mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
+    parallelize_module(model, mesh, {"emb": RowwiseParallel(input_layouts=Replicate()), "w1": ColwiseParallel(),
+                                     "w2": RowwiseParallel()})
+    return model
+
+
+def captured(*, model, parallelize, world_size, loss="sum", inputs_requires_grad=()):
+    """The plan ``commlens.capture`` reads off ``parallelize`` (a ``MODULE:FN(...)`` spec) run on
+    ``model`` (a factory spec) over ``world_size`` ranks, with a ``loss`` ("sum" or "cross_entropy")."""
+    import commlens.capture
+
+    plan = commlens.capture.capture(model, parallelize, world_size, loss=loss,
+                                    inputs_requires_grad=inputs_requires_grad)
+    plan.name = f"{parallelize.split(':')[1].split('(')[0]}_captured"
+    return plan
+
+
+def measure_natively(*, model, parallelize, world_size, phase="both", loss="sum", loss_parallel=False,
+                     inputs_requires_grad=()):
+    """The commlens-counts document of one step (``phase``) of ``model`` parallelized by
+    ``parallelize`` itself on real CPU tensors, rank 0 of a fake process group of ``world_size``
+    ranks, counted by CommDebugMode; the loss and the inputs requiring grad as a plan states them."""
+    from commlens._factory import call_model_factory, resolve
+    from commlens.measure import count_collectives, counts_document, device_info, fake_process_group
+    from commlens.plan import Loss
+
+    fn, kwargs = resolve(parallelize)
+    with fake_process_group(world_size, parallelize):
+        model_obj, args, model_kwargs = call_model_factory(model)
+        fn(model_obj, **kwargs)
+        args = tuple(a.detach().requires_grad_(True) if i in inputs_requires_grad else a for i, a in enumerate(args))
+        modules = count_collectives(model_obj, args, model_kwargs, phase, Loss(kind=loss) if isinstance(loss, str)
+                                    else loss, loss_parallel=loss_parallel)
+        mesh = next((p.device_mesh._get_root_mesh() for p in model_obj.parameters() if hasattr(p, "device_mesh")),
+                    None)
+    doc_mesh = None if mesh is None else {"shape": list(mesh.shape), "device_type": mesh.device_type,
+                                          "dim_names": None if mesh.mesh_dim_names is None else list(mesh.mesh_dim_names)}
+    return counts_document(modules, backend="fake", world_size=world_size, phase=phase, model=model, mesh=doc_mesh,
+                           plan_source=parallelize, device=device_info(args[0].device))

@@ -146,7 +146,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
                                            root.field("version").asInt()));
   root.rejectUnknownKeys({"format", "version", "name", "source", "mesh", "parallelize", "fully_shard",
                            "src_data_rank", "placements", "inputs", "frozen", "frozen_after_parallelize", "loss",
-                           "loss_parallel", "activation_checkpoint"});
+                           "loss_parallel", "activation_checkpoint", "module_subclasses"});
   ShardingPlan plan;
   if (auto n = root.optField("name"))
     plan.name = n->asString();
@@ -303,6 +303,18 @@ ShardingPlan decodePlan(const JsonRef &root) {
     plan.lossParallel = lp->asBool();
   if (plan.lossParallel && plan.loss.kind != LossSpec::Kind::CrossEntropy)
     root.field("loss_parallel").fail("loss_parallel requires the cross_entropy loss");
+  if (auto classes = root.optField("module_subclasses"))
+    for (const auto &[cls, base] : classes->members()) {
+      std::string name = base.asString();
+      if (name == "torch.nn.modules.linear.Linear")
+        plan.moduleSubclasses[cls.str()] = TorchModuleBase::Linear;
+      else if (name == "torch.nn.modules.sparse.Embedding")
+        plan.moduleSubclasses[cls.str()] = TorchModuleBase::Embedding;
+      else
+        base.fail(fmt::format("'{}' is not a base class commlens' styles test (expected "
+                              "\"torch.nn.modules.linear.Linear\" or \"torch.nn.modules.sparse.Embedding\")",
+                              name));
+    }
   return plan;
 }
 

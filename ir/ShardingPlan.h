@@ -128,6 +128,10 @@ struct ActivationCheckpointUnit {
   bool earlyStop = true;
 };
 
+/// The torch module classes torch's styles test with isinstance (ColwiseParallel and
+/// RowwiseParallel partition nn.Linear and nn.Embedding, style.py).
+enum class TorchModuleBase { Linear, Embedding };
+
 struct ShardingPlan {
   std::string name, source;
   DeviceMesh mesh;
@@ -141,6 +145,10 @@ struct ShardingPlan {
   std::vector<std::string> frozenAfterParallelize; // ... after it (before fully_shard)
   LossSpec loss;
   bool lossParallel = false;
+  /// Module classes of the program, named as its nn_module_stack names them ("pkg.LoRALinear"),
+  /// that subclass nn.Linear or nn.Embedding: the program keeps only class names, and the styles
+  /// test isinstance. capture records the classes of the modules it saw styled.
+  std::map<std::string, TorchModuleBase, std::less<>> moduleSubclasses;
 };
 
 /// parallelize_module's matching: the pattern and the path split on '.', each token fnmatch'ed

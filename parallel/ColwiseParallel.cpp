@@ -30,6 +30,8 @@ public:
     return Placement::shard(m.embedding ? 1 : 0);
   }
 
+  bool replicatesBuffers() const override { return true; }
+
   llvm::Error preHook(const ParallelStyle &s, StyleHooks &hooks, HookArguments &arguments) const override {
     return annotateFirstArgument(s, hooks, arguments, firstPlacement(s.inputLayouts),
                                  firstPlacement(s.desiredInputLayouts).value_or(Placement::replicate()));

@@ -27,8 +27,12 @@ public:
       return std::nullopt;
     if (m.embedding)
       return Placement::shard(0);
-    return name == "bias" ? Placement::replicate() : Placement::shard(1);
+    // the weight Shard(1); the bias, and anything else a subclass registers, Replicate
+    // (replicate_module_params_buffers)
+    return name == "weight" ? Placement::shard(1) : Placement::replicate();
   }
+
+  bool replicatesBuffers() const override { return true; }
 
   llvm::Error preHook(const ParallelStyle &s, StyleHooks &hooks, HookArguments &arguments) const override {
     std::optional<Placement> desired = firstPlacement(s.desiredInputLayouts);

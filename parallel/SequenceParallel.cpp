@@ -24,6 +24,8 @@ public:
 
   bool retrainsParameters() const override { return true; }
 
+  bool replicatesBuffers() const override { return true; }
+
   llvm::Error preHook(const ParallelStyle &s, StyleHooks &hooks, HookArguments &arguments) const override {
     auto x = firstTensorArgument(s, hooks, arguments);
     if (!x)

@@ -26,6 +26,8 @@ struct StyledModule {
   bool embedding = false; // nn.Embedding or a subclass
   /// Its own parameters (named_parameters(recurse=False)), as the program has them: unsharded.
   llvm::ArrayRef<const InputSpec *> parameters;
+  /// The first parameter of a module below it (its FQN relative to the module), or "".
+  llvm::StringRef childParameter = {};
 };
 
 /// The arguments of one module call as the pre-hooks see them (null: not a tensor). Without a
@@ -105,6 +107,9 @@ public:
                                                       llvm::StringRef /*name*/, bool /*direct*/) const {
     return std::nullopt;
   }
+  /// Whether `_apply` runs distribute_module with a partition function, whose
+  /// replicate_module_params_buffers then makes every buffer below the module a Replicate DTensor.
+  virtual bool replicatesBuffers() const { return false; }
   /// Whether the parameters it places come back trainable (re-registered as new nn.Parameters).
   virtual bool retrainsParameters() const { return false; }
   /// Whether the module's forward computes with its own parameters' local shards

@@ -69,10 +69,22 @@ std::optional<Placement> firstPlacement(const std::optional<OptionalPlacements> 
 }
 
 llvm::Error requireLinearOrEmbedding(const ParallelStyle &style, const StyledModule &module) {
-  if (module.linear || module.embedding)
-    return llvm::Error::success();
-  return makeError("{} on {} ({}): only nn.Linear and nn.Embedding are supported", name(style.kind).str(),
-                   module.scope.displayName(), module.scope.type());
+  if (!module.linear && !module.embedding)
+    return makeError("{} on {} ({}): only nn.Linear and nn.Embedding are supported{}", name(style.kind).str(),
+                     module.scope.displayName(), module.scope.type(),
+                     module.scope.type().rfind("torch.nn.", 0) == 0
+                         ? ""
+                         : " (a subclass of either is one where the plan's module_subclasses names it, as "
+                           "commlens.capture records it)");
+  // A subclass with modules of its own (a LoRA adapter): the partition functions run on every module
+  // below it, registering its parameters under their dotted names (KeyError) or sharding each
+  // child's weight as the module's.
+  if (!module.childParameter.empty())
+    return makeError("{} on {} ({}): parameter '{}' of a module below it is not modelled (torch's partition "
+                     "of the module partitions it too, or raises)",
+                     name(style.kind).str(), module.scope.displayName(), module.scope.type(),
+                     module.childParameter.str());
+  return llvm::Error::success();
 }
 
 llvm::Expected<Value **> firstTensorArgument(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments) {

@@ -17,8 +17,15 @@
 namespace commlens {
 namespace {
 
-bool isLinear(const ModuleScope &s) { return s.type() == "torch.nn.modules.linear.Linear"; }
-bool isEmbedding(const ModuleScope &s) { return s.type() == "torch.nn.modules.sparse.Embedding"; }
+/// isinstance(module, nn.Linear / nn.Embedding) as torch's styles test it: the class itself, or a
+/// subclass the plan names (the program keeps only class names).
+bool isInstance(const ModuleScope &s, TorchModuleBase base, const ShardingPlan &plan) {
+  llvm::StringRef cls = s.type();
+  if (cls == (base == TorchModuleBase::Linear ? "torch.nn.modules.linear.Linear" : "torch.nn.modules.sparse.Embedding"))
+    return true;
+  auto subclass = plan.moduleSubclasses.find(cls);
+  return subclass != plan.moduleSubclasses.end() && subclass->second == base;
+}
 
 Argument placementArg(const std::optional<Placement> &p) {
   return p ? Argument(p->str()) : Argument(NoneArg{});
@@ -221,6 +228,16 @@ private:
         size_t dot = llvm::StringRef(in.target).rfind('.');
         ownParams[dot == llvm::StringRef::npos ? "" : llvm::StringRef(in.target).take_front(dot)].push_back(&in);
       }
+    // The first parameter below each module that is not its own (relative to it).
+    for (const InputSpec &in : graph_.inputs())
+      if (in.kind == InputKind::Parameter && in.value)
+        for (size_t dot = in.target.rfind('.'); dot != std::string::npos && dot > 0;) {
+          dot = in.target.rfind('.', dot - 1);
+          llvm::StringRef ancestor = dot == std::string::npos ? "" : llvm::StringRef(in.target).take_front(dot);
+          childParams_.try_emplace(ancestor, llvm::StringRef(in.target).drop_front(ancestor.empty() ? 0 : dot + 1));
+          if (dot == std::string::npos)
+            break;
+        }
     EmbeddingLookups lookups;
     for (const auto &n : graph_.nodes())
       if (n->opString() == "aten::embedding.default")
@@ -234,11 +251,16 @@ private:
             const auto &params =
                 directParams_.try_emplace(s, own == ownParams.end() ? std::vector<const InputSpec *>() : own->second)
                     .first->second;
-            bool embedding = isEmbedding(*s) || isEmbeddingSubclass(*s, params, lookups);
-            if (llvm::Error err =
-                    styleModel(style.kind).checkModule(style, StyledModule{*s, isLinear(*s), embedding, params}))
+            bool linear = isInstance(*s, TorchModuleBase::Linear, plan_);
+            bool embedding =
+                isInstance(*s, TorchModuleBase::Embedding, plan_) || isEmbeddingSubclass(*s, params, lookups);
+            if (llvm::Error err = styleModel(style.kind).checkModule(
+                    style, StyledModule{*s, linear, embedding, params, childParams_.lookup(s->path())}))
               return err;
-            if (embedding) // decided now: fully_shard later renames the class to FSDPEmbedding
+            // decided now: fully_shard later renames the class (FSDPLinear, FSDPEmbedding)
+            if (linear)
+              linears_.insert(s);
+            if (embedding)
               embeddings_.insert(s);
             styles_[s].push_back(&style);
             applications_.emplace_back(s, &style);
@@ -246,8 +268,8 @@ private:
     return llvm::Error::success();
   }
 
-  /// A subclass of nn.Embedding (Gemma's scaled word embedding): the program keeps only the class
-  /// name, so the module is recognised by what nn.Embedding is: one direct parameter, `weight`,
+  /// A subclass of nn.Embedding (Gemma's scaled word embedding) that the plan does not name: the
+  /// module is recognised by what nn.Embedding is: one direct parameter, `weight`,
   /// that an aten::embedding lookup in the module itself reads. The styles then treat it as torch's
   /// isinstance(module, nn.Embedding) does.
   static bool isEmbeddingSubclass(const ModuleScope &s, llvm::ArrayRef<const InputSpec *> params,
@@ -262,16 +284,17 @@ private:
 
   StyledModule styledModule(const ModuleScope *s) const {
     auto params = directParams_.find(s); // none: a module only fully_shard wraps
-    return {*s, isLinear(*s), embeddings_.contains(s),
+    return {*s, linears_.contains(s), embeddings_.contains(s),
             params == directParams_.end() ? llvm::ArrayRef<const InputSpec *>()
-                                          : llvm::ArrayRef<const InputSpec *>(params->second)};
+                                          : llvm::ArrayRef<const InputSpec *>(params->second),
+            childParams_.lookup(s->path())};
   }
 
   llvm::Error distributeParameters() {
-    // Parameters by FQN, so that those below a module are one range (its path and a dot).
+    // Parameters and buffers by FQN, so that those below a module are one range (its path and a dot).
     std::vector<const InputSpec *> params;
     for (const InputSpec &in : graph_.inputs())
-      if (in.kind == InputKind::Parameter && in.value)
+      if ((in.kind == InputKind::Parameter || in.kind == InputKind::Buffer) && in.value)
         params.push_back(&in);
     llvm::sort(params, [](const InputSpec *a, const InputSpec *b) { return a->target < b->target; });
     // In plan order: a later style on the same parameter overrides, as re-registration does.
@@ -283,6 +306,11 @@ private:
       for (auto it = first; it != params.end() && llvm::StringRef((*it)->target).startswith(prefix); ++it) {
         const InputSpec &in = **it;
         llvm::StringRef local = llvm::StringRef(in.target).drop_front(prefix.size());
+        if (in.kind == InputKind::Buffer) {
+          if (model.replicatesBuffers() && !ctx_.state.dtensors.count(in.value))
+            setParam(in, Placement::replicate());
+          continue;
+        }
         if (model.allReducesParameterGradients() && !local.contains('.'))
           ctx_.state.gradAllReduced[in.value] = scope;
         if (model.parametersUsedLocally() && !local.contains('.') && !llvm::is_contained(localParams_[scope], in.value))
@@ -675,6 +703,8 @@ private:
   const ShardingPlan &plan_;
   const Graph &graph_;
   std::map<const ModuleScope *, std::vector<const ParallelStyle *>> styles_;
+  llvm::StringMap<llvm::StringRef> childParams_; // module path -> the first parameter below its own
+  llvm::DenseSet<const ModuleScope *> linears_;    // styled modules that are nn.Linear
   llvm::DenseSet<const ModuleScope *> embeddings_; // styled modules that are nn.Embedding
   /// Per styled module, its own parameters (StyledModule::parameters), found once.
   std::map<const ModuleScope *, std::vector<const InputSpec *>> directParams_;

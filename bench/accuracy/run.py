@@ -108,6 +108,7 @@ HF_LLAMA = "examples.hf:hf_llama"
 HF_QWEN2 = "examples.hf:hf_qwen2"
 P = "examples.plans:"
 H = "examples.hf:"
+PZ = "examples.parallelize:"  # parallelize functions as users write them, for commlens.capture
 # Dense families whose real transformers tp_plan="auto" path the corpus measures natively. Not
 # Qwen3, Exaone4, Apertus: hf_tp refuses their replicated_with_grad_allreduce
 # (tests/integration/test_hf_real_path.py); the plan captured from transformers' own calls models
@@ -243,6 +244,22 @@ CONFIGS = [
       for family in HF_TRANSFORMERS_TP for tp in ((2, 4) if family == "llama" else (4,))],
     # the same runs predicted from the plan commlens.capture reads off transformers' own calls
     # (--parallelize transformers): no plan written by hand
+    # the parallelize functions of examples/parallelize.py, written as users write them, measured
+    # natively (the function itself parallelizes the model) and predicted from the plan capture reads
+    # off them; examples.subclassed: styles on subclasses of nn.Linear and nn.Embedding (isinstance)
+    *[Config(f"{model.split(':')[1]}-{fn.split('(')[0]}_captured-{tag}-both", model,
+             PZ + f"captured(model={model!r}, parallelize={PZ + fn!r}, world_size={ws}, loss={loss!r}, "
+                  f"inputs_requires_grad={grad!r})", "both", ci=ci,
+             measure=PZ + f"measure_natively(model={model!r}, parallelize={PZ + fn!r}, world_size={ws}, "
+                          f"loss={loss!r}, inputs_requires_grad={grad!r})")
+      for model, fn, ws, loss, grad, tag, ci in (
+          (LLAMA, "llama_tp_sp(tp=4)", 4, "cross_entropy", (), "tp4", False),
+          (LLAMA, "llama_fsdp_tp(dp=2, tp=4, ac=True, early_stop=False, embedding_unit=True)", 8, "cross_entropy",
+           (), "dp2xtp4-full_ac", False),
+          (STACKED, "stacked_mlp_fsdp", 4, "sum", (0,), "dp4", False),
+          (MLP, "mlp_placed(dp=2, tp=2)", 4, "sum", (0,), "dp2xtp2", False),
+          ("examples.subclassed:subclassed", "subclassed_tp(tp=2)", 2, "sum", (), "tp2", True),
+          ("examples.subclassed:subclassed", "subclassed_tp(tp=4)", 4, "sum", (), "tp4", False))],
     *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-both", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_captured(family={family!r}, tp={tp})", "both", ci=(family, tp) == ("llama", 4),
              measure=f"examples.hf_real:measure_transformers(family={family!r}, tp={tp})")

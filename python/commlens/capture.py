@@ -19,7 +19,8 @@ attribute, so however FN imported ``parallelize_module``) with the style as it w
 result: styles and units in application order, merged into ``layers.*`` patterns where every
 module a pattern matches had the same style, the FSDP setters' state (gradient sync, prefetch
 lists), ``CheckpointWrapper`` modules, parameters placed by ``distribute_tensor``, frozen
-parameters.
+parameters, and the styled modules' classes that subclass ``nn.Linear`` / ``nn.Embedding`` (torch's
+styles test ``isinstance``; an exported program keeps only class names).
 
 ``--parallelize transformers`` runs the calls transformers' ``from_pretrained(..., tp_plan="auto")``
 makes (:mod:`commlens._transformers`); transformers' layer classes (``shard_param``, then
@@ -97,10 +98,11 @@ def _hook_ids(module):
                               module._backward_pre_hooks, module._backward_hooks) for key in table}
 
 
-def _param_slots(module):
-    """``{(id(owner), name): parameter}`` for every parameter below ``module`` (itself included)."""
-    return {(id(owner), name): p for owner in module.modules()
-            for name, p in owner._parameters.items() if p is not None}
+def _state_slots(module):
+    """``{(id(owner), name): tensor}`` for every parameter and buffer below ``module`` (itself
+    included): a style may replace either (distribute_module replicates the buffers)."""
+    return {(id(owner), name): t for owner in module.modules()
+            for table in (owner._parameters, owner._buffers) for name, t in table.items() if t is not None}
 
 
 class _Recorder:
@@ -110,7 +112,7 @@ class _Recorder:
         self.styles = []    # (style before _apply, module, mesh, src_data_rank or None)
         self.units = []     # fully_shard's arguments, its state and modules
         self.hooks = {}     # id(module) -> hook ids a style or unit registered on it
-        self.styled = set()  # (id(owner), name) of parameters a style replaced
+        self.styled = set()  # (id(owner), name) of parameters and buffers a style replaced
         self.placed_then_sharded = []  # (owner, name): a distribute_tensor parameter fully_shard took
         self.replaced_forward = set()  # id(module) whose forward a recorded transformers layer replaced
         self.unmapped_layers = []  # (registration name or None, layer, module): no torch style to map to
@@ -140,7 +142,7 @@ class _Recorder:
                 # RowwiseParallel._apply sets it from the module's class, whatever it was, and a
                 # style applied again carries the last module's
                 vars(before).pop("desired_input_layouts", None)
-            hooks, params = _hook_ids(module), _param_slots(module)
+            hooks, params = _hook_ids(module), _state_slots(module)
             recorder._depth += 1
             try:
                 out = original(style, module, device_mesh)
@@ -148,7 +150,7 @@ class _Recorder:
                 recorder._depth -= 1
             recorder.styles.append((before, module, device_mesh, style.src_data_rank))
             recorder.hooks.setdefault(id(module), set()).update(_hook_ids(module) - hooks)
-            recorder.styled.update(slot for slot, p in _param_slots(module).items() if params.get(slot) is not p)
+            recorder.styled.update(slot for slot, p in _state_slots(module).items() if params.get(slot) is not p)
             return out
 
         _apply._commlens_original = original
@@ -584,6 +586,7 @@ class _Capture:
             text = json.dumps(style_to_json(style, self.subject))
             entries.append((self.unwrapped[id(module)], (dim, text)))
             styles.append(style)
+        self.styled_classes = [self.original[id(module)][1] for _s, module, _m, _r in self.recorder.styles]
         steps = []
         for pattern, members in _group_patterns(entries, self.plain_paths, self.plain_containers):
             dim = entries[members[0]][1][0]
@@ -591,6 +594,20 @@ class _Capture:
                 steps.append((dim, {}))
             steps[-1][1][pattern] = styles[members[0]]
         return steps
+
+    def module_subclasses(self):
+        """The styled modules' classes that subclass nn.Linear or nn.Embedding, by the names the
+        exported program gives them: torch's styles test isinstance, the program keeps names."""
+        import torch.nn as nn
+
+        from commlens.plan.validation import MODULE_BASES
+
+        out = {}
+        for cls in self.styled_classes:
+            for base, name in zip((nn.Linear, nn.Embedding), MODULE_BASES):
+                if cls is not base and issubclass(cls, base):
+                    out[f"{cls.__module__}.{cls.__qualname__}"] = name
+        return out
 
     def src_data_rank(self):
         # transformers' layers have none (they place their shards with src_data_rank=None)
@@ -878,6 +895,7 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
                        for g in r["state"]._fsdp_param_groups for p in g.fsdp_params}
         placements, frozen = cap.placements_and_frozen(fsdp_params)
         src_data_rank = cap.src_data_rank()
+        module_subclasses = cap.module_subclasses()
     root = cap.root_mesh
     unflattened = cap.plan_mesh(world_size, style_dims={dim for dim, _plan in steps})
     if root is None:
@@ -908,7 +926,8 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
                 inputs_requires_grad=tuple(inputs_requires_grad), frozen_after_parallelize=frozen,
                 loss=plan_loss, loss_parallel=loss_parallel, src_data_rank=src_data_rank,
                 name=getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None),
-                source=subject, fully_shard=tuple(units), activation_checkpoint=checkpoints)
+                source=subject, fully_shard=tuple(units), activation_checkpoint=checkpoints,
+                module_subclasses=module_subclasses)
     if plan.world_size != world_size:
         raise CaptureError(subject, f"the device mesh {shape} has {plan.world_size} devices but the world size "
                            f"is {world_size}")

@@ -2,14 +2,17 @@
 model under a fake process group and CommDebugMode counts one training step; `commlens predict`
 predicts the plan capture wrote for the same function; `commlens compare` finds no cell that
 differs (counts and bytes)."""
-import pathlib
+import json
 
 import pytest
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from commlens._factory import call_model_factory, resolve
-from commlens.capture import capture
-from commlens.measure import count_collectives, counts_document, fake_process_group, format_counts, plan_mesh
+from commlens import plan as planlib
+from commlens.capture import CaptureError, capture
+from commlens.measure import format_counts
 from commlens.plan import save
+from examples.parallelize import measure_natively
 from integration_helpers import export_pt2
 
 LLAMA = "examples.llama:llama"
@@ -22,6 +25,10 @@ CASES = [
      "cross_entropy", ()),
     ("examples.mlp:stacked_mlp", "examples.parallelize:stacked_mlp_fsdp", 4, "sum", (0,)),
     ("examples.mlp:mlp", "examples.parallelize:mlp_placed(dp=2, tp=2)", 4, "sum", (0,)),
+    # subclasses of nn.Embedding and nn.Linear (isinstance, which the program cannot show) with
+    # parameters and buffers of their own
+    ("examples.subclassed:subclassed", "examples.parallelize:subclassed_tp(tp=4)", 4, "sum", ()),
+    ("examples.subclassed:subclassed", "examples.parallelize:subclassed_tp(tp=2)", 2, "sum", ()),
 ]
 
 
@@ -36,20 +43,6 @@ def programs(tmp_path_factory):
     return get
 
 
-def measure_natively(model_spec, parallelize, world_size, plan):
-    """CommDebugMode's counts of one step of the model as the user's function parallelizes it
-    (real CPU tensors); the step (loss, inputs requiring grad) is the plan's."""
-    fn, kwargs = resolve(parallelize)
-    with fake_process_group(world_size, parallelize):
-        model, args, model_kwargs = call_model_factory(model_spec)
-        fn(model, **kwargs)
-        args = tuple(a.detach().requires_grad_(True) if i in plan.inputs_requires_grad else a
-                     for i, a in enumerate(args))
-        modules = count_collectives(model, args, model_kwargs, "both", plan.loss, loss_parallel=plan.loss_parallel)
-    return counts_document(modules, backend="fake", world_size=world_size, phase="both", model=model_spec,
-                           mesh=plan_mesh(plan), plan_source=parallelize, device={"type": "cpu"})
-
-
 @pytest.mark.parametrize("model_spec, parallelize, world_size, loss, requires_grad", CASES,
                          ids=[c[1].split(":")[1] for c in CASES])
 def test_prediction_from_the_captured_plan_matches_the_native_run(run_commlens, programs, tmp_path, model_spec,
@@ -62,10 +55,52 @@ def test_prediction_from_the_captured_plan_matches_the_native_run(run_commlens, 
                      "-o", predicted)
     assert r.returncode == 0, r.stderr
     measured = tmp_path / "measured.counts.json"
-    doc = measure_natively(model_spec, parallelize, world_size, plan)
+    doc = measure_natively(model=model_spec, parallelize=parallelize, world_size=world_size, loss=plan.loss,
+                           loss_parallel=plan.loss_parallel, inputs_requires_grad=plan.inputs_requires_grad)
     measured.write_text(format_counts(doc))
     total = doc["modules"][0]
     assert total["fqn"] == "Global" and (total["forward"] or total["backward"])  # the step communicated
     r = run_commlens("compare", predicted, measured)
     assert r.returncode == 0, r.stdout + r.stderr
     assert ", 0 differ;" in r.stdout.splitlines()[-1], r.stdout
+
+
+def _lora_colwise(model):
+    parallelize_module(model, init_device_mesh("cpu", (2,)), ColwiseParallel())
+
+
+def _lora_rowwise(model):
+    parallelize_module(model, init_device_mesh("cpu", (2,)), RowwiseParallel())
+
+
+def test_a_linear_subclass_with_modules_of_its_own_is_refused_by_name(run_commlens, programs, tmp_path):
+    # torch's ColwiseParallel partitions every parameter below the module under its dotted name
+    # (register_parameter("lora_a.weight", ...)): torch raises, and capture says so
+    with pytest.raises(CaptureError) as info:
+        capture("examples.subclassed:lora", _lora_colwise, 2)
+    assert str(info.value).endswith(": the parallelize function raised KeyError: 'parameter name can\\'t "
+                                    "contain \".\"'")
+    # RowwiseParallel runs (it shards each child Linear's weight as the module's); commlens does not
+    # model the children and refuses by name
+    plan_path = tmp_path / "rowwise.json"
+    save(capture("examples.subclassed:lora", _lora_rowwise, 2), plan_path)
+    pt2 = programs("examples.subclassed:lora")
+    r = run_commlens("predict", pt2, "--plan", plan_path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {pt2}: RowwiseParallel on LoRALinear (examples.subclassed.LoRALinear): "
+                        "parameter 'lora_a.weight' of a module below it is not modelled (torch's partition of the "
+                        "module partitions it too, or raises)\n")
+
+
+def test_a_subclass_the_plan_does_not_name_is_refused_with_where_to_name_it(run_commlens, programs, tmp_path):
+    doc = planlib.to_json(capture("examples.subclassed:subclassed", "examples.parallelize:subclassed_tp(tp=2)", 2))
+    del doc["module_subclasses"]
+    plan_path = tmp_path / "no_subclasses.json"
+    plan_path.write_text(json.dumps(doc))
+    pt2 = programs("examples.subclassed:subclassed")
+    r = run_commlens("predict", pt2, "--plan", plan_path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {pt2}: ColwiseParallel on SubclassedNet.w1 "
+                        "(examples.subclassed.GatedLinear): only nn.Linear and nn.Embedding are supported (a subclass "
+                        "of either is one where the plan's module_subclasses names it, as commlens.capture records "
+                        "it)\n")

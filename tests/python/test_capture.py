@@ -66,6 +66,31 @@ def test_placements_and_frozen_parameters_are_read_off_the_model():
     assert _json(captured) == _json(hand)
 
 
+def test_styled_subclasses_of_linear_and_embedding_are_recorded_by_isinstance():
+    # examples.subclassed: ScaledEmbedding(nn.Embedding), GatedLinear(nn.Linear), ShiftedLinear(nn.Linear)
+    captured = capture("examples.subclassed:subclassed", "examples.parallelize:subclassed_tp(tp=2)", 2)
+    assert captured.module_subclasses == {
+        "examples.subclassed.ScaledEmbedding": "torch.nn.modules.sparse.Embedding",
+        "examples.subclassed.GatedLinear": "torch.nn.modules.linear.Linear",
+        "examples.subclassed.ShiftedLinear": "torch.nn.modules.linear.Linear"}
+    # the buffers the styles replicated (emb.scale, w2.gain) are the styles', not placements
+    assert captured.placements == {}
+    doc = planlib.to_json(captured)
+    assert list(doc["module_subclasses"]) == sorted(captured.module_subclasses)
+    assert planlib.from_json(doc).module_subclasses == captured.module_subclasses
+    # a plain nn.Linear is no subclass: plans without subclasses keep their bytes
+    assert "module_subclasses" not in planlib.to_json(capture(STACKED, _partly_styled, 2))
+
+
+def test_module_subclasses_names_only_the_bases_styles_test():
+    plan = Plan(mesh_shape=(2,), module_subclasses={"m.Norm": "torch.nn.modules.normalization.LayerNorm"})
+    with pytest.raises(planlib.PlanError) as info:
+        planlib.validate(plan, "p")
+    assert str(info.value) == ("p: module_subclasses['m.Norm']: 'torch.nn.modules.normalization.LayerNorm' is not "
+                               "a base class commlens' styles test (expected 'torch.nn.modules.linear.Linear' or "
+                               "'torch.nn.modules.sparse.Embedding')")
+
+
 def _partly_styled(model):
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
     parallelize_module(model, mesh, {"layers.0.w1": ColwiseParallel(), "layers.*.w2": RowwiseParallel()})

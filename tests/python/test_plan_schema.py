@@ -92,7 +92,7 @@ def every_field_plan():
     Partial and _StridedShard placements, CPU offload, float16, an int reshard_after_forward, a list unit with a
     gradient divide factor, an every-second-mm policy, loss targets from an input and float32
     logits, src_data_rank None, torchtitan's NoParallel with its layouts, transformers' expert dispatch
-    and MLA layers with their fields."""
+    and MLA layers with their fields, module subclasses."""
     from commlens.plan.styles import (torchtitan_no_parallel, transformers_ep_dispatch_experts,
                                       transformers_mla_kv_a_proj)
 
@@ -136,6 +136,8 @@ def every_field_plan():
         frozen=("w1.bias",), frozen_after_parallelize=("norm.*",),
         loss=Loss.cross_entropy(targets="input:1", seed=3, reduction="sum", ignore_index=-1, logits_dtype="float32"),
         loss_parallel=True, src_data_rank=None,
+        module_subclasses={"m.GatedLinear": "torch.nn.modules.linear.Linear",
+                           "m.ScaledEmbedding": "torch.nn.modules.sparse.Embedding"},
     )
 
 
@@ -432,7 +434,9 @@ def schema_names(schema):
 def test_plan_reader_spells_the_schema_names():
     """A key or value PlanReader.cpp reads that the schema lacks, or one of the schema's it never
     spells (unless listed as unread), fails here."""
-    spelled = set(re.findall(r'"([A-Za-z_][A-Za-z0-9_]*|commlens-plan)"', plan_reader_source()))
+    # names, and the torch classes module_subclasses names
+    spelled = set(re.findall(r'"([A-Za-z_][A-Za-z0-9_]*|commlens-plan|torch\.nn\.[A-Za-z0-9_.]+)"',
+                             plan_reader_source()))
     assert spelled == schema_names(load_schema()) - set(UNREAD_BY_PLAN_READER)
 
 

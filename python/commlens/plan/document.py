@@ -111,6 +111,8 @@ def to_json(plan, source=None):
                                          **({"recompute_mm_rhs_shapes": [list(s) for s in u.recompute_mm_rhs_shapes]}
                                             if u.recompute_mm_rhs_shapes else {})}
                                         for u in plan.activation_checkpoint]
+    if plan.module_subclasses:  # absent when empty, as above
+        out["module_subclasses"] = dict(sorted(plan.module_subclasses.items()))
     return out
 
 
@@ -138,7 +140,7 @@ def dumps(plan, source=None):
 
 _TOP_FIELDS = ("format", "version", "name", "source", "mesh", "parallelize", "fully_shard", "src_data_rank",
                "placements", "inputs", "frozen", "frozen_after_parallelize", "loss", "loss_parallel",
-               "activation_checkpoint")
+               "activation_checkpoint", "module_subclasses")
 
 
 def from_json(obj, subject="plan"):
@@ -251,6 +253,7 @@ def from_json(obj, subject="plan"):
         source=obj.get("source"),
         fully_shard=fully_shard,
         activation_checkpoint=tuple(checkpoints),
+        module_subclasses=dict(obj.get("module_subclasses") or {}),
     )
     validate(plan, subject)
     return plan

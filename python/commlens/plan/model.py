@@ -207,6 +207,12 @@ class Plan:
     ``src_data_rank`` is passed to ``parallelize_module``.  ``name`` and
     ``source`` (the factory spec the plan came from) are informational.
 
+    ``module_subclasses`` maps module classes of the model, named as ``torch.export`` names them
+    (``cls.__module__ + "." + cls.__qualname__``), that subclass ``nn.Linear`` or ``nn.Embedding``
+    to that base (``"torch.nn.modules.linear.Linear"`` / ``"torch.nn.modules.sparse.Embedding"``):
+    an exported program keeps only class names, and torch's styles test ``isinstance``.
+    ``commlens.capture`` records the classes of the modules it saw styled.
+
     ``fully_shard`` is a sequence of :class:`FullyShard` units applied in
     order after every ``parallelize_module`` step (shard children first, the
     root last, as with ``fully_shard`` itself).
@@ -233,6 +239,7 @@ class Plan:
     source: str | None = None
     fully_shard: tuple = ()
     activation_checkpoint: tuple = ()
+    module_subclasses: dict = field(default_factory=dict)
 
     @property
     def world_size(self):

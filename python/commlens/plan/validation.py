@@ -38,6 +38,10 @@ def _check_mesh_dim(plan, dim, subject, what):
                         f"(dim names: {list(names) if names else 'none'})")
 
 
+# The torch classes torch's styles test with isinstance, as torch.export names them.
+MODULE_BASES = ("torch.nn.modules.linear.Linear", "torch.nn.modules.sparse.Embedding")
+
+
 def validate(plan, subject="plan"):
     """Model-independent checks; raise :class:`PlanError` on the first problem."""
     shape = tuple(plan.mesh_shape)
@@ -102,6 +106,12 @@ def validate(plan, subject="plan"):
                     or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
                 raise PlanError(subject, f"{where}: recompute_mm_rhs_shapes entry {shape!r} is not a (rows, "
                                 "columns) pair of positive ints")
+    if not isinstance(plan.module_subclasses, dict):
+        raise PlanError(subject, "module_subclasses must be a dict {class name: base class name}")
+    for cls, base in plan.module_subclasses.items():
+        if not isinstance(cls, str) or base not in MODULE_BASES:
+            raise PlanError(subject, f"module_subclasses[{cls!r}]: {base!r} is not a base class commlens' styles "
+                            f"test (expected {' or '.join(map(repr, MODULE_BASES))})")
     for table, label in ((plan.placements, "placements"), (plan.input_placements, "input_placements")):
         for key, spec in table.items():
             where = f"{label}[{key!r}]"
