@@ -162,3 +162,18 @@ def measure_natively(*, model, parallelize, world_size, phase="both", loss="sum"
                                           "dim_names": None if mesh.mesh_dim_names is None else list(mesh.mesh_dim_names)}
     return counts_document(modules, backend="fake", world_size=world_size, phase=phase, model=model, mesh=doc_mesh,
                            plan_source=parallelize, device=device_info(args[0].device))
+
+
+def stacked_mlp_fsdp_dim1(model, *, dp=8):
+    """fully_shard of every block and of the root on a 1-D ``("dp",)`` mesh, each 2-D weight whose
+    dim 0 does not split evenly over ``dp`` sharded on dim 1 instead (``shard_placement_fn``, as
+    torchtitan shards MoE experts when dim 0 is too short)."""
+    mesh = init_device_mesh("cpu", (dp,), mesh_dim_names=("dp",))
+
+    def placement(param):
+        return Shard(1) if param.ndim == 2 and param.shape[0] % dp else None
+
+    for block in model.layers:
+        fully_shard(block, mesh=mesh, shard_placement_fn=placement)
+    fully_shard(model, mesh=mesh)
+    return model

@@ -59,7 +59,7 @@ std::optional<ScalarType> decodeDtype(const JsonRef &policy, const char *field) 
 FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   r.rejectUnknownKeys({"fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
                         "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch",
-                        "gradient_divide_factor"});
+                        "gradient_divide_factor", "shard_dims"});
   FullyShardUnit u;
   if (JsonRef fqn = r.field("fqn"); fqn.isArray()) {
     for (const JsonRef &item : fqn.items())
@@ -125,6 +125,16 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
     if (auto targets = r.optField(key))
       for (const JsonRef &t : targets->items())
         list->push_back(t.asString());
+  if (auto dims = r.optField("shard_dims")) {
+    if (!u.listPatterns.empty())
+      dims->fail("shard_dims of a list unit is not modelled");
+    for (const auto &[param, dim] : dims->members()) {
+      int64_t d = dim.asInt();
+      if (d < 1 || d > 64)
+        dim.fail(fmt::format("shard dim {} (expected a dim above 0, FSDP's default)", d));
+      u.shardDims[param.str()] = d;
+    }
+  }
   return u;
 }
 

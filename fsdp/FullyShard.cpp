@@ -92,18 +92,19 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
   // one nn.Parameter (managed once, by the first unit that reaches them in named_parameters
   // order) unless tensor parallelism re-registered them as DTensors.
   llvm::StringSet<> seenTied;
+  std::vector<llvm::StringSet<>> shardDimsFound(units.size()); // per unit: the shard_dims keys it has
   for (const InputSpec &in : graph.inputs()) {
     if (in.kind != InputKind::Parameter || !in.value)
       continue;
     // The unit of the innermost module holding it (units match the wrapped tree).
     FsdpUnit *owner = nullptr;
-    size_t ownerDepth = 0;
+    const ModuleScope *ownerModule = nullptr;
     std::string path = pathAfterCheckpointWrappers(plan, in.target);
     for (FsdpUnit &u : units)
       for (const ModuleScope *m : u.members)
-        if (under(path, m->path()) && (!owner || m->path().size() > ownerDepth)) {
+        if (under(path, m->path()) && (!owner || m->path().size() > ownerModule->path().size())) {
           owner = &u;
-          ownerDepth = m->path().size();
+          ownerModule = m;
         }
     if (!owner)
       continue;
@@ -113,7 +114,31 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
         continue;
     }
     owner->params.push_back(in.value);
+    llvm::StringRef local = llvm::StringRef(path).drop_front(ownerModule->path().empty() ? 0 : ownerModule->path().size() + 1);
+    if (auto dim = owner->spec->shardDims.find(local); dim != owner->spec->shardDims.end()) {
+      // FSDPParam._init_sharded_param (torch 2.13 _fsdp_param.py)
+      const TensorMeta &meta = *in.value->meta();
+      if (dim->second >= static_cast<int64_t>(meta.sizes.size()))
+        return makeError("fully_shard '{}' on {}: shard dim {} of parameter '{}' is invalid for its {}-D shape {} "
+                         "(FSDP raises)",
+                         owner->spec->pattern, owner->label(), dim->second, in.target, meta.sizes.size(), meta.str());
+      if (tpPlacements.count(in.value))
+        return makeError("fully_shard '{}' on {}: shard dim {} of parameter '{}', a tensor-parallel DTensor, is not "
+                         "modelled",
+                         owner->spec->pattern, owner->label(), dim->second, in.target);
+      if (sizesOf(meta)[dim->second] % owner->shardSize != 0)
+        return makeError("fully_shard '{}' on {}: parameter '{}' {} does not split evenly on dim {} over {} ranks "
+                         "(FSDP raises: it does not support uneven sharding on a dim other than 0)",
+                         owner->spec->pattern, owner->label(), in.target, meta.str(), dim->second, owner->shardSize);
+      owner->shardDimOf[in.value] = dim->second;
+      shardDimsFound[owner - units.data()].insert(local);
+    }
   }
+  for (const FsdpUnit &u : units)
+    for (const auto &entry : u.spec->shardDims)
+      if (!shardDimsFound[&u - units.data()].contains(entry.first))
+        return makeError("fully_shard '{}' on {}: shard_dims names '{}', which is not a parameter the unit manages",
+                         u.spec->pattern, u.label(), entry.first);
   // Prefetch targets name modules that fully_shard wrapped.
   for (FsdpUnit &u : units)
     for (auto [key, paths, out] : {std::tuple{"forward_prefetch", &u.spec->forwardPrefetch, &u.forwardPrefetch},
@@ -158,14 +183,16 @@ llvm::SmallVector<int64_t, 4> FsdpRuntime::localSizes(const Value *param) const 
   return sizes;
 }
 
-int64_t FsdpRuntime::shardNumel(const Value *param, int64_t parts) const {
+int64_t FsdpRuntime::shardNumel(const FsdpUnit &unit, const Value *param, int64_t parts) const {
   auto sizes = localSizes(param);
   if (sizes.empty())
     return 1;
-  int64_t rest = 1;
-  for (size_t i = 1; i < sizes.size(); ++i)
-    rest *= sizes[i];
-  return (sizes[0] + parts - 1) / parts * rest;
+  size_t dim = static_cast<size_t>(unit.shardDimOf.lookup(param));
+  int64_t numel = (sizes[dim] + parts - 1) / parts; // dim 0 padded; any other splits evenly
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (i != dim)
+      numel *= sizes[i];
+  return numel;
 }
 
 void FsdpRuntime::unshard(unsigned index, const Node &at, Phase phase, const std::string &why) {
@@ -179,7 +206,7 @@ void FsdpRuntime::unshard(unsigned index, const Node &at, Phase phase, const std
     return; // unshard() skips the all-gather for a world of one
   int64_t bytes = 0;
   for (const Value *p : u.params)
-    bytes += shardNumel(p, group) * elementSize(u.spec->paramDtype.value_or(p->meta()->dtype));
+    bytes += shardNumel(u, p, group) * elementSize(u.spec->paramDtype.value_or(p->meta()->dtype));
   CollectiveRecord r;
   r.opKey = kAllGather;
   r.phase = phase;
@@ -269,7 +296,7 @@ void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<
   int64_t inputBytes = 0, outputBytes = 0;
   for (const Value *p : params) {
     int64_t elem = elementSize(u.spec->reduceDtype.value_or(u.spec->paramDtype.value_or(p->meta()->dtype)));
-    int64_t shard = shardNumel(p, u.shardSize);
+    int64_t shard = shardNumel(u, p, u.shardSize);
     inputBytes += shard * u.shardSize * elem;
     outputBytes += shard * elem;
   }

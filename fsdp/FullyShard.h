@@ -64,8 +64,9 @@ private:
   void unshard(unsigned unit, const Node &at, Phase phase, const std::string &why);
   /// Local (tensor-parallel) shape of a parameter.
   llvm::SmallVector<int64_t, 4> localSizes(const Value *param) const;
-  /// Elements of one rank's shard when dim 0 is split into `parts` (FSDP pads dim 0).
-  int64_t shardNumel(const Value *param, int64_t parts) const;
+  /// Elements of one rank's shard when the unit's shard dim of the parameter (0 unless
+  /// shard_placement_fn chose another) is split into `parts` (FSDP pads dim 0).
+  int64_t shardNumel(const FsdpUnit &unit, const Value *param, int64_t parts) const;
   void record(CollectiveRecord r) { out_.push_back(std::move(r)); }
   FsdpUnitProgress &progress(unsigned unit) { return state_.progress[unit]; }
 

@@ -102,6 +102,8 @@ struct FullyShardUnit {
   bool requiresAllReduce = true;              // set_requires_all_reduce (HSDP)
   /// set_modules_to_forward_prefetch / set_modules_to_backward_prefetch: module paths.
   std::vector<std::string> forwardPrefetch, backwardPrefetch;
+  /// shard_placement_fn: parameters (FQNs relative to the module) FSDP shards on this dim, not 0.
+  std::map<std::string, int64_t, std::less<>> shardDims{};
 };
 
 /// Non-reentrant activation checkpointing of every module the pattern matches (matched on the

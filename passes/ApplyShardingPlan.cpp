@@ -684,9 +684,14 @@ private:
     for (auto &[v, layout] : ctx_.state.dtensors)
       remapped[b.map(v)] = layout;
     ctx_.state.dtensors = std::move(remapped);
-    for (FsdpUnit &u : ctx_.state.fsdp.units)
+    for (FsdpUnit &u : ctx_.state.fsdp.units) {
       for (const Value *&p : u.params)
         p = b.map(p);
+      llvm::DenseMap<const Value *, int64_t> shardDims;
+      for (const auto &[p, dim] : u.shardDimOf)
+        shardDims[b.map(p)] = dim;
+      u.shardDimOf = std::move(shardDims);
+    }
     llvm::DenseSet<const Value *> retrained;
     for (const Value *v : ctx_.state.retrainedByStyle)
       retrained.insert(b.map(v));

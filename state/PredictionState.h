@@ -76,6 +76,8 @@ struct FsdpUnit {
   /// The parameters it manages (graph input values; tied parameters once, unless tensor
   /// parallelism re-registered them).
   std::vector<const Value *> params;
+  /// The tensor dim FSDP shards a parameter on where it is not 0 (shard_placement_fn).
+  llvm::DenseMap<const Value *, int64_t> shardDimOf{};
   unsigned shardDim = 0;                 // dims of the plan's full mesh
   std::optional<unsigned> replicateDim; // HSDP
   int64_t shardSize = 1;

@@ -30,9 +30,9 @@ that issue the same collectives in training, by their registration name.
 Whatever the plan format cannot state is refused in one line naming the class and the module:
 another ``ParallelStyle`` (a subclass included), a module FN added or whose class it changed
 (other than ``checkpoint_wrapper`` and ``fully_shard``'s class swap), a forward or backward hook
-that no style or unit registered (``distribute_module``'s ``input_fn``/``output_fn``), a
-``fully_shard`` of a list of modules, its ``shard_placement_fn`` / ``ignored_params`` /
-``dp_mesh_dims``, the FSDP setters commlens does not model, a reentrant or custom checkpoint, a
+that no style or unit registered (``distribute_module``'s ``input_fn``/``output_fn``),
+``fully_shard``'s ``ignored_params`` / ``dp_mesh_dims`` (and a ``shard_placement_fn`` on a list of
+modules), the FSDP setters commlens does not model, a reentrant or custom checkpoint, a
 selective-checkpoint policy that is not an op list, two unrelated device meshes, a module whose
 ``forward`` was replaced other than by a mapped transformers layer.
 """
@@ -631,7 +631,7 @@ class _Capture:
             module = modules[0]
             where = (f"fully_shard of module {self.shown(module)}" if len(modules) == 1 else
                      f"fully_shard of modules [{', '.join(self.shown(m) for m in modules)}]")
-            for arg in ("shard_placement_fn", "ignored_params", "dp_mesh_dims"):
+            for arg in ("ignored_params", "dp_mesh_dims"):
                 if call.get(arg):
                     self.fail(f"{where}: {arg} is not modelled")
             groups = state._fsdp_param_groups
@@ -646,6 +646,12 @@ class _Capture:
                         self.fail(f"{where}: {setter}({_qualname(getattr(group, attr))}) is not modelled")
             dims = self.mesh_dims(call["mesh"], where)
             raf = self.reshard_after_forward(call, state)
+            # shard_placement_fn: the dims FSDP shards on besides 0, by FQN relative to the module
+            names = {id(p): name for name, p in module.named_parameters()}
+            shard_dims = {names[id(p.sharded_param)]: p.fsdp_placement.dim for g in groups for p in g.fsdp_params
+                          if p.fsdp_placement.dim != 0}
+            if shard_dims and len(modules) > 1:
+                self.fail(f"{where}: shard_placement_fn on a list of modules is not modelled")
             group = groups[0] if groups else None
             # fully_shard([a, b]): one unit of the modules, a tuple of their paths
             fqn = self.path_of[id(module)] if len(modules) == 1 else tuple(self.path_of[id(m)] for m in modules)
@@ -657,7 +663,8 @@ class _Capture:
                 # without reduce_grads FSDP skips the all-reduce too (FSDPParamGroup.post_backward)
                 requires_all_reduce=group.all_reduce_grads if group and group.reduce_grads else True,
                 forward_prefetch=tuple(self.path_of[id(s._modules[0])] for s in state._states_to_forward_prefetch),
-                backward_prefetch=tuple(self.path_of[id(s._modules[0])] for s in state._states_to_backward_prefetch))
+                backward_prefetch=tuple(self.path_of[id(s._modules[0])] for s in state._states_to_backward_prefetch),
+                shard_dims=shard_dims)
             body = fully_shard_to_json(unit, self.subject, where)
             del body["fqn"]
             if isinstance(fqn, tuple):  # a list unit stays as it is, grouped with no other

@@ -355,6 +355,12 @@ def _apply_fully_shard(plan, model, mesh, plan_subject):
         if unit.reshard_after_forward is not None:
             # None is fully_shard's own default (True, False for the root)
             kwargs["reshard_after_forward"] = unit.reshard_after_forward
+        if unit.shard_dims:
+            from torch.distributed.tensor import Shard
+
+            dims = {id(p): unit.shard_dims[name] for name, p in modules[0].named_parameters()
+                    if name in unit.shard_dims}
+            kwargs["shard_placement_fn"] = lambda param, dims=dims: Shard(dims[id(param)]) if id(param) in dims else None
         fully_shard(modules if isinstance(unit.fqn, tuple) else modules[0], **kwargs)
         module = modules[0]  # a list unit's setters reach its one state through any of its modules
         managed.update(id(p) for m in modules for p in m.parameters())

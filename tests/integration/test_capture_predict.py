@@ -16,6 +16,7 @@ from examples.parallelize import measure_natively
 from integration_helpers import export_pt2
 
 LLAMA = "examples.llama:llama"
+SMLP_12 = "examples.mlp:stacked_mlp(dim=12, hidden=32)"
 CASES = [
     (LLAMA, "examples.parallelize:llama_tp_sp(tp=4)", 4, "cross_entropy", ()),
     (LLAMA, "examples.parallelize:llama_fsdp_tp(dp=2, tp=4)", 8, "cross_entropy", ()),
@@ -29,6 +30,8 @@ CASES = [
     # parameters and buffers of their own
     ("examples.subclassed:subclassed", "examples.parallelize:subclassed_tp(tp=4)", 4, "sum", ()),
     ("examples.subclassed:subclassed", "examples.parallelize:subclassed_tp(tp=2)", 2, "sum", ()),
+    # shard_placement_fn: w2.weight [12, 32] sharded on dim 1 over 8 ranks
+    (SMLP_12, "examples.parallelize:stacked_mlp_fsdp_dim1(dp=8)", 8, "sum", (0,)),
 ]
 
 
@@ -104,3 +107,37 @@ def test_a_subclass_the_plan_does_not_name_is_refused_with_where_to_name_it(run_
                         "(examples.subclassed.GatedLinear): only nn.Linear and nn.Embedding are supported (a subclass "
                         "of either is one where the plan's module_subclasses names it, as commlens.capture records "
                         "it)\n")
+
+
+def test_shard_placement_fn_gathers_unpadded_shards():
+    # Each block: w1.weight [32, 12] and w1.bias [32] on dim 0 (4 rows each of 8 ranks), w2.weight
+    # [12, 32] on dim 1 (4 columns: 12 x 4), w2.bias [12] on dim 0 padded to 2 rows: 102 floats a
+    # rank. On dim 0, w2.weight would be padded to 2 rows of 32 (118 floats).
+    per_block = 4 * (4 * 12 + 4 + 12 * 4 + 2)
+    assert per_block == 408
+    doc = measure_natively(model=SMLP_12, parallelize="examples.parallelize:stacked_mlp_fsdp_dim1(dp=8)",
+                           world_size=8, loss="sum", inputs_requires_grad=(0,))
+    block = next(m for m in doc["modules"] if m["fqn"].endswith("layers.0"))
+    assert block["forward_bytes"] == {"c10d._allgather_base_": per_block}
+    assert block["backward_bytes"] == {"c10d._reduce_scatter_base_": 8 * per_block}
+    # the prediction equals these (the parametrized case above compares every cell)
+    assert capture(SMLP_12, "examples.parallelize:stacked_mlp_fsdp_dim1(dp=8)", 8).fully_shard[0].shard_dims == \
+        {"w2.weight": 1}
+
+
+@pytest.mark.parametrize("shard_dims, message", [
+    ({"w1.weight": 1}, "parameter 'layers.0.w1.weight' f32[32, 12] does not split evenly on dim 1 over 8 ranks "
+                       "(FSDP raises: it does not support uneven sharding on a dim other than 0)"),
+    ({"w2.weight": 2}, "shard dim 2 of parameter 'layers.0.w2.weight' is invalid for its 2-D shape f32[12, 32] "
+                       "(FSDP raises)"),
+    ({"w3.weight": 1}, "shard_dims names 'w3.weight', which is not a parameter the unit manages"),
+])
+def test_shard_dims_fsdp_raises_on_are_refused_by_name(run_commlens, programs, tmp_path, shard_dims, message):
+    doc = planlib.to_json(capture(SMLP_12, "examples.parallelize:stacked_mlp_fsdp_dim1(dp=8)", 8))
+    doc["fully_shard"][0]["shard_dims"] = shard_dims
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(doc))
+    pt2 = programs(SMLP_12)
+    r = run_commlens("predict", pt2, "--plan", plan_path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == f"commlens: error: {pt2}: fully_shard 'layers.*' on StackedMLP.layers.0: {message}\n"

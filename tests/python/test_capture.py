@@ -91,6 +91,16 @@ def test_module_subclasses_names_only_the_bases_styles_test():
                                "'torch.nn.modules.sparse.Embedding')")
 
 
+def test_shard_dims_are_not_modelled_for_list_units():
+    from commlens.plan import FullyShard
+
+    plan = Plan(mesh_shape=(2,), mesh_dim_names=("dp",), fully_shard=(FullyShard(("a", "b"), "dp",
+                                                                                   shard_dims={"w.weight": 1}),))
+    with pytest.raises(planlib.PlanError) as info:
+        planlib.validate(plan, "p")
+    assert str(info.value) == "p: fully_shard[0]: shard_dims of a list unit is not modelled"
+
+
 def _partly_styled(model):
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
     parallelize_module(model, mesh, {"layers.0.w1": ColwiseParallel(), "layers.*.w2": RowwiseParallel()})

@@ -92,7 +92,7 @@ def every_field_plan():
     Partial and _StridedShard placements, CPU offload, float16, an int reshard_after_forward, a list unit with a
     gradient divide factor, an every-second-mm policy, loss targets from an input and float32
     logits, src_data_rank None, torchtitan's NoParallel with its layouts, transformers' expert dispatch
-    and MLA layers with their fields, module subclasses."""
+    and MLA layers with their fields, module subclasses, a unit's shard dims."""
     from commlens.plan.styles import (torchtitan_no_parallel, transformers_ep_dispatch_experts,
                                       transformers_mla_kv_a_proj)
 
@@ -124,7 +124,7 @@ def every_field_plan():
                        requires_gradient_sync=False, requires_all_reduce=False, forward_prefetch=("layers.1",),
                        backward_prefetch=["layers.0"]),
             FullyShard(("norm", "head"), "dp", reshard_after_forward=False, gradient_divide_factor=1.0),
-            FullyShard("", ("dp",), reshard_after_forward=True)),
+            FullyShard("", ("dp",), reshard_after_forward=True, shard_dims={"w1.weight": 1})),
         activation_checkpoint=(ActivationCheckpoint("layers.*", save_ops=("aten.mm.default",), early_stop=False,
                                                     recompute_every_second=("aten.mm.default",),
                                                     recompute_mm_rhs_shapes=((128, 8),)),

@@ -227,7 +227,7 @@ _MP_DTYPE_NAMES = {v: k for k, v in _MP_DTYPES.items()}
 _MP_FIELDS = ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
 _UNIT_FIELDS = ("fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
                 "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch",
-                "gradient_divide_factor")
+                "gradient_divide_factor", "shard_dims")
 _PREFETCH_FIELDS = ("forward_prefetch", "backward_prefetch")
 _DTYPE_EXPECTED = '(expected "float32", "bfloat16", "float16" or null)'
 
@@ -324,6 +324,7 @@ def fully_shard_to_json(unit, subject="plan", where="fully_shard[0]"):
         "backward_prefetch": list(unit.backward_prefetch),
         # absent when None: plans without it keep their bytes
         **({} if unit.gradient_divide_factor is None else {"gradient_divide_factor": unit.gradient_divide_factor}),
+        **({"shard_dims": dict(unit.shard_dims)} if unit.shard_dims else {}),
     }
 
 
@@ -371,4 +372,10 @@ def fully_shard_from_json(obj, subject="plan", where="fully_shard[0]"):
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
             raise PlanError(subject, f"bad gradient_divide_factor at {where}: expected a positive number or null")
         kw["gradient_divide_factor"] = float(factor)
+    if "shard_dims" in obj:
+        shard_dims = obj["shard_dims"]
+        if not isinstance(shard_dims, dict) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                       for d in shard_dims.values()):
+            raise PlanError(subject, f"bad shard_dims at {where}: expected an object of parameter FQN -> dim")
+        kw["shard_dims"] = dict(shard_dims)
     return FullyShard(fqn=tuple(fqn) if isinstance(fqn, list) else fqn, mesh_dims=tuple(dims), **kw)

@@ -91,6 +91,12 @@ class FullyShard:
     ``module.set_gradient_divide_factor(f)`` after ``fully_shard``
     (torchtitan's 1.0): FSDP then reduces with a pre-multiplied sum instead of
     an average, which changes no collective or byte.
+
+    ``shard_dims`` maps parameters of the unit (FQNs relative to its module) to the dim FSDP
+    shards them on instead of 0: ``fully_shard(..., shard_placement_fn=...)`` returning
+    ``Shard(dim)`` for them (torchtitan's ``Shard(1)`` for MoE experts).  FSDP requires such a dim
+    to split evenly; the all-gathered and reduce-scattered bytes are then unpadded.  Not for list
+    units.
     """
 
     fqn: str | tuple
@@ -103,6 +109,7 @@ class FullyShard:
     forward_prefetch: tuple = ()
     backward_prefetch: tuple = ()
     gradient_divide_factor: float | None = None
+    shard_dims: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if isinstance(self.fqn, list):

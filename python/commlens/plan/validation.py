@@ -167,6 +167,13 @@ def _validate_fully_shard(plan, subject):
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
             raise PlanError(subject, f"{where}: gradient_divide_factor must be a positive number or None, "
                             f"got {factor!r}")
+        if not isinstance(unit.shard_dims, dict) or not all(
+                isinstance(k, str) and isinstance(d, int) and not isinstance(d, bool) and d > 0
+                for k, d in unit.shard_dims.items()):
+            raise PlanError(subject, f"{where}: shard_dims must map parameter FQNs to positive dims (0 is FSDP's "
+                            f"default), got {unit.shard_dims!r}")
+        if unit.shard_dims and isinstance(unit.fqn, tuple):
+            raise PlanError(subject, f"{where}: shard_dims of a list unit is not modelled")
         dims = unit.mesh_dims
         if not isinstance(dims, tuple) or not all(isinstance(d, str) for d in dims):
             raise PlanError(subject, f"{where}: mesh_dims must be a tuple of mesh dim names, got {dims!r}")
