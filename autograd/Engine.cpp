@@ -194,10 +194,10 @@ struct Edge {
 };
 
 struct AGNode {
-  enum class Kind : uint8_t { Op, Boundary, HookIn, HookOut, Accumulate, FsdpPostBackward };
+  enum class Kind : uint8_t { Op, Boundary, HookIn, HookOut, Accumulate, FsdpPostBackward, CopySlices };
   Kind kind = Kind::Op;
   uint64_t seq = 0;
-  const Node *fwd = nullptr;           // Op, Boundary
+  const Node *fwd = nullptr;           // Op, Boundary, CopySlices (the copy_)
   BoundaryStep step;                   // Boundary
   const ModuleScope *module = nullptr; // hooks
   llvm::SmallVector<const Value *, 2> slots; // the forward value each input slot is the grad of
@@ -368,6 +368,9 @@ private:
       if (n.boundaryOp()) {
         if (llvm::Error err = recordBoundary(n))
           return err;
+      } else if (const Value *base = baseOfWrittenView(n)) {
+        if (llvm::Error err = recordWriteIntoView(n, base))
+          return err;
       } else {
         recordOp(n);
       }
@@ -496,6 +499,72 @@ private:
       if (r->meta() && isFloating(r->meta()->dtype))
         edges_[r] = Edge{a, static_cast<unsigned>(a->slots.size() - 1)};
     }
+  }
+
+  /// An in-place op is named with a trailing underscore and returns its self (schema alias a!).
+  static bool isInPlace(const Node &n) {
+    return n.resultAliasesSelf() && llvm::StringRef(n.op().name).endswith("_");
+  }
+
+  /// A view op: its result shares storage with its one tensor operand, `self`.
+  static bool isViewOp(const Node &n) {
+    const Argument *self = n.input("self");
+    return n.resultAliasesSelf() && !isInPlace(n) && n.op().name != "detach" && self && self->isTensor() &&
+           n.tensorOperands().size() == 1;
+  }
+
+  /// The tensor whose view an in-place op writes into (`base[:, i] = x` is copy_ into a select
+  /// of base), or null: the op writes into no view.
+  static const Value *baseOfWrittenView(const Node &n) {
+    if (!isInPlace(n))
+      return nullptr;
+    const Argument *self = n.input("self");
+    if (!self || !self->isTensor() || !self->tensor()->producer() || !isViewOp(*self->tensor()->producer()))
+      return nullptr;
+    const Value *base = self->tensor();
+    while (base->producer() && isViewOp(*base->producer()))
+      base = base->producer()->input("self")->tensor();
+    return base;
+  }
+
+  /// An in-place write into a view of `base`: autograd rebases the base's history onto
+  /// CopySlices (torch/csrc/autograd/functions/tensor.cpp), so whatever reads the base afterwards
+  /// differentiates through the write; the program's later nodes read the base's value from
+  /// before it, which is why the edge of `base` moves here. Modelled for copy_ (`base[idx] = x`);
+  /// another in-place op whose other operands need a gradient is refused by name.
+  llvm::Error recordWriteIntoView(const Node &n, const Value *base) {
+    const Value *view = n.input("self")->tensor();
+    llvm::SmallVector<Value *, 2> others;
+    for (Value *v : n.tensorOperands())
+      if (v != view && edgeOf(v))
+        others.push_back(v);
+    if (!n.gradEnabled() || (others.empty() && !edgeOf(base))) {
+      recordOp(n);
+      return llvm::Error::success();
+    }
+    auto refuse = [&](llvm::StringRef why) {
+      return makeError("autodiff: {} writes in place into a view of '{}': the gradient through the write is not "
+                       "modelled ({})",
+                       n.where(), base->name(), why);
+    };
+    if (n.op().name != "copy_") {
+      if (!others.empty())
+        return refuse("an operand other than the view requires grad");
+      recordOp(n); // the base's gradient flows on unchanged in which values it reaches
+      return llvm::Error::success();
+    }
+    const Value *src = n.input("src")->tensor();
+    if (state_.layout(base) || state_.layout(src))
+      return refuse("a DTensor: CopySlices' backward runs as_strided on it");
+    if (src->meta()->dtype != view->meta()->dtype)
+      return refuse("the source's dtype differs");
+    AGNode *a = newNode(AGNode::Kind::CopySlices, ++seq_);
+    a->fwd = &n;
+    a->slots.push_back(base);
+    a->next.push_back(edgeOf(base));
+    a->next.push_back(edgeOf(src));
+    edges_[base] = Edge{a, 0};
+    return llvm::Error::success();
   }
 
   // ---- engine -----------------------------------------------------------------------------------
@@ -852,6 +921,39 @@ private:
       out[0] = emit(op, {{"self", g, false}, {"placements", placementsList(p), false}, {"module", module, true}},
                     metaOf(g->meta()->dtype, sizesOf(*g->meta()), g->meta()->device, stridesOf(*g->meta())),
                     "grad_boundary");
+      return out;
+    }
+    case AGNode::Kind::CopySlices: {
+      Value *g = a.buffer[0];
+      if (!g)
+        return out;
+      // CopySlices::apply (torch/csrc/autograd/functions/tensor.cpp): the base's gradient copied
+      // into a new tensor of the base's strides, the written view of it (as_strided) cloned for
+      // CopyBackwards, which gives the overwritten values zeros (copied back into the view) and the
+      // source the gradient.
+      const TensorMeta &base = *a.slots[0]->meta(), &view = *a.fwd->input("self")->tensor()->meta();
+      Value *result = emit("aten::new_empty_strided.default",
+                           {{"self", g, false}, {"size", IntList(sizesOf(base)), false},
+                            {"stride", IntList(stridesOf(base)), false}},
+                           metaOf(g->meta()->dtype, sizesOf(base), g->meta()->device, stridesOf(base)),
+                           "grad_copy_slices");
+      emit("aten::copy_.default", {{"self", result, false}, {"src", g, false}}, *result->meta(), "grad_copy_slices_copy");
+      Value *written = emit("aten::as_strided.default",
+                            {{"self", result, false}, {"size", IntList(sizesOf(view)), false},
+                             {"stride", IntList(stridesOf(view)), false},
+                             {"storage_offset", view.storageOffset.hint, false}},
+                            metaOf(g->meta()->dtype, sizesOf(view), g->meta()->device, stridesOf(view)),
+                            "grad_written_view");
+      Value *grad = emit("aten::clone.default", {{"self", written, false}, {"memory_format", MemoryFormat::Contiguous, true}},
+                         metaOf(g->meta()->dtype, sizesOf(view), g->meta()->device), "grad_copy_slices_clone");
+      if (a.next[0]) {
+        Value *zeros = emit("aten::zeros_like.default", {{"self", grad, false}}, *grad->meta(), "grad_overwritten");
+        emit("aten::copy_.default", {{"self", written, false}, {"src", zeros, false}}, *written->meta(),
+             "grad_overwritten_copy");
+        out[0] = result;
+      }
+      if (a.next[1])
+        out[1] = sumTo(grad, *a.fwd->input("src")->tensor()->meta());
       return out;
     }
     case AGNode::Kind::Op:

@@ -115,7 +115,7 @@ PZ = "examples.parallelize:"  # parallelize functions as users write them, for c
 # it (HF_CAPTURED).
 HF_TRANSFORMERS_TP = ("llama", "qwen2", "mistral", "granite", "gemma", "gemma2", "cohere", "starcoder2", "olmo",
                       "olmo2", "olmo3", "phi", "phi3", "glm", "smollm3", "ministral", "ernie4_5", "arcee")
-HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3", "exaone4", "apertus", "granite_swa")
+HF_CAPTURED = HF_TRANSFORMERS_TP + ("qwen3", "exaone4", "apertus", "granite_swa", "gemma3")
 # Mixture-of-experts families whose tp_plan="auto" path the corpus measures natively (moe_tp_experts).
 HF_MOE_CAPTURED = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "granitemoe", "deepseek_v3", "deepseek_v2")
 
@@ -262,6 +262,13 @@ CONFIGS = [
           ("examples.mlp:stacked_mlp(dim=12, hidden=32)", "stacked_mlp_fsdp_dim1(dp=8)", 8, "sum", (0,), "dp8", True),
           ("examples.subclassed:subclassed", "subclassed_tp(tp=2)", 2, "sum", (), "tp2", True),
           ("examples.subclassed:subclassed", "subclassed_tp(tp=4)", 4, "sum", (), "tp4", False))],
+    # in-place writes into views (out[:, i] = x), differentiated through CopySlices as autograd does
+    *[Config(f"inplace_{variant}-tp_local_captured-tp2-grad-both", model, PZ + f"captured({settings})", "both",
+             ci=variant == "chunks", measure=PZ + f"measure_natively({settings})")
+      for variant in ("copy_select", "copy_slice", "chunks", "overwrite")
+      for model in [f"examples.inplace:inplace(variant={variant!r})"]
+      for settings in [f"model={model!r}, parallelize='examples.inplace:tp_local(tp=2)', world_size=2, "
+                       "inputs_requires_grad=(0,)"]],
     *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-both", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_captured(family={family!r}, tp={tp})", "both", ci=(family, tp) == ("llama", 4),
              measure=f"examples.hf_real:measure_transformers(family={family!r}, tp={tp})")
