@@ -283,6 +283,7 @@ private:
         {"aten::float_power.Tensor_Scalar", &Decomposer::floatPower},
         {"aten::float_power.Scalar", &Decomposer::floatPower},
         {"aten::kron.default", &Decomposer::kron},
+        {"aten::repeat_interleave.self_int", &Decomposer::repeatInterleaveInt},
     };
     return m;
   }
@@ -408,6 +409,39 @@ private:
                  1);
     reps.append(dims->begin(), dims->end());
     return runOnSelf("aten::repeat.default", {{"repeats", reps, false}});
+  }
+  /// repeat_interleave(self, int repeats, dim) (Repeat.cpp): self flattened when no dim is given;
+  /// then unsqueeze(dim + 1), expand `repeats` times there, clone, viewed as the result.
+  llvm::Error repeatInterleaveInt() {
+    Value *x = in("self");
+    auto repeats = intInput("repeats");
+    const Argument *dimArg = n_->input("dim");
+    std::optional<int64_t> dim = dimArg && !dimArg->isNone() ? dimArg->asInt() : std::optional<int64_t>(0);
+    bool flatten = !dimArg || dimArg->isNone();
+    if (!x || !repeats || !dim || (x->meta()->rank() == 0 && !flatten))
+      return keepExported();
+    if (flatten && x->meta()->rank() != 1) // flatten(): a scalar becomes one element
+      x = reshape(x, {x->meta()->numel()}, tmp("flatten"));
+    auto sizes = hints(x->meta()->sizes), strides = hints(x->meta()->strides);
+    int64_t rank = static_cast<int64_t>(sizes.size()), d = *dim < 0 ? *dim + rank : *dim;
+    if (d < 0 || d >= rank)
+      return keepExported();
+    llvm::SmallVector<int64_t, 4> usizes(sizes.begin(), sizes.end()), ustrides(strides.begin(), strides.end());
+    usizes.insert(usizes.begin() + d + 1, 1);
+    ustrides.insert(ustrides.begin() + d + 1, d + 1 < rank ? sizes[d + 1] * strides[d + 1] : 1);
+    Value *u = emit1("aten::unsqueeze.default", {{"self", x, false}, {"dim", d + 1, false}},
+                     withShape(*x->meta(), usizes, llvm::ArrayRef<int64_t>(ustrides)), tmp("unsqueeze"));
+    usizes[d + 1] = *repeats;
+    Value *e = expand(u, usizes, tmp("expand"));
+    Value *c = unary("aten::clone.default", e, withShape(*e->meta(), usizes), tmp("clone"),
+                     {{"memory_format", MemoryFormat::Contiguous, true}});
+    return bindView(c);
+  }
+  /// The node's one result as view(x, its sizes).
+  llvm::Error bindView(Value *x) {
+    b_.bind(result(0), unary("aten::view.default", x, *result(0)->meta(), result(0)->name(),
+                             {{"size", IntList(hints(result(0)->meta()->sizes)), false}}));
+    return llvm::Error::success();
   }
   /// kron (LinearAlgebra.cpp KronImpl): both operands padded to the larger rank and viewed with
   /// their dims interleaved (self's at even positions, other's at odd ones, 1 elsewhere), multiplied,

@@ -3,7 +3,8 @@ transformers applies to the model family, for the accuracy corpus.
 
 ``hf_llama(...)`` / ``hf_qwen2(...)`` / ``hf_mistral(...)`` / ``hf_granite(...)``, and ``hf_model(family=...)``
 for any family in ``_FAMILIES`` (also gemma, gemma2, cohere, starcoder2, olmo, olmo2, olmo3, phi, phi3, glm,
-smollm3, ministral, ernie4_5, arcee, qwen3, exaone4, apertus, granite_swa) or ``_MOE_FAMILIES``, build a small
+smollm3, ministral, ernie4_5, arcee, qwen3, exaone4, apertus, granite_swa, gemma3: its text model) or
+``_MOE_FAMILIES``, build a small
 randomly initialised ``<Family>ForCausalLM`` from a config (nothing is downloaded), wrapped so that the model takes the
 token ids and returns the logits; they return ``(model, (ids,))``. Module names (root class
 ``HFCausalLM``)::
@@ -36,9 +37,9 @@ None of these families ships a sequence-parallel plan in this transformers versi
 In training, the counts of those styles equal, per module and in bytes, what transformers' own
 layer classes issue (``examples.hf_real:measure_transformers``,
 tests/integration/test_hf_real_path.py). Not in inference: under no_grad transformers' rowwise
-Linear runs on local tensors and calls ``dist.all_reduce`` in place. ``commlens predict`` refuses
-Gemma's and Gemma2's plan: their ``embed_tokens`` is an nn.Embedding subclass, which the apply-plan
-pass does not recognise as an embedding.
+Linear runs on local tensors and calls ``dist.all_reduce`` in place. Gemma's, Gemma2's and Gemma3's
+``embed_tokens`` is an nn.Embedding subclass (scaled lookups): a captured plan names it in
+``module_subclasses``, and apply-plan recognises it by structure in the plans ``hf_tp`` writes.
 """
 
 import torch
@@ -51,7 +52,7 @@ _FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "granite"
              "gemma": "Gemma", "gemma2": "Gemma2", "cohere": "Cohere", "starcoder2": "Starcoder2", "olmo": "Olmo",
              "olmo2": "Olmo2", "olmo3": "Olmo3", "phi": "Phi", "phi3": "Phi3", "glm": "Glm", "smollm3": "SmolLM3",
              "ministral": "Ministral", "ernie4_5": "Ernie4_5", "arcee": "Arcee", "qwen3": "Qwen3",
-             "exaone4": "Exaone4", "apertus": "Apertus", "granite_swa": "GraniteSWA"}
+             "exaone4": "Exaone4", "apertus": "Apertus", "granite_swa": "GraniteSWA", "gemma3": "Gemma3"}
 
 # Mixture-of-experts families (their shipped TP plans use packed_colwise / moe_tp_experts, which
 # hf_tp does not map): the class prefix and the tiny config's expert settings, 8 routed experts,
@@ -84,7 +85,8 @@ _MOE_FAMILIES = {
                               attention_chunk_size=16)),
 }
 # Families whose config class is not <prefix>Config.
-_CONFIG_CLASSES = {"llama4": "Llama4TextConfig"}
+# Text-only configs of families whose <Family>Config is multimodal.
+_CONFIG_CLASSES = {"llama4": "Llama4TextConfig", "gemma3": "Gemma3TextConfig"}
 
 
 def _family(name):

@@ -323,6 +323,10 @@ CASES = [
     ("repeat", lambda a: a.repeat(2, 1, 3), [(f32(4, 6), S0)]),
     ("repeat-once", lambda a: a.repeat(1, 1) * 2.0, [(f32(4, 6), S1)]),
     ("repeat-vector", lambda a: a.repeat(2, 2), [(f32(3), R)]),
+    # repeat_interleave with an int: unsqueeze, expand, clone, view (of the flattened self without a dim)
+    ("repeat_interleave-dim", lambda a: a.repeat_interleave(2, dim=1), [(f32(4, 3, 2), S0)]),
+    ("repeat_interleave-sharded-dim", lambda a: a.repeat_interleave(3, dim=0), [(f32(4, 6), S0)]),
+    ("repeat_interleave-flat", lambda a: torch.repeat_interleave(a, 3), [(f32(4, 3), R)]),
     ("rot90", lambda a: torch.rot90(a, 1, (0, 2)), [(f32(2, 4, 6), S1)]),
     ("rot90-k3", lambda a: torch.rot90(a, -1, (1, 0)), [(f32(4, 6), S0)]),
     ("fill", lambda a: torch.fill(a, 2.0) * a, [(f32(4, 6), S0)]),
