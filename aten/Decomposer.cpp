@@ -284,6 +284,12 @@ private:
         {"aten::float_power.Scalar", &Decomposer::floatPower},
         {"aten::kron.default", &Decomposer::kron},
         {"aten::repeat_interleave.self_int", &Decomposer::repeatInterleaveInt},
+        {"aten::conv1d.default", &Decomposer::convNd},
+        {"aten::conv2d.default", &Decomposer::convNd},
+        {"aten::conv3d.default", &Decomposer::convNd},
+        {"aten::conv1d.padding", &Decomposer::convNd},
+        {"aten::conv2d.padding", &Decomposer::convNd},
+        {"aten::conv3d.padding", &Decomposer::convNd},
     };
     return m;
   }
@@ -436,6 +442,59 @@ private:
     Value *c = unary("aten::clone.default", e, withShape(*e->meta(), usizes), tmp("clone"),
                      {{"memory_format", MemoryFormat::Contiguous, true}});
     return bindView(c);
+  }
+  /// conv1d / conv2d / conv3d (Convolution.cpp): convolution with transposed=False and zero
+  /// output padding; padding="valid" is 0, padding="same" the symmetric padding of an odd
+  /// dilated kernel (an even one pads with constant_pad_nd first: not modelled, kept).
+  llvm::Error convNd() {
+    Value *input = in("input"), *weight = in("weight");
+    if (!input || !weight || weight->meta()->rank() < 3)
+      return keepExported();
+    size_t dims = static_cast<size_t>(weight->meta()->rank() - 2);
+    auto listOr = [&](llvm::StringRef name, int64_t fallback) -> std::optional<IntList> {
+      const Argument *a = n_->input(name);
+      if (!a)
+        return IntList(dims, fallback);
+      auto list = a->asIntList();
+      if (list && list->size() == 1 && dims > 1)
+        list = IntList(dims, list->front());
+      return list && list->size() == dims ? list : std::nullopt;
+    };
+    auto stride = listOr("stride", 1), dilation = listOr("dilation", 1);
+    auto groups = n_->input("groups") ? intInput("groups") : std::optional<int64_t>(1);
+    std::optional<IntList> padding;
+    if (const Argument *p = n_->input("padding"); p && p->is<std::string>()) {
+      const std::string &mode = p->get<std::string>();
+      auto kernel = hints(weight->meta()->sizes);
+      if (mode == "valid") {
+        padding = IntList(dims, 0);
+      } else if (mode == "same" && stride && llvm::all_of(*stride, [](int64_t s) { return s == 1; }) && dilation) {
+        padding = IntList();
+        for (size_t i = 0; i < dims; ++i) {
+          int64_t total = (*dilation)[i] * (kernel[2 + i] - 1);
+          if (total % 2)
+            return keepExported();
+          padding->push_back(total / 2);
+        }
+      }
+    } else {
+      padding = listOr("padding", 0);
+    }
+    if (!stride || !dilation || !padding || !groups)
+      return keepExported();
+    const Argument *bias = n_->input("bias");
+    return emitConvolution(input, weight, bias ? b_.map(*bias) : Argument(NoneArg{}), *stride, *padding, *dilation,
+                           *groups, dims);
+  }
+  llvm::Error emitConvolution(Value *input, Value *weight, Argument bias, const IntList &stride, const IntList &padding,
+                              const IntList &dilation, int64_t groups, size_t dims) {
+    b_.bind(result(0), emit1("aten::convolution.default",
+                             {{"input", input, false}, {"weight", weight, false}, {"bias", std::move(bias), false},
+                              {"stride", stride, false}, {"padding", padding, false}, {"dilation", dilation, false},
+                              {"transposed", false, false}, {"output_padding", IntList(dims, 0), false},
+                              {"groups", groups, false}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
   }
   /// The node's one result as view(x, its sizes).
   llvm::Error bindView(Value *x) {

@@ -63,6 +63,33 @@ llvm::Error layerNorm(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// convolution: one convolution_backward for the three operands (derivatives.yaml), bias_sizes
+/// [0] without a bias, as torch passes it.
+llvm::Error convolution(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  Value *input = c.operand("input"), *weight = c.operand("weight"), *bias = c.operand("bias");
+  Value *gi = c.want("input") ? c.e.newValue("grad_convolution_input", GradEmitter::like(input)) : nullptr;
+  Value *gw = c.want("weight") ? c.e.newValue("grad_convolution_weight", GradEmitter::like(weight)) : nullptr;
+  Value *gb = bias && c.want("bias") ? c.e.newValue("grad_convolution_bias", GradEmitter::like(bias)) : nullptr;
+  auto some = [](Value *v) { return v ? Argument(v) : Argument(NoneArg{}); };
+  IntList biasSizes = bias ? IntList(sizesOf(*bias->meta())) : IntList{0};
+  c.e.emitNode((gi ? gi : gw ? gw : gb)->name(), "aten::convolution_backward.default",
+               {A("grad_output", c.g()), A("input", input), A("weight", weight), A("bias_sizes", biasSizes),
+                A("stride", *c.n.input("stride")), A("padding", *c.n.input("padding")),
+                A("dilation", *c.n.input("dilation")), A("transposed", *c.n.input("transposed")),
+                A("output_padding", *c.n.input("output_padding")), A("groups", *c.n.input("groups")),
+                A("output_mask", BoolList{gi != nullptr, gw != nullptr, gb != nullptr})},
+               {some(gi), some(gw), some(gb)});
+  if (gi)
+    c.set("input", gi);
+  if (gw)
+    c.set("weight", gw);
+  if (gb)
+    c.set("bias", gb);
+  return llvm::Error::success();
+}
+
 llvm::Error rmsNorm(GradCall &c) {
   if (!c.g())
     return llvm::Error::success();

@@ -3,7 +3,8 @@ transformers applies to the model family, for the accuracy corpus.
 
 ``hf_llama(...)`` / ``hf_qwen2(...)`` / ``hf_mistral(...)`` / ``hf_granite(...)``, and ``hf_model(family=...)``
 for any family in ``_FAMILIES`` (also gemma, gemma2, cohere, starcoder2, olmo, olmo2, olmo3, phi, phi3, glm,
-smollm3, ministral, ernie4_5, arcee, qwen3, exaone4, apertus, granite_swa, gemma3: its text model) or
+smollm3, ministral, ernie4_5, arcee, qwen3, exaone4, apertus, granite_swa, and the text models of gemma3 and
+qwen3_5: its gated delta-net layers, a causal conv1d, then every fourth layer full attention) or
 ``_MOE_FAMILIES``, build a small
 randomly initialised ``<Family>ForCausalLM`` from a config (nothing is downloaded), wrapped so that the model takes the
 token ids and returns the logits; they return ``(model, (ids,))``. Module names (root class
@@ -52,7 +53,8 @@ _FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral", "granite"
              "gemma": "Gemma", "gemma2": "Gemma2", "cohere": "Cohere", "starcoder2": "Starcoder2", "olmo": "Olmo",
              "olmo2": "Olmo2", "olmo3": "Olmo3", "phi": "Phi", "phi3": "Phi3", "glm": "Glm", "smollm3": "SmolLM3",
              "ministral": "Ministral", "ernie4_5": "Ernie4_5", "arcee": "Arcee", "qwen3": "Qwen3",
-             "exaone4": "Exaone4", "apertus": "Apertus", "granite_swa": "GraniteSWA", "gemma3": "Gemma3"}
+             "exaone4": "Exaone4", "apertus": "Apertus", "granite_swa": "GraniteSWA", "gemma3": "Gemma3",
+             "qwen3_5": "Qwen3_5"}
 
 # Mixture-of-experts families (their shipped TP plans use packed_colwise / moe_tp_experts, which
 # hf_tp does not map): the class prefix and the tiny config's expert settings, 8 routed experts,
@@ -86,7 +88,7 @@ _MOE_FAMILIES = {
 }
 # Families whose config class is not <prefix>Config.
 # Text-only configs of families whose <Family>Config is multimodal.
-_CONFIG_CLASSES = {"llama4": "Llama4TextConfig", "gemma3": "Gemma3TextConfig"}
+_CONFIG_CLASSES = {"llama4": "Llama4TextConfig", "gemma3": "Gemma3TextConfig", "qwen3_5": "Qwen3_5TextConfig"}
 
 
 def _family(name):
@@ -236,19 +238,20 @@ def distributed_sizes(tp, distributed):
     return sizes, math.prod(sizes.get(k, 1) for k in ("pp_size", "dp_replicate_size", "fsdp_size", "tp_size"))
 
 
-def hf_captured(*, family="llama", tp=4, distributed=None):
+def hf_captured(*, family="llama", tp=4, distributed=None, **model_kw):
     """The plan ``python -m commlens.capture --parallelize transformers`` captures from transformers'
     own ``from_pretrained(tp_plan="auto")`` calls on the family's model, with the training step's
     cross-entropy against random targets (seed 0), as ``examples.hf_real`` measures it.
     ``distributed``: ``DistributedConfig`` sizes (``{"fsdp_size": 2, "ep_size": 2}``; ``tp_size``
-    then defaults to 1) instead of ``tp`` ranks of tensor parallelism."""
+    then defaults to 1) instead of ``tp`` ranks of tensor parallelism; ``model_kw``: the factory's
+    (``n_layers=4``)."""
     import commlens.capture
 
     sizes, world_size = distributed_sizes(tp, distributed)
     spec = "transformers"
     if distributed is not None:
         spec += f"({', '.join(f'{k}={v!r}' for k, v in sizes.items())})"
-    plan = commlens.capture.capture(f"examples.hf:hf_model(family={family!r})", spec, world_size,
-                                    loss="cross_entropy")
+    model = ", ".join([f"family={family!r}", *(f"{k}={v!r}" for k, v in model_kw.items())])
+    plan = commlens.capture.capture(f"examples.hf:hf_model({model})", spec, world_size, loss="cross_entropy")
     plan.name = f"hf_{family}_captured"
     return plan

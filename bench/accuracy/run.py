@@ -262,6 +262,12 @@ CONFIGS = [
           ("examples.mlp:stacked_mlp(dim=12, hidden=32)", "stacked_mlp_fsdp_dim1(dp=8)", 8, "sum", (0,), "dp8", True),
           ("examples.subclassed:subclassed", "subclassed_tp(tp=2)", 2, "sum", (), "tp2", True),
           ("examples.subclassed:subclassed", "subclassed_tp(tp=4)", 4, "sum", (), "tp4", False))],
+    # Qwen3.5's text model (4 layers: 3 gated delta-net layers, whose causal conv1d and chunked
+    # delta rule run on local tensors, and a full-attention one) through tp_plan="auto", captured
+    *[Config(f"hf_qwen3_5-transformers_tp_captured-tp4-{phase}", "examples.hf:hf_model(family='qwen3_5', n_layers=4)",
+             H + "hf_captured(family='qwen3_5', tp=4, n_layers=4)", phase,
+             measure="examples.hf_real:measure_transformers(family='qwen3_5', tp=4, n_layers=4)")
+      for phase in ("both", "inference")],
     # in-place writes into views (out[:, i] = x), differentiated through CopySlices as autograd does
     *[Config(f"inplace_{variant}-tp_local_captured-tp2-grad-both", model, PZ + f"captured({settings})", "both",
              ci=variant == "chunks", measure=PZ + f"measure_natively({settings})")
