@@ -35,31 +35,32 @@ TensorMeta boolLike(const Value *v) { return withDtype(GradEmitter::like(v), Sca
 /// A 0-dim zero of the gradient's dtype (the `zeros` operand of the where()s formulas run).
 Value *zeroScalar(GradCall &c) { return scalarTensor(c, 0.0, c.g()); }
 
+/// The tensor, or None where it is null (an optional operand or result).
+Argument orNone(Value *v) { return v ? Argument(v) : Argument(NoneArg{}); }
+
+/// Gives each named operand its gradient, where there is one.
+void setGrads(GradCall &c, std::initializer_list<std::pair<const char *, Value *>> grads) {
+  for (const auto &[operand, grad] : grads)
+    if (grad)
+      c.set(operand, grad);
+}
+
 // ---- formulas ---------------------------------------------------------------------------------
 
 llvm::Error layerNorm(GradCall &c) {
   if (!c.g())
     return llvm::Error::success();
   Value *input = c.operand("input"), *weight = c.operand("weight"), *bias = c.operand("bias");
-  llvm::SmallVector<Argument, 1> results;
   Value *gi = c.e.newValue("grad_layer_norm_input", GradEmitter::like(input));
-  results.push_back(gi);
   Value *gw = weight ? c.e.newValue("grad_layer_norm_weight", GradEmitter::like(weight)) : nullptr;
-  results.push_back(gw ? Argument(gw) : Argument(NoneArg{}));
   Value *gb = bias ? c.e.newValue("grad_layer_norm_bias", GradEmitter::like(bias)) : nullptr;
-  results.push_back(gb ? Argument(gb) : Argument(NoneArg{}));
   BoolList mask{c.want("input"), weight && c.want("weight"), bias && c.want("bias")};
   c.e.emitNode(gi->name(), "aten::native_layer_norm_backward.default",
                {A("grad_out", c.g()), A("input", input), A("normalized_shape", *c.n.input("normalized_shape")),
-                A("mean", mut(c.result(1))), A("rstd", mut(c.result(2))),
-                A("weight", weight ? Argument(weight) : Argument(NoneArg{})),
-                A("bias", bias ? Argument(bias) : Argument(NoneArg{})), A("output_mask", mask)},
-               std::move(results));
-  c.set("input", gi);
-  if (gw)
-    c.set("weight", gw);
-  if (gb)
-    c.set("bias", gb);
+                A("mean", mut(c.result(1))), A("rstd", mut(c.result(2))), A("weight", orNone(weight)),
+                A("bias", orNone(bias)), A("output_mask", mask)},
+               {Argument(gi), orNone(gw), orNone(gb)});
+  setGrads(c, {{"input", gi}, {"weight", gw}, {"bias", gb}});
   return llvm::Error::success();
 }
 
@@ -72,7 +73,6 @@ llvm::Error convolution(GradCall &c) {
   Value *gi = c.want("input") ? c.e.newValue("grad_convolution_input", GradEmitter::like(input)) : nullptr;
   Value *gw = c.want("weight") ? c.e.newValue("grad_convolution_weight", GradEmitter::like(weight)) : nullptr;
   Value *gb = bias && c.want("bias") ? c.e.newValue("grad_convolution_bias", GradEmitter::like(bias)) : nullptr;
-  auto some = [](Value *v) { return v ? Argument(v) : Argument(NoneArg{}); };
   IntList biasSizes = bias ? IntList(sizesOf(*bias->meta())) : IntList{0};
   c.e.emitNode((gi ? gi : gw ? gw : gb)->name(), "aten::convolution_backward.default",
                {A("grad_output", c.g()), A("input", input), A("weight", weight), A("bias_sizes", biasSizes),
@@ -80,13 +80,8 @@ llvm::Error convolution(GradCall &c) {
                 A("dilation", *c.n.input("dilation")), A("transposed", *c.n.input("transposed")),
                 A("output_padding", *c.n.input("output_padding")), A("groups", *c.n.input("groups")),
                 A("output_mask", BoolList{gi != nullptr, gw != nullptr, gb != nullptr})},
-               {some(gi), some(gw), some(gb)});
-  if (gi)
-    c.set("input", gi);
-  if (gw)
-    c.set("weight", gw);
-  if (gb)
-    c.set("bias", gb);
+               {orNone(gi), orNone(gw), orNone(gb)});
+  setGrads(c, {{"input", gi}, {"weight", gw}, {"bias", gb}});
   return llvm::Error::success();
 }
 
@@ -99,12 +94,9 @@ llvm::Error rmsNorm(GradCall &c) {
   BoolList mask{c.want("input"), weight && c.want("weight")};
   c.e.emitNode(gi->name(), "aten::_fused_rms_norm_backward.default",
                {A("grad_out", c.g()), A("input", input), A("normalized_shape", *c.n.input("normalized_shape")),
-                A("rstd", mut(c.result(1))), A("weight", weight ? Argument(weight) : Argument(NoneArg{})),
-                A("output_mask", mask)},
-               {Argument(gi), gw ? Argument(gw) : Argument(NoneArg{})});
-  c.set("input", gi);
-  if (gw)
-    c.set("weight", gw);
+                A("rstd", mut(c.result(1))), A("weight", orNone(weight)), A("output_mask", mask)},
+               {Argument(gi), orNone(gw)});
+  setGrads(c, {{"input", gi}, {"weight", gw}});
   return llvm::Error::success();
 }
 
@@ -174,7 +166,7 @@ llvm::Error sdpaEfficient(GradCall &c) {
   Value *gb = biasGrad ? c.e.newValue("grad_sdpa_bias", GradEmitter::like(bias)) : nullptr;
   llvm::SmallVector<NamedArgument, 4> args{
       A("grad_out_", c.g()), A("query", c.operand("query")), A("key", c.operand("key")),
-      A("value", c.operand("value")), A("attn_bias", bias ? Argument(bias) : Argument(NoneArg{})),
+      A("value", c.operand("value")), A("attn_bias", orNone(bias)),
       A("out", mut(c.result(0))), A("logsumexp", mut(c.result(1))), A("philox_seed", mut(c.result(2))),
       A("philox_offset", mut(c.result(3))), A("dropout_p", c.floatArg("dropout_p").value_or(0.0)),
       A("grad_input_mask", BoolList{c.want("query"), c.want("key"), c.want("value"), biasGrad}),
@@ -182,7 +174,7 @@ llvm::Error sdpaEfficient(GradCall &c) {
   if (const Argument *scale = c.n.input("scale"))
     args.push_back(K("scale", *scale));
   c.e.emitNode(g.q->name(), "aten::_scaled_dot_product_efficient_attention_backward.default", std::move(args),
-               {Argument(g.q), Argument(g.k), Argument(g.v), gb ? Argument(gb) : Argument(NoneArg{})});
+               {Argument(g.q), Argument(g.k), Argument(g.v), orNone(gb)});
   setSdpaGrads(c, g);
   if (gb)
     c.set("attn_bias", gb);
@@ -198,7 +190,7 @@ llvm::Error sdpaCudnn(GradCall &c) {
       A("grad_out", c.g()), A("query", c.operand("query")), A("key", c.operand("key")),
       A("value", c.operand("value")), A("out", mut(c.result(0))), A("logsumexp", mut(c.result(1))),
       A("philox_seed", mut(c.result(2))), A("philox_offset", mut(c.result(3))),
-      A("attn_bias", bias ? Argument(bias) : Argument(NoneArg{})), A("cum_seq_q", NoneArg{}),
+      A("attn_bias", orNone(bias)), A("cum_seq_q", NoneArg{}),
       A("cum_seq_k", NoneArg{}), A("max_q", outputArg(c.n, 4)), A("max_k", outputArg(c.n, 5)),
       A("dropout_p", c.floatArg("dropout_p").value_or(0.0)), A("is_causal", c.boolArg("is_causal"))};
   if (const Argument *scale = c.n.input("scale"))
@@ -1194,19 +1186,18 @@ llvm::Error nanToNumBackward(GradCall &c) {
 /// the running stats given (or None), the saved mean / invstd results, and training as run.
 llvm::Error batchNormBackward(GradCall &c) {
   Value *input = c.operand("input"), *weight = c.operand("weight"), *bias = c.operand("bias");
-  auto tensorOrNone = [](Value *v) { return v ? Argument(v) : Argument(NoneArg{}); };
   bool training = c.n.opString() != "aten::_native_batch_norm_legit_no_training.default" && c.boolArg("training");
   Value *gi = c.e.newValue("grad_batch_norm_input", GradEmitter::like(input));
   Value *gw = weight ? c.e.newValue("grad_batch_norm_weight", GradEmitter::like(weight)) : nullptr;
   Value *gb = bias ? c.e.newValue("grad_batch_norm_bias", GradEmitter::like(bias)) : nullptr;
   BoolList mask{c.want("input"), weight && c.want("weight"), bias && c.want("bias")};
   c.e.emitNode(gi->name(), "aten::native_batch_norm_backward.default",
-               {A("grad_out", c.g()), A("input", input), A("weight", tensorOrNone(weight)),
-                A("running_mean", tensorOrNone(c.operand("running_mean"))),
-                A("running_var", tensorOrNone(c.operand("running_var"))), A("save_mean", mut(c.result(1))),
+               {A("grad_out", c.g()), A("input", input), A("weight", orNone(weight)),
+                A("running_mean", orNone(c.operand("running_mean"))),
+                A("running_var", orNone(c.operand("running_var"))), A("save_mean", mut(c.result(1))),
                 A("save_invstd", mut(c.result(2))), A("train", training), A("eps", *c.n.input("eps")),
                 A("output_mask", mask)},
-               {Argument(gi), tensorOrNone(gw), tensorOrNone(gb)});
+               {Argument(gi), orNone(gw), orNone(gb)});
   c.set("input", gi);
   if (gw)
     c.set("weight", gw);
