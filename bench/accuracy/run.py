@@ -248,7 +248,7 @@ CONFIGS = [
     # natively (the function itself parallelizes the model) and predicted from the plan capture reads
     # off them; examples.subclassed: styles on subclasses of nn.Linear and nn.Embedding (isinstance);
     # stacked_mlp_fsdp_dim1: fully_shard's shard_placement_fn (a weight sharded on dim 1)
-    *[Config(f"{model.split(':')[1]}-{fn.split('(')[0]}_captured-{tag}-both", model,
+    *[Config(f"{model.split(':')[1].split('(')[0]}-{fn.split('(')[0]}_captured-{tag}-both", model,
              PZ + f"captured(model={model!r}, parallelize={PZ + fn!r}, world_size={ws}, loss={loss!r}, "
                   f"inputs_requires_grad={grad!r})", "both", ci=ci,
              measure=PZ + f"measure_natively(model={model!r}, parallelize={PZ + fn!r}, world_size={ws}, "
@@ -259,7 +259,7 @@ CONFIGS = [
            (), "dp2xtp4-full_ac", False),
           (STACKED, "stacked_mlp_fsdp", 4, "sum", (0,), "dp4", False),
           (MLP, "mlp_placed(dp=2, tp=2)", 4, "sum", (0,), "dp2xtp2", False),
-          ("examples.mlp:stacked_mlp(dim=12, hidden=32)", "stacked_mlp_fsdp_dim1(dp=8)", 8, "sum", (0,), "dp8", True),
+          ("examples.mlp:stacked_mlp(dim=12, hidden=32)", "stacked_mlp_fsdp_dim1(dp=8)", 8, "sum", (0,), "dim12-dp8", True),
           ("examples.subclassed:subclassed", "subclassed_tp(tp=2)", 2, "sum", (), "tp2", True),
           ("examples.subclassed:subclassed", "subclassed_tp(tp=4)", 4, "sum", (), "tp4", False))],
     # Qwen3.5's text model (4 layers: 3 gated delta-net layers, whose causal conv1d and chunked
