@@ -220,24 +220,21 @@ private:
   using EmbeddingLookups = llvm::DenseSet<std::pair<const ModuleScope *, const Value *>>;
 
   llvm::Error collectStyledModules() {
-    // Each module's own parameters (named_parameters(recurse=False), in the program's input order)
-    // and the embedding lookups, each found in one walk rather than per styled module.
+    // Each module's own parameters (named_parameters(recurse=False), in the program's input order),
+    // the first parameter below each module that is not its own, and the embedding lookups, each
+    // found in one walk rather than per styled module.
     llvm::StringMap<std::vector<const InputSpec *>> ownParams;
-    for (const InputSpec &in : graph_.inputs())
-      if (in.kind == InputKind::Parameter && in.value) {
-        size_t dot = llvm::StringRef(in.target).rfind('.');
-        ownParams[dot == llvm::StringRef::npos ? "" : llvm::StringRef(in.target).take_front(dot)].push_back(&in);
+    for (const InputSpec &in : graph_.inputs()) {
+      if (in.kind != InputKind::Parameter || !in.value)
+        continue;
+      llvm::StringRef target = in.target;
+      llvm::StringRef owner = target.contains('.') ? target.rsplit('.').first : "";
+      ownParams[owner].push_back(&in);
+      for (llvm::StringRef above = owner; !above.empty();) {
+        above = above.contains('.') ? above.rsplit('.').first : "";
+        childParams_.try_emplace(above, target.drop_front(above.empty() ? 0 : above.size() + 1));
       }
-    // The first parameter below each module that is not its own (relative to it).
-    for (const InputSpec &in : graph_.inputs())
-      if (in.kind == InputKind::Parameter && in.value)
-        for (size_t dot = in.target.rfind('.'); dot != std::string::npos && dot > 0;) {
-          dot = in.target.rfind('.', dot - 1);
-          llvm::StringRef ancestor = dot == std::string::npos ? "" : llvm::StringRef(in.target).take_front(dot);
-          childParams_.try_emplace(ancestor, llvm::StringRef(in.target).drop_front(ancestor.empty() ? 0 : dot + 1));
-          if (dot == std::string::npos)
-            break;
-        }
+    }
     EmbeddingLookups lookups;
     for (const auto &n : graph_.nodes())
       if (n->opString() == "aten::embedding.default")

@@ -586,7 +586,6 @@ class _Capture:
             text = json.dumps(style_to_json(style, self.subject))
             entries.append((self.unwrapped[id(module)], (dim, text)))
             styles.append(style)
-        self.styled_classes = [self.original[id(module)][1] for _s, module, _m, _r in self.recorder.styles]
         steps = []
         for pattern, members in _group_patterns(entries, self.plain_paths, self.plain_containers):
             dim = entries[members[0]][1][0]
@@ -603,7 +602,8 @@ class _Capture:
         from commlens.plan.validation import MODULE_BASES
 
         out = {}
-        for cls in self.styled_classes:
+        for _style, module, _mesh, _rank in self.recorder.styles:
+            cls = self.original[id(module)][1]
             for base, name in zip((nn.Linear, nn.Embedding), MODULE_BASES):
                 if cls is not base and issubclass(cls, base):
                     out[f"{cls.__module__}.{cls.__qualname__}"] = name
@@ -647,9 +647,9 @@ class _Capture:
             dims = self.mesh_dims(call["mesh"], where)
             raf = self.reshard_after_forward(call, state)
             # shard_placement_fn: the dims FSDP shards on besides 0, by FQN relative to the module
-            names = {id(p): name for name, p in module.named_parameters()}
-            shard_dims = {names[id(p.sharded_param)]: p.fsdp_placement.dim for g in groups for p in g.fsdp_params
-                          if p.fsdp_placement.dim != 0}
+            off_dim0 = [p for g in groups for p in g.fsdp_params if p.fsdp_placement.dim != 0]
+            names = {id(p): name for name, p in module.named_parameters()} if off_dim0 else {}
+            shard_dims = {names[id(p.sharded_param)]: p.fsdp_placement.dim for p in off_dim0}
             if shard_dims and len(modules) > 1:
                 self.fail(f"{where}: shard_placement_fn on a list of modules is not modelled")
             group = groups[0] if groups else None
