@@ -36,7 +36,8 @@ constexpr llvm::StringLiteral kUpsampleVec[] = {
     "aten::upsample_nearest1d.vec", "aten::upsample_nearest2d.vec",  "aten::upsample_nearest3d.vec",
     "aten::_upsample_nearest_exact1d.vec", "aten::_upsample_nearest_exact2d.vec",
     "aten::_upsample_nearest_exact3d.vec", "aten::upsample_linear1d.vec", "aten::upsample_bilinear2d.vec",
-    "aten::upsample_bicubic2d.vec",  "aten::upsample_trilinear3d.vec"};
+    "aten::upsample_bicubic2d.vec",  "aten::upsample_trilinear3d.vec", "aten::_upsample_bilinear2d_aa.vec",
+    "aten::_upsample_bicubic2d_aa.vec", "aten::_upsample_lanczos2d_aa.vec"};
 
 /// ATen's alias ops and the op each runs (aten/AliasOps.def).
 const llvm::StringMap<llvm::StringRef> &aliasTargets() {

@@ -45,6 +45,35 @@ void setGrads(GradCall &c, std::initializer_list<std::pair<const char *, Value *
       c.set(operand, grad);
 }
 
+/// at::real(g) of a complex gradient, as the dispatcher decomposes it: view_as_real, then the real
+/// half selected (a strided view). real() of a tensor with the conjugate bit (a gradient _conj
+/// made) undoes the bit first.
+Value *realPart(GradCall &c, Value *g) {
+  if (g->producer() && g->producer()->opString() == "aten::_conj.default")
+    g = c.e.emit("aten::_conj.default", {A("self", g)}, GradEmitter::like(g), "grad_unconj");
+  ScalarType real = g->meta()->dtype == ScalarType::ComplexDouble ? ScalarType::Double
+                    : g->meta()->dtype == ScalarType::ComplexHalf ? ScalarType::Half
+                                                                  : ScalarType::Float;
+  auto sizes = sizesOf(*g->meta());
+  auto pairs = sizes;
+  pairs.push_back(2);
+  llvm::SmallVector<int64_t, 4> strides;
+  for (int64_t st : stridesOf(*g->meta()))
+    strides.push_back(2 * st);
+  Value *r = c.e.emit("aten::view_as_real.default", {A("self", g)}, metaOf(real, pairs, g->meta()->device),
+                      "grad_view_as_real");
+  return c.e.emit("aten::select.int", {A("self", r), A("dim", int64_t(sizes.size())), A("index", int64_t(0))},
+                  metaOf(real, sizes, g->meta()->device, strides), "grad_real");
+}
+
+/// A gradient with the conjugate bit as an operand of a kernel that does not take the bit: the
+/// conjugate fallback materialises it (a clone) first.
+Value *resolvedConj(GradCall &c, Value *g) {
+  if (g->producer() && g->producer()->opString() == "aten::_conj.default")
+    return c.e.emit("aten::clone.default", {A("self", g)}, GradEmitter::like(g), "grad_resolve_conj");
+  return g;
+}
+
 // ---- formulas ---------------------------------------------------------------------------------
 
 llvm::Error layerNorm(GradCall &c) {
@@ -247,10 +276,48 @@ llvm::Error squeeze(GradCall &c) {
 
 llvm::Error toCopy(GradCall &c) {
   Value *g = c.g(), *self = c.self();
+  if (isComplex(g->meta()->dtype) && !isComplex(self->meta()->dtype))
+    g = realPart(c, g); // _to_copy_backward takes at::real(grad) first
   c.set("self", g->meta()->dtype == self->meta()->dtype
                     ? g
                     : c.e.emit("aten::_to_copy.default", {A("self", g), K("dtype", self->meta()->dtype)},
                                GradEmitter::like(self), "grad_to_copy"));
+  return llvm::Error::success();
+}
+
+/// _fft_c2r (FunctionsManual fft_c2r_backward): the one-sided _fft_r2c of the gradient, then the
+/// bins whose reflection lies outside the one-sided half (1 .. n - onesided) doubled in place
+/// (`gI.narrow(dim[-1], 1, n - onesided).mul_(2)`, narrow dispatching slice).
+llvm::Error fftC2rBackward(GradCall &c) {
+  Value *self = c.self();
+  IntList dims = *c.n.input("dim")->asIntList();
+  auto outSizes = sizesOf(*c.result()->meta());
+  auto inSizes = sizesOf(*self->meta());
+  int64_t last = dims.back() < 0 ? dims.back() + int64_t(outSizes.size()) : dims.back();
+  Value *gi = c.e.emit("aten::_fft_r2c.default",
+                       {A("self", c.g()), A("dim", dims), A("normalization", *c.n.input("normalization")),
+                        A("onesided", true)},
+                       GradEmitter::like(self), "grad_fft_c2r");
+  int64_t doubled = outSizes[last] - inSizes[last];
+  if (doubled > 0) {
+    auto sliceSizes = inSizes;
+    sliceSizes[last] = doubled;
+    Value *bins = c.e.emit("aten::slice.Tensor",
+                           {A("self", gi), A("dim", last), A("start", int64_t(1)), A("end", 1 + doubled)},
+                           GradEmitter::withSizes(gi, sliceSizes), "grad_fft_c2r_bins");
+    c.e.emit("aten::mul_.Scalar", {A("self", bins), A("other", 2.0)}, GradEmitter::like(bins), "grad_fft_c2r_bins");
+  }
+  c.set("self", gi);
+  return llvm::Error::success();
+}
+
+/// _fft_c2c: the transform of the gradient in the other direction (derivatives.yaml), the
+/// gradient's conjugate bit resolved first.
+llvm::Error fftC2cBackward(GradCall &c) {
+  c.set("self", c.e.emit("aten::_fft_c2c.default",
+                         {A("self", resolvedConj(c, c.g())), A("dim", *c.n.input("dim")),
+                          A("normalization", *c.n.input("normalization")), A("forward", !c.boolArg("forward"))},
+                         GradEmitter::like(c.self()), "grad_fft_c2c"));
   return llvm::Error::success();
 }
 
@@ -300,18 +367,8 @@ Argument conj(GradCall &c, const Argument &x) {
 /// decomposes to view_as_real(g).select(-1, 0)).
 Value *mulBackward(GradCall &c, const Argument &other, const Value *operand) {
   Value *g = mul(c, c.g(), conj(c, other));
-  if (isComplex(g->meta()->dtype) && !isComplex(operand->meta()->dtype)) {
-    auto sizes = sizesOf(*g->meta());
-    auto pairs = sizes;
-    pairs.push_back(2);
-    llvm::SmallVector<int64_t, 4> strides;
-    for (int64_t st : stridesOf(*g->meta()))
-      strides.push_back(2 * st);
-    Value *r = c.e.emit("aten::view_as_real.default", {A("self", g)},
-                        metaOf(operand->meta()->dtype, pairs, g->meta()->device), "grad_view_as_real");
-    g = c.e.emit("aten::select.int", {A("self", r), A("dim", int64_t(-1)), A("index", int64_t(0))},
-                 metaOf(operand->meta()->dtype, sizes, g->meta()->device, strides), "grad_real");
-  }
+  if (isComplex(g->meta()->dtype) && !isComplex(operand->meta()->dtype))
+    g = realPart(c, g);
   return g;
 }
 
@@ -459,15 +516,37 @@ llvm::Error narrowCopyBackward(GradCall &c) {
 }
 
 /// mv: self: grad.ger(vec), which runs as outer's grad.reshape({-1, 1}) * vec; vec: self.t().mv(grad).
+/// mv's gradients (derivatives.yaml): self grad.ger(vec), which the dispatcher runs as outer:
+/// grad.reshape(n, 1) * vec; vec self.t().mv(grad). addmv scales them by alpha and gives self
+/// grad * beta.
+Value *mvSelfGrad(GradCall &c, Value *mat, Value *vec) {
+  Value *col = c.e.reshape(c.g(), {sizesOf(*c.g()->meta())[0], 1});
+  return c.e.emit("aten::mul.Tensor", {A("self", col), A("other", vec)}, GradEmitter::like(mat), "grad_mul");
+}
+Value *mvVecGrad(GradCall &c, Value *mat, Value *vec) {
+  return c.e.emit("aten::mv.default", {A("self", c.e.t(mat)), A("vec", c.g())}, GradEmitter::like(vec), "grad_mv");
+}
+
 llvm::Error mvBackward(GradCall &c) {
   Value *self = c.self(), *vec = c.operand("vec");
-  if (c.want("self")) {
-    Value *col = c.e.reshape(c.g(), {sizesOf(*c.g()->meta())[0], 1});
-    c.set("self", c.e.emit("aten::mul.Tensor", {A("self", col), A("other", vec)}, GradEmitter::like(self), "grad_mul"));
-  }
+  if (c.want("self"))
+    c.set("self", mvSelfGrad(c, self, vec));
   if (c.want("vec"))
-    c.set("vec", c.e.emit("aten::mv.default", {A("self", c.e.t(self)), A("vec", c.g())}, GradEmitter::like(vec),
-                          "grad_mv"));
+    c.set("vec", mvVecGrad(c, self, vec));
+  return llvm::Error::success();
+}
+
+llvm::Error addmvBackward(GradCall &c) {
+  Value *mat = c.operand("mat"), *vec = c.operand("vec");
+  if (isComplex(mat->meta()->dtype)) // the formulas' conj() of a complex operand is not modelled
+    return makeError("autodiff: {} of a complex tensor has no formula here (node '{}')", c.n.opString(), c.n.name());
+  const Argument *alpha = c.n.input("alpha");
+  if (c.want("self"))
+    c.set("self", maybeMultiply(c, c.g(), c.n.input("beta")));
+  if (c.want("mat"))
+    c.set("mat", maybeMultiply(c, mvSelfGrad(c, mat, vec), alpha));
+  if (c.want("vec"))
+    c.set("vec", maybeMultiply(c, mvVecGrad(c, mat, vec), alpha));
   return llvm::Error::success();
 }
 
@@ -775,6 +854,12 @@ llvm::Error aminmaxPairBackward(GradCall &c) {
   IntList dims;
   if (auto d = c.intArg("dim"))
     dims.push_back(*d < 0 ? *d + static_cast<int64_t>(sizes.size()) : *d);
+  // The mask is counted over the reduced dim, or over every dim listed (torch's aminmax backward
+  // passes the full list: an empty one would reduce no dim in DTensor's strategy).
+  IntList counts = dims;
+  if (dims.empty())
+    for (int64_t d = 0; d < int64_t(sizes.size()); ++d)
+      counts.push_back(d);
   // The count's (keepdim) shape; without keepdim the gradient and the result are reshaped to it, or
   // to a 0-d tensor when every dim is reduced (restore_reduced_dims with no dims).
   llvm::SmallVector<int64_t, 4> counted(sizes.size(), 1);
@@ -792,7 +877,7 @@ llvm::Error aminmaxPairBackward(GradCall &c) {
     Value *gr = keepdim ? g : c.e.reshape(g, restored);
     Value *rr = keepdim ? mut(c.result(i)) : c.e.reshape(mut(c.result(i)), restored);
     Value *mask = c.e.emit("aten::eq.Tensor", {A("self", self), A("other", rr)}, boolLike(self), "grad_mask");
-    Value *count = c.e.emit("aten::sum.dim_IntList", {A("self", mask), A("dim", dims), A("keepdim", true)},
+    Value *count = c.e.emit("aten::sum.dim_IntList", {A("self", mask), A("dim", counts), A("keepdim", true)},
                             withDtype(GradEmitter::withSizes(self, counted), ScalarType::Long), "grad_count");
     Value *q = c.e.emit("aten::div.Tensor", {A("self", gr), A("other", count)}, GradEmitter::withSizes(self, counted),
                         "grad_div");
@@ -899,22 +984,72 @@ llvm::Error stdMeanCorrection(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// norm.Scalar / norm.ScalarOpt_dim / linalg_vector_norm with p = 2: grad * self / result, zero
-/// where the result is.
+/// norm.Scalar / norm.ScalarOpt_dim / linalg_vector_norm (FunctionsManual norm_backward), by p:
+/// 0 no gradient; 1 sgn(self) * grad; 2 grad * (self / norm), zero where norm is; +-inf the
+/// gradient split over the entries equal to the norm (or NaN); p < 1, 1 < p < 2 and p > 2 their
+/// scaled powers of |self|. torch's compiler evaluates an operator*'s right operand first, so the
+/// ops of `a * b` are emitted b's first, as they run.
 llvm::Error normBackward(GradCall &c) {
-  const Argument *p = c.n.input(llvm::StringRef(c.n.opString()).startswith("aten::norm.") ? "p" : "ord");
-  if (numberOf(p).value_or(2.0) != 2.0)
-    return makeError("autodiff: {} with p != 2 has no formula yet (node '{}')", c.n.opString(), c.n.name());
+  const Argument *pArg = c.n.input(llvm::StringRef(c.n.opString()).startswith("aten::norm.") ? "p" : "ord");
+  double p = numberOf(pArg).value_or(2.0);
+  if (p == 0.0)
+    return llvm::Error::success();
+  Value *self = c.self();
   IntList ds = c.reducedDims();
   bool keepdim = c.boolArg("keepdim") || !c.n.input("dim") || c.n.input("dim")->isNone();
   Value *g = c.e.unsqueezeMultiple(c.g(), ds, keepdim);
   Value *r = c.e.unsqueezeMultiple(mut(c.result()), ds, keepdim);
-  Value *q = binary(c, "aten::div.Tensor", c.self(), r, "grad_div");
-  TensorMeta bm = boolLike(r);
-  Value *z = c.e.emit("aten::eq.Scalar", {A("self", r), A("other", int64_t(0))}, bm, "grad_zero_mask");
-  q = c.e.emit("aten::masked_fill_.Scalar", {A("self", q), A("mask", z), A("value", int64_t(0))}, GradEmitter::like(q),
-               "grad_masked");
-  c.set("self", c.e.emit("aten::mul.Tensor", {A("self", g), A("other", q)}, GradEmitter::like(c.self()), "grad_norm"));
+  auto mulOf = [&](Value *x, Value *y, llvm::StringRef hint) {
+    return c.e.emit("aten::mul.Tensor", {A("self", x), A("other", y)}, GradEmitter::like(self), hint);
+  };
+  auto zeroWhere = [&](Value *x, Value *of) { // x.masked_fill_(of == 0, 0)
+    Value *z = c.e.emit("aten::eq.Scalar", {A("self", of), A("other", int64_t(0))}, boolLike(of), "grad_zero_mask");
+    return c.e.emit("aten::masked_fill_.Scalar", {A("self", x), A("mask", z), A("value", int64_t(0))},
+                    GradEmitter::like(x), "grad_masked");
+  };
+  auto absPow = [&](double e) { // self.abs().pow_(e)
+    Value *a = unary(c, "aten::abs.default", self, "grad_abs");
+    return c.e.emit("aten::pow_.Scalar", {A("self", a), A("exponent", e)}, GradEmitter::like(a), "grad_pow");
+  };
+  Value *gi;
+  if (p == 1.0) {
+    gi = mulOf(unary(c, "aten::sgn.default", self, "grad_sgn"), g, "grad_norm");
+  } else if (p == 2.0) {
+    gi = c.e.emit("aten::mul.Tensor", {A("self", g), A("other", zeroWhere(binary(c, "aten::div.Tensor", self, r,
+                                                                                  "grad_div"), r))},
+                  GradEmitter::like(self), "grad_norm");
+  } else if (std::isinf(p)) {
+    Value *a = unary(c, "aten::abs.default", self, "grad_abs");
+    Value *eq = c.e.emit("aten::eq.Tensor", {A("self", a), A("other", r)}, boolLike(self), "grad_norm_mask");
+    Value *nan = c.e.emit("aten::isnan.default", {A("self", a)}, boolLike(self), "grad_norm_nan");
+    Value *mask = c.e.emit("aten::logical_or.default", {A("self", eq), A("other", nan)}, boolLike(self),
+                           "grad_norm_mask");
+    // mask.sum(dim, true) with the node's own dim list: [] when it has none (all dims to torch's
+    // sum, while DTensor's strategy reads [] as no reduced dim).
+    const Argument *dimArg = c.n.input("dim");
+    IntList rawDims = dimArg && dimArg->asIntList() ? *dimArg->asIntList() : IntList{};
+    auto rs = sizesOf(*self->meta());
+    for (int64_t d : ds)
+      rs[d] = 1;
+    Value *n = c.e.emit("aten::sum.dim_IntList", {A("self", mask), A("dim", rawDims), A("keepdim", true)},
+                        metaOf(ScalarType::Long, rs, self->meta()->device), "grad_norm_count");
+    Value *share = c.e.emit("aten::div.Tensor", {A("self", g), A("other", n)}, GradEmitter::withSizes(g, rs),
+                            "grad_div");
+    Value *spread = mulOf(share, mask, "grad_mul");
+    gi = mulOf(unary(c, "aten::sgn.default", self, "grad_sgn"), spread, "grad_norm");
+  } else if (p < 1.0) {
+    Value *pw = zeroWhere(absPow(p - 1), self);
+    Value *scaled = mulOf(unary(c, "aten::sgn.default", self, "grad_sgn"), pw, "grad_mul");
+    Value *rp = powScalar(c, r, 1 - p);
+    gi = mulOf(mulOf(scaled, g, "grad_mul"), rp, "grad_norm");
+  } else {
+    Value *pw = absPow(p < 2.0 ? p - 1 : p - 2);
+    Value *scaled = p < 2.0 ? mulOf(unary(c, "aten::sgn.default", self, "grad_sgn"), pw, "grad_mul")
+                            : mulOf(self, pw, "grad_mul");
+    Value *scale = zeroWhere(binary(c, "aten::div.Tensor", g, powScalar(c, r, p - 1), "grad_div"), r);
+    gi = mulOf(scaled, scale, "grad_norm");
+  }
+  c.set("self", gi);
   return llvm::Error::success();
 }
 
@@ -1270,20 +1405,28 @@ llvm::Error logsumexpBackward(GradCall &c) {
 /// amax / amin: (grad / mask.sum(dims, keepdim=True)) * mask, mask = (result == self), the
 /// reduced dims restored unless keepdim.
 llvm::Error aminmaxBackward(GradCall &c) {
+  // scale_grad_by_count(restore_reduced_dims(grad, dim, keepdim), restore_reduced_dims(result, dim,
+  // keepdim) == self, dim) with the node's own dim list: amax() passes [] (every dim to torch's sum,
+  // none to DTensor's strategy, which keeps the mask's shards on the count), and the gradient and
+  // result are then viewed as 0-dim tensors.
+  const Argument *dimArg = c.n.input("dim");
+  IntList rawDims = dimArg && dimArg->asIntList() ? *dimArg->asIntList() : IntList{};
   IntList ds = c.reducedDims();
   bool keepdim = c.boolArg("keepdim");
   auto ks = sizesOf(*c.self()->meta());
   for (int64_t d : ds)
     ks[d] = 1;
-  Value *g = keepdim ? c.g() : c.e.reshape(c.g(), ks);
-  Value *r = keepdim ? mut(c.result()) : c.e.reshape(mut(c.result()), ks);
+  llvm::SmallVector<int64_t, 4> restored = rawDims.empty() ? llvm::SmallVector<int64_t, 4>{} : ks;
+  Value *g = keepdim ? c.g() : c.e.reshape(c.g(), restored);
+  Value *r = keepdim ? mut(c.result()) : c.e.reshape(mut(c.result()), restored);
   TensorMeta bm = boolLike(c.self());
   Value *mask = c.e.emit("aten::eq.Tensor", {A("self", r), A("other", c.self())}, bm, "grad_mask");
   TensorMeta cm = GradEmitter::withSizes(c.self(), ks);
   cm.dtype = ScalarType::Long;
-  Value *count = c.e.emit("aten::sum.dim_IntList", {A("self", mask), A("dim", ds), A("keepdim", true)}, cm,
+  Value *count = c.e.emit("aten::sum.dim_IntList", {A("self", mask), A("dim", rawDims), A("keepdim", true)}, cm,
                           "grad_count");
-  Value *q = binary(c, "aten::div.Tensor", g, count, "grad_div");
+  Value *q = c.e.emit("aten::div.Tensor", {A("self", g), A("other", count)}, GradEmitter::withSizes(g, ks),
+                      "grad_div");
   c.set("self", c.e.emit("aten::mul.Tensor", {A("self", q), A("other", mask)}, GradEmitter::like(c.self()), "grad_mul"));
   return llvm::Error::success();
 }

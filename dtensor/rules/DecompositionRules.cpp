@@ -204,6 +204,23 @@ llvm::Error pixelShuffleRunsLocally(const OpCall &call, const Candidate &c) {
   });
 }
 
+/// addmv runs its own kernel on the local shards of the strategy its decomposition gave, and that
+/// kernel checks the shards' sizes (addmv's meta function: mat's columns equal vec's length, self
+/// has mat's rows or one element); DTensor raises where a strategy splits them apart.
+llvm::Error addmvRunsLocally(const OpCall &call, const Candidate &c) {
+  return forEachMeshCoordinate(*call.mesh, [&](llvm::ArrayRef<int64_t> coord) -> llvm::Error {
+    auto self = localShape(call.shape(0), c.inputs[0], *call.mesh, coord);
+    auto mat = localShape(call.shape(1), c.inputs[1], *call.mesh, coord);
+    auto vec = localShape(call.shape(2), c.inputs[2], *call.mesh, coord);
+    int64_t selfNumel = numelOf(self);
+    if (mat[1] == vec[0] && (mat[0] == selfNumel || selfNumel == 1))
+      return llvm::Error::success();
+    return call.error("the local addmv fails on the rank at mesh coordinate [{}]: its shards self [{}], mat [{}], vec "
+                      "[{}] do not fit (DTensor raises at runtime: size mismatch)",
+                      fmt::join(coord, ", "), fmt::join(self, ", "), fmt::join(mat, ", "), fmt::join(vec, ", "));
+  });
+}
+
 /// An elementwise op of the decomposition: the result has `like`'s sizes (and `dtype`).
 Value *pointwise(Decomposition &d, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, Value *like,
                  std::optional<ScalarType> dtype = std::nullopt) {
@@ -845,6 +862,33 @@ llvm::Error addr(Decomposition &d) {
   d.returns({d.op("aten::add.Tensor", {na("self", bias), na("other", scaled)}, out)});
   return llvm::Error::success();
 }
+/// addmv(self, mat, vec, beta, alpha) (torch._decomp _addmv_impl, floating): alpha * mv(mat, vec),
+/// and when beta != 0 that plus beta * self.
+llvm::Error addmv(Decomposition &d) {
+  if (llvm::Error e = needFloat(d))
+    return e;
+  const OpCall &c = d.call();
+  if (c.rank(1) != 2 || c.rank(2) != 1)
+    return c.error("expected a matrix and a vector");
+  auto beta = scalarArg(c, "beta", 3, 1);
+  if (!beta)
+    return c.error("beta is not a number");
+  const TensorMeta &out = *c.results[0]->meta();
+  if (numelOf(sizesOf(out)) == 0)
+    return c.error("an empty product (beta * self alone) is not modelled");
+  Argument alphaArg = c.arg("alpha", 4) ? *c.arg("alpha", 4) : Argument(int64_t{1});
+  Argument betaArg = c.arg("beta", 3) ? *c.arg("beta", 3) : Argument(int64_t{1});
+  Value *prod = d.op("aten::mv.default", {na("self", d.in(1)), na("vec", d.in(2))}, out);
+  Value *scaled = d.op("aten::mul.Tensor", {na("self", prod), na("other", alphaArg)}, out);
+  if (*beta == 0) {
+    d.returns({scaled});
+    return llvm::Error::success();
+  }
+  Value *bias = d.op("aten::mul.Tensor", {na("self", d.in(0)), na("other", betaArg)}, c.inputs[0].meta);
+  d.returns({d.op("aten::add.Tensor", {na("self", scaled), na("other", bias)}, out)});
+  return llvm::Error::success();
+}
+
 /// outer(vec1, vec2): vec1.reshape(-1, 1) * vec2. Top-level outer is decomposed before DTensor
 /// sees it (aten/Decomposer); this rule serves the outer inside addr's decomposition.
 llvm::Error outer(Decomposition &d) {
@@ -894,6 +938,7 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::aminmax.default", aminmax},
       {"aten::count_nonzero.default", countNonzero},
       {"aten::mv.default", mv},
+      {"aten::addmv.default", addmv},
       {"aten::outer.default", outer},
       {"aten::addr.default", addr},
       {"aten::std_mean.correction", stdMean},
@@ -925,7 +970,8 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
 
 const llvm::StringMap<LocalCheckFn> &localChecks() {
   static const llvm::StringMap<LocalCheckFn> m = {{"aten::pixel_shuffle.default", pixelShuffleRunsLocally},
-                                                  {"aten::pixel_unshuffle.default", pixelShuffleRunsLocally}};
+                                                  {"aten::pixel_unshuffle.default", pixelShuffleRunsLocally},
+                                                  {"aten::addmv.default", addmvRunsLocally}};
   return m;
 }
 

@@ -4,7 +4,8 @@
 //     a reduced dim becomes the reduction's Partial with no communication, other shard dims are
 //     renumbered; the input is first replicated on the reduced dims and cleared of Partials when
 //     the reduction is not "linear" for it: a Partial whose op differs from the reduction's, or
-//     (mean only) a reduced dim that is not evenly sharded;
+//     (mean only) a reduced dim that is not evenly sharded; an explicit empty dim list reduces no
+//     dim here (_infer_reduction_dims), though torch's kernel reduces every dim;
 //   _softmax / _log_softmax: the softmax dim is unsharded and every Partial replicated;
 //   nll_loss_forward: the class dim (1, or 0 for 1-D input) unsharded and Partials replicated;
 //     the target follows that with the class dim removed; weight replicated; the loss is a
@@ -110,6 +111,8 @@ Cands commonReduction(const OpCall &call, const std::set<int64_t> &dims, bool ke
   return c;
 }
 
+std::optional<std::set<int64_t>> inferReductionDims(const OpCall &call, const Argument *a);
+
 llvm::Expected<Cands> linearReductionRule(const OpCall &call) {
   if (call.inputs.size() != 1)
     return call.error("expected one tensor operand, got {}", call.inputs.size());
@@ -120,18 +123,22 @@ llvm::Expected<Cands> linearReductionRule(const OpCall &call) {
   bool hasDimArg = opName == "aten::sum.dim_IntList" || opName == "aten::mean.dim" || opName == "aten::amax.default" ||
                    opName == "aten::amin.default" || opName == "aten::prod.dim_int" || opName == "aten::all.dim" ||
                    opName == "aten::any.dim" || opName == "aten::any.dims";
-  std::optional<IntList> dimList = hasDimArg ? call.intListArg("dim", 1) : std::nullopt;
-  // An empty dim list is what the exporter writes for the schema default (reduce everything).
-  if (dimList && !dimList->empty() && rank > 0) {
-    for (int64_t d : *dimList)
-      dims.insert(normDim(d, rank));
-  } else {
+  // _infer_reduction_dims: no dim argument (or None) reduces every dim; an explicit [] reduces no dim
+  // of a tensor with dims (DTensor keeps its shards, though torch's kernel sums everything: what
+  // `x.amax(keepdim=True)` and autograd's mask.sum(dim, true) pass).
+  if (std::optional<std::set<int64_t>> listed = hasDimArg ? inferReductionDims(call, call.arg("dim", 1)) : std::nullopt)
+    dims = *listed;
+  else
     dims = allDims(rank);
-  }
   bool keepdim = false;
   if (hasDimArg)
     if (const Argument *a = call.arg("keepdim", 2); a && a->is<bool>())
       keepdim = a->get<bool>();
+  if (dims.empty() && !keepdim && rank > 0 && llvm::any_of(call.inputs[0].placements, [](const Placement &p) {
+        return p.isShard();
+      }))
+    return call.error("an explicit empty dim list reduces every dim in torch but none in DTensor, which would keep "
+                      "the shard on the 0-dim result; not modelled");
   return commonReduction(call, dims, keepdim, op, op);
 }
 

@@ -128,6 +128,14 @@ CASES = [
     ("movedim", lambda a: torch.movedim(a, 2, 0) * 1.0, [(f32(2, 4, 6), S1)]),
     ("std-dim", lambda a: torch.std(a, dim=1), [(f32(2, 4, 6), S1)]),
     ("var-dim-biased-keepdim", lambda a: torch.var(a, dim=-1, unbiased=False, keepdim=True), [(f32(2, 4, 6), S0)]),
+    # vector norms of each order branch of norm_backward (torch's FunctionsManual): 1, inf, -inf,
+    # p < 1, 1 < p < 2, p > 2; the row-sharded input keeps each norm on its rank
+    ("vector-norm-1", lambda a: torch.linalg.vector_norm(a, 1, dim=1), [(f32(4, 6), S0)]),
+    ("vector-norm-inf", lambda a: torch.linalg.vector_norm(a, float("inf"), dim=1), [(f32(4, 6), S0)]),
+    ("vector-norm-neg-inf-all", lambda a: torch.linalg.vector_norm(a, float("-inf")), [(f32(4, 6), S1)]),
+    ("vector-norm-half", lambda a: torch.linalg.vector_norm(a, 0.5, dim=1, keepdim=True), [(f32(4, 6), S0)]),
+    ("vector-norm-1.5", lambda a: torch.linalg.vector_norm(a, 1.5, dim=0), [(f32(4, 6), S1)]),
+    ("vector-norm-3", lambda a: torch.linalg.vector_norm(a, 3, dim=1), [(f32(4, 6), S0)]),
     ("pad-constant", lambda a: F.pad(a, (1, 2), value=0.5), [(f32(2, 4, 6), S0)]),
     ("cross-entropy", lambda a, t: F.cross_entropy(a, t), [(f32(8, 5), S0), (idx(5, 8), S0)]),
     ("cross-entropy-sum-ignore", lambda a, t: F.cross_entropy(a, t, reduction="sum", ignore_index=1),
@@ -135,6 +143,12 @@ CASES = [
     ("upsample-bilinear-scale", lambda a: F.interpolate(a, scale_factor=2, mode="bilinear"), [(f32(2, 3, 4, 4), S0)]),
     ("upsample-bilinear-size-shard-h", lambda a: F.interpolate(a, size=(6, 8), mode="bilinear", align_corners=True),
      [(f32(2, 3, 4, 4), S2)]),
+    ("upsample-bilinear-aa-shard-c", lambda a: F.interpolate(a, size=(6, 3), mode="bilinear", antialias=True),
+     [(f32(2, 4, 4, 4), S1)]),
+    # addmv's gradients: self grad * beta, mat alpha * grad.ger(vec) (outer: a view and a mul),
+    # vec alpha * mat.t().mv(grad); the row-sharded matrix gives a Partial vector gradient
+    ("addmv", lambda s, m, v: torch.addmv(s, m, v, beta=0.5, alpha=2), [(f32(6), R), (f32(6, 4), S0), (f32(4), R)]),
+    ("addmv-shard-cols", lambda s, m, v: torch.addmv(s, m, v), [(f32(6), R), (f32(6, 4), S1), (f32(4), S0)]),
     ("upsample-nearest-scale", lambda a: F.interpolate(a, scale_factor=2, mode="nearest"), [(f32(2, 3, 4, 4), S1)]),
     # complex RoPE as torchtitan applies it: view_as_complex, a complex mul, view_as_real (their
     # backward: view_as_real / view_as_complex of the contiguous gradient, grad * other.conj())
@@ -144,6 +158,13 @@ CASES = [
      .flatten(2), [(f32(2, 4, 6), S0), (c64(4, 3), R)]),
     ("complex-rope-shard-pairs", lambda x, f: torch.view_as_real(torch.view_as_complex(x.reshape(2, 4, 3, 2)) * f)
      .flatten(2), [(f32(2, 4, 6), S1), (c64(4, 3), S0)]),
+    # inverse real FFTs of a real input: _to_copy to complex, _fft_c2r (backward: the one-sided
+    # _fft_r2c of the gradient, the reflected bins doubled in place; then the real part)
+    ("fft-irfft", lambda a: torch.fft.irfft(a), [(f32(4, 6), S0)]),
+    ("fft-irfft2-odd", lambda a: torch.fft.irfft2(a, s=(4, 9)), [(f32(4, 6), R)]),
+    # hfft conjugates (_conj, then clone) before _fft_c2r; hfft2 also runs _fft_c2c
+    ("fft-hfft", lambda a: torch.fft.hfft(a), [(f32(4, 6), S0)]),
+    ("fft-hfft2", lambda a: torch.fft.hfft2(a), [(f32(4, 6), R)]),
 
     ("div", lambda a, b: a / b, [(f32(4, 6), R), (f32(4, 6, lo="pos"), R)]),
     # Mixtral's router normalises its top-k weights in place (weights /= weights.sum(-1, keepdim=True))
@@ -223,6 +244,10 @@ CASES = [
     ("mean", lambda a: a.mean(), [(f32(4, 6), R)]),
     ("mean-dim", lambda a: a.mean(-1), [(f32(4, 6), R)]),
     ("amax", lambda a: a.amax(1), [(f32(4, 6), R)]),
+    # amax over every dim of a sharded tensor: its backward counts the mask with sum(dim=[]), which
+    # DTensor reads as reducing no dim (the count keeps the shard, then an all-gather)
+    ("amax-all-dims-sharded", lambda a: a.amax(), [(f32(4, 6), S0)]),
+    ("amin-all-dims-keepdim-sharded", lambda a: a.amin(keepdim=True), [(f32(4, 6), S1)]),
     ("amin-keepdim", lambda a: a.amin(0, keepdim=True), [(f32(4, 6), R)]),
     ("logsumexp", lambda a: torch.logsumexp(a, 1), [(f32(4, 6), R)]),
     ("max-all", lambda a: a.max(), [(f32(4, 6), S0)]),

@@ -165,6 +165,10 @@ def all_cases():
         cases += unary_cases("aten::mean.dim", shape, lambda t: [t, L("dim", [-1])], partials=("P(avg)",))
         cases += unary_cases("aten::amax.default", shape, lambda t: [t, L("dim", [2]), B("keepdim", True)],
                              partials=("P(max)", "P(sum)"))
+        # an explicit empty dim list (x.amax(keepdim=True), autograd's mask.sum(dim, true) of a
+        # norm over every dim): torch reduces every dim, DTensor's placements none
+        for op in ("aten::sum.dim_IntList", "aten::mean.dim", "aten::amax.default"):
+            cases += unary_cases(op, shape, lambda t: [t, L("dim", []), B("keepdim", True)], partials=("P(sum)",))
         for op in ("aten::_softmax.default", "aten::_log_softmax.default"):
             cases += unary_cases(op, shape, lambda t: [t, I("dim", -1), B("half_to_float", False)])
     # 5. norms
@@ -309,6 +313,11 @@ def all_cases():
             cases.append({"op": "aten::addr.default", "mesh": mesh,
                           "args": [T("self", [8, 6], pm), T("vec1", [8], pb), T("vec2", [6], pv),
                                    {"name": "alpha", "float": 0.5, "keyword": True}]})
+        for ps, pm, pv in list(itertools.product(o1, o2, o1))[:: (7 if len(mesh) > 1 else 2)]:
+            for extra in ([], [{"name": "beta", "float": 0.0, "keyword": True}]):
+                cases.append({"op": "aten::addmv.default", "mesh": mesh,
+                              "args": [T("self", [8], ps), T("mat", [8, 6], pm), T("vec", [6], pv),
+                                       {"name": "alpha", "float": 0.5, "keyword": True}] + extra})
     for mesh in MESHES:
         for pl in tuples(per_dim(2, ("P(sum)", "P(avg)", "P(max)")), mesh):
             idx = T("index", [2], ["R"] * len(mesh), "i64")
