@@ -286,6 +286,9 @@ private:
         {"aten::kron.default", &Decomposer::kron},
         {"aten::repeat_interleave.self_int", &Decomposer::repeatInterleaveInt},
         {"aten::conv1d.default", &Decomposer::convNd},
+        {"aten::conv_transpose1d.default", &Decomposer::convTransposeNd},
+        {"aten::conv_transpose2d.input", &Decomposer::convTransposeNd},
+        {"aten::conv_transpose3d.input", &Decomposer::convTransposeNd},
         {"aten::conv2d.default", &Decomposer::convNd},
         {"aten::conv3d.default", &Decomposer::convNd},
         {"aten::conv1d.padding", &Decomposer::convNd},
@@ -485,16 +488,56 @@ private:
       return keepExported();
     const Argument *bias = n_->input("bias");
     return emitConvolution(input, weight, bias ? b_.map(*bias) : Argument(NoneArg{}), *stride, *padding, *dilation,
-                           *groups, dims);
+                           *groups, false, IntList(dims, 0));
   }
+  /// conv_transpose1d/2d/3d (Convolution.cpp): at::convolution with transposed set; stride,
+  /// padding, output_padding and dilation default to 1, 0, 0, 1 per spatial dim.
+  llvm::Error convTransposeNd() {
+    Value *input = in("input"), *weight = in("weight");
+    if (!input || !weight || weight->meta()->rank() < 3)
+      return keepExported();
+    size_t dims = static_cast<size_t>(weight->meta()->rank() - 2);
+    auto listOr = [&](llvm::StringRef name, int64_t fallback) -> std::optional<IntList> {
+      const Argument *a = n_->input(name);
+      if (!a)
+        return IntList(dims, fallback);
+      auto list = a->asIntList();
+      if (list && list->size() == 1 && dims > 1)
+        list = IntList(dims, list->front());
+      return list && list->size() == dims ? list : std::nullopt;
+    };
+    auto stride = listOr("stride", 1), padding = listOr("padding", 0), outputPadding = listOr("output_padding", 0),
+         dilation = listOr("dilation", 1);
+    auto groups = n_->input("groups") ? intInput("groups") : std::optional<int64_t>(1);
+    if (!stride || !padding || !outputPadding || !dilation || !groups)
+      return keepExported();
+    const Argument *bias = n_->input("bias");
+    return emitConvolution(input, weight, bias ? b_.map(*bias) : Argument(NoneArg{}), *stride, *padding, *dilation,
+                           *groups, true, *outputPadding);
+  }
+  /// at::convolution of the node's operands; an unbatched input (one dim fewer than the weight)
+  /// is batched first (batchify: unsqueeze(0)) and the result squeezed back (squeeze.dim 0).
   llvm::Error emitConvolution(Value *input, Value *weight, Argument bias, const IntList &stride, const IntList &padding,
-                              const IntList &dilation, int64_t groups, size_t dims) {
-    b_.bind(result(0), emit1("aten::convolution.default",
-                             {{"input", input, false}, {"weight", weight, false}, {"bias", std::move(bias), false},
-                              {"stride", stride, false}, {"padding", padding, false}, {"dilation", dilation, false},
-                              {"transposed", false, false}, {"output_padding", IntList(dims, 0), false},
-                              {"groups", groups, false}},
-                             *result(0)->meta(), result(0)->name()));
+                              const IntList &dilation, int64_t groups, bool transposed, const IntList &outputPadding) {
+    bool unbatched = input->meta()->rank() == weight->meta()->rank() - 1;
+    TensorMeta outMeta = *result(0)->meta();
+    if (unbatched) {
+      auto in = hints(input->meta()->sizes), out = hints(outMeta.sizes);
+      in.insert(in.begin(), 1);
+      out.insert(out.begin(), 1);
+      input = unary("aten::unsqueeze.default", input, withShape(*input->meta(), in), tmp("batched"),
+                    {{"dim", int64_t(0), false}});
+      outMeta = withShape(outMeta, out);
+    }
+    Value *conv = emit1("aten::convolution.default",
+                        {{"input", input, false}, {"weight", weight, false}, {"bias", std::move(bias), false},
+                         {"stride", stride, false}, {"padding", padding, false}, {"dilation", dilation, false},
+                         {"transposed", transposed, false}, {"output_padding", outputPadding, false},
+                         {"groups", groups, false}},
+                        outMeta, unbatched ? tmp("convolution") : result(0)->name());
+    if (unbatched)
+      conv = unary("aten::squeeze.dim", conv, *result(0)->meta(), result(0)->name(), {{"dim", int64_t(0), false}});
+    b_.bind(result(0), conv);
     return llvm::Error::success();
   }
   /// The node's one result as view(x, its sizes).

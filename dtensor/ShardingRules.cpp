@@ -24,6 +24,7 @@ const RuleTable &table() {
     registerNormEmbeddingRules(t);
     registerBackwardRules(t);
     registerSpatialRules(t);
+    registerConvolutionRules(t);
     registerLinalgRules(t);
     registerAttentionRules(t);
     registerDecompositionRules(t);

@@ -484,6 +484,21 @@ private:
                          n.name(), scopeName(n));
       return replicateUnsupported(n, tensors, specs);
     }
+    bool convolution = isConvolution(n.opString());
+    if (convolution && n.opString() == "aten::convolution_backward.default" && specs.size() >= 2 && specs[0] &&
+        specs[1]) {
+      // convolution_backward_handler redistributes grad_output to the input's placements first.
+      Placements have = normalized(specs[0]->placements, tensors[0]->meta()->rank());
+      Placements want = normalized(specs[1]->placements, tensors[0]->meta()->rank());
+      if (have != want) {
+        std::string why = fmt::format("{} takes grad_output {} as the input's placements {} "
+                                      "(convolution_backward_handler)",
+                                      n.opString(), tensors[0]->name(), str(want));
+        if (llvm::Error err = redistribute(tensors[0], have, want, n, "grad_output", why, approx))
+          return err;
+        specs[0]->placements = want;
+      }
+    }
     auto decided = decisions_.decide(rules, n, specs, mesh_);
     if (!decided) {
       std::string msg = takeMessage(decided.takeError());
@@ -492,6 +507,18 @@ private:
       return replicateUnsupported(n, tensors, specs);
     }
     const ShardingDecision *decision = *decided;
+    if (convolution)
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        if (!specs[i] || i >= decision->operandPlacements.size() || !decision->operandPlacements[i])
+          continue;
+        Placements want = normalized(*decision->operandPlacements[i], tensors[i]->meta()->rank());
+        Placements have = normalized(specs[i]->placements, tensors[i]->meta()->rank());
+        if (want != have)
+          return makeError("{}: DTensor's convolution handler (torch 2.13 _tp_conv.py) runs the local kernel on the "
+                           "shards as they are, without redistributing '{}' from {} to {} as the strategy asks: not "
+                           "modelled",
+                           n.where(), operandName(n, tensors[i]), str(have), str(want));
+      }
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (!specs[i] || i >= decision->operandPlacements.size() || !decision->operandPlacements[i])
         continue;
@@ -531,6 +558,13 @@ private:
     r.why = std::move(why);
     state_.collectives.push_back(std::move(r));
     return state_.collectives.back();
+  }
+
+  /// convolution and its backward run DTensor's custom handlers (torch 2.13 `_tp_conv.py`): the
+  /// strategy gives the output placements, the kernel runs on the local shards unredistributed
+  /// (only the backward's grad_output is redistributed, to the input's placements).
+  static bool isConvolution(llvm::StringRef op) {
+    return op == "aten::convolution.default" || op == "aten::convolution_backward.default";
   }
 
   static bool isArgMinMax(llvm::StringRef op) { return op == "aten::argmax.default" || op == "aten::argmin.default"; }

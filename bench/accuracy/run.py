@@ -275,6 +275,13 @@ CONFIGS = [
       for model in [f"examples.inplace:inplace(variant={variant!r})"]
       for settings in [f"model={model!r}, parallelize='examples.inplace:tp_local(tp=2)', world_size=2, "
                        "inputs_requires_grad=(0,)"]],
+    # convolutions on batch-sharded DTensors (DTensor's _tp_conv.py handlers), the head replicated
+    # or column-parallel, measured natively
+    *[Config(f"cnn-batch_parallel_captured-dp{dp}{tag}-grad-both", "examples.cnn:cnn()", PZ + f"captured({settings})",
+             "both", ci=(dp, tag) == (2, "-head_tp"), measure=PZ + f"measure_natively({settings})")
+      for dp, tag, extra in ((2, "", ""), (2, "-head_tp", ", head_tp=True"), (4, "-head_tp", ", head_tp=True"))
+      for settings in [f"model='examples.cnn:cnn()', parallelize='examples.cnn:batch_parallel(dp={dp}{extra})', "
+                       f"world_size={dp}, inputs_requires_grad=(0,)"]],
     *[Config(f"hf_{family}-transformers_tp_captured-tp{tp}-both", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_captured(family={family!r}, tp={tp})", "both", ci=(family, tp) == ("llama", 4),
              measure=f"examples.hf_real:measure_transformers(family={family!r}, tp={tp})")

@@ -155,6 +155,7 @@ void registerReductionRules(RuleTable &t);
 void registerNormEmbeddingRules(RuleTable &t);
 void registerBackwardRules(RuleTable &t);
 void registerSpatialRules(RuleTable &t);
+void registerConvolutionRules(RuleTable &t);
 void registerLinalgRules(RuleTable &t);
 void registerAttentionRules(RuleTable &t);
 /// Ops without a DTensor strategy whose strategy DTensor derives from their decomposition.

@@ -145,6 +145,15 @@ CASES = [
      [(f32(2, 3, 4, 4), S2)]),
     ("upsample-bilinear-aa-shard-c", lambda a: F.interpolate(a, size=(6, 3), mode="bilinear", antialias=True),
      [(f32(2, 4, 4, 4), S1)]),
+    # convolutions (DTensor's _tp_conv.py handlers): batch-sharded input, replicated weight and
+    # bias: the weight and bias gradients Partial; the backward handler first redistributes
+    # grad_output to the input's placements
+    ("conv2d-shard-batch", lambda x, w, b: F.conv2d(x, w, b, padding=1), [(f32(4, 3, 5, 5), S0), (f32(6, 3, 3, 3), R),
+                                                                          (f32(6), R)]),
+    ("conv-transpose1d-shard-batch", lambda x, w: F.conv_transpose1d(x, w, stride=2, output_padding=1),
+     [(f32(4, 6, 5), S0), (f32(6, 8, 3), R)]),
+    # an unbatched input is batched (unsqueeze) around the convolution and squeezed back
+    ("conv1d-unbatched", lambda x, w: F.conv1d(x, w), [(f32(6, 5), R), (f32(8, 6, 3), R)]),
     # addmv's gradients: self grad * beta, mat alpha * grad.ger(vec) (outer: a view and a mul),
     # vec alpha * mat.t().mv(grad); the row-sharded matrix gives a Partial vector gradient
     ("addmv", lambda s, m, v: torch.addmv(s, m, v, beta=0.5, alpha=2), [(f32(6), R), (f32(6, 4), S0), (f32(4), R)]),
