@@ -74,6 +74,9 @@ public:
       return rmsNorm();
     if (op == "aten::dropout.default")
       return dropout();
+    if (op == "aten::feature_dropout.default" || op == "aten::alpha_dropout.default" ||
+        op == "aten::feature_alpha_dropout.default")
+      return noiseDropout();
     if (op == "aten::softmax.int" || op == "aten::log_softmax.int")
       return softmax(op == "aten::log_softmax.int" ? "aten::_log_softmax.default" : "aten::_softmax.default");
     if (op == "aten::reshape.default" || op == "aten::flatten.using_ints") {
@@ -238,6 +241,7 @@ private:
         {"aten::diff.default", &Decomposer::diff},
         {"aten::sum_to_size.default", &Decomposer::sumToSize},
         {"aten::linalg_norm.default", &Decomposer::linalgNorm},
+        {"aten::linalg_matrix_norm.str_ord", &Decomposer::linalgMatrixNormStr},
         {"aten::adaptive_avg_pool2d.default", &Decomposer::adaptiveAvgPool2d},
         {"aten::adaptive_avg_pool1d.default", &Decomposer::adaptiveAvgPool1d},
         {"aten::nll_loss_nd.default", &Decomposer::nllLossNd},
@@ -285,6 +289,8 @@ private:
         {"aten::float_power.Scalar", &Decomposer::floatPower},
         {"aten::kron.default", &Decomposer::kron},
         {"aten::repeat_interleave.self_int", &Decomposer::repeatInterleaveInt},
+        {"aten::tensordot.default", &Decomposer::tensordot},
+        {"aten::inner.default", &Decomposer::inner},
         {"aten::conv1d.default", &Decomposer::convNd},
         {"aten::conv_transpose1d.default", &Decomposer::convTransposeNd},
         {"aten::conv_transpose2d.input", &Decomposer::convTransposeNd},
@@ -1159,6 +1165,27 @@ private:
         args.push_back({name.str(), b_.map(*a), name == "dtype"});
     return runOnSelf("aten::linalg_vector_norm.default", std::move(args));
   }
+  /// linalg_matrix_norm.str_ord (LinearAlgebra.cpp): 'fro' is linalg_vector_norm(A, 2, dim, keepdim,
+  /// dtype) over the two dims, wrapped; 'nuc' (a sum of singular values) is kept, and refused.
+  llvm::Error linalgMatrixNormStr() {
+    const Argument *ord = n_->input("ord");
+    if (ord && !(ord->is<std::string>() && ord->get<std::string>() == "fro"))
+      return keepExported();
+    int64_t rank = in("self")->meta()->rank();
+    IntList dims{-2, -1};
+    if (auto d = intListInput("dim"))
+      dims = *d;
+    if (dims.size() != 2 || rank < 2)
+      return keepExported();
+    for (int64_t &d : dims)
+      d = d < 0 ? d + rank : d;
+    llvm::SmallVector<NamedArgument, 4> args{{"ord", int64_t(2), false}, {"dim", dims, false}};
+    if (const Argument *k = n_->input("keepdim"); k && k->is<bool>() && k->get<bool>())
+      args.push_back({"keepdim", true, false});
+    if (const Argument *dt = n_->input("dtype"); dt && !dt->isNone())
+      args.push_back({"dtype", b_.map(*dt), true});
+    return runOnSelf("aten::linalg_vector_norm.default", std::move(args));
+  }
   /// adaptive_avg_pool2d (AdaptiveAveragePooling.cpp) of `x` to `out`: mean over the last two dims
   /// (keepdim) for a 1x1 output, else _adaptive_avg_pool2d.
   Value *adaptiveAvgPool2dOf(Value *x, const IntList &out, const TensorMeta &meta, llvm::StringRef name) {
@@ -1561,6 +1588,22 @@ private:
     return llvm::Error::success();
   }
 
+  /// feature_dropout / alpha_dropout / feature_alpha_dropout (Dropout.cpp _dropout_impl): the
+  /// input itself with p = 0 or outside training; their noise masks otherwise are not modelled.
+  llvm::Error noiseDropout() {
+    const Argument *p = n_->input("p");
+    const Argument *train = n_->input("train");
+    double prob = p && p->is<double>() ? p->get<double>() : 0.5;
+    bool training = !train || !train->is<bool>() || train->get<bool>();
+    if (prob == 0.0 || !training || in("input")->meta()->numel() == 0) {
+      b_.bind(result(0), in("input"));
+      return llvm::Error::success();
+    }
+    return makeError("{}: dropout with p = {} in training (a noise mask per feature or the alpha variant's affine "
+                     "noise) is not modelled",
+                     n_->where(), prob);
+  }
+
   /// linalg_svd (BatchLinearAlgebra.cpp): _linalg_svd(A, full_matrices, compute_uv=True, driver),
   /// full_matrices defaulting to True here (False in _linalg_svd's own schema).
   llvm::Error linalgSvd() {
@@ -1580,6 +1623,84 @@ private:
     return llvm::Error::success();
   }
 
+  /// permute(x, dims): a view with x's sizes and strides in `dims`' order (dims as passed).
+  Value *permute(Value *x, const IntList &dims, llvm::StringRef name) {
+    auto xs = hints(x->meta()->sizes), st = hints(x->meta()->strides);
+    int64_t rank = static_cast<int64_t>(xs.size());
+    llvm::SmallVector<int64_t, 4> sizes, strides;
+    for (int64_t d : dims) {
+      int64_t k = d < 0 ? d + rank : d;
+      sizes.push_back(xs[k]);
+      strides.push_back(st[k]);
+    }
+    return unary("aten::permute.default", x, withShape(*x->meta(), sizes, llvm::ArrayRef<int64_t>(strides)), name,
+                 {{"dims", dims, false}});
+  }
+  /// tensordot (Linear.cpp) of a over dims1 with b over dims2: a permuted to its free dims then
+  /// dims1, b to dims2 then its free dims (the contracted dims as passed), both reshaped to
+  /// matrices, mm, the product reshaped to the free sizes; two vectors: permute, dot and a view.
+  llvm::Error tensordotOf(Value *a, Value *b, const IntList &dims1, const IntList &dims2) {
+    auto as = hints(a->meta()->sizes), bs = hints(b->meta()->sizes);
+    int64_t ra = static_cast<int64_t>(as.size()), rb = static_cast<int64_t>(bs.size());
+    if (dims1.size() != dims2.size())
+      return makeError("node '{}' {}: both dim lists must have the same length", n_->name(), n_->opString());
+    llvm::SmallVector<bool, 4> contractedA(ra, false), contractedB(rb, false);
+    int64_t csize = 1;
+    for (size_t i = 0; i < dims1.size(); ++i) {
+      int64_t da = dims1[i] < 0 ? dims1[i] + ra : dims1[i], db = dims2[i] < 0 ? dims2[i] + rb : dims2[i];
+      if (da < 0 || da >= ra || db < 0 || db >= rb)
+        return keepExported();
+      contractedA[da] = contractedB[db] = true;
+      csize *= as[da];
+    }
+    IntList p1, p2, rsizes;
+    int64_t size1 = 1, size2 = 1;
+    for (int64_t i = 0; i < ra; ++i)
+      if (!contractedA[i]) {
+        p1.push_back(i);
+        size1 *= as[i];
+        rsizes.push_back(as[i]);
+      }
+    p1.append(dims1.begin(), dims1.end());
+    p2.append(dims2.begin(), dims2.end());
+    for (int64_t i = 0; i < rb; ++i)
+      if (!contractedB[i]) {
+        p2.push_back(i);
+        size2 *= bs[i];
+        rsizes.push_back(bs[i]);
+      }
+    Value *pa = permute(a, p1, tmp("permute_self")), *pb = permute(b, p2, tmp("permute_other"));
+    Value *prod;
+    if (ra == 1 && rb == 1) {
+      prod = emit1("aten::dot.default", {{"self", pa, false}, {"tensor", pb, false}}, withShape(*a->meta(), {}),
+                   tmp("dot"));
+    } else {
+      Value *ma = reshape(pa, {size1, csize}, tmp("view_self")), *mb = reshape(pb, {csize, size2}, tmp("view_other"));
+      prod = emit1("aten::mm.default", {{"self", ma, false}, {"mat2", mb, false}}, withShape(*a->meta(), {size1, size2}),
+                   tmp("mm"));
+    }
+    b_.bind(result(0), reshape(prod, rsizes, result(0)->name()));
+    return llvm::Error::success();
+  }
+  llvm::Error tensordot() {
+    Value *a = in("self"), *b = in("other");
+    auto d1 = intListInput("dims_self"), d2 = intListInput("dims_other");
+    if (!a || !b || !d1 || !d2)
+      return keepExported();
+    return tensordotOf(a, b, *d1, *d2);
+  }
+  /// inner (LinearAlgebra.cpp): self * other when either is 0-d, else tensordot over both last dims.
+  llvm::Error inner() {
+    Value *a = in("self"), *b = in("other");
+    if (!a || !b)
+      return keepExported();
+    if (a->meta()->rank() == 0 || b->meta()->rank() == 0) {
+      b_.bind(result(0), emit1("aten::mul.Tensor", {{"self", a, false}, {"other", b, false}}, *result(0)->meta(),
+                               result(0)->name()));
+      return llvm::Error::success();
+    }
+    return tensordotOf(a, b, IntList{-1}, IntList{-1});
+  }
   /// movedim (TensorShape.cpp): a permute whose order puts each source dim at its destination
   /// and the other dims, in order, in the remaining places.
   llvm::Error movedim() {

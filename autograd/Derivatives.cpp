@@ -321,6 +321,14 @@ llvm::Error fftC2cBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// channel_shuffle: the gradient shuffled back, into channels / groups groups (derivatives.yaml).
+llvm::Error channelShuffleBackward(GradCall &c) {
+  int64_t channels = sizesOf(*c.g()->meta())[1];
+  c.set("self", c.e.emit("aten::channel_shuffle.default", {A("self", c.g()), A("groups", channels / *c.intArg("groups"))},
+                         GradEmitter::like(c.self()), "grad_channel_shuffle"));
+  return llvm::Error::success();
+}
+
 llvm::Error nativeDropout(GradCall &c) {
   std::optional<double> p = c.floatArg("p");
   double scale = p ? (*p == 1.0 ? 0.0 : 1.0 / (1.0 - *p)) : 1.0;

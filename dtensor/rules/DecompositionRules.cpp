@@ -186,6 +186,51 @@ llvm::Error pixelShuffle(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// channel_shuffle(input, groups) (torch._decomp): input.reshape(n, groups, c / groups, *dhw)
+/// .transpose(1, 2).reshape(input.shape).contiguous(): a view, a transpose, a contiguous clone and
+/// _unsafe_view (the last reshape copies, so contiguous() runs nothing).
+llvm::Error channelShuffle(Decomposition &d) {
+  auto groups = d.call().intArg("groups", 1);
+  if (!groups || *groups <= 0 || d.call().rank(0) < 3)
+    return d.call().error("expected positive groups and an input of at least 3 dims");
+  auto x = d.call().shape(0);
+  if (x[1] % *groups != 0)
+    return d.call().error("{} channels do not divide into {} groups", x[1], *groups);
+  const TensorMeta &in = d.call().inputs[0].meta, &out = *d.call().results[0]->meta();
+  IntList sizes{x[0], *groups, x[1] / *groups};
+  sizes.append(x.begin() + 2, x.end());
+  Value *v = d.op("aten::view.default", {na("self", d.in(0)), na("size", sizes)}, Decomposition::shaped(in, sizes));
+  IntList swapped = sizes;
+  std::swap(swapped[1], swapped[2]);
+  Value *t = d.op("aten::transpose.int", {na("self", v), na("dim0", int64_t(1)), na("dim1", int64_t(2))},
+                  Decomposition::shaped(in, swapped));
+  // The transposed view is not viewable as the input's shape: reshape copies (clone to contiguous,
+  // which DTensor's strategy does not run on a Partial) and views the copy.
+  Value *copy = d.op("aten::clone.default", {na("self", t), {"memory_format", Argument(MemoryFormat::Contiguous), true}},
+                     Decomposition::shaped(in, swapped));
+  d.returns({d.op("aten::_unsafe_view.default", {na("self", copy), na("size", IntList(sizesOf(out)))}, out)});
+  return llvm::Error::success();
+}
+
+/// DTensor then runs channel_shuffle whole on each rank's shard: the local channels must divide
+/// into the groups.
+llvm::Error channelShuffleRunsLocally(const OpCall &call, const Candidate &c) {
+  // A Partial input: the strategy replicates it, but torch 2.13 runs channel_shuffle on the partial
+  // local values without the all-reduce (the rules oracle counts none).
+  if (llvm::any_of(call.inputs[0].placements, [](const Placement &p) { return p.isPartial(); }))
+    return call.error("a Partial input, which DTensor's strategy replicates but torch 2.13 shuffles unreduced (no "
+                      "all-reduce runs): not modelled");
+  int64_t groups = *call.intArg("groups", 1);
+  return forEachMeshCoordinate(*call.mesh, [&](llvm::ArrayRef<int64_t> coord) -> llvm::Error {
+    auto x = localShape(call.shape(0), c.inputs[0], *call.mesh, coord);
+    if (x[1] % groups == 0)
+      return llvm::Error::success();
+    return call.error("the local channel_shuffle fails on the rank at mesh coordinate [{}]: its shard [{}] has "
+                      "channels that do not divide into {} groups (DTensor raises at runtime)",
+                      fmt::join(coord, ", "), fmt::join(x, ", "), groups);
+  });
+}
+
 /// DTensor then runs pixel_shuffle / pixel_unshuffle whole on each rank's shard: the local
 /// channels must divide by r*r (shuffle), the local height and width by r (unshuffle), which
 /// the one-device trace cannot see.
@@ -944,6 +989,7 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::std_mean.correction", stdMean},
       {"aten::unsafe_split.Tensor", unsafeSplit},
       {"aten::pixel_shuffle.default", pixelShuffle},
+      {"aten::channel_shuffle.default", channelShuffle},
       {"aten::pixel_unshuffle.default", pixelShuffle},
       {"aten::elu_backward.default", eluBackward},
       {"aten::leaky_relu_backward.default", leakyReluBackward},
@@ -971,7 +1017,8 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
 const llvm::StringMap<LocalCheckFn> &localChecks() {
   static const llvm::StringMap<LocalCheckFn> m = {{"aten::pixel_shuffle.default", pixelShuffleRunsLocally},
                                                   {"aten::pixel_unshuffle.default", pixelShuffleRunsLocally},
-                                                  {"aten::addmv.default", addmvRunsLocally}};
+                                                  {"aten::addmv.default", addmvRunsLocally},
+                                                  {"aten::channel_shuffle.default", channelShuffleRunsLocally}};
   return m;
 }
 

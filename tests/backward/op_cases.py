@@ -145,6 +145,17 @@ CASES = [
      [(f32(2, 3, 4, 4), S2)]),
     ("upsample-bilinear-aa-shard-c", lambda a: F.interpolate(a, size=(6, 3), mode="bilinear", antialias=True),
      [(f32(2, 4, 4, 4), S1)]),
+    # tensordot / inner (Linear.cpp): permutes, reshapes to matrices (a clone + _unsafe_view when
+    # the permuted operand is not viewable), mm and a view back; two vectors: dot
+    ("tensordot-shard-free-dim", lambda a, b: torch.tensordot(a, b, dims=([1, 2], [1, 0])),
+     [(f32(4, 3, 6), S0), (f32(6, 3, 5), R)]),
+    ("tensordot-contract-sharded", lambda a, b: torch.tensordot(a, b, dims=2), [(f32(2, 4, 6), S1), (f32(4, 6, 3), S0)]),
+    ("inner-vectors", lambda a, b: torch.inner(a, b), [(f32(6), S0), (f32(6), S0)]),
+    ("inner-matrices", lambda a, b: torch.inner(a, b), [(f32(4, 6), S0), (f32(3, 6), R)]),
+    # channel_shuffle (DTensor's decomposition strategy: view, transpose, reshape); its gradient
+    # shuffled back into channels / groups groups
+    ("channel-shuffle-shard-batch", lambda a: F.channel_shuffle(a, 2), [(f32(4, 6, 3, 3), S0)]),
+    ("channel-shuffle-shard-h", lambda a: F.channel_shuffle(a, 3), [(f32(2, 6, 4, 3), S2)]),
     # convolutions (DTensor's _tp_conv.py handlers): batch-sharded input, replicated weight and
     # bias: the weight and bias gradients Partial; the backward handler first redistributes
     # grad_output to the input's placements

@@ -33,6 +33,10 @@ OPS = {
     "dropout": lambda y: F.dropout(y, 0.1, training=True) * 2.0,
     "svd": lambda y: torch.linalg.svd(y)[1] * 2.0,
     "pad_reflect": lambda y: F.pad(y, (1, 2), mode="reflect"),
+    # feature / alpha dropouts: the input itself with p = 0 or outside training (Dropout.cpp)
+    "dropout2d_eval": lambda y: F.dropout2d(y, 0.5, training=False) * 2.0,
+    "alpha_dropout_p0": lambda y: F.alpha_dropout(y, 0.0, training=True) * 2.0,
+    "dropout2d": lambda y: F.dropout2d(y, 0.5, training=True),
     "cross_entropy_smoothed": lambda y: F.cross_entropy(y.reshape(-1, 8), (y.reshape(-1, 8)[:, 0] > 0).long(),
                                                         label_smoothing=0.1),
 }
@@ -65,7 +69,7 @@ def export(name, directory):
 @pytest.mark.parametrize("name, dim, with_collectives", [
     ("movedim", 1, False), ("std", 1, True), ("pad", 0, False), ("cross_entropy", 0, True),
     # dropout's CPU kernel: a bernoulli_ mask on empty_like(y), which keeps y's Shard(1)
-    ("dropout", 1, False)])
+    ("dropout", 1, False), ("dropout2d_eval", 1, False), ("alpha_dropout_p0", 0, False)])
 def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim, with_collectives):
     pt2 = export(name, tmp_path)
     plan = sharded(dim)
@@ -81,6 +85,8 @@ def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim
     ("pad_reflect", "node 'pad' aten::pad.default with mode 'reflect' in Head: only mode 'constant' is supported"),
     ("cross_entropy_smoothed",
      "node 'cross_entropy_loss' aten::cross_entropy_loss.default in Head: label_smoothing is not supported"),
+    ("dropout2d", "node 'feature_dropout' aten::feature_dropout.default in Head: dropout with p = 0.5 in training (a "
+                  "noise mask per feature or the alpha variant's affine noise) is not modelled"),
 ])
 def test_unmodelled_variants_are_refused_by_name(run_commlens, tmp_path, name, message):
     pt2 = export(name, tmp_path)
