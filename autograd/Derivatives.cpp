@@ -329,6 +329,36 @@ llvm::Error channelShuffleBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// index_add / index_copy (derivatives.yaml): self grad (index_add) or grad.index_fill(dim, index, 0)
+/// (index_copy); source the gradient's rows at the index, expanded as the source, or for a 0-d
+/// source selected at index.squeeze(0); index_add's scaled by alpha.
+llvm::Error indexAddCopyBackward(GradCall &c) {
+  bool add = c.n.opString() == "aten::index_add.default";
+  Value *g = c.g(), *index = c.operand("index"), *source = c.operand("source");
+  const Argument &dim = *c.n.input("dim");
+  if (c.want("self"))
+    c.set("self", add ? g
+                      : c.e.emit("aten::index_fill.int_Scalar",
+                                 {A("self", g), A("dim", dim), A("index", index), A("value", int64_t{0})},
+                                 GradEmitter::like(c.self()), "grad_index_fill"));
+  if (!c.want("source"))
+    return llvm::Error::success();
+  Value *gs;
+  if (source->meta()->rank() > 0) {
+    Value *rows = c.e.emit("aten::index_select.default", {A("self", g), A("dim", dim), A("index", index)},
+                           GradEmitter::like(source), "grad_index_select");
+    gs = c.e.emit("aten::expand.default", {A("self", rows), A("size", sizesList(source))}, GradEmitter::like(source),
+                  "grad_expand");
+  } else {
+    Value *at = c.e.emit("aten::squeeze.dim", {A("self", index), A("dim", int64_t{0})},
+                         GradEmitter::withSizes(index, {}), "grad_index_squeeze");
+    gs = c.e.emit("aten::index_select.default", {A("self", g), A("dim", dim), A("index", at)},
+                  GradEmitter::like(source), "grad_index_select");
+  }
+  c.set("source", add ? maybeMultiply(c, gs, c.n.input("alpha")) : gs);
+  return llvm::Error::success();
+}
+
 llvm::Error nativeDropout(GradCall &c) {
   std::optional<double> p = c.floatArg("p");
   double scale = p ? (*p == 1.0 ? 0.0 : 1.0 / (1.0 - *p)) : 1.0;

@@ -765,21 +765,36 @@ llvm::Error normScalarOptDim(Decomposition &d) {
 llvm::Error indexAddOrCopy(Decomposition &d) {
   bool add = d.call().op == "aten::index_add.default";
   auto dim = d.call().intArg("dim", 1);
-  if (!dim || d.call().inputs.size() != 3 || d.call().rank(0) == 0 || d.call().rank(1) > 1)
-    return d.call().error("expected self of at least one dim, a dim, a 1-d index and a source");
-  int64_t wrapped = normDim(*dim, d.call().rank(0));
-  if (d.call().rank(1) == 0)
-    return d.call().error("a 0-d index (unsqueezed first) is not modelled");
+  if (!dim || d.call().inputs.size() != 3 || d.call().rank(1) > 1)
+    return d.call().error("expected self, a dim, an index of at most one dim and a source");
+  int64_t rank = d.call().rank(0);
+  int64_t wrapped = rank == 0 ? 0 : normDim(*dim, rank);
+  Value *index = d.in(1);
+  if (d.call().rank(1) == 0) {
+    if (add) // _index_add indexes with the 0-d index as it is
+      return d.call().error("a 0-d index is not modelled");
+    index = d.op("aten::unsqueeze.default", {na("self", index), na("dim", int64_t{0})},
+                 Decomposition::shaped(d.meta(index), {1}));
+  }
   Value *source = d.in(2);
   if (std::optional<double> alpha = scalarArg(d.call(), "alpha", 4, 1.0); add && alpha != 1.0)
     source = d.op("aten::mul.Scalar", {na("self", source), na("other", *d.call().arg("alpha", 4))}, d.meta(source));
+  // a 0-d self is treated as an element of R^1: unsqueezed, indexed, squeezed back
+  Value *self = d.in(0);
+  if (rank == 0)
+    self = d.op("aten::unsqueeze.default", {na("self", self), na("dim", int64_t{0})},
+                Decomposition::shaped(d.meta(self), {1}));
   OptionalTensorList indices;
   indices.items.assign(static_cast<size_t>(wrapped), nullptr);
-  indices.items.push_back(d.in(1));
-  llvm::SmallVector<NamedArgument, 4> args{na("self", d.in(0)), na("indices", Argument(indices)), na("values", source)};
+  indices.items.push_back(index);
+  llvm::SmallVector<NamedArgument, 4> args{na("self", self), na("indices", Argument(indices)), na("values", source)};
   if (add)
     args.push_back(na("accumulate", true));
-  d.returns({d.op("aten::index_put.default", std::move(args), *d.call().results[0]->meta())});
+  const TensorMeta &out = *d.call().results[0]->meta();
+  Value *put = d.op("aten::index_put.default", std::move(args), rank == 0 ? Decomposition::shaped(out, {1}) : out);
+  if (rank == 0)
+    put = d.op("aten::squeeze.dim", {na("self", put), na("dim", int64_t{0})}, out);
+  d.returns({put});
   return llvm::Error::success();
 }
 

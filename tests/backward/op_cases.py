@@ -26,7 +26,7 @@ aten = torch.ops.aten
 
 def f32(*shape, lo=None):
     g = torch.Generator().manual_seed(hash(shape) % 1000)
-    t = torch.randn(*shape, generator=g)
+    t = torch.randn(shape, generator=g)
     return t.abs() + 0.5 if lo == "pos" else t
 
 
@@ -444,6 +444,11 @@ CASES = [
     ("index-select", lambda a, i: torch.index_select(a, 1, i), [(f32(4, 6), S0), (idx(6, 3), R)]),
     ("index-add", lambda a, i, b: a.index_add(0, i, b, alpha=2.0), [(f32(4, 6), S1), (idx(4, 3), R), (f32(3, 6), S1)]),
     ("index-copy", lambda a, i, b: a.index_copy(1, i, b), [(f32(4, 6), S0), (idx(6, 3), R), (f32(4, 3), S0)]),
+    # 0-d self and source: treated as elements of R^1 (unsqueezed, indexed, squeezed back); a 0-d
+    # source's gradient is selected at index.squeeze(0)
+    ("index-add-scalars", lambda a, i, b: a.index_add(0, i, b, alpha=-1), [(f32(), R), (idx(1, 1), R), (f32(), R)]),
+    ("index-copy-scalars", lambda a, i, b: a.index_copy(0, i, b), [(f32(), R), (idx(1, 1), R), (f32(), R)]),
+    ("index-select-scalar", lambda a, i: torch.index_select(a, 0, i), [(f32(), R), (idx(1, 1), R)]),
     ("index-tensor", lambda a, i: a[:, i], [(f32(4, 6), S0), (idx(6, 3), R)]),
     ("kl-div-log-target", lambda a, b: F.kl_div(a, b, reduction="sum", log_target=True), [(f32(4, 6), S0), (f32(4, 6), R)]),
     # double backward ops: a gradient's own gradient

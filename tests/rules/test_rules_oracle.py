@@ -442,6 +442,18 @@ def all_cases():
             cases.append({"op": "aten::index_put.default", "mesh": mesh,
                           "args": [T("self", [6, 8, 4], ["R"] * len(mesh)), idx_list([([4], ipl)]),
                                    T("values", [4, 8, 4], ipl)]})
+    # index_add / index_copy through their decompositions, a 0-d self and source included (treated
+    # as elements of R^1)
+    for mesh in MESHES:
+        r = ["R"] * len(mesh)
+        for pl in tuples(["R", "S(0)", "S(1)", "P(sum)"], mesh):
+            for op in ("aten::index_add.default", "aten::index_copy.default"):
+                cases.append({"op": op, "mesh": mesh, "args": [T("self", [4, 6], pl), I("dim", 0),
+                                                                T("index", [2], r, "i64"), T("source", [2, 6], pl)]})
+        for pl in tuples(["R", "P(sum)"], mesh):
+            for op in ("aten::index_add.default", "aten::index_copy.default"):
+                cases.append({"op": op, "mesh": mesh, "args": [T("self", [], pl), I("dim", 0),
+                                                                T("index", [1], r, "i64"), T("source", [], pl)]})
     # matmul's vector . matrix path squeezes its [1, n] product in place
     cases += unary_cases("aten::squeeze_.dim", [4, 1, 6], lambda t: [t, I("dim", 1)])
     # torch.norm over a dim (pairwise_distance's): DTensor's trace of its linalg_vector_norm; a shard
