@@ -453,6 +453,17 @@ private:
                      {{"memory_format", MemoryFormat::Contiguous, true}});
     return bindView(c);
   }
+  /// A convolution's per-spatial-dim argument: `fallback` per dim when absent, a one-element list
+  /// repeated (expand_param_if_needed), nullopt for any other length.
+  std::optional<IntList> spatialList(llvm::StringRef name, size_t dims, int64_t fallback) const {
+    const Argument *a = n_->input(name);
+    if (!a)
+      return IntList(dims, fallback);
+    auto list = a->asIntList();
+    if (list && list->size() == 1 && dims > 1)
+      list = IntList(dims, list->front());
+    return list && list->size() == dims ? list : std::nullopt;
+  }
   /// conv1d / conv2d / conv3d (Convolution.cpp): convolution with transposed=False and zero
   /// output padding; padding="valid" is 0, padding="same" the symmetric padding of an odd
   /// dilated kernel (an even one pads with constant_pad_nd first: not modelled, kept).
@@ -461,15 +472,7 @@ private:
     if (!input || !weight || weight->meta()->rank() < 3)
       return keepExported();
     size_t dims = static_cast<size_t>(weight->meta()->rank() - 2);
-    auto listOr = [&](llvm::StringRef name, int64_t fallback) -> std::optional<IntList> {
-      const Argument *a = n_->input(name);
-      if (!a)
-        return IntList(dims, fallback);
-      auto list = a->asIntList();
-      if (list && list->size() == 1 && dims > 1)
-        list = IntList(dims, list->front());
-      return list && list->size() == dims ? list : std::nullopt;
-    };
+    auto listOr = [&](llvm::StringRef name, int64_t fallback) { return spatialList(name, dims, fallback); };
     auto stride = listOr("stride", 1), dilation = listOr("dilation", 1);
     auto groups = n_->input("groups") ? intInput("groups") : std::optional<int64_t>(1);
     std::optional<IntList> padding;
@@ -503,15 +506,7 @@ private:
     if (!input || !weight || weight->meta()->rank() < 3)
       return keepExported();
     size_t dims = static_cast<size_t>(weight->meta()->rank() - 2);
-    auto listOr = [&](llvm::StringRef name, int64_t fallback) -> std::optional<IntList> {
-      const Argument *a = n_->input(name);
-      if (!a)
-        return IntList(dims, fallback);
-      auto list = a->asIntList();
-      if (list && list->size() == 1 && dims > 1)
-        list = IntList(dims, list->front());
-      return list && list->size() == dims ? list : std::nullopt;
-    };
+    auto listOr = [&](llvm::StringRef name, int64_t fallback) { return spatialList(name, dims, fallback); };
     auto stride = listOr("stride", 1), padding = listOr("padding", 0), outputPadding = listOr("output_padding", 0),
          dilation = listOr("dilation", 1);
     auto groups = n_->input("groups") ? intInput("groups") : std::optional<int64_t>(1);
