@@ -152,8 +152,8 @@ CASES = [
     ("tensordot-contract-sharded", lambda a, b: torch.tensordot(a, b, dims=2), [(f32(2, 4, 6), S1), (f32(4, 6, 3), S0)]),
     ("inner-vectors", lambda a, b: torch.inner(a, b), [(f32(6), S0), (f32(6), S0)]),
     ("inner-matrices", lambda a, b: torch.inner(a, b), [(f32(4, 6), S0), (f32(3, 6), R)]),
-    # channel_shuffle (DTensor's decomposition strategy: view, transpose, reshape); its gradient
-    # shuffled back into channels / groups groups
+    # channel_shuffle (DTensor's decomposition strategy: view, transpose, contiguous clone,
+    # _unsafe_view); its gradient shuffled back into channels / groups groups
     ("channel-shuffle-shard-batch", lambda a: F.channel_shuffle(a, 2), [(f32(4, 6, 3, 3), S0)]),
     ("channel-shuffle-shard-h", lambda a: F.channel_shuffle(a, 3), [(f32(2, 6, 4, 3), S2)]),
     # convolutions (DTensor's _tp_conv.py handlers): batch-sharded input, replicated weight and

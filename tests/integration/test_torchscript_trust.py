@@ -235,7 +235,10 @@ def test_a_long_loop_hits_the_cpu_limit(commlens_bin, tmp_path):
 def test_a_long_loop_hits_the_wall_clock_limit(commlens_bin, tmp_path):
     path = _save(Spin(), tmp_path / "m.pt")
     # 8 s: LibTorch's load (1-4 s on a busy two-core machine) is over by then, and the loop has begun.
-    r, seconds = _run(commlens_bin, "inspect", path, "--torchscript", "--torchscript-wall-seconds", "8")
+    # The conversion keeps every tensor it made: on an idle machine the default 2 GiB memory limit
+    # could run out first, so it is raised here.
+    r, seconds = _run(commlens_bin, "inspect", path, "--torchscript", "--torchscript-wall-seconds", "8",
+                      "--torchscript-memory", "8G")
     assert (r.returncode, r.stdout, r.stderr) == (
         2, "", f"commlens: error: {path}: TorchScript: the wall-clock limit of 8 s (--torchscript-wall-seconds) ran "
                f"out in 'aten::add' in {M}.Spin\n")
