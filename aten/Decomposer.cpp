@@ -1548,12 +1548,16 @@ private:
     return llvm::Error::success();
   }
 
-  llvm::Error dropout() {
-    Value *x = in("input");
+  /// A dropout's p (default 0.5) and train (default true) arguments.
+  std::pair<double, bool> dropoutArgs() const {
     const Argument *p = n_->input("p");
     const Argument *train = n_->input("train");
-    double prob = p && p->is<double>() ? p->get<double>() : 0.5;
-    bool training = !train || !train->is<bool>() || train->get<bool>();
+    return {p && p->is<double>() ? p->get<double>() : 0.5, !train || !train->is<bool>() || train->get<bool>()};
+  }
+
+  llvm::Error dropout() {
+    Value *x = in("input");
+    auto [prob, training] = dropoutArgs();
     if (prob == 0.0 || !training) { // at::dropout returns its input
       b_.bind(result(0), x);
       return llvm::Error::success();
@@ -1586,10 +1590,7 @@ private:
   /// feature_dropout / alpha_dropout / feature_alpha_dropout (Dropout.cpp _dropout_impl): the
   /// input itself with p = 0 or outside training; their noise masks otherwise are not modelled.
   llvm::Error noiseDropout() {
-    const Argument *p = n_->input("p");
-    const Argument *train = n_->input("train");
-    double prob = p && p->is<double>() ? p->get<double>() : 0.5;
-    bool training = !train || !train->is<bool>() || train->get<bool>();
+    auto [prob, training] = dropoutArgs();
     if (prob == 0.0 || !training || in("input")->meta()->numel() == 0) {
       b_.bind(result(0), in("input"));
       return llvm::Error::success();

@@ -45,11 +45,13 @@ void setGrads(GradCall &c, std::initializer_list<std::pair<const char *, Value *
       c.set(operand, grad);
 }
 
+/// Whether a gradient carries the conjugate bit (an aten::_conj view made it).
+bool hasConjBit(const Value *g) { return g->producer() && g->producer()->opString() == "aten::_conj.default"; }
+
 /// at::real(g) of a complex gradient, as the dispatcher decomposes it: view_as_real, then the real
-/// half selected (a strided view). real() of a tensor with the conjugate bit (a gradient _conj
-/// made) undoes the bit first.
+/// half selected (a strided view). real() of a tensor with the conjugate bit undoes the bit first.
 Value *realPart(GradCall &c, Value *g) {
-  if (g->producer() && g->producer()->opString() == "aten::_conj.default")
+  if (hasConjBit(g))
     g = c.e.emit("aten::_conj.default", {A("self", g)}, GradEmitter::like(g), "grad_unconj");
   ScalarType real = g->meta()->dtype == ScalarType::ComplexDouble ? ScalarType::Double
                     : g->meta()->dtype == ScalarType::ComplexHalf ? ScalarType::Half
@@ -69,7 +71,7 @@ Value *realPart(GradCall &c, Value *g) {
 /// A gradient with the conjugate bit as an operand of a kernel that does not take the bit: the
 /// conjugate fallback materialises it (a clone) first.
 Value *resolvedConj(GradCall &c, Value *g) {
-  if (g->producer() && g->producer()->opString() == "aten::_conj.default")
+  if (hasConjBit(g))
     return c.e.emit("aten::clone.default", {A("self", g)}, GradEmitter::like(g), "grad_resolve_conj");
   return g;
 }
@@ -553,7 +555,6 @@ llvm::Error narrowCopyBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// mv: self: grad.ger(vec), which runs as outer's grad.reshape({-1, 1}) * vec; vec: self.t().mv(grad).
 /// mv's gradients (derivatives.yaml): self grad.ger(vec), which the dispatcher runs as outer:
 /// grad.reshape(n, 1) * vec; vec self.t().mv(grad). addmv scales them by alpha and gives self
 /// grad * beta.
@@ -1053,9 +1054,7 @@ llvm::Error normBackward(GradCall &c) {
   if (p == 1.0) {
     gi = mulOf(unary(c, "aten::sgn.default", self, "grad_sgn"), g, "grad_norm");
   } else if (p == 2.0) {
-    gi = c.e.emit("aten::mul.Tensor", {A("self", g), A("other", zeroWhere(binary(c, "aten::div.Tensor", self, r,
-                                                                                  "grad_div"), r))},
-                  GradEmitter::like(self), "grad_norm");
+    gi = mulOf(g, zeroWhere(binary(c, "aten::div.Tensor", self, r, "grad_div"), r), "grad_norm");
   } else if (std::isinf(p)) {
     Value *a = unary(c, "aten::abs.default", self, "grad_abs");
     Value *eq = c.e.emit("aten::eq.Tensor", {A("self", a), A("other", r)}, boolLike(self), "grad_norm_mask");
@@ -1064,8 +1063,7 @@ llvm::Error normBackward(GradCall &c) {
                            "grad_norm_mask");
     // mask.sum(dim, true) with the node's own dim list: [] when it has none (all dims to torch's
     // sum, while DTensor's strategy reads [] as no reduced dim).
-    const Argument *dimArg = c.n.input("dim");
-    IntList rawDims = dimArg && dimArg->asIntList() ? *dimArg->asIntList() : IntList{};
+    IntList rawDims = c.dimsAsPassed();
     auto rs = sizesOf(*self->meta());
     for (int64_t d : ds)
       rs[d] = 1;
@@ -1447,8 +1445,7 @@ llvm::Error aminmaxBackward(GradCall &c) {
   // keepdim) == self, dim) with the node's own dim list: amax() passes [] (every dim to torch's sum,
   // none to DTensor's strategy, which keeps the mask's shards on the count), and the gradient and
   // result are then viewed as 0-dim tensors.
-  const Argument *dimArg = c.n.input("dim");
-  IntList rawDims = dimArg && dimArg->asIntList() ? *dimArg->asIntList() : IntList{};
+  IntList rawDims = c.dimsAsPassed();
   IntList ds = c.reducedDims();
   bool keepdim = c.boolArg("keepdim");
   auto ks = sizesOf(*c.self()->meta());

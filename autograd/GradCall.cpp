@@ -260,6 +260,12 @@ bool GradCall::boolArg(llvm::StringRef name, bool dflt) const {
   return a && a->is<bool>() ? a->get<bool>() : dflt;
 }
 
+IntList GradCall::dimsAsPassed(llvm::StringRef name) const {
+  const Argument *a = n.input(name);
+  std::optional<IntList> dims = a ? a->asIntList() : std::nullopt;
+  return dims ? *dims : IntList{};
+}
+
 IntList GradCall::reducedDims(llvm::StringRef name) const {
   Value *x = self();
   int64_t rank = x ? x->meta()->rank() : 0;

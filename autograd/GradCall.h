@@ -81,6 +81,9 @@ struct GradCall {
   bool boolArg(llvm::StringRef name, bool dflt = false) const;
   /// A reduction's `dim` argument, normalised and sorted (all dims when absent or empty).
   IntList reducedDims(llvm::StringRef name = "dim") const;
+  /// The `dim` list as the node passes it ([] when absent or None): what FunctionsManual hands on to
+  /// ops such as mask.sum(dim, true), where DTensor reads [] as no dim.
+  IntList dimsAsPassed(llvm::StringRef name = "dim") const;
 };
 
 using DerivativeFormula = llvm::Error (*)(GradCall &);

@@ -485,8 +485,7 @@ private:
       return replicateUnsupported(n, tensors, specs);
     }
     bool convolution = isConvolution(n.opString());
-    if (convolution && n.opString() == "aten::convolution_backward.default" && specs.size() >= 2 && specs[0] &&
-        specs[1]) {
+    if (n.opString() == "aten::convolution_backward.default" && specs.size() >= 2 && specs[0] && specs[1]) {
       // convolution_backward_handler redistributes grad_output to the input's placements first.
       Placements have = normalized(specs[0]->placements, tensors[0]->meta()->rank());
       Placements want = normalized(specs[1]->placements, tensors[0]->meta()->rank());
@@ -507,18 +506,6 @@ private:
       return replicateUnsupported(n, tensors, specs);
     }
     const ShardingDecision *decision = *decided;
-    if (convolution)
-      for (size_t i = 0; i < tensors.size(); ++i) {
-        if (!specs[i] || i >= decision->operandPlacements.size() || !decision->operandPlacements[i])
-          continue;
-        Placements want = normalized(*decision->operandPlacements[i], tensors[i]->meta()->rank());
-        Placements have = normalized(specs[i]->placements, tensors[i]->meta()->rank());
-        if (want != have)
-          return makeError("{}: DTensor's convolution handler (torch 2.13 _tp_conv.py) runs the local kernel on the "
-                           "shards as they are, without redistributing '{}' from {} to {} as the strategy asks: not "
-                           "modelled",
-                           n.where(), operandName(n, tensors[i]), str(have), str(want));
-      }
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (!specs[i] || i >= decision->operandPlacements.size() || !decision->operandPlacements[i])
         continue;
@@ -526,6 +513,11 @@ private:
       Placements have = normalized(specs[i]->placements, tensors[i]->meta()->rank());
       if (want == have)
         continue;
+      if (convolution)
+        return makeError("{}: DTensor's convolution handler (torch 2.13 _tp_conv.py) runs the local kernel on the "
+                         "shards as they are, without redistributing '{}' from {} to {} as the strategy asks: not "
+                         "modelled",
+                         n.where(), operandName(n, tensors[i]), str(have), str(want));
       std::string why = fmt::format("{} needs {} as {} (has {}): {}", n.opString(), tensors[i]->name(), str(want),
                                     str(have), decision->why);
       if (llvm::Error err = redistribute(tensors[i], have, want, n, operandName(n, tensors[i]), why, approx))

@@ -894,6 +894,12 @@ llvm::Error mv(Decomposition &d) {
 }
 
 
+/// addr's and addmv's beta (args_schema[3]) or alpha ([4]) as passed, 1 when absent.
+Argument scaleArg(const OpCall &c, llvm::StringRef name) {
+  const Argument *a = c.arg(name, name == "beta" ? 3 : 4);
+  return a ? *a : Argument(int64_t{1});
+}
+
 /// addr(self, vec1, vec2, beta, alpha) (torch._refs.addr, non-bool): self expanded to the outer
 /// shape; alpha * outer when beta == 0, else beta * self + alpha * outer.
 llvm::Error addr(Decomposition &d) {
@@ -909,8 +915,7 @@ llvm::Error addr(Decomposition &d) {
   int64_t n = c.shape(1)[0], m = c.shape(2)[0];
   Value *self = d.op("aten::expand.default", {na("self", d.in(0)), na("size", IntList{n, m})},
                      Decomposition::shaped(c.inputs[0].meta, {n, m}));
-  Argument alphaArg = c.arg("alpha", 4) ? *c.arg("alpha", 4) : Argument(int64_t{1});
-  Argument betaArg = c.arg("beta", 3) ? *c.arg("beta", 3) : Argument(int64_t{1});
+  Argument alphaArg = scaleArg(c, "alpha"), betaArg = scaleArg(c, "beta");
   if (*beta == 0) {
     Value *outer = d.op("aten::outer.default", {na("self", d.in(1)), na("vec2", d.in(2))}, out);
     d.returns({d.op("aten::mul.Tensor", {na("self", outer), na("other", alphaArg)}, out)});
@@ -936,8 +941,7 @@ llvm::Error addmv(Decomposition &d) {
   const TensorMeta &out = *c.results[0]->meta();
   if (numelOf(sizesOf(out)) == 0)
     return c.error("an empty product (beta * self alone) is not modelled");
-  Argument alphaArg = c.arg("alpha", 4) ? *c.arg("alpha", 4) : Argument(int64_t{1});
-  Argument betaArg = c.arg("beta", 3) ? *c.arg("beta", 3) : Argument(int64_t{1});
+  Argument alphaArg = scaleArg(c, "alpha"), betaArg = scaleArg(c, "beta");
   Value *prod = d.op("aten::mv.default", {na("self", d.in(1)), na("vec", d.in(2))}, out);
   Value *scaled = d.op("aten::mul.Tensor", {na("self", prod), na("other", alphaArg)}, out);
   if (*beta == 0) {

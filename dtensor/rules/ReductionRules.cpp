@@ -111,14 +111,13 @@ Cands commonReduction(const OpCall &call, const std::set<int64_t> &dims, bool ke
   return c;
 }
 
-std::optional<std::set<int64_t>> inferReductionDims(const OpCall &call, const Argument *a);
+std::set<int64_t> reductionDims(const OpCall &call, const Argument *a);
 
 llvm::Expected<Cands> linearReductionRule(const OpCall &call) {
   if (call.inputs.size() != 1)
     return call.error("expected one tensor operand, got {}", call.inputs.size());
   ReduceOp op = linearReductions().lookup(call.op);
   int64_t rank = call.rank(0);
-  std::set<int64_t> dims;
   llvm::StringRef opName = call.op;
   bool hasDimArg = opName == "aten::sum.dim_IntList" || opName == "aten::mean.dim" || opName == "aten::amax.default" ||
                    opName == "aten::amin.default" || opName == "aten::prod.dim_int" || opName == "aten::all.dim" ||
@@ -126,10 +125,7 @@ llvm::Expected<Cands> linearReductionRule(const OpCall &call) {
   // _infer_reduction_dims: no dim argument (or None) reduces every dim; an explicit [] reduces no dim
   // of a tensor with dims (DTensor keeps its shards, though torch's kernel sums everything: what
   // `x.amax(keepdim=True)` and autograd's mask.sum(dim, true) pass).
-  if (std::optional<std::set<int64_t>> listed = hasDimArg ? inferReductionDims(call, call.arg("dim", 1)) : std::nullopt)
-    dims = *listed;
-  else
-    dims = allDims(rank);
+  std::set<int64_t> dims = reductionDims(call, hasDimArg ? call.arg("dim", 1) : nullptr);
   bool keepdim = false;
   if (hasDimArg)
     if (const Argument *a = call.arg("keepdim", 2); a && a->is<bool>())
