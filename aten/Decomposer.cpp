@@ -239,6 +239,8 @@ private:
         {"aten::dsplit.int", &Decomposer::splitBySections},
         {"aten::dsplit.array", &Decomposer::splitBySections},
         {"aten::diff.default", &Decomposer::diff},
+        {"aten::batch_norm.default", &Decomposer::batchNorm},
+        {"aten::instance_norm.default", &Decomposer::instanceNorm},
         {"aten::sum_to_size.default", &Decomposer::sumToSize},
         {"aten::linalg_norm.default", &Decomposer::linalgNorm},
         {"aten::linalg_matrix_norm.str_ord", &Decomposer::linalgMatrixNormStr},
@@ -1616,6 +1618,83 @@ private:
       b_.bind(r, v);
     }
     b_.emit("aten::_linalg_svd.default", std::move(args), std::move(outs), *n_);
+    return llvm::Error::success();
+  }
+
+  /// An optional tensor input: the mapped tensor, or None when the node has none.
+  Argument optionalIn(llvm::StringRef name) const {
+    Value *v = in(name);
+    return v ? Argument(v) : Argument(NoneArg{});
+  }
+  /// native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps) with
+  /// node result 0 bound to its output: the kernel batch_norm runs on the CPU
+  /// (Normalization.cpp _batch_norm_impl_index; its cuDNN / MIOpen paths are a CUDA target's).
+  /// The saved statistics are [C] in training, empty outside it.
+  Value *nativeBatchNorm(Value *x, Argument weight, Argument bias, Argument mean, Argument var, bool training,
+                         const TensorMeta &outMeta, llvm::StringRef outName) {
+    auto s = hints(x->meta()->sizes);
+    ScalarType dt = x->meta()->dtype;
+    ScalarType statType = dt == ScalarType::Half || dt == ScalarType::BFloat16 ? ScalarType::Float : dt;
+    TensorMeta stat = metaOf(statType, {training ? (s.size() > 1 ? s[1] : 1) : 0}, x->meta()->device);
+    Value *out = b_.tensor(outName, outMeta);
+    llvm::SmallVector<Argument, 1> outs{out, b_.tensor(tmp("save_mean"), stat), b_.tensor(tmp("save_invstd"), stat)};
+    b_.emit("aten::native_batch_norm.default",
+            {{"input", x, false}, {"weight", std::move(weight), false}, {"bias", std::move(bias), false},
+             {"running_mean", std::move(mean), false}, {"running_var", std::move(var), false},
+             {"training", training, false}, {"momentum", doubleArg("momentum", 0.1), false},
+             {"eps", doubleArg("eps", 1e-5), false}},
+            std::move(outs), *n_);
+    return out;
+  }
+  llvm::Error batchNorm() {
+    if (cuda_)
+      return keepExported();
+    b_.bind(result(0), nativeBatchNorm(in("input"), optionalIn("weight"), optionalIn("bias"), optionalIn("running_mean"),
+                                       optionalIn("running_var"), boolArg("training", false), *result(0)->meta(),
+                                       result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// instance_norm (Normalization.cpp): weight, bias and the running statistics repeated per
+  /// sample, the input viewed as one sample of N*C channels, batch norm over it, each running
+  /// statistic updated in place with the mean of its per-sample copies, the output viewed back.
+  llvm::Error instanceNorm() {
+    Value *x = in("input");
+    auto s = hints(x->meta()->sizes);
+    if (cuda_ || s.size() < 2 || !isContiguous(*x->meta()))
+      return keepExported();
+    int64_t batch = s[0], channels = s[1];
+    auto repeated = [&](llvm::StringRef name) -> Value * {
+      Value *v = in(name);
+      if (!v)
+        return nullptr;
+      return unary("aten::repeat.default", v, withShape(*v->meta(), {batch * channels}), tmp(name.str() + "_repeated"),
+                   {{"repeats", IntList{batch}, false}});
+    };
+    Value *weight = repeated("weight"), *bias = repeated("bias"), *mean = repeated("running_mean"),
+          *var = repeated("running_var");
+    auto flat = s;
+    flat.erase(flat.begin());
+    flat[0] = batch * channels;
+    flat.insert(flat.begin(), 1);
+    Value *reshaped = emit1("aten::view.default", {{"self", x, false}, {"size", IntList(flat.begin(), flat.end()), false}},
+                            withShape(*x->meta(), flat), tmp("as_one_sample"));
+    auto orNone = [](Value *v) { return v ? Argument(v) : Argument(NoneArg{}); };
+    Value *out = nativeBatchNorm(reshaped, orNone(weight), orNone(bias), orNone(mean), orNone(var),
+                                 boolArg("use_input_stats", true), *reshaped->meta(), tmp("normalized"));
+    for (auto [name, copies] : {std::pair{"running_mean", mean}, std::pair{"running_var", var}}) {
+      if (!copies)
+        continue;
+      Value *stat = in(name);
+      Value *alias = unary("aten::alias.default", stat, *stat->meta(), tmp(std::string(name) + "_alias"));
+      Value *perSample = emit1("aten::view.default", {{"self", copies, false}, {"size", IntList{batch, channels}, false}},
+                               withShape(*copies->meta(), {batch, channels}), tmp(std::string(name) + "_per_sample"));
+      Value *avg = unary("aten::mean.dim", perSample, withShape(*stat->meta(), {channels}), tmp(std::string(name) + "_mean"),
+                         {{"dim", IntList{0}, false}});
+      b_.emit("aten::copy_.default", {{"self", alias, false}, {"src", avg, false}},
+              {b_.tensor(tmp(std::string(name) + "_updated"), *alias->meta())}, *n_);
+    }
+    b_.bind(result(0), emit1("aten::view.default", {{"self", out, false}, {"size", IntList(s.begin(), s.end()), false}},
+                             *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
   }
 

@@ -32,6 +32,7 @@ enum class Family : uint8_t {
   NonDecreasing,  ///< relu, exp, tanh, sigmoid, ...
   Neg,            ///< neg
   AllPartial,     ///< to.dtype, positive
+  AllPartialBinary, ///< copy_: every Partial kept when self and src share it
   MaxPreserving,  ///< maximum, clamp_min.Tensor
   MinPreserving,  ///< minimum, clamp_max.Tensor
   NonIncreasing,  ///< erfc, special_erfcx: P(max) <-> P(min)
@@ -67,6 +68,9 @@ Rules extraRules(Family f) {
     r.insert(r.end(), {{P(MN), P(MX)}, {P(MX), P(MN)}});
     break;
   case Family::AllPartial: r = {{P(S), P(S)}, {P(A), P(A)}, {P(MX), P(MX)}, {P(MN), P(MN)}}; break;
+  case Family::AllPartialBinary:
+    r = {{P(S), P(S), P(S)}, {P(A), P(A), P(A)}, {P(MX), P(MX), P(MX)}, {P(MN), P(MN), P(MN)}};
+    break;
   case Family::MaxPreserving:
     r = monotoneBinary;
     r.push_back({P(MX), P(MX), P(MX)});
@@ -109,6 +113,7 @@ const llvm::StringMap<Family> &families() {
          Family::PosDomainNonIncreasing);
     both({"aten::neg.default", "aten::neg_.default"}, Family::Neg);
     both({"aten::to.dtype", "aten::positive.default"}, Family::AllPartial);
+    both({"aten::copy_.default"}, Family::AllPartialBinary);
     both({"aten::maximum.default", "aten::clamp_min.Tensor", "aten::fmax.default"}, Family::MaxPreserving);
     both({"aten::minimum.default", "aten::clamp_max.Tensor", "aten::fmin.default"}, Family::MinPreserving);
     both({"aten::logaddexp.default", "aten::logaddexp2.default"}, Family::MonotoneBinary);

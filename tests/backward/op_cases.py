@@ -335,6 +335,17 @@ CASES = [
     ("batch-norm-eval", lambda a, w, b, m, v: aten._native_batch_norm_legit_no_training.default(
         a, w, b, m.detach(), v.detach(), 0.1, 1e-5)[0],
      [(f32(2, 4, 3), S0), (f32(4), R), (f32(4), R), (f32(4), R), (f32(4, lo="pos"), R)]),
+    ("batch-norm-legit", lambda a, w, b, m, v: aten._native_batch_norm_legit.default(
+        a, w, b, m.detach(), v.detach(), True, 0.1, 1e-5)[0],
+     [(f32(2, 4, 3), S1), (f32(4), R), (f32(4), R), (f32(4), R), (f32(4, lo="pos"), R)]),
+    # F.batch_norm / F.instance_norm as exported (batch_norm / instance_norm), decomposed as the
+    # CPU dispatcher runs them: native_batch_norm; repeat, view, native_batch_norm, view
+    ("batch-norm-functional", lambda a, w, b, m, v: F.batch_norm(a, m.detach(), v.detach(), w, b, training=True),
+     [(f32(2, 4, 3), S0), (f32(4), R), (f32(4), R), (f32(4), R), (f32(4, lo="pos"), R)]),
+    ("batch-norm-functional-eval", lambda a, w, b, m, v: F.batch_norm(a, m.detach(), v.detach(), w, b),
+     [(f32(2, 4, 3), S1), (f32(4), R), (f32(4), R), (f32(4), R), (f32(4, lo="pos"), R)]),
+    ("instance-norm", lambda a, w, b, m, v: F.instance_norm(a, m.detach(), v.detach(), w, b),
+     [(f32(2, 4, 3), S0), (f32(4), R), (f32(4), R), (f32(4), R), (f32(4, lo="pos"), R)]),
     ("grid-sampler-2d", lambda a, g: aten.grid_sampler_2d.default(a, g, 0, 0, False), [(f32(2, 3, 4, 4), S0), (f32(2, 5, 5, 2), R)]),
     ("grid-sampler-3d", lambda a, g: aten.grid_sampler_3d.default(a, g, 0, 0, True), [(f32(2, 2, 3, 3, 3), R), (f32(2, 2, 2, 2, 3), S0)]),
     ("nll-loss2d", lambda a, t: aten.nll_loss2d_forward.default(a, t, None, 1, -100)[0],

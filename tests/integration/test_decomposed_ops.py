@@ -1,5 +1,5 @@
 """Composite ops that torch.export keeps but the dispatcher decomposes before DTensor sees them
-(movedim, std.dim / var.dim, pad, cross_entropy_loss, dropout, linalg_svd): predict runs their decompositions (checked
+(movedim, std.dim / var.dim, pad, cross_entropy_loss, dropout, linalg_svd, batch_norm, instance_norm): predict runs their decompositions (checked
 op by op against DTensor in tests/backward/op_cases.py) and refuses, by node, op and module, the
 variants whose kernels it does not model."""
 import pathlib
@@ -39,6 +39,10 @@ OPS = {
     "dropout2d": lambda y: F.dropout2d(y, 0.5, training=True),
     "cross_entropy_smoothed": lambda y: F.cross_entropy(y.reshape(-1, 8), (y.reshape(-1, 8)[:, 0] > 0).long(),
                                                         label_smoothing=0.1),
+    # batch_norm runs native_batch_norm on the CPU; instance_norm views the input as one sample of
+    # N*C channels and batch-normalizes that (Normalization.cpp)
+    "batch_norm": lambda y: F.batch_norm(y, None, None, training=True),
+    "instance_norm": lambda y: F.instance_norm(y),
 }
 
 
@@ -69,7 +73,10 @@ def export(name, directory):
 @pytest.mark.parametrize("name, dim, with_collectives", [
     ("movedim", 1, False), ("std", 1, True), ("pad", 0, False), ("cross_entropy", 0, True),
     # dropout's CPU kernel: a bernoulli_ mask on empty_like(y), which keeps y's Shard(1)
-    ("dropout", 1, False), ("dropout2d_eval", 1, False), ("alpha_dropout_p0", 0, False)])
+    ("dropout", 1, False), ("dropout2d_eval", 1, False), ("alpha_dropout_p0", 0, False),
+    # native_batch_norm's strategy shards channels (dim 1) only: a batch-sharded input is moved off
+    # dim 0 first; instance norm's [1, N*C, L] view of a batch-sharded input is channel-sharded
+    ("batch_norm", 0, True), ("batch_norm", 1, False), ("instance_norm", 0, False)])
 def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim, with_collectives):
     pt2 = export(name, tmp_path)
     plan = sharded(dim)

@@ -148,6 +148,10 @@ def all_cases():
     cases += unary_cases("aten::pow.Tensor_Scalar", [4, 6], lambda t: [t, F("exponent", 2.0)])
     cases += unary_cases("aten::add_.Scalar", [4, 6], lambda t: [t, F("other", 1.0)], partials=("P(sum)", "P(max)"))
     cases += unary_cases("aten::mul.Scalar", [4, 6], lambda t: [t, F("other", 3.0)], partials=("P(sum)", "P(max)"))
+    # copy_ (in place: self keeps its placements; every Partial kind survives when src shares it)
+    for shapes in ([[4, 6], [4, 6]], [[4, 6], [6]]):
+        cases += binary_cases("aten::copy_.default", ["self", "src"], shapes,
+                              partials=("P(sum)", "P(avg)", "P(max)", "P(min)"), every2d=4)
     for mesh in MESHES:
         pairs = list(itertools.product(tuples(per_dim(2), mesh), tuples(per_dim(2), mesh)))
         for pc, pa in pairs[:: (4 if len(mesh) > 1 else 1)]:
@@ -1055,6 +1059,9 @@ def norm_cases():
                 bn = [T("input", x, pl), c("weight"), c("bias")]
                 cases += [
                     {"op": "aten::native_batch_norm.default", "mesh": mesh,
+                     "args": bn + [c("running_mean"), c("running_var"), B("training", True), F("momentum", 0.1),
+                                   F("eps", 1e-5)]},
+                    {"op": "aten::_native_batch_norm_legit.default", "mesh": mesh,
                      "args": bn + [c("running_mean"), c("running_var"), B("training", True), F("momentum", 0.1),
                                    F("eps", 1e-5)]},
                     {"op": "aten::_native_batch_norm_legit.no_stats", "mesh": mesh,
