@@ -241,6 +241,31 @@ private:
         {"aten::diff.default", &Decomposer::diff},
         {"aten::batch_norm.default", &Decomposer::batchNorm},
         {"aten::instance_norm.default", &Decomposer::instanceNorm},
+        {"aten::cosine_similarity.default", &Decomposer::cosineSimilarity},
+        {"aten::margin_ranking_loss.default", &Decomposer::marginRankingLoss},
+        {"aten::hinge_embedding_loss.default", &Decomposer::hingeEmbeddingLoss},
+        {"aten::poisson_nll_loss.default", &Decomposer::poissonNllLoss},
+        {"aten::linalg_cholesky.default", &Decomposer::linalgCholesky},
+        {"aten::linalg_inv.default", &Decomposer::linalgInv},
+        {"aten::linalg_det.default", &Decomposer::linalgDet},
+        {"aten::det.default", &Decomposer::linalgDet},
+        {"aten::linalg_slogdet.default", &Decomposer::linalgSlogdet},
+        {"aten::logdet.default", &Decomposer::logdet},
+        {"aten::linalg_solve.default", &Decomposer::linalgSolve},
+        {"aten::linalg_solve_ex.default", &Decomposer::linalgSolveEx},
+        {"aten::linalg_svdvals.default", &Decomposer::linalgSvdvals},
+        {"aten::svd.default", &Decomposer::svd},
+        {"aten::linalg_cond.default", &Decomposer::linalgCond},
+        {"aten::linalg_eigh.default", &Decomposer::linalgEighVectors},
+        {"aten::linalg_eigvalsh.default", &Decomposer::linalgEigvalsh},
+        {"aten::linalg_lu_factor.default", &Decomposer::linalgLuFactor},
+        {"aten::_lu_with_info.default", &Decomposer::luWithInfo},
+        {"aten::lu_solve.default", &Decomposer::luSolve},
+        {"aten::matrix_exp.default", &Decomposer::matrixExp},
+        {"aten::qr.default", &Decomposer::qr},
+        {"aten::pinverse.default", &Decomposer::pinverse},
+        {"aten::linalg_tensorinv.default", &Decomposer::linalgTensorinv},
+        {"aten::linalg_tensorsolve.default", &Decomposer::linalgTensorsolve},
         {"aten::sum_to_size.default", &Decomposer::sumToSize},
         {"aten::linalg_norm.default", &Decomposer::linalgNorm},
         {"aten::linalg_matrix_norm.str_ord", &Decomposer::linalgMatrixNormStr},
@@ -1618,6 +1643,401 @@ private:
       b_.bind(r, v);
     }
     b_.emit("aten::_linalg_svd.default", std::move(args), std::move(outs), *n_);
+    return llvm::Error::success();
+  }
+
+  // ---- linear algebra: the composite wrappers, as BatchLinearAlgebra.cpp / LinearAlgebra.cpp run
+  // them, down to the kernels DTensor registers (_ops/_math_ops.py _LINALG_NUM_PLACEMENTS) ------
+
+  /// A meta of `dtype` whose sizes are x's batch dims (all but its last `matrixDims`) then `tail`.
+  static TensorMeta batchMeta(const Value *x, ScalarType dtype, llvm::ArrayRef<int64_t> tail, unsigned matrixDims = 2) {
+    auto sizes = hints(x->meta()->sizes);
+    sizes.resize(sizes.size() >= matrixDims ? sizes.size() - matrixDims : 0);
+    sizes.append(tail.begin(), tail.end());
+    return metaOf(dtype, sizes, x->meta()->device);
+  }
+  /// Emits the multi-result kernel `op`, result i of meta metas[i]; node result i is bound to the
+  /// kernel's result bound[i] (the others are the kernel's own, named after the node).
+  llvm::SmallVector<Value *, 4> emitKernel(llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> &&args,
+                                           llvm::ArrayRef<TensorMeta> metas, llvm::ArrayRef<unsigned> bound) {
+    llvm::SmallVector<Value *, 4> outs;
+    for (unsigned i = 0; i < metas.size(); ++i)
+      outs.push_back(b_.tensor(tmp("r" + std::to_string(i)), metas[i]));
+    for (unsigned i = 0; i < bound.size() && i < n_->results().size(); ++i) {
+      const Value *r = result(i);
+      outs[bound[i]] = b_.tensor(r->name(), *r->meta());
+      b_.bind(r, outs[bound[i]]);
+    }
+    llvm::SmallVector<Argument, 1> outArgs(outs.begin(), outs.end());
+    b_.emit(op, std::move(args), std::move(outArgs), *n_);
+    return outs;
+  }
+  /// _linalg_check_errors(info, api_name, is_matrix=True): the check of the ops without `_ex`.
+  void checkErrors(Value *info, llvm::StringRef api) {
+    b_.emit("aten::_linalg_check_errors.default",
+            {{"info", info, false}, {"api_name", std::string(api), false}, {"is_matrix", true, true}}, {}, *n_);
+  }
+  TensorMeta infoMeta(const Value *a) const { return batchMeta(a, ScalarType::Int, {}); }
+  TensorMeta pivotsMeta(const Value *a) const {
+    auto s = hints(a->meta()->sizes);
+    return batchMeta(a, ScalarType::Int, {std::min(s[s.size() - 2], s.back())});
+  }
+
+  /// linalg_cholesky: linalg_cholesky_ex then the error check.
+  llvm::Error linalgCholesky() {
+    Value *a = in("self");
+    auto outs = emitKernel("aten::linalg_cholesky_ex.default",
+                           {{"self", a, false}, {"upper", boolArg("upper", false), true}},
+                           {*result(0)->meta(), infoMeta(a)}, {0});
+    checkErrors(outs[1], "linalg.cholesky");
+    return llvm::Error::success();
+  }
+  /// linalg_inv: linalg_inv_ex then the error check.
+  llvm::Error linalgInv() {
+    Value *a = in("A");
+    auto outs = emitKernel("aten::linalg_inv_ex.default", {{"A", a, false}}, {*result(0)->meta(), infoMeta(a)}, {0});
+    checkErrors(outs[1], "linalg.inv");
+    return llvm::Error::success();
+  }
+  /// linalg_det and det: _linalg_det's first result.
+  llvm::Error linalgDet() {
+    Value *a = in("A") ? in("A") : in("self");
+    emitKernel("aten::_linalg_det.default", {{"A", a, false}}, {*result(0)->meta(), *a->meta(), pivotsMeta(a)}, {0});
+    return llvm::Error::success();
+  }
+  llvm::SmallVector<Value *, 4> slogdet(Value *a, llvm::ArrayRef<unsigned> bound) {
+    TensorMeta scalar = batchMeta(a, a->meta()->dtype, {});
+    return emitKernel("aten::_linalg_slogdet.default", {{"A", a, false}}, {scalar, scalar, *a->meta(), pivotsMeta(a)},
+                      bound);
+  }
+  /// linalg_slogdet: _linalg_slogdet's sign and logabsdet.
+  llvm::Error linalgSlogdet() {
+    if (isComplex(in("A")->meta()->dtype))
+      return keepExported();
+    slogdet(in("A"), {0, 1});
+    return llvm::Error::success();
+  }
+  /// logdet: _linalg_slogdet, its logabsdet where the sign is not -1, NaN where it is.
+  llvm::Error logdet() {
+    if (complexSelf())
+      return keepExported();
+    Value *a = in("self");
+    auto outs = slogdet(a, {});
+    Value *negative = emit1("aten::eq.Scalar", {{"self", outs[0], false}, {"other", -1.0, false}},
+                            batchMeta(a, ScalarType::Bool, {}), tmp("negative"));
+    Value *nan = emit1("aten::scalar_tensor.default", {{"s", std::nan(""), false}, {"dtype", a->meta()->dtype, true}},
+                       metaOf(a->meta()->dtype, {}, a->meta()->device), tmp("nan"));
+    b_.bind(result(0), emit1("aten::where.self", {{"condition", negative, false}, {"self", nan, false}, {"other", outs[1], false}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// _linalg_solve_ex(A, B, left, check_errors): result, LU, pivots, info; node result i bound to
+  /// the kernel's `bound[i]`.
+  llvm::SmallVector<Value *, 4> solveEx(Value *a, Value *b, bool left, bool checkErrors, const TensorMeta &resultMeta,
+                                        llvm::ArrayRef<unsigned> bound) {
+    return emitKernel("aten::_linalg_solve_ex.default",
+                      {{"A", a, false}, {"B", b, false}, {"left", left, true}, {"check_errors", checkErrors, true}},
+                      {resultMeta, *a->meta(), pivotsMeta(a), infoMeta(a)}, bound);
+  }
+  /// linalg_solve: _linalg_solve_ex then the error check; linalg_solve_ex: its result and info.
+  llvm::Error linalgSolve() {
+    auto outs = solveEx(in("A"), in("B"), boolArg("left", true), false, *result(0)->meta(), {0});
+    checkErrors(outs[3], "torch.linalg.solve");
+    return llvm::Error::success();
+  }
+  llvm::Error linalgSolveEx() {
+    solveEx(in("A"), in("B"), boolArg("left", true), boolArg("check_errors", false), *result(0)->meta(), {0, 3});
+    return llvm::Error::success();
+  }
+  /// _linalg_svd's three results for a `compute_uv` call of A (U and Vh empty without it).
+  llvm::SmallVector<TensorMeta, 3> svdMetas(const Value *a, bool fullMatrices, bool computeUv) const {
+    auto s = hints(a->meta()->sizes);
+    int64_t m = s[s.size() - 2], n = s.back(), k = std::min(m, n);
+    ScalarType dt = a->meta()->dtype;
+    if (!computeUv)
+      return {metaOf(dt, {0}, a->meta()->device), batchMeta(a, dt, {k}), metaOf(dt, {0}, a->meta()->device)};
+    return {batchMeta(a, dt, {m, fullMatrices ? m : k}), batchMeta(a, dt, {k}), batchMeta(a, dt, {fullMatrices ? n : k, n})};
+  }
+  /// Whether autograd will need A's decomposition (`_may_require_fw_or_bw_grad`): the kernels then
+  /// compute the vectors too.
+  bool needsGrad(llvm::StringRef input) const {
+    return n_->gradEnabled() && requiresGrad_.count(n_->input(input)->tensor());
+  }
+  /// linalg_svdvals: _linalg_svd(A, full_matrices=False, compute_uv=<A needs a gradient>)'s S.
+  llvm::SmallVector<Value *, 4> svdvals(Value *a, llvm::StringRef input, llvm::ArrayRef<unsigned> bound) {
+    bool uv = needsGrad(input);
+    llvm::SmallVector<NamedArgument, 4> args{{"A", a, false}, {"full_matrices", false, true}, {"compute_uv", uv, true}};
+    if (const Argument *driver = n_->input("driver"); driver && !driver->isNone())
+      args.push_back({"driver", *driver, true});
+    return emitKernel("aten::_linalg_svd.default", std::move(args), svdMetas(a, false, uv), bound);
+  }
+  llvm::Error linalgSvdvals() {
+    if (isComplex(in("A")->meta()->dtype))
+      return keepExported();
+    svdvals(in("A"), "A", {1});
+    return llvm::Error::success();
+  }
+  /// svd(self, some, compute_uv=True): _linalg_svd(full_matrices=!some), V = Vh.mH().
+  llvm::Error svd() {
+    if (!boolArg("compute_uv", true) || complexSelf())
+      return keepExported();
+    Value *a = in("self");
+    bool full = !boolArg("some", true);
+    auto outs = emitKernel("aten::_linalg_svd.default",
+                           {{"A", a, false}, {"full_matrices", full, true}, {"compute_uv", true, true}},
+                           svdMetas(a, full, true), {0, 1});
+    b_.bind(result(2), unary("aten::transpose.int", outs[2], *result(2)->meta(), result(2)->name(),
+                             {{"dim0", int64_t{-2}, false}, {"dim1", int64_t{-1}, false}}));
+    return llvm::Error::success();
+  }
+  /// linalg_cond with p None or 2: the singular values' first over their last (SVD of A).
+  llvm::Error linalgCond() {
+    const Argument *p = n_->input("p");
+    if (p && !p->isNone() && doubleArg("p", 0.0) != 2.0)
+      return keepExported();
+    if (complexSelf())
+      return keepExported();
+    Value *a = in("self");
+    Value *s = svdvals(a, "self", {})[1];
+    int64_t k = hints(s->meta()->sizes).back(), last = s->meta()->rank() - 1;
+    Value *largest = slice(s, last, 0, 1, tmp("largest"));
+    Value *smallest = slice(s, last, k - 1, k, tmp("smallest"));
+    Value *ratio = emit1("aten::div.Tensor", {{"self", largest, false}, {"other", smallest, false}}, *largest->meta(),
+                         tmp("ratio"));
+    b_.bind(result(0), unary("aten::squeeze.dim", ratio, *result(0)->meta(), result(0)->name(), {{"dim", int64_t{-1}, false}}));
+    return llvm::Error::success();
+  }
+  /// linalg_eigh (compute_v) and linalg_eigvalsh (the vectors only when A needs a gradient).
+  llvm::Error linalgEigh(bool vectors) {
+    Value *a = in("A") ? in("A") : in("self");
+    if (isComplex(a->meta()->dtype))
+      return keepExported();
+    bool v = vectors || needsGrad(in("A") ? "A" : "self");
+    llvm::SmallVector<NamedArgument, 4> args{{"A", a, false}};
+    if (const Argument *uplo = n_->input("UPLO"))
+      args.push_back({"UPLO", *uplo, false});
+    args.push_back({"compute_v", v, true});
+    int64_t n = hints(a->meta()->sizes).back();
+    ScalarType dt = a->meta()->dtype;
+    emitKernel("aten::_linalg_eigh.default", std::move(args),
+               {batchMeta(a, dt, {n}), v ? *a->meta() : metaOf(dt, {0}, a->meta()->device)},
+               vectors ? llvm::ArrayRef<unsigned>{0, 1} : llvm::ArrayRef<unsigned>{0});
+    return llvm::Error::success();
+  }
+  llvm::Error linalgEighVectors() { return linalgEigh(true); }
+  llvm::Error linalgEigvalsh() { return linalgEigh(false); }
+  /// linalg_lu_factor: linalg_lu_factor_ex then the error check; torch.lu (_lu_with_info):
+  /// linalg_lu_factor_ex checking errors itself when asked.
+  llvm::Error linalgLuFactor() {
+    Value *a = in("A");
+    auto outs = emitKernel("aten::linalg_lu_factor_ex.default", {{"A", a, false}, {"pivot", boolArg("pivot", true), true}},
+                           {*result(0)->meta(), *result(1)->meta(), infoMeta(a)}, {0, 1});
+    checkErrors(outs[2], "torch.linalg.lu_factor");
+    return llvm::Error::success();
+  }
+  llvm::Error luWithInfo() {
+    Value *a = in("self");
+    emitKernel("aten::linalg_lu_factor_ex.default",
+               {{"A", a, false}, {"pivot", boolArg("pivot", true), true},
+                {"check_errors", boolArg("check_errors", true), true}},
+               {*result(0)->meta(), *result(1)->meta(), *result(2)->meta()}, {0, 1, 2});
+    return llvm::Error::success();
+  }
+  /// lu_solve(B, LU_data, LU_pivots): linalg_lu_solve(LU, pivots, B).
+  llvm::Error luSolve() {
+    b_.bind(result(0), emit1("aten::linalg_lu_solve.default",
+                             {{"LU", in("LU_data"), false}, {"pivots", in("LU_pivots"), false}, {"B", in("self"), false}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+  llvm::Error matrixExp() { return runAs("aten::linalg_matrix_exp.default"); }
+  /// qr(self, some): linalg_qr(self, 'reduced' when some else 'complete').
+  llvm::Error qr() {
+    emitKernel("aten::linalg_qr.default",
+               {{"A", in("self"), false}, {"mode", std::string(boolArg("some", true) ? "reduced" : "complete"), false}},
+               {*result(0)->meta(), *result(1)->meta()}, {0, 1});
+    return llvm::Error::success();
+  }
+  /// pinverse(self, rcond): linalg_pinv with atol 0 and rtol rcond as float64 0-dim tensors.
+  llvm::Error pinverse() {
+    double rcond = doubleArg("rcond", 1e-15);
+    auto scalar = [&](double v, llvm::StringRef what) {
+      return emit1("aten::full.default", {{"size", IntList{}, false}, {"fill_value", v, false},
+                                          {"dtype", ScalarType::Double, true}},
+                   metaOf(ScalarType::Double, {}, in("self")->meta()->device), tmp(what));
+    };
+    Value *atol = scalar(0.0, "atol"), *rtol = scalar(rcond, "rtol");
+    b_.bind(result(0), emit1("aten::linalg_pinv.atol_rtol_tensor",
+                             {{"self", in("self"), false}, {"atol", atol, true}, {"rtol", rtol, true},
+                              {"hermitian", false, true}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// linalg_tensorinv(A, ind): A as a square matrix (its first `ind` dims by the rest), inverted as
+  /// linalg_inv, viewed back to the rest's sizes then the first `ind`.
+  llvm::Error linalgTensorinv() {
+    Value *a = in("self");
+    auto s = hints(a->meta()->sizes);
+    int64_t ind = intInput("ind").value_or(2);
+    if (ind <= 0 || ind >= static_cast<int64_t>(s.size()))
+      return keepExported();
+    int64_t rows = numelOf(llvm::ArrayRef<int64_t>(s).take_front(ind));
+    Value *m = reshape(a, {rows, numelOf(s) / std::max<int64_t>(rows, 1)}, tmp("matrix"));
+    auto outs = emitKernel("aten::linalg_inv_ex.default", {{"A", m, false}}, {*m->meta(), infoMeta(m)}, {});
+    checkErrors(outs[1], "inv");
+    b_.bind(result(0), reshape(outs[0], hints(result(0)->meta()->sizes), result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// linalg_tensorsolve(A, B) without dims: A as a (B.numel(), rest) matrix, B flattened, solved as
+  /// linalg_solve, the result viewed to A's trailing sizes.
+  llvm::Error linalgTensorsolve() {
+    if (const Argument *dims = n_->input("dims"); dims && !dims->isNone())
+      return keepExported();
+    Value *a = in("self"), *b = in("other");
+    int64_t rows = numelOf(hints(b->meta()->sizes));
+    Value *m = reshape(a, {rows, numelOf(hints(a->meta()->sizes)) / std::max<int64_t>(rows, 1)}, tmp("matrix"));
+    Value *v = reshape(b, {rows}, tmp("vector"));
+    auto outs = solveEx(m, v, true, false, withShape(*v->meta(), {hints(m->meta()->sizes).back()}), {});
+    checkErrors(outs[3], "torch.linalg.solve");
+    b_.bind(result(0), reshape(outs[0], hints(result(0)->meta()->sizes), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// Operands of one floating dtype and one shape (the composites below broadcast nothing: their
+  /// expand_outplace / broadcasting paths are left to the exported op, refused by name).
+  static bool sameShapeFloating(std::initializer_list<const Value *> vs) {
+    const Value *first = *vs.begin();
+    return llvm::all_of(vs, [&](const Value *v) {
+      return v && isFloating(v->meta()->dtype) && !isComplex(v->meta()->dtype) &&
+             v->meta()->dtype == first->meta()->dtype && hints(v->meta()->sizes) == hints(first->meta()->sizes);
+    });
+  }
+  Value *binaryOp(llvm::StringRef op, Value *a, Argument b, llvm::StringRef name) {
+    return emit1(op, {{"self", a, false}, {"other", std::move(b), false}}, withShape(*a->meta(), hints(a->meta()->sizes)),
+                 tmp(name));
+  }
+  /// cosine_similarity (Distance.cpp): each operand's 2-norm over `dim` (kept) cloned and, under
+  /// no_grad, clamped in place to at least eps; the two quotients multiplied and summed over dim.
+  llvm::Error cosineSimilarity() {
+    Value *x1 = in("x1"), *x2 = in("x2");
+    if (!sameShapeFloating({x1, x2}) || x1->meta()->rank() == 0)
+      return keepExported();
+    int64_t rank = x1->meta()->rank(), dim = intInput("dim").value_or(1);
+    dim = dim < 0 ? dim + rank : dim;
+    if (dim < 0 || dim >= rank)
+      return keepExported();
+    auto normSizes = hints(x1->meta()->sizes);
+    normSizes[dim] = 1;
+    TensorMeta nm = withShape(*x1->meta(), normSizes);
+    auto norm = [&](Value *x, llvm::StringRef what) {
+      Value *n = emit1("aten::linalg_vector_norm.default",
+                       {{"self", x, false}, {"ord", int64_t{2}, false}, {"dim", IntList{dim}, false}, {"keepdim", true, false}},
+                       nm, tmp(what.str() + "_norm"));
+      return unary("aten::clone.default", n, nm, tmp(what.str() + "_norm_clone"));
+    };
+    Value *n1 = norm(x1, "x1"), *n2 = norm(x2, "x2");
+    ScalarType dt = x1->meta()->dtype;
+    Value *eps = emit1("aten::scalar_tensor.default", {{"s", doubleArg("eps", 1e-8), false}, {"dtype", dt, true}},
+                       metaOf(dt, {}, x1->meta()->device), tmp("eps"));
+    auto clamped = [&](Value *n) {
+      Value *out = b_.tensor(tmp("norm_clamped"), *n->meta());
+      b_.emit("aten::clamp_min_.Tensor", {{"self", n, false}, {"min", eps, false}}, {out}, *n_)->setGradEnabled(false);
+      return out;
+    };
+    n1 = clamped(n1);
+    n2 = clamped(n2);
+    Value *q1 = binaryOp("aten::div.Tensor", x1, n1, "x1_unit"), *q2 = binaryOp("aten::div.Tensor", x2, n2, "x2_unit");
+    Value *prod = binaryOp("aten::mul.Tensor", q1, q2, "products");
+    b_.bind(result(0), unary("aten::sum.dim_IntList", prod, *result(0)->meta(), result(0)->name(),
+                             {{"dim", IntList{dim}, false}}));
+    return llvm::Error::success();
+  }
+  /// margin_ranking_loss (Loss.cpp): (-target * (input1 - input2) + margin).clamp_min_(0), reduced
+  /// (the right operand of `*` runs first, as torch's compiler evaluates it).
+  llvm::Error marginRankingLoss() {
+    Value *a = in("input1"), *b = in("input2"), *target = in("target");
+    auto reduction = lossReduction();
+    if (!sameShapeFloating({a, b, target}) || !reduction)
+      return keepExported();
+    Value *diff = binaryOp("aten::sub.Tensor", a, b, "diff");
+    Value *negTarget = unary("aten::neg.default", target, *diff->meta(), tmp("neg_target"));
+    Value *prod = binaryOp("aten::mul.Tensor", negTarget, diff, "signed_diff");
+    Value *shifted = binaryOp("aten::add.Scalar", prod, doubleArg("margin", 0.0), "shifted");
+    bindLoss(*reduction, "aten::clamp_min_.default", {{"self", shifted, false}, {"min", int64_t{0}, false}},
+             *shifted->meta());
+    return llvm::Error::success();
+  }
+  /// hinge_embedding_loss (Loss.cpp): where(target != 1, (margin - self).clamp_min_(0), 0) +
+  /// where(target != -1, self, 0), reduced; `margin - self` runs as empty_like, fill_, sub_.
+  llvm::Error hingeEmbeddingLoss() {
+    Value *x = in("self"), *target = in("target");
+    auto reduction = lossReduction();
+    if (!sameShapeFloating({x, target}) || !reduction)
+      return keepExported();
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes)), bm = m;
+    bm.dtype = ScalarType::Bool;
+    Value *zeros = unary("aten::zeros_like.default", x, m, tmp("zeros"), {{"memory_format", MemoryFormat::Contiguous, true}});
+    Value *filled = unary("aten::empty_like.default", x, m, tmp("margin"), {{"memory_format", MemoryFormat::Preserve, true}});
+    filled = emit1("aten::fill_.Scalar", {{"self", filled, false}, {"value", doubleArg("margin", 1.0), false}}, m,
+                   tmp("margin_filled"));
+    Value *gap = binaryOp("aten::sub_.Tensor", filled, x, "margin_gap");
+    Value *hinge = emit1("aten::clamp_min_.default", {{"self", gap, false}, {"min", int64_t{0}, false}}, m, tmp("hinge"));
+    auto where = [&](double label, Value *kept, llvm::StringRef what) {
+      Value *isnt = emit1("aten::ne.Scalar", {{"self", target, false}, {"other", label, false}},
+                          bm, tmp(what.str() + "_mask"));
+      return emit1("aten::where.self", {{"condition", isnt, false}, {"self", kept, false}, {"other", zeros, false}}, m,
+                   tmp(what));
+    };
+    Value *margins = where(1.0, hinge, "margin_part");
+    Value *selves = where(-1.0, x, "self_part");
+    bindLoss(*reduction, "aten::add.Tensor", {{"self", margins, false}, {"other", selves, false}}, m);
+    return llvm::Error::success();
+  }
+  /// poisson_nll_loss (Loss.cpp): exp(input) - target * input (log_input) or input - target *
+  /// log(input + eps); with `full` the Stirling term target * log(target) - target + 0.5 *
+  /// log(2 pi target), zero where target <= 1, added in place; reduced.
+  llvm::Error poissonNllLoss() {
+    Value *x = in("input"), *target = in("target");
+    auto reduction = lossReduction();
+    if (!sameShapeFloating({x, target}) || !reduction)
+      return keepExported();
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes)), bm = m;
+    bm.dtype = ScalarType::Bool;
+    auto un = [&](llvm::StringRef op, Value *v, llvm::StringRef what) { return unary(op, v, m, tmp(what)); };
+    Value *loss;
+    if (boolArg("log_input", true)) {
+      Value *prod = binaryOp("aten::mul.Tensor", target, x, "target_input");
+      loss = binaryOp("aten::sub.Tensor", un("aten::exp.default", x, "exp"), prod, "loss");
+    } else {
+      Value *logs = un("aten::log.default", binaryOp("aten::add.Scalar", x, doubleArg("eps", 1e-8), "shifted"), "log");
+      loss = binaryOp("aten::sub.Tensor", x, binaryOp("aten::mul.Tensor", target, logs, "target_log"), "loss");
+    }
+    if (boolArg("full", false)) {
+      Value *half = binaryOp("aten::mul.Scalar", un("aten::log.default",
+                                                    binaryOp("aten::mul.Scalar", target, 2 * M_PI, "two_pi_target"),
+                                                    "log_two_pi_target"),
+                             0.5, "half_log");
+      Value *tlog = binaryOp("aten::mul.Tensor", target, un("aten::log.default", target, "log_target"), "target_log_target");
+      Value *stirling = binaryOp("aten::add.Tensor", binaryOp("aten::sub.Tensor", tlog, target, "stirling_head"), half,
+                                 "stirling");
+      Value *small = emit1("aten::le.Scalar", {{"self", target, false}, {"other", int64_t{1}, false}},
+                           bm, tmp("small_target"));
+      Value *term = emit1("aten::masked_fill.Scalar", {{"self", stirling, false}, {"mask", small, false},
+                                                       {"value", int64_t{0}, false}},
+                          m, tmp("stirling_term"));
+      if (*reduction == 0) {
+        b_.bind(result(0), emit1("aten::add_.Tensor", {{"self", loss, false}, {"other", term, false}}, *result(0)->meta(),
+                                 result(0)->name()));
+        return llvm::Error::success();
+      }
+      loss = binaryOp("aten::add_.Tensor", loss, term, "loss_full");
+    }
+    if (*reduction == 0) {
+      b_.bind(result(0), loss);
+      return llvm::Error::success();
+    }
+    b_.bind(result(0), unary(*reduction == 1 ? "aten::mean.default" : "aten::sum.default", loss, *result(0)->meta(),
+                             result(0)->name()));
     return llvm::Error::success();
   }
 

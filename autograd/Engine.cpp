@@ -484,6 +484,13 @@ private:
     bool any = false;
     for (Value *v : operands)
       any |= static_cast<bool>(edgeOf(v));
+    if (!n.gradEnabled() && isInPlace(n)) {
+      // An in-place op under no_grad leaves its tensor's history as it was (torch bumps only the
+      // version counter): the written value keeps self's edge (cosine_similarity's clamp_min_).
+      if (Edge e = edgeOf(n.input("self")->tensor()))
+        edges_[n.results()[0]] = e;
+      return;
+    }
     if (!any || !differentiable(n) || !n.gradEnabled())
       return;
     AGNode *a = newNode(AGNode::Kind::Op, ++seq_);

@@ -346,6 +346,17 @@ CASES = [
      [(f32(2, 4, 3), S1), (f32(4), R), (f32(4), R), (f32(4), R), (f32(4, lo="pos"), R)]),
     ("instance-norm", lambda a, w, b, m, v: F.instance_norm(a, m.detach(), v.detach(), w, b),
      [(f32(2, 4, 3), S0), (f32(4), R), (f32(4), R), (f32(4), R), (f32(4, lo="pos"), R)]),
+    # composite losses and cosine_similarity, decomposed as Loss.cpp / Distance.cpp run them
+    # (cosine_similarity's in-place clamp_min_ of the norms runs under no_grad: the gradient passes it)
+    ("cosine-similarity", lambda a, b: F.cosine_similarity(a, b, dim=1), [(f32(4, 6), S0), (f32(4, 6), S0)]),
+    ("cosine-similarity-dim0", lambda a, b: F.cosine_similarity(a, b, dim=0), [(f32(4, 6), S1), (f32(4, 6), R)]),
+    ("margin-ranking-loss", lambda a, b, t: F.margin_ranking_loss(a, b, t.sign(), margin=0.1),
+     [(f32(8), S0), (f32(8), S0), (f32(8), R)]),
+    ("hinge-embedding-loss", lambda a, t: F.hinge_embedding_loss(a, t.sign(), margin=0.5, reduction="sum"),
+     [(f32(8), S0), (f32(8), S0)]),
+    ("poisson-nll-loss-full", lambda a, t: F.poisson_nll_loss(a, t, full=True), [(f32(8), S0), (f32(8, lo="pos"), S0)]),
+    ("poisson-nll-loss-linear", lambda a, t: F.poisson_nll_loss(a, t, log_input=False, reduction="none"),
+     [(f32(4, 6, lo="pos"), S1), (f32(4, 6, lo="pos"), R)]),
     ("grid-sampler-2d", lambda a, g: aten.grid_sampler_2d.default(a, g, 0, 0, False), [(f32(2, 3, 4, 4), S0), (f32(2, 5, 5, 2), R)]),
     ("grid-sampler-3d", lambda a, g: aten.grid_sampler_3d.default(a, g, 0, 0, True), [(f32(2, 2, 3, 3, 3), R), (f32(2, 2, 2, 2, 3), S0)]),
     ("nll-loss2d", lambda a, t: aten.nll_loss2d_forward.default(a, t, None, 1, -100)[0],

@@ -41,6 +41,22 @@ OPS = {
                                                         label_smoothing=0.1),
     # batch_norm runs native_batch_norm on the CPU; instance_norm views the input as one sample of
     # N*C channels and batch-normalizes that (Normalization.cpp)
+    # linear algebra: the composite wrappers run their DTensor kernels (linalg_inv_ex and the
+    # error check, _linalg_det, _linalg_slogdet, _linalg_solve_ex, _linalg_svd, _linalg_eigh, ...)
+    "linalg_inv": lambda y: torch.linalg.inv(y[..., :6]),
+    "linalg_det": lambda y: torch.linalg.det(y[..., :6]),
+    "logdet": lambda y: torch.logdet(y[..., :6]),
+    "slogdet": lambda y: torch.linalg.slogdet(y[..., :6])[1],
+    "linalg_solve": lambda y: torch.linalg.solve(y[..., :6], y[..., 6:]),
+    "svdvals": lambda y: torch.linalg.svdvals(y),
+    "svd": lambda y: torch.svd(y)[2],
+    "cond": lambda y: torch.linalg.cond(y[..., :6]),
+    "eigvalsh": lambda y: torch.linalg.eigvalsh(y[..., :6]),
+    "cholesky": lambda y: torch.linalg.cholesky(y[..., :6] @ y[..., :6].mT),
+    "qr": lambda y: torch.qr(y)[1],
+    "lu_factor": lambda y: torch.linalg.lu_factor(y[..., :6])[0],
+    "matrix_exp": lambda y: torch.matrix_exp(y[..., :6]),
+    "pinverse": lambda y: torch.pinverse(y),
     "batch_norm": lambda y: F.batch_norm(y, None, None, training=True),
     "instance_norm": lambda y: F.instance_norm(y),
 }
@@ -117,3 +133,29 @@ def test_linalg_svd_replicates_its_input_like_comm_debug_mode(run_commlens, tmp_
     assert {op: (n, tree["collective_bytes_forward"][op]) for op, n in tree["collectives_forward"]} == expected
     measured = measure(lambda: head("svd"), plan, phase="forward", return_document=True)["modules"][0]
     assert {op: (n, measured["forward_bytes"][op]) for op, n in measured["forward"].items()} == expected
+
+
+LINALG = ["linalg_inv", "linalg_det", "logdet", "slogdet", "linalg_solve", "svdvals", "svd", "cond", "eigvalsh",
+          "cholesky", "qr", "lu_factor", "matrix_exp", "pinverse"]
+# the wrappers that check their factorization (inv, solve, cholesky, lu_factor) raise on the
+# row-sharded input: the fake process group's all-gather leaves the other rank's rows zero
+CHECKED = {"linalg_inv", "linalg_solve", "cholesky", "lu_factor"}
+
+
+# DTensor's linalg strategies shard batch dims only (_math_ops.py linalg_batch_dim_strategy), and
+# _linalg_svd / _linalg_eigh / linalg_qr and the error check's info replicate: predicted and
+# measured on a batch-sharded [4, 6, *] input and, where the run needs no valid data, a
+# row-sharded one.
+@pytest.mark.parametrize("name, dim", [(n, 0) for n in LINALG] + [(n, 1) for n in LINALG if n not in CHECKED])
+def test_linalg_wrapper_forward_matches_comm_debug_mode(run_commlens, tmp_path, name, dim):
+    import json
+
+    from commlens.measure import measure
+
+    pt2, plan = export(name, tmp_path), sharded(dim)
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "forward", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    tree = json.loads(r.stdout)
+    predicted = {op: (n, tree["collective_bytes_forward"][op]) for op, n in tree["collectives_forward"]}
+    measured = measure(lambda: head(name), plan, phase="forward", return_document=True)["modules"][0]
+    assert predicted == {op: (n, measured["forward_bytes"][op]) for op, n in measured["forward"].items()}

@@ -148,6 +148,13 @@ def all_cases():
     cases += unary_cases("aten::pow.Tensor_Scalar", [4, 6], lambda t: [t, F("exponent", 2.0)])
     cases += unary_cases("aten::add_.Scalar", [4, 6], lambda t: [t, F("other", 1.0)], partials=("P(sum)", "P(max)"))
     cases += unary_cases("aten::mul.Scalar", [4, 6], lambda t: [t, F("other", 3.0)], partials=("P(sum)", "P(max)"))
+    # in-place clamps: pointwise by torch.Tag.pointwise, no Partial rule (cosine_similarity and the
+    # hinge losses run clamp_min_)
+    cases += unary_cases("aten::clamp_min_.default", [4, 6], lambda t: [t, F("min", 0.0)], partials=("P(sum)", "P(max)"))
+    cases += unary_cases("aten::clamp_.default", [4, 6], lambda t: [t, F("min", -1.0), F("max", 1.0)],
+                         partials=("P(sum)", "P(max)"))
+    cases += binary_cases("aten::clamp_min_.Tensor", ["self", "min"], [[4, 6], [4, 6]], partials=("P(sum)", "P(max)"),
+                          every2d=4)
     # copy_ (in place: self keeps its placements; every Partial kind survives when src shares it)
     for shapes in ([[4, 6], [4, 6]], [[4, 6], [6]]):
         cases += binary_cases("aten::copy_.default", ["self", "src"], shapes,
