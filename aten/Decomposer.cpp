@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <limits>
 #include <numeric>
 
 namespace commlens {
@@ -245,6 +246,9 @@ private:
         {"aten::margin_ranking_loss.default", &Decomposer::marginRankingLoss},
         {"aten::hinge_embedding_loss.default", &Decomposer::hingeEmbeddingLoss},
         {"aten::poisson_nll_loss.default", &Decomposer::poissonNllLoss},
+        {"aten::linalg_vecdot.default", &Decomposer::linalgVecdot},
+        {"aten::isclose.default", &Decomposer::isclose},
+        {"aten::linalg_ldl_factor.default", &Decomposer::linalgLdlFactor},
         {"aten::linalg_cholesky.default", &Decomposer::linalgCholesky},
         {"aten::linalg_inv.default", &Decomposer::linalgInv},
         {"aten::linalg_det.default", &Decomposer::linalgDet},
@@ -2038,6 +2042,62 @@ private:
     }
     b_.bind(result(0), unary(*reduction == 1 ? "aten::mean.default" : "aten::sum.default", loss, *result(0)->meta(),
                              result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// linalg_vecdot (LinearAlgebra.cpp), real operands: vdot for two vectors, else x * y summed over
+  /// `dim` (x.conj() is x itself).
+  llvm::Error linalgVecdot() {
+    Value *x = in("x"), *y = in("y");
+    if (!sameShapeFloating({x, y}))
+      return keepExported();
+    if (x->meta()->rank() == 1) {
+      b_.bind(result(0), emit1("aten::vdot.default", {{"self", x, false}, {"other", y, false}}, *result(0)->meta(),
+                               result(0)->name()));
+      return llvm::Error::success();
+    }
+    Value *prod = binaryOp("aten::mul.Tensor", x, y, "products");
+    b_.bind(result(0), unary("aten::sum.dim_IntList", prod, *result(0)->meta(), result(0)->name(),
+                             {{"dim", IntList{intInput("dim").value_or(-1)}, false}}));
+    return llvm::Error::success();
+  }
+  /// isclose (TensorCompare.cpp) of real operands without equal_nan: self == other, or a finite
+  /// |self - other| within atol + |rtol * other| (isfinite as its composite: (e == e) * (|e| != inf)).
+  llvm::Error isclose() {
+    Value *x = in("self"), *y = in("other");
+    double rtol = doubleArg("rtol", 1e-5), atol = doubleArg("atol", 1e-8);
+    if (!sameShapeFloating({x, y}) || boolArg("equal_nan", false) || (rtol == 0 && atol == 0))
+      return keepExported();
+    TensorMeta bm = withShape(*x->meta(), hints(x->meta()->sizes));
+    bm.dtype = ScalarType::Bool;
+    auto cmp = [&](llvm::StringRef op, Value *a, Argument b, llvm::StringRef what) {
+      return emit1(op, {{"self", a, false}, {"other", std::move(b), false}}, bm, tmp(what));
+    };
+    Value *close = cmp("aten::eq.Tensor", x, y, "equal");
+    Value *scaled = binaryOp("aten::mul.Scalar", y, rtol, "rtol_other");
+    Value *allowed = binaryOp("aten::add.Scalar", unary("aten::abs.default", scaled, *scaled->meta(), tmp("abs")), atol,
+                              "allowed_error");
+    Value *diff = binaryOp("aten::sub.Tensor", x, y, "diff");
+    Value *actual = unary("aten::abs.default", diff, *diff->meta(), tmp("actual_error"));
+    Value *notInf = cmp("aten::ne.Scalar", unary("aten::abs.default", actual, *actual->meta(), tmp("abs_error")),
+                        std::numeric_limits<double>::infinity(), "not_inf");
+    Value *notNan = cmp("aten::eq.Tensor", actual, actual, "not_nan");
+    Value *finite = cmp("aten::mul.Tensor", notNan, notInf, "finite");
+    Value *within = cmp("aten::le.Tensor", actual, allowed, "within");
+    Value *finiteWithin = cmp("aten::bitwise_and_.Tensor", finite, within, "finite_within");
+    b_.bind(result(0), emit1("aten::bitwise_or_.Tensor", {{"self", close, false}, {"other", finiteWithin, false}},
+                             *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// linalg_ldl_factor: linalg_ldl_factor_ex then the error check.
+  llvm::Error linalgLdlFactor() {
+    Value *a = in("self");
+    llvm::SmallVector<NamedArgument, 4> args{{"self", a, false}};
+    if (const Argument *h = n_->input("hermitian"))
+      args.push_back({"hermitian", *h, true});
+    auto outs = emitKernel("aten::linalg_ldl_factor_ex.default", std::move(args),
+                           {*result(0)->meta(), *result(1)->meta(), infoMeta(a)}, {0, 1});
+    checkErrors(outs[2], "torch.linalg.ldl_factor");
     return llvm::Error::success();
   }
 

@@ -190,7 +190,7 @@ const llvm::StringMap<Family> &families() {
           "aten::masked_fill_.Scalar", "aten::add_.Scalar", "aten::sub_.Scalar", "aten::logical_and_.default",
           "aten::logical_or_.default", "aten::logical_not_.default", "aten::digamma_.default",
           "aten::clamp_.default", "aten::clamp_.Tensor", "aten::clamp_min_.default", "aten::clamp_min_.Tensor",
-          "aten::clamp_max_.default", "aten::clamp_max_.Tensor"},
+          "aten::clamp_max_.default", "aten::clamp_max_.Tensor", "aten::bitwise_and_.Tensor", "aten::bitwise_or_.Tensor"},
          Family::Plain);
     return m;
   }();

@@ -357,6 +357,9 @@ CASES = [
     ("poisson-nll-loss-full", lambda a, t: F.poisson_nll_loss(a, t, full=True), [(f32(8), S0), (f32(8, lo="pos"), S0)]),
     ("poisson-nll-loss-linear", lambda a, t: F.poisson_nll_loss(a, t, log_input=False, reduction="none"),
      [(f32(4, 6, lo="pos"), S1), (f32(4, 6, lo="pos"), R)]),
+    # linalg_vecdot: vdot for two vectors, else mul and a sum over dim
+    ("vecdot", lambda a, b: torch.linalg.vecdot(a, b, dim=0), [(f32(4, 6), S1), (f32(4, 6), S0)]),
+    ("vecdot-vectors", lambda a, b: torch.linalg.vecdot(a, b), [(f32(8), S0), (f32(8), S0)]),
     ("grid-sampler-2d", lambda a, g: aten.grid_sampler_2d.default(a, g, 0, 0, False), [(f32(2, 3, 4, 4), S0), (f32(2, 5, 5, 2), R)]),
     ("grid-sampler-3d", lambda a, g: aten.grid_sampler_3d.default(a, g, 0, 0, True), [(f32(2, 2, 3, 3, 3), R), (f32(2, 2, 2, 2, 3), S0)]),
     ("nll-loss2d", lambda a, t: aten.nll_loss2d_forward.default(a, t, None, 1, -100)[0],

@@ -57,6 +57,9 @@ OPS = {
     "lu_factor": lambda y: torch.linalg.lu_factor(y[..., :6])[0],
     "matrix_exp": lambda y: torch.matrix_exp(y[..., :6]),
     "pinverse": lambda y: torch.pinverse(y),
+    "ldl_factor": lambda y: torch.linalg.ldl_factor(y[..., :6] @ y[..., :6].mT)[0],
+    # isclose: its comparisons and the in-place bool combinations (TensorCompare.cpp)
+    "isclose": lambda y: torch.isclose(y, y * 1.0001),
     "batch_norm": lambda y: F.batch_norm(y, None, None, training=True),
     "instance_norm": lambda y: F.instance_norm(y),
 }
@@ -135,19 +138,19 @@ def test_linalg_svd_replicates_its_input_like_comm_debug_mode(run_commlens, tmp_
     assert {op: (n, measured["forward_bytes"][op]) for op, n in measured["forward"].items()} == expected
 
 
-LINALG = ["linalg_inv", "linalg_det", "logdet", "slogdet", "linalg_solve", "svdvals", "svd", "cond", "eigvalsh",
-          "cholesky", "qr", "lu_factor", "matrix_exp", "pinverse"]
+FORWARD_ONLY = ["linalg_inv", "linalg_det", "logdet", "slogdet", "linalg_solve", "svdvals", "svd", "cond", "eigvalsh",
+          "cholesky", "qr", "lu_factor", "matrix_exp", "pinverse", "ldl_factor", "isclose"]
 # the wrappers that check their factorization (inv, solve, cholesky, lu_factor) raise on the
 # row-sharded input: the fake process group's all-gather leaves the other rank's rows zero
-CHECKED = {"linalg_inv", "linalg_solve", "cholesky", "lu_factor"}
+CHECKED = {"linalg_inv", "linalg_solve", "cholesky", "lu_factor", "ldl_factor"}
 
 
 # DTensor's linalg strategies shard batch dims only (_math_ops.py linalg_batch_dim_strategy), and
 # _linalg_svd / _linalg_eigh / linalg_qr and the error check's info replicate: predicted and
 # measured on a batch-sharded [4, 6, *] input and, where the run needs no valid data, a
 # row-sharded one.
-@pytest.mark.parametrize("name, dim", [(n, 0) for n in LINALG] + [(n, 1) for n in LINALG if n not in CHECKED])
-def test_linalg_wrapper_forward_matches_comm_debug_mode(run_commlens, tmp_path, name, dim):
+@pytest.mark.parametrize("name, dim", [(n, 0) for n in FORWARD_ONLY] + [(n, 1) for n in FORWARD_ONLY if n not in CHECKED])
+def test_composite_forward_matches_comm_debug_mode(run_commlens, tmp_path, name, dim):
     import json
 
     from commlens.measure import measure

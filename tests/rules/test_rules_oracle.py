@@ -155,6 +155,12 @@ def all_cases():
                          partials=("P(sum)", "P(max)"))
     cases += binary_cases("aten::clamp_min_.Tensor", ["self", "min"], [[4, 6], [4, 6]], partials=("P(sum)", "P(max)"),
                           every2d=4)
+    # isclose's in-place bool combinations
+    for op in ("aten::bitwise_and_.Tensor", "aten::bitwise_or_.Tensor"):
+        for mesh in MESHES:
+            pairs = list(itertools.product(tuples(per_dim(2), mesh), tuples(per_dim(2), mesh)))
+            for pa, pb in pairs[:: (4 if len(mesh) > 1 else 1)]:
+                cases.append({"op": op, "mesh": mesh, "args": [T("self", [4, 6], pa, "b8"), T("other", [4, 6], pb, "b8")]})
     # copy_ (in place: self keeps its placements; every Partial kind survives when src shares it)
     for shapes in ([[4, 6], [4, 6]], [[4, 6], [6]]):
         cases += binary_cases("aten::copy_.default", ["self", "src"], shapes,
