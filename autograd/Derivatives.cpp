@@ -935,6 +935,48 @@ llvm::Error powScalarBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// prod.default (FunctionsManual prod_backward): a DTensor is tensor-subclass-like, so torch takes
+/// prod_safe_zeros_backward over the flattened input: ones then the input without its last
+/// element, cumulated; the same from the other end (flipped); grad times their product, viewed
+/// back. A 0-dim input passes grad on. A plain tensor's formula depends on where its zeros are
+/// (counted at run time), refused by name, as is an empty input or a dtype conversion.
+llvm::Error prodBackward(GradCall &c) {
+  Value *self = c.self(), *g = c.g();
+  auto sizes = sizesOf(*self->meta());
+  if (sizes.empty()) {
+    c.set("self", g);
+    return llvm::Error::success();
+  }
+  int64_t n = numelOf(sizes);
+  if (!c.e.isDTensor(self) || n == 0 || g->meta()->dtype != self->meta()->dtype)
+    return makeError("autodiff: '{}' (aten::prod.default): the gradient of {} is not modelled (torch's formula for a "
+                     "plain tensor depends on where its zeros are)",
+                     c.n.name(), n == 0 ? "an empty input" : !c.e.isDTensor(self) ? "a plain tensor" : "a dtype conversion");
+  TensorMeta flatMeta = GradEmitter::withSizes(self, {n});
+  Value *flat = c.e.emit("aten::view.default", {A("self", self), A("size", IntList{-1})}, flatMeta, "grad_flat");
+  Value *ones = c.e.emit("aten::ones.default", {A("size", IntList{1}), K("dtype", g->meta()->dtype)},
+                         metaOf(g->meta()->dtype, {1}, g->meta()->device), "grad_ones");
+  auto slice = [&](int64_t start, int64_t end) {
+    return c.e.emit("aten::slice.Tensor", {A("self", flat), A("dim", int64_t{0}), A("start", start), A("end", end)},
+                    GradEmitter::withSizes(self, {n - 1}), "grad_slice");
+  };
+  auto exclusiveCumprod = [&](Value *rest) {
+    Value *joined = c.e.emit("aten::cat.default", {A("tensors", TensorList{ones, rest}), A("dim", int64_t{0})}, flatMeta,
+                             "grad_cat");
+    return c.e.emit("aten::cumprod.default", {A("self", joined), A("dim", int64_t{0})}, flatMeta, "grad_cumprod");
+  };
+  auto flip = [&](Value *x) {
+    return c.e.emit("aten::flip.default", {A("self", x), A("dims", IntList{0})}, GradEmitter::like(x), "grad_flip");
+  };
+  Value *before = exclusiveCumprod(slice(0, n - 1));
+  Value *after = flip(exclusiveCumprod(flip(slice(1, n))));
+  Value *others = c.e.emit("aten::mul.Tensor", {A("self", before), A("other", after)}, flatMeta, "grad_mul");
+  Value *gi = c.e.emit("aten::mul.Tensor", {A("self", g), A("other", others)}, flatMeta, "grad_prod");
+  c.set("self", c.e.emit("aten::view.default", {A("self", gi), A("size", IntList(sizes.begin(), sizes.end()))},
+                         GradEmitter::like(self), "grad_view"));
+  return llvm::Error::success();
+}
+
 /// nansum: grad restored to self's shape, times self's non-NaN mask.
 llvm::Error nansumBackward(GradCall &c) {
   TensorMeta bm = boolLike(c.self());

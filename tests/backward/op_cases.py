@@ -360,6 +360,10 @@ CASES = [
     # linalg_vecdot: vdot for two vectors, else mul and a sum over dim
     ("vecdot", lambda a, b: torch.linalg.vecdot(a, b, dim=0), [(f32(4, 6), S1), (f32(4, 6), S0)]),
     ("vecdot-vectors", lambda a, b: torch.linalg.vecdot(a, b), [(f32(8), S0), (f32(8), S0)]),
+    # prod over every element: prod_safe_zeros_backward (DTensor is subclass-like): exclusive
+    # cumprods of the flattened input from both ends, the input's shard moved off the cumulated dim
+    ("prod", lambda a: torch.prod(a), [(f32(4, 3), R)]),
+    ("prod-sharded", lambda a: torch.prod(a), [(f32(4, 3), S0)]),
     ("grid-sampler-2d", lambda a, g: aten.grid_sampler_2d.default(a, g, 0, 0, False), [(f32(2, 3, 4, 4), S0), (f32(2, 5, 5, 2), R)]),
     ("grid-sampler-3d", lambda a, g: aten.grid_sampler_3d.default(a, g, 0, 0, True), [(f32(2, 2, 3, 3, 3), R), (f32(2, 2, 2, 2, 3), S0)]),
     ("nll-loss2d", lambda a, t: aten.nll_loss2d_forward.default(a, t, None, 1, -100)[0],
