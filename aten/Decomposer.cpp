@@ -249,6 +249,8 @@ private:
         {"aten::linalg_vecdot.default", &Decomposer::linalgVecdot},
         {"aten::isclose.default", &Decomposer::isclose},
         {"aten::linalg_ldl_factor.default", &Decomposer::linalgLdlFactor},
+        {"aten::meshgrid.indexing", &Decomposer::meshgrid},
+        {"aten::linalg_matrix_power.default", &Decomposer::linalgMatrixPower},
         {"aten::linalg_cholesky.default", &Decomposer::linalgCholesky},
         {"aten::linalg_inv.default", &Decomposer::linalgInv},
         {"aten::linalg_det.default", &Decomposer::linalgDet},
@@ -2098,6 +2100,102 @@ private:
     auto outs = emitKernel("aten::linalg_ldl_factor_ex.default", std::move(args),
                            {*result(0)->meta(), *result(1)->meta(), infoMeta(a)}, {0, 1});
     checkErrors(outs[2], "torch.linalg.ldl_factor");
+    return llvm::Error::success();
+  }
+
+  /// meshgrid (TensorShape.cpp): each 0- or 1-dim tensor viewed with -1 at its own position and 1
+  /// elsewhere, expanded to the grid; 'xy' swaps the first two tensors before and the outputs after.
+  llvm::Error meshgrid() {
+    const Argument *tensors = n_->input("tensors");
+    const Argument *indexing = n_->input("indexing");
+    if (!tensors || !tensors->is<TensorList>() || tensors->get<TensorList>().size() != n_->results().size())
+      return keepExported();
+    const TensorList &xs = tensors->get<TensorList>();
+    size_t n = xs.size();
+    bool xy = indexing && indexing->is<std::string>() && indexing->get<std::string>() == "xy" && n >= 2;
+    auto grid = hints(result(0)->meta()->sizes);
+    for (size_t k = 0; k < n; ++k) {
+      size_t i = xy && k < 2 ? 1 - k : k;
+      Value *x = b_.map(xs[i]);
+      if (x->meta()->rank() > 1)
+        return makeError("node '{}' (aten::meshgrid.indexing): expected 0- or 1-dim tensors", n_->name());
+      IntList shape(n, 1);
+      shape[k] = -1;
+      llvm::SmallVector<int64_t, 4> viewSizes(n, 1);
+      viewSizes[k] = numelOf(hints(x->meta()->sizes));
+      Value *v = emit1("aten::view.default", {{"self", x, false}, {"size", shape, false}}, withShape(*x->meta(), viewSizes),
+                       tmp("view"));
+      const Value *r = result(i);
+      b_.bind(r, unary("aten::expand.default", v, *r->meta(), r->name(), {{"size", IntList(grid), false}}));
+    }
+    return llvm::Error::success();
+  }
+  /// linalg_matrix_power(A, n >= 0) (LinearAlgebra.cpp): n = 0 a contiguous clone overwritten by
+  /// eye, n = 1 a contiguous clone, n = 2 and 3 matmuls, larger n by binary decomposition (z the
+  /// running square, result the product of the squares of set bits).
+  llvm::Error linalgMatrixPower() {
+    Value *a = in("self");
+    auto power = intInput("n");
+    if (!power || *power < 0 || a->meta()->rank() != 2)
+      return keepExported();
+    int64_t n = *power;
+    const TensorMeta &out = *result(0)->meta();
+    if (n <= 1) {
+      Value *c = unary("aten::clone.default", a, out, n == 0 ? tmp("clone") : result(0)->name(),
+                       {{"memory_format", MemoryFormat::Contiguous, true}});
+      if (n == 1) {
+        b_.bind(result(0), c);
+        return llvm::Error::success();
+      }
+      int64_t order = hints(a->meta()->sizes).back();
+      Value *eye = emit1("aten::eye.default", {{"n", order, false}, {"dtype", a->meta()->dtype, true}},
+                         metaOf(a->meta()->dtype, {order, order}, a->meta()->device), tmp("eye"));
+      b_.bind(result(0), emit1("aten::copy_.default", {{"self", c, false}, {"src", eye, false}}, out, result(0)->name()));
+      return llvm::Error::success();
+    }
+    auto product = [&](Value *x, Value *y, bool last) -> llvm::Expected<Value *> {
+      return matmul(x, y, out, last ? result(0)->name() : tmp("power"));
+    };
+    if (n <= 3) {
+      auto sq = product(a, a, n == 2);
+      if (!sq)
+        return sq.takeError();
+      if (n == 2) {
+        b_.bind(result(0), *sq);
+        return llvm::Error::success();
+      }
+      auto cube = product(*sq, a, true);
+      if (!cube)
+        return cube.takeError();
+      b_.bind(result(0), *cube);
+      return llvm::Error::success();
+    }
+    Value *z = nullptr, *acc = nullptr;
+    while (n > 0) {
+      int64_t bit = n % 2;
+      n /= 2;
+      if (z) {
+        auto zz = product(z, z, false);
+        if (!zz)
+          return zz.takeError();
+        z = *zz;
+      } else {
+        z = a;
+      }
+      if (bit == 1) {
+        if (!acc) {
+          acc = z;
+          if (n == 0)
+            break;
+          continue;
+        }
+        auto next = product(acc, z, n == 0);
+        if (!next)
+          return next.takeError();
+        acc = *next;
+      }
+    }
+    b_.bind(result(0), acc);
     return llvm::Error::success();
   }
 

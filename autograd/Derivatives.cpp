@@ -977,6 +977,22 @@ llvm::Error prodBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// copy_(self, src) into a tensor that is not a view (a view's write is CopySlices, autograd/
+/// Engine.cpp): self's gradient zeros_like(grad) (contiguous), src's grad summed to src's shape. A
+/// src of another dtype gets a converted gradient in torch (validate_outputs): refused by name.
+llvm::Error copyBackward(GradCall &c) {
+  if (Value *src = c.operand("src"); c.want("src") && src->meta()->dtype != c.g()->meta()->dtype)
+    return makeError("autodiff: '{}' (aten::copy_.default): the gradient of a source of another dtype ({} into {}) is "
+                     "not modelled",
+                     c.n.name(), shortName(src->meta()->dtype), shortName(c.g()->meta()->dtype));
+  if (c.want("self"))
+    c.set("self", c.e.emit("aten::zeros_like.default", {A("self", c.g()), K("memory_format", MemoryFormat::Contiguous)},
+                           GradEmitter::like(c.g()), "grad_zeros"));
+  if (c.want("src"))
+    c.set("src", c.e.sumTo(c.g(), *c.operand("src")->meta()));
+  return llvm::Error::success();
+}
+
 /// nansum: grad restored to self's shape, times self's non-NaN mask.
 llvm::Error nansumBackward(GradCall &c) {
   TensorMeta bm = boolLike(c.self());

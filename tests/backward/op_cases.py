@@ -364,6 +364,15 @@ CASES = [
     # cumprods of the flattened input from both ends, the input's shard moved off the cumulated dim
     ("prod", lambda a: torch.prod(a), [(f32(4, 3), R)]),
     ("prod-sharded", lambda a: torch.prod(a), [(f32(4, 3), S0)]),
+    # meshgrid: views and expands (xy swaps the first two); linalg_matrix_power: a contiguous clone
+    # (n = 0 overwritten by a plain eye through copy_, whose self gradient is zeros), mm chains
+    ("meshgrid-ij", lambda a, b: torch.meshgrid(a, b, indexing="ij")[0] * 2, [(f32(4), S0), (f32(6), R)]),
+    ("meshgrid-xy", lambda a, b: torch.meshgrid(a, b, indexing="xy")[1] * 2, [(f32(4), S0), (f32(6), S0)]),
+    ("matrix-power-0", lambda a: torch.linalg.matrix_power(a, 0), [(f32(1, 1), R)]),
+    ("matrix-power-1", lambda a: torch.linalg.matrix_power(a, 1), [(f32(4, 4), S0)]),
+    ("matrix-power-3", lambda a: torch.linalg.matrix_power(a, 3), [(f32(4, 4), S0)]),
+    ("matrix-power-6", lambda a: torch.linalg.matrix_power(a, 6), [(f32(4, 4), S1)]),
+    ("copy-into-clone", lambda a, b: a.clone().copy_(b) * a, [(f32(4, 6), S0), (f32(6), R)]),
     ("grid-sampler-2d", lambda a, g: aten.grid_sampler_2d.default(a, g, 0, 0, False), [(f32(2, 3, 4, 4), S0), (f32(2, 5, 5, 2), R)]),
     ("grid-sampler-3d", lambda a, g: aten.grid_sampler_3d.default(a, g, 0, 0, True), [(f32(2, 2, 3, 3, 3), R), (f32(2, 2, 2, 2, 3), S0)]),
     ("nll-loss2d", lambda a, t: aten.nll_loss2d_forward.default(a, t, None, 1, -100)[0],
