@@ -589,6 +589,289 @@ llvm::Error addmvBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+// ---- linear algebra (FunctionsManual's linalg backward functions) -------------------------------
+// Modelled for real 2-D matrices, where at::matmul runs as aten::mm; a node with a batched or
+// complex operand is refused by name rather than given a wrong op sequence. mH() of a real matrix is
+// transpose(-2, -1) (no conjugate op runs), emitted with the dims as torch passes them.
+
+/// The refusal for a node outside the modelled case: an operand of more than 2 dims or complex.
+llvm::Error linalgOutOfScope(GradCall &c) {
+  for (const NamedArgument &a : c.n.inputs())
+    for (const Value *v : a.value.tensors()) {
+      if (!v->meta())
+        continue;
+      if (isComplex(v->meta()->dtype))
+        return makeError("autodiff: {}: the derivative of a complex '{}' is not modelled (real matrices only)",
+                         c.n.where(), a.name);
+      if (v->meta()->rank() > 2)
+        return makeError("autodiff: {}: the derivative of a batched ({}-D) '{}' is not modelled (2-D matrices only)",
+                         c.n.where(), v->meta()->rank(), a.name);
+    }
+  return llvm::Error::success();
+}
+
+/// x.mH() of a real matrix: transpose(-2, -1).
+Value *mH(GradCall &c, Value *x) {
+  auto s = sizesOf(*x->meta());
+  auto st = stridesOf(*x->meta());
+  std::swap(s[0], s[1]);
+  std::swap(st[0], st[1]);
+  return c.e.emit("aten::transpose.int", {A("self", x), A("dim0", int64_t(-2)), A("dim1", int64_t(-1))},
+                  metaOf(x->meta()->dtype, s, x->meta()->device, st), "grad_mH");
+}
+Value *mH(GradCall &c, const Value *x) { return mH(c, mut(x)); }
+
+/// x.unsqueeze(-1).
+Value *unsqueezeLast(GradCall &c, const Value *x) {
+  auto s = sizesOf(*x->meta());
+  s.push_back(1);
+  return c.e.emit("aten::unsqueeze.default", {A("self", mut(x)), A("dim", int64_t(-1))}, GradEmitter::withSizes(x, s),
+                  "grad_unsqueeze");
+}
+
+/// -x.
+Value *negOf(GradCall &c, Value *x) { return unary(c, "aten::neg.default", x, "grad_neg"); }
+
+/// x.triu(d) / x.tril(d); the diagonal passed only where it is not 0, as torch's calls pass it.
+Value *triangle(GradCall &c, bool upper, Value *x, int64_t d) {
+  llvm::SmallVector<NamedArgument, 4> args{A("self", x)};
+  if (d != 0)
+    args.push_back(A("diagonal", d));
+  return c.e.emit(upper ? "aten::triu.default" : "aten::tril.default", std::move(args), GradEmitter::like(x),
+                  "grad_tri");
+}
+
+/// at::linalg_solve_triangular(a, b, upper, left, unitriangular), left and unitriangular passed
+/// only where they are not their defaults.
+Value *solveTriangular(GradCall &c, Value *a, Value *b, bool upper, bool left = true, bool unitriangular = false) {
+  llvm::SmallVector<NamedArgument, 4> args{A("self", a), A("B", b), K("upper", upper)};
+  if (!left)
+    args.push_back(K("left", false));
+  if (unitriangular)
+    args.push_back(K("unitriangular", true));
+  return c.e.emit("aten::linalg_solve_triangular.default", std::move(args), GradEmitter::like(b), "grad_solve");
+}
+
+/// at::linalg_lu_solve(LU, pivots, b, left, adjoint), the flags passed where they are not their defaults.
+Value *luSolve(GradCall &c, const Value *lu, const Value *pivots, Value *b, bool left, bool adjoint) {
+  llvm::SmallVector<NamedArgument, 4> args{A("LU", mut(lu)), A("pivots", mut(pivots)), A("B", b)};
+  if (!left)
+    args.push_back(K("left", false));
+  if (adjoint)
+    args.push_back(K("adjoint", true));
+  return c.e.emit("aten::linalg_lu_solve.default", std::move(args), GradEmitter::like(b), "grad_lu_solve");
+}
+
+/// linalg_inv_ex: -inverse.mH() @ (grad @ inverse.mH()), the inner product first.
+llvm::Error linalgInvBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  Value *inner = c.e.mm(c.g(), mH(c, c.result(0)));
+  c.set("A", negOf(c, c.e.mm(mH(c, c.result(0)), inner)));
+  return llvm::Error::success();
+}
+
+/// cholesky_backward(grad, upper, L) (linalg_cholesky_ex, cholesky): with L_ = upper ? L.mH() : L
+/// and gL_ likewise, gA = (L_.mH() @ gL_).tril(); gA = 0.5 * (gA + gA.tril(-1).mH()); then
+/// solve_triangular(L_.mH(), gA, upper) and solve_triangular(L_, ., lower, right).
+llvm::Error choleskyBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  bool upper = c.boolArg("upper");
+  Value *L = mut(c.result(0)), *gL = c.g();
+  if (upper) {
+    L = mH(c, L);
+    gL = mH(c, gL);
+  }
+  Value *gA = triangle(c, false, c.e.mm(mH(c, L), gL), 0);
+  Value *sym = binary(c, "aten::add.Tensor", gA, mH(c, triangle(c, false, gA, -1)), "grad_add");
+  gA = c.e.emit("aten::mul.Scalar", {A("self", sym), A("other", 0.5)}, GradEmitter::like(sym), "grad_scale");
+  gA = solveTriangular(c, mH(c, L), gA, /*upper=*/true);
+  gA = solveTriangular(c, L, gA, /*upper=*/false, /*left=*/false);
+  c.set("self", gA);
+  return llvm::Error::success();
+}
+
+/// The triangular factor's gradient both triangular solves share: -product restricted to A's
+/// triangle (the diagonal left out for a unit triangle).
+Value *triangularFactorGrad(GradCall &c, Value *product, bool upper, bool unitriangular) {
+  return triangle(c, upper, negOf(c, product), upper ? int64_t(unitriangular) : -int64_t(unitriangular));
+}
+
+/// linalg_solve_triangular_backward: gB = solve_triangular(A.mH(), grad, !upper, left,
+/// unitriangular); A's gradient (when it needs one) -(left ? gB @ X.mH() : X.mH() @ gB), triu'd
+/// (upper) or tril'd, off the diagonal for a unit triangle.
+llvm::Error solveTriangularBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  bool upper = c.boolArg("upper"), left = c.boolArg("left", true), unit = c.boolArg("unitriangular");
+  Value *gB = solveTriangular(c, mH(c, c.self()), c.g(), !upper, left, unit);
+  if (c.want("self")) {
+    Value *p = left ? c.e.mm(gB, mH(c, c.result(0))) : c.e.mm(mH(c, c.result(0)), gB);
+    c.set("self", triangularFactorGrad(c, p, upper, unit));
+  }
+  c.set("B", gB);
+  return llvm::Error::success();
+}
+
+/// triangular_solve_backward (self = B, A; results solution X and cloned_coefficient): grad_b =
+/// triangular_solve(grad_x, A, upper, !transpose, unitriangular)[0]; A's gradient -(transpose ?
+/// X @ grad_b.mT() : grad_b @ X.mH()) in A's triangle, plus the cloned coefficient's gradient. A
+/// gradient of the cloned coefficient alone gets plain zeros for the solution's part (refused).
+llvm::Error triangularSolveBackward(GradCall &c) {
+  Value *gx = c.grads.size() > 0 ? c.grads[0] : nullptr, *gm = c.grads.size() > 1 ? c.grads[1] : nullptr;
+  if (!gx && !gm)
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  if (!gx)
+    return makeError("autodiff: {}: a gradient of the cloned coefficient alone (torch fills the solution's with a "
+                     "plain at::zeros) is not modelled",
+                     c.n.where());
+  bool upper = c.boolArg("upper", true), transpose = c.boolArg("transpose"), unit = c.boolArg("unitriangular");
+  Value *a = c.operand("A");
+  Value *gb = c.e.newValue("grad_triangular_solve", GradEmitter::like(gx));
+  Value *clone = c.e.newValue("grad_triangular_solve_coefficient", GradEmitter::like(a));
+  c.e.emitNode(gb->name(), "aten::triangular_solve.default",
+               {A("self", gx), A("A", a), A("upper", upper), A("transpose", !transpose), A("unitriangular", unit)},
+               {Argument(gb), Argument(clone)});
+  if (c.want("A")) {
+    Value *ga = transpose ? c.e.mm(mut(c.result(0)), mH(c, gb)) : c.e.mm(gb, mH(c, c.result(0)));
+    ga = triangularFactorGrad(c, ga, upper, unit);
+    if (gm)
+      ga = binary(c, "aten::add.Tensor", ga, gm, "grad_add");
+    c.set("A", ga);
+  } else { // grad_a = at::zeros({1}).expand_as(A): plain tensors, discarded
+    auto as = sizesOf(*a->meta());
+    Value *z = c.e.emit("aten::zeros.default", {A("size", IntList{1}), K("dtype", a->meta()->dtype)},
+                        GradEmitter::withSizes(a, {1}), "grad_zeros");
+    c.e.emit("aten::expand.default", {A("self", z), A("size", IntList(as.begin(), as.end()))},
+             metaOf(a->meta()->dtype, as, a->meta()->device, llvm::SmallVector<int64_t, 2>(as.size(), 0)),
+             "grad_expand");
+  }
+  c.set("self", gb);
+  return llvm::Error::success();
+}
+
+/// cholesky_solve_backward (self = B, input2 = the factor L; result X): grad_self =
+/// grad.cholesky_solve(L, upper); common = grad_self @ X.mH(), symmetrised (+ its mH); L's
+/// gradient -(upper ? L @ common : common @ L).
+llvm::Error choleskySolveBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  bool upper = c.boolArg("upper");
+  Value *L = c.operand("input2");
+  llvm::SmallVector<NamedArgument, 4> args{A("self", c.g()), A("input2", L)};
+  if (upper)
+    args.push_back(A("upper", true));
+  Value *gs = c.e.emit("aten::cholesky_solve.default", std::move(args), GradEmitter::like(c.g()), "grad_cholesky_solve");
+  if (c.want("input2")) {
+    Value *common = c.e.mm(gs, mH(c, c.result(0)));
+    common = binary(c, "aten::add.Tensor", common, mH(c, common), "grad_add");
+    c.set("input2", negOf(c, upper ? c.e.mm(L, common) : c.e.mm(common, L)));
+  }
+  c.set("self", gs);
+  return llvm::Error::success();
+}
+
+/// cholesky_inverse_backward(grad, L, upper, inverse): common = inverse @ ((grad + grad.mH()) @
+/// inverse); L's gradient -(upper ? L @ common : common @ L).
+llvm::Error choleskyInverseBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  Value *inv = mut(c.result(0)), *L = c.self();
+  Value *common = binary(c, "aten::add.Tensor", c.g(), mH(c, c.g()), "grad_add");
+  common = c.e.mm(inv, c.e.mm(common, inv));
+  c.set("self", negOf(c, c.boolArg("upper") ? c.e.mm(L, common) : c.e.mm(common, L)));
+  return llvm::Error::success();
+}
+
+/// linalg_solve_backward (_linalg_solve_ex; results X, LU, pivots, info): gB_ =
+/// linalg_lu_solve(LU, pivots, gX, left, adjoint) (a vector right-hand side unsqueezed to a
+/// column first); A's gradient -(left ? gB_ @ X.mH() : X.mH() @ gB_), B's gB_ (squeezed back). For
+/// a real A the backward solves with adjoint=True whatever A's layout (as torch 2.13 runs it).
+llvm::Error linalgSolveBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  bool left = c.boolArg("left", true);
+  bool vector = c.result(0)->meta()->rank() == 1;
+  Value *gX = vector ? unsqueezeLast(c, c.g()) : c.g();
+  Value *gB = luSolve(c, c.result(1), c.result(2), gX, left, /*adjoint=*/true);
+  if (c.want("A")) {
+    Value *X = vector ? unsqueezeLast(c, c.result(0)) : mut(c.result(0));
+    c.set("A", negOf(c, left ? c.e.mm(gB, mH(c, X)) : c.e.mm(mH(c, X), gB)));
+  }
+  if (c.want("B"))
+    c.set("B", vector ? c.e.emit("aten::squeeze.dim", {A("self", gB), A("dim", int64_t(-1))},
+                                 GradEmitter::like(c.operand("B")), "grad_squeeze")
+                      : gB);
+  return llvm::Error::success();
+}
+
+/// The matrix torch's det and slogdet backwards solve against: diag_embed(g.unsqueeze(-1)
+/// .expand_as(pivots)).mT().
+Value *detRhs(GradCall &c, Value *g, const Value *pivots) {
+  Value *u = unsqueezeLast(c, g);
+  int64_t n = sizesOf(*pivots->meta())[0];
+  Value *e = c.e.emit("aten::expand.default", {A("self", u), A("size", IntList{n})},
+                      metaOf(g->meta()->dtype, {n}, g->meta()->device, llvm::ArrayRef<int64_t>{0}), "grad_expand");
+  Value *d = c.e.emit("aten::diag_embed.default", {A("self", e)}, GradEmitter::withSizes(g, {n, n}), "grad_diag_embed");
+  return mH(c, d);
+}
+
+/// linalg_det_backward (results det, LU, pivots): d = diag_embed((grad * det) expanded).mT();
+/// the LU's zero pivots moved to eps (where(LU.diagonal() == 0, eps, 0), diag_embedded and added);
+/// then linalg_lu_solve(LU_, pivots, d, adjoint = !A.is_contiguous()).
+llvm::Error linalgDetBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  const Value *lu = c.result(1), *pivots = c.result(2);
+  Value *dd = binary(c, "aten::mul.Tensor", c.g(), mut(c.result(0)), "grad_mul");
+  Value *d = detRhs(c, dd, pivots);
+  int64_t n = sizesOf(*pivots->meta())[0];
+  Value *diag = c.e.emit("aten::diagonal.default",
+                         {A("self", mut(lu)), A("offset", int64_t(0)), A("dim1", int64_t(-2)), A("dim2", int64_t(-1))},
+                         metaOf(lu->meta()->dtype, {n}, lu->meta()->device, llvm::ArrayRef<int64_t>{n + 1}), "grad_diagonal");
+  Value *zero = c.e.emit("aten::eq.Scalar", {A("self", diag), A("other", 0.0)}, boolLike(diag), "grad_zero_pivot");
+  double eps = lu->meta()->dtype == ScalarType::Double ? std::numeric_limits<double>::epsilon()
+                                                       : double(std::numeric_limits<float>::epsilon());
+  Value *z = scalarTensor(c, 0.0, lu); // the right operand first, as the compiler evaluates them
+  Value *e = scalarTensor(c, eps, lu);
+  Value *w = c.e.emit("aten::where.self", {A("condition", zero), A("self", e), A("other", z)}, GradEmitter::like(diag),
+                      "grad_where");
+  Value *shift = c.e.emit("aten::diag_embed.default", {A("self", w)}, GradEmitter::like(lu), "grad_diag_embed");
+  Value *lu2 = binary(c, "aten::add.Tensor", mut(lu), shift, "grad_add");
+  c.set("A", luSolve(c, lu2, pivots, d, true, !isContiguous(*c.operand("A")->meta())));
+  return llvm::Error::success();
+}
+
+/// slogdet_backward of a real A (results sign, logabsdet, LU, pivots): the sign's gradient is zero;
+/// linalg_lu_solve(LU, pivots, diag_embed(grad_logabsdet expanded).mT(), adjoint = !A.is_contiguous()).
+llvm::Error linalgSlogdetBackward(GradCall &c) {
+  Value *g = c.grads.size() > 1 ? c.grads[1] : nullptr;
+  if (!g)
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  Value *d = detRhs(c, g, c.result(3));
+  c.set("A", luSolve(c, c.result(2), c.result(3), d, true, !isContiguous(*c.operand("A")->meta())));
+  return llvm::Error::success();
+}
+
 /// mvlgamma_backward: grad * (arange(-p/2 + 0.5, 0.5, 0.5) + self.unsqueeze(-1)).digamma_().sum(-1).
 /// The arange is a plain tensor: added to a DTensor of more than one element, DTensor raises, and so
 /// does the dispatch pass.

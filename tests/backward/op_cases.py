@@ -45,6 +45,18 @@ def mask(*shape):
     return torch.rand(*shape, generator=g) > 0.5
 
 
+def spd(n):
+    """A well-conditioned symmetric positive definite matrix (the linalg cases)."""
+    a = f32(n, n)
+    return a @ a.T + n * torch.eye(n)
+
+
+def tri(n, upper=False):
+    """A well-conditioned triangular matrix: spd(n)'s Cholesky factor (or its transpose)."""
+    factor = torch.linalg.cholesky(spd(n))
+    return factor.T.contiguous() if upper else factor
+
+
 # Where max_pool2d took each maximum of a [1, 2, 4, 4] input (2x2 windows): indices max_unpool2d can scatter to.
 POOLED_INDICES = F.max_pool2d(f32(1, 2, 4, 4), 2, return_indices=True)[1]
 
@@ -469,6 +481,42 @@ CASES = [
     ("diff-sharded-dim", lambda a: torch.diff(a, n=2, dim=0), [(f32(8, 6), S0)]),
     ("triplet-margin-loss", lambda a, p, n: F.triplet_margin_loss(a, p, n, margin=0.5),
      [(f32(4, 6), S0), (f32(4, 6), R), (f32(4, 6), S0)]),
+    # linear algebra, real 2-D matrices: the ATen ops themselves (a sharded input is replicated by
+    # DTensor's strategy before the op, so its backward runs replicated)
+    ("linalg-inv-ex", lambda a: aten.linalg_inv_ex(a)[0], [(spd(4), R)]),
+    ("linalg-inv-ex-shard", lambda a: aten.linalg_inv_ex(a)[0], [(spd(4), S0)]),
+    ("linalg-cholesky-ex", lambda a: aten.linalg_cholesky_ex(a)[0], [(spd(4), R)]),
+    ("linalg-cholesky-ex-upper", lambda a: aten.linalg_cholesky_ex(a, upper=True)[0], [(spd(4), S0)]),
+    ("cholesky", lambda a: aten.cholesky(a), [(spd(4), R)]),
+    ("cholesky-upper", lambda a: aten.cholesky(a, True), [(spd(4), R)]),
+    ("linalg-solve-triangular", lambda a, b: aten.linalg_solve_triangular(a, b, upper=False),
+     [(tri(4), R), (f32(4, 3), R)]),
+    ("linalg-solve-triangular-upper-right-unit",
+     lambda a, b: aten.linalg_solve_triangular(a, b, upper=True, left=False, unitriangular=True),
+     [(tri(4, upper=True), R), (f32(3, 4), S0)]),
+    ("linalg-solve-triangular-b-only", lambda a, b: aten.linalg_solve_triangular(a.detach(), b, upper=True),
+     [(tri(4, upper=True), R), (f32(4, 3), R)]),
+    ("triangular-solve", lambda b, a: aten.triangular_solve(b, a)[0], [(f32(4, 3), R), (tri(4, upper=True), R)]),
+    ("triangular-solve-lower-transpose-unit", lambda b, a: aten.triangular_solve(b, a, False, True, True)[0],
+     [(f32(4, 3), S1), (tri(4), R)]),
+    ("triangular-solve-both-outputs", lambda b, a: sum(x.sum() for x in aten.triangular_solve(b, a)),
+     [(f32(4, 3), R), (tri(4, upper=True), R)]),
+    ("triangular-solve-b-only", lambda b, a: aten.triangular_solve(b, a.detach(), False)[0],
+     [(f32(4, 3), R), (tri(4), R)]),
+    ("cholesky-solve", lambda b, l: aten.cholesky_solve(b, l), [(f32(4, 3), R), (tri(4), R)]),
+    ("cholesky-solve-upper", lambda b, u: aten.cholesky_solve(b, u, True), [(f32(4, 3), S0), (tri(4, upper=True), R)]),
+    ("cholesky-solve-b-only", lambda b, l: aten.cholesky_solve(b, l.detach()), [(f32(4, 3), R), (tri(4), R)]),
+    ("cholesky-inverse", lambda l: aten.cholesky_inverse(l), [(tri(4), R)]),
+    ("cholesky-inverse-upper", lambda u: aten.cholesky_inverse(u, True), [(tri(4, upper=True), S0)]),
+    ("linalg-solve-ex", lambda a, b: aten._linalg_solve_ex(a, b)[0], [(spd(4), R), (f32(4, 3), R)]),
+    ("linalg-solve-ex-right", lambda a, b: aten._linalg_solve_ex(a, b, left=False)[0], [(spd(4), S0), (f32(3, 4), S1)]),
+    ("linalg-solve-ex-vector", lambda a, b: aten._linalg_solve_ex(a, b)[0], [(spd(4), R), (f32(4), R)]),
+    ("linalg-solve-ex-transposed-a", lambda a, b: aten._linalg_solve_ex(a.t(), b)[0], [(spd(4), R), (f32(4, 3), R)]),
+    ("linalg-det", lambda a: aten._linalg_det(a)[0], [(spd(4), R)]),
+    ("linalg-det-transposed", lambda a: aten._linalg_det(a.t())[0], [(spd(4), S0)]),
+    ("linalg-slogdet", lambda a: aten._linalg_slogdet(a)[1], [(spd(4), R)]),
+    ("linalg-slogdet-transposed-both-outputs", lambda a: sum(x.sum() for x in aten._linalg_slogdet(a.t())[:2]),
+     [(spd(4), R)]),
 ]
 
 
