@@ -872,6 +872,54 @@ llvm::Error linalgSlogdetBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// linalg_eig_backward for _linalg_eigh (is_hermitian; results L, V): with eigenvalues alone,
+/// (V * gL.unsqueeze(-2)) @ V.mH(). Otherwise VhgV = V.mH() @ gV (its diagonal read), projected to
+/// 0.5 * (VhgV - VhgV.mH()), divided in place by E = L.unsqueeze(-2) - L.unsqueeze(-1) with a
+/// diagonal of ones, gL scattered onto its diagonal (diagonal_scatter: DTensor is subclass-like),
+/// and conjugated: V @ (gA @ V.mH()).
+llvm::Error linalgEighBackward(GradCall &c) {
+  Value *gL = c.grads.size() > 0 ? c.grads[0] : nullptr, *gV = c.grads.size() > 1 ? c.grads[1] : nullptr;
+  if (!gL && !gV)
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  Value *L = mut(c.result(0)), *V = mut(c.result(1));
+  int64_t n = sizesOf(*L->meta())[0];
+  auto unsqueezeAt = [&](Value *x, int64_t d) { // x.unsqueeze(d) of a vector, d = -1 or -2
+    llvm::SmallVector<int64_t, 2> s = d == -1 ? llvm::SmallVector<int64_t, 2>{n, 1} : llvm::SmallVector<int64_t, 2>{1, n};
+    return c.e.emit("aten::unsqueeze.default", {A("self", x), A("dim", d)}, GradEmitter::withSizes(x, s),
+                    "grad_unsqueeze");
+  };
+  auto diagonalOf = [&](Value *x) {
+    return c.e.emit("aten::diagonal.default",
+                    {A("self", x), A("offset", int64_t(0)), A("dim1", int64_t(-2)), A("dim2", int64_t(-1))},
+                    metaOf(x->meta()->dtype, {n}, x->meta()->device, llvm::ArrayRef<int64_t>{n + 1}), "grad_diagonal");
+  };
+  if (!gV) {
+    Value *VH = mH(c, V); // at::matmul's operands right to left
+    Value *scaled = binary(c, "aten::mul.Tensor", V, unsqueezeAt(gL, -2), "grad_mul");
+    c.set("A", c.e.mm(scaled, VH));
+    return llvm::Error::success();
+  }
+  Value *VhgV = c.e.mm(mH(c, V), gV);
+  diagonalOf(VhgV); // diag_VhgV, read for the complex check
+  Value *skew = binary(c, "aten::sub.Tensor", VhgV, mH(c, VhgV), "grad_sub");
+  skew = c.e.emit("aten::mul.Scalar", {A("self", skew), A("other", 0.5)}, GradEmitter::like(skew), "grad_scale");
+  Value *col = unsqueezeAt(L, -1);
+  Value *E = c.e.emit("aten::sub.Tensor", {A("self", unsqueezeAt(L, -2)), A("other", col)},
+                      GradEmitter::withSizes(L, {n, n}), "grad_sub");
+  c.e.emit("aten::fill_.Scalar", {A("self", diagonalOf(E)), A("value", 1.0)}, GradEmitter::withSizes(L, {n}),
+           "grad_fill");
+  Value *gA = c.e.emit("aten::div_.Tensor", {A("self", skew), A("other", E)}, GradEmitter::like(skew), "grad_div");
+  if (gL)
+    gA = c.e.emit("aten::diagonal_scatter.default",
+                  {A("self", gA), A("src", gL), A("offset", int64_t(0)), A("dim1", int64_t(-2)), A("dim2", int64_t(-1))},
+                  GradEmitter::like(gA), "grad_diagonal_scatter");
+  Value *inner = c.e.mm(gA, mH(c, V));
+  c.set("A", c.e.mm(V, inner));
+  return llvm::Error::success();
+}
+
 /// mvlgamma_backward: grad * (arange(-p/2 + 0.5, 0.5, 0.5) + self.unsqueeze(-1)).digamma_().sum(-1).
 /// The arange is a plain tensor: added to a DTensor of more than one element, DTensor raises, and so
 /// does the dispatch pass.

@@ -517,6 +517,9 @@ CASES = [
     ("linalg-slogdet", lambda a: aten._linalg_slogdet(a)[1], [(spd(4), R)]),
     ("linalg-slogdet-transposed-both-outputs", lambda a: sum(x.sum() for x in aten._linalg_slogdet(a.t())[:2]),
      [(spd(4), R)]),
+    ("linalg-eigh-eigenvalues", lambda a: aten._linalg_eigh(a)[0], [(spd(4), R)]),
+    ("linalg-eigh-both", lambda a: sum(x.sum() for x in aten._linalg_eigh(a)), [(spd(4), S0)]),
+    ("linalg-eigh-eigenvectors-upper", lambda a: aten._linalg_eigh(a, "U")[1], [(spd(4), R)]),
 ]
 
 
