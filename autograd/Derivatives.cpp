@@ -920,6 +920,103 @@ llvm::Error linalgEighBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// svd_backward for _linalg_svd (results U, S, Vh; m = U's rows, n = Vh's columns, k = S's size).
+/// With full_matrices, U and Vh (and the gradients of U and Vh, where defined) are narrowed to k
+/// first, the arguments right to left. Singular values alone: U @ (gS.unsqueeze(-1) * Vh) (m >= n)
+/// or (U * gS.unsqueeze(-2)) @ Vh. Otherwise the skew parts UhgU = skew(U.mH() @ gU) and VhgV =
+/// skew(Vh @ gVh.mH()) over E = S2.unsqueeze(-2) - S2.unsqueeze(-1) (diagonal filled with 1),
+/// scaled by S, plus diag_embed(gS); then, for m > n with gU, the component of gU outside U's
+/// span, for m < n with gVh, that of gVh outside Vh's; else U @ gA @ Vh.
+llvm::Error linalgSvdBackward(GradCall &c) {
+  Value *gU = c.grads.size() > 0 ? c.grads[0] : nullptr, *gS = c.grads.size() > 1 ? c.grads[1] : nullptr,
+        *gVh = c.grads.size() > 2 ? c.grads[2] : nullptr;
+  if (!gU && !gS && !gVh)
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  if (!c.boolArg("compute_uv", true))
+    return makeError("autodiff: {}: the derivative without compute_uv is not modelled (torch needs U and Vh)",
+                     c.n.where());
+  Value *U = mut(c.result(0)), *S = mut(c.result(1)), *Vh = mut(c.result(2));
+  int64_t k = sizesOf(*S->meta())[0];
+  if (c.boolArg("full_matrices")) {
+    auto narrow = [&](Value *x, int64_t dim) { // x.narrow(dim, 0, k): slice(dim, 0, k)
+      auto sz = sizesOf(*x->meta());
+      sz[dim + 2] = k;
+      return c.e.emit("aten::slice.Tensor", {A("self", x), A("dim", dim), A("start", int64_t(0)), A("end", k)},
+                      metaOf(x->meta()->dtype, sz, x->meta()->device, stridesOf(*x->meta())), "grad_narrow");
+    };
+    Vh = narrow(Vh, -2);
+    U = narrow(U, -1);
+    if (gVh)
+      gVh = narrow(gVh, -2);
+    if (gU)
+      gU = narrow(gU, -1);
+  }
+  int64_t m = sizesOf(*U->meta())[0], n = sizesOf(*Vh->meta())[1];
+  auto unsqueezeAt = [&](Value *x, int64_t d) { // a vector's unsqueeze(-1) or unsqueeze(-2)
+    auto sz = d == -1 ? llvm::SmallVector<int64_t, 2>{k, 1} : llvm::SmallVector<int64_t, 2>{1, k};
+    return c.e.emit("aten::unsqueeze.default", {A("self", x), A("dim", d)}, GradEmitter::withSizes(x, sz),
+                    "grad_unsqueeze");
+  };
+  auto op = [&](llvm::StringRef name, Value *x, Value *y, Value *shape) {
+    return c.e.emit(name, {A("self", x), A("other", y)}, GradEmitter::like(shape), "grad_svd");
+  };
+  if (!gU && !gVh) {
+    if (m >= n)
+      c.set("A", c.e.mm(U, op("aten::mul.Tensor", unsqueezeAt(gS, -1), Vh, Vh)));
+    else
+      c.set("A", c.e.mm(op("aten::mul.Tensor", U, unsqueezeAt(gS, -2), U), Vh));
+    return llvm::Error::success();
+  }
+  auto skew = [&](Value *x) { return op("aten::sub.Tensor", x, mH(c, x), x); };
+  Value *UhgU = gU ? skew(c.e.mm(mH(c, U), gU)) : nullptr;
+  Value *VhgV = gVh ? skew(c.e.mm(Vh, mH(c, gVh))) : nullptr;
+  Value *S2 = op("aten::mul.Tensor", S, S, S);
+  Value *col = unsqueezeAt(S2, -1);
+  Value *row = unsqueezeAt(S2, -2);
+  Value *square = UhgU ? UhgU : VhgV;
+  Value *E = op("aten::sub.Tensor", row, col, square);
+  Value *diag = c.e.emit("aten::diagonal.default",
+                         {A("self", E), A("offset", int64_t(0)), A("dim1", int64_t(-2)), A("dim2", int64_t(-1))},
+                         metaOf(E->meta()->dtype, {k}, E->meta()->device, llvm::ArrayRef<int64_t>{k + 1}),
+                         "grad_diagonal");
+  c.e.emit("aten::fill_.Scalar", {A("self", diag), A("value", int64_t(1))}, GradEmitter::like(diag), "grad_fill");
+  Value *gA;
+  if (gU && gVh) {
+    Value *right = op("aten::mul.Tensor", unsqueezeAt(S, -1), VhgV, VhgV);
+    Value *left = op("aten::mul.Tensor", UhgU, unsqueezeAt(S, -2), UhgU);
+    gA = op("aten::div.Tensor", op("aten::add.Tensor", left, right, UhgU), E, UhgU);
+  } else if (gU) {
+    Value *srow = unsqueezeAt(S, -2);
+    gA = op("aten::mul.Tensor", op("aten::div.Tensor", UhgU, E, UhgU), srow, UhgU);
+  } else {
+    Value *q = op("aten::div.Tensor", VhgV, E, VhgV);
+    gA = op("aten::mul.Tensor", unsqueezeAt(S, -1), q, VhgV);
+  }
+  if (gS) {
+    Value *d = c.e.emit("aten::diag_embed.default", {A("self", gS)}, GradEmitter::like(gA), "grad_diag_embed");
+    gA = op("aten::add.Tensor", gA, d, gA);
+  }
+  if (m > n && gU) {
+    gA = c.e.mm(U, gA);
+    Value *gUSinv = op("aten::div.Tensor", gU, unsqueezeAt(S, -2), gU);
+    Value *proj = c.e.mm(U, c.e.mm(mH(c, U), gUSinv));
+    gA = op("aten::sub.Tensor", op("aten::add.Tensor", gA, gUSinv, gA), proj, gA);
+    gA = c.e.mm(gA, Vh);
+  } else if (m < n && gVh) {
+    gA = c.e.mm(gA, Vh);
+    Value *SinvgVh = op("aten::div.Tensor", gVh, unsqueezeAt(S, -1), gVh);
+    Value *proj = c.e.mm(c.e.mm(SinvgVh, mH(c, Vh)), Vh);
+    gA = op("aten::sub.Tensor", op("aten::add.Tensor", gA, SinvgVh, gA), proj, gA);
+    gA = c.e.mm(U, gA);
+  } else {
+    gA = m >= n ? c.e.mm(U, c.e.mm(gA, Vh)) : c.e.mm(c.e.mm(U, gA), Vh);
+  }
+  c.set("A", gA);
+  return llvm::Error::success();
+}
+
 /// mvlgamma_backward: grad * (arange(-p/2 + 0.5, 0.5, 0.5) + self.unsqueeze(-1)).digamma_().sum(-1).
 /// The arange is a plain tensor: added to a DTensor of more than one element, DTensor raises, and so
 /// does the dispatch pass.

@@ -520,6 +520,20 @@ CASES = [
     ("linalg-eigh-eigenvalues", lambda a: aten._linalg_eigh(a)[0], [(spd(4), R)]),
     ("linalg-eigh-both", lambda a: sum(x.sum() for x in aten._linalg_eigh(a)), [(spd(4), S0)]),
     ("linalg-eigh-eigenvectors-upper", lambda a: aten._linalg_eigh(a, "U")[1], [(spd(4), R)]),
+    # _linalg_svd (what torch.linalg.svd runs): by shape (tall, wide, square), full_matrices and
+    # which of U, S, Vh get a gradient
+    ("linalg-svd-s-tall", lambda a: aten._linalg_svd(a)[1], [(f32(6, 4), R)]),
+    ("linalg-svd-s-wide", lambda a: aten._linalg_svd(a)[1], [(f32(4, 6), S0)]),
+    ("linalg-svd-all-tall", lambda a: sum(x.sum() for x in aten._linalg_svd(a)), [(f32(6, 4), R)]),
+    ("linalg-svd-all-wide", lambda a: sum(x.sum() for x in aten._linalg_svd(a)), [(f32(4, 6), R)]),
+    ("linalg-svd-all-square", lambda a: sum(x.sum() for x in aten._linalg_svd(a)), [(f32(4, 4), S1)]),
+    ("linalg-svd-u-tall", lambda a: aten._linalg_svd(a)[0], [(f32(6, 4), R)]),
+    ("linalg-svd-u-wide", lambda a: aten._linalg_svd(a)[0], [(f32(4, 6), R)]),
+    ("linalg-svd-vh-tall", lambda a: aten._linalg_svd(a)[2], [(f32(6, 4), R)]),
+    ("linalg-svd-vh-wide", lambda a: aten._linalg_svd(a)[2], [(f32(4, 6), R)]),
+    ("linalg-svd-full-u-tall", lambda a: aten._linalg_svd(a, True)[0], [(f32(6, 4), R)]),
+    ("linalg-svd-full-all-wide", lambda a: sum(x.sum() for x in aten._linalg_svd(a, True)), [(f32(4, 6), R)]),
+    ("linalg-svd-full-s", lambda a: aten._linalg_svd(a, True)[1], [(f32(6, 4), R)]),
 ]
 
 
