@@ -621,6 +621,16 @@ Value *mH(GradCall &c, Value *x) {
 }
 Value *mH(GradCall &c, const Value *x) { return mH(c, mut(x)); }
 
+/// x.narrow(dim, start, length) of a matrix (dim -2 or -1), as torch runs it: slice(dim, start,
+/// start + length), a view.
+Value *narrowMatrix(GradCall &c, Value *x, int64_t dim, int64_t start, int64_t length) {
+  auto sz = sizesOf(*x->meta());
+  sz[dim + 2] = length;
+  return c.e.emit("aten::slice.Tensor",
+                  {A("self", x), A("dim", dim), A("start", start), A("end", start + length)},
+                  metaOf(x->meta()->dtype, sz, x->meta()->device, stridesOf(*x->meta())), "grad_narrow");
+}
+
 /// x.unsqueeze(-1).
 Value *unsqueezeLast(GradCall &c, const Value *x) {
   auto s = sizesOf(*x->meta());
@@ -940,12 +950,7 @@ llvm::Error linalgSvdBackward(GradCall &c) {
   Value *U = mut(c.result(0)), *S = mut(c.result(1)), *Vh = mut(c.result(2));
   int64_t k = sizesOf(*S->meta())[0];
   if (c.boolArg("full_matrices")) {
-    auto narrow = [&](Value *x, int64_t dim) { // x.narrow(dim, 0, k): slice(dim, 0, k)
-      auto sz = sizesOf(*x->meta());
-      sz[dim + 2] = k;
-      return c.e.emit("aten::slice.Tensor", {A("self", x), A("dim", dim), A("start", int64_t(0)), A("end", k)},
-                      metaOf(x->meta()->dtype, sz, x->meta()->device, stridesOf(*x->meta())), "grad_narrow");
-    };
+    auto narrow = [&](Value *x, int64_t dim) { return narrowMatrix(c, x, dim, 0, k); };
     Vh = narrow(Vh, -2);
     U = narrow(U, -1);
     if (gVh)
@@ -1013,6 +1018,90 @@ llvm::Error linalgSvdBackward(GradCall &c) {
   } else {
     gA = m >= n ? c.e.mm(U, c.e.mm(gA, Vh)) : c.e.mm(c.e.mm(U, gA), Vh);
   }
+  c.set("A", gA);
+  return llvm::Error::success();
+}
+
+/// linalg_matrix_exp_differential(self, grad, adjoint=true): the exponential of the block matrix
+/// [[A^H, grad], [0, A^H]] (cat of cats, zeros_like(A^H) for the zero block), narrowed to its
+/// top-right n x n block.
+llvm::Error linalgMatrixExpBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  Value *AH = mH(c, c.self());
+  int64_t n = sizesOf(*AH->meta())[0];
+  auto cat = [&](Value *x, Value *y, int64_t dim, llvm::ArrayRef<int64_t> sizes) {
+    return c.e.emit("aten::cat.default", {A("tensors", TensorList{x, y}), A("dim", dim)},
+                    GradEmitter::withSizes(c.g(), sizes), "grad_cat");
+  };
+  Value *top = cat(AH, c.g(), -1, {n, 2 * n});
+  Value *zeros = c.e.emit("aten::zeros_like.default", {A("self", AH)}, GradEmitter::like(AH), "grad_zeros");
+  Value *bottom = cat(zeros, AH, -1, {n, 2 * n});
+  Value *big = cat(top, bottom, -2, {2 * n, 2 * n});
+  Value *e = unary(c, "aten::linalg_matrix_exp.default", big, "grad_matrix_exp");
+  c.set("self", narrowMatrix(c, narrowMatrix(c, e, -2, 0, n), -1, n, n));
+  return llvm::Error::success();
+}
+
+/// linalg_qr_backward (results Q, R; m = Q's rows, n = R's columns): gA = gR @ R.mH() - Q.mH() @
+/// gQ (either term alone where only one gradient is defined). For m >= n: Q @ syminvadj(gA.triu())
+/// (X + X.mH(), its diagonal halved in place), plus gQ, then solve_triangular(R.mH(), ., lower,
+/// right). For m < n: Q @ (X - X.mH()).tril() of X = -gA (the real case: a zero diagonal),
+/// solved against the leading m x m block of R, padded with new_zeros to n columns by cat, plus
+/// Q @ gR. mode='r' (no Q) and 'complete' with m > n: torch raises; refused.
+llvm::Error linalgQrBackward(GradCall &c) {
+  Value *gQ = c.grads.size() > 0 ? c.grads[0] : nullptr, *gR = c.grads.size() > 1 ? c.grads[1] : nullptr;
+  if (!gQ && !gR)
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  std::string mode = "reduced";
+  if (const Argument *a = c.n.input("mode"); a && a->is<std::string>())
+    mode = a->get<std::string>();
+  Value *Q = mut(c.result(0)), *R = mut(c.result(1));
+  int64_t m = sizesOf(*Q->meta())[0], n = sizesOf(*R->meta())[1];
+  if (mode == "r" || (mode == "complete" && m > n))
+    return makeError("autodiff: {}: torch raises for the derivative of linalg_qr with mode='{}'{}", c.n.where(), mode,
+                     mode == "r" ? " (Q is not computed)" : " and more rows than columns");
+  int64_t k = std::min(m, n);
+  auto op = [&](llvm::StringRef name, Value *x, Value *y, Value *shape) {
+    return c.e.emit(name, {A("self", x), A("other", y)}, GradEmitter::like(shape), "grad_qr");
+  };
+  Value *gA;
+  if (gQ && gR) {
+    Value *qg = c.e.mm(mH(c, Q), gQ);
+    gA = op("aten::sub.Tensor", c.e.mm(gR, mH(c, R)), qg, qg);
+  } else if (gQ) {
+    gA = negOf(c, c.e.mm(mH(c, Q), gQ));
+  } else {
+    gA = c.e.mm(gR, mH(c, R));
+  }
+  if (m >= n) {
+    Value *X = triangle(c, true, gA, 0);
+    Value *sym = op("aten::add.Tensor", X, mH(c, X), X);
+    Value *diag = c.e.emit("aten::diagonal.default",
+                           {A("self", sym), A("offset", int64_t(0)), A("dim1", int64_t(-2)), A("dim2", int64_t(-1))},
+                           metaOf(sym->meta()->dtype, {k}, sym->meta()->device, llvm::ArrayRef<int64_t>{k + 1}),
+                           "grad_diagonal");
+    c.e.emit("aten::mul_.Scalar", {A("self", diag), A("other", 0.5)}, GradEmitter::like(diag), "grad_half");
+    gA = c.e.mm(Q, sym);
+    if (gQ)
+      gA = op("aten::add.Tensor", gA, gQ, gA);
+    c.set("A", solveTriangular(c, mH(c, R), gA, /*upper=*/false, /*left=*/false));
+    return llvm::Error::success();
+  }
+  Value *X = negOf(c, gA);
+  Value *skew = op("aten::sub.Tensor", X, mH(c, X), X);
+  gA = c.e.mm(Q, triangle(c, false, skew, 0));
+  gA = solveTriangular(c, mH(c, narrowMatrix(c, R, -1, 0, m)), gA, /*upper=*/false, /*left=*/false);
+  Value *pad = c.e.emit("aten::new_zeros.default", {A("self", gA), A("size", IntList{m, n - m})},
+                        GradEmitter::withSizes(gA, {m, n - m}), "grad_zeros");
+  gA = c.e.emit("aten::cat.default", {A("tensors", TensorList{gA, pad}), A("dim", int64_t(-1))},
+                GradEmitter::withSizes(gA, {m, n}), "grad_cat");
+  if (gR)
+    gA = op("aten::add.Tensor", gA, c.e.mm(Q, gR), gA);
   c.set("A", gA);
   return llvm::Error::success();
 }

@@ -534,6 +534,15 @@ CASES = [
     ("linalg-svd-full-u-tall", lambda a: aten._linalg_svd(a, True)[0], [(f32(6, 4), R)]),
     ("linalg-svd-full-all-wide", lambda a: sum(x.sum() for x in aten._linalg_svd(a, True)), [(f32(4, 6), R)]),
     ("linalg-svd-full-s", lambda a: aten._linalg_svd(a, True)[1], [(f32(6, 4), R)]),
+    ("linalg-matrix-exp", lambda a: aten.linalg_matrix_exp(a), [(f32(4, 4), R)]),
+    ("linalg-matrix-exp-shard", lambda a: aten.linalg_matrix_exp(a), [(f32(4, 4), S1)]),
+    # linalg_qr: tall (m >= n) and wide (m < n), each subset of Q/R gradients, mode='complete' (wide)
+    ("linalg-qr-q-tall", lambda a: aten.linalg_qr(a)[0], [(f32(6, 4), R)]),
+    ("linalg-qr-r-tall", lambda a: aten.linalg_qr(a)[1], [(f32(6, 4), S0)]),
+    ("linalg-qr-both-tall", lambda a: sum(x.sum() for x in aten.linalg_qr(a)), [(f32(6, 4), R)]),
+    ("linalg-qr-q-wide", lambda a: aten.linalg_qr(a)[0], [(f32(4, 6), R)]),
+    ("linalg-qr-r-wide", lambda a: aten.linalg_qr(a)[1], [(f32(4, 6), R)]),
+    ("linalg-qr-both-wide-complete", lambda a: sum(x.sum() for x in aten.linalg_qr(a, "complete")), [(f32(4, 6), R)]),
 ]
 
 
