@@ -1106,6 +1106,127 @@ llvm::Error linalgQrBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// pinv_backward(grad, pinvA, A) (m x n A), the ops in the order GCC evaluates its one-expression
+/// sums (an operator's right operand first, a member call's object first). m <= n: K = grad^H @
+/// pinvA, KpinvAh = K @ pinvA^H; -(pinvA @ K)^H + KpinvAh - (A @ pinvA) @ KpinvAh + (pinvA^H @
+/// pinvA) @ (grad^H - K @ A). m > n: K = pinvA @ grad^H, pinvAhK = pinvA^H @ K; -(K @ pinvA)^H +
+/// (grad^H - A @ K) @ pinvA @ pinvA^H + pinvAhK - pinvAhK @ pinvA @ A.
+llvm::Error linalgPinvBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  Value *a = c.self(), *pinvA = mut(c.result(0));
+  int64_t m = sizesOf(*a->meta())[0], n = sizesOf(*a->meta())[1];
+  auto op = [&](llvm::StringRef name, Value *x, Value *y) {
+    return c.e.emit(name, {A("self", x), A("other", y)}, GradEmitter::like(x), "grad_pinv");
+  };
+  Value *pinvAh = mH(c, pinvA), *gradh = mH(c, c.g());
+  Value *gA;
+  if (m <= n) {
+    Value *K = c.e.mm(gradh, pinvA);
+    Value *KpinvAh = c.e.mm(K, pinvAh);
+    Value *gram = c.e.mm(pinvAh, pinvA);
+    Value *last = c.e.mm(gram, op("aten::sub.Tensor", gradh, c.e.mm(K, a)));
+    Value *third = c.e.mm(c.e.mm(a, pinvA), KpinvAh);
+    Value *first = negOf(c, mH(c, c.e.mm(pinvA, K)));
+    gA = op("aten::add.Tensor", op("aten::sub.Tensor", op("aten::add.Tensor", first, KpinvAh), third), last);
+  } else {
+    Value *K = c.e.mm(pinvA, gradh);
+    Value *pinvAhK = c.e.mm(pinvAh, K);
+    Value *last = c.e.mm(c.e.mm(pinvAhK, pinvA), a);
+    Value *second = c.e.mm(c.e.mm(op("aten::sub.Tensor", gradh, c.e.mm(a, K)), pinvA), pinvAh);
+    Value *first = negOf(c, mH(c, c.e.mm(K, pinvA)));
+    gA = op("aten::sub.Tensor", op("aten::add.Tensor", op("aten::add.Tensor", first, second), pinvAhK), last);
+  }
+  c.set("self", gA);
+  return llvm::Error::success();
+}
+
+/// linalg_lu_backward(L_grad, U_grad, P, L, U, pivot) (L m x k, U k x n), either gradient
+/// possibly undefined. Square: P @ solve(L^H, solve(U^H, (L^H @ gL).tril(-1) + (gU @ U^H).triu(),
+/// lower, right), upper, unit). Wide: L^H @ gL - gU.triu() @ U^H, tril(-1), solved against U1^H
+/// from the right, cat with [gU1.triu() added, gU2], solved against L^H (unit), zeros_like(U2)
+/// cat'ed when gU is undefined. Tall: the transposed roles (gU @ U^H - L^H @ gL.tril(-1), triu,
+/// L1^H unit solve, cat along rows, U^H right solve). P @ the result when pivoting.
+Value *luBackward(GradCall &c, Value *gL, Value *gU, Value *P, Value *L, Value *U, bool pivot) {
+  int64_t m = sizesOf(*L->meta())[0], n = sizesOf(*U->meta())[1], k = std::min(m, n);
+  auto op = [&](llvm::StringRef name, Value *x, Value *y) {
+    return c.e.emit(name, {A("self", x), A("other", y)}, GradEmitter::like(x), "grad_lu");
+  };
+  auto cat = [&](Value *x, Value *y, int64_t dim) {
+    auto sz = sizesOf(*x->meta());
+    sz[dim + 2] += sizesOf(*y->meta())[dim + 2];
+    return c.e.emit("aten::cat.default", {A("tensors", TensorList{x, y}), A("dim", dim)}, GradEmitter::withSizes(x, sz),
+                    "grad_cat");
+  };
+  Value *gA = nullptr;
+  if (m == n) {
+    if (gL)
+      gA = triangle(c, false, c.e.mm(mH(c, L), gL), -1);
+    if (gU) {
+      Value *u = triangle(c, true, c.e.mm(gU, mH(c, U)), 0);
+      gA = gA ? op("aten::add.Tensor", gA, u) : u;
+    }
+    gA = solveTriangular(c, mH(c, U), gA, /*upper=*/false, /*left=*/false);
+    gA = solveTriangular(c, mH(c, L), gA, /*upper=*/true, /*left=*/true, /*unitriangular=*/true);
+  } else if (m < n) {
+    auto U1 = [&](Value *x) { return n == k ? x : narrowMatrix(c, x, -1, 0, k); };
+    auto U2 = [&](Value *x) { return narrowMatrix(c, x, -1, k, n - k); };
+    if (gL)
+      gA = c.e.mm(mH(c, L), gL);
+    if (gU) {
+      Value *t = triangle(c, true, gU, 0);
+      Value *u = c.e.mm(t, mH(c, U));
+      gA = gA ? op("aten::sub.Tensor", gA, u) : negOf(c, u);
+    }
+    Value *low = triangle(c, false, gA, -1);
+    gA = solveTriangular(c, mH(c, U1(U)), low, /*upper=*/false, /*left=*/false);
+    if (gU) {
+      Value *head = op("aten::add.Tensor", gA, triangle(c, true, U1(gU), 0));
+      gA = cat(head, U2(gU), -1);
+    }
+    gA = solveTriangular(c, mH(c, L), gA, /*upper=*/true, /*left=*/true, /*unitriangular=*/true);
+    if (!gU) {
+      Value *u2 = U2(U);
+      gA = cat(gA, c.e.emit("aten::zeros_like.default", {A("self", u2)}, GradEmitter::like(u2), "grad_zeros"), -1);
+    }
+  } else {
+    auto L1 = [&](Value *x) { return m == k ? x : narrowMatrix(c, x, -2, 0, k); };
+    auto L2 = [&](Value *x) { return narrowMatrix(c, x, -2, k, m - k); };
+    if (gU)
+      gA = c.e.mm(gU, mH(c, U));
+    if (gL) {
+      Value *LH = mH(c, L);
+      Value *l = c.e.mm(LH, triangle(c, false, gL, -1));
+      gA = gA ? op("aten::sub.Tensor", gA, l) : negOf(c, l);
+    }
+    Value *up = triangle(c, true, gA, 0);
+    gA = solveTriangular(c, mH(c, L1(L)), up, /*upper=*/true, /*left=*/true, /*unitriangular=*/true);
+    if (gL) {
+      Value *head = op("aten::add.Tensor", gA, triangle(c, false, L1(gL), -1));
+      gA = cat(head, L2(gL), -2);
+    }
+    gA = solveTriangular(c, mH(c, U), gA, /*upper=*/false, /*left=*/false);
+    if (!gL) {
+      Value *l2 = L2(L);
+      gA = cat(gA, c.e.emit("aten::zeros_like.default", {A("self", l2)}, GradEmitter::like(l2), "grad_zeros"), -2);
+    }
+  }
+  return pivot ? c.e.mm(P, gA) : gA;
+}
+
+/// linalg_lu (results P, L, U; P has no gradient): linalg_lu_backward(grad_L, grad_U, P, L, U, pivot).
+llvm::Error linalgLuBackward(GradCall &c) {
+  Value *gL = c.grads.size() > 1 ? c.grads[1] : nullptr, *gU = c.grads.size() > 2 ? c.grads[2] : nullptr;
+  if (!gL && !gU)
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  c.set("A", luBackward(c, gL, gU, mut(c.result(0)), mut(c.result(1)), mut(c.result(2)), c.boolArg("pivot", true)));
+  return llvm::Error::success();
+}
+
 /// mvlgamma_backward: grad * (arange(-p/2 + 0.5, 0.5, 0.5) + self.unsqueeze(-1)).digamma_().sum(-1).
 /// The arange is a plain tensor: added to a DTensor of more than one element, DTensor raises, and so
 /// does the dispatch pass.

@@ -543,6 +543,19 @@ CASES = [
     ("linalg-qr-q-wide", lambda a: aten.linalg_qr(a)[0], [(f32(4, 6), R)]),
     ("linalg-qr-r-wide", lambda a: aten.linalg_qr(a)[1], [(f32(4, 6), R)]),
     ("linalg-qr-both-wide-complete", lambda a: sum(x.sum() for x in aten.linalg_qr(a, "complete")), [(f32(4, 6), R)]),
+    ("linalg-pinv-tall", lambda a: aten.linalg_pinv.atol_rtol_tensor(a), [(f32(6, 4), R)]),
+    ("linalg-pinv-wide", lambda a: aten.linalg_pinv.atol_rtol_tensor(a), [(f32(4, 6), S0)]),
+    ("linalg-pinv-hermitian", lambda a: aten.linalg_pinv.atol_rtol_tensor(a, hermitian=True), [(spd(4), R)]),
+    # linalg_lu: square, wide and tall, each subset of the L/U gradients, pivot=False
+    ("linalg-lu-square", lambda a: sum(x.sum() for x in aten.linalg_lu(a)[1:]), [(spd(4), R)]),
+    ("linalg-lu-square-l", lambda a: aten.linalg_lu(a)[1], [(spd(4), S0)]),
+    ("linalg-lu-square-u", lambda a: aten.linalg_lu(a)[2], [(spd(4), R)]),
+    ("linalg-lu-wide", lambda a: sum(x.sum() for x in aten.linalg_lu(a)[1:]), [(f32(4, 6), R)]),
+    ("linalg-lu-wide-l", lambda a: aten.linalg_lu(a)[1], [(f32(4, 6), R)]),
+    ("linalg-lu-wide-u", lambda a: aten.linalg_lu(a)[2], [(f32(4, 6), R)]),
+    ("linalg-lu-tall", lambda a: sum(x.sum() for x in aten.linalg_lu(a)[1:]), [(f32(6, 4), R)]),
+    ("linalg-lu-tall-l", lambda a: aten.linalg_lu(a)[1], [(f32(6, 4), R)]),
+    ("linalg-lu-tall-u", lambda a: aten.linalg_lu(a)[2], [(f32(6, 4), R)]),
 ]
 
 
