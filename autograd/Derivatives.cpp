@@ -1227,6 +1227,123 @@ llvm::Error linalgLuBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// at::lu_unpack(LU, pivots, unpack_data=true, unpack_pivots) in a backward: its P (m x m; an
+/// empty tensor without unpack_pivots), L (m x k) and U (k x n).
+struct LuFactors {
+  Value *P, *L, *U;
+};
+LuFactors luUnpack(GradCall &c, const Value *lu, const Value *pivots, bool unpackPivots) {
+  int64_t m = sizesOf(*lu->meta())[0], n = sizesOf(*lu->meta())[1], k = std::min(m, n);
+  Value *P = c.e.newValue("grad_lu_P", unpackPivots ? GradEmitter::withSizes(lu, {m, m}) : GradEmitter::withSizes(lu, {0}));
+  Value *L = c.e.newValue("grad_lu_L", GradEmitter::withSizes(lu, {m, k}));
+  Value *U = c.e.newValue("grad_lu_U", GradEmitter::withSizes(lu, {k, n}));
+  llvm::SmallVector<NamedArgument, 4> args{A("LU_data", mut(lu)), A("LU_pivots", mut(pivots))};
+  if (!unpackPivots) {
+    args.push_back(A("unpack_data", true));
+    args.push_back(A("unpack_pivots", false));
+  }
+  c.e.emitNode(P->name(), "aten::lu_unpack.default", std::move(args), {Argument(P), Argument(L), Argument(U)});
+  return {P, L, U};
+}
+
+/// lu_factor_ex_backward (results LU, pivots, info): P, L, U = lu_unpack(LU, pivots, true, pivot);
+/// grad_L = grad.narrow(-1, 0, k), grad_U = grad.narrow(-2, 0, k); linalg_lu_backward.
+llvm::Error linalgLuFactorExBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  bool pivot = c.boolArg("pivot", true);
+  const Value *lu = c.result(0);
+  int64_t m = sizesOf(*lu->meta())[0], n = sizesOf(*lu->meta())[1], k = std::min(m, n);
+  LuFactors f = luUnpack(c, lu, c.result(1), pivot);
+  Value *gL = narrowMatrix(c, c.g(), -1, 0, k);
+  Value *gU = narrowMatrix(c, c.g(), -2, 0, k);
+  c.set("A", luBackward(c, gL, gU, f.P, f.L, f.U, pivot));
+  return llvm::Error::success();
+}
+
+/// lu_unpack_backward(grad_L, grad_U, m, n) (results P, L, U; P has no gradient): grad_L.tril(-1)
+/// + grad_U.triu() (the U part first), the wide/tall remainder of the longer factor's gradient
+/// cat'ed on. Where that remainder's gradient is undefined torch cats a plain at::zeros with the
+/// DTensor gradient, which DTensor refuses (it raises): refused by name.
+llvm::Error luUnpackBackward(GradCall &c) {
+  Value *gL = c.grads.size() > 1 ? c.grads[1] : nullptr, *gU = c.grads.size() > 2 ? c.grads[2] : nullptr;
+  if (!gL && !gU)
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  Value *lu = c.operand("LU_data");
+  int64_t m = sizesOf(*lu->meta())[0], n = sizesOf(*lu->meta())[1], k = std::min(m, n);
+  if ((m < n && !gU) || (m > n && !gL))
+    return makeError("autodiff: {}: without a gradient of {} torch cats a plain at::zeros with the DTensor gradient "
+                     "(DTensor raises)",
+                     c.n.where(), m < n ? "U" : "L");
+  auto add = [&](Value *x, Value *y) {
+    return c.e.emit("aten::add.Tensor", {A("self", x), A("other", y)}, GradEmitter::like(x), "grad_add");
+  };
+  auto cat = [&](Value *x, Value *y, int64_t dim) {
+    return c.e.emit("aten::cat.default", {A("tensors", TensorList{x, y}), A("dim", dim)}, GradEmitter::like(lu),
+                    "grad_cat");
+  };
+  Value *g;
+  if (m == n || (m < n && !gL) || (m > n && !gU)) {
+    Value *u = gU ? triangle(c, true, gU, 0) : nullptr;
+    Value *l = gL ? triangle(c, false, gL, -1) : nullptr;
+    g = u && l ? add(l, u) : (u ? u : l);
+  } else if (m < n) {
+    Value *u = triangle(c, true, narrowMatrix(c, gU, -1, 0, k), 0);
+    Value *head = add(triangle(c, false, gL, -1), u);
+    g = cat(head, narrowMatrix(c, gU, -1, k, n - k), -1);
+  } else {
+    Value *u = triangle(c, true, gU, 0);
+    Value *head = add(triangle(c, false, narrowMatrix(c, gL, -2, 0, k), -1), u);
+    g = cat(head, narrowMatrix(c, gL, -2, k, m - k), -2);
+  }
+  c.set("LU_data", g);
+  return llvm::Error::success();
+}
+
+/// linalg_lu_solve (LU, pivots, B; result X): B's gradient linalg_lu_solve(LU, pivots, grad, left,
+/// !adjoint), computed first; LU's linalg_lu_solve_LU: P, L, U = lu_unpack(LU, pivots, true,
+/// left == adjoint); for left != adjoint gR = solve_triangular(U^H, -op(gX) @ op(X)^H, lower),
+/// gL + gR.triu() with gL = solve_triangular(L^H, gR @ U^H, upper, unit).tril(-1); else gR =
+/// -P^T @ op(X) @ op(gX) @ P solved against L^H from the right (unit), gU =
+/// solve_triangular(U^H, L^H @ gR, lower, right).triu(), gR.tril(-1) + gU.
+llvm::Error linalgLuSolveBackward(GradCall &c) {
+  if (!c.g())
+    return llvm::Error::success();
+  if (llvm::Error err = linalgOutOfScope(c))
+    return err;
+  bool left = c.boolArg("left", true), adjoint = c.boolArg("adjoint");
+  const Value *lu = c.operand("LU"), *pivots = c.operand("pivots");
+  if (c.want("B"))
+    c.set("B", luSolve(c, lu, pivots, c.g(), left, !adjoint));
+  if (!c.want("LU"))
+    return llvm::Error::success();
+  LuFactors f = luUnpack(c, lu, pivots, left == adjoint);
+  Value *gX = c.g(), *X = mut(c.result(0));
+  auto add = [&](Value *x, Value *y) {
+    return c.e.emit("aten::add.Tensor", {A("self", x), A("other", y)}, GradEmitter::like(x), "grad_add");
+  };
+  if (left != adjoint) {
+    Value *p = left ? c.e.mm(gX, mH(c, X)) : c.e.mm(mH(c, gX), X);
+    Value *gR = solveTriangular(c, mH(c, f.U), negOf(c, p), /*upper=*/false);
+    Value *gRU = c.e.mm(gR, mH(c, f.U));
+    Value *gL = triangle(c, false, solveTriangular(c, mH(c, f.L), gRU, true, true, true), -1);
+    c.set("LU", add(gL, triangle(c, true, gR, 0)));
+  } else {
+    Value *PT = mH(c, f.P);
+    Value *lhs = c.e.mm(PT, left ? X : mH(c, X));
+    Value *gR = negOf(c, c.e.mm(c.e.mm(lhs, left ? mH(c, gX) : gX), f.P));
+    gR = solveTriangular(c, mH(c, f.L), gR, /*upper=*/true, /*left=*/false, /*unitriangular=*/true);
+    Value *LgR = c.e.mm(mH(c, f.L), gR);
+    Value *gU = triangle(c, true, solveTriangular(c, mH(c, f.U), LgR, /*upper=*/false, /*left=*/false), 0);
+    c.set("LU", add(triangle(c, false, gR, -1), gU));
+  }
+  return llvm::Error::success();
+}
+
 /// mvlgamma_backward: grad * (arange(-p/2 + 0.5, 0.5, 0.5) + self.unsqueeze(-1)).digamma_().sum(-1).
 /// The arange is a plain tensor: added to a DTensor of more than one element, DTensor raises, and so
 /// does the dispatch pass.

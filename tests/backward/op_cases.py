@@ -57,6 +57,15 @@ def tri(n, upper=False):
     return factor.T.contiguous() if upper else factor
 
 
+def lu_factor(*shape):
+    """The LU factorisation (LU, pivots) of a well-conditioned matrix of this shape."""
+    return torch.linalg.lu_factor(spd(shape[0]) if shape[0] == shape[1] else f32(*shape))
+
+
+LU4, PIV4 = lu_factor(4, 4)
+LU46, PIV46 = lu_factor(4, 6)
+LU64, PIV64 = lu_factor(6, 4)
+
 # Where max_pool2d took each maximum of a [1, 2, 4, 4] input (2x2 windows): indices max_unpool2d can scatter to.
 POOLED_INDICES = F.max_pool2d(f32(1, 2, 4, 4), 2, return_indices=True)[1]
 
@@ -556,6 +565,25 @@ CASES = [
     ("linalg-lu-tall", lambda a: sum(x.sum() for x in aten.linalg_lu(a)[1:]), [(f32(6, 4), R)]),
     ("linalg-lu-tall-l", lambda a: aten.linalg_lu(a)[1], [(f32(6, 4), R)]),
     ("linalg-lu-tall-u", lambda a: aten.linalg_lu(a)[2], [(f32(6, 4), R)]),
+    ("linalg-lu-factor-ex", lambda a: aten.linalg_lu_factor_ex(a)[0], [(spd(4), R)]),
+    ("linalg-lu-factor-ex-wide", lambda a: aten.linalg_lu_factor_ex(a)[0], [(f32(4, 6), S0)]),
+    ("linalg-lu-factor-ex-tall", lambda a: aten.linalg_lu_factor_ex(a)[0], [(f32(6, 4), R)]),
+    # lu_unpack: the pivots are an integer input (no gradient)
+    ("lu-unpack", lambda lu, p: sum(x.sum() for x in aten.lu_unpack(lu, p)[1:]), [(LU4, R), (PIV4, R)]),
+    ("lu-unpack-l", lambda lu, p: aten.lu_unpack(lu, p)[1], [(LU4, R), (PIV4, R)]),
+    ("lu-unpack-wide", lambda lu, p: sum(x.sum() for x in aten.lu_unpack(lu, p)[1:]), [(LU46, R), (PIV46, R)]),
+    ("lu-unpack-wide-u", lambda lu, p: aten.lu_unpack(lu, p)[2], [(LU46, R), (PIV46, R)]),
+    ("lu-unpack-tall", lambda lu, p: sum(x.sum() for x in aten.lu_unpack(lu, p)[1:]), [(LU64, R), (PIV64, R)]),
+    ("lu-unpack-tall-l", lambda lu, p: aten.lu_unpack(lu, p)[1], [(LU64, R), (PIV64, R)]),
+    # linalg_lu_solve: each (left, adjoint) branch, and B alone
+    ("linalg-lu-solve", lambda lu, p, b: aten.linalg_lu_solve(lu, p, b), [(LU4, R), (PIV4, R), (f32(4, 3), R)]),
+    ("linalg-lu-solve-adjoint", lambda lu, p, b: aten.linalg_lu_solve(lu, p, b, adjoint=True),
+     [(LU4, R), (PIV4, R), (f32(4, 3), S1)]),
+    ("linalg-lu-solve-right", lambda lu, p, b: aten.linalg_lu_solve(lu, p, b, left=False),
+     [(LU4, R), (PIV4, R), (f32(3, 4), R)]),
+    ("linalg-lu-solve-right-adjoint", lambda lu, p, b: aten.linalg_lu_solve(lu, p, b, left=False, adjoint=True),
+     [(LU4, R), (PIV4, R), (f32(3, 4), R)]),
+    ("linalg-lu-solve-b-only", lambda lu, p, b: aten.linalg_lu_solve(lu.detach(), p, b), [(LU4, R), (PIV4, R), (f32(4, 3), R)]),
 ]
 
 

@@ -96,6 +96,9 @@ def test_backward_ops_of_one_op_match_torch(case, truth, run_commlens):
     ("triangular_solve", "lambda b, a: torch.ops.aten.triangular_solve(b, a)[1].sum()", [(4, 3), (4, 4)], False,
      ": a gradient of the cloned coefficient alone (torch fills the solution's with a plain at::zeros) is not "
      "modelled"),
+    # lu_unpack of a wide LU without U's gradient: torch cats a plain zeros with the DTensor gradient
+    ("lu_unpack", "lambda a: torch.ops.aten.lu_unpack(*torch.ops.aten.linalg_lu_factor_ex(a)[:2])[1].sum()", [(4, 6)], False,
+     ": without a gradient of U torch cats a plain at::zeros with the DTensor gradient (DTensor raises)"),
 ])
 def test_a_gradient_commlens_cannot_give_is_refused_by_name(name, fn, shapes, torch_raises, refusal, tmp_path,
                                                             run_commlens):
