@@ -92,6 +92,8 @@ def test_backward_ops_of_one_op_match_torch(case, truth, run_commlens):
     # the linalg derivatives are modelled for 2-D matrices, where torch's at::matmul runs as mm
     ("linalg_inv_ex", "lambda a: torch.ops.aten.linalg_inv_ex(a)[0].sum()", [(2, 4, 4)], False,
      ": the derivative of a batched (3-D) 'A' is not modelled (2-D matrices only)"),
+    ("linalg_inv_ex", "lambda a: torch.ops.aten.linalg_inv_ex(a.to(torch.complex64))[0].abs().sum()", [(4, 4)], False,
+     ": the derivative of a complex 'A' is not modelled (real matrices only)"),
     # triangular_solve's cloned coefficient alone: torch gives the solution's part a plain at::zeros
     ("triangular_solve", "lambda b, a: torch.ops.aten.triangular_solve(b, a)[1].sum()", [(4, 3), (4, 4)], False,
      ": a gradient of the cloned coefficient alone (torch fills the solution's with a plain at::zeros) is not "
