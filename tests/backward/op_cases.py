@@ -45,6 +45,27 @@ def mask(*shape):
     return torch.rand(*shape, generator=g) > 0.5
 
 
+def spd(n):
+    """A well-conditioned symmetric positive definite matrix (the linalg cases)."""
+    a = f32(n, n)
+    return a @ a.T + n * torch.eye(n)
+
+
+def tri(n, upper=False):
+    """A well-conditioned triangular matrix: spd(n)'s Cholesky factor (or its transpose)."""
+    factor = torch.linalg.cholesky(spd(n))
+    return factor.T.contiguous() if upper else factor
+
+
+def lu_factor(*shape):
+    """The LU factorisation (LU, pivots) of a well-conditioned matrix of this shape."""
+    return torch.linalg.lu_factor(spd(shape[0]) if shape[0] == shape[1] else f32(*shape))
+
+
+LU4, PIV4 = lu_factor(4, 4)
+LU46, PIV46 = lu_factor(4, 6)
+LU64, PIV64 = lu_factor(6, 4)
+
 # Where max_pool2d took each maximum of a [1, 2, 4, 4] input (2x2 windows): indices max_unpool2d can scatter to.
 POOLED_INDICES = F.max_pool2d(f32(1, 2, 4, 4), 2, return_indices=True)[1]
 
@@ -507,6 +528,100 @@ CASES = [
     ("diff-sharded-dim", lambda a: torch.diff(a, n=2, dim=0), [(f32(8, 6), S0)]),
     ("triplet-margin-loss", lambda a, p, n: F.triplet_margin_loss(a, p, n, margin=0.5),
      [(f32(4, 6), S0), (f32(4, 6), R), (f32(4, 6), S0)]),
+    # linear algebra, real 2-D matrices: the ATen ops themselves (a sharded input is replicated by
+    # DTensor's strategy before the op, so its backward runs replicated)
+    ("linalg-inv-ex", lambda a: aten.linalg_inv_ex(a)[0], [(spd(4), R)]),
+    ("linalg-inv-ex-shard", lambda a: aten.linalg_inv_ex(a)[0], [(spd(4), S0)]),
+    ("linalg-cholesky-ex", lambda a: aten.linalg_cholesky_ex(a)[0], [(spd(4), R)]),
+    ("linalg-cholesky-ex-upper", lambda a: aten.linalg_cholesky_ex(a, upper=True)[0], [(spd(4), S0)]),
+    ("cholesky", lambda a: aten.cholesky(a), [(spd(4), R)]),
+    ("cholesky-upper", lambda a: aten.cholesky(a, True), [(spd(4), R)]),
+    ("linalg-solve-triangular", lambda a, b: aten.linalg_solve_triangular(a, b, upper=False),
+     [(tri(4), R), (f32(4, 3), R)]),
+    ("linalg-solve-triangular-upper-right-unit",
+     lambda a, b: aten.linalg_solve_triangular(a, b, upper=True, left=False, unitriangular=True),
+     [(tri(4, upper=True), R), (f32(3, 4), S0)]),
+    ("linalg-solve-triangular-b-only", lambda a, b: aten.linalg_solve_triangular(a.detach(), b, upper=True),
+     [(tri(4, upper=True), R), (f32(4, 3), R)]),
+    ("triangular-solve", lambda b, a: aten.triangular_solve(b, a)[0], [(f32(4, 3), R), (tri(4, upper=True), R)]),
+    ("triangular-solve-lower-transpose-unit", lambda b, a: aten.triangular_solve(b, a, False, True, True)[0],
+     [(f32(4, 3), S1), (tri(4), R)]),
+    ("triangular-solve-both-outputs", lambda b, a: sum(x.sum() for x in aten.triangular_solve(b, a)),
+     [(f32(4, 3), R), (tri(4, upper=True), R)]),
+    ("triangular-solve-b-only", lambda b, a: aten.triangular_solve(b, a.detach(), False)[0],
+     [(f32(4, 3), R), (tri(4), R)]),
+    ("cholesky-solve", lambda b, l: aten.cholesky_solve(b, l), [(f32(4, 3), R), (tri(4), R)]),
+    ("cholesky-solve-upper", lambda b, u: aten.cholesky_solve(b, u, True), [(f32(4, 3), S0), (tri(4, upper=True), R)]),
+    ("cholesky-solve-b-only", lambda b, l: aten.cholesky_solve(b, l.detach()), [(f32(4, 3), R), (tri(4), R)]),
+    ("cholesky-inverse", lambda l: aten.cholesky_inverse(l), [(tri(4), R)]),
+    ("cholesky-inverse-upper", lambda u: aten.cholesky_inverse(u, True), [(tri(4, upper=True), S0)]),
+    ("linalg-solve-ex", lambda a, b: aten._linalg_solve_ex(a, b)[0], [(spd(4), R), (f32(4, 3), R)]),
+    ("linalg-solve-ex-right", lambda a, b: aten._linalg_solve_ex(a, b, left=False)[0], [(spd(4), S0), (f32(3, 4), S1)]),
+    ("linalg-solve-ex-vector", lambda a, b: aten._linalg_solve_ex(a, b)[0], [(spd(4), R), (f32(4), R)]),
+    ("linalg-solve-ex-transposed-a", lambda a, b: aten._linalg_solve_ex(a.t(), b)[0], [(spd(4), R), (f32(4, 3), R)]),
+    ("linalg-det", lambda a: aten._linalg_det(a)[0], [(spd(4), R)]),
+    ("linalg-det-transposed", lambda a: aten._linalg_det(a.t())[0], [(spd(4), S0)]),
+    ("linalg-slogdet", lambda a: aten._linalg_slogdet(a)[1], [(spd(4), R)]),
+    ("linalg-slogdet-transposed-both-outputs", lambda a: sum(x.sum() for x in aten._linalg_slogdet(a.t())[:2]),
+     [(spd(4), R)]),
+    ("linalg-eigh-eigenvalues", lambda a: aten._linalg_eigh(a)[0], [(spd(4), R)]),
+    ("linalg-eigh-both", lambda a: sum(x.sum() for x in aten._linalg_eigh(a)), [(spd(4), S0)]),
+    ("linalg-eigh-eigenvectors-upper", lambda a: aten._linalg_eigh(a, "U")[1], [(spd(4), R)]),
+    # _linalg_svd (what torch.linalg.svd runs): by shape (tall, wide, square), full_matrices and
+    # which of U, S, Vh get a gradient
+    ("linalg-svd-s-tall", lambda a: aten._linalg_svd(a)[1], [(f32(6, 4), R)]),
+    ("linalg-svd-s-wide", lambda a: aten._linalg_svd(a)[1], [(f32(4, 6), S0)]),
+    ("linalg-svd-all-tall", lambda a: sum(x.sum() for x in aten._linalg_svd(a)), [(f32(6, 4), R)]),
+    ("linalg-svd-all-wide", lambda a: sum(x.sum() for x in aten._linalg_svd(a)), [(f32(4, 6), R)]),
+    ("linalg-svd-all-square", lambda a: sum(x.sum() for x in aten._linalg_svd(a)), [(f32(4, 4), S1)]),
+    ("linalg-svd-u-tall", lambda a: aten._linalg_svd(a)[0], [(f32(6, 4), R)]),
+    ("linalg-svd-u-wide", lambda a: aten._linalg_svd(a)[0], [(f32(4, 6), R)]),
+    ("linalg-svd-vh-tall", lambda a: aten._linalg_svd(a)[2], [(f32(6, 4), R)]),
+    ("linalg-svd-vh-wide", lambda a: aten._linalg_svd(a)[2], [(f32(4, 6), R)]),
+    ("linalg-svd-full-u-tall", lambda a: aten._linalg_svd(a, True)[0], [(f32(6, 4), R)]),
+    ("linalg-svd-full-all-wide", lambda a: sum(x.sum() for x in aten._linalg_svd(a, True)), [(f32(4, 6), R)]),
+    ("linalg-svd-full-s", lambda a: aten._linalg_svd(a, True)[1], [(f32(6, 4), R)]),
+    ("linalg-matrix-exp", lambda a: aten.linalg_matrix_exp(a), [(f32(4, 4), R)]),
+    ("linalg-matrix-exp-shard", lambda a: aten.linalg_matrix_exp(a), [(f32(4, 4), S1)]),
+    # linalg_qr: tall (m >= n) and wide (m < n), each subset of Q/R gradients, mode='complete' (wide)
+    ("linalg-qr-q-tall", lambda a: aten.linalg_qr(a)[0], [(f32(6, 4), R)]),
+    ("linalg-qr-r-tall", lambda a: aten.linalg_qr(a)[1], [(f32(6, 4), S0)]),
+    ("linalg-qr-both-tall", lambda a: sum(x.sum() for x in aten.linalg_qr(a)), [(f32(6, 4), R)]),
+    ("linalg-qr-q-wide", lambda a: aten.linalg_qr(a)[0], [(f32(4, 6), R)]),
+    ("linalg-qr-r-wide", lambda a: aten.linalg_qr(a)[1], [(f32(4, 6), R)]),
+    ("linalg-qr-both-wide-complete", lambda a: sum(x.sum() for x in aten.linalg_qr(a, "complete")), [(f32(4, 6), R)]),
+    ("linalg-pinv-tall", lambda a: aten.linalg_pinv.atol_rtol_tensor(a), [(f32(6, 4), R)]),
+    ("linalg-pinv-wide", lambda a: aten.linalg_pinv.atol_rtol_tensor(a), [(f32(4, 6), S0)]),
+    ("linalg-pinv-hermitian", lambda a: aten.linalg_pinv.atol_rtol_tensor(a, hermitian=True), [(spd(4), R)]),
+    # linalg_lu: square, wide and tall, each subset of the L/U gradients, pivot=False
+    ("linalg-lu-square", lambda a: sum(x.sum() for x in aten.linalg_lu(a)[1:]), [(spd(4), R)]),
+    ("linalg-lu-square-l", lambda a: aten.linalg_lu(a)[1], [(spd(4), S0)]),
+    ("linalg-lu-square-u", lambda a: aten.linalg_lu(a)[2], [(spd(4), R)]),
+    ("linalg-lu-wide", lambda a: sum(x.sum() for x in aten.linalg_lu(a)[1:]), [(f32(4, 6), R)]),
+    ("linalg-lu-wide-l", lambda a: aten.linalg_lu(a)[1], [(f32(4, 6), R)]),
+    ("linalg-lu-wide-u", lambda a: aten.linalg_lu(a)[2], [(f32(4, 6), R)]),
+    ("linalg-lu-tall", lambda a: sum(x.sum() for x in aten.linalg_lu(a)[1:]), [(f32(6, 4), R)]),
+    ("linalg-lu-tall-l", lambda a: aten.linalg_lu(a)[1], [(f32(6, 4), R)]),
+    ("linalg-lu-tall-u", lambda a: aten.linalg_lu(a)[2], [(f32(6, 4), R)]),
+    ("linalg-lu-factor-ex", lambda a: aten.linalg_lu_factor_ex(a)[0], [(spd(4), R)]),
+    ("linalg-lu-factor-ex-wide", lambda a: aten.linalg_lu_factor_ex(a)[0], [(f32(4, 6), S0)]),
+    ("linalg-lu-factor-ex-tall", lambda a: aten.linalg_lu_factor_ex(a)[0], [(f32(6, 4), R)]),
+    # lu_unpack: the pivots are an integer input (no gradient)
+    ("lu-unpack", lambda lu, p: sum(x.sum() for x in aten.lu_unpack(lu, p)[1:]), [(LU4, R), (PIV4, R)]),
+    ("lu-unpack-l", lambda lu, p: aten.lu_unpack(lu, p)[1], [(LU4, R), (PIV4, R)]),
+    ("lu-unpack-wide", lambda lu, p: sum(x.sum() for x in aten.lu_unpack(lu, p)[1:]), [(LU46, R), (PIV46, R)]),
+    ("lu-unpack-wide-u", lambda lu, p: aten.lu_unpack(lu, p)[2], [(LU46, R), (PIV46, R)]),
+    ("lu-unpack-tall", lambda lu, p: sum(x.sum() for x in aten.lu_unpack(lu, p)[1:]), [(LU64, R), (PIV64, R)]),
+    ("lu-unpack-tall-l", lambda lu, p: aten.lu_unpack(lu, p)[1], [(LU64, R), (PIV64, R)]),
+    # linalg_lu_solve: each (left, adjoint) branch, and B alone
+    ("linalg-lu-solve", lambda lu, p, b: aten.linalg_lu_solve(lu, p, b), [(LU4, R), (PIV4, R), (f32(4, 3), R)]),
+    ("linalg-lu-solve-adjoint", lambda lu, p, b: aten.linalg_lu_solve(lu, p, b, adjoint=True),
+     [(LU4, R), (PIV4, R), (f32(4, 3), S1)]),
+    ("linalg-lu-solve-right", lambda lu, p, b: aten.linalg_lu_solve(lu, p, b, left=False),
+     [(LU4, R), (PIV4, R), (f32(3, 4), R)]),
+    ("linalg-lu-solve-right-adjoint", lambda lu, p, b: aten.linalg_lu_solve(lu, p, b, left=False, adjoint=True),
+     [(LU4, R), (PIV4, R), (f32(3, 4), R)]),
+    ("linalg-lu-solve-b-only", lambda lu, p, b: aten.linalg_lu_solve(lu.detach(), p, b), [(LU4, R), (PIV4, R), (f32(4, 3), R)]),
 ]
 
 

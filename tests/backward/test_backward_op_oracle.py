@@ -89,6 +89,18 @@ def test_backward_ops_of_one_op_match_torch(case, truth, run_commlens):
     ("binary_cross_entropy_with_logits", "lambda a, b, pw: F.binary_cross_entropy_with_logits(a, b, pos_weight=pw.detach())",
      [(4, 6), (4, 6), (6,)], False,
      ": the target's gradient with a pos_weight (log_sigmoid of both signs) is not modelled"),
+    # the linalg derivatives are modelled for 2-D matrices, where torch's at::matmul runs as mm
+    ("linalg_inv_ex", "lambda a: torch.ops.aten.linalg_inv_ex(a)[0].sum()", [(2, 4, 4)], False,
+     ": the derivative of a batched (3-D) 'A' is not modelled (2-D matrices only)"),
+    ("linalg_inv_ex", "lambda a: torch.ops.aten.linalg_inv_ex(a.to(torch.complex64))[0].abs().sum()", [(4, 4)], False,
+     ": the derivative of a complex 'A' is not modelled (real matrices only)"),
+    # triangular_solve's cloned coefficient alone: torch gives the solution's part a plain at::zeros
+    ("triangular_solve", "lambda b, a: torch.ops.aten.triangular_solve(b, a)[1].sum()", [(4, 3), (4, 4)], False,
+     ": a gradient of the cloned coefficient alone (torch fills the solution's with a plain at::zeros) is not "
+     "modelled"),
+    # lu_unpack of a wide LU without U's gradient: torch cats a plain zeros with the DTensor gradient
+    ("lu_unpack", "lambda a: torch.ops.aten.lu_unpack(*torch.ops.aten.linalg_lu_factor_ex(a)[:2])[1].sum()", [(4, 6)], False,
+     ": without a gradient of U torch cats a plain at::zeros with the DTensor gradient (DTensor raises)"),
 ])
 def test_a_gradient_commlens_cannot_give_is_refused_by_name(name, fn, shapes, torch_raises, refusal, tmp_path,
                                                             run_commlens):
