@@ -1764,14 +1764,19 @@ private:
       return {metaOf(dt, {0}, a->meta()->device), batchMeta(a, dt, {k}), metaOf(dt, {0}, a->meta()->device)};
     return {batchMeta(a, dt, {m, fullMatrices ? m : k}), batchMeta(a, dt, {k}), batchMeta(a, dt, {fullMatrices ? n : k, n})};
   }
-  /// Whether autograd will need A's decomposition (`_may_require_fw_or_bw_grad`): the kernels then
-  /// compute the vectors too.
-  bool needsGrad(llvm::StringRef input) const {
-    return n_->gradEnabled() && requiresGrad_.count(n_->input(input)->tensor());
+  /// Whether autograd may need A's decomposition (`_may_require_fw_or_bw_grad`): the kernels then
+  /// compute the vectors too. A CUDA target's decomposition knows which values require grad; the
+  /// CPU decomposition is shared by every plan, so there a floating A in grad mode is taken to need
+  /// it (the vectors change no forward collective: the kernels' strategies follow A's placements).
+  bool mayNeedGrad(llvm::StringRef input) const {
+    const Value *a = n_->input(input)->tensor();
+    if (!n_->gradEnabled())
+      return false;
+    return cuda_ ? requiresGrad_.count(a) != 0 : isFloating(a->meta()->dtype);
   }
   /// linalg_svdvals: _linalg_svd(A, full_matrices=False, compute_uv=<A needs a gradient>)'s S.
   llvm::SmallVector<Value *, 4> svdvals(Value *a, llvm::StringRef input, llvm::ArrayRef<unsigned> bound) {
-    bool uv = needsGrad(input);
+    bool uv = mayNeedGrad(input);
     llvm::SmallVector<NamedArgument, 4> args{{"A", a, false}, {"full_matrices", false, true}, {"compute_uv", uv, true}};
     if (const Argument *driver = n_->input("driver"); driver && !driver->isNone())
       args.push_back({"driver", *driver, true});
@@ -1818,7 +1823,7 @@ private:
     Value *a = in("A") ? in("A") : in("self");
     if (isComplex(a->meta()->dtype))
       return keepExported();
-    bool v = vectors || needsGrad(in("A") ? "A" : "self");
+    bool v = vectors || mayNeedGrad(in("A") ? "A" : "self");
     llvm::SmallVector<NamedArgument, 4> args{{"A", a, false}};
     if (const Argument *uplo = n_->input("UPLO"))
       args.push_back({"UPLO", *uplo, false});

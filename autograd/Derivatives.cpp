@@ -893,6 +893,9 @@ llvm::Error linalgEighBackward(GradCall &c) {
     return llvm::Error::success();
   if (llvm::Error err = linalgOutOfScope(c))
     return err;
+  if (!c.boolArg("compute_v", true))
+    return makeError("autodiff: {}: the derivative without compute_v is not modelled (torch needs the eigenvectors)",
+                     c.n.where());
   Value *L = mut(c.result(0)), *V = mut(c.result(1));
   int64_t n = sizesOf(*L->meta())[0];
   auto unsqueezeAt = [&](Value *x, int64_t d) { // x.unsqueeze(d) of a vector, d = -1 or -2

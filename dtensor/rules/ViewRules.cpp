@@ -539,7 +539,12 @@ llvm::Expected<llvm::SmallVector<Candidate, 8>> transposeRule(const OpCall &call
   DimMap rule;
   for (int64_t i = 0; i < nd; ++i)
     rule.push_back(inputDim(i));
-  std::swap(rule[normDim(*d0, nd)], rule[normDim(*d1, nd)]);
+  if (nd > 0) { // a 0-dim tensor transposes to itself (dims 0 / -1, as torch wraps them)
+    int64_t a = normDim(*d0, nd), b = normDim(*d1, nd);
+    if (a < 0 || a >= nd || b < 0 || b >= nd)
+      return call.error("dims ({}, {}) out of range for a {}-D tensor", *d0, *d1, nd);
+    std::swap(rule[a], rule[b]);
+  }
   return viewStrategy(call, rule, false);
 }
 

@@ -394,6 +394,13 @@ CASES = [
     ("matrix-power-3", lambda a: torch.linalg.matrix_power(a, 3), [(f32(4, 4), S0)]),
     ("matrix-power-6", lambda a: torch.linalg.matrix_power(a, 6), [(f32(4, 4), S1)]),
     ("copy-into-clone", lambda a, b: a.clone().copy_(b) * a, [(f32(4, 6), S0), (f32(6), R)]),
+    # the torch.linalg wrappers as exported, decomposed to their kernels (svdvals / eigvalsh / cond
+    # compute the vectors because their input requires grad), then differentiated
+    ("svdvals-wrapper", lambda a: torch.linalg.svdvals(a), [(f32(5, 4), R)]),
+    ("eigvalsh-wrapper", lambda a: torch.linalg.eigvalsh(a + a.mT), [(f32(4, 4), S0)]),
+    ("cond-wrapper", lambda a: torch.linalg.cond(a), [(f32(4, 4), R)]),
+    ("inv-wrapper", lambda a: torch.linalg.inv(a), [(f32(4, 4), S1)]),
+    ("det-wrapper", lambda a: torch.linalg.det(a), [(f32(4, 4), R)]),
     ("grid-sampler-2d", lambda a, g: aten.grid_sampler_2d.default(a, g, 0, 0, False), [(f32(2, 3, 4, 4), S0), (f32(2, 5, 5, 2), R)]),
     ("grid-sampler-3d", lambda a, g: aten.grid_sampler_3d.default(a, g, 0, 0, True), [(f32(2, 2, 3, 3, 3), R), (f32(2, 2, 2, 2, 3), S0)]),
     ("nll-loss2d", lambda a, t: aten.nll_loss2d_forward.default(a, t, None, 1, -100)[0],

@@ -16,10 +16,13 @@ Each case is one of
   refused   commlens refuses it by name (an op or argument form it does not model);
   dtensor   DTensor itself raises: the run has no count (the summary says of how many commlens
             refuses too; a prediction for a run that raises is a defect this sweep lists);
+  data      a linear-algebra kernel rejects the run's values (a singular matrix: the fake process
+            group's all-gather leaves the other rank's rows zero): no count, and nothing about DTensor;
   wrong     commlens predicts other collectives or bytes than CommDebugMode counts: a bug;
 and cases export rejects, or whose sample the one-op module cannot pass (tensor lists), are
 skipped and counted apart. Prints one line per non-exact case and
-`opinfo: exact X/N, refused R, dtensor D (commlens refused E of them), wrong W (skipped S)`;
+`opinfo: exact X/N, refused R, dtensor D (commlens refused E of them), data A, wrong W (skipped S);
+exact on P% of the M cases CommDebugMode runs` (M = X + R + W);
 exit 1 when W > 0.
 
     .venv/bin/python tests/rules/opinfo_sweep.py [--ops REGEX] [--samples 1] [--placements 3]
@@ -165,7 +168,12 @@ def run_case(op_info, sample, slots, placements, world, ep):
         measured = _global_totals(measure(lambda: (model, tuple(t.clone() for t in tensors)), plan, phase=phase,
                                           return_document=True))
     except Exception as err:  # DTensor (or autograd under it) raises: no count to compare
-        return "dtensor", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200], refusal
+        # A linear-algebra kernel's check of its values (a singular matrix) says nothing of DTensor:
+        # the fake process group's all-gather leaves the other rank's rows zero.
+        import torch
+
+        kind = "data" if isinstance(err, torch.linalg.LinAlgError) else "dtensor"
+        return kind, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200], refusal
     if refusal:
         return "refused", refusal, refusal
     if predicted != measured:
@@ -217,10 +225,13 @@ def sweep(ops_regex=None, samples=1, placements=3, world=2, out=print):
 
 
 def summary(results, skipped):
-    n = {k: sum(r["result"] == k for r in results) for k in ("exact", "refused", "dtensor", "wrong")}
+    n = {k: sum(r["result"] == k for r in results) for k in ("exact", "refused", "dtensor", "data", "wrong")}
     dtensor_refused = sum(r["result"] == "dtensor" and r["commlens_refused"] for r in results)
+    runs = n["exact"] + n["refused"] + n["wrong"]  # the cases CommDebugMode counts
+    share = f"{100.0 * n['exact'] / runs:.1f}%" if runs else "-"
     return (f"opinfo: exact {n['exact']}/{len(results)}, refused {n['refused']}, dtensor {n['dtensor']} "
-            f"(commlens refused {dtensor_refused} of them), wrong {n['wrong']} (skipped {skipped})")
+            f"(commlens refused {dtensor_refused} of them), data {n['data']}, wrong {n['wrong']} (skipped {skipped}); "
+            f"exact on {share} of the {runs} cases CommDebugMode runs")
 
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "opinfo-coverage.md"
@@ -239,19 +250,22 @@ def render_doc(results, skipped, command):
         "is current). Each OpInfo of torch's `op_db` with a CPU float32 sample: a one-op module on",
         "its first sample, its inputs placed on a 2-rank mesh (all Replicate, then each input sharded",
         "alone on each dim the mesh divides; 3 combinations at most), predicted and measured forward",
-        "and backward. `dtensor`: DTensor itself raises (commlens refuses each of these too).",
+        "and backward. `dtensor`: DTensor itself raises (commlens refuses each of these too); `data`: a",
+        "linear-algebra kernel rejects the values of the run (a singular matrix: the fake process group's",
+        "all-gather leaves the other rank's rows zero), so there is no count to compare.",
         "",
         summary(results, skipped),
         "",
-        "| op | cases | exact | refused | dtensor | wrong | first refusal |",
-        "|---|---|---|---|---|---|---|",
+        "| op | cases | exact | refused | dtensor | data | wrong | first refusal |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for op in sorted(by_op):
         rs = by_op[op]
-        n = {k: sum(r["result"] == k for r in rs) for k in ("exact", "refused", "dtensor", "wrong")}
+        n = {k: sum(r["result"] == k for r in rs) for k in ("exact", "refused", "dtensor", "data", "wrong")}
         why = next((r["detail"] for r in rs if r["result"] == "refused"), "")
         why = why.replace("|", "\\|").replace("\n", " ")[:160]
-        lines.append(f"| `{op}` | {len(rs)} | {n['exact']} | {n['refused']} | {n['dtensor']} | {n['wrong']} | {why} |")
+        lines.append(f"| `{op}` | {len(rs)} | {n['exact']} | {n['refused']} | {n['dtensor']} | {n['data']} | {n['wrong']} "
+                     f"| {why} |")
     return "\n".join(lines) + "\n"
 
 

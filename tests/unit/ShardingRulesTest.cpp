@@ -271,6 +271,18 @@ TEST(ViewRules, TransposeAndTFollowTheShard) {
   EXPECT_EQ(decideSummary(tr, mesh1(2)), "[S(2)] -> [S(1)]");
 }
 
+TEST(ViewRules, TransposeOfDimsOutOfRangeIsAnErrorAndOfAScalarItself) {
+  // transpose(-2, -1) of a vector once ran past the rule's end (a crash); torch raises there, and
+  // a 0-dim tensor transposes (dims 0 / -1) to itself.
+  Call v("aten::transpose.int");
+  v.tensor("self", {5}, {"R"}).arg("dim0", int64_t{-2}).arg("dim1", int64_t{-1}).out({5});
+  EXPECT_EQ(decideSummary(v, mesh1(2)),
+            "error: aten::transpose.int: dims (-2, -1) out of range for a 1-D tensor");
+  Call s("aten::transpose.int");
+  s.tensor("self", {}, {"R"}).arg("dim0", int64_t{0}).arg("dim1", int64_t{-1}).out({});
+  EXPECT_EQ(decideSummary(s, mesh1(2)), "[R] -> [R]");
+}
+
 TEST(ViewRules, ExpandBroadcastDimIsReplicated) {
   // expand [1,6] S(1) -> [4,6]: dim 1 maps 1:1 -> S(1).
   Call c("aten::expand.default");
