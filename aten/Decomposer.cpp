@@ -2036,19 +2036,11 @@ private:
       Value *term = emit1("aten::masked_fill.Scalar", {{"self", stirling, false}, {"mask", small, false},
                                                        {"value", int64_t{0}, false}},
                           m, tmp("stirling_term"));
-      if (*reduction == 0) {
-        b_.bind(result(0), emit1("aten::add_.Tensor", {{"self", loss, false}, {"other", term, false}}, *result(0)->meta(),
-                                 result(0)->name()));
-        return llvm::Error::success();
-      }
       loss = binaryOp("aten::add_.Tensor", loss, term, "loss_full");
     }
-    if (*reduction == 0) {
-      b_.bind(result(0), loss);
-      return llvm::Error::success();
-    }
-    b_.bind(result(0), unary(*reduction == 1 ? "aten::mean.default" : "aten::sum.default", loss, *result(0)->meta(),
-                             result(0)->name()));
+    b_.bind(result(0), *reduction == 0 ? loss
+                                       : unary(*reduction == 1 ? "aten::mean.default" : "aten::sum.default", loss,
+                                               *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
   }
 
