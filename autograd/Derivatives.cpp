@@ -446,28 +446,30 @@ llvm::Error indexPutBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
-/// _grouped_mm(self [M, K], mat2 [G, K, N], offs): self's grad is grouped_mm(grad, mat2^T) and
-/// mat2's grad grouped_mm(grad^T, self)^T, both grouped by the same offsets (torch 2.13 runs
-/// exactly these two calls for the 2-D x 3-D case; other operand ranks are refused).
+/// _grouped_mm(self, mat2, offs?) for a 2-D self and 3-D mat2 (grouped by offs, an MoE's routed
+/// tokens) or both 3-D (batched by expert): mat2's gradient grouped_mm(self.mT, grad, offs) first,
+/// then self's grouped_mm(grad, mat2.mT, offs), as torch 2.13 runs them (traced on DTensors); the
+/// 3-D x 2-D and 2-D x 2-D forms are refused by name.
 llvm::Error groupedMmBackward(GradCall &c) {
   Value *g = c.g(), *self = c.self(), *mat2 = c.operand("mat2");
-  if (self->meta()->rank() != 2 || mat2->meta()->rank() != 3)
-    return makeError("autodiff: aten::_grouped_mm's derivative is modelled for a 2-D input and 3-D weights, not {}-D "
-                     "and {}-D", self->meta()->rank(), mat2->meta()->rank());
+  int64_t r1 = self->meta()->rank(), r2 = mat2->meta()->rank();
+  if (r2 != 3 || (r1 != 2 && r1 != 3))
+    return makeError("autodiff: aten::_grouped_mm's derivative is modelled for a 2-D or 3-D input and 3-D weights, "
+                     "not {}-D and {}-D", r1, r2);
   const Argument *offs = c.n.input("offs");
-  if (!offs)
-    return makeError("autodiff: aten::_grouped_mm without offs is not modelled");
+  bool grouped = offs && !offs->isNone();
+  if (r1 == 2 && !grouped)
+    return makeError("autodiff: aten::_grouped_mm of a 2-D input without offs is not modelled");
+  auto groupedMm = [&](Value *a, Value *b, const Value *like) {
+    llvm::SmallVector<NamedArgument, 4> args{A("self", a), A("mat2", b)};
+    if (grouped)
+      args.push_back(A("offs", *offs));
+    return c.e.emit("aten::_grouped_mm.default", std::move(args), GradEmitter::like(like), "grad_grouped_mm");
+  };
+  if (c.want("mat2"))
+    c.set("mat2", groupedMm(c.e.transpose(self, -2, -1), g, mat2));
   if (c.want("self"))
-    c.set("self", c.e.emit("aten::_grouped_mm.default",
-                           {A("self", g), A("mat2", c.e.transpose(mat2, -2, -1)), A("offs", *offs)},
-                           GradEmitter::like(self), "grad_grouped_mm"));
-  if (c.want("mat2")) {
-    auto ms = sizesOf(*mat2->meta());
-    Value *gt = c.e.emit("aten::_grouped_mm.default",
-                         {A("self", c.e.transpose(g, -2, -1)), A("mat2", self), A("offs", *offs)},
-                         GradEmitter::withSizes(mat2, {ms[0], ms[2], ms[1]}), "grad_grouped_mm");
-    c.set("mat2", c.e.transpose(gt, -2, -1));
-  }
+    c.set("self", groupedMm(g, c.e.transpose(mat2, -2, -1), self));
   return llvm::Error::success();
 }
 

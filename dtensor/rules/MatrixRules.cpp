@@ -12,7 +12,11 @@
 // _foreach_mm runs mm per list element. dot keeps 2.13's older full-mesh einsum strategy (no
 // linearity rules).
 #include "dtensor/rules/RuleEngine.h"
+#include "ir/TensorMetaUtils.h"
 
+#include <fmt/ranges.h>
+
+#include <numeric>
 #include <set>
 
 namespace commlens::rules {
@@ -121,7 +125,87 @@ llvm::Expected<Cands> foreachMmRule(const OpCall &c) { return perElement(c, "ate
 
 } // namespace
 
+/// _grouped_mm(self, mat2, offs?, bias?) (torch 2.13 _matrix_ops.py grouped_mm_strategy): explicit
+/// per-mesh-dim lists [out | self, mat2, (offs R)]: all R, [P | P, R], [P | R, P], then by ranks
+/// 2x3: [S(1) | R, S(2)], [P | S(1), S(1)]; 3x2: [P | S(2), S(0)], [S(0) | S(1), R]; 2x2:
+/// [S(2) | R, S(1)], [S(1) | S(0), R]; 3x3: [S(2) | R, S(2)], [S(1) | S(1), R], [P | S(2), S(1)],
+/// [S(0) | S(0), S(0)]. A combination whose local operands the kernel cannot take is dropped
+/// (is_valid_strategy_cb): on rank 0's shard, with strides laid out in the global tensor's order
+/// (compute_local_stride), one of the last two dims must have stride 1 and the other a stride of
+/// at least that dim's size and a multiple of 16 bytes. A bias DTensor raises on is refused.
+llvm::Expected<Cands> groupedMmRule(const OpCall &c) {
+  const Argument *bias = c.arg("bias", 3);
+  if (bias && !bias->isNone())
+    return c.error("a bias (DTensor's strategy raises: grouped_mm doesn't support bias yet)");
+  if (c.inputs.size() < 2 || c.inputs.size() > 3)
+    return c.error("expected self, mat2 and an optional offs, got {} tensor operands", c.inputs.size());
+  using RP = RulePlacement;
+  auto S = [](int64_t d) { return RP::of(Placement::shard(d)); };
+  bool offs = c.inputs.size() == 3;
+  auto rule = [&](RP out, RP self, RP mat2) {
+    SingleDimRule r{out, self, mat2};
+    if (offs)
+      r.push_back(RP::R());
+    return r;
+  };
+  std::vector<SingleDimRule> rules{rule(RP::R(), RP::R(), RP::R()), rule(RP::P(), RP::P(), RP::R()),
+                                   rule(RP::P(), RP::R(), RP::P())};
+  int64_t r1 = c.rank(0), r2 = c.rank(1);
+  if (r1 == 2 && r2 == 3)
+    rules.insert(rules.end(), {rule(S(1), RP::R(), S(2)), rule(RP::P(), S(1), S(1))});
+  if (r1 == 3 && r2 == 2)
+    rules.insert(rules.end(), {rule(RP::P(), S(2), S(0)), rule(S(0), S(1), RP::R())});
+  if (r1 == 2 && r2 == 2)
+    rules.insert(rules.end(), {rule(S(2), RP::R(), S(1)), rule(S(1), S(0), RP::R())});
+  if (r1 == 3 && r2 == 3)
+    rules.insert(rules.end(),
+                 {rule(S(2), RP::R(), S(2)), rule(S(1), S(1), RP::R()), rule(RP::P(), S(2), S(1)), rule(S(0), S(0), S(0))});
+  ExpandOptions opts;
+  opts.numOutputs = 1;
+  opts.insertReplicate = false; // the list starts with its own all-Replicate entry
+  opts.fillPlaceholders = false;
+  Cands cands = expandSingleDim(c, std::move(rules), opts);
+  // _meta_grouped_mm_common's layout check: one of the last two dims has stride 1, the other a
+  // stride of at least that dim's size and a multiple of 16 bytes.
+  auto kernelTakes = [&](llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<int64_t> st, ScalarType dtype) {
+    int64_t alignment = 16 / elementSize(dtype), e = static_cast<int64_t>(sizes.size()) - 1;
+    if (st[e - 1] == 1 && st[e] >= std::max<int64_t>(1, sizes[e - 1]))
+      return st[e] % alignment == 0;
+    if (st[e] == 1 && st[e - 1] >= std::max<int64_t>(1, sizes[e]))
+      return st[e - 1] % alignment == 0;
+    return false;
+  };
+  for (unsigned i = 0; i < 2; ++i) // DTensor's shape propagation runs the meta kernel on the globals
+    if (!kernelTakes(c.shape(i), stridesOf(c.inputs[i].meta), c.inputs[i].meta.dtype))
+      return c.error("{} of sizes [{}] has strides [{}] the kernel rejects (DTensor raises: invalid strides)",
+                     i == 0 ? "self" : "mat2", fmt::join(c.shape(i), ", "), fmt::join(stridesOf(c.inputs[i].meta), ", "));
+  llvm::SmallVector<int64_t, 4> rank0(c.mesh->shape.size(), 0);
+  auto validLocal = [&](unsigned i, const Placements &pl) {
+    auto local = localShape(c.shape(i), pl, *c.mesh, rank0);
+    auto globalStrides = stridesOf(c.inputs[i].meta);
+    llvm::SmallVector<size_t, 4> order(local.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return globalStrides[a] > globalStrides[b]; });
+    llvm::SmallVector<int64_t, 4> st(local.size());
+    int64_t run = 1;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      st[*it] = run;
+      run *= local[*it];
+    }
+    return kernelTakes(local, st, c.inputs[i].meta.dtype);
+  };
+  Cands valid;
+  for (Candidate &cand : cands)
+    if (validLocal(0, cand.inputs[0]) && validLocal(1, cand.inputs[1]))
+      valid.push_back(std::move(cand));
+  if (valid.empty())
+    return c.error("no sharding of self {} and mat2 {} leaves local operands the kernel takes (their strides are not "
+                   "16-byte aligned)", str(c.inputs[0].placements), str(c.inputs[1].placements));
+  return valid;
+}
+
 void registerMatrixRules(RuleTable &t) {
+  t["aten::_grouped_mm.default"] = groupedMmRule;
   t["aten::mm.default"] = mmRule;
   t["aten::addmm.default"] = addmmRule;
   t["aten::bmm.default"] = bmmRule;

@@ -35,6 +35,11 @@ def c64(*shape):
     return torch.polar(torch.ones(*shape), f32(*shape))
 
 
+def bf16(*shape):
+    """A bfloat16 tensor (the CPU _grouped_mm kernel's one dtype)."""
+    return f32(*shape).bfloat16()
+
+
 def idx(high, *shape):
     g = torch.Generator().manual_seed(7)
     return torch.randint(0, high, shape, generator=g)
@@ -401,6 +406,15 @@ CASES = [
     ("cond-wrapper", lambda a: torch.linalg.cond(a), [(f32(4, 4), R)]),
     ("inv-wrapper", lambda a: torch.linalg.inv(a), [(f32(4, 4), S1)]),
     ("det-wrapper", lambda a: torch.linalg.det(a), [(f32(4, 4), R)]),
+    # _grouped_mm on DTensors (an MoE's experts under TP): DTensor's grouped_mm_strategy, the
+    # candidates whose local strides break the kernel's 16-byte alignment dropped; its derivative
+    # (squared: the sum loss's expanded, stride-0 gradient is a layout the kernel rejects)
+    ("grouped-mm-3x3-colwise", lambda a, b: torch._grouped_mm(a, b).square(),
+     [(bf16(4, 16, 16), R), (bf16(4, 16, 32), S2)]),
+    ("grouped-mm-3x3-rowwise", lambda a, b: torch._grouped_mm(a, b).square(),
+     [(bf16(4, 16, 32), S2), (bf16(4, 32, 16), S1)]),
+    ("grouped-mm-2x3-offs", lambda a, b, o: torch._grouped_mm(a, b, o).square(),
+     [(bf16(32, 16), R), (bf16(4, 16, 16), S2), (torch.tensor([8, 16, 24, 32], dtype=torch.int32), R)]),
     ("grid-sampler-2d", lambda a, g: aten.grid_sampler_2d.default(a, g, 0, 0, False), [(f32(2, 3, 4, 4), S0), (f32(2, 5, 5, 2), R)]),
     ("grid-sampler-3d", lambda a, g: aten.grid_sampler_3d.default(a, g, 0, 0, True), [(f32(2, 2, 3, 3, 3), R), (f32(2, 2, 2, 2, 3), S0)]),
     ("nll-loss2d", lambda a, t: aten.nll_loss2d_forward.default(a, t, None, 1, -100)[0],

@@ -95,6 +95,18 @@ def all_cases():
             for pb, p1, p2 in combos:
                 cases.append({"op": "aten::addmm.default", "mesh": mesh,
                               "args": [T("self", bias, pb), T("mat1", [8, 12], p1), T("mat2", [12, 6], p2)]})
+    # _grouped_mm (an MoE's experts; bf16, the CPU kernel's one dtype): the four rank combinations,
+    # offs (int32) where the kernel needs it; shards that leave a local stride off the 16-byte
+    # alignment drop their strategies
+    for a, b, offs in (([32, 16], [4, 16, 16], [4]), ([4, 16, 16], [4, 16, 32], None), ([4, 16, 16], [16, 32], [4]),
+                       ([16, 32], [32, 16], [4]), ([32, 32], [4, 32, 16], [4])):
+        for mesh in MESHES:
+            pairs = list(itertools.product(tuples(per_dim(len(a)), mesh), tuples(per_dim(len(b)), mesh)))
+            for pa, pb in pairs[:: (3 if len(mesh) > 1 else 1)]:
+                args = [T("self", a, pa, "bf16"), T("mat2", b, pb, "bf16")]
+                if offs:
+                    args.append(T("offs", offs, ["R"] * len(mesh), "i32"))
+                cases.append({"op": "aten::_grouped_mm.default", "mesh": mesh, "args": args})
     for shapes in ([[4, 6, 8], [4, 8, 6]], [[3, 5, 8], [3, 8, 2]]):
         cases += binary_cases("aten::bmm.default", ["self", "mat2"], shapes, every2d=5)
     for mesh in MESHES:
