@@ -204,7 +204,38 @@ llvm::Expected<Cands> groupedMmRule(const OpCall &c) {
   return valid;
 }
 
+/// _scaled_mm(self, mat2, scale_a, scale_b, bias?, scale_result?, ...) (torch 2.13
+/// scaled_mm_single_dim_strategy): mm's single-dim einsum rules, each extended by the scales'
+/// placements derived from their operand's (_scaled_mm_scale_placement): a one-element scale R, a
+/// 2-D (row- or column-wise) scale its operand's placement. 1-D blockwise (MX) scales have no CPU
+/// kernel to check DTensor's mapping against: refused by name, as are a bias and scale_result
+/// (DTensor raises).
+llvm::Expected<Cands> scaledMmRule(const OpCall &c) {
+  for (auto [name, pos] : {std::pair{"bias", 4u}, std::pair{"scale_result", 5u}})
+    if (const Argument *a = c.arg(name, pos); a && !a->isNone())
+      return c.error("a {} (DTensor's strategy raises: _scaled_mm on DTensors doesn't support it)", name);
+  if (c.inputs.size() != 4)
+    return c.error("expected self, mat2, scale_a and scale_b, got {} tensor operands", c.inputs.size());
+  for (unsigned i : {2u, 3u})
+    if (c.rank(i) == 1 && numelOf(c.shape(i)) != 1)
+      return c.error("a 1-D blockwise scale ({} of {} elements) is not modelled", i == 2 ? "scale_a" : "scale_b",
+                     numelOf(c.shape(i)));
+  using RP = RulePlacement;
+  auto scalePlacement = [&](const RP &data, unsigned scale) { return numelOf(c.shape(scale)) == 1 ? RP::R() : data; };
+  std::vector<SingleDimRule> rules;
+  for (SingleDimRule &r : einsumRules(parseEinsum("mk", "kn", "mn"), std::nullopt)) {
+    RP a = scalePlacement(r[1], 2), b = scalePlacement(r[2], 3);
+    r.push_back(a);
+    r.push_back(b);
+    rules.push_back(std::move(r));
+  }
+  ExpandOptions opts;
+  opts.numOutputs = 1;
+  return expandSingleDim(c, std::move(rules), opts);
+}
+
 void registerMatrixRules(RuleTable &t) {
+  t["aten::_scaled_mm.default"] = scaledMmRule;
   t["aten::_grouped_mm.default"] = groupedMmRule;
   t["aten::mm.default"] = mmRule;
   t["aten::addmm.default"] = addmmRule;

@@ -162,3 +162,44 @@ def test_composite_forward_matches_comm_debug_mode(run_commlens, tmp_path, name,
     predicted = {op: (n, tree["collective_bytes_forward"][op]) for op, n in tree["collectives_forward"]}
     measured = measure(lambda: head(name), plan, phase="forward", return_document=True)["modules"][0]
     assert predicted == {op: (n, measured["forward_bytes"][op]) for op, n in measured["forward"].items()}
+
+
+class ScaledMm(torch.nn.Module):
+    """torch._scaled_mm of float8 operands (the second column-major) with tensor-wise scales, then a
+    relu (which reduces a Partial product first)."""
+
+    def forward(self, a, b, scale_a, scale_b):
+        return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16).relu()
+
+
+def scaled_mm_inputs():
+    torch.manual_seed(0)
+    a = torch.randn(16, 32).to(torch.float8_e4m3fn)
+    b = torch.randn(24, 32).to(torch.float8_e4m3fn).t()
+    return ScaledMm(), (a, b, torch.ones(()), torch.ones(()))
+
+
+# _scaled_mm's strategy is mm's (scales placed as their operands, a one-element scale replicated):
+# row-sharded self keeps its shard; a contracting-dim shard of self (mat2 sharded to match, or
+# replicated and chunked locally) gives a Partial product the relu all-reduces.
+@pytest.mark.parametrize("placements", [(Shard(0), None), (Shard(1), Shard(0)), (Shard(1), None)])
+def test_scaled_mm_forward_matches_comm_debug_mode(run_commlens, tmp_path, placements):
+    import json
+
+    from torch.distributed.tensor import Replicate
+
+    from commlens.export import export_model
+    from commlens.measure import measure
+
+    model, args = scaled_mm_inputs()
+    pt2 = tmp_path / "scaled_mm.pt2"
+    torch.export.save(export_model(model, args), str(pt2))
+    pa, pb = placements
+    plan = Plan(name="scaled_mm", mesh_shape=(2,), mesh_dim_names=("tp",),
+                input_placements={0: (pa,), 1: (pb or Replicate(),), 2: (Replicate(),), 3: (Replicate(),)})
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "forward", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    tree = json.loads(r.stdout)
+    predicted = {op: (n, tree["collective_bytes_forward"][op]) for op, n in tree["collectives_forward"]}
+    measured = measure(scaled_mm_inputs, plan, phase="forward", return_document=True)["modules"][0]
+    assert predicted == {op: (n, measured["forward_bytes"][op]) for op, n in measured["forward"].items()}

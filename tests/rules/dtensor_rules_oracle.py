@@ -32,7 +32,8 @@ from torch.utils._pytree import tree_leaves
 
 WORLD = 4
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
-          "i64": torch.int64, "i32": torch.int32, "b8": torch.bool, "c64": torch.complex64}
+          "i64": torch.int64, "i32": torch.int32, "b8": torch.bool, "c64": torch.complex64,
+          "f8e4m3fn": torch.float8_e4m3fn}
 SHORT = {v: k for k, v in DTYPES.items()}
 
 try:
@@ -86,11 +87,19 @@ def make_tensor(t, mesh, device=None):
     dtype = DTYPES[t.get("dtype", "f32")]
     pl = t.get("placements")
     # "eye": identity matrices (positive definite), "ones": valid LU pivots, "prob": values in (0, 1)
-    # (binary_cross_entropy's kernel checks them)
+    # (binary_cross_entropy's kernel checks them); "colmajor": a matrix stored column-major (the
+    # second operand of _scaled_mm), its local shard too
     init = t.get("init")
 
+    def empty(sizes):
+        if init == "colmajor":
+            return torch.empty(tuple(sizes)[::-1], dtype=dtype).t()
+        return torch.empty(tuple(sizes), dtype=dtype)
+
     def fill(x):
-        if init == "eye":
+        if dtype == torch.float8_e4m3fn:
+            x.copy_(torch.randn(x.shape))
+        elif init == "eye":
             x.copy_(torch.eye(x.shape[-2], x.shape[-1], dtype=dtype).expand(x.shape))
         elif init == "ones":
             x.fill_(1)
@@ -102,12 +111,12 @@ def make_tensor(t, mesh, device=None):
             x.zero_()  # indices: all zeros are valid everywhere
         return x
 
-    full = fill(torch.empty(shape, dtype=dtype))
+    full = fill(empty(shape))
     if pl is None:
         return full, full
     placements = [parse_placement(p) for p in pl]
     local_shape, _ = compute_local_shape_and_global_offset(shape, mesh, placements)
-    local = fill(full.new_empty(local_shape))
+    local = fill(empty(local_shape))
     if device is not None:
         local = local.to(device)
     d = DTensor.from_local(local, mesh, placements, run_check=False, shape=torch.Size(shape),

@@ -107,6 +107,18 @@ def all_cases():
                 if offs:
                     args.append(T("offs", offs, ["R"] * len(mesh), "i32"))
                 cases.append({"op": "aten::_grouped_mm.default", "mesh": mesh, "args": args})
+    # _scaled_mm (float8 e4m3 operands, mat2 column-major, bf16 out): tensor-wise and row/column-wise
+    # scales (the CPU build has no kernel for 1-D blockwise ones)
+    for sa, sb in (([], []), ([16, 1], [1, 24])):
+        for mesh in MESHES:
+            pairs = list(itertools.product(tuples(per_dim(2), mesh), tuples(per_dim(2), mesh)))
+            for pa, pb in pairs[:: (3 if len(mesh) > 1 else 1)]:
+                mat2 = T("mat2", [32, 24], pb, "f8e4m3fn")
+                mat2["tensor"]["init"] = "colmajor"
+                cases.append({"op": "aten::_scaled_mm.default", "mesh": mesh,
+                              "args": [T("self", [16, 32], pa, "f8e4m3fn"), mat2,
+                                       T("scale_a", sa, ["R"] * len(mesh)), T("scale_b", sb, ["R"] * len(mesh)),
+                                       {"name": "bias"}, {"name": "scale_result"}, {"name": "out_dtype", "dtype": "bf16"}]})
     for shapes in ([[4, 6, 8], [4, 8, 6]], [[3, 5, 8], [3, 8, 2]]):
         cases += binary_cases("aten::bmm.default", ["self", "mat2"], shapes, every2d=5)
     for mesh in MESHES:
