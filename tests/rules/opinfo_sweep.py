@@ -172,7 +172,8 @@ def run_case(op_info, sample, slots, placements, world, ep):
         # the fake process group's all-gather leaves the other rank's rows zero.
         import torch
 
-        kind = "data" if isinstance(err, torch.linalg.LinAlgError) else "dtensor"
+        singular = isinstance(err, torch.linalg.LinAlgError) or "is zero and using it on lu_solve" in str(err)
+        kind = "data" if singular else "dtensor"
         return kind, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200], refusal
     if refusal:
         return "refused", refusal, refusal
