@@ -1846,12 +1846,11 @@ llvm::Error stdMeanCorrection(GradCall &c) {
 /// gradient split over the entries equal to the norm (or NaN); p < 1, 1 < p < 2 and p > 2 their
 /// scaled powers of |self|. torch's compiler evaluates an operator*'s right operand first, so the
 /// ops of `a * b` are emitted b's first, as they run.
-llvm::Error normBackward(GradCall &c) {
-  const Argument *pArg = c.n.input(llvm::StringRef(c.n.opString()).startswith("aten::norm.") ? "p" : "ord");
-  double p = numberOf(pArg).value_or(2.0);
+/// The gradient of norm `p` of `self` (the node's operand, or dist's self - other) for the node's
+/// dims and result; null for p = 0.
+Value *normGrad(GradCall &c, Value *self, double p) {
   if (p == 0.0)
-    return llvm::Error::success();
-  Value *self = c.self();
+    return nullptr;
   IntList ds = c.reducedDims();
   bool keepdim = c.boolArg("keepdim") || !c.n.input("dim") || c.n.input("dim")->isNone();
   Value *g = c.e.unsqueezeMultiple(c.g(), ds, keepdim);
@@ -1903,7 +1902,30 @@ llvm::Error normBackward(GradCall &c) {
     Value *scale = zeroWhere(binary(c, "aten::div.Tensor", g, powScalar(c, r, p - 1), "grad_div"), r);
     gi = mulOf(scaled, scale, "grad_norm");
   }
-  c.set("self", gi);
+  return gi;
+}
+
+llvm::Error normBackward(GradCall &c) {
+  const Argument *p = c.n.input(llvm::StringRef(c.n.opString()).startswith("aten::norm.") ? "p" : "ord");
+  if (Value *gi = normGrad(c, c.self(), numberOf(p).value_or(2.0)))
+    c.set("self", gi);
+  return llvm::Error::success();
+}
+
+/// dist(self, other, p): norm_backward(grad, self - other, p, result) for self, its negation for
+/// other, each operand's from its own self - other (other's first, as torch runs them).
+llvm::Error distBackward(GradCall &c) {
+  double p = numberOf(c.n.input("p")).value_or(2.0);
+  auto grad = [&]() {
+    Value *diff = binary(c, "aten::sub.Tensor", c.self(), c.operand("other"), "grad_sub");
+    return normGrad(c, diff, p);
+  };
+  if (c.want("other"))
+    if (Value *gi = grad())
+      c.set("other", unary(c, "aten::neg.default", gi, "grad_neg"));
+  if (c.want("self"))
+    if (Value *gi = grad())
+      c.set("self", gi);
   return llvm::Error::success();
 }
 

@@ -745,6 +745,20 @@ llvm::Error vdot(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// dist(self, other, p) (torch._decomp's dist): norm.Scalar of self - other over every element. A
+/// shard kept into the norm gives a _NormPartial: DTensor keeps that combination, commlens refuses
+/// it where it is selected.
+llvm::Error dist(Decomposition &d) {
+  auto a = sizesOf(d.call().inputs[0].meta), b = sizesOf(d.call().inputs[1].meta);
+  if (a != b)
+    return d.call().error("operands of different shapes (broadcast) are not modelled");
+  const Argument *p = d.call().arg("p", 2);
+  Value *diff = d.op("aten::sub.Tensor", {na("self", d.in(0)), na("other", d.in(1))}, d.call().inputs[0].meta);
+  d.returns({d.op("aten::norm.Scalar", {na("self", diff), na("p", p && !p->isNone() ? *p : Argument(2.0))},
+                  *d.call().results[0]->meta())});
+  return llvm::Error::success();
+}
+
 /// norm.ScalarOpt_dim(self, p, dim, keepdim) (torch._refs.norm with a numeric p): linalg_vector_norm.
 llvm::Error normScalarOptDim(Decomposition &d) {
   const Argument *p = d.call().arg("p", 1);
@@ -993,6 +1007,7 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::diagonal_backward.default", diagonalBackward},
       {"aten::rsub.Tensor", rsub},
       {"aten::vdot.default", vdot},
+      {"aten::dist.default", dist},
       {"aten::glu.default", glu},
       {"aten::glu_backward.default", gluBackward},
       {"aten::index_add.default", indexAddOrCopy},

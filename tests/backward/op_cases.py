@@ -415,6 +415,10 @@ CASES = [
      [(bf16(4, 16, 32), S2), (bf16(4, 32, 16), S1)]),
     ("grouped-mm-2x3-offs", lambda a, b, o: torch._grouped_mm(a, b, o).square(),
      [(bf16(32, 16), R), (bf16(4, 16, 16), S2), (torch.tensor([8, 16, 24, 32], dtype=torch.int32), R)]),
+    # dist: norm_backward of self - other for each operand (other's negated)
+    ("dist", lambda a, b: torch.dist(a, b), [(f32(4, 6), R), (f32(4, 6), R)]),
+    ("dist-p1", lambda a, b: torch.dist(a, b, 1), [(f32(4, 6), R), (f32(4, 6), R)]),
+    ("dist-inf", lambda a, b: torch.dist(a, b, float("inf")), [(f32(4, 6), R), (f32(4, 6), R)]),
     ("grid-sampler-2d", lambda a, g: aten.grid_sampler_2d.default(a, g, 0, 0, False), [(f32(2, 3, 4, 4), S0), (f32(2, 5, 5, 2), R)]),
     ("grid-sampler-3d", lambda a, g: aten.grid_sampler_3d.default(a, g, 0, 0, True), [(f32(2, 2, 3, 3, 3), R), (f32(2, 2, 2, 2, 3), S0)]),
     ("nll-loss2d", lambda a, t: aten.nll_loss2d_forward.default(a, t, None, 1, -100)[0],

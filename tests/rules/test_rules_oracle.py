@@ -566,6 +566,10 @@ def all_cases():
                       ("aten::linalg__powsum.default", [F("ord", 2.0)]),
                       ("aten::linalg__powsum.default", [F("ord", 1.0), L("dim", [0]), B("keepdim", True)])):
         cases += unary_cases(op, [5, 6], lambda t, extra=extra: [t] + extra, partials=("P(sum)", "P(max)"))
+    # dist: DTensor traces torch._decomp's norm(self - other, p) (a shard kept into it: _NormPartial)
+    cases += binary_cases("aten::dist.default", ["self", "other"], [[4, 6], [4, 6]], partials=("P(sum)",), every2d=4)
+    cases += binary_cases("aten::dist.default", ["self", "other"], [[4, 6], [4, 6]], make_extra=lambda: [F("p", 1.0)],
+                          partials=("P(sum)",), every2d=4)
     # 11. foreach list ops (cases built from the op schemas), fused Adam
     cases += foreach_cases()
     # 12. pooling, upsampling, unpooling, grid sampling
