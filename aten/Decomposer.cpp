@@ -2434,13 +2434,34 @@ private:
                                     n_->scope() ? n_->scope()->displayName() : "Global");
     if (smoothed)
       return makeError("{}: label_smoothing is not supported", where);
-    if (!target || isFloating(target->meta()->dtype))
-      return makeError("{}: class-probability targets are not supported (class indices only)", where);
+    if (!target)
+      return keepExported();
     int64_t classDim = x->meta()->rank() == 1 ? 0 : 1;
     Value *logp = emit1("aten::_log_softmax.default",
                         {{"self", x, false}, {"dim", classDim, false}, {"half_to_float", false, false}},
                         withShape(*x->meta(), hints(x->meta()->sizes)), tmp("log_softmax"));
-    return nllLossNdOf(logp, target);
+    if (!isFloating(target->meta()->dtype))
+      return nllLossNdOf(logp, target);
+    // Class probabilities (LossNLL.cpp cross_entropy_loss_prob_target): -(logp * target) summed,
+    // over the class dim (none), every element (sum), or every element over numel / classes (mean).
+    if (const Argument *w = n_->input("weight"); w && !w->isNone())
+      return makeError("{}: class-probability targets with class weights are not supported", where);
+    auto reduction = lossReduction();
+    if (!reduction || hints(target->meta()->sizes) != hints(x->meta()->sizes) || x->meta()->numel() == 0)
+      return keepExported();
+    Value *prod = binaryOp("aten::mul.Tensor", logp, target, "weighted_log_probs");
+    const TensorMeta &out = *result(0)->meta();
+    if (*reduction == 0) {
+      Value *perRow = unary("aten::sum.dim_IntList", prod, out, tmp("sum"), {{"dim", IntList{classDim}, false}});
+      b_.bind(result(0), unary("aten::neg.default", perRow, out, result(0)->name()));
+      return llvm::Error::success();
+    }
+    Value *total = unary("aten::neg.default", unary("aten::sum.default", prod, out, tmp("sum")), out,
+                         *reduction == 1 ? tmp("neg") : result(0)->name());
+    if (*reduction == 1)
+      total = binaryOp("aten::div.Scalar", total, x->meta()->numel() / hints(x->meta()->sizes)[classDim], "mean");
+    b_.bind(result(0), total);
+    return llvm::Error::success();
   }
 
   /// nll_loss_forward / nll_loss2d_forward of `x` and `target` with the node's weight, reduction

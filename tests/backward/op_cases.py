@@ -419,6 +419,13 @@ CASES = [
     ("dist", lambda a, b: torch.dist(a, b), [(f32(4, 6), R), (f32(4, 6), R)]),
     ("dist-p1", lambda a, b: torch.dist(a, b, 1), [(f32(4, 6), R), (f32(4, 6), R)]),
     ("dist-inf", lambda a, b: torch.dist(a, b, float("inf")), [(f32(4, 6), R), (f32(4, 6), R)]),
+    # cross_entropy with class probabilities: -(log_softmax * target) summed (over the class dim for
+    # 'none'), the mean over numel / classes
+    ("cross-entropy-probs", lambda a, t: F.cross_entropy(a, t.softmax(1)), [(f32(8, 5), S0), (f32(8, 5), S0)]),
+    ("cross-entropy-probs-sum", lambda a, t: F.cross_entropy(a, t.softmax(1), reduction="sum"),
+     [(f32(8, 5), S1), (f32(8, 5), R)]),
+    ("cross-entropy-probs-none", lambda a, t: F.cross_entropy(a, t.softmax(1), reduction="none"),
+     [(f32(2, 5, 4), S0), (f32(2, 5, 4), S0)]),
     ("grid-sampler-2d", lambda a, g: aten.grid_sampler_2d.default(a, g, 0, 0, False), [(f32(2, 3, 4, 4), S0), (f32(2, 5, 5, 2), R)]),
     ("grid-sampler-3d", lambda a, g: aten.grid_sampler_3d.default(a, g, 0, 0, True), [(f32(2, 2, 3, 3, 3), R), (f32(2, 2, 2, 2, 3), S0)]),
     ("nll-loss2d", lambda a, t: aten.nll_loss2d_forward.default(a, t, None, 1, -100)[0],
