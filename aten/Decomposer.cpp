@@ -2432,14 +2432,22 @@ private:
                                   (smoothing->asInt() && *smoothing->asInt() != 0));
     std::string where = fmt::format("node '{}' aten::cross_entropy_loss.default in {}", n_->name(),
                                     n_->scope() ? n_->scope()->displayName() : "Global");
-    if (smoothed)
-      return makeError("{}: label_smoothing is not supported", where);
     if (!target)
       return keepExported();
+    if (smoothed && isFloating(target->meta()->dtype))
+      return makeError("{}: label_smoothing with class-probability targets is not supported", where);
+    if (const Argument *w = n_->input("weight"); smoothed && w && !w->isNone())
+      return makeError("{}: label_smoothing with class weights is not supported", where);
     int64_t classDim = x->meta()->rank() == 1 ? 0 : 1;
     Value *logp = emit1("aten::_log_softmax.default",
                         {{"self", x, false}, {"dim", classDim, false}, {"half_to_float", false, false}},
                         withShape(*x->meta(), hints(x->meta()->sizes)), tmp("log_softmax"));
+    if (smoothed) {
+      int64_t rank = x->meta()->rank();
+      if (rank > 2 && rank != 4) // nll_loss_nd's views around nll_loss2d
+        return makeError("{}: label_smoothing with a {}-D input is not supported", where, rank);
+      return labelSmoothedLoss(logp, target, classDim);
+    }
     if (!isFloating(target->meta()->dtype))
       return nllLossNdOf(logp, target);
     // Class probabilities (LossNLL.cpp cross_entropy_loss_prob_target): -(logp * target) summed,
@@ -2461,6 +2469,44 @@ private:
     if (*reduction == 1)
       total = binaryOp("aten::div.Scalar", total, x->meta()->numel() / hints(x->meta()->sizes)[classDim], "mean");
     b_.bind(result(0), total);
+    return llvm::Error::success();
+  }
+
+  /// cross_entropy_loss_label_smoothing (LossNLL.cpp), class indices without weights: the
+  /// nll_loss of log-probabilities `logp`, and the smoothing term -logp.sum(class dim), zero where the
+  /// target is ignore_index, reduced (mean: over the targets not ignored); (1 - s) * nll + term *
+  /// (s / classes), each product's right operand first as torch's compiler runs them.
+  llvm::Error labelSmoothedLoss(Value *logp, Value *target, int64_t classDim) {
+    auto reduction = lossReduction();
+    if (!reduction)
+      return keepExported();
+    double s = doubleArg("label_smoothing", 0.0);
+    int64_t ignore = intInput("ignore_index").value_or(-100), classes = hints(logp->meta()->sizes)[classDim];
+    auto perTarget = hints(target->meta()->sizes);
+    TensorMeta rowMeta = withShape(*logp->meta(), perTarget), maskMeta = rowMeta, scalar = withShape(*logp->meta(), {});
+    maskMeta.dtype = ScalarType::Bool;
+    const TensorMeta &outMeta = *result(0)->meta();
+    Value *nll = nllLoss(logp->meta()->rank() == 4 ? "aten::nll_loss2d_forward.default" : "aten::nll_loss_forward.default",
+                         logp, target, outMeta, tmp("nll"));
+    Value *classSum = unary("aten::sum.dim_IntList", logp, rowMeta, tmp("class_sum"), {{"dim", IntList{classDim}, false}});
+    Value *smooth = unary("aten::neg.default", classSum, rowMeta, tmp("smooth"));
+    Value *ignored = emit1("aten::eq.Scalar", {{"self", target, false}, {"other", ignore, false}}, maskMeta, tmp("ignored"));
+    smooth = emit1("aten::masked_fill_.Scalar", {{"self", smooth, false}, {"mask", ignored, false}, {"value", 0.0, false}},
+                   rowMeta, tmp("smooth_kept"));
+    if (*reduction == 1) {
+      Value *kept = unary("aten::bitwise_not.default", ignored, maskMeta, tmp("kept"));
+      TensorMeta countMeta = scalar;
+      countMeta.dtype = ScalarType::Long;
+      Value *count = unary("aten::sum.default", kept, countMeta, tmp("kept_count"));
+      Value *total = unary("aten::sum.default", smooth, scalar, tmp("smooth_sum"));
+      smooth = binaryOp("aten::div.Tensor", total, count, "smooth_mean");
+    } else if (*reduction == 2) {
+      smooth = unary("aten::sum.default", smooth, scalar, tmp("smooth_sum"));
+    }
+    Value *smoothPart = binaryOp("aten::mul.Scalar", smooth, s / static_cast<double>(classes), "smooth_part");
+    Value *nllPart = binaryOp("aten::mul.Scalar", nll, 1.0 - s, "nll_part");
+    b_.bind(result(0), emit1("aten::add.Tensor", {{"self", nllPart, false}, {"other", smoothPart, false}}, outMeta,
+                             result(0)->name()));
     return llvm::Error::success();
   }
 

@@ -39,6 +39,8 @@ OPS = {
     "dropout2d": lambda y: F.dropout2d(y, 0.5, training=True),
     "cross_entropy_smoothed": lambda y: F.cross_entropy(y.reshape(-1, 8), (y.reshape(-1, 8)[:, 0] > 0).long(),
                                                         label_smoothing=0.1),
+    "cross_entropy_smoothed_probs": lambda y: F.cross_entropy(y.reshape(-1, 8), y.reshape(-1, 8).softmax(1),
+                                                              label_smoothing=0.1),
     # batch_norm runs native_batch_norm on the CPU; instance_norm views the input as one sample of
     # N*C channels and batch-normalizes that (Normalization.cpp)
     # linear algebra: the composite wrappers run their DTensor kernels (linalg_inv_ex and the
@@ -91,6 +93,7 @@ def export(name, directory):
 # reduce across ranks, so CommDebugMode records collectives there (cells > 0).
 @pytest.mark.parametrize("name, dim, with_collectives", [
     ("movedim", 1, False), ("std", 1, True), ("pad", 0, False), ("cross_entropy", 0, True),
+    ("cross_entropy_smoothed", 0, True),
     # dropout's CPU kernel: a bernoulli_ mask on empty_like(y), which keeps y's Shard(1)
     ("dropout", 1, False), ("dropout2d_eval", 1, False), ("alpha_dropout_p0", 0, False),
     # native_batch_norm's strategy shards channels (dim 1) only: a batch-sharded input is moved off
@@ -109,8 +112,9 @@ def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim
 
 @pytest.mark.parametrize("name, message", [
     ("pad_reflect", "node 'pad' aten::pad.default with mode 'reflect' in Head: only mode 'constant' is supported"),
-    ("cross_entropy_smoothed",
-     "node 'cross_entropy_loss' aten::cross_entropy_loss.default in Head: label_smoothing is not supported"),
+    ("cross_entropy_smoothed_probs",
+     "node 'cross_entropy_loss' aten::cross_entropy_loss.default in Head: label_smoothing with class-probability "
+     "targets is not supported"),
     ("dropout2d", "node 'feature_dropout' aten::feature_dropout.default in Head: dropout with p = 0.5 in training (a "
                   "noise mask per feature or the alpha variant's affine noise) is not modelled"),
 ])
