@@ -250,6 +250,7 @@ private:
         {"aten::isclose.default", &Decomposer::isclose},
         {"aten::linalg_ldl_factor.default", &Decomposer::linalgLdlFactor},
         {"aten::meshgrid.indexing", &Decomposer::meshgrid},
+        {"aten::linalg_matrix_rank.atol_rtol_tensor", &Decomposer::linalgMatrixRank},
         {"aten::linalg_matrix_power.default", &Decomposer::linalgMatrixPower},
         {"aten::linalg_cholesky.default", &Decomposer::linalgCholesky},
         {"aten::linalg_inv.default", &Decomposer::linalgInv},
@@ -1819,20 +1820,69 @@ private:
     return llvm::Error::success();
   }
   /// linalg_eigh (compute_v) and linalg_eigvalsh (the vectors only when A needs a gradient).
-  llvm::Error linalgEigh(bool vectors) {
-    Value *a = in("A") ? in("A") : in("self");
-    if (isComplex(a->meta()->dtype))
-      return keepExported();
-    bool v = vectors || mayNeedGrad(in("A") ? "A" : "self");
+  /// _linalg_eigh(A, UPLO, compute_v) with the vectors when asked or when A may need a gradient.
+  llvm::SmallVector<Value *, 4> eigh(Value *a, llvm::StringRef input, bool vectors, llvm::ArrayRef<unsigned> bound) {
+    bool v = vectors || mayNeedGrad(input);
     llvm::SmallVector<NamedArgument, 4> args{{"A", a, false}};
     if (const Argument *uplo = n_->input("UPLO"))
       args.push_back({"UPLO", *uplo, false});
     args.push_back({"compute_v", v, true});
     int64_t n = hints(a->meta()->sizes).back();
     ScalarType dt = a->meta()->dtype;
-    emitKernel("aten::_linalg_eigh.default", std::move(args),
-               {batchMeta(a, dt, {n}), v ? *a->meta() : metaOf(dt, {0}, a->meta()->device)},
-               vectors ? llvm::ArrayRef<unsigned>{0, 1} : llvm::ArrayRef<unsigned>{0});
+    return emitKernel("aten::_linalg_eigh.default", std::move(args),
+                      {batchMeta(a, dt, {n}), v ? *a->meta() : metaOf(dt, {0}, a->meta()->device)}, bound);
+  }
+  llvm::Error linalgEigh(bool vectors) {
+    llvm::StringRef input = in("A") ? "A" : "self";
+    Value *a = in(input);
+    if (isComplex(a->meta()->dtype))
+      return keepExported();
+    eigh(a, input, vectors, vectors ? llvm::ArrayRef<unsigned>{0, 1} : llvm::ArrayRef<unsigned>{0});
+    return llvm::Error::success();
+  }
+  /// linalg_matrix_rank(A) without atol / rtol (LinearAlgebra.cpp): atol 0 and rtol eps * max(m, n)
+  /// as float64 0-dim plain tensors; the singular values and their largest (S[..., :1]), or for a
+  /// hermitian A the eigenvalues' magnitudes and their amax; tol = max(atol, rtol * largest) (atol
+  /// and rtol unsqueezed), and the count of values above it.
+  llvm::Error linalgMatrixRank() {
+    Value *a = in("input");
+    const Argument *atolArg = n_->input("atol"), *rtolArg = n_->input("rtol");
+    ScalarType dt = a->meta()->dtype;
+    if ((atolArg && !atolArg->isNone()) || (rtolArg && !rtolArg->isNone()) ||
+        (dt != ScalarType::Float && dt != ScalarType::Double))
+      return keepExported();
+    auto sizes = hints(a->meta()->sizes);
+    int64_t m = sizes[sizes.size() - 2], n = sizes.back(), last = a->meta()->rank() - 2;
+    double eps = dt == ScalarType::Double ? 2.220446049250313e-16 : 1.1920928955078125e-07;
+    const Device &device = a->meta()->device;
+    Value *atol = emit1("aten::zeros.default", {{"size", IntList{}, false}, {"dtype", ScalarType::Double, true}},
+                        metaOf(ScalarType::Double, {}, device), tmp("atol"));
+    Value *rtol = emit1("aten::full.default", {{"size", IntList{}, false}, {"fill_value", eps * std::max(m, n), false},
+                                               {"dtype", ScalarType::Double, true}},
+                        metaOf(ScalarType::Double, {}, device), tmp("rtol"));
+    Value *values, *largest;
+    if (boolArg("hermitian", false)) {
+      Value *eigenvalues = eigh(a, "input", false, {})[0];
+      values = unary("aten::abs.default", eigenvalues, *eigenvalues->meta(), tmp("abs"));
+      largest = unary("aten::amax.default", values, batchMeta(a, dt, {1}), tmp("largest"),
+                      {{"dim", IntList{-1}, false}, {"keepdim", true, false}});
+    } else {
+      values = svdvals(a, "input", {})[1];
+      largest = slice(values, last, 0, 1, tmp("largest"));
+    }
+    auto unsqueezed = [&](Value *x, llvm::StringRef what) {
+      return unary("aten::unsqueeze.default", x, metaOf(ScalarType::Double, {1}, device), tmp(what),
+                   {{"dim", int64_t{-1}, false}});
+    };
+    TensorMeta tolMeta = batchMeta(a, ScalarType::Double, {1});
+    Value *scaled = emit1("aten::mul.Tensor", {{"self", unsqueezed(rtol, "rtol_unsqueezed"), false}, {"other", largest, false}},
+                          tolMeta, tmp("scaled"));
+    Value *tol = emit1("aten::maximum.default", {{"self", unsqueezed(atol, "atol_unsqueezed"), false}, {"other", scaled, false}},
+                       tolMeta, tmp("tol"));
+    Value *above = emit1("aten::gt.Tensor", {{"self", values, false}, {"other", tol, false}},
+                         batchMeta(a, ScalarType::Bool, {std::min(m, n)}), tmp("above"));
+    b_.bind(result(0), unary("aten::sum.dim_IntList", above, *result(0)->meta(), result(0)->name(),
+                             {{"dim", IntList{-1}, false}}));
     return llvm::Error::success();
   }
   llvm::Error linalgEighVectors() { return linalgEigh(true); }
