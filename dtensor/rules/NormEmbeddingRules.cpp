@@ -67,6 +67,7 @@ const llvm::StringMap<BatchNorm> &batchNorms() {
   static const llvm::StringMap<BatchNorm> m = {
       {"aten::native_batch_norm.default", {false, false}},
       {"aten::_native_batch_norm_legit.default", {false, false}},
+      {"aten::_batch_norm_with_update.default", {true, false}},
       {"aten::_native_batch_norm_legit.no_stats", {false, false}},
       {"aten::_native_batch_norm_legit_no_training.default", {false, false}},
       {"aten::_native_batch_norm_legit_functional.default", {false, true}},

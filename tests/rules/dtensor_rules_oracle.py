@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_leaves
 WORLD = 4
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
           "i64": torch.int64, "i32": torch.int32, "b8": torch.bool, "c64": torch.complex64,
-          "f8e4m3fn": torch.float8_e4m3fn}
+          "f8e4m3fn": torch.float8_e4m3fn, "u8": torch.uint8}
 SHORT = {v: k for k, v in DTYPES.items()}
 
 try:

@@ -1112,6 +1112,8 @@ def norm_cases():
                     {"op": "aten::_native_batch_norm_legit_functional.default", "mesh": mesh,
                      "args": bn + [c("running_mean"), c("running_var"), B("training", True), F("momentum", 0.1),
                                    F("eps", 1e-5)]},
+                    {"op": "aten::_batch_norm_with_update.default", "mesh": mesh,
+                     "args": bn + [c("running_mean"), c("running_var"), F("momentum", 0.1), F("eps", 1e-5)]},
                     {"op": "aten::_batch_norm_with_update_functional.default", "mesh": mesh,
                      "args": bn + [c("running_mean"), c("running_var"), F("momentum", 0.1), F("eps", 1e-5)]},
                     {"op": "aten::native_batch_norm_backward.default", "mesh": mesh,
