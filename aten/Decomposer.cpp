@@ -835,12 +835,25 @@ private:
   }
   /// chalf: _to_copy to complex32.
   llvm::Error chalf() { return runOnSelf("aten::_to_copy.default", {{"dtype", ScalarType::ComplexHalf, true}}); }
-  /// cartesian_prod of one tensor is the tensor itself (Itertools.cpp); more are not modelled.
+  /// cartesian_prod (Itertools.cpp): one tensor is itself; more are meshgrid ('ij'), each grid
+  /// flattened (a copy: the expanded grid is not viewable), stacked as columns.
   llvm::Error cartesianProd() {
     const Argument *tensors = n_->input("tensors");
-    if (!tensors || !tensors->is<TensorList>() || tensors->get<TensorList>().size() != 1)
+    if (!tensors || !tensors->is<TensorList>() || tensors->get<TensorList>().empty())
       return keepExported();
-    b_.bind(result(0), b_.map(tensors->get<TensorList>()[0]));
+    const TensorList &xs = tensors->get<TensorList>();
+    if (xs.size() == 1) {
+      b_.bind(result(0), b_.map(xs[0]));
+      return llvm::Error::success();
+    }
+    auto grids = meshgridOf(xs, false, {});
+    if (!grids)
+      return grids.takeError();
+    TensorList columns;
+    for (Value *g : *grids)
+      columns.push_back(reshape(g, {numelOf(hints(g->meta()->sizes))}, tmp("column")));
+    b_.bind(result(0), emit1("aten::stack.default", {{"tensors", columns, false}, {"dim", int64_t{1}, false}},
+                             *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
   }
   /// max_pool1d_with_indices (MaxPooling.cpp): max_pool2d_with_indices of the input unsqueezed at -2
@@ -2152,29 +2165,46 @@ private:
 
   /// meshgrid (TensorShape.cpp): each 0- or 1-dim tensor viewed with -1 at its own position and 1
   /// elsewhere, expanded to the grid; 'xy' swaps the first two tensors before and the outputs after.
+  /// The grids in the tensors' order, with the metas of `like` (the node's results) where given.
+  llvm::Expected<llvm::SmallVector<Value *, 4>> meshgridOf(const TensorList &xs, bool xy,
+                                                           llvm::ArrayRef<const Value *> like) {
+    size_t n = xs.size();
+    auto position = [&](size_t k) { return xy && k < 2 ? 1 - k : k; }; // tensor index at grid dim k
+    llvm::SmallVector<int64_t, 4> grid;
+    for (size_t k = 0; k < n; ++k)
+      grid.push_back(numelOf(hints(b_.map(xs[position(k)])->meta()->sizes)));
+    llvm::SmallVector<Value *, 4> out(n);
+    for (size_t k = 0; k < n; ++k) {
+      size_t i = position(k);
+      Value *x = b_.map(xs[i]);
+      if (x->meta()->rank() > 1)
+        return makeError("node '{}' ({}): expected 0- or 1-dim tensors", n_->name(), n_->opString());
+      IntList shape(n, 1);
+      shape[k] = -1;
+      llvm::SmallVector<int64_t, 4> viewSizes(n, 1), strides(n, 0); // the expand's: 0 on broadcast dims
+      viewSizes[k] = grid[k];
+      strides[k] = 1;
+      Value *v = emit1("aten::view.default", {{"self", x, false}, {"size", shape, false}}, withShape(*x->meta(), viewSizes),
+                       tmp("view"));
+      out[i] = unary("aten::expand.default", v,
+                     like.empty() ? withShape(*x->meta(), grid, llvm::ArrayRef<int64_t>(strides)) : *like[i]->meta(),
+                     like.empty() ? tmp("grid") : like[i]->name(), {{"size", IntList(grid), false}});
+    }
+    return out;
+  }
   llvm::Error meshgrid() {
     const Argument *tensors = n_->input("tensors");
     const Argument *indexing = n_->input("indexing");
     if (!tensors || !tensors->is<TensorList>() || tensors->get<TensorList>().size() != n_->results().size())
       return keepExported();
     const TensorList &xs = tensors->get<TensorList>();
-    size_t n = xs.size();
-    bool xy = indexing && indexing->is<std::string>() && indexing->get<std::string>() == "xy" && n >= 2;
-    auto grid = hints(result(0)->meta()->sizes);
-    for (size_t k = 0; k < n; ++k) {
-      size_t i = xy && k < 2 ? 1 - k : k;
-      Value *x = b_.map(xs[i]);
-      if (x->meta()->rank() > 1)
-        return makeError("node '{}' (aten::meshgrid.indexing): expected 0- or 1-dim tensors", n_->name());
-      IntList shape(n, 1);
-      shape[k] = -1;
-      llvm::SmallVector<int64_t, 4> viewSizes(n, 1);
-      viewSizes[k] = numelOf(hints(x->meta()->sizes));
-      Value *v = emit1("aten::view.default", {{"self", x, false}, {"size", shape, false}}, withShape(*x->meta(), viewSizes),
-                       tmp("view"));
-      const Value *r = result(i);
-      b_.bind(r, unary("aten::expand.default", v, *r->meta(), r->name(), {{"size", IntList(grid), false}}));
-    }
+    bool xy = indexing && indexing->is<std::string>() && indexing->get<std::string>() == "xy" && xs.size() >= 2;
+    llvm::SmallVector<const Value *, 4> like(n_->results().begin(), n_->results().end());
+    auto grids = meshgridOf(xs, xy, like);
+    if (!grids)
+      return grids.takeError();
+    for (size_t i = 0; i < xs.size(); ++i)
+      b_.bind(result(i), (*grids)[i]);
     return llvm::Error::success();
   }
   /// linalg_matrix_power(A, n >= 0) (LinearAlgebra.cpp): n = 0 a contiguous clone overwritten by
