@@ -246,6 +246,7 @@ private:
         {"aten::margin_ranking_loss.default", &Decomposer::marginRankingLoss},
         {"aten::hinge_embedding_loss.default", &Decomposer::hingeEmbeddingLoss},
         {"aten::poisson_nll_loss.default", &Decomposer::poissonNllLoss},
+        {"aten::cosine_embedding_loss.default", &Decomposer::cosineEmbeddingLoss},
         {"aten::linalg_vecdot.default", &Decomposer::linalgVecdot},
         {"aten::isclose.default", &Decomposer::isclose},
         {"aten::linalg_ldl_factor.default", &Decomposer::linalgLdlFactor},
@@ -2024,6 +2025,47 @@ private:
     Value *prod = binaryOp("aten::mul.Tensor", q1, q2, "products");
     b_.bind(result(0), unary("aten::sum.dim_IntList", prod, *result(0)->meta(), result(0)->name(),
                              {{"dim", IntList{dim}, false}}));
+    return llvm::Error::success();
+  }
+  /// cosine_embedding_loss (Loss.cpp): cos = (x1 * x2).sum(d) / sqrt_((|x1|^2 + eps) * (|x2|^2 + eps))
+  /// over the last dim d (eps 1e-12), then where(target == 1, 1 - cos, 0) + where(target == -1,
+  /// (cos - margin).clamp_min_(0), 0), reduced; `1 - cos` runs as empty_like, fill_, sub_.
+  llvm::Error cosineEmbeddingLoss() {
+    Value *x1 = in("input1"), *x2 = in("input2"), *target = in("target");
+    auto reduction = lossReduction();
+    if (!sameShapeFloating({x1, x2}) || !target || !reduction || x1->meta()->rank() < 1 || x1->meta()->rank() > 2)
+      return keepExported();
+    int64_t dim = x1->meta()->rank() - 1;
+    auto rowSizes = hints(x1->meta()->sizes);
+    rowSizes.pop_back();
+    TensorMeta row = withShape(*x1->meta(), rowSizes), bm = row;
+    bm.dtype = ScalarType::Bool;
+    auto dotOf = [&](Value *a, Value *b, llvm::StringRef what) {
+      Value *prod = binaryOp("aten::mul.Tensor", a, b, what.str() + "_prod");
+      return unary("aten::sum.dim_IntList", prod, row, tmp(what), {{"dim", IntList{dim}, false}});
+    };
+    Value *prodSum = dotOf(x1, x2, "prod_sum");
+    Value *mag1 = binaryOp("aten::add.Scalar", dotOf(x1, x1, "mag1"), 1e-12, "mag_square1");
+    Value *mag2 = binaryOp("aten::add.Scalar", dotOf(x2, x2, "mag2"), 1e-12, "mag_square2");
+    Value *denom = unary("aten::sqrt_.default", binaryOp("aten::mul.Tensor", mag1, mag2, "mag_product"), row,
+                         tmp("denom"));
+    Value *cos = binaryOp("aten::div.Tensor", prodSum, denom, "cos");
+    Value *zeros = unary("aten::zeros_like.default", cos, row, tmp("zeros"), {{"memory_format", MemoryFormat::Contiguous, true}});
+    Value *one = unary("aten::empty_like.default", cos, row, tmp("one"), {{"memory_format", MemoryFormat::Preserve, true}});
+    one = emit1("aten::fill_.Scalar", {{"self", one, false}, {"value", int64_t{1}, false}}, row, tmp("one_filled"));
+    Value *pos = binaryOp("aten::sub_.Tensor", one, cos, "pos");
+    Value *neg = emit1("aten::clamp_min_.default",
+                       {{"self", binaryOp("aten::sub.Scalar", cos, doubleArg("margin", 0.0), "shifted"), false},
+                        {"min", int64_t{0}, false}},
+                       row, tmp("neg"));
+    auto where = [&](double label, Value *kept, llvm::StringRef what) {
+      Value *is = emit1("aten::eq.Scalar", {{"self", target, false}, {"other", label, false}}, bm, tmp(what.str() + "_mask"));
+      return emit1("aten::where.self", {{"condition", is, false}, {"self", kept, false}, {"other", zeros, false}}, row,
+                   tmp(what));
+    };
+    Value *outPos = where(1.0, pos, "output_pos");
+    Value *outNeg = where(-1.0, neg, "output_neg");
+    bindLoss(*reduction, "aten::add.Tensor", {{"self", outPos, false}, {"other", outNeg, false}}, row);
     return llvm::Error::success();
   }
   /// margin_ranking_loss (Loss.cpp): (-target * (input1 - input2) + margin).clamp_min_(0), reduced
