@@ -1209,12 +1209,15 @@ private:
     return runOnSelf("aten::linalg_vector_norm.default", std::move(args));
   }
   /// linalg_matrix_norm.str_ord (LinearAlgebra.cpp): 'fro' is linalg_vector_norm(A, 2, dim, keepdim,
-  /// dtype) over the two dims, wrapped; 'nuc' (a sum of singular values) is kept, and refused.
+  /// dtype) over the two dims, wrapped; 'nuc' the singular values of A with the two dims moved last
+  /// (a permute, even the identity one), summed (keepdim or a dtype: kept, and refused).
   llvm::Error linalgMatrixNormStr() {
     const Argument *ord = n_->input("ord");
-    if (ord && !(ord->is<std::string>() && ord->get<std::string>() == "fro"))
+    bool nuc = ord && ord->is<std::string>() && ord->get<std::string>() == "nuc";
+    if (ord && !nuc && !(ord->is<std::string>() && ord->get<std::string>() == "fro"))
       return keepExported();
-    int64_t rank = in("self")->meta()->rank();
+    Value *a = in("self");
+    int64_t rank = a->meta()->rank();
     IntList dims{-2, -1};
     if (auto d = intListInput("dim"))
       dims = *d;
@@ -1222,6 +1225,22 @@ private:
       return keepExported();
     for (int64_t &d : dims)
       d = d < 0 ? d + rank : d;
+    if (nuc) {
+      const Argument *k = n_->input("keepdim"), *dt = n_->input("dtype");
+      if ((k && k->is<bool>() && k->get<bool>()) || (dt && !dt->isNone()) || isComplex(a->meta()->dtype) ||
+          dims[0] == dims[1])
+        return keepExported();
+      IntList order;
+      for (int64_t d = 0; d < rank; ++d)
+        if (d != dims[0] && d != dims[1])
+          order.push_back(d);
+      order.append({dims[0], dims[1]});
+      Value *moved = permute(a, order, tmp("moved"));
+      Value *s = svdvals(moved, "self", {})[1];
+      b_.bind(result(0), unary("aten::sum.dim_IntList", s, *result(0)->meta(), result(0)->name(),
+                               {{"dim", IntList{-1}, false}}));
+      return llvm::Error::success();
+    }
     llvm::SmallVector<NamedArgument, 4> args{{"ord", int64_t(2), false}, {"dim", dims, false}};
     if (const Argument *k = n_->input("keepdim"); k && k->is<bool>() && k->get<bool>())
       args.push_back({"keepdim", true, false});

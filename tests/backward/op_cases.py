@@ -407,6 +407,8 @@ CASES = [
     # the torch.linalg wrappers as exported, decomposed to their kernels (svdvals / eigvalsh / cond
     # compute the vectors because their input requires grad), then differentiated
     ("svdvals-wrapper", lambda a: torch.linalg.svdvals(a), [(f32(5, 4), R)]),
+    ("matrix-norm-nuc", lambda a: torch.linalg.matrix_norm(a, "nuc"), [(f32(5, 4), S0)]),
+    ("matrix-norm-nuc-dims", lambda a: torch.linalg.matrix_norm(a, "nuc", dim=(1, 0)), [(f32(5, 4), R)]),
     ("eigvalsh-wrapper", lambda a: torch.linalg.eigvalsh(a + a.mT), [(f32(4, 4), S0)]),
     ("cond-wrapper", lambda a: torch.linalg.cond(a), [(f32(4, 4), R)]),
     ("inv-wrapper", lambda a: torch.linalg.inv(a), [(f32(4, 4), S1)]),
