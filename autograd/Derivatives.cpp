@@ -501,7 +501,7 @@ llvm::Error sumMeanDim(GradCall &c) {
 }
 
 /// repeat_backward (FunctionsManual.cpp): sum away the leading dims repeat added, view each
-/// repeated dim as (repeat, size), sum the repeat dims. Zero repeats (a zeros gradient) are refused.
+/// repeated dim as (repeat, size), sum the repeat dims. Zero repeats give a plain zeros tensor.
 llvm::Error repeatBackward(GradCall &c) {
   const Argument *r = c.n.input("repeats");
   std::optional<IntList> repeats = r ? r->asIntList() : std::nullopt;
@@ -509,8 +509,12 @@ llvm::Error repeatBackward(GradCall &c) {
   if (!repeats || repeats->size() < input.size())
     return makeError("node '{}' ({}): expected a repeats list of at least {} ints", c.n.name(), c.n.opString(),
                      input.size());
-  if (llvm::is_contained(*repeats, 0))
-    return makeError("node '{}' ({}): zero repeats (a zeros gradient) are not modelled", c.n.name(), c.n.opString());
+  if (llvm::is_contained(*repeats, 0)) { // repeat_backward: a plain at::zeros of the input's sizes
+    c.set("self", c.e.emit("aten::zeros.default",
+                           {A("size", IntList(input.begin(), input.end())), K("dtype", c.self()->meta()->dtype)},
+                           GradEmitter::like(c.self()), "grad_zeros"));
+    return llvm::Error::success();
+  }
   Value *g = c.g();
   size_t unsqueezed = repeats->size() - input.size();
   for (size_t i = 0; i < unsqueezed; ++i) {
