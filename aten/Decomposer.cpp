@@ -2189,9 +2189,12 @@ private:
   llvm::Error isclose() {
     Value *x = in("self"), *y = in("other");
     double rtol = doubleArg("rtol", 1e-5), atol = doubleArg("atol", 1e-8);
-    if (!sameShapeFloating({x, y}) || boolArg("equal_nan", false) || (rtol == 0 && atol == 0))
+    if (!x || !y || !isFloating(x->meta()->dtype) || isComplex(x->meta()->dtype) ||
+        x->meta()->dtype != y->meta()->dtype || boolArg("equal_nan", false) || (rtol == 0 && atol == 0))
       return keepExported();
-    TensorMeta bm = withShape(*x->meta(), hints(x->meta()->sizes));
+    // the comparisons broadcast self and other (the result's sizes); rtol * |other| keeps other's
+    auto broadcast = hints(result(0)->meta()->sizes);
+    TensorMeta bm = withShape(*x->meta(), broadcast), fm = bm;
     bm.dtype = ScalarType::Bool;
     auto cmp = [&](llvm::StringRef op, Value *a, Argument b, llvm::StringRef what) {
       return emit1(op, {{"self", a, false}, {"other", std::move(b), false}}, bm, tmp(what));
@@ -2200,7 +2203,7 @@ private:
     Value *scaled = binaryOp("aten::mul.Scalar", y, rtol, "rtol_other");
     Value *allowed = binaryOp("aten::add.Scalar", unary("aten::abs.default", scaled, *scaled->meta(), tmp("abs")), atol,
                               "allowed_error");
-    Value *diff = binaryOp("aten::sub.Tensor", x, y, "diff");
+    Value *diff = emit1("aten::sub.Tensor", {{"self", x, false}, {"other", y, false}}, fm, tmp("diff"));
     Value *actual = unary("aten::abs.default", diff, *diff->meta(), tmp("actual_error"));
     Value *notInf = cmp("aten::ne.Scalar", unary("aten::abs.default", actual, *actual->meta(), tmp("abs_error")),
                         std::numeric_limits<double>::infinity(), "not_inf");
