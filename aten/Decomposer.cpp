@@ -1124,6 +1124,12 @@ private:
       return keepExported();
     int64_t n = intInput("n").value_or(1), rank = x->meta()->rank(), dim = intInput("dim").value_or(-1);
     dim = dim < 0 ? dim + rank : dim;
+    if (n == 0 && !in("prepend") && !in("append")) { // a copy: zeros_like(self).copy_(self)
+      Value *z = unary("aten::zeros_like.default", x, *result(0)->meta(), tmp("zeros"));
+      b_.bind(result(0), emit1("aten::copy_.default", {{"self", z, false}, {"src", x, false}}, *result(0)->meta(),
+                               result(0)->name()));
+      return llvm::Error::success();
+    }
     if (n < 1 || dim < 0 || dim >= rank)
       return keepExported();
     auto sizes = hints(x->meta()->sizes);
