@@ -249,6 +249,7 @@ private:
         {"aten::cosine_embedding_loss.default", &Decomposer::cosineEmbeddingLoss},
         {"aten::linalg_vecdot.default", &Decomposer::linalgVecdot},
         {"aten::isclose.default", &Decomposer::isclose},
+        {"aten::item.default", &Decomposer::item},
         {"aten::linalg_ldl_factor.default", &Decomposer::linalgLdlFactor},
         {"aten::meshgrid.indexing", &Decomposer::meshgrid},
         {"aten::linalg_matrix_rank.atol_rtol_tensor", &Decomposer::linalgMatrixRank},
@@ -2174,6 +2175,20 @@ private:
     return llvm::Error::success();
   }
 
+  /// Tensor.item() (Scalar.cpp): _local_scalar_dense of the tensor, its scalar result the node's.
+  llvm::Error item() {
+    Value *x = in("self");
+    const Value *r = result(0);
+    if (!x || n_->results().size() != 1 || r->kind() == ValueKind::Tensor)
+      return keepExported();
+    Value *v = b_.graph().createUniqueValue(r->name(), r->kind());
+    if (r->meta())
+      v->setMeta(*r->meta());
+    v->setSymbol(r->symbol());
+    b_.bind(r, v);
+    b_.emit("aten::_local_scalar_dense.default", {{"self", x, false}}, {Argument(v)}, *n_);
+    return llvm::Error::success();
+  }
   /// linalg_vecdot (LinearAlgebra.cpp), real operands: vdot for two vectors, else x * y summed over
   /// `dim` (x.conj() is x itself).
   llvm::Error linalgVecdot() {
