@@ -207,7 +207,9 @@ Value *GradEmitter::unsqueezeMultiple(Value *g, llvm::ArrayRef<int64_t> dims, bo
 }
 
 Value *GradEmitter::sumBackward(Value *g, llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<int64_t> dims, bool keepdim) {
-  Value *x = unsqueezeMultiple(g, dims, keepdim);
+  // sum_backward unsqueezes only for a reduced input of at least one dim (a 0-dim one's dim 0 / -1
+  // reduces nothing)
+  Value *x = sizes.empty() ? g : unsqueezeMultiple(g, dims, keepdim);
   // Tensor.expand's strides: 0 on every broadcast dim (later contiguous() calls copy such a grad).
   auto xs = sizesOf(*x->meta());
   auto xst = stridesOf(*x->meta());
