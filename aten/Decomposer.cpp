@@ -943,8 +943,7 @@ private:
     Argument dimArg = dim ? *dim : Argument(NoneArg{});
     Argument keepArg = keepdim ? *keepdim : Argument(false);
     const TensorMeta &out = *result(0)->meta();
-    TensorMeta mask = *x->meta();
-    mask.dtype = ScalarType::Bool;
+    TensorMeta mask = withDtype(*x->meta(), ScalarType::Bool);
     Value *nan = emit1("aten::ne.Tensor", {{"self", x, false}, {"other", x, false}}, mask, tmp("isnan"));
     Value *kept = unary("aten::logical_not_.default", nan, mask, tmp("not_nan"));
     TensorMeta countMeta = out;
@@ -1641,8 +1640,7 @@ private:
       // the fused native_dropout.
       if (prob > 0.0 && prob < 1.0 && x->meta()->numel() > 0) {
         Value *y = b_.tensor(result(0)->name(), *result(0)->meta());
-        TensorMeta mm = withShape(*x->meta(), hints(x->meta()->sizes));
-        mm.dtype = ScalarType::Bool;
+        TensorMeta mm = withDtype(withShape(*x->meta(), hints(x->meta()->sizes)), ScalarType::Bool);
         mm.requiresGrad = false;
         Value *mask = b_.tensor(tmp("mask"), mm);
         b_.emit("aten::native_dropout.default", {{"input", x, false}, {"p", prob, false}, {"train", true, false}},
@@ -1859,7 +1857,6 @@ private:
     b_.bind(result(0), unary("aten::squeeze.dim", ratio, *result(0)->meta(), result(0)->name(), {{"dim", int64_t{-1}, false}}));
     return llvm::Error::success();
   }
-  /// linalg_eigh (compute_v) and linalg_eigvalsh (the vectors only when A needs a gradient).
   /// _linalg_eigh(A, UPLO, compute_v) with the vectors when asked or when A may need a gradient.
   llvm::SmallVector<Value *, 4> eigh(Value *a, llvm::StringRef input, bool vectors, llvm::ArrayRef<unsigned> bound) {
     bool v = vectors || mayNeedGrad(input);
@@ -1872,6 +1869,7 @@ private:
     return emitKernel("aten::_linalg_eigh.default", std::move(args),
                       {batchMeta(a, dt, {n}), v ? *a->meta() : metaOf(dt, {0}, a->meta()->device)}, bound);
   }
+  /// linalg_eigh (compute_v) and linalg_eigvalsh (the vectors only when A may need a gradient).
   llvm::Error linalgEigh(bool vectors) {
     llvm::StringRef input = in("A") ? "A" : "self";
     Value *a = in(input);
@@ -1880,6 +1878,8 @@ private:
     eigh(a, input, vectors, vectors ? llvm::ArrayRef<unsigned>{0, 1} : llvm::ArrayRef<unsigned>{0});
     return llvm::Error::success();
   }
+  llvm::Error linalgEighVectors() { return linalgEigh(true); }
+  llvm::Error linalgEigvalsh() { return linalgEigh(false); }
   /// linalg_matrix_rank(A) without atol / rtol (LinearAlgebra.cpp): atol 0 and rtol eps * max(m, n)
   /// as float64 0-dim plain tensors; the singular values and their largest (S[..., :1]), or for a
   /// hermitian A the eigenvalues' magnitudes and their amax; tol = max(atol, rtol * largest) (atol
@@ -1897,9 +1897,7 @@ private:
     const Device &device = a->meta()->device;
     Value *atol = emit1("aten::zeros.default", {{"size", IntList{}, false}, {"dtype", ScalarType::Double, true}},
                         metaOf(ScalarType::Double, {}, device), tmp("atol"));
-    Value *rtol = emit1("aten::full.default", {{"size", IntList{}, false}, {"fill_value", eps * std::max(m, n), false},
-                                               {"dtype", ScalarType::Double, true}},
-                        metaOf(ScalarType::Double, {}, device), tmp("rtol"));
+    Value *rtol = tolerance(eps * std::max(m, n), a, "rtol");
     Value *values, *largest;
     if (boolArg("hermitian", false)) {
       Value *eigenvalues = eigh(a, "input", false, {})[0];
@@ -1925,8 +1923,6 @@ private:
                              {{"dim", IntList{-1}, false}}));
     return llvm::Error::success();
   }
-  llvm::Error linalgEighVectors() { return linalgEigh(true); }
-  llvm::Error linalgEigvalsh() { return linalgEigh(false); }
   /// linalg_lu_factor: linalg_lu_factor_ex then the error check; torch.lu (_lu_with_info):
   /// linalg_lu_factor_ex checking errors itself when asked.
   llvm::Error linalgLuFactor() {
@@ -1959,17 +1955,18 @@ private:
                {*result(0)->meta(), *result(1)->meta()}, {0, 1});
     return llvm::Error::success();
   }
+  /// A float64 0-dim plain tensor of `v` on `like`'s device (a tolerance torch makes with at::full).
+  Value *tolerance(double v, const Value *like, llvm::StringRef what) {
+    return emit1("aten::full.default",
+                 {{"size", IntList{}, false}, {"fill_value", v, false}, {"dtype", ScalarType::Double, true}},
+                 metaOf(ScalarType::Double, {}, like->meta()->device), tmp(what));
+  }
   /// pinverse(self, rcond): linalg_pinv with atol 0 and rtol rcond as float64 0-dim tensors.
   llvm::Error pinverse() {
-    double rcond = doubleArg("rcond", 1e-15);
-    auto scalar = [&](double v, llvm::StringRef what) {
-      return emit1("aten::full.default", {{"size", IntList{}, false}, {"fill_value", v, false},
-                                          {"dtype", ScalarType::Double, true}},
-                   metaOf(ScalarType::Double, {}, in("self")->meta()->device), tmp(what));
-    };
-    Value *atol = scalar(0.0, "atol"), *rtol = scalar(rcond, "rtol");
+    Value *a = in("self");
+    Value *atol = tolerance(0.0, a, "atol"), *rtol = tolerance(doubleArg("rcond", 1e-15), a, "rtol");
     b_.bind(result(0), emit1("aten::linalg_pinv.atol_rtol_tensor",
-                             {{"self", in("self"), false}, {"atol", atol, true}, {"rtol", rtol, true},
+                             {{"self", a, false}, {"atol", atol, true}, {"rtol", rtol, true},
                               {"hermitian", false, true}},
                              *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
@@ -2016,6 +2013,22 @@ private:
   Value *binaryOp(llvm::StringRef op, Value *a, Argument b, llvm::StringRef name) {
     return emit1(op, {{"self", a, false}, {"other", std::move(b), false}}, withShape(*a->meta(), hints(a->meta()->sizes)),
                  tmp(name));
+  }
+  /// `s - x` for a Scalar s, as ATen's operator-(Scalar, Tensor) runs it: empty_like(x), fill_(s),
+  /// sub_(x).
+  Value *scalarMinus(Argument s, Value *x, llvm::StringRef what) {
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
+    Value *e = unary("aten::empty_like.default", x, m, tmp(what.str() + "_scalar"),
+                     {{"memory_format", MemoryFormat::Preserve, true}});
+    e = emit1("aten::fill_.Scalar", {{"self", e, false}, {"value", std::move(s), false}}, m, tmp(what.str() + "_filled"));
+    return binaryOp("aten::sub_.Tensor", e, x, what);
+  }
+  /// where(cmp(target, label), kept, zeros): the part of an embedding loss a target label selects.
+  Value *labelled(llvm::StringRef cmp, Value *target, double label, Value *kept, Value *zeros, llvm::StringRef what) {
+    Value *mask = emit1(cmp, {{"self", target, false}, {"other", label, false}},
+                        withDtype(*zeros->meta(), ScalarType::Bool), tmp(what.str() + "_mask"));
+    return emit1("aten::where.self", {{"condition", mask, false}, {"self", kept, false}, {"other", zeros, false}},
+                 *zeros->meta(), tmp(what));
   }
   /// cosine_similarity (Distance.cpp): each operand's 2-norm over `dim` (kept) cloned and, under
   /// no_grad, clamped in place to at least eps; the two quotients multiplied and summed over dim.
@@ -2064,8 +2077,7 @@ private:
     int64_t dim = x1->meta()->rank() - 1;
     auto rowSizes = hints(x1->meta()->sizes);
     rowSizes.pop_back();
-    TensorMeta row = withShape(*x1->meta(), rowSizes), bm = row;
-    bm.dtype = ScalarType::Bool;
+    TensorMeta row = withShape(*x1->meta(), rowSizes);
     auto dotOf = [&](Value *a, Value *b, llvm::StringRef what) {
       Value *prod = binaryOp("aten::mul.Tensor", a, b, what.str() + "_prod");
       return unary("aten::sum.dim_IntList", prod, row, tmp(what), {{"dim", IntList{dim}, false}});
@@ -2077,20 +2089,13 @@ private:
                          tmp("denom"));
     Value *cos = binaryOp("aten::div.Tensor", prodSum, denom, "cos");
     Value *zeros = unary("aten::zeros_like.default", cos, row, tmp("zeros"), {{"memory_format", MemoryFormat::Contiguous, true}});
-    Value *one = unary("aten::empty_like.default", cos, row, tmp("one"), {{"memory_format", MemoryFormat::Preserve, true}});
-    one = emit1("aten::fill_.Scalar", {{"self", one, false}, {"value", int64_t{1}, false}}, row, tmp("one_filled"));
-    Value *pos = binaryOp("aten::sub_.Tensor", one, cos, "pos");
+    Value *pos = scalarMinus(int64_t{1}, cos, "pos");
     Value *neg = emit1("aten::clamp_min_.default",
                        {{"self", binaryOp("aten::sub.Scalar", cos, doubleArg("margin", 0.0), "shifted"), false},
                         {"min", int64_t{0}, false}},
                        row, tmp("neg"));
-    auto where = [&](double label, Value *kept, llvm::StringRef what) {
-      Value *is = emit1("aten::eq.Scalar", {{"self", target, false}, {"other", label, false}}, bm, tmp(what.str() + "_mask"));
-      return emit1("aten::where.self", {{"condition", is, false}, {"self", kept, false}, {"other", zeros, false}}, row,
-                   tmp(what));
-    };
-    Value *outPos = where(1.0, pos, "output_pos");
-    Value *outNeg = where(-1.0, neg, "output_neg");
+    Value *outPos = labelled("aten::eq.Scalar", target, 1.0, pos, zeros, "output_pos");
+    Value *outNeg = labelled("aten::eq.Scalar", target, -1.0, neg, zeros, "output_neg");
     bindLoss(*reduction, "aten::add.Tensor", {{"self", outPos, false}, {"other", outNeg, false}}, row);
     return llvm::Error::success();
   }
@@ -2116,22 +2121,12 @@ private:
     auto reduction = lossReduction();
     if (!sameShapeFloating({x, target}) || !reduction)
       return keepExported();
-    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes)), bm = m;
-    bm.dtype = ScalarType::Bool;
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
     Value *zeros = unary("aten::zeros_like.default", x, m, tmp("zeros"), {{"memory_format", MemoryFormat::Contiguous, true}});
-    Value *filled = unary("aten::empty_like.default", x, m, tmp("margin"), {{"memory_format", MemoryFormat::Preserve, true}});
-    filled = emit1("aten::fill_.Scalar", {{"self", filled, false}, {"value", doubleArg("margin", 1.0), false}}, m,
-                   tmp("margin_filled"));
-    Value *gap = binaryOp("aten::sub_.Tensor", filled, x, "margin_gap");
+    Value *gap = scalarMinus(doubleArg("margin", 1.0), x, "margin_gap");
     Value *hinge = emit1("aten::clamp_min_.default", {{"self", gap, false}, {"min", int64_t{0}, false}}, m, tmp("hinge"));
-    auto where = [&](double label, Value *kept, llvm::StringRef what) {
-      Value *isnt = emit1("aten::ne.Scalar", {{"self", target, false}, {"other", label, false}},
-                          bm, tmp(what.str() + "_mask"));
-      return emit1("aten::where.self", {{"condition", isnt, false}, {"self", kept, false}, {"other", zeros, false}}, m,
-                   tmp(what));
-    };
-    Value *margins = where(1.0, hinge, "margin_part");
-    Value *selves = where(-1.0, x, "self_part");
+    Value *margins = labelled("aten::ne.Scalar", target, 1.0, hinge, zeros, "margin_part");
+    Value *selves = labelled("aten::ne.Scalar", target, -1.0, x, zeros, "self_part");
     bindLoss(*reduction, "aten::add.Tensor", {{"self", margins, false}, {"other", selves, false}}, m);
     return llvm::Error::success();
   }
@@ -2143,8 +2138,7 @@ private:
     auto reduction = lossReduction();
     if (!sameShapeFloating({x, target}) || !reduction)
       return keepExported();
-    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes)), bm = m;
-    bm.dtype = ScalarType::Bool;
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes)), bm = withDtype(m, ScalarType::Bool);
     auto un = [&](llvm::StringRef op, Value *v, llvm::StringRef what) { return unary(op, v, m, tmp(what)); };
     Value *loss;
     if (boolArg("log_input", true)) {
@@ -2181,12 +2175,7 @@ private:
     const Value *r = result(0);
     if (!x || n_->results().size() != 1 || r->kind() == ValueKind::Tensor)
       return keepExported();
-    Value *v = b_.graph().createUniqueValue(r->name(), r->kind());
-    if (r->meta())
-      v->setMeta(*r->meta());
-    v->setSymbol(r->symbol());
-    b_.bind(r, v);
-    b_.emit("aten::_local_scalar_dense.default", {{"self", x, false}}, {Argument(v)}, *n_);
+    b_.emit("aten::_local_scalar_dense.default", {{"self", x, false}}, {Argument(b_.copyValue(r))}, *n_);
     return llvm::Error::success();
   }
   /// linalg_vecdot (LinearAlgebra.cpp), real operands: vdot for two vectors, else x * y summed over
@@ -2215,8 +2204,7 @@ private:
       return keepExported();
     // the comparisons broadcast self and other (the result's sizes); rtol * |other| keeps other's
     auto broadcast = hints(result(0)->meta()->sizes);
-    TensorMeta bm = withShape(*x->meta(), broadcast), fm = bm;
-    bm.dtype = ScalarType::Bool;
+    TensorMeta fm = withShape(*x->meta(), broadcast), bm = withDtype(fm, ScalarType::Bool);
     auto cmp = [&](llvm::StringRef op, Value *a, Argument b, llvm::StringRef what) {
       return emit1(op, {{"self", a, false}, {"other", std::move(b), false}}, bm, tmp(what));
     };
@@ -2648,8 +2636,8 @@ private:
     double s = doubleArg("label_smoothing", 0.0);
     int64_t ignore = intInput("ignore_index").value_or(-100), classes = hints(logp->meta()->sizes)[classDim];
     auto perTarget = hints(target->meta()->sizes);
-    TensorMeta rowMeta = withShape(*logp->meta(), perTarget), maskMeta = rowMeta, scalar = withShape(*logp->meta(), {});
-    maskMeta.dtype = ScalarType::Bool;
+    TensorMeta rowMeta = withShape(*logp->meta(), perTarget), maskMeta = withDtype(rowMeta, ScalarType::Bool),
+               scalar = withShape(*logp->meta(), {});
     const TensorMeta &outMeta = *result(0)->meta();
     Value *nll = nllLoss(logp->meta()->rank() == 4 ? "aten::nll_loss2d_forward.default" : "aten::nll_loss_forward.default",
                          logp, target, outMeta, tmp("nll"));
@@ -2660,9 +2648,7 @@ private:
                    rowMeta, tmp("smooth_kept"));
     if (*reduction == 1) {
       Value *kept = unary("aten::bitwise_not.default", ignored, maskMeta, tmp("kept"));
-      TensorMeta countMeta = scalar;
-      countMeta.dtype = ScalarType::Long;
-      Value *count = unary("aten::sum.default", kept, countMeta, tmp("kept_count"));
+      Value *count = unary("aten::sum.default", kept, withDtype(scalar, ScalarType::Long), tmp("kept_count"));
       Value *total = unary("aten::sum.default", smooth, scalar, tmp("smooth_sum"));
       smooth = binaryOp("aten::div.Tensor", total, count, "smooth_mean");
     } else if (*reduction == 2) {

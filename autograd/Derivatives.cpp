@@ -1450,29 +1450,23 @@ llvm::Error batchNormBackward(GradCall &c) {
   Value *gw = weight ? c.e.newValue("grad_batch_norm_weight", GradEmitter::like(weight)) : nullptr;
   Value *gb = bias ? c.e.newValue("grad_batch_norm_bias", GradEmitter::like(bias)) : nullptr;
   BoolList mask{c.want("input"), weight && c.want("weight"), bias && c.want("bias")};
-  if (c.n.opString() == "aten::_batch_norm_with_update.default") {
-    // batchnorm_backward: at::batch_norm_backward with the reserve workspace (update = training).
-    // DTensor runs it through torch._decomp's native_batch_norm_backward decomposition (its
-    // pointwise and reduction ops), which commlens does not model: refused at dispatch by name.
-    if (!weight)
-      return makeError("autodiff: '{}' (aten::_batch_norm_with_update.default) without a weight is not modelled",
-                       c.n.name());
-    c.e.emitNode(gi->name(), "aten::batch_norm_backward.default",
-                 {A("grad_out", c.g()), A("input", input), A("weight", weight),
-                  A("running_mean", orNone(c.operand("running_mean"))),
-                  A("running_var", orNone(c.operand("running_var"))), A("save_mean", mut(c.result(1))),
-                  A("save_var", mut(c.result(2))), A("update", true), A("eps", *c.n.input("eps")),
-                  A("output_mask", mask), A("reserve", mut(c.result(3)))},
-                 {Argument(gi), orNone(gw), orNone(gb)});
-  } else {
-    c.e.emitNode(gi->name(), "aten::native_batch_norm_backward.default",
-                 {A("grad_out", c.g()), A("input", input), A("weight", orNone(weight)),
-                  A("running_mean", orNone(c.operand("running_mean"))),
-                  A("running_var", orNone(c.operand("running_var"))), A("save_mean", mut(c.result(1))),
-                  A("save_invstd", mut(c.result(2))), A("train", training), A("eps", *c.n.input("eps")),
-                  A("output_mask", mask)},
-                 {Argument(gi), orNone(gw), orNone(gb)});
-  }
+  // _batch_norm_with_update's batchnorm_backward calls at::batch_norm_backward with the reserve
+  // workspace (update = training); DTensor runs it through torch._decomp's
+  // native_batch_norm_backward decomposition (pointwise and reduction ops), which commlens does not
+  // model: refused at dispatch by name.
+  bool withUpdate = c.n.opString() == "aten::_batch_norm_with_update.default";
+  if (withUpdate && !weight)
+    return makeError("autodiff: '{}' (aten::_batch_norm_with_update.default) without a weight is not modelled",
+                     c.n.name());
+  llvm::SmallVector<NamedArgument, 4> args{
+      A("grad_out", c.g()), A("input", input), A("weight", orNone(weight)),
+      A("running_mean", orNone(c.operand("running_mean"))), A("running_var", orNone(c.operand("running_var"))),
+      A("save_mean", mut(c.result(1))), A(withUpdate ? "save_var" : "save_invstd", mut(c.result(2))),
+      A(withUpdate ? "update" : "train", withUpdate || training), A("eps", *c.n.input("eps")), A("output_mask", mask)};
+  if (withUpdate)
+    args.push_back(A("reserve", mut(c.result(3))));
+  c.e.emitNode(gi->name(), withUpdate ? "aten::batch_norm_backward.default" : "aten::native_batch_norm_backward.default",
+               std::move(args), {Argument(gi), orNone(gw), orNone(gb)});
   c.set("input", gi);
   if (gw)
     c.set("weight", gw);

@@ -109,11 +109,6 @@ inline IntList sizesList(const Value *v) {
   return IntList(s.begin(), s.end());
 }
 
-/// `m` with another dtype (a comparison's Bool mask).
-inline TensorMeta withDtype(TensorMeta m, ScalarType dtype) {
-  m.dtype = dtype;
-  return m;
-}
 /// A Scalar argument (alpha, beta, value) as a double, when it is a number.
 std::optional<double> numberOf(const Argument *a);
 /// maybe_multiply(x, s): x * s unless s is absent, None or the number 1.

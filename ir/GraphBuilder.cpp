@@ -72,14 +72,16 @@ Argument GraphBuilder::map(const Argument &old) const {
 
 Node *GraphBuilder::copy(const Node &node) {
   return copyNodeInto(*dst_, node, node.name(), [&](const Value *v) { return map(v); },
-                      [&](const Value *old) {
-                        Value *v = dst_->createValue(old->name(), old->kind());
-                        if (old->meta())
-                          v->setMeta(*old->meta());
-                        v->setSymbol(old->symbol());
-                        map_[old] = v;
-                        return v;
-                      });
+                      [&](const Value *old) { return copyValue(old); });
+}
+
+Value *GraphBuilder::copyValue(const Value *old) {
+  Value *v = dst_->createValue(old->name(), old->kind());
+  if (old->meta())
+    v->setMeta(*old->meta());
+  v->setSymbol(old->symbol());
+  map_[old] = v;
+  return v;
 }
 
 Value *GraphBuilder::tensor(llvm::StringRef hint, TensorMeta meta) {

@@ -34,6 +34,9 @@ public:
 
   /// Copies `node` with mapped arguments and fresh results of the same names and metadata.
   Node *copy(const Node &node);
+  /// A fresh value with `old`'s name, kind, metadata and symbol, and uses of `old` read it (what
+  /// copy() makes of each result).
+  Value *copyValue(const Value *old);
   /// A fresh tensor value named after `hint` (uniquified).
   Value *tensor(llvm::StringRef hint, TensorMeta meta);
   /// Appends a node in the scope, call and grad mode of `origin`.

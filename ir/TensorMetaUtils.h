@@ -26,6 +26,12 @@ int64_t rowsOf(const TensorMeta &m);
 TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,
                   std::optional<llvm::ArrayRef<int64_t>> strides = std::nullopt);
 
+/// `m` with another dtype (a comparison's Bool mask).
+inline TensorMeta withDtype(TensorMeta m, ScalarType dtype) {
+  m.dtype = dtype;
+  return m;
+}
+
 /// Strides of a contiguous tensor of these sizes.
 llvm::SmallVector<SymInt, 4> contiguousStrides(llvm::ArrayRef<int64_t> sizes);
 bool isContiguous(const TensorMeta &meta);

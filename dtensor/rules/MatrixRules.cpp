@@ -222,12 +222,10 @@ llvm::Expected<Cands> scaledMmRule(const OpCall &c) {
                      numelOf(c.shape(i)));
   using RP = RulePlacement;
   auto scalePlacement = [&](const RP &data, unsigned scale) { return numelOf(c.shape(scale)) == 1 ? RP::R() : data; };
-  std::vector<SingleDimRule> rules;
-  for (SingleDimRule &r : einsumRules(parseEinsum("mk", "kn", "mn"), std::nullopt)) {
-    RP a = scalePlacement(r[1], 2), b = scalePlacement(r[2], 3);
-    r.push_back(a);
-    r.push_back(b);
-    rules.push_back(std::move(r));
+  std::vector<SingleDimRule> rules = einsumRules(parseEinsum("mk", "kn", "mn"), std::nullopt);
+  for (SingleDimRule &r : rules) {
+    RP a = scalePlacement(r[1], 2), b = scalePlacement(r[2], 3); // copies: the appends may reallocate r
+    r.append({a, b});
   }
   ExpandOptions opts;
   opts.numOutputs = 1;

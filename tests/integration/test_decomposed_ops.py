@@ -134,7 +134,8 @@ def test_unmodelled_variants_are_refused_by_name(run_commlens, tmp_path, name, m
 def test_linalg_svd_replicates_its_input_like_comm_debug_mode(run_commlens, tmp_path):
     """linalg_svd runs as _linalg_svd, whose strategy replicates everything: the [4, 6, 8] float32
     input sharded on dim 0 over 2 ranks is all-gathered once, each rank passing its [2, 6, 8]
-    shard (384 B). Forward only: commlens has no derivative for _linalg_svd (refused by name)."""
+    shard (384 B). Forward only: _linalg_svd's derivative is modelled for 2-D matrices, and this
+    input is batched (refused by name)."""
     import json
 
     from commlens.measure import measure

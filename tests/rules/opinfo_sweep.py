@@ -41,6 +41,8 @@ import re
 import sys
 import warnings
 
+# What a case can end as (the module docstring says what each means).
+RESULTS = ("exact", "refused", "dtensor", "data", "wrong")
 # The sweep docs/opinfo-coverage.md records, and the one the CI test runs.
 DOC_SWEEP = {"samples": 1, "placements": 3, "world": 2}
 DOC_COMMAND = ".venv/bin/python tests/rules/opinfo_sweep.py --doc"
@@ -226,7 +228,7 @@ def sweep(ops_regex=None, samples=1, placements=3, world=2, out=print):
 
 
 def summary(results, skipped):
-    n = {k: sum(r["result"] == k for r in results) for k in ("exact", "refused", "dtensor", "data", "wrong")}
+    n = {k: sum(r["result"] == k for r in results) for k in RESULTS}
     dtensor_refused = sum(r["result"] == "dtensor" and r["commlens_refused"] for r in results)
     runs = n["exact"] + n["refused"] + n["wrong"]  # the cases CommDebugMode counts
     share = f"{100.0 * n['exact'] / runs:.1f}%" if runs else "-"
@@ -262,7 +264,7 @@ def render_doc(results, skipped, command):
     ]
     for op in sorted(by_op):
         rs = by_op[op]
-        n = {k: sum(r["result"] == k for r in rs) for k in ("exact", "refused", "dtensor", "data", "wrong")}
+        n = {k: sum(r["result"] == k for r in rs) for k in RESULTS}
         why = next((r["detail"] for r in rs if r["result"] == "refused"), "")
         why = why.replace("|", "\\|").replace("\n", " ")[:160]
         lines.append(f"| `{op}` | {len(rs)} | {n['exact']} | {n['refused']} | {n['dtensor']} | {n['data']} | {n['wrong']} "
