@@ -1100,7 +1100,8 @@ Value *normGrad(GradCall &c, Value *self, double p) {
   if (p == 0.0)
     return nullptr;
   IntList ds = c.reducedDims();
-  bool keepdim = c.boolArg("keepdim") || !c.n.input("dim") || c.n.input("dim")->isNone();
+  // norm_backward unsqueezes only for a reduced input of at least one dim, as sum_backward does
+  bool keepdim = c.boolArg("keepdim") || !c.n.input("dim") || c.n.input("dim")->isNone() || self->meta()->rank() == 0;
   Value *g = c.e.unsqueezeMultiple(c.g(), ds, keepdim);
   Value *r = c.e.unsqueezeMultiple(mut(c.result()), ds, keepdim);
   auto mulOf = [&](Value *x, Value *y, llvm::StringRef hint) {

@@ -401,6 +401,7 @@ CASES = [
     # a 0-dim input reduced over dim -1: sum_backward expands the gradient without unsqueezing
     ("sum-0d-dim", lambda a: (a * 2).sum(-1), [(f32(), R)]),
     ("mean-0d-dim", lambda a: (a * 2).mean(0, keepdim=False), [(f32(), R)]),
+    ("vector-norm-0d-dim", lambda a: torch.linalg.vector_norm(a * 2, 3, dim=-1), [(f32(), R)]),
     ("diff-n0", lambda a: torch.diff(a, n=0) * 2, [(f32(4, 6), S0)]),
     ("repeat-zero", lambda a: a.repeat(2, 0), [(f32(4, 3), S0)]),
     ("cartesian-prod", lambda a, b: torch.cartesian_prod(a, b) * 2, [(f32(4), S0), (f32(6), R)]),
