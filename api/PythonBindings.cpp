@@ -1,7 +1,8 @@
 // commlens._core: the C++ prediction pipeline for Python (nanobind). Programs arrive as the
-// ExportedProgram JSON torch's serializer writes (in memory) or as a .pt2 path; plans as
+// ExportedProgram JSON written in memory (FxGraphWriter, or torch's serializer) or as a .pt2 path; plans as
 // commlens-plan JSON text. Errors raise commlens._core.Error with commlens' one-line message.
 #include "api/Commlens.h"
+#include "api/FxGraphWriter.h"
 #include "frontends/ClusterReader.h"
 #include "frontends/PlanReader.h"
 #include "frontends/Pt2Loader.h"
@@ -60,6 +61,7 @@ NB_MODULE(_core, m) {
   nb::exception<CoreError>(m, "Error");
   // Predictions a caller still holds at interpreter exit are not leaks worth a warning.
   nb::set_leak_warnings(false);
+  python::bindFxGraphWriter(m);
   nb::class_<Prediction>(m, "Prediction")
       .def("json", &Prediction::json, "CommDebugMode's JSON dump tree plus commlens' records")
       .def("table", &Prediction::table, nb::arg("noise_level") = 0, "CommDebugMode's tracing table")

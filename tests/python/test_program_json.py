@@ -216,11 +216,11 @@ def test_no_cyclic_garbage():
 def test_what_the_writer_declines_goes_through_torchs_serialiser(monkeypatch, caplog):
     ep = export_model(*call_model_factory("examples.mlp:mlp"))
 
-    def decline(self, node):
-        raise _program_json.Unsupported(f"graph input {node.name} (a test)")
+    def decline(target):
+        raise _program_json.Unsupported(f"call target {target} (a test)")
 
-    monkeypatch.setattr(_program_json._Writer, "placeholder", decline)
+    monkeypatch.setattr(_program_json._CONTEXT, "operator_info", decline)
     with caplog.at_level(logging.INFO, logger="commlens"):
         assert decoder_program_json(ep) == program_json(ep)
     assert [r.getMessage() for r in caplog.records if r.name == "commlens"] == [
-        "commlens: the program is serialised by torch's serialiser: graph input p_w1_weight (a test)"]
+        "commlens: the program is serialised by torch's serialiser: call target aten.linear.default (a test)"]
