@@ -158,12 +158,26 @@ class GradMode(torch.nn.Module):
         return z + x
 
 
+class NonAscii(torch.nn.Module):
+    """Module paths and node names beyond ASCII (escaped as json.dumps does: \\u00e9, and a
+    surrogate pair for an astral character)."""
+
+    def __init__(self):
+        super().__init__()
+        self.café = torch.nn.Linear(4, 4)
+        setattr(self, "𝛼", torch.nn.Linear(4, 4))
+
+    def forward(self, x):
+        return getattr(self, "𝛼")(self.café(x))
+
+
 @pytest.mark.parametrize("module, args, has", [
     (Edges, (torch.randn(3, 4),), ['"Infinity"', '"NaN"', "as_optional_tensors", "tensor_constant", "getitem_1",
                                    '"kind":2', '"as_ints":[]', "as_scalar_type", "as_device", "as_memory_format"]),
     (DataDependent, (torch.tensor([1, 0, 2, 0]),), ["as_expr", "torch.ops.aten.sym_size.int", "as_sym_int"]),
     (GradMode, (torch.randn(3, 4),), ["wrap_with_set_grad_enabled", "wrap_with_autocast", "as_graph"]),
-], ids=["edges", "unbacked", "hops"])
+    (NonAscii, (torch.randn(3, 4),), ["caf\\u00e9", "\\ud835\\udefc"]),
+], ids=["edges", "unbacked", "hops", "non-ascii"])
 def test_edge_programs(module, args, has):
     ep = export_model(module(), args)
     ours = _program_json.program_json(ep)
