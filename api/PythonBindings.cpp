@@ -72,8 +72,9 @@ NB_MODULE(_core, m) {
          const std::string &planName, const std::string &phase, std::optional<std::string> cluster,
          std::optional<std::string> gpu, bool allowUnsupported, double routingSkew) {
         DispatchOptions dispatch = dispatchOptions(allowUnsupported, routingSkew);
-        std::string text(programJson.c_str(), programJson.size());
-        auto program = unwrap(decodeProgramJson(text), "exported program");
+        // Read in place: the bytes object outlives the call (the decoder copies into its padded buffer).
+        auto program = unwrap(decodeProgramJson(llvm::StringRef(programJson.c_str(), programJson.size())),
+                              "exported program");
         if (llvm::Error err = applyTiedParameters(*program, tiedParametersJson, "tied parameters"))
           throw CoreError(takeMessage(std::move(err)));
         return run(std::move(program), planJson, planName, phase, cluster, gpu, dispatch);
