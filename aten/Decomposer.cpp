@@ -2439,9 +2439,12 @@ private:
     return unary("aten::permute.default", x, withShape(*x->meta(), sizes, llvm::ArrayRef<int64_t>(strides)), name,
                  {{"dims", dims, false}});
   }
-  /// tensordot (Linear.cpp) of a over dims1 with b over dims2: a permuted to its free dims then
-  /// dims1, b to dims2 then its free dims (the contracted dims as passed), both reshaped to
-  /// matrices, mm, the product reshaped to the free sizes; two vectors: permute, dot and a view.
+  /// tensordot (ATen Linear.cpp) of a over dims1 with b over dims2: a contracted dim of size 1 on
+  /// one side sums the other side's over it first (sum keepdim, in its dtype); a permuted to its
+  /// free dims then dims1, b to dims2 then its free dims (the dims as passed); when both sides'
+  /// free sizes multiply to 1, dot of the two flattened (b's first, as the call's arguments are
+  /// evaluated) and the scalar reshaped to the free sizes; else both reshaped to matrices, mm, the
+  /// product reshaped.
   llvm::Error tensordotOf(Value *a, Value *b, const IntList &dims1, const IntList &dims2) {
     auto as = hints(a->meta()->sizes), bs = hints(b->meta()->sizes);
     int64_t ra = static_cast<int64_t>(as.size()), rb = static_cast<int64_t>(bs.size());
@@ -2449,12 +2452,29 @@ private:
       return makeError("node '{}' {}: both dim lists must have the same length", n_->name(), n_->opString());
     llvm::SmallVector<bool, 4> contractedA(ra, false), contractedB(rb, false);
     int64_t csize = 1;
+    auto sumOver = [&](Value *x, int64_t dim, int64_t normalized) {
+      auto kept = hints(x->meta()->sizes);
+      kept[normalized] = 1;
+      return emit1("aten::sum.dim_IntList", {{"self", x, false}, {"dim", IntList{dim}, false}, {"keepdim", true, false},
+                                              {"dtype", x->meta()->dtype, true}},
+                   withShape(*x->meta(), kept), tmp("sum"));
+    };
     for (size_t i = 0; i < dims1.size(); ++i) {
       int64_t da = dims1[i] < 0 ? dims1[i] + ra : dims1[i], db = dims2[i] < 0 ? dims2[i] + rb : dims2[i];
       if (da < 0 || da >= ra || db < 0 || db >= rb)
         return keepExported();
       contractedA[da] = contractedB[db] = true;
-      csize *= as[da];
+      if (bs[db] == 1) {
+        a = sumOver(a, dims1[i], da);
+      } else if (as[da] == 1) {
+        b = sumOver(b, dims2[i], db);
+      } else if (as[da] != bs[db]) {
+        return makeError("node '{}' {}: contracted dimensions need to match, but the first has size {} in dim {} and "
+                         "the second size {} in dim {}",
+                         n_->name(), n_->opString(), as[da], dims1[i], bs[db], dims2[i]);
+      } else {
+        csize *= as[da];
+      }
     }
     IntList p1, p2, rsizes;
     int64_t size1 = 1, size2 = 1;
@@ -2472,13 +2492,19 @@ private:
         size2 *= bs[i];
         rsizes.push_back(bs[i]);
       }
-    Value *pa = permute(a, p1, tmp("permute_self")), *pb = permute(b, p2, tmp("permute_other"));
     Value *prod;
-    if (ra == 1 && rb == 1) {
-      prod = emit1("aten::dot.default", {{"self", pa, false}, {"tensor", pb, false}}, withShape(*a->meta(), {}),
+    if (size1 == 1 && size2 == 1) {
+      Value *pa = permute(a, p1, tmp("permute_self")), *pb = permute(b, p2, tmp("permute_other"));
+      // flatten(): a vector as it is, anything else reshaped to its element count
+      auto flatten = [&](Value *x, llvm::StringRef name) {
+        return x->meta()->rank() == 1 ? x : reshape(x, {csize}, name);
+      };
+      Value *fb = flatten(pb, tmp("view_other")), *fa = flatten(pa, tmp("view_self"));
+      prod = emit1("aten::dot.default", {{"self", fa, false}, {"tensor", fb, false}}, withShape(*a->meta(), {}),
                    tmp("dot"));
     } else {
-      Value *ma = reshape(pa, {size1, csize}, tmp("view_self")), *mb = reshape(pb, {csize, size2}, tmp("view_other"));
+      Value *ma = reshape(permute(a, p1, tmp("permute_self")), {size1, csize}, tmp("view_self"));
+      Value *mb = reshape(permute(b, p2, tmp("permute_other")), {csize, size2}, tmp("view_other"));
       prod = emit1("aten::mm.default", {{"self", ma, false}, {"mat2", mb, false}}, withShape(*a->meta(), {size1, size2}),
                    tmp("mm"));
     }

@@ -176,6 +176,12 @@ CASES = [
     ("tensordot-shard-free-dim", lambda a, b: torch.tensordot(a, b, dims=([1, 2], [1, 0])),
      [(f32(4, 3, 6), S0), (f32(6, 3, 5), R)]),
     ("tensordot-contract-sharded", lambda a, b: torch.tensordot(a, b, dims=2), [(f32(2, 4, 6), S1), (f32(4, 6, 3), S0)]),
+    # a contracted dim of size 1 on one side sums the other side over it first (sum keepdim)
+    ("tensordot-broadcast-size-1", lambda a, b: torch.tensordot(a, b, dims=([1, 2], [2, 0])),
+     [(f32(6, 1, 4), S0), (f32(4, 3, 2), R)]),
+    # free sizes of 1 on both sides: dot of the two flattened operands, reshaped to [1, 1]
+    ("tensordot-dot-of-matrices", lambda a, b: torch.tensordot(a, b, dims=([1], [0])),
+     [(f32(1, 6), S1), (f32(6, 1), S0)]),
     ("inner-vectors", lambda a, b: torch.inner(a, b), [(f32(6), S0), (f32(6), S0)]),
     ("inner-matrices", lambda a, b: torch.inner(a, b), [(f32(4, 6), S0), (f32(3, 6), R)]),
     # channel_shuffle (DTensor's decomposition strategy: view, transpose, contiguous clone,
