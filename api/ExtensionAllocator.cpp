@@ -48,8 +48,9 @@ void *allocate(std::size_t n, std::size_t alignment = 0) noexcept {
   const Mimalloc &m = mimalloc();
   if (n == 0)
     n = 1;
-  if (alignment > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
-    return m.mallocAligned ? m.mallocAligned(n, alignment) : std::aligned_alloc(alignment, (n + alignment - 1) / alignment * alignment);
+  if (alignment > __STDCPP_DEFAULT_NEW_ALIGNMENT__) // aligned_alloc wants a multiple of the alignment
+    return m.mallocAligned ? m.mallocAligned(n, alignment)
+                           : std::aligned_alloc(alignment, (n + alignment - 1) / alignment * alignment);
   return m.malloc ? m.malloc(n) : std::malloc(n);
 }
 

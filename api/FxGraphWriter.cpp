@@ -174,6 +174,19 @@ void writeNamed(std::string &out, const char *variant, std::string_view name) {
   out += "}}";
 }
 
+/// A node's meta["val"] (borrowed: the node's meta dict holds it), or null where it has none.
+PyObject *valueIn(PyObject *meta) {
+  PyObject *val = PyDict_GetItemWithError(meta, interned("val"));
+  if (!val && PyErr_Occurred())
+    throw nb::python_error();
+  return val;
+}
+
+/// The name torch gives a result no getitem reads: `<node>_unused_<index>`.
+std::string unusedName(std::string_view node, long index) {
+  return std::string(node) + "_unused_" + std::to_string(index);
+}
+
 /// Joins JSON texts with commas, as a list's or an object's members.
 struct Members {
   std::string text;
@@ -279,16 +292,18 @@ private:
   void output(PyObject *node);
   void callFunction(PyObject *node, PyObject *target, std::string_view name);
   void writeInputs(std::string &out, const Operator &op, PyObject *args, PyObject *kwargs);
+  /// One input of a node: {"name", "arg", "kind"}.
+  void writeInput(Members &inputs, std::string_view name, PyObject *value, const SchemaArgument *schema, int kind);
   void writeMetadata(std::string &out, PyObject *meta);
   PyObject *userAt(PyObject *node, std::string_view nodeName, long index);
   std::string nameAt(PyObject *node, std::string_view nodeName, long index);
-  void writeOutputs(std::string &out, PyObject *node, std::string_view name, const Operator &op);
-  void writeHopOutputs(std::string &out, PyObject *node, std::string_view name);
+  void writeOutputs(std::string &out, PyObject *node, std::string_view name, PyObject *value, const Operator &op);
+  void writeHopOutputs(std::string &out, PyObject *node, std::string_view name, PyObject *value);
   void writeResult(std::string &out, const std::string &name, PyObject *value);
   void writeTensorOutput(std::string &out, const std::string &name, PyObject *tensor);
   void writeSymIntOutput(std::string &out, const std::string &name, PyObject *value);
   void writeSymInt(std::string &out, PyObject *value);
-  const std::string &tensorMeta(PyObject *tensor, const std::string &name, std::string &uncached);
+  void writeTensorMeta(std::string &out, PyObject *tensor, const std::string &name);
   void writeArgument(std::string &out, PyObject *arg, const SchemaArgument *schema);
   void writeNodeArgument(std::string &out, PyObject *node);
   void writeListArgument(std::string &out, PyObject *list, const SchemaArgument *schema);
@@ -307,10 +322,11 @@ private:
   bool isSymFloat(PyObject *v) const { return isA(v, symFloatType); }
   bool isSymBool(PyObject *v) const { return isA(v, symBoolType); }
 
-  nb::object tensorArgumentType, symIntArgumentType, symFloatArgumentType, constantArgumentType, treespecText;
-  nb::object nodeType, tensorType, fakeTensorType, symIntType, symFloatType, symBoolType, dtypeType, deviceType, memoryFormatType,
-      layoutType, graphModuleType, customObjType, getitem, strided, dtypes, layouts, memoryFormats, operatorInfo,
-      symIntText, metadataText, unsupportedType, commlensError;
+  // What the context gives (python/commlens/_program_json.py's _CONTEXT).
+  nb::object nodeType, tensorType, fakeTensorType, symIntType, symFloatType, symBoolType, dtypeType, deviceType,
+      memoryFormatType, layoutType, graphModuleType, customObjType, tensorArgumentType, symIntArgumentType,
+      symFloatArgumentType, constantArgumentType, getitem, strided, dtypes, layouts, memoryFormats, operatorInfo,
+      symIntText, metadataText, treespecText, unsupportedType, commlensError;
   llvm::DenseMap<PyObject *, Operator> operators; // by target (kept alive by the graph)
   llvm::StringMap<std::string> metas; // tensor metadata text by its fields as numbers (concrete sizes)
   llvm::StringMap<std::string> duplicateGetitems; // a getitem's name -> the first getitem of the same result
@@ -324,11 +340,6 @@ private:
 FxGraphWriter::FxGraphWriter(nb::handle context) {
   auto get = [&](const char *name) { return nb::getattr(context, name); };
   nodeType = get("node_type");
-  tensorArgumentType = get("tensor_argument_type");
-  symIntArgumentType = get("symint_argument_type");
-  symFloatArgumentType = get("symfloat_argument_type");
-  constantArgumentType = get("constant_argument_type");
-  treespecText = get("treespec_text");
   tensorType = get("tensor_type");
   fakeTensorType = get("fake_tensor_type");
   symIntType = get("symint_type");
@@ -340,6 +351,10 @@ FxGraphWriter::FxGraphWriter(nb::handle context) {
   layoutType = get("layout_type");
   graphModuleType = get("graph_module_type");
   customObjType = get("custom_obj_type");
+  tensorArgumentType = get("tensor_argument_type");
+  symIntArgumentType = get("symint_argument_type");
+  symFloatArgumentType = get("symfloat_argument_type");
+  constantArgumentType = get("constant_argument_type");
   getitem = get("getitem");
   strided = get("strided");
   dtypes = get("dtypes");
@@ -348,6 +363,7 @@ FxGraphWriter::FxGraphWriter(nb::handle context) {
   operatorInfo = get("operator_info");
   symIntText = get("sym_int_text");
   metadataText = get("metadata_text");
+  treespecText = get("treespec_text");
   unsupportedType = get("unsupported");
   commlensError = get("commlens_error");
 }
@@ -563,13 +579,9 @@ FxGraphWriter::GraphState FxGraphWriter::fill(PyObject *graphModule) {
 
 void FxGraphWriter::placeholder(PyObject *node, std::string_view nameView) {
   std::string name(nameView);
-  nb::object meta = attr(node, "meta");
-  PyObject *val = PyDict_GetItemWithError(meta.ptr(), interned("val"));
-  if (!val) {
-    if (PyErr_Occurred())
-      throw nb::python_error();
+  PyObject *val = valueIn(attr(node, "meta").ptr());
+  if (!val)
     throw Unsupported{"graph input " + name + " without a value"};
-  }
   std::string &out = state->inputs.next();
   if (isTensor(val)) {
     out += "{\"as_tensor\":";
@@ -607,9 +619,7 @@ void FxGraphWriter::callFunction(PyObject *node, PyObject *target, std::string_v
   if (target == getitem.ptr()) // its producer names it
     return;
   nb::object meta = attr(node, "meta");
-  PyObject *metaVal = PyDict_GetItemWithError(meta.ptr(), interned("val"));
-  if (!metaVal && PyErr_Occurred())
-    throw nb::python_error();
+  PyObject *metaVal = valueIn(meta.ptr()); // null: no value recorded
   const Operator &op = operatorOf(target);
   // The fields behind Node.args / Node.kwargs (Python properties, a tenth of the walk's reads).
   nb::object args = attr(node, "_args");
@@ -628,44 +638,28 @@ void FxGraphWriter::callFunction(PyObject *node, PyObject *target, std::string_v
       throw Unsupported{op.symNamesError};
     Members inputs;
     Py_ssize_t count = PyTuple_GET_SIZE(args.ptr());
-    for (Py_ssize_t i = 0; i < count && static_cast<size_t>(i) < op.symNames.size(); ++i) {
-      std::string &out = inputs.next();
-      out += "{\"name\":";
-      quote(out, op.symNames[i]);
-      out += ",\"arg\":";
-      writeArgument(out, PyTuple_GET_ITEM(args.ptr(), i), nullptr);
-      out += ",\"kind\":" + std::to_string(PositionalKind) + "}";
-    }
+    for (Py_ssize_t i = 0; i < count && static_cast<size_t>(i) < op.symNames.size(); ++i)
+      writeInput(inputs, op.symNames[i], PyTuple_GET_ITEM(args.ptr(), i), nullptr, PositionalKind);
     text += inputs.text;
     text += "],\"outputs\":[";
     writeResult(text, nodeName, metaVal ? metaVal : Py_None);
   } else if (op.hasSchema) {
     writeInputs(text, op, args.ptr(), kwargs.ptr());
     text += "],\"outputs\":[";
-    writeOutputs(text, node, nodeName, op);
+    writeOutputs(text, node, nodeName, metaVal, op);
   } else if (op.hop) {
     if (!op.unsupported.empty())
       throw Unsupported{op.unsupported};
     Members inputs;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args.ptr()); ++i) {
-      std::string &out = inputs.next();
-      out += "{\"name\":\"\",\"arg\":";
-      writeArgument(out, PyTuple_GET_ITEM(args.ptr(), i), nullptr);
-      out += ",\"kind\":" + std::to_string(PositionalKind) + "}";
-    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args.ptr()); ++i)
+      writeInput(inputs, "", PyTuple_GET_ITEM(args.ptr(), i), nullptr, PositionalKind);
     PyObject *key, *value;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(kwargs.ptr(), &pos, &key, &value)) {
-      std::string &out = inputs.next();
-      out += "{\"name\":";
-      quote(out, key);
-      out += ",\"arg\":";
-      writeArgument(out, value, nullptr);
-      out += ",\"kind\":" + std::to_string(KeywordKind) + "}";
-    }
+    while (PyDict_Next(kwargs.ptr(), &pos, &key, &value))
+      writeInput(inputs, utf8(key), value, nullptr, KeywordKind);
     text += inputs.text;
     text += "],\"outputs\":[";
-    writeHopOutputs(text, node, nodeName);
+    writeHopOutputs(text, node, nodeName, metaVal ? metaVal : Py_None);
   } else {
     throw Unsupported{op.unsupported};
   }
@@ -692,14 +686,19 @@ void FxGraphWriter::writeInputs(std::string &out, const Operator &op, PyObject *
       value = PyTuple_GET_ITEM(args, i);
       kind = PositionalKind;
     }
-    std::string &text = inputs.next();
-    text += "{\"name\":";
-    quote(text, a.name);
-    text += ",\"arg\":";
-    writeArgument(text, value, &a);
-    text += ",\"kind\":" + std::to_string(kind) + "}";
+    writeInput(inputs, a.name, value, &a, kind);
   }
   out += inputs.text;
+}
+
+void FxGraphWriter::writeInput(Members &inputs, std::string_view name, PyObject *value, const SchemaArgument *schema,
+                               int kind) {
+  std::string &text = inputs.next();
+  text += "{\"name\":";
+  quote(text, name);
+  text += ",\"arg\":";
+  writeArgument(text, value, schema);
+  text += ",\"kind\":" + std::to_string(kind) + "}";
 }
 
 void FxGraphWriter::writeMetadata(std::string &out, PyObject *meta) {
@@ -811,21 +810,17 @@ PyObject *FxGraphWriter::userAt(PyObject *node, std::string_view nodeName, long 
 std::string FxGraphWriter::nameAt(PyObject *node, std::string_view nodeName, long index) {
   PyObject *user = userAt(node, nodeName, index);
   if (!user)
-    return std::string(nodeName) + "_unused_" + std::to_string(index);
+    return unusedName(nodeName, index);
   return std::string(utf8(attr(user, "name").ptr()));
 }
 
-void FxGraphWriter::writeOutputs(std::string &out, PyObject *node, std::string_view name, const Operator &op) {
+void FxGraphWriter::writeOutputs(std::string &out, PyObject *node, std::string_view name, PyObject *metaVal,
+                                 const Operator &op) {
   if (op.returns == 0)
     return;
-  nb::object meta = attr(node, "meta");
-  PyObject *metaVal = PyDict_GetItemWithError(meta.ptr(), interned("val"));
-  if (!metaVal) {
-    if (PyErr_Occurred())
-      throw nb::python_error();
-    throw Unsupported{"node " + std::string(name) + " without a value"};
-  }
   std::string nodeName(name);
+  if (!metaVal)
+    throw Unsupported{"node " + nodeName + " without a value"};
   if (op.tensorListReturn) {
     nb::object list = nb::steal(PySequence_Fast(metaVal, "a tensor list result"));
     if (!list)
@@ -867,8 +862,8 @@ void FxGraphWriter::writeOutputs(std::string &out, PyObject *node, std::string_v
         if (!first)
           text += ',';
         first = false;
-        std::string itemName = user ? nameAt(user, userName, i)
-                                    : nodeName + "_unused_" + std::to_string(index) + "_" + std::to_string(i);
+        std::string itemName =
+            user ? nameAt(user, userName, i) : unusedName(nodeName, index) + "_" + std::to_string(i);
         writeTensorOutput(text, itemName, item);
       }
       text += "]}";
@@ -881,13 +876,7 @@ void FxGraphWriter::writeOutputs(std::string &out, PyObject *node, std::string_v
   out += outputs.text;
 }
 
-void FxGraphWriter::writeHopOutputs(std::string &out, PyObject *node, std::string_view name) {
-  nb::object meta = attr(node, "meta");
-  PyObject *metaVal = PyDict_GetItemWithError(meta.ptr(), interned("val"));
-  if (!metaVal && PyErr_Occurred())
-    throw nb::python_error();
-  if (!metaVal)
-    metaVal = Py_None;
+void FxGraphWriter::writeHopOutputs(std::string &out, PyObject *node, std::string_view name, PyObject *metaVal) {
   std::string nodeName(name);
   if (PyDict_Check(metaVal))
     throw Unsupported{"higher-order op " + nodeName + " with a dict result"};
@@ -909,13 +898,13 @@ void FxGraphWriter::writeHopOutputs(std::string &out, PyObject *node, std::strin
       for (Py_ssize_t j = 0; j < PyList_GET_SIZE(m); ++j) {
         if (j)
           text += ',';
-        std::string itemName = user ? nameAt(user, userName, j)
-                                    : nodeName + "_unused_" + std::to_string(i) + "_" + std::to_string(j);
+        std::string itemName =
+            user ? nameAt(user, userName, j) : unusedName(nodeName, i) + "_" + std::to_string(j);
         writeTensorOutput(text, itemName, PyList_GET_ITEM(m, j));
       }
       text += "]}";
     } else {
-      writeResult(text, user ? userName : nodeName + "_unused_" + std::to_string(i), m);
+      writeResult(text, user ? userName : unusedName(nodeName, i), m);
     }
   }
   out += outputs.text;
@@ -946,12 +935,10 @@ void FxGraphWriter::writeResult(std::string &out, const std::string &name, PyObj
 void FxGraphWriter::writeTensorOutput(std::string &out, const std::string &name, PyObject *tensor) {
   if (!state->tensorNames.insert(name).second)
     throw Unsupported{"tensor " + name + " is defined twice"};
-  std::string uncached;
-  const std::string &meta = tensorMeta(tensor, name, uncached);
   std::string &text = state->tensorValues.next();
   quote(text, name);
   text += ':';
-  text += meta.empty() ? uncached : meta;
+  writeTensorMeta(text, tensor, name);
   out += "{\"name\":";
   quote(out, name);
   out += '}';
@@ -980,9 +967,8 @@ void FxGraphWriter::writeSymInt(std::string &out, PyObject *value) {
   }
 }
 
-const std::string &FxGraphWriter::tensorMeta(PyObject *tensor, const std::string &name, std::string &uncached) {
+void FxGraphWriter::writeTensorMeta(std::string &out, PyObject *tensor, const std::string &name) {
   // serialize_tensor_meta, written once per distinct metadata of concrete sizes.
-  static const std::string none;
   nb::object layout = attr(tensor, "layout");
   if (layout.ptr() != strided.ptr()) { // neither writer can give it strides (torch's raises)
     nb::object error = commlensError("program", "tensor '" + name + "' has layout " +
@@ -1039,15 +1025,13 @@ const std::string &FxGraphWriter::tensorMeta(PyObject *tensor, const std::string
     writeSymInt(text, offset.ptr());
     text += ",\"layout\":" + std::to_string(layoutCode) + "}";
   };
-  if (!concrete) {
-    writeMeta(uncached);
-    return none;
-  }
+  if (!concrete)
+    return writeMeta(out);
   auto [entry, inserted] =
       metas.try_emplace(llvm::StringRef(reinterpret_cast<const char *>(key.data()), key.size() * sizeof(int64_t)));
   if (inserted)
     writeMeta(entry->second);
-  return entry->second;
+  out += entry->second;
 }
 
 void FxGraphWriter::writeArgument(std::string &out, PyObject *arg, const SchemaArgument *schema) {
@@ -1123,10 +1107,7 @@ void FxGraphWriter::writeNodeArgument(std::string &out, PyObject *node) {
     writeNamed(out, variant, name);
     return;
   }
-  nb::object meta = attr(node, "meta");
-  PyObject *val = PyDict_GetItemWithError(meta.ptr(), interned("val"));
-  if (!val && PyErr_Occurred())
-    throw nb::python_error();
+  PyObject *val = valueIn(attr(node, "meta").ptr());
   if (val && isA(val, customObjType))
     throw Unsupported{"custom object argument " + name};
   auto duplicate = duplicateGetitems.find(name);

@@ -48,13 +48,13 @@ def program_json(exported_program):
     """The program's JSON document, as UTF-8 bytes (raises :class:`Unsupported`)."""
     writer = _Writer()
     signature = _dumps(writer.signature(exported_program)).encode("utf-8")
-    rest = _dumps(writer.program(exported_program)).encode("utf-8")
+    rest = _dumps(writer.closing_keys(exported_program)).encode("utf-8")
     # The walk reads each FakeTensor's metadata; with subclasses' __torch_function__ disabled
     # (FakeTensor has none), each read costs half.
     with torch._C.DisableTorchFunctionSubclass():
         return writer.native.document(exported_program.graph_module, exported_program.module_call_graph,
-                                      b'{"graph_module":{"graph":', b',"signature":' + signature + b',"module_call_graph":',
-                                      b"}," + rest[1:])
+                                      b'{"graph_module":{"graph":',
+                                      b',"signature":' + signature + b',"module_call_graph":', b"}," + rest[1:])
 
 
 def _dumps(value):
@@ -171,15 +171,15 @@ def _operator_info(target):
 
 # What the native writer reads once: the types it tests, the codes and the Python helpers it calls.
 _CONTEXT = types.SimpleNamespace(
-    node_type=torch.fx.Node, tensor_type=torch.Tensor, fake_tensor_type=FakeTensor, symint_type=torch.SymInt, symfloat_type=torch.SymFloat,
-    symbool_type=torch.SymBool, dtype_type=torch.dtype, device_type=torch.device,
+    node_type=torch.fx.Node, tensor_type=torch.Tensor, fake_tensor_type=FakeTensor, symint_type=torch.SymInt,
+    symfloat_type=torch.SymFloat, symbool_type=torch.SymBool, dtype_type=torch.dtype, device_type=torch.device,
     memory_format_type=torch.memory_format, layout_type=torch.layout, graph_module_type=torch.fx.GraphModule,
-    custom_obj_type=sig.CustomObjArgument, getitem=operator.getitem, strided=torch.strided, dtypes=_DTYPES,
+    custom_obj_type=sig.CustomObjArgument, tensor_argument_type=sig.TensorArgument,
+    symint_argument_type=sig.SymIntArgument, symfloat_argument_type=sig.SymFloatArgument,
+    constant_argument_type=sig.ConstantArgument, getitem=operator.getitem, strided=torch.strided, dtypes=_DTYPES,
     layouts=_LAYOUTS, memory_formats=_MEMORY_FORMATS, operator_info=_operator_info, sym_int_text=_sym_int_text,
-    metadata_text=_metadata_text, unsupported=Unsupported, commlens_error=CommlensError,
-    tensor_argument_type=sig.TensorArgument, symint_argument_type=sig.SymIntArgument,
-    symfloat_argument_type=sig.SymFloatArgument, constant_argument_type=sig.ConstantArgument,
-    treespec_text=_treespec_text)
+    metadata_text=_metadata_text, treespec_text=_treespec_text, unsupported=Unsupported,
+    commlens_error=CommlensError)
 
 
 class _Writer:
@@ -194,7 +194,7 @@ class _Writer:
                 "output_specs": [self.output_spec(s) for s in ep.graph_signature.output_specs]}
 
     @staticmethod
-    def program(ep):
+    def closing_keys(ep):
         """The document's keys after its graph module."""
         return {
             "range_constraints": {k: {"min_val": v.min_val, "max_val": v.max_val}
