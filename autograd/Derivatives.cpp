@@ -918,7 +918,7 @@ llvm::Error aminmaxPairBackward(GradCall &c) {
   if (!dims.empty())
     restored = counted;
   auto part = [&](unsigned i) -> Value * {
-    Value *g = i < c.grads.size() ? c.grads[i] : nullptr;
+    Value *g = c.g(i);
     if (!g)
       return nullptr;
     Value *gr = keepdim ? g : c.e.reshape(g, restored);
@@ -1058,8 +1058,8 @@ Value *meanGrad(GradCall &c, Value *g) {
 
 /// var_mean: var_backward of the var gradient plus mean_backward of the mean gradient.
 llvm::Error varMeanCorrection(GradCall &c) {
-  Value *v = c.grads[0] ? varBackward(c, c.grads[0]) : nullptr;
-  Value *m = c.grads.size() > 1 && c.grads[1] ? meanGrad(c, c.grads[1]) : nullptr;
+  Value *v = c.g() ? varBackward(c, c.g()) : nullptr;
+  Value *m = c.g(1) ? meanGrad(c, c.g(1)) : nullptr;
   c.set("self", v && m ? binary(c, "aten::add.Tensor", v, m, "grad_var_mean") : (v ? v : m));
   return llvm::Error::success();
 }
@@ -1083,8 +1083,8 @@ llvm::Error stdCorrection(GradCall &c) {
 
 /// std_mean_backward: std_backward of the std gradient plus mean_backward of the mean gradient.
 llvm::Error stdMeanCorrection(GradCall &c) {
-  Value *v = c.grads[0] ? stdGrad(c, c.grads[0]) : nullptr;
-  Value *m = c.grads.size() > 1 && c.grads[1] ? meanGrad(c, c.grads[1]) : nullptr;
+  Value *v = c.g() ? stdGrad(c, c.g()) : nullptr;
+  Value *m = c.g(1) ? meanGrad(c, c.g(1)) : nullptr;
   c.set("self", v && m ? binary(c, "aten::add.Tensor", v, m, "grad_std_mean") : (v ? v : m));
   return llvm::Error::success();
 }

@@ -67,7 +67,8 @@ struct GradCall {
   /// The gradient per tensor operand (out).
   llvm::SmallVectorImpl<Value *> &out;
 
-  Value *g() const { return grads.empty() ? nullptr : grads[0]; }
+  /// The gradient of result i (null: undefined, or no such result).
+  Value *g(size_t i = 0) const { return i < grads.size() ? grads[i] : nullptr; }
   const Value *result(unsigned i = 0) const;
   Value *operand(llvm::StringRef name) const;
   Value *self() const { return operand("self"); }

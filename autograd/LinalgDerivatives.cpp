@@ -158,7 +158,7 @@ llvm::Error solveTriangularBackward(GradCall &c) {
 /// X @ grad_b.mT() : grad_b @ X.mH()) in A's triangle, plus the cloned coefficient's gradient. A
 /// gradient of the cloned coefficient alone gets plain zeros for the solution's part (refused).
 llvm::Error triangularSolveBackward(GradCall &c) {
-  Value *gx = c.grads.size() > 0 ? c.grads[0] : nullptr, *gm = c.grads.size() > 1 ? c.grads[1] : nullptr;
+  Value *gx = c.g(0), *gm = c.g(1);
   if (!gx && !gm)
     return llvm::Error::success();
   if (llvm::Error err = linalgOutOfScope(c))
@@ -295,7 +295,7 @@ llvm::Error linalgDetBackward(GradCall &c) {
 /// slogdet_backward of a real A (results sign, logabsdet, LU, pivots): the sign's gradient is zero;
 /// linalg_lu_solve(LU, pivots, diag_embed(grad_logabsdet expanded).mT(), adjoint = !A.is_contiguous()).
 llvm::Error linalgSlogdetBackward(GradCall &c) {
-  Value *g = c.grads.size() > 1 ? c.grads[1] : nullptr;
+  Value *g = c.g(1);
   if (!g)
     return llvm::Error::success();
   if (llvm::Error err = linalgOutOfScope(c))
@@ -311,7 +311,7 @@ llvm::Error linalgSlogdetBackward(GradCall &c) {
 /// diagonal of ones, gL scattered onto its diagonal (diagonal_scatter: DTensor is subclass-like),
 /// and conjugated: V @ (gA @ V.mH()).
 llvm::Error linalgEighBackward(GradCall &c) {
-  Value *gL = c.grads.size() > 0 ? c.grads[0] : nullptr, *gV = c.grads.size() > 1 ? c.grads[1] : nullptr;
+  Value *gL = c.g(0), *gV = c.g(1);
   if (!gL && !gV)
     return llvm::Error::success();
   if (llvm::Error err = linalgOutOfScope(c))
@@ -364,8 +364,7 @@ llvm::Error linalgEighBackward(GradCall &c) {
 /// scaled by S, plus diag_embed(gS); then, for m > n with gU, the component of gU outside U's
 /// span, for m < n with gVh, that of gVh outside Vh's; else U @ gA @ Vh.
 llvm::Error linalgSvdBackward(GradCall &c) {
-  Value *gU = c.grads.size() > 0 ? c.grads[0] : nullptr, *gS = c.grads.size() > 1 ? c.grads[1] : nullptr,
-        *gVh = c.grads.size() > 2 ? c.grads[2] : nullptr;
+  Value *gU = c.g(0), *gS = c.g(1), *gVh = c.g(2);
   if (!gU && !gS && !gVh)
     return llvm::Error::success();
   if (llvm::Error err = linalgOutOfScope(c))
@@ -478,7 +477,7 @@ llvm::Error linalgMatrixExpBackward(GradCall &c) {
 /// solved against the leading m x m block of R, padded with new_zeros to n columns by cat, plus
 /// Q @ gR. mode='r' (no Q) and 'complete' with m > n: torch raises; refused.
 llvm::Error linalgQrBackward(GradCall &c) {
-  Value *gQ = c.grads.size() > 0 ? c.grads[0] : nullptr, *gR = c.grads.size() > 1 ? c.grads[1] : nullptr;
+  Value *gQ = c.g(0), *gR = c.g(1);
   if (!gQ && !gR)
     return llvm::Error::success();
   if (llvm::Error err = linalgOutOfScope(c))
@@ -644,7 +643,7 @@ Value *luBackward(GradCall &c, Value *gL, Value *gU, Value *P, Value *L, Value *
 
 /// linalg_lu (results P, L, U; P has no gradient): linalg_lu_backward(grad_L, grad_U, P, L, U, pivot).
 llvm::Error linalgLuBackward(GradCall &c) {
-  Value *gL = c.grads.size() > 1 ? c.grads[1] : nullptr, *gU = c.grads.size() > 2 ? c.grads[2] : nullptr;
+  Value *gL = c.g(1), *gU = c.g(2);
   if (!gL && !gU)
     return llvm::Error::success();
   if (llvm::Error err = linalgOutOfScope(c))
@@ -694,7 +693,7 @@ llvm::Error linalgLuFactorExBackward(GradCall &c) {
 /// cat'ed on. Where that remainder's gradient is undefined torch cats a plain at::zeros with the
 /// DTensor gradient, which DTensor refuses (it raises): refused by name.
 llvm::Error luUnpackBackward(GradCall &c) {
-  Value *gL = c.grads.size() > 1 ? c.grads[1] : nullptr, *gU = c.grads.size() > 2 ? c.grads[2] : nullptr;
+  Value *gL = c.g(1), *gU = c.g(2);
   if (!gL && !gU)
     return llvm::Error::success();
   if (llvm::Error err = linalgOutOfScope(c))
