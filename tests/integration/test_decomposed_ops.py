@@ -151,7 +151,8 @@ def test_linalg_svd_replicates_its_input_like_comm_debug_mode(run_commlens, tmp_
 
 
 FORWARD_ONLY = ["linalg_inv", "linalg_det", "logdet", "slogdet", "linalg_solve", "svdvals", "svd", "cond", "eigvalsh",
-          "cholesky", "qr", "lu_factor", "matrix_exp", "pinverse", "ldl_factor", "isclose", "isclose_broadcast", "item", "matrix_rank", "matrix_rank_hermitian"]
+                "cholesky", "qr", "lu_factor", "matrix_exp", "pinverse", "ldl_factor", "isclose", "isclose_broadcast",
+                "item", "matrix_rank", "matrix_rank_hermitian"]
 # the wrappers that check their factorization (inv, solve, cholesky, lu_factor) raise on the
 # row-sharded input: the fake process group's all-gather leaves the other rank's rows zero
 CHECKED = {"linalg_inv", "linalg_solve", "cholesky", "lu_factor", "ldl_factor"}
