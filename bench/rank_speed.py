@@ -5,9 +5,13 @@ process against a `commlens predict` process per plan. Measured in this run:
     .venv/bin/python bench/rank_speed.py [--cluster h100-ib-ndr] [--repeat 3] [--work-dir out/bench/rank]
 
 Prints the ranking of each sweep, then: the wall time of `rank` with one plan and with all of
-them (best of --repeat), the time per extra plan, and one `predict --cluster` process's time.
+them (best of --repeat; rank predicts them on a thread per core), the time per extra plan, and
+one `predict --cluster` process's time. The plans with tp above 16 (SequenceParallel splits the
+16-token sequence unevenly) are refused by rank, as DTensor fails on them; they count among "all"
+(a refused plan costs about half a ranked one), and the one-plan runs take the first ranked plan.
 """
 import argparse
+import json
 import os
 import pathlib
 import subprocess
@@ -57,13 +61,16 @@ def main(argv=None):
         print(f"== {MODEL} under {SWEEP}, world size {world}")
         print(run([ns.commlens, "rank", str(pt2), "--plans", str(d), "--cluster", ns.cluster]), end="")
     plans = sorted(str(p) for d in dirs for p in d.glob("*.json"))
-    one = best_time([ns.commlens, "rank", str(pt2), "--plan", plans[0], "--cluster", ns.cluster], ns.repeat)
     every = [x for d in dirs for x in ("--plans", str(d))]
+    ranked = json.loads(run([ns.commlens, "rank", str(pt2), *every, "--cluster", ns.cluster, "--format", "json"]))
+    first = sorted(p["plan"] for p in ranked["plans"])[0]
+    one = best_time([ns.commlens, "rank", str(pt2), "--plan", first, "--cluster", ns.cluster], ns.repeat)
     allp = best_time([ns.commlens, "rank", str(pt2), *every, "--cluster", ns.cluster], ns.repeat)
-    predict = best_time([ns.commlens, "predict", str(pt2), "--plan", plans[0], "--phase", "both", "--cluster",
+    predict = best_time([ns.commlens, "predict", str(pt2), "--plan", first, "--phase", "both", "--cluster",
                          ns.cluster, "--format", "json", "-o", os.devnull], ns.repeat)
     extra = (allp - one) / (len(plans) - 1)
-    print(f"== speed ({len(plans)} plans, best of {ns.repeat})")
+    print(f"== speed ({len(plans)} plans, {len(ranked['plans'])} ranked, {len(ranked['errors'])} refused; rank on "
+          f"{ranked['jobs']} threads; best of {ns.repeat})")
     print(f"rank, 1 plan:             {one:8.3f} s")
     print(f"rank, {len(plans)} plans:           {allp:8.3f} s")
     print(f"per extra plan in rank:   {extra:8.3f} s")

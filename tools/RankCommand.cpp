@@ -16,8 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 namespace commlens {
 namespace {
@@ -31,7 +35,7 @@ struct RankedPlan {
   CommTotals forward, backward;
   std::vector<MeshDimTotals> dims;
   std::map<std::string, int64_t> byCollective; // op key -> count, both phases
-  double seconds = 0;                          // decode + passes + report
+  double seconds = 0;                          // copy + passes + report, on its thread
   CommTotals step() const { return forward + backward; }
 };
 
@@ -61,28 +65,29 @@ llvm::Expected<std::vector<std::string>> planPaths(const Args &args) {
 }
 
 /// The decoded program, and the same program once through the `decompose` pass for CPU dispatch,
-/// which no CPU plan changes: each plan is predicted on a copy of one of them.
+/// which no CPU plan changes: each plan is predicted on a copy of one of them. Plans are predicted
+/// on several threads: the programs are only read once decoded, and the decomposition is made
+/// once, by the first CPU plan to need it.
 struct DecodedProgram {
   std::unique_ptr<ExportedProgram> exported;
   /// Null until a CPU plan needs it, or when the decomposition fails (each plan's pipeline then
   /// reports the error, after the plan's own checks, as `predict` does).
   std::unique_ptr<ExportedProgram> decomposedForCpu;
-  bool decomposeTried = false;
+  std::once_flag decomposeOnce;
 
   /// The program a plan's pipeline starts from. An inference prediction first checks the
   /// exported ops for training mode, so it starts from them.
   std::unique_ptr<ExportedProgram> copyFor(const ShardingPlan &plan, const PassOptions &options, PredictPhase phase) {
     if (plan.mesh.deviceType != MeshDeviceType::Cpu || phase == PredictPhase::Inference)
       return cloneProgram(*exported);
-    if (!decomposeTried) {
-      decomposeTried = true;
+    std::call_once(decomposeOnce, [&] {
       auto program = cloneProgram(*exported);
       PassContext ctx{*program, nullptr, options, PredictionState()};
       if (llvm::Error err = DecomposeToRuntimeOps().run(ctx))
         llvm::consumeError(std::move(err));
       else
         decomposedForCpu = std::move(program);
-    }
+    });
     return cloneProgram(decomposedForCpu ? *decomposedForCpu : *exported);
   }
 };
@@ -139,7 +144,7 @@ json totalsJson(const CommTotals &t) {
 
 int runRank(int argc, char **argv) {
   auto args = parseArgs(argc, argv, 2, {"--allow-unsupported", COMMLENS_TORCHSCRIPT_FLAGS},
-                        {"--phase", "--format", "-o", "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version",
+                        {"--phase", "--format", "-o", "--jobs", "--gpu", "--gpu-arch", "--cudnn-version", "--cuda-version",
                          "--torch-version", "--cluster", "--routing-skew", COMMLENS_TORCHSCRIPT_OPTIONS},
                         {"--plan", "--plans"});
   if (!args)
@@ -163,6 +168,11 @@ int runRank(int argc, char **argv) {
   auto paths = planPaths(*args);
   if (!paths)
     return fail(takeMessage(paths.takeError()));
+  // Threads predicting plans: one per core by default.
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (!args->option("--jobs").empty() &&
+      (llvm::StringRef(args->option("--jobs")).getAsInteger(10, jobs) || jobs < 1 || jobs > 1024))
+    return fail(fmt::format("--jobs needs an integer from 1 to 1024, got '{}'", args->option("--jobs")));
 
   auto start = std::chrono::steady_clock::now();
   const std::string &modelPath = args->positional[0];
@@ -177,17 +187,35 @@ int runRank(int argc, char **argv) {
   auto exported = decodePt2(*records, /*checkSchemas=*/true);
   if (!exported)
     return fail(fmt::format("{}: {}", modelPath, takeMessage(exported.takeError())));
-  DecodedProgram decoded{std::move(*exported), nullptr};
-  double loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  DecodedProgram decoded;
+  decoded.exported = std::move(*exported);
+  auto predicting = std::chrono::steady_clock::now();
+  double loadSeconds = std::chrono::duration<double>(predicting - start).count();
+
+  // Each plan on its own copy of the program, `jobs` at a time; the outcomes are kept in the
+  // plans' order, so the ranking and the errors do not depend on which thread finished first.
+  std::vector<std::optional<llvm::Expected<RankedPlan>>> outcomes(paths->size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < paths->size(); i = next++)
+      outcomes[i].emplace(predictOne(decoded, (*paths)[i], *options, predictPhase));
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < std::min<size_t>(jobs, paths->size()); ++t)
+    threads.emplace_back(work);
+  work();
+  for (std::thread &t : threads)
+    t.join();
+  double predictSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - predicting).count();
 
   std::vector<RankedPlan> ranked;
   std::vector<FailedPlan> failed;
-  for (const std::string &path : *paths) {
-    auto r = predictOne(decoded, path, *options, predictPhase);
-    if (r)
-      ranked.push_back(std::move(*r));
+  for (size_t i = 0; i < paths->size(); ++i) {
+    if (*outcomes[i])
+      ranked.push_back(std::move(**outcomes[i]));
     else
-      failed.push_back({path, takeMessage(r.takeError())});
+      failed.push_back({(*paths)[i], takeMessage(outcomes[i]->takeError())});
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const RankedPlan &a, const RankedPlan &b) { return a.step().timeUs < b.step().timeUs; });
@@ -223,7 +251,8 @@ int runRank(int argc, char **argv) {
       errors.push_back({{"plan", f.path}, {"error", f.error}});
     json doc = {{"format", "commlens-rank"},   {"version", 1},          {"model", modelPath},
                 {"cluster", options->cluster->str()}, {"phase", phase}, {"plans", plans},
-                {"errors", errors},            {"load_seconds", loadSeconds}};
+                {"errors", errors},            {"load_seconds", loadSeconds},
+                {"predict_seconds", predictSeconds}, {"jobs", std::min<size_t>(jobs, paths->size())}};
     if (options->dispatch.routingSkew != 1.0)
       doc["routing_skew"] = options->dispatch.routingSkew;
     os << doc.dump(2) << "\n";
@@ -247,8 +276,11 @@ int runRank(int argc, char **argv) {
     }
     for (const FailedPlan &f : failed)
       os << "not ranked: " << f.error << "\n";
-    os << fmt::format("read and checked the model in {:.3f} s; predicted {} plan{} in {:.3f} s ({:.3f} s per plan)\n",
-                      loadSeconds, ranked.size(), ranked.size() == 1 ? "" : "s", planSeconds,
+    unsigned threadsUsed = static_cast<unsigned>(std::min<size_t>(jobs, paths->size()));
+    os << fmt::format("read and checked the model in {:.3f} s; {} plan{} in {:.3f} s on {} thread{} ({} ranked, "
+                      "{:.3f} s per ranked plan on its thread)\n",
+                      loadSeconds, paths->size(), paths->size() == 1 ? "" : "s", predictSeconds, threadsUsed,
+                      threadsUsed == 1 ? "" : "s", ranked.size(),
                       ranked.empty() ? 0.0 : planSeconds / static_cast<double>(ranked.size()));
   }
   int rc = emit(os.str(), args->option("-o"));

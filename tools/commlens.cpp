@@ -50,7 +50,7 @@ commands:
       with their communication time on a cluster; PHASE forward (default), backward, both, or
       inference (model.eval() under torch.no_grad(): no loss, no backward; an eval-mode program)
   rank MODEL.pt2 --plan PLAN.json [--plan ...] [--plans DIR] [--cluster NAME|TOPOLOGY.json]
-       [--phase forward|both|inference] [--format table|json] [--routing-skew F] [-o FILE]
+       [--phase forward|both|inference] [--format table|json] [--routing-skew F] [--jobs N] [-o FILE]
       predicts every plan in one process and ranks them by communication time per step
   collective-time --cluster NAME|TOPOLOGY.json --collective KIND --bytes N --ranks N [--nodes N]
       estimated time of one collective (KIND: all_reduce, all_gather, reduce_scatter, all_to_all)
@@ -95,12 +95,14 @@ constexpr std::pair<const char *, const char *> kCommandUsage[] = {
 )" COMMLENS_TORCHSCRIPT_USAGE},
     {"rank", R"(usage: commlens rank MODEL.pt2 --plan PLAN.json [--plan PLAN.json ...] [--plans DIR]
                      [--cluster NAME|TOPOLOGY.json] [--phase forward|both|inference] [--format table|json]
-                     [-o FILE] [--allow-unsupported] [--gpu NAME] [--gpu-arch M.m] [--cudnn-version N] [--cuda-version M.m]
-                     [--torch-version V] [--routing-skew F]
+                     [-o FILE] [--jobs N] [--allow-unsupported] [--gpu NAME] [--gpu-arch M.m] [--cudnn-version N]
+                     [--cuda-version M.m] [--torch-version V] [--routing-skew F]
   predicts every plan (--plan, repeatable; --plans: every *.json in DIR) in one process, the model read
   once, and ranks them by communication time per step on the cluster (default h100-ib-ndr), with
   collectives, bytes and time per mesh dim; plans that cannot be predicted are listed as not ranked
   (exit 2 only when none could be)
+  --jobs N: plans predicted at once, each on its own thread (default: one per core); the output does
+  not depend on it, but for the timings
 )" COMMLENS_ROUTING_SKEW_USAGE COMMLENS_TORCHSCRIPT_USAGE},
     {"collective-time", R"(usage: commlens collective-time --cluster NAME|TOPOLOGY.json --collective KIND
                                 --bytes N --ranks N [--nodes N]
@@ -526,17 +528,25 @@ int runCheckPlan(int argc, char **argv) {
 // touches ~100 MiB, and faulting it in 4 KiB at a time was a fifth of its time. Set from the
 // executable's .preinit_array, which runs before any library's initializer: libstdc++'s start-up
 // allocates, and the 32 MiB segment mimalloc maps then takes the option as it stands (set in
-// main(), that first segment stayed on 4 KiB pages: 8.7k page faults instead of 0.65k). Only an
-// option value is written here; mimalloc keeps it when it initialises. MIMALLOC_LARGE_OS_PAGES
-// still rules when set; it is looked up in envp, since libc's getenv has no environment yet.
-static void enableLargeOsPages(int, char **, char **envp) {
-  for (char **var = envp; *var; ++var)
-    if (llvm::StringRef(*var).startswith("MIMALLOC_LARGE_OS_PAGES="))
-      return;
-  mi_option_enable(mi_option_large_os_pages);
+// main(), that first segment stayed on 4 KiB pages: 8.7k page faults instead of 0.65k). The
+// threads `rank` predicts plans on commit their segments at once too: by default mimalloc
+// delays that for a thread's first segment, which then faulted in 4 KiB at a time (8.8k page
+// faults instead of 0.7k on two threads). Only option values are written here; mimalloc keeps
+// them when it initialises. MIMALLOC_LARGE_OS_PAGES and MIMALLOC_EAGER_COMMIT_DELAY still rule
+// when set; they are looked up in envp, since libc's getenv has no environment yet.
+static void setAllocatorOptions(int, char **, char **envp) {
+  bool largePagesSet = false, commitDelaySet = false;
+  for (char **var = envp; *var; ++var) {
+    largePagesSet |= llvm::StringRef(*var).startswith("MIMALLOC_LARGE_OS_PAGES=");
+    commitDelaySet |= llvm::StringRef(*var).startswith("MIMALLOC_EAGER_COMMIT_DELAY=");
+  }
+  if (!largePagesSet)
+    mi_option_enable(mi_option_large_os_pages);
+  if (!commitDelaySet)
+    mi_option_set(mi_option_eager_commit_delay, 0);
 }
-__attribute__((section(".preinit_array"), used)) static void (*const preinitLargeOsPages)(
-    int, char **, char **) = enableLargeOsPages;
+__attribute__((section(".preinit_array"), used)) static void (*const preinitAllocatorOptions)(
+    int, char **, char **) = setAllocatorOptions;
 #endif
 
 int main(int argc, char **argv) {

@@ -93,11 +93,23 @@ def test_rank_copies_the_program_per_plan_and_device(run_commlens, tmp_path):
         d = tmp_path / device
         d.mkdir()
         plans.append(save_plan(planlib.resolve_plan(f"examples.plans:gpt2_tp_sp(tp=4, device_type='{device}')"), d))
-    order = [plans[0], plans[1], plans[0]]
-    r = run_commlens("rank", pt2, *[a for p in order for a in ("--plan", p)], "--format", "json")
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
-    assert doc["errors"] == [] and len(doc["plans"]) == 3
+    order = [plans[0], plans[1], plans[0], plans[1], plans[0]]
+    # Three threads: the two CPU plans they start at once share the one decomposition; the
+    # output is the same on one thread (the timings aside).
+    docs = []
+    for jobs in ("3", "1"):
+        r = run_commlens("rank", pt2, *[a for p in order for a in ("--plan", p)], "--format", "json", "--jobs", jobs)
+        assert r.returncode == 0, r.stderr
+        docs.append(json.loads(r.stdout))
+    assert (docs[0]["jobs"], docs[1]["jobs"]) == (3, 1)
+    for doc in docs:
+        for key in ("load_seconds", "predict_seconds", "jobs"):
+            del doc[key]
+        for p in doc["plans"]:
+            del p["predict_seconds"]
+    assert docs[0] == docs[1]
+    doc = docs[0]
+    assert doc["errors"] == [] and len(doc["plans"]) == 5
     for p in doc["plans"]:
         pred = tmp_path / "pred.json"
         r = run_commlens("predict", pt2, "--plan", p["plan"], "--phase", "both", "--cluster", "h100-ib-ndr",
@@ -111,6 +123,8 @@ def test_rank_copies_the_program_per_plan_and_device(run_commlens, tmp_path):
     ((), "rank takes MODEL.pt2 and at least one --plan PLAN.json or --plans DIR"),
     (("--phase", "backward", "--plan", "x.json"), "--phase must be forward, both or inference, got 'backward'"),
     (("--plans", "/nonexistent"), "--plans: /nonexistent: No such file or directory"),
+    (("--jobs", "0", "--plan", "x.json"), "--jobs needs an integer from 1 to 1024, got '0'"),
+    (("--jobs", "two", "--plan", "x.json"), "--jobs needs an integer from 1 to 1024, got 'two'"),
 ])
 def test_rank_usage_errors(run_commlens, llama, args, message):
     pt2, _, _ = llama
