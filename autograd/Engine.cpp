@@ -659,7 +659,7 @@ private:
     });
     for (unsigned root : fsdpCallbackRoots_)
       for (unsigned unit : units)
-        if (state_.fsdp.units[unit].root == root)
+        if (state_.fsdp.units[unit].root == root && fsdpBackward_.lookup(unit) != FsdpBackwardState::PostBackward)
           fsdpPostBackward(unit);
     return llvm::Error::success();
   }
@@ -802,7 +802,7 @@ private:
     checkpointingFrom_.reset();
   }
 
-  /// Emits an FSDP hook (once per unit) into the backward graph, in the current module.
+  /// Emits an FSDP hook into the backward graph, in the current module.
   void emitFsdpHook(llvm::StringRef op, unsigned unit, llvm::SmallVector<NamedArgument, 4> args) {
     args.push_back({"unit", static_cast<int64_t>(unit), true});
     Node *n = bw_->appendNode(fmt::format("{}_{}", op.rsplit(':').second, unit), op, std::move(args), {});
@@ -819,21 +819,25 @@ private:
              {Argument(out)});
   }
 
+  /// A call's pre-backward hook (torch 2.13 FSDPParamGroup.pre_backward: nothing while the unit
+  /// is already in pre-backward; a unit called twice enters it again after a post-backward).
   void fsdpPreBackward(unsigned unit) {
-    if (!fsdpPreBackwardDone_.insert(unit).second)
+    FsdpBackwardState &state = fsdpBackward_[unit];
+    if (state == FsdpBackwardState::PreBackward)
       return;
+    state = FsdpBackwardState::PreBackward;
     if (!llvm::is_contained(fsdpCallbackRoots_, state_.fsdp.units[unit].root))
       fsdpCallbackRoots_.push_back(state_.fsdp.units[unit].root);
     emitFsdpHook(boundaryOpTarget(BoundaryOp::FsdpPreBackward), unit, {});
   }
 
-  /// The unit's post-backward, with the gradients its parameters received so far.
+  /// A post-backward of the unit, with the gradients its parameters received so far and no
+  /// earlier post-backward took (it reduces them and clears `.grad`).
   void fsdpPostBackward(unsigned unit) {
-    if (!fsdpPostBackwardDone_.insert(unit).second)
-      return;
+    fsdpBackward_[unit] = FsdpBackwardState::PostBackward;
     TensorList grads, params;
     for (const Value *p : state_.fsdp.units[unit].params)
-      if (Value *g = leafGrads_.lookup(p)) {
+      if (Value *g = leafGrads_.lookup(p); g && fsdpGradsTaken_.insert(p).second) {
         grads.push_back(g);
         params.push_back(const_cast<Value *>(p));
       }
@@ -1002,7 +1006,10 @@ private:
   /// pre-hook has run since (CommDebugMode's activation_checkpointing is on).
   std::optional<size_t> checkpointingFrom_;
   llvm::DenseMap<const Value *, Value *> leafGrads_; // parameter -> the gradient AccumulateGrad got
-  llvm::DenseSet<unsigned> fsdpPreBackwardDone_, fsdpPostBackwardDone_;
+  /// Per FSDP unit, where its backward hooks stand (fsdp/FullyShard.h); the parameters whose
+  /// gradient a post-backward took.
+  llvm::DenseMap<unsigned, FsdpBackwardState> fsdpBackward_;
+  llvm::DenseSet<const Value *> fsdpGradsTaken_;
   /// Per FSDP unit, its modules' forward pre-hooks / post-hooks seen so far (list units).
   llvm::DenseMap<unsigned, unsigned> fsdpMembersEntered_, fsdpMembersForwarded_;
   std::vector<Region> regions_;

@@ -42,8 +42,8 @@ Model/plan pairs: ``linear_colwise``/``linear_rowwise`` for ``examples.mlp:linea
 ``gpt2_tp_loss_parallel``/``gpt2_fsdp``/``gpt2_hsdp``/``gpt2_fsdp_tp`` for
 ``examples.gpt2:gpt2``, ``llama_tp``/``llama_2d``/``llama_fsdp_tp``/``llama_hsdp_tp``
 for ``examples.llama:llama``, ``gated_tp`` for ``examples.kwargs:gated`` (keyword
-inputs), ``shared_mlp_tp`` for ``examples.shared:shared_mlp`` (a module called twice;
-CommDebugMode cannot measure it).  ``mlp_nd`` has no parallelize step: explicit
+inputs), ``shared_mlp_tp``/``shared_mlp_fsdp`` for ``examples.shared:shared_mlp`` (a module
+called twice).  ``mlp_nd`` has no parallelize step: explicit
 placements on both dims of a 2-D mesh.
 """
 
@@ -368,6 +368,25 @@ def stacked_mlp_fsdp_roots(*, dp=4, units=("layers.*",), input_requires_grad=Fal
     every Linear) on a 1-D ``("dp",)`` mesh. A unit that no other unit encloses is a root of its
     own: it keeps its parameters after forward and prefetches only within itself in backward."""
     return _fsdp_only("stacked_mlp_fsdp_roots", (dp,), ("dp",), tuple(FullyShard(u, ("dp",)) for u in units),
+                      device_type=device_type, input_requires_grad=input_requires_grad)
+
+
+def shared_mlp_fsdp(*, dp=4, tp=1, units=("block",), reshard_after_forward=None, requires_gradient_sync=True,
+                    hsdp=1, input_requires_grad=False, device_type="cpu"):
+    """examples.shared:shared_mlp (``block`` called twice per forward) with FSDP2: each of ``units``
+    (by default ``block``; ``("block.w1", "block")`` nests a unit in it) a unit, then the root
+    (``proj``, ``norm``, ``head``), on a 1-D ``("dp",)`` mesh; with ``hsdp`` above 1 on a
+    ``("rep", "dp")`` mesh (HSDP: replicate on ``rep``, shard on ``dp``); with ``tp`` above 1,
+    ``shared_mlp_tp``'s styles on ``tp`` of a ``("dp", "tp")`` mesh. ``reshard_after_forward`` and
+    ``requires_gradient_sync`` apply to ``units``."""
+    mesh = ("rep", "dp") if hsdp > 1 else ("dp",)
+    unit_list = tuple(FullyShard(u, mesh, reshard_after_forward=reshard_after_forward,
+                                 requires_gradient_sync=requires_gradient_sync) for u in units)
+    unit_list += (FullyShard("", mesh),)
+    if tp > 1:
+        tp_plan = shared_mlp_tp(tp=tp, input_requires_grad=input_requires_grad, device_type=device_type)
+        return _tp_with_fsdp(tp_plan, "shared_mlp_fsdp_tp", (dp, tp), ("dp", "tp"), unit_list)
+    return _fsdp_only("shared_mlp_fsdp", (hsdp, dp) if hsdp > 1 else (dp,), mesh, unit_list,
                       device_type=device_type, input_requires_grad=input_requires_grad)
 
 

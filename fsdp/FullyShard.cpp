@@ -55,9 +55,10 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
         if (auto [it, fresh] = taken.emplace(s, spec.pattern); !fresh)
           return makeError("fully_shard '{}' on {}: the module is already sharded by '{}'", spec.pattern,
                            s->displayName(), it->second);
-        if (s->numCalls() > 1)
-          return makeError("fully_shard '{}' on {}: the module is called {} times (FSDP units called more than "
-                           "once are not supported yet)",
+        // A list unit's hooks count its modules' calls to find the group's first and last.
+        if (s->numCalls() > 1 && !spec.listPatterns.empty())
+          return makeError("fully_shard '{}' on {}: the module is called {} times (a list unit whose modules are "
+                           "called more than once is not supported yet)",
                            spec.pattern, s->displayName(), s->numCalls());
         if (spec.listPatterns.empty())
           units.push_back(unitOf({s}));
@@ -200,8 +201,9 @@ void FsdpRuntime::unshard(unsigned index, const Node &at, Phase phase, const std
   if (!u.hasGroup() || progress(index).unsharded)
     return;
   progress(index).unsharded = true;
-  // Backward re-gathers run on the post-forward group (reshard_after_forward=int).
-  int64_t group = phase == Phase::Backward ? u.regatherGroupSize : u.shardSize;
+  // A unit resharded after forward gathers on its post-forward group (reshard_after_forward=int):
+  // in backward, or at the next call of a unit called twice.
+  int64_t group = progress(index).shardedPostForward ? u.regatherGroupSize : u.shardSize;
   if (group == 1)
     return; // unshard() skips the all-gather for a world of one
   int64_t bytes = 0;
@@ -244,8 +246,10 @@ void FsdpRuntime::postForward(unsigned unit) {
   progress(unit).membersEntered = progress(unit).membersForwarded = 0;
   if (!u.hasGroup())
     return;
-  if (u.reshardAfterForward)
+  if (u.reshardAfterForward) {
     progress(unit).unsharded = false;
+    progress(unit).shardedPostForward = true;
+  }
   std::vector<unsigned> &order = state_.postForwardOrder[u.root];
   progress(unit).postForwardIndices.push_back(static_cast<unsigned>(order.size()));
   order.push_back(unit);
@@ -253,9 +257,9 @@ void FsdpRuntime::postForward(unsigned unit) {
 
 void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
   const FsdpUnit &u = state_.units[unit];
-  if (!u.hasGroup() || progress(unit).preBackwardDone)
+  if (!u.hasGroup() || progress(unit).backward == FsdpBackwardState::PreBackward)
     return;
-  progress(unit).preBackwardDone = true;
+  progress(unit).backward = FsdpBackwardState::PreBackward;
   std::string name = u.label();
   unshard(unit, at, Phase::Backward, fmt::format("FSDP pre-backward of {} re-gathers its parameters", name));
   if (!u.backwardPrefetch.empty()) { // set_modules_to_backward_prefetch replaces the default
@@ -279,16 +283,17 @@ void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
 
 bool FsdpRuntime::reducesGradients(unsigned unit) const {
   const FsdpUnit &u = state_.units[unit];
-  return u.hasGroup() && !state_.progress[unit].postBackwardDone && u.spec->requiresGradientSync;
+  return u.hasGroup() && u.spec->requiresGradientSync;
 }
 
 void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> params) {
   const FsdpUnit &u = state_.units[unit];
   bool reduce = reducesGradients(unit);
-  if (!u.hasGroup() || progress(unit).postBackwardDone)
+  if (!u.hasGroup())
     return;
-  progress(unit).postBackwardDone = true;
-  progress(unit).unsharded = false; // reshard_after_backward
+  progress(unit).backward = FsdpBackwardState::PostBackward;
+  progress(unit).unsharded = false; // reshard_after_backward, onto the whole group
+  progress(unit).shardedPostForward = false;
   if (params.empty() || !reduce)
     return;
   std::string name = u.label();

@@ -16,6 +16,12 @@
 //                  all-reduces the shard over the replicate group (c10d.allreduce_). Units whose
 //                  inputs need no gradient run it in the root's final engine callback.
 //
+// A unit called several times per forward runs its forward hooks at every call (re-gathering
+// after each reshard) and its backward hooks per call, latest first: pre-backward unshards unless
+// the unit is already in pre-backward (so the earlier call re-gathers after the later call's
+// post-backward resharded), and each call's post-backward reduce-scatters only the gradients
+// accumulated by then.
+//
 // fully_shard([a, b]) (torchtitan's [norm, output]) is one unit of several modules: its
 // pre-forward runs on each (the first all-gathers and registers the post-backward on its inputs),
 // its post-forward once, when the last one completes the group (_register_group_forward_hooks).
@@ -53,11 +59,13 @@ public:
   void preForward(unsigned unit, const Node &at);
   void postForward(unsigned unit);
   void preBackward(unsigned unit, const Node &at);
-  /// Whether the unit's post-backward will reduce its gradients (it has a group, has not run
-  /// its post-backward yet, and gradient sync is on).
+  /// Whether the unit's post-backward reduces the gradients it finds (it has a group and
+  /// gradient sync is on).
   bool reducesGradients(unsigned unit) const;
   /// After the gradients were redistributed to their parameters' placements: the reduce-scatter
-  /// (and HSDP all-reduce) of the gradients of `params`, the unit's parameters that received one.
+  /// (and HSDP all-reduce) of the gradients of `params`, the unit's parameters whose gradient
+  /// autograd accumulated and no earlier post-backward took (none, for the later call of a unit
+  /// called twice: its parameters' gradients are accumulated after the earlier call's backward).
   void reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<const Value *> params);
 
 private:

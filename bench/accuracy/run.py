@@ -189,6 +189,16 @@ CONFIGS = [
     Config("shared_mlp-tp_prepare-tp2-grad-both", SHARED,
            P + "shared_mlp_tp(tp=2, prepare=True, input_requires_grad=True)", "both"),
     Config("shared_mlp-tp-tp8-backward", SHARED, P + "shared_mlp_tp(tp=8)", "backward"),
+    # An FSDP unit called twice per forward: re-gathered per call, backward hooks per call.
+    Config("shared_mlp-fsdp-dp4-both", SHARED, P + "shared_mlp_fsdp(dp=4)", "both", ci=True),
+    Config("shared_mlp-fsdp_no_reshard-dp4-both", SHARED, P + "shared_mlp_fsdp(dp=4, reshard_after_forward=False)",
+           "both"),
+    Config("shared_mlp-fsdp_reshard2-dp4-both", SHARED, P + "shared_mlp_fsdp(dp=4, reshard_after_forward=2)", "both"),
+    Config("shared_mlp-fsdp_nested-dp4-both", SHARED, P + "shared_mlp_fsdp(dp=4, units=('block.w1', 'block'))",
+           "both"),
+    Config("shared_mlp-hsdp-rep2-dp4-both", SHARED, P + "shared_mlp_fsdp(dp=4, hsdp=2)", "both"),
+    Config("shared_mlp-fsdp_tp-dp2-tp2-grad-both", SHARED,
+           P + "shared_mlp_fsdp(dp=2, tp=2, input_requires_grad=True)", "both"),
     # Frozen parameters (requires_grad=False before parallelising): no gradient, no backward comm.
     Config("mlp-tp-tp4-grad-frozen_w1-both", MLP, P + "mlp_tp(tp=4, input_requires_grad=True, frozen=('w1.*',))",
            "both", ci=True),

@@ -107,3 +107,31 @@ def measured_fsdp_tp_step(model_spec, plan):
             dim[phase]["collectives"] += n
             dim[phase]["bytes_per_rank"] += glob[phase + "_bytes"][op]
     return step
+
+
+def module_rows(tree):
+    """{fqn: (forward counts, backward counts, forward bytes, backward bytes)} of a predict JSON tree."""
+    rows = {}
+
+    def walk(node):
+        rows[node["fqn"]] = tuple(dict(node[key]) for key in ("collectives_forward", "collectives_backward",
+                                                              "collective_bytes_forward",
+                                                              "collective_bytes_backward"))
+        for child in node.get("children", ()):
+            walk(child)
+
+    walk(tree)
+    return rows
+
+
+def predict_both(run_commlens, pt2, plan, tmp_path):
+    """`commlens predict --phase both --format json` of `pt2` under a plan spec: (the file, its JSON)."""
+    import json
+
+    from commlens import plan as planlib
+
+    plan_path = save_plan(planlib.resolve_plan(plan), tmp_path)
+    out = tmp_path / "pred.json"
+    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    return out, json.loads(out.read_text())

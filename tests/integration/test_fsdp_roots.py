@@ -8,38 +8,14 @@ CommDebugMode (commlens.measure, fake process group) in the same run:
 - a vocab-parallel ``tok_embeddings`` that is its own unit (torchtitan's ``apply_fsdp``):
   fully_shard renames its class to ``FSDPEmbedding``, which RowwiseParallel must still treat as
   an ``nn.Embedding``."""
-import json
 
 import pytest
 
 from commlens import plan as planlib
-from integration_helpers import compare_with_measure, export_pt2, save_plan
+from integration_helpers import compare_with_measure, export_pt2, module_rows, predict_both
 
 STACKED = "examples.mlp:stacked_mlp"  # 3 blocks: w1 Linear(16, 32), w2 Linear(32, 16), with biases
 LLAMA = "examples.llama:llama"
-
-
-def module_rows(tree):
-    """{fqn: (forward counts, backward counts, forward bytes, backward bytes)} of a predict JSON tree."""
-    rows = {}
-
-    def walk(node):
-        rows[node["fqn"]] = tuple(dict(node[key]) for key in ("collectives_forward", "collectives_backward",
-                                                              "collective_bytes_forward",
-                                                              "collective_bytes_backward"))
-        for child in node.get("children", ()):
-            walk(child)
-
-    walk(tree)
-    return rows
-
-
-def predict(run_commlens, pt2, plan, tmp_path):
-    plan_path = save_plan(planlib.resolve_plan(plan), tmp_path)
-    out = tmp_path / "pred.json"
-    r = run_commlens("predict", pt2, "--plan", plan_path, "--phase", "both", "--format", "json", "-o", out)
-    assert r.returncode == 0, r.stderr
-    return out, json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +26,7 @@ def stacked_pt2(tmp_path_factory):
 @pytest.mark.parametrize("input_requires_grad", [False, True])
 def test_every_block_its_own_root(run_commlens, stacked_pt2, tmp_path, input_requires_grad):
     plan = f"examples.plans:stacked_mlp_fsdp_roots(dp=4, input_requires_grad={input_requires_grad})"
-    predicted, tree = predict(run_commlens, stacked_pt2, plan, tmp_path)
+    predicted, tree = predict_both(run_commlens, stacked_pt2, plan, tmp_path)
     # By hand, dp=4: a block's shard is w1 (32/4)*16 + 32/4 and w2 (16/4)*32 + 16/4 = 268 float32
     # elements: its all-gather sends 1072 bytes, its reduce-scatter takes 4 x 1072 = 4288. Each block
     # is a root: all-gathered once in forward and kept (a root does not reshard after forward), so
@@ -66,7 +42,7 @@ def test_every_block_its_own_root(run_commlens, stacked_pt2, tmp_path, input_req
 
 def test_every_linear_its_own_root(run_commlens, stacked_pt2, tmp_path):
     plan = "examples.plans:stacked_mlp_fsdp_roots(dp=4, units=('layers.*.w1', 'layers.*.w2'))"
-    predicted, tree = predict(run_commlens, stacked_pt2, plan, tmp_path)
+    predicted, tree = predict_both(run_commlens, stacked_pt2, plan, tmp_path)
     # By hand: six roots, each gathered once in forward (w1: 8*16 + 8 = 136 elements, 544 bytes; w2:
     # 4*32 + 4 = 132, 528 bytes) and reduce-scattered once in backward (4x); nothing in backward is
     # gathered again.
@@ -83,7 +59,7 @@ def test_nested_units_under_separate_roots(run_commlens, stacked_pt2, tmp_path):
     """layers.1 encloses its w2 unit (one context, layers.1 its root); layers.2.w1 is a root alone."""
     plan = ("examples.plans:stacked_mlp_fsdp_roots(dp=4, units=('layers.1.w2', 'layers.1', 'layers.2.w1'), "
             "input_requires_grad=True)")
-    predicted, tree = predict(run_commlens, stacked_pt2, plan, tmp_path)
+    predicted, tree = predict_both(run_commlens, stacked_pt2, plan, tmp_path)
     # By hand: forward gathers layers.1 (w1: 136 elements), layers.1.w2 (132) and layers.2.w1 (136):
     # 3. layers.1.w2 is not a root, so it reshards after forward and its pre-backward gathers it
     # again (528 bytes); the roots keep theirs.
@@ -99,7 +75,7 @@ def test_nested_units_under_separate_roots(run_commlens, stacked_pt2, tmp_path):
 def test_vocab_parallel_embedding_as_its_own_unit(run_commlens, tmp_path, options):
     plan = f"examples.plans:llama_fsdp_tp({options}, embedding_unit=True)"
     pt2 = export_pt2(LLAMA, tmp_path)
-    predicted, tree = predict(run_commlens, pt2, plan, tmp_path)
+    predicted, tree = predict_both(run_commlens, pt2, plan, tmp_path)
     # By hand: RowwiseParallel on the embedding shards its weight (256, 128) on the vocab dim and
     # leaves the lookup Partial (MaskPartial); no all-gather of the weight on tp. With sequence
     # parallel the output goes Partial -> Shard(1) (one reduce_scatter_tensor), without it

@@ -237,9 +237,11 @@ TEST(FullyShard, FrozenParameterIsGatheredButNotReduced) {
                               }));
 }
 
-TEST(FullyShard, UnitsCalledTwiceAreRefused) {
+TEST(FullyShard, ListUnitsCalledTwiceAreRefused) {
+  // A list unit counts its modules' hooks to find the group's first pre-forward and last
+  // post-forward; with a member called twice that count no longer marks one pass of the group.
   Net net;
-  net.unit("layers.*");
+  net.unit("[layers.0, layers.1]").listPatterns = {"layers.0", "layers.1"};
   Value *w = net.g.lookupValue("p_layers_0_weight");
   std::vector<ModuleStackEntry> second{{"layers.0", "examples.Block", 1}};
   net.op("t_again", "aten::t.default", {{"self", w}}, f32({16, 16}, std::vector<int64_t>{1, 16}), second);
@@ -249,8 +251,8 @@ TEST(FullyShard, UnitsCalledTwiceAreRefused) {
   llvm::Error err = pm.run(ctx);
   ASSERT_TRUE(static_cast<bool>(err));
   EXPECT_EQ(llvm::toString(std::move(err)),
-            "fully_shard 'layers.*' on Net.layers.0: the module is called 2 times (FSDP units called more than once "
-            "are not supported yet)");
+            "fully_shard '[layers.0, layers.1]' on Net.layers.0: the module is called 2 times (a list unit whose "
+            "modules are called more than once is not supported yet)");
 }
 
 TEST(FullyShard, ExplicitPrefetchMovesTheGathersToTheTriggeringUnit) {
