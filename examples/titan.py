@@ -240,28 +240,28 @@ def parallelize_moe_stack(model, *, tp=2, dp_shard=1, ac="none"):
     return model
 
 
-def measure_moe_stack(*, phase="both", tp=2, dp_shard=1, ac="none"):
+def measure_moe_stack(*, phase="both", tp=2, dp_shard=1, ac="none", **model_args):
     """The truth for :func:`parallelize_moe_stack`: one step (sum of the output as the loss) counted
-    under CommDebugMode on the fake process group."""
+    under CommDebugMode on the fake process group, on ``moe_stack(**model_args)``."""
     from commlens.measure import count_collectives, counts_document, device_info, fake_process_group
 
-    model, (ids,) = moe_stack()
+    model, (ids,) = moe_stack(**model_args)
     with fake_process_group(tp * dp_shard):
         parallelize_moe_stack(model, tp=tp, dp_shard=dp_shard, ac=ac)
         modules = count_collectives(model, (ids,), {}, phase, lambda out, args: out.sum())
     return counts_document(modules, backend="fake", world_size=tp * dp_shard, phase=phase,
-                           model="examples.titan:moe_stack()",
+                           model=f"examples.titan:moe_stack({_spec(**model_args)})",
                            mesh={"shape": [dp_shard, tp], "dim_names": ["dp_shard", "tp"], "device_type": "cpu"},
                            plan_source=f"examples.titan:parallelize_moe_stack(tp={tp}, dp_shard={dp_shard}, ac={ac!r})",
                            device=device_info(ids.device))
 
 
-def moe_stack_captured(*, tp=2, dp_shard=1, ac="none"):
-    """The plan ``commlens.capture`` reads off :func:`parallelize_moe_stack`'s calls (loss: the
-    output's sum, as :func:`measure_moe_stack` takes it)."""
+def moe_stack_captured(*, tp=2, dp_shard=1, ac="none", **model_args):
+    """The plan ``commlens.capture`` reads off :func:`parallelize_moe_stack`'s calls on
+    ``moe_stack(**model_args)`` (loss: the output's sum, as :func:`measure_moe_stack` takes it)."""
     import commlens.capture
 
-    plan = commlens.capture.capture("examples.titan:moe_stack()",
+    plan = commlens.capture.capture(f"examples.titan:moe_stack({_spec(**model_args)})",
                                     f"examples.titan:parallelize_moe_stack(tp={tp}, dp_shard={dp_shard}, ac={ac!r})",
                                     tp * dp_shard)
     plan.name = f"titan_moe_stack_dp{dp_shard}xtp{tp}_captured"

@@ -45,10 +45,15 @@ void LocalShards::toLocal(const Value *local, const Placements &placements) {
 }
 
 void LocalShards::passThrough(const Value *in, const Value *out) {
-  if (auto it = shards_.find(in); it != shards_.end())
-    shards_[out] = it->second;
-  if (auto it = origins_.find(in); it != origins_.end())
-    origins_[out] = it->second;
+  // Copied before `out`'s entry is made: inserting may grow the map and free `in`'s entry.
+  if (auto it = shards_.find(in); it != shards_.end()) {
+    std::optional<Placements> placements = it->second;
+    shards_[out] = std::move(placements);
+  }
+  if (auto it = origins_.find(in); it != origins_.end()) {
+    Origin origin = it->second;
+    origins_[out] = origin;
+  }
 }
 
 void LocalShards::plainOrigins(const Node &n) {

@@ -375,6 +375,19 @@ def test_moe_tensor_parallel_under_fsdp(tmp_path, run_commlens):
     _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack()")
 
 
+def test_moe_tensor_parallel_under_fsdp_eight_layers(tmp_path, run_commlens):
+    """The same on eight MoE layers. The hooks' pass-through of a local shard once read its
+    placements from a map entry that making the output's entry had freed (when that insert grew
+    the map, at the eighth block's FSDP pre-forward here): commlens then refused the plan with a
+    local shard of no placements ("DTensor.from_local of 'add_41_post_pre' as [S(1)] infers the
+    global shape [2, 32, 64] ..."), which CommDebugMode runs."""
+    settings = dict(tp=2, dp_shard=2, n_layers=8)
+    plan, doc = moe_stack_captured(**settings), measure_moe_stack(**settings)
+    assert sorted(_module(doc, f"FSDPMoEStack.layers.{i}.moe")["forward"]["c10d_functional.all_gather_into_tensor"]
+                  for i in range(8)) == [1] * 8
+    _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack(n_layers=8)")
+
+
 def test_moe_tensor_parallel_full_checkpointing_charges_the_output_hook_to_the_experts(tmp_path, run_commlens):
     """torchtitan's full AC on the blocks (early stop off) recomputes each MoE layer in backward,
     its output hook's reduce-scatter too. CommDebugMode's tracker, in backward, is named by forward
