@@ -119,4 +119,28 @@ bool isComplex(ScalarType t) {
   return t == ScalarType::ComplexHalf || t == ScalarType::ComplexFloat || t == ScalarType::ComplexDouble;
 }
 
+llvm::SmallVector<int64_t, 4> localStrides(llvm::ArrayRef<int64_t> localSizes, llvm::ArrayRef<int64_t> globalStrides) {
+  llvm::SmallVector<size_t, 4> order(localSizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return globalStrides[a] > globalStrides[b]; });
+  llvm::SmallVector<int64_t, 4> strides(localSizes.size());
+  int64_t run = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[*it] = run;
+    run *= localSizes[*it];
+  }
+  return strides;
+}
+
+bool groupedMmTakesStrides(llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<int64_t> strides, ScalarType dtype) {
+  if (sizes.size() < 2)
+    return false;
+  int64_t alignment = 16 / elementSize(dtype), e = static_cast<int64_t>(sizes.size()) - 1;
+  if (strides[e - 1] == 1 && strides[e] >= std::max<int64_t>(1, sizes[e - 1]))
+    return strides[e] % alignment == 0;
+  if (strides[e] == 1 && strides[e - 1] >= std::max<int64_t>(1, sizes[e]))
+    return strides[e - 1] % alignment == 0;
+  return false;
+}
+
 } // namespace commlens

@@ -38,6 +38,16 @@ bool isContiguous(const TensorMeta &meta);
 /// The strides a view to `newSizes` has, or nullopt when no view exists (ATen's computeStride).
 std::optional<llvm::SmallVector<int64_t, 4>> viewStrides(const TensorMeta &meta, llvm::ArrayRef<int64_t> newSizes);
 
+/// The strides of a contiguous local shard of a tensor with `globalStrides`: its dims laid out in
+/// the global tensor's stride order (DTensor's compute_local_stride; a transposed view of a
+/// shard keeps its transposition).
+llvm::SmallVector<int64_t, 4> localStrides(llvm::ArrayRef<int64_t> localSizes, llvm::ArrayRef<int64_t> globalStrides);
+/// Whether aten::_grouped_mm takes an operand of these sizes and strides (torch 2.13
+/// _meta_grouped_mm_common's check_valid_strides, the CPU and CUDA kernels' own check): one of
+/// the last two dims has stride 1, the other a stride of at least that dim's size and a multiple
+/// of 16 bytes.
+bool groupedMmTakesStrides(llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<int64_t> strides, ScalarType dtype);
+
 /// Dtypes autograd differentiates (floating and complex).
 bool isFloating(ScalarType t);
 /// c10::isComplexType.

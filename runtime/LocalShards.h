@@ -60,6 +60,7 @@ public:
 private:
   llvm::Error checkView(const Node &n, const Value *x, const Placements &have) const;
   llvm::Error checkMatrixProduct(const Node &n) const;
+  llvm::Error checkGroupedMm(const Node &n) const;
   llvm::Error checkBroadcast(const Node &n) const;
   /// A plain tensor's placements as its local tensor holds them: a shard's, Replicate for a tensor
   /// whole on every rank, nullopt for a shard no longer followed or a value of unknown origin.

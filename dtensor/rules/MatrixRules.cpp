@@ -165,34 +165,14 @@ llvm::Expected<Cands> groupedMmRule(const OpCall &c) {
   opts.insertReplicate = false; // the list starts with its own all-Replicate entry
   opts.fillPlaceholders = false;
   Cands cands = expandSingleDim(c, std::move(rules), opts);
-  // _meta_grouped_mm_common's layout check: one of the last two dims has stride 1, the other a
-  // stride of at least that dim's size and a multiple of 16 bytes.
-  auto kernelTakes = [&](llvm::ArrayRef<int64_t> sizes, llvm::ArrayRef<int64_t> st, ScalarType dtype) {
-    int64_t alignment = 16 / elementSize(dtype), e = static_cast<int64_t>(sizes.size()) - 1;
-    if (st[e - 1] == 1 && st[e] >= std::max<int64_t>(1, sizes[e - 1]))
-      return st[e] % alignment == 0;
-    if (st[e] == 1 && st[e - 1] >= std::max<int64_t>(1, sizes[e]))
-      return st[e - 1] % alignment == 0;
-    return false;
-  };
   for (unsigned i = 0; i < 2; ++i) // DTensor's shape propagation runs the meta kernel on the globals
-    if (!kernelTakes(c.shape(i), stridesOf(c.inputs[i].meta), c.inputs[i].meta.dtype))
+    if (!groupedMmTakesStrides(c.shape(i), stridesOf(c.inputs[i].meta), c.inputs[i].meta.dtype))
       return c.error("{} of sizes [{}] has strides [{}] the kernel rejects (DTensor raises: invalid strides)",
                      i == 0 ? "self" : "mat2", fmt::join(c.shape(i), ", "), fmt::join(stridesOf(c.inputs[i].meta), ", "));
   llvm::SmallVector<int64_t, 4> rank0(c.mesh->shape.size(), 0);
   auto validLocal = [&](unsigned i, const Placements &pl) {
     auto local = localShape(c.shape(i), pl, *c.mesh, rank0);
-    auto globalStrides = stridesOf(c.inputs[i].meta);
-    llvm::SmallVector<size_t, 4> order(local.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return globalStrides[a] > globalStrides[b]; });
-    llvm::SmallVector<int64_t, 4> st(local.size());
-    int64_t run = 1;
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      st[*it] = run;
-      run *= local[*it];
-    }
-    return kernelTakes(local, st, c.inputs[i].meta.dtype);
+    return groupedMmTakesStrides(local, localStrides(local, stridesOf(c.inputs[i].meta)), c.inputs[i].meta.dtype);
   };
   Cands valid;
   for (Candidate &cand : cands)

@@ -17,6 +17,8 @@ import functools
 import json
 import pathlib
 
+import pytest
+
 from integration_helpers import export_pt2, save_plan
 
 from commlens.measure import format_counts, measure
@@ -386,6 +388,25 @@ def test_moe_tensor_parallel_under_fsdp_eight_layers(tmp_path, run_commlens):
     assert sorted(_module(doc, f"FSDPMoEStack.layers.{i}.moe")["forward"]["c10d_functional.all_gather_into_tensor"]
                   for i in range(8)) == [1] * 8
     _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack(n_layers=8)")
+
+
+def test_moe_tensor_parallel_refuses_expert_shards_the_kernel_cannot_take(tmp_path, run_commlens):
+    """tp=8 of the 32-wide experts leaves each rank 4 features: torchtitan's TensorParallel runs
+    _grouped_mm on the local shards cast to bfloat16, whose 8-byte rows the kernel refuses, so the
+    run fails; commlens refuses the plan, naming the operand (the routed rows, as torchtitan pads
+    them per expert group, by the experts' hidden features) and its local strides."""
+    with pytest.raises(RuntimeError, match="strides should be multiple of 16 bytes"):
+        measure_moe_stack(tp=8)
+    plan = moe_stack_captured(tp=8)
+    pt2 = export_pt2("examples.titan:moe_stack()", tmp_path)
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both")
+    assert r.returncode == 2
+    assert r.stderr == (
+        f"commlens: error: {pt2}: node '_grouped_mm_2' aten::_grouped_mm.default in MoEStack.layers.0.moe.experts: on "
+        "the rank at mesh coordinate [0] this plain grouped matrix product takes self as 'mul_2' [128, 4] (a local "
+        "shard: [S(1)] of [128, 32] on DeviceMesh((8,), 'cpu', mesh_dim_names=('tp',)), handed back by a style's "
+        "use_local_output) with strides [4, 1] of torch.bfloat16 (2 bytes each), which the kernel needs 16-byte "
+        "aligned, so torch raises (\"strides should be multiple of 16 bytes\")\n")
 
 
 def test_moe_tensor_parallel_full_checkpointing_charges_the_output_hook_to_the_experts(tmp_path, run_commlens):
