@@ -78,6 +78,8 @@ EXAMPLE_SPECS = [
     "examples.plans:gated_tp(tp=2, root_kwargs=True, context_requires_grad=True)",
     "examples.plans:shared_mlp_tp(tp=4)",
     "examples.plans:shared_mlp_tp(tp=4, prepare=True, input_requires_grad=True, loss='cross_entropy')",
+    "examples.plans:shared_mlp_fsdp(dp=2, tp=2, units=('block.w1', 'block'), reshard_after_forward=2)",
+    "examples.plans:shared_mlp_fsdp(dp=4, hsdp=2, requires_gradient_sync=False)",
 ]
 
 # Plans captured from the parallelize functions of examples/parallelize.py (tests/python/test_capture.py).
