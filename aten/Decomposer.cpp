@@ -71,6 +71,8 @@ public:
     }
     if (op == "aten::layer_norm.default")
       return layerNorm();
+    if (op == "aten::group_norm.default")
+      return groupNorm();
     if (op == "aten::rms_norm.default")
       return rmsNorm();
     if (op == "aten::dropout.default")
@@ -1588,6 +1590,38 @@ private:
     args.push_back({"bias", in("bias") ? Argument(in("bias")) : Argument(NoneArg{}), false});
     args.push_back({"eps", n_->input("eps") ? *n_->input("eps") : Argument(1e-5), false});
     b_.emit("aten::native_layer_norm.default", std::move(args), {y, mean, rstd}, *n_);
+    b_.bind(out, y);
+    return llvm::Error::success();
+  }
+
+  /// group_norm (torch 2.13 aten/src/ATen/native/group_norm.cpp): native_group_norm(input
+  /// .contiguous(memory_format), weight, bias, N, C, HxW, num_groups, eps)'s output, N and C the
+  /// first two sizes, HxW the product of the others. An input not contiguous is refused: torch
+  /// copies it to its suggested memory format (channels-last stays as it is).
+  llvm::Error groupNorm() {
+    Value *x = in("input");
+    const TensorMeta &xm = *x->meta();
+    if (!isContiguous(xm))
+      return makeError("node '{}' ({}): a non-contiguous input (strides [{}]) is not modelled", n_->name(),
+                       n_->opString(), fmt::join(hints(xm.strides), ", "));
+    auto sizes = hints(xm.sizes);
+    auto groups = intInput("num_groups");
+    if (sizes.size() < 2 || !groups || *groups <= 0)
+      return makeError("node '{}' ({}): expected an input of at least 2 dims and a positive num_groups", n_->name(),
+                       n_->opString());
+    int64_t hxw = 1;
+    for (size_t i = 2; i < sizes.size(); ++i)
+      hxw *= sizes[i];
+    TensorMeta stat = withShape(xm, {sizes[0], *groups});
+    const Value *out = result(0);
+    Value *y = b_.tensor(out->name(), *out->meta());
+    Value *mean = b_.tensor(tmp("mean"), stat), *rstd = b_.tensor(tmp("rstd"), stat);
+    llvm::SmallVector<NamedArgument, 4> args{{"input", x, false}};
+    args.push_back({"weight", in("weight") ? Argument(in("weight")) : Argument(NoneArg{}), false});
+    args.push_back({"bias", in("bias") ? Argument(in("bias")) : Argument(NoneArg{}), false});
+    args.append({{"N", sizes[0], false}, {"C", sizes[1], false}, {"HxW", hxw, false}, {"group", *groups, false}});
+    args.push_back({"eps", n_->input("eps") ? *n_->input("eps") : Argument(1e-5), false});
+    b_.emit("aten::native_group_norm.default", std::move(args), {y, mean, rstd}, *n_);
     b_.bind(out, y);
     return llvm::Error::success();
   }

@@ -96,6 +96,33 @@ llvm::Error layerNorm(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// native_group_norm: one native_group_norm_backward of the contiguous gradient (derivatives.yaml;
+/// the gradient of a sum is an expand, so torch clones it first), the mask from the operands that
+/// want a gradient. A gradient of mean or rstd takes torch's double-backward formula instead
+/// (in-place unsqueeze_ ops DTensor has no strategy for): refused.
+llvm::Error groupNorm(GradCall &c) {
+  if (c.g(1) || c.g(2)) // torch then takes infinitely_differentiable_native_group_norm_backward
+    return makeError("autodiff: {}: a gradient of the mean or rstd (torch's double-backward formula, whose in-place "
+                     "unsqueeze_ DTensor has no strategy for) is not modelled",
+                     c.n.where());
+  if (!c.g())
+    return llvm::Error::success();
+  Value *input = c.operand("input"), *weight = c.operand("weight"), *bias = c.operand("bias");
+  Value *gi = c.want("input") ? c.e.newValue("grad_group_norm_input", GradEmitter::like(input)) : nullptr;
+  Value *gw = weight && c.want("weight") ? c.e.newValue("grad_group_norm_weight", GradEmitter::like(weight)) : nullptr;
+  Value *gb = bias && c.want("bias") ? c.e.newValue("grad_group_norm_bias", GradEmitter::like(bias)) : nullptr;
+  if (!gi && !gw && !gb)
+    return llvm::Error::success();
+  c.e.emitNode((gi ? gi : gw ? gw : gb)->name(), "aten::native_group_norm_backward.default",
+               {A("grad_out", contiguous(c, c.g())), A("input", contiguous(c, input)),
+                A("mean", mut(c.result(1))), A("rstd", mut(c.result(2))), A("weight", orNone(weight)),
+                A("N", *c.n.input("N")), A("C", *c.n.input("C")), A("HxW", *c.n.input("HxW")),
+                A("group", *c.n.input("group")), A("output_mask", BoolList{gi != nullptr, gw != nullptr, gb != nullptr})},
+               {orNone(gi), orNone(gw), orNone(gb)});
+  setGrads(c, {{"input", gi}, {"weight", gw}, {"bias", gb}});
+  return llvm::Error::success();
+}
+
 /// convolution: one convolution_backward for the three operands (derivatives.yaml), bias_sizes
 /// [0] without a bias, as torch passes it.
 llvm::Error convolution(GradCall &c) {

@@ -13,6 +13,10 @@
 //     grad_output replicated (or like the target for reduction none), the gradient like self;
 //   embedding_dense_backward(grad_output, indices): single-dim [S(1) | S(grad.ndim-1), R],
 //     [P | S(i), S(i)] per indices dim, [P | P, R];
+//   native_group_norm_backward: no strategy; DTensor derives one from torch._decomp's
+//     decomposition (DecompShardingStrategy) and runs the kernel on the local shards with the
+//     call's global N, C and HxW: all-Replicate operands with a weight run whole, anything else
+//     is refused;
 //   SDPA's CPU backward: no strategy (DTensor raises), as the forward;
 //   select_backward(grad, input_sizes, dim, index): grad kept as it is (Partial included), the
 //     result's shard dims at or after `dim` shifted up by one;
@@ -199,11 +203,48 @@ llvm::Expected<Cands> sliceBackwardRule(const OpCall &call) {
   return singleCandidate(call, followCandidate(call, p, p));
 }
 
+/// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group, mask): with
+/// every operand Replicate the kernel runs whole on each rank and its gradients are Replicate.
+/// Without a weight DTensor raises (its decomposition's torch.ones is a plain tensor), and with a
+/// gradient masked off (no bias, an input needing none) too (the decomposition returns fewer
+/// outputs than the op): refused.
+/// A sharded or partial operand is refused: DTensor's strategy then comes from tracing the
+/// decomposition, and the kernel checks the local shards against the global N, C and HxW (a
+/// Shard(0) input raises "Expected dY.numel() == N * C * HxW"), which commlens does not model.
+llvm::Expected<Cands> groupNormBackwardRule(const OpCall &call) {
+  if (call.inputs.size() < 5) // grad_out, input, mean, rstd and no weight
+    return call.error("without a weight DTensor has no strategy for it (the decomposition it would derive one from "
+                      "multiplies by a plain torch.ones; DTensor raises \"does not have a sharding strategy "
+                      "registered\")");
+  const Argument *maskArg = call.arg("output_mask", 9);
+  BoolList mask = maskArg && maskArg->is<BoolList>() ? maskArg->get<BoolList>() : BoolList{};
+  if (mask.size() != 3 || llvm::is_contained(mask, false)) {
+    std::string shown;
+    for (bool b : mask)
+      shown += fmt::format("{}{}", shown.empty() ? "" : ", ", b ? "True" : "False");
+    return call.error("with a gradient not asked for (output_mask [{}]) DTensor raises: the decomposition it derives "
+                      "the strategy from returns fewer outputs than the op's 3",
+                      shown);
+  }
+  for (size_t i = 0; i < call.inputs.size(); ++i)
+    if (!llvm::all_of(call.inputs[i].placements, [](const Placement &p) { return p.isReplicate(); }))
+      return call.error("operand {} is {}: DTensor has no strategy for it and derives one from torch._decomp's "
+                        "decomposition, then runs the kernel on the local shards with the call's global N, C and HxW "
+                        "(a batch shard raises \"Expected dY.numel() == N * C * HxW\"); only Replicate operands are "
+                        "modelled",
+                        i, str(call.inputs[i].placements));
+  Placements replicated(call.mesh->ndim(), Placement::replicate());
+  Candidate c;
+  c.inputs.assign(call.inputs.size(), replicated);
+  c.outputs.assign(call.results.size(), replicated);
+  return singleCandidate(call, std::move(c));
+}
 
 } // namespace
 
 void registerBackwardRules(RuleTable &t) {
   t["aten::native_layer_norm_backward.default"] = layerNormBackwardRule;
+  t["aten::native_group_norm_backward.default"] = groupNormBackwardRule;
   t["aten::_fused_rms_norm_backward.default"] = rmsNormBackwardRule;
   t["aten::_softmax_backward_data.default"] = softmaxBackwardRule;
   t["aten::_log_softmax_backward_data.default"] = softmaxBackwardRule;

@@ -357,6 +357,11 @@ CASES = [
     # norms, embedding, index
     ("layer-norm", lambda a, w, b: F.layer_norm(a, (6,), w, b), [(f32(4, 6), R), (f32(6), R), (f32(6), R)]),
     ("rms-norm", lambda a, w: F.rms_norm(a, (6,), w), [(f32(4, 6), R), (f32(6), R)]),
+    # group_norm lowers to native_group_norm; its backward (native_group_norm_backward of the cloned
+    # expand gradient) runs whole on Replicate operands with all three gradients asked for (otherwise
+    # DTensor raises: test_backward_op_oracle.py's group_norm refusals)
+    ("group-norm", lambda a, w, b: F.group_norm(a, 2, w, b), [(f32(2, 4, 3), R), (f32(4), R), (f32(4), R)]),
+    ("group-norm-4d", lambda a, w, b: F.group_norm(a, 2, w, b), [(f32(2, 4, 3, 2), R), (f32(4), R), (f32(4), R)]),
     ("batch-norm", lambda a, w, b: aten.native_batch_norm.default(a, w, b, None, None, True, 0.1, 1e-5)[0],
      [(f32(2, 4, 3), S0), (f32(4), R), (f32(4), R)]),
     ("batch-norm-running", lambda a, w, b, m, v: aten._native_batch_norm_legit_functional.default(

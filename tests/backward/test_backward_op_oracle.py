@@ -98,6 +98,11 @@ def test_backward_ops_of_one_op_match_torch(case, truth, run_commlens):
     ("triangular_solve", "lambda b, a: torch.ops.aten.triangular_solve(b, a)[1].sum()", [(4, 3), (4, 4)], False,
      ": a gradient of the cloned coefficient alone (torch fills the solution's with a plain at::zeros) is not "
      "modelled"),
+    # native_group_norm's mean and rstd with gradients: torch takes its double-backward formula
+    ("native_group_norm", "lambda a: sum(o.sum() for o in torch.ops.aten.native_group_norm(a, None, None, 2, 4, 3, 2, "
+     "1e-5))", [(2, 4, 3)], False,
+     ": a gradient of the mean or rstd (torch's double-backward formula, whose in-place unsqueeze_ DTensor has no "
+     "strategy for) is not modelled"),
     # lu_unpack of a wide LU without U's gradient: torch cats a plain zeros with the DTensor gradient
     ("lu_unpack", "lambda a: torch.ops.aten.lu_unpack(*torch.ops.aten.linalg_lu_factor_ex(a)[:2])[1].sum()", [(4, 6)], False,
      ": without a gradient of U torch cats a plain at::zeros with the DTensor gradient (DTensor raises)"),
@@ -124,3 +129,37 @@ def test_a_gradient_commlens_cannot_give_is_refused_by_name(name, fn, shapes, to
     r = run_commlens("predict", tmp_path / "m.pt2", "--plan", tmp_path / "p.json", "--phase", "backward")
     assert (r.returncode, r.stderr) == (2, f"commlens: error: {tmp_path / 'm.pt2'}: autodiff: node '{name}' "
                                            f"aten::{name}.default in Op{refusal}\n")
+
+
+@pytest.mark.parametrize("fn, shapes, refusal", [
+    ("lambda a, w: F.group_norm(a, 2, w)", [(2, 4, 3), (4,)],
+     "with a gradient not asked for (output_mask [True, True, False]) DTensor raises: the decomposition it derives "
+     "the strategy from returns fewer outputs than the op's 3"),
+    ("lambda a: F.group_norm(a, 2)", [(2, 4, 3)],
+     "without a weight DTensor has no strategy for it (the decomposition it would derive one from multiplies by a "
+     "plain torch.ones; DTensor raises \"does not have a sharding strategy registered\")"),
+])
+def test_group_norm_backward_dtensor_cannot_run_is_refused(fn, shapes, refusal, tmp_path, run_commlens):
+    """native_group_norm_backward has no DTensor strategy: DTensor derives one from torch._decomp's
+    decomposition, which fails without a weight (a plain torch.ones) or with a gradient masked off
+    (fewer outputs than the op's). CommDebugMode's run raises; commlens refuses by name."""
+    import torch
+    import torch.nn.functional as F
+
+    from commlens.export import export_model
+    from commlens.measure import measure_many
+    from commlens.plan import save
+
+    fn = eval(fn, {"F": F, "torch": torch})
+    xs = [op_cases.f32(*shape) for shape in shapes]
+    inputs = [(x, op_cases.R) for x in xs]
+    plan = op_cases.plan_of(inputs)
+    with pytest.raises((NotImplementedError, RuntimeError), match="native_group_norm_backward"):
+        measure_many([(lambda: (op_cases.Op(fn), [x.clone() for x in xs]), plan, "backward",
+                       str(tmp_path / "dump.json"))], backend="fake", phase="backward")
+    torch.export.save(export_model(op_cases.Op(fn), xs), str(tmp_path / "m.pt2"))
+    save(plan, tmp_path / "p.json")
+    r = run_commlens("predict", tmp_path / "m.pt2", "--plan", tmp_path / "p.json", "--phase", "backward")
+    assert r.returncode == 2
+    assert r.stderr.endswith(f"aten::native_group_norm_backward.default: {refusal}\n"), r.stderr
+
