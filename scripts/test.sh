@@ -37,12 +37,15 @@ COMMLENS_BUILD="$ROOT/$BUILD" .venv/bin/python -m pytest -q $PYTEST_PARALLEL --d
 # SANITIZE_PYTEST is therefore a subset: the error paths, where the readers meet hostile input
 # (every bad input and command line: test_bad_inputs.py, test_cli_errors.py), and the predict
 # tests that drive the whole pipeline, forward and backward, with FSDP and activation
-# checkpointing (test_predict_cli.py, test_predict_fsdp.py, test_predict_activation_checkpoint.py).
+# checkpointing (test_predict_cli.py, test_predict_fsdp.py, test_predict_activation_checkpoint.py),
+# FSDP units called more than once (test_fsdp_repeated_calls.py) and torchtitan's own parallelize
+# functions, whose MoE runs on eight layers once read a freed map entry (test_torchtitan.py).
 # The other integration files run the same readers and passes on more models and options.
 # COMMLENS_SANITIZE=1 bash scripts/test.sh runs every test under the sanitizers.
 SANITIZE_PYTEST="tests/integration/test_bad_inputs.py tests/integration/test_cli_errors.py
   tests/integration/test_predict_cli.py tests/integration/test_predict_fsdp.py
-  tests/integration/test_predict_activation_checkpoint.py"
+  tests/integration/test_predict_activation_checkpoint.py tests/integration/test_fsdp_repeated_calls.py
+  tests/integration/test_torchtitan.py"
 if [ "${CI:-}" = true ] && [ "$BUILD" = build ]; then
   echo "== sanitizer stage: build (build-asan, ASan+UBSan)"
   start=$SECONDS
