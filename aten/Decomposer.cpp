@@ -1586,8 +1586,8 @@ private:
     Value *y = b_.tensor(out->name(), *out->meta());
     Value *mean = b_.tensor(tmp("mean"), stat), *rstd = b_.tensor(tmp("rstd"), stat);
     llvm::SmallVector<NamedArgument, 4> args{{"input", x, false}, {"normalized_shape", IntList(normalized), false}};
-    args.push_back({"weight", in("weight") ? Argument(in("weight")) : Argument(NoneArg{}), false});
-    args.push_back({"bias", in("bias") ? Argument(in("bias")) : Argument(NoneArg{}), false});
+    args.push_back({"weight", optionalIn("weight"), false});
+    args.push_back({"bias", optionalIn("bias"), false});
     args.push_back({"eps", n_->input("eps") ? *n_->input("eps") : Argument(1e-5), false});
     b_.emit("aten::native_layer_norm.default", std::move(args), {y, mean, rstd}, *n_);
     b_.bind(out, y);
@@ -1617,8 +1617,8 @@ private:
     Value *y = b_.tensor(out->name(), *out->meta());
     Value *mean = b_.tensor(tmp("mean"), stat), *rstd = b_.tensor(tmp("rstd"), stat);
     llvm::SmallVector<NamedArgument, 4> args{{"input", x, false}};
-    args.push_back({"weight", in("weight") ? Argument(in("weight")) : Argument(NoneArg{}), false});
-    args.push_back({"bias", in("bias") ? Argument(in("bias")) : Argument(NoneArg{}), false});
+    args.push_back({"weight", optionalIn("weight"), false});
+    args.push_back({"bias", optionalIn("bias"), false});
     args.append({{"N", sizes[0], false}, {"C", sizes[1], false}, {"HxW", hxw, false}, {"group", *groups, false}});
     args.push_back({"eps", n_->input("eps") ? *n_->input("eps") : Argument(1e-5), false});
     b_.emit("aten::native_group_norm.default", std::move(args), {y, mean, rstd}, *n_);

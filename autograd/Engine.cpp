@@ -186,6 +186,12 @@ private:
 // autograd graph
 // ------------------------------------------------------------------------------------------------
 
+/// An FSDP unit's place in backward (FSDPParamGroup._training_state), which decides its hooks:
+/// pre-backward runs unless the unit is PreBackward, the root's final callback runs post-backward
+/// unless it is PostBackward. A unit called several times goes PreBackward -> PostBackward once
+/// per call.
+enum class FsdpBackwardState : uint8_t { NotStarted, PreBackward, PostBackward };
+
 struct AGNode;
 struct Edge {
   AGNode *node = nullptr;
@@ -1006,8 +1012,8 @@ private:
   /// pre-hook has run since (CommDebugMode's activation_checkpointing is on).
   std::optional<size_t> checkpointingFrom_;
   llvm::DenseMap<const Value *, Value *> leafGrads_; // parameter -> the gradient AccumulateGrad got
-  /// Per FSDP unit, where its backward hooks stand (fsdp/FullyShard.h); the parameters whose
-  /// gradient a post-backward took.
+  /// Per FSDP unit, where its backward hooks stand; the parameters whose gradient a post-backward
+  /// took.
   llvm::DenseMap<unsigned, FsdpBackwardState> fsdpBackward_;
   llvm::DenseSet<const Value *> fsdpGradsTaken_;
   /// Per FSDP unit, its modules' forward pre-hooks / post-hooks seen so far (list units).

@@ -257,9 +257,8 @@ void FsdpRuntime::postForward(unsigned unit) {
 
 void FsdpRuntime::preBackward(unsigned unit, const Node &at) {
   const FsdpUnit &u = state_.units[unit];
-  if (!u.hasGroup() || progress(unit).backward == FsdpBackwardState::PreBackward)
+  if (!u.hasGroup())
     return;
-  progress(unit).backward = FsdpBackwardState::PreBackward;
   std::string name = u.label();
   unshard(unit, at, Phase::Backward, fmt::format("FSDP pre-backward of {} re-gathers its parameters", name));
   if (!u.backwardPrefetch.empty()) { // set_modules_to_backward_prefetch replaces the default
@@ -291,7 +290,6 @@ void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<
   bool reduce = reducesGradients(unit);
   if (!u.hasGroup())
     return;
-  progress(unit).backward = FsdpBackwardState::PostBackward;
   progress(unit).unsharded = false; // reshard_after_backward, onto the whole group
   progress(unit).shardedPostForward = false;
   if (params.empty() || !reduce)

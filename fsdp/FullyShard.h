@@ -17,10 +17,10 @@
 //                  inputs need no gradient run it in the root's final engine callback.
 //
 // A unit called several times per forward runs its forward hooks at every call (re-gathering
-// after each reshard) and its backward hooks per call, latest first: pre-backward unshards unless
+// after each reshard) and its backward hooks per call, latest first: pre-backward runs unless
 // the unit is already in pre-backward (so the earlier call re-gathers after the later call's
-// post-backward resharded), and each call's post-backward reduce-scatters only the gradients
-// accumulated by then.
+// post-backward resharded; autograd/Engine.cpp decides which hooks run), and each call's
+// post-backward reduce-scatters only the gradients accumulated by then.
 //
 // fully_shard([a, b]) (torchtitan's [norm, output]) is one unit of several modules: its
 // pre-forward runs on each (the first all-gathers and registers the post-backward on its inputs),

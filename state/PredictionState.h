@@ -98,18 +98,13 @@ struct FsdpUnit {
 };
 
 /// Where FSDP's runtime stands with one unit as the step runs (FSDPParamGroup's state); advanced
-/// only by fsdp/FullyShard's FsdpRuntime.
-/// An FSDP unit's place in backward (FSDPParamGroup._training_state): pre-backward is skipped while
-/// it is PreBackward, and the root's final callback runs post-backward unless it is PostBackward.
-/// A unit called several times goes PreBackward -> PostBackward once per call.
-enum class FsdpBackwardState : uint8_t { NotStarted, PreBackward, PostBackward };
-
+/// only by fsdp/FullyShard's FsdpRuntime. Which backward hooks run at all, autograd decides
+/// (autograd/Engine.cpp: the unit's training state in backward).
 struct FsdpUnitProgress {
   bool unsharded = false;
   /// Resharded by a post-forward onto its smaller group (reshard_after_forward=int): the next
   /// all-gather runs on that group; after a post-backward it is sharded on the whole group again.
   bool shardedPostForward = false;
-  FsdpBackwardState backward = FsdpBackwardState::NotStarted;
   /// Modules of the unit whose pre-forward / post-forward ran in this forward: a list unit's
   /// first pre-forward prefetches, its last post-forward reshards (_register_group_forward_hooks).
   unsigned membersEntered = 0, membersForwarded = 0;

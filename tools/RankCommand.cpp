@@ -194,6 +194,7 @@ int runRank(int argc, char **argv) {
 
   // Each plan on its own copy of the program, `jobs` at a time; the outcomes are kept in the
   // plans' order, so the ranking and the errors do not depend on which thread finished first.
+  size_t threadCount = std::min<size_t>(jobs, paths->size());
   std::vector<std::optional<llvm::Expected<RankedPlan>>> outcomes(paths->size());
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -201,7 +202,7 @@ int runRank(int argc, char **argv) {
       outcomes[i].emplace(predictOne(decoded, (*paths)[i], *options, predictPhase));
   };
   std::vector<std::thread> threads;
-  for (unsigned t = 1; t < std::min<size_t>(jobs, paths->size()); ++t)
+  for (size_t t = 1; t < threadCount; ++t)
     threads.emplace_back(work);
   work();
   for (std::thread &t : threads)
@@ -252,7 +253,7 @@ int runRank(int argc, char **argv) {
     json doc = {{"format", "commlens-rank"},   {"version", 1},          {"model", modelPath},
                 {"cluster", options->cluster->str()}, {"phase", phase}, {"plans", plans},
                 {"errors", errors},            {"load_seconds", loadSeconds},
-                {"predict_seconds", predictSeconds}, {"jobs", std::min<size_t>(jobs, paths->size())}};
+                {"predict_seconds", predictSeconds}, {"jobs", threadCount}};
     if (options->dispatch.routingSkew != 1.0)
       doc["routing_skew"] = options->dispatch.routingSkew;
     os << doc.dump(2) << "\n";
@@ -276,11 +277,10 @@ int runRank(int argc, char **argv) {
     }
     for (const FailedPlan &f : failed)
       os << "not ranked: " << f.error << "\n";
-    unsigned threadsUsed = static_cast<unsigned>(std::min<size_t>(jobs, paths->size()));
     os << fmt::format("read and checked the model in {:.3f} s; {} plan{} in {:.3f} s on {} thread{} ({} ranked, "
                       "{:.3f} s per ranked plan on its thread)\n",
-                      loadSeconds, paths->size(), paths->size() == 1 ? "" : "s", predictSeconds, threadsUsed,
-                      threadsUsed == 1 ? "" : "s", ranked.size(),
+                      loadSeconds, paths->size(), paths->size() == 1 ? "" : "s", predictSeconds, threadCount,
+                      threadCount == 1 ? "" : "s", ranked.size(),
                       ranked.empty() ? 0.0 : planSeconds / static_cast<double>(ranked.size()));
   }
   int rc = emit(os.str(), args->option("-o"));

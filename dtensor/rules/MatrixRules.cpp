@@ -16,7 +16,6 @@
 
 #include <fmt/ranges.h>
 
-#include <numeric>
 #include <set>
 
 namespace commlens::rules {
