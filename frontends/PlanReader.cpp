@@ -22,10 +22,22 @@ unsigned meshDimByName(const DeviceMesh &mesh, const JsonRef &r) {
   std::string dimName = r.asString();
   if (auto idx = mesh.dimIndex(dimName))
     return *idx;
+  if (mesh.dimGroup(dimName))
+    r.fail(fmt::format("'{}' is a flattened dim (mesh.flattened_dims), which only fully_shard's mesh_dims may name "
+                       "(DTensor placements and parallelize steps on a flattened dim are not modelled)",
+                       dimName));
   std::string names;
   for (const std::string &n : mesh.dimNames)
     names += (names.empty() ? "'" : ", '") + n + "'";
   r.fail(fmt::format("mesh dim '{}' is not in the mesh (dim names: [{}])", dimName, names));
+}
+
+/// A name FSDP may take as its mesh: a mesh dim or a flattened one (mesh.flattened_dims).
+MeshDimGroup meshDimGroupByName(const DeviceMesh &mesh, const JsonRef &r) {
+  for (const auto &[name, dims] : mesh.flattened)
+    if (r.isString(name))
+      return dims;
+  return {meshDimByName(mesh, r)};
 }
 
 PlacementSpec decodePlacementSpec(const DeviceMesh &mesh, const JsonRef &r) {
@@ -55,6 +67,30 @@ std::optional<ScalarType> decodeDtype(const JsonRef &policy, const char *field) 
   f->fail(fmt::format("dtype '{}' (expected \"float32\", \"bfloat16\" or \"float16\")", text));
 }
 
+/// mesh.flattened_dims: {name: [dim, dim, ...]}, each as `mesh[dims]._flatten(name)` makes it
+/// (docs/plan-format.md, "mesh").
+std::vector<std::pair<std::string, MeshDimGroup>> decodeFlattenedDims(const DeviceMesh &mesh, const JsonRef &r) {
+  std::vector<std::pair<std::string, MeshDimGroup>> out;
+  for (const auto &[name, dims] : r.members()) {
+    if (mesh.dimIndex(name) || llvm::any_of(out, [&](const auto &seen) { return seen.first == name; }))
+      dims.fail(fmt::format("flattened dim '{}' is named twice (or is a mesh dim's name)", name.str()));
+    MeshDimGroup group;
+    for (const JsonRef &d : dims.items()) {
+      unsigned dim = meshDimByName(mesh, d);
+      // DeviceMesh slices dims in the mesh's order: a flattened dim's ranks are row-major in them.
+      if (!group.empty() && dim <= group.back())
+        d.fail(fmt::format("mesh dim '{}' is out of the mesh's order (a flattened dim takes dims in mesh order, "
+                           "each once)",
+                           d.asString()));
+      group.push_back(dim);
+    }
+    if (group.size() < 2)
+      dims.fail(fmt::format("flattened dim '{}' of {} mesh dims (it flattens two or more)", name.str(), group.size()));
+    out.emplace_back(name.str(), std::move(group));
+  }
+  return out;
+}
+
 /// One fully_shard entry (docs/plan-format.md, "fully_shard").
 FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   r.rejectUnknownKeys({"fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
@@ -72,10 +108,11 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   }
   JsonRef dims = r.field("mesh_dims");
   for (const JsonRef &d : dims.items()) {
-    unsigned dim = meshDimByName(mesh, d);
-    if (std::find(u.meshDims.begin(), u.meshDims.end(), dim) != u.meshDims.end())
-      d.fail(fmt::format("mesh dim '{}' given twice", d.asString()));
-    u.meshDims.push_back(dim);
+    MeshDimGroup group = meshDimGroupByName(mesh, d);
+    for (const MeshDimGroup &seen : u.meshDims)
+      if (llvm::any_of(group, [&](unsigned dim) { return llvm::is_contained(seen, dim); }))
+        d.fail(fmt::format("mesh dim '{}' given twice", d.asString()));
+    u.meshDims.push_back(std::move(group));
   }
   if (u.meshDims.empty() || u.meshDims.size() > 2)
     dims.fail(fmt::format("{} mesh dims (fully_shard takes a 1-D mesh, or a 2-D (replicate, shard) mesh for HSDP)",
@@ -85,7 +122,7 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
       u.reshard = raf->asBool() ? FullyShardUnit::Reshard::Yes : FullyShardUnit::Reshard::No;
     } else {
       int64_t group = raf->asInt();
-      int64_t shard = mesh.shape[u.meshDims.back()];
+      int64_t shard = mesh.groupSize(u.meshDims.back());
       if (group < 1 || group > shard || shard % group != 0)
         raf->fail(fmt::format("reshard_after_forward {} is not a factor of the shard group size {}", group, shard));
       // As fully_shard normalises it: 1 is False, the whole shard group is True.
@@ -164,7 +201,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
     plan.source = s->asString();
 
   JsonRef mesh = root.field("mesh");
-  mesh.rejectUnknownKeys({"shape", "dim_names", "device_type"});
+  mesh.rejectUnknownKeys({"shape", "dim_names", "device_type", "flattened_dims"});
   int64_t devices = 1;
   for (const JsonRef &d : mesh.field("shape").items()) {
     int64_t size = d.asInt();
@@ -185,6 +222,8 @@ ShardingPlan decodePlan(const JsonRef &root) {
   } else if (plan.mesh.shape.size() > 1) {
     mesh.fail("an N-D mesh needs dim_names");
   }
+  if (auto flattened = mesh.optField("flattened_dims"))
+    plan.mesh.flattened = decodeFlattenedDims(plan.mesh, *flattened);
   std::string device = mesh.field("device_type").asString();
   if (device != "cpu" && device != "cuda")
     mesh.field("device_type").fail(fmt::format("device type '{}' (expected \"cpu\" or \"cuda\")", device));
@@ -204,8 +243,9 @@ ShardingPlan decodePlan(const JsonRef &root) {
   if (auto units = root.optField("fully_shard"))
     for (const JsonRef &u : units->items()) {
       plan.fullyShard.push_back(decodeFullyShard(plan.mesh, u));
-      for (unsigned dim : plan.fullyShard.back().meshDims)
-        for (const ParallelizeStep &step : plan.steps)
+      for (const MeshDimGroup &group : plan.fullyShard.back().meshDims)
+        for (unsigned dim : group)
+          for (const ParallelizeStep &step : plan.steps)
           if ((step.meshDim == dim || (!step.meshDim && plan.mesh.ndim() == 1)) && !onlyExpertParallel(step))
             u.field("mesh_dims").fail(fmt::format("mesh dim '{}' is used by a parallelize step too (FSDP and tensor "
                                                   "parallel dims must differ)",

@@ -37,10 +37,10 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
       FsdpUnit u;
       u.members = std::move(members);
       u.spec = &spec;
-      u.shardDim = spec.meshDims.back();
-      u.shardSize = plan.mesh.shape[u.shardDim];
+      u.shardDims = spec.meshDims.back();
+      u.shardSize = plan.mesh.groupSize(u.shardDims);
       if (spec.meshDims.size() == 2)
-        u.replicateDim = spec.meshDims.front();
+        u.replicateDims = spec.meshDims.front();
       u.regatherGroupSize = spec.reshard == FullyShardUnit::Reshard::ToGroup ? spec.reshardGroupSize : u.shardSize;
       return u;
     };
@@ -159,7 +159,8 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
     for (const Value *p : u.params)
       if (tpPlacements.count(p))
         for (const ParallelizeStep &step : plan.steps)
-          if (step.meshDim && (*step.meshDim == u.shardDim || u.replicateDim == step.meshDim))
+          if (step.meshDim && (llvm::is_contained(u.shardDims, *step.meshDim) ||
+                               llvm::is_contained(u.replicateDims, *step.meshDim)))
             return makeError("fully_shard '{}' on {}: parameter '{}' is a DTensor on mesh dim '{}', the unit's own "
                              "(give its module a fully_shard unit on another mesh dim)",
                              u.spec->pattern, u.label(), p->name(), plan.mesh.dimNames[*step.meshDim]);
@@ -215,7 +216,7 @@ void FsdpRuntime::unshard(unsigned index, const Node &at, Phase phase, const std
   r.module = at.scope();
   r.node = &at;
   r.argument = fmt::format("{} parameters of {}", u.params.size(), u.label());
-  r.meshDims.push_back(u.shardDim);
+  r.meshDims = u.shardDims;
   r.src = Placement::shard(0);
   r.dst = Placement::replicate();
   r.fromPlacements = {Placement::shard(0)};
@@ -303,14 +304,14 @@ void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<
     inputBytes += shard * u.shardSize * elem;
     outputBytes += shard * elem;
   }
-  auto make = [&](const char *op, unsigned dim, Placement src, Placement dst, int64_t bytes, std::string why) {
+  auto make = [&](const char *op, const MeshDimGroup &dims, Placement src, Placement dst, int64_t bytes, std::string why) {
     CollectiveRecord r;
     r.opKey = op;
     r.phase = Phase::Backward;
     r.module = at.scope();
     r.node = &at;
     r.argument = fmt::format("{} gradients of {}", params.size(), name);
-    r.meshDims.push_back(dim);
+    r.meshDims = dims;
     r.src = src;
     r.dst = dst;
     r.fromPlacements = {src};
@@ -320,10 +321,10 @@ void FsdpRuntime::reduceGradients(unsigned unit, const Node &at, llvm::ArrayRef<
     record(std::move(r));
   };
   if (u.shardSize > 1) // foreach_reduce skips the reduce-scatter for a world of one
-    make(kReduceScatter, u.shardDim, Placement::partial(), Placement::shard(0), inputBytes,
+    make(kReduceScatter, u.shardDims, Placement::partial(), Placement::shard(0), inputBytes,
          fmt::format("FSDP post-backward of {} reduce-scatters its gradients", name));
-  if (u.replicateDim && u.spec->requiresAllReduce)
-    make(kAllReduce, *u.replicateDim, Placement::partial(), Placement::replicate(), outputBytes,
+  if (!u.replicateDims.empty() && u.spec->requiresAllReduce)
+    make(kAllReduce, u.replicateDims, Placement::partial(), Placement::replicate(), outputBytes,
          fmt::format("HSDP post-backward of {} all-reduces its gradient shards over the replicate group", name));
 }
 

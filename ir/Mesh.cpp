@@ -22,6 +22,36 @@ std::optional<unsigned> DeviceMesh::dimIndex(llvm::StringRef name) const {
   return std::nullopt;
 }
 
+std::optional<MeshDimGroup> DeviceMesh::dimGroup(llvm::StringRef name) const {
+  if (auto dim = dimIndex(name))
+    return MeshDimGroup{*dim};
+  for (const auto &[flatName, dims] : flattened)
+    if (flatName == name)
+      return dims;
+  return std::nullopt;
+}
+
+int64_t DeviceMesh::groupSize(llvm::ArrayRef<unsigned> dims) const {
+  int64_t n = 1;
+  for (unsigned d : dims)
+    n *= shape[d];
+  return n;
+}
+
+std::string DeviceMesh::groupName(llvm::ArrayRef<unsigned> dims) const {
+  if (dims.size() > 1)
+    for (const auto &[flatName, group] : flattened)
+      if (llvm::ArrayRef<unsigned>(group) == dims)
+        return flatName;
+  std::string out;
+  for (unsigned d : dims) {
+    if (!out.empty())
+      out += ",";
+    out += d < dimNames.size() && !dimNames[d].empty() ? dimNames[d] : std::to_string(d);
+  }
+  return out;
+}
+
 DeviceMesh DeviceMesh::subMesh(unsigned dim) const {
   DeviceMesh m;
   m.shape = {shape[dim]};

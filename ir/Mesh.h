@@ -9,6 +9,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace commlens {
 
@@ -16,15 +18,28 @@ namespace commlens {
 /// all-to-all on CUDA but an all_gather plus a local chunk on CPU).
 enum class MeshDeviceType : uint8_t { Cpu, Cuda };
 
+/// Dims of a mesh taken together as one: a single dim, or several flattened into one
+/// (`mesh["efsdp", "ep"]._flatten("fsdp")`), in the mesh's order (row-major ranks).
+using MeshDimGroup = llvm::SmallVector<unsigned, 2>;
+
 struct DeviceMesh {
   llvm::SmallVector<int64_t, 2> shape;
   llvm::SmallVector<std::string, 2> dimNames; // empty names allowed when unnamed
   MeshDeviceType deviceType = MeshDeviceType::Cpu;
+  /// Named flattenings of several dims (DeviceMesh._flatten, torch/distributed/device_mesh.py),
+  /// as torchtitan's fsdp dim over efsdp x ep: a name FSDP may take as its mesh.
+  std::vector<std::pair<std::string, MeshDimGroup>> flattened{};
 
   size_t ndim() const { return shape.size(); }
   int64_t size() const;
   /// Index of a named mesh dim.
   std::optional<unsigned> dimIndex(llvm::StringRef name) const;
+  /// The dims a name stands for: a mesh dim, or a flattened one's dims.
+  std::optional<MeshDimGroup> dimGroup(llvm::StringRef name) const;
+  /// The ranks of a group of dims (the product of their sizes).
+  int64_t groupSize(llvm::ArrayRef<unsigned> dims) const;
+  /// "tp", a flattened group's own name ("fsdp"), or the dims' names joined ("dp,tp").
+  std::string groupName(llvm::ArrayRef<unsigned> dims) const;
   /// The 1-D sub-mesh of one dim, as `mesh["tp"]` gives it.
   DeviceMesh subMesh(unsigned dim) const;
   std::string str() const; // "DeviceMesh((2, 4), 'cpu', mesh_dim_names=('dp', 'tp'))"

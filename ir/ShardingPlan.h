@@ -88,8 +88,9 @@ struct FullyShardUnit {
   std::vector<std::string> patterns() const {
     return listPatterns.empty() ? std::vector<std::string>{pattern} : listPatterns;
   }
-  /// The sub-mesh's dims: one (FSDP: shard) or two (HSDP: replicate, shard).
-  std::vector<unsigned> meshDims;
+  /// The sub-mesh's dims: one (FSDP: shard) or two (HSDP: replicate, shard), each a plan mesh dim
+  /// or several flattened into one (torchtitan's fsdp over efsdp x ep).
+  std::vector<MeshDimGroup> meshDims;
   /// reshard_after_forward: none (torch's default: True, False for the root), a bool, or the
   /// size of the group to reshard to (an int).
   enum class Reshard : uint8_t { Default, Yes, No, ToGroup } reshard = Reshard::Default;

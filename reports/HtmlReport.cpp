@@ -225,9 +225,7 @@ std::string predictionHtml(const PredictionReport &report, llvm::StringRef title
     if (!report.includes(c))
       continue;
     bool forward = c.phase == Phase::Forward;
-    std::string dims;
-    for (unsigned d : c.meshDims)
-      dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    std::string dims = fmt::format("{}", fmt::join(c.meshDims, ","));
     body += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} &rarr; {}</td><td class=\"num\">{}</td>",
                         forward ? "forward" : "backward", escape(c.module ? c.module->displayName() : "Global"),
                         escape(c.opKey), dims, escape(str(c.fromPlacements)), escape(str(c.toPlacements)),

@@ -113,17 +113,6 @@ void writeRecord(JsonWriter &j, const CollectiveRecord &r) {
   });
 }
 
-/// "tp", "dp,tp": the plan mesh's names of a collective's dims (indices where unnamed).
-std::string dimNames(const DeviceMesh &mesh, llvm::ArrayRef<unsigned> dims) {
-  std::string out;
-  for (unsigned d : dims) {
-    if (!out.empty())
-      out += ",";
-    out += d < mesh.dimNames.size() && !mesh.dimNames[d].empty() ? mesh.dimNames[d] : std::to_string(d);
-  }
-  return out;
-}
-
 void add(CommTotals &t, const CollectiveRecord &c) {
   ++t.collectives;
   t.bytesPerRank += c.bytesPerRank;
@@ -225,7 +214,7 @@ std::vector<MeshDimTotals> PredictionReport::meshDimTotals() const {
   for (const CollectiveRecord &c : state->collectives) {
     if (!includes(c))
       continue;
-    std::string dims = dimNames(plan->mesh, c.meshDims);
+    std::string dims = plan->mesh.groupName(c.meshDims);
     auto it = std::find_if(out.begin(), out.end(), [&](const MeshDimTotals &m) { return m.dims == dims; });
     if (it == out.end()) {
       out.push_back({dims, c.time ? c.time->ranks : 1, c.time ? c.time->nodes : 1, {}, {}});
@@ -267,7 +256,7 @@ void PredictionReport::printTable(llvm::raw_ostream &os, int noiseLevel) const {
     if (noiseLevel >= 1) // scope null: Global's own records (the loss's collectives)
       for (const CollectiveRecord *c : own[scope])
         if (commPhase(c->phase) == phase)
-          os << pad << "  **" << c->opKey << " on mesh dim " << c->meshDims.front() << ": " << str(c->fromPlacements)
+          os << pad << "  **" << c->opKey << " on mesh dim " << fmt::format("{}", fmt::join(c->meshDims, ",")) << ": " << str(c->fromPlacements)
              << " -> " << str(c->toPlacements) << ", " << c->bytesPerRank << " B/rank"
              << (c->bytesRange ? fmt::format(" ({}; {} to {} by the routing)", routingModel(*c), c->bytesRange->first,
                                              c->bytesRange->second)

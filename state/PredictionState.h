@@ -78,8 +78,8 @@ struct FsdpUnit {
   std::vector<const Value *> params;
   /// The tensor dim FSDP shards a parameter on where it is not 0 (shard_placement_fn).
   llvm::DenseMap<const Value *, int64_t> shardDimOf{};
-  unsigned shardDim = 0;                 // dims of the plan's full mesh
-  std::optional<unsigned> replicateDim; // HSDP
+  MeshDimGroup shardDims;     // dims of the plan's full mesh (several where flattened)
+  MeshDimGroup replicateDims; // HSDP; empty for FSDP
   int64_t shardSize = 1;
   /// The root unit whose FSDP state context this unit shares: the outermost unit enclosing it
   /// (itself when no other unit does). Each root has its own post-forward order and final callback.

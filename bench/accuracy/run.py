@@ -390,6 +390,13 @@ CONFIGS = [
           ("qwen3_moe", "fsdp_ep-dp4xep4", "dp_shard=4, ep=4", False),
           ("qwen3_moe", "hsdp_ep-2x2xep2", "dp_shard=2, dp_replicate=2, ep=2", False),
           ("qwen3_moe", "fsdp_ep-dp2xep2-full_ac", "dp_shard=2, ep=2, ac='full'", False),
+          # ep taking part of dp_shard: the dense units on fsdp, flattened from (efsdp, ep), the
+          # experts' units on efsdp (at dp_shard 8 CommDebugMode's run fails on the fake process
+          # group: "alltoall_base: inputBuffer is empty but outputSplitSizes[1] > 0")
+          ("qwen3_moe", "fsdp_ep-dp4xep2", "dp_shard=4, ep=2", True),
+          ("qwen3_moe", "hsdp_ep-2x4xep2", "dp_shard=4, dp_replicate=2, ep=2", False),
+          ("qwen3_moe", "fsdp_ep-dp4xep2-full_ac", "dp_shard=4, ep=2, ac='full'", False),
+          ("qwen3_moe", "fsdp_ep-dp4xep2-bf16", "dp_shard=4, ep=2, mixed_precision_param='bfloat16'", False),
           # torchtitan's per-op SAC, which forces the router gates' mms to recompute
           ("qwen3_moe", "fsdp-dp4-sac_op", "dp_shard=4, ac='selective', sac_option='op'", False))],
     # MoE tensor parallel as torchtitan's apply_moe_ep_tp applies it with a tp mesh alone (the MoE

@@ -354,6 +354,19 @@ def _group_patterns(entries, paths, containers):
 # --------------------------------------------------------------------------
 
 
+def _tiles(dims, world_size):
+    """Whether ``[(name, (size, stride))]``, outermost first, lay the world's ranks out as one mesh
+    (size-1 dims anywhere)."""
+    stride = 1
+    for _name, (size, dim_stride) in reversed(dims):
+        if size == 1:
+            continue
+        if dim_stride != stride:
+            return False
+        stride *= size
+    return stride == world_size
+
+
 class _Capture:
     """Reads the plan off the model FN parallelized and the recorder's log."""
 
@@ -450,14 +463,16 @@ class _Capture:
         return tuple(mesh.mesh_dim_names)
 
     def plan_mesh(self, world_size, style_dims=()):
-        """``(shape, dim names, aliases)`` of one mesh holding every unflattened dim in use, outermost
+        """``(shape, dim names, aliases, flattened)`` of one mesh holding every unflattened dim in use, outermost
         (largest rank stride) first, when they tile the root's ranks; None when no unflattened dim
         is used. Size-1 dims (torchtitan's pp and cp at degree 1) go first: they change no rank's
         place. Dims over the same ranks (torchtitan's ``ep`` borrowing all of ``fsdp``) are one plan
         dim; ``aliases`` maps each other name to it. It keeps the name a parallel style used
         (``style_dims``): styles may read their mesh's dim names, as torchtitan's GroupedExperts
-        does. With several root meshes (transformers' dense and expert ones) their dims in use are
-        laid out so."""
+        does. A dim over the ranks of several others (torchtitan's ``fsdp`` over ``efsdp`` x ``ep``
+        when ep takes part of dp_shard) is their flattening: ``flattened`` maps its name to theirs.
+        With several root meshes (transformers' dense and expert ones) their dims in use are laid
+        out so."""
         if self.other_roots and self.unflattened_dims:
             self.fail("the model uses several root meshes and meshes unflattened from a 1-D one; a plan lays out "
                       "one or the other as its mesh")
@@ -472,23 +487,35 @@ class _Capture:
                 kept.setdefault(layout, name)
         dims = sorted(((name, layout) for name, layout in layouts.items() if name not in aliases),
                       key=lambda item: (item[1][0] != 1, -item[1][1]))
-        stride, tiled = 1, True
-        for name, (size, dim_stride) in reversed(dims):
-            if size == 1:
-                continue
-            if dim_stride != stride:
-                tiled = False
-                break
-            stride *= size
-        if not tiled or stride != world_size:
+        flattened = {}
+        if not _tiles(dims, world_size):
+            # a dim over the ranks of several others (torchtitan's fsdp over efsdp x ep) is their
+            # flattening: mesh[("efsdp", "ep")]._flatten("fsdp"); dims the styles use are kept
+            for name, (size, dim_stride) in sorted(dims, key=lambda item: (item[0] in style_dims, -item[1][0])):
+                others = [d for d in dims if d[0] != name and d[0] not in flattened]
+                if size == 1 or not _tiles(others, world_size):
+                    continue
+                run, product = [], 1
+                for other, (other_size, other_stride) in reversed(others):
+                    if other_size == 1 or (not run and other_stride != dim_stride):
+                        continue
+                    run.insert(0, other)
+                    product *= other_size
+                    if product >= size:
+                        break
+                if product == size and len(run) > 1:
+                    flattened[name] = tuple(run)
+                    break
+            dims = [d for d in dims if d[0] not in flattened]
+        if not _tiles(dims, world_size):
             shown = ", ".join(f"{name!r} (size {size}, stride {dim_stride})" for name, (size, dim_stride) in dims)
             roots = ", ".join(str(tuple(r.mesh_dim_names)) for r in [self.root_mesh, *self.other_roots])
             source = (f"of the meshes {roots}" if self.other_roots else
                       f"unflattened from the {world_size}-rank mesh {tuple(self.root_mesh.mesh_dim_names or ())}")
             self.fail(f"the mesh dims in use, {shown}, {source}, do not lay out as one mesh over the ranks "
-                      "(a dim over the ranks of several others, as torchtitan's fsdp over efsdp x ep, is not "
-                      "modelled)")
-        return tuple(size for _name, (size, _stride) in dims), tuple(name for name, _layout in dims), aliases
+                      "with dims flattened from others")
+        return (tuple(size for _name, (size, _stride) in dims), tuple(name for name, _layout in dims), aliases,
+                flattened)
 
     # ---- the model's modules and hooks
 
@@ -903,13 +930,19 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
         placements, frozen = cap.placements_and_frozen(fsdp_params)
         src_data_rank = cap.src_data_rank()
         module_subclasses = cap.module_subclasses()
-    root = cap.root_mesh
+    root, flattened = cap.root_mesh, {}
     unflattened = cap.plan_mesh(world_size, style_dims={dim for dim, _plan in steps})
     if root is None:
         shape, names, device_type = (world_size,), None, "cpu"
     elif unflattened is not None:
-        (shape, names, aliases), device_type = unflattened, root.device_type
+        (shape, names, aliases, flattened), device_type = unflattened, root.device_type
         steps = [(aliases.get(dim, dim), plan) for dim, plan in steps]
+        for dim in [dim for dim, _plan in steps] + [name for spec in placements.values() if isinstance(spec, dict)
+                                                    for name in spec]:
+            if dim in flattened:
+                raise CaptureError(subject, f"a parallel style or DTensor placement runs on mesh dim {dim!r}, "
+                                   f"flattened from {' x '.join(flattened[dim])}; DTensors on a flattened dim are not "
+                                   "modelled (only fully_shard's mesh may be one)")
         for unit in units:
             unit.mesh_dims = tuple(aliases.get(name, name) for name in unit.mesh_dims)
         for spec in placements.values():
@@ -929,6 +962,7 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
     else:
         tp_dim, parallelize_plan = None, steps
     plan = Plan(mesh_shape=shape, mesh_dim_names=None if names is None else tuple(names), device_type=device_type,
+                flattened_dims=flattened,
                 parallelize_plan=parallelize_plan, tp_mesh_dim=tp_dim, placements=placements,
                 inputs_requires_grad=tuple(inputs_requires_grad), frozen_after_parallelize=frozen,
                 loss=plan_loss, loss_parallel=loss_parallel, src_data_rank=src_data_rank,

@@ -118,6 +118,7 @@ import warnings
 
 from commlens._errors import CommlensError, cli_main, exit_without_teardown
 from commlens.plan import Loss, PlanError, check_against_model, resolve_plan, to_json
+from commlens.plan.validation import dim_group
 
 BACKENDS = ("fake", "gloo", "nccl")
 PHASES = ("forward", "backward", "both", "inference")
@@ -341,7 +342,8 @@ def _apply_fully_shard(plan, model, mesh, plan_subject):
         modules = [get(path) for path in paths]
         own = [p for module in modules for p in module.parameters() if id(p) not in managed]
         raf = unit.reshard_after_forward
-        shard_size = plan.mesh_shape[list(plan.mesh_dim_names).index(unit.mesh_dims[-1])]
+        shard_size = math.prod(plan.mesh_shape[list(plan.mesh_dim_names).index(d)]
+                               for d in dim_group(plan, unit.mesh_dims[-1]))
         if (not isinstance(raf, bool) and isinstance(raf, int) and 1 < raf < shard_size
                 and any(isinstance(p, DTensor) for p in own)):
             # FSDPParam.to_sharded_post_forward raises NotImplementedError in
@@ -421,6 +423,8 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
     mesh = init_device_mesh(plan.device_type, tuple(plan.mesh_shape),
                             mesh_dim_names=None if plan.mesh_dim_names is None
                             else tuple(plan.mesh_dim_names))
+    for name, dims in plan.flattened_dims.items():
+        mesh[dims]._flatten(name)  # mesh[name] is then the flattened dim
 
     for name, p in model.named_parameters():
         if any(fnmatch.fnmatchcase(name, pat) for pat in plan.frozen):

@@ -1,6 +1,9 @@
 """`commlens predict` / `check-plan` on FSDP2 plans it must refuse: the same plan fails in torch
-(checked here with commlens.measure), or cannot be expressed; one line, exit 2."""
+(checked here with commlens.measure), or cannot be expressed; one line, exit 2. And units on a
+flattened mesh dim, predicted against commlens.measure."""
 import dataclasses
+import json
+import re
 
 import pytest
 
@@ -8,7 +11,7 @@ from commlens import plan as planlib
 from commlens._factory import call_model_factory
 from commlens.measure import measure
 from commlens.plan import FullyShard
-from integration_helpers import compare_with_measure, export_pt2, save_plan
+from integration_helpers import compare_with_measure, export_pt2, module_rows, predict_both, save_plan
 
 STACKED = "examples.mlp:stacked_mlp"
 
@@ -112,3 +115,59 @@ def test_mixed_precision_leaves_activation_bytes_unknown(run_commlens, tmp_path)
     assert details and all(d.get("bytes_known", True) is False for d in details if d["op"].startswith("c10d_func"))
     summary = compare_with_measure(run_commlens, predicted, model, plan_spec, tmp_path)
     assert summary["differ"] == 0 and 0 < summary["bytes_compared"] < summary["cells"]
+
+
+def test_units_on_a_flattened_dim(run_commlens, stacked_pt2, tmp_path):
+    """torchtitan's fsdp over efsdp x ep, on stacked_mlp: a (efsdp 2, ep 4) mesh with fsdp their
+    flattening (mesh[("efsdp", "ep")]._flatten("fsdp")); layers.0 on fsdp (8 ranks), layers.1
+    and layers.2 on ep (4 ranks), the root (no parameter of its own) on efsdp."""
+    plan = planlib.Plan(mesh_shape=(2, 4), mesh_dim_names=("efsdp", "ep"), flattened_dims={"fsdp": ("efsdp", "ep")},
+                        fully_shard=(FullyShard("layers.0", ("fsdp",)), FullyShard("layers.[12]", ("ep",)),
+                                     FullyShard("", ("efsdp",))))
+    pred, tree = predict_both(run_commlens, stacked_pt2, plan, tmp_path)
+    rows = module_rows(tree)
+    # a block: w1 [32, 16], b1 [32], w2 [16, 32], b2 [16] float32, 1072 elements (4288 bytes, what
+    # the reduce-scatter sends). On 8 ranks a rank's shards are 4 x 16 + 4 + 2 x 32 + 2 = 134
+    # elements (536 bytes); on 4 ranks twice that (1072 bytes)
+    ag, rs = "c10d._allgather_base_", "c10d._reduce_scatter_base_"
+    assert rows["FSDPStackedMLP.layers.0"][2] == {ag: 536}
+    assert rows["FSDPStackedMLP.layers.1"][2] == {ag: 1072}
+    # backward: layers.1's pre-backward prefetches layers.0 (its own gather was layers.2's prefetch)
+    assert rows["FSDPStackedMLP.layers.1"][3] == {ag: 536, rs: 4288}
+    assert rows["FSDPStackedMLP.layers.0"][3][rs] == 4288
+    # the records name the flattened dim's two mesh dims, and the table names the dim
+    records = [c for m in _tree(tree) for c in m.get("collectives_forward_detail", ())]
+    assert {(c["module"], tuple(c["mesh_dims"])) for c in records} == {
+        ("FSDPStackedMLP.layers.0", (0, 1)), ("FSDPStackedMLP.layers.1", (1,)), ("FSDPStackedMLP.layers.2", (1,))}
+    r = run_commlens("predict", stacked_pt2, "--plan", tmp_path / "plan.json", "--phase", "both",
+                     "--cluster", "h100-ib-ndr")
+    assert r.returncode == 0 and "fsdp" in r.stdout, r.stderr
+    summary = compare_with_measure(run_commlens, pred, STACKED, plan, tmp_path)
+    assert summary["differ"] == 0 and summary["bytes_compared"] == summary["cells"] > 0
+
+
+def test_a_style_on_a_flattened_dim_is_refused(run_commlens, stacked_pt2, tmp_path):
+    from examples.plans import stacked_mlp_tp
+
+    plan = dataclasses.replace(stacked_mlp_tp(tp=2), mesh_shape=(2, 2), mesh_dim_names=("a", "b"),
+                               flattened_dims={"ab": ("a", "b")}, tp_mesh_dim="ab")
+    message = ("'ab' (parallelize_plan) is a flattened dim (flattened_dims), which only fully_shard's mesh_dims may "
+               "name (DTensor placements and parallelize steps on a flattened dim are not modelled)")
+    with pytest.raises(planlib.PlanError, match=re.escape(message)):
+        save_plan(plan, tmp_path)
+    # the C++ reader refuses the same document
+    doc = planlib.to_json(dataclasses.replace(plan, tp_mesh_dim="a"))
+    doc["parallelize"][0]["mesh_dim"] = "ab"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    r = run_commlens("predict", stacked_pt2, "--plan", path)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {path}: parallelize[0].mesh_dim: 'ab' is a flattened dim "
+                        "(mesh.flattened_dims), which only fully_shard's mesh_dims may name (DTensor placements and "
+                        "parallelize steps on a flattened dim are not modelled)\n")
+
+
+def _tree(node):
+    yield node
+    for child in node.get("children", ()):
+        yield from _tree(child)

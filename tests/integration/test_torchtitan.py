@@ -304,17 +304,39 @@ def test_expert_parallel_bytes_within_the_routings_bounds(tmp_path, run_commlens
                for c in routed)
 
 
-def test_expert_parallel_on_part_of_dp_shard_is_refused_by_name():
-    """dp_shard 4 with ep 2: torchtitan's fsdp dim spans efsdp x ep, a flattened dim."""
-    import pytest
-
-    from commlens.capture import CaptureError
-
-    with pytest.raises(CaptureError, match=r"'fsdp' \(size 4, stride 1\), unflattened from the 4-rank mesh "
-                                           r"\('world',\), do not lay out as one mesh over the ranks \(a dim over "
-                                           r"the ranks of several others, as torchtitan's fsdp over efsdp x ep, is "
-                                           r"not modelled\)"):
-        titan_captured(name="qwen3_moe", dp_shard=4, ep=2)
+def test_expert_parallel_on_part_of_dp_shard(tmp_path, run_commlens):
+    """dp_shard 4 with ep 2: torchtitan unflattens the 4 ranks into a dense (fsdp) and a sparse
+    (efsdp, ep) mesh, fsdp over efsdp x ep. The plan's mesh is (efsdp 2, ep 2) with fsdp their
+    flattening: the dense units gather and reduce over all 4 ranks, the experts' units over efsdp
+    (2 ranks) the experts' ep shards."""
+    settings = dict(name="qwen3_moe", dp_shard=4, ep=2)
+    plan = titan_captured(**settings)
+    assert (plan.mesh_shape, plan.mesh_dim_names, plan.flattened_dims) == (
+        (2, 2), ("efsdp", "ep"), {"fsdp": ("efsdp", "ep")})
+    assert [(u.fqn, u.mesh_dims) for u in plan.fully_shard] == [
+        ("tok_embeddings", ("fsdp",)), ("layers.*.moe.experts", ("efsdp",)), ("layers.0", ("fsdp",)),
+        ("layers.1", ("fsdp",)), (("norm", "output"), ("fsdp",)), ("", ("fsdp",))]
+    doc = measure_titan(**settings)
+    # Per block, the experts' w1, w3 [8, 64, 128] and w2 [8, 128, 64] float32: ep 2 keeps 4 experts
+    # a rank, efsdp 2 halves them: 3 x 4 x 64 x 128 / 2 floats gathered; the reduce-scatter sends
+    # the rank's 4 experts' whole gradients
+    experts = 3 * 4 * 64 * 128
+    layer0 = _module(doc, "FSDPQwen3Model.layers.0.moe.experts")
+    assert layer0["forward_bytes"]["c10d._allgather_base_"] == experts // 2 * 4
+    assert layer0["backward_bytes"]["c10d._reduce_scatter_base_"] == experts * 4
+    # the block's own parameters (attention, norms, router gate) over all 4 ranks of fsdp
+    block = (2 * 128 * 128 + 2 * 64 * 128) + 2 * 16 + 2 * 128 + 8 * 128
+    norm = _module(doc, "FSDPQwen3Model.layers.0.attention_norm")
+    assert norm["backward_bytes"] == {"c10d._reduce_scatter_base_": block * 4}
+    _compare(run_commlens, tmp_path, plan, doc, model=model_spec("qwen3_moe"))
+    r = run_commlens("predict", tmp_path / "model.pt2", "--plan", tmp_path / "plan.json", "--phase", "both",
+                     "--format", "json")
+    records = [c for m in _tree(json.loads(r.stdout)) for c in m.get("collectives_backward_detail", ())]
+    # the dense units' reduce-scatters on the flattened dim's two mesh dims, the experts' on efsdp
+    assert {(c["op"], tuple(c["mesh_dims"])) for c in records} == {
+        ("c10d._reduce_scatter_base_", (0, 1)), ("c10d._reduce_scatter_base_", (0,)),
+        ("c10d._allgather_base_", (0, 1)), ("c10d._allgather_base_", (0,)),
+        ("c10d_functional.all_to_all_single", (1,))}
 
 
 def test_qwen3_moe_per_op_checkpointing_recomputes_the_router(tmp_path, run_commlens):

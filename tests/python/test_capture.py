@@ -175,8 +175,8 @@ def replaced_forward(model):
 
 REFUSALS = [
     (unflattened_gap, "the mesh dims in use, 'unused' (size 1, stride 0), unflattened from the 2-rank mesh "
-                      "('world',), do not lay out as one mesh over the ranks (a dim over the ranks of several "
-                      "others, as torchtitan's fsdp over efsdp x ep, is not modelled)"),
+                      "('world',), do not lay out as one mesh over the ranks with dims "
+                      "flattened from others"),
     (style_subclass, f"parallel style {MyColwise.__module__}.MyColwise on module 'layers.0.w1' (Linear) is not "
                      "modelled (commlens models ColwiseParallel, RowwiseParallel, SequenceParallel, "
                      "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput, "

@@ -94,7 +94,7 @@ def every_field_plan():
     Partial and _StridedShard placements, CPU offload, float16, an int reshard_after_forward, a list unit with a
     gradient divide factor, an every-second-mm policy, loss targets from an input and float32
     logits, src_data_rank None, torchtitan's NoParallel with its layouts, transformers' expert dispatch
-    and MLA layers with their fields, module subclasses, a unit's shard dims."""
+    and MLA layers with their fields, module subclasses, a unit's shard dims, a flattened mesh dim."""
     from commlens.plan.styles import (torchtitan_no_parallel, transformers_ep_dispatch_experts,
                                       transformers_mla_kv_a_proj)
 
@@ -105,6 +105,7 @@ def every_field_plan():
     rep, s0 = Replicate(), Shard(0)
     return Plan(
         name="every_field", mesh_shape=(2, 4), mesh_dim_names=("dp", "tp"), device_type="cuda", tp_mesh_dim="tp",
+        flattened_dims={"world": ("dp", "tp")},
         parallelize_plan={
             "w1": ColwiseParallel(input_layouts=rep, output_layouts=Shard(1), use_local_output=False),
             "w2": RowwiseParallel(input_layouts=Shard(1), output_layouts=Partial("max")),

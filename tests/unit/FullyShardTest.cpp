@@ -43,7 +43,8 @@ struct Net : test::TestProgram {
   FullyShardUnit &unit(std::string pattern, std::vector<unsigned> dims = {0}) {
     FullyShardUnit u;
     u.pattern = std::move(pattern);
-    u.meshDims = std::move(dims);
+    for (unsigned d : dims)
+      u.meshDims.push_back({d});
     plan.fullyShard.push_back(u);
     return plan.fullyShard.back();
   }
@@ -184,6 +185,27 @@ TEST(FullyShard, HsdpAllReducesOverTheReplicateGroupWithMixedPrecisionBytes) {
   EXPECT_EQ(out[7], rec("c10d.allreduce_", "bwd", "FSDPNet.layers.2", 256));
   EXPECT_EQ(std::count_if(out.begin(), out.end(), [](const std::string &s) { return s.find("allreduce_") != s.npos; }),
             4);
+}
+
+TEST(FullyShard, AFlattenedDimGathersOverAllItsRanks) {
+  // torchtitan's fsdp over efsdp x ep (mesh["efsdp", "ep"]._flatten("fsdp")): the layers on the
+  // flattened dim, a group of 2 x 4 = 8 ranks, the root on efsdp alone (2 ranks)
+  Net net;
+  net.plan.mesh.shape = {2, 4};
+  net.plan.mesh.dimNames = {"efsdp", "ep"};
+  net.plan.mesh.flattened = {{"fsdp", {0, 1}}};
+  net.plan.fullyShard.push_back({});
+  net.plan.fullyShard.back().pattern = "layers.*";
+  net.plan.fullyShard.back().meshDims = {{0, 1}};
+  net.unit("", {0});
+  // w_i [16, 16] f32 on 8 ranks: shard 2 x 16 = 32 elements (128 bytes), reduce-scatter input the
+  // whole 1024 bytes; the root's scale [16] on 2 ranks: 8 elements (32 bytes), input 64 bytes,
+  // reduce-scattered by the root's final callback while layers.0's hooks are the last to have run
+  auto out = net.predict();
+  EXPECT_EQ(out[1], rec(kAg, "fwd", "FSDPNet.layers.0", 128));
+  EXPECT_EQ(std::count(out.begin(), out.end(), rec(kRs, "bwd", "FSDPNet.layers.1", 1024)), 1);
+  EXPECT_EQ(std::count(out.begin(), out.end(), rec(kRs, "bwd", "FSDPNet.layers.0", 64)), 1);
+  EXPECT_EQ(std::count(out.begin(), out.end(), rec(kAg, "fwd", "FSDPNet", 32)), 1);
 }
 
 TEST(FullyShard, GradientSyncOffSkipsTheReduction) {

@@ -129,7 +129,7 @@ TEST(PlanReader, ReadsFullyShardUnits) {
   ASSERT_EQ(plan->fullyShard.size(), 2u);
   const FullyShardUnit &hsdp = plan->fullyShard[0], &root = plan->fullyShard[1];
   EXPECT_EQ(hsdp.pattern, "layers.*");
-  EXPECT_EQ(hsdp.meshDims, (std::vector<unsigned>{0, 1}));
+  EXPECT_EQ(hsdp.meshDims, (std::vector<MeshDimGroup>{{0}, {1}}));
   EXPECT_EQ(hsdp.reshard, FullyShardUnit::Reshard::ToGroup);
   EXPECT_EQ(hsdp.reshardGroupSize, 2);
   EXPECT_EQ(hsdp.paramDtype, ScalarType::BFloat16);
@@ -143,7 +143,7 @@ TEST(PlanReader, ReadsFullyShardUnits) {
   EXPECT_EQ(hsdp.forwardPrefetch, std::vector<std::string>{"layers.1"});
   EXPECT_TRUE(hsdp.backwardPrefetch.empty());
   EXPECT_EQ(root.pattern, "");
-  EXPECT_EQ(root.meshDims, std::vector<unsigned>{1});
+  EXPECT_EQ(root.meshDims, std::vector<MeshDimGroup>{{1}});
   EXPECT_EQ(root.reshard, FullyShardUnit::Reshard::Default);
   EXPECT_FALSE(root.paramDtype.has_value());
   EXPECT_TRUE(root.requiresGradientSync);
@@ -189,6 +189,42 @@ TEST(PlanReader, FullyShardErrorsNameThePath) {
             "fully_shard[0].offload_policy.kind: offload policy 'disk' (expected \"none\" or \"cpu\")");
 }
 
+TEST(PlanReader, ReadsFlattenedDimsForFullyShard) {
+  // torchtitan's fsdp dim over efsdp x ep: mesh["rep", "shard"]._flatten("dp") as the root's mesh,
+  // with HSDP units on (rep, shard) beside it
+  std::string doc = kFsdpPlan;
+  const std::string mesh = R"x("device_type": "cpu"})x";
+  doc.replace(doc.find(mesh), mesh.size(), R"x("device_type": "cpu", "flattened_dims": {"dp": ["rep", "shard"]}})x");
+  const std::string root = R"x("mesh_dims": ["shard"])x";
+  doc.replace(doc.find(root), root.size(), R"x("mesh_dims": ["dp"])x");
+  auto plan = parsePlan(doc);
+  ASSERT_TRUE(static_cast<bool>(plan)) << takeMessage(plan.takeError());
+  EXPECT_EQ(plan->fullyShard[1].meshDims, (std::vector<MeshDimGroup>{{0, 1}}));
+  EXPECT_EQ(plan->mesh.groupSize(plan->fullyShard[1].meshDims[0]), 8);
+  EXPECT_EQ(plan->mesh.groupName(MeshDimGroup{0, 1}), "dp");
+  EXPECT_EQ(plan->mesh.groupName(MeshDimGroup{1, 2}), "shard,tp");
+  // errors name the entry
+  auto flattened = [&](const char *entry) {
+    return errorOf(doc, R"x("flattened_dims": {"dp": ["rep", "shard"]})x", entry);
+  };
+  EXPECT_EQ(flattened(R"x("flattened_dims": {"dp": ["shard", "rep"]})x"),
+            "mesh.flattened_dims.dp[1]: mesh dim 'rep' is out of the mesh's order (a flattened dim takes dims in mesh "
+            "order, each once)");
+  EXPECT_EQ(flattened(R"x("flattened_dims": {"dp": ["rep"]})x"),
+            "mesh.flattened_dims.dp: flattened dim 'dp' of 1 mesh dims (it flattens two or more)");
+  EXPECT_EQ(flattened(R"x("flattened_dims": {"tp": ["rep", "shard"]})x"),
+            "mesh.flattened_dims.tp: flattened dim 'tp' is named twice (or is a mesh dim's name)");
+  EXPECT_EQ(flattened(R"x("flattened_dims": {"dp": ["rep", "x"]})x"),
+            "mesh.flattened_dims.dp[1]: mesh dim 'x' is not in the mesh (dim names: ['rep', 'shard', 'tp'])");
+  // a flattened dim overlapping a dim the unit names already
+  EXPECT_EQ(errorOf(doc, R"x("mesh_dims": ["rep", "shard"])x", R"x("mesh_dims": ["rep", "dp"])x"),
+            "fully_shard[0].mesh_dims[1]: mesh dim 'dp' given twice");
+  // only fully_shard takes a flattened dim
+  EXPECT_EQ(errorOf(doc, R"x("mesh_dim": "tp")x", R"x("mesh_dim": "dp")x"),
+            "parallelize[0].mesh_dim: 'dp' is a flattened dim (mesh.flattened_dims), which only fully_shard's mesh_dims "
+            "may name (DTensor placements and parallelize steps on a flattened dim are not modelled)");
+}
+
 TEST(PlanReader, DenseUnitsMayShareTheDimOfAnExpertParallelStep) {
   // torchtitan and transformers put the experts under FSDP on a mesh dim of their own, and the
   // dense units on the dim whose ranks the experts are dispatched over; a step of a tensor
@@ -201,7 +237,7 @@ TEST(PlanReader, DenseUnitsMayShareTheDimOfAnExpertParallelStep) {
     doc.replace(doc.find(root), root.size(), R"x("mesh_dims": ["tp"])x");
     auto plan = parsePlan(doc);
     ASSERT_TRUE(static_cast<bool>(plan)) << style << ": " << takeMessage(plan.takeError());
-    EXPECT_EQ(plan->fullyShard[1].meshDims, std::vector<unsigned>{2}) << style;
+    EXPECT_EQ(plan->fullyShard[1].meshDims, std::vector<MeshDimGroup>{{2}}) << style;
   }
 }
 

@@ -90,6 +90,9 @@ def to_json(plan, source=None):
             "shape": list(plan.mesh_shape),
             "dim_names": None if plan.mesh_dim_names is None else list(plan.mesh_dim_names),
             "device_type": plan.device_type,
+            # absent when there are none: plans without them keep their bytes
+            **({"flattened_dims": {name: list(dims) for name, dims in plan.flattened_dims.items()}}
+               if plan.flattened_dims else {}),
         },
         "parallelize": steps,
         "fully_shard": [fully_shard_to_json(u, subject, f"fully_shard[{i}]")
@@ -136,6 +139,15 @@ def _format(obj, indent=0):
 def dumps(plan, source=None):
     """Canonical JSON text of a plan (deterministic; ends with a newline)."""
     return _format(to_json(plan, source)) + "\n"
+
+
+def _flattened_dims_from_json(value, subject):
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+            isinstance(dims, list) and all(isinstance(d, str) for d in dims) for dims in value.values()):
+        raise PlanError(subject, f"bad mesh.flattened_dims {json.dumps(value)}: expected {{name: [mesh dim names]}}")
+    return {name: tuple(dims) for name, dims in value.items()}
 
 
 _TOP_FIELDS = ("format", "version", "name", "source", "mesh", "parallelize", "fully_shard", "src_data_rank",
@@ -239,6 +251,7 @@ def from_json(obj, subject="plan"):
         mesh_shape=tuple(shape),
         mesh_dim_names=None if names is None else tuple(names),
         device_type=mesh.get("device_type", "cpu"),
+        flattened_dims=_flattened_dims_from_json(mesh.get("flattened_dims"), subject),
         parallelize_plan=parallelize_plan,
         tp_mesh_dim=tp_dim,
         placements=placements,

@@ -224,6 +224,10 @@ class Plan:
     order after every ``parallelize_module`` step (shard children first, the
     root last, as with ``fully_shard`` itself).
 
+    ``flattened_dims`` names groups of mesh dims flattened into one, ``{name: (dim, dim, ...)}``
+    in mesh order, as ``mesh[dims]._flatten(name)`` makes them (torchtitan's ``fsdp`` over
+    ``efsdp`` x ``ep``): a :class:`FullyShard` unit's ``mesh_dims`` may name them.
+
     ``activation_checkpoint`` is a sequence of :class:`ActivationCheckpoint`
     entries, applied after the ``parallelize_module`` steps and before
     ``fully_shard`` (torchtitan's order).
@@ -247,6 +251,7 @@ class Plan:
     fully_shard: tuple = ()
     activation_checkpoint: tuple = ()
     module_subclasses: dict = field(default_factory=dict)
+    flattened_dims: dict = field(default_factory=dict)
 
     @property
     def world_size(self):

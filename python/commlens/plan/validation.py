@@ -2,6 +2,7 @@
 (:func:`check_against_model`, the modules ``fully_shard`` and activation checkpointing take)."""
 
 import fnmatch
+import math
 import re
 import warnings
 
@@ -26,6 +27,31 @@ def _mesh_dim_names_of(plan):
     return tuple(plan.mesh_dim_names) if plan.mesh_dim_names is not None else None
 
 
+def dim_group(plan, name):
+    """The mesh dim names ``name`` stands for: itself, or a flattened dim's dims."""
+    return tuple(plan.flattened_dims.get(name, (name,)))
+
+
+def _validate_flattened_dims(plan, subject):
+    flattened = plan.flattened_dims
+    if not isinstance(flattened, dict):
+        raise PlanError(subject, f"flattened_dims must be a dict {{name: (mesh dim names)}}, got {flattened!r}")
+    names = _mesh_dim_names_of(plan) or ()
+    for name, dims in flattened.items():
+        if not isinstance(name, str) or name in names:
+            raise PlanError(subject, f"flattened dim {name!r} is not a string or has the name of a mesh dim")
+        if not isinstance(dims, tuple) or len(dims) < 2 or not all(isinstance(d, str) for d in dims):
+            raise PlanError(subject, f"flattened dim {name!r}: {dims!r} is not a tuple of two or more mesh dim names")
+        for d in dims:
+            if d not in names:
+                raise PlanError(subject, f"flattened dim {name!r}: mesh dim {d!r} is not in the mesh "
+                                f"(dim names: {list(names)})")
+        order = [names.index(d) for d in dims]
+        if order != sorted(set(order)):
+            raise PlanError(subject, f"flattened dim {name!r}: mesh dims {list(dims)} are not in the mesh's order "
+                            "(DeviceMesh slices them in order, each once)")
+
+
 def _check_mesh_dim(plan, dim, subject, what):
     names = _mesh_dim_names_of(plan)
     if dim is None:
@@ -33,6 +59,10 @@ def _check_mesh_dim(plan, dim, subject, what):
             raise PlanError(subject, f"{what} needs a mesh dim name: the mesh is "
                             f"{len(plan.mesh_shape)}-D {tuple(plan.mesh_shape)}")
         return
+    if dim in plan.flattened_dims:
+        raise PlanError(subject, f"{dim!r} ({what}) is a flattened dim (flattened_dims), which only fully_shard's "
+                        "mesh_dims may name (DTensor placements and parallelize steps on a flattened dim are not "
+                        "modelled)")
     if names is None or dim not in names:
         raise PlanError(subject, f"mesh dim {dim!r} ({what}) is not in the mesh "
                         f"(dim names: {list(names) if names else 'none'})")
@@ -70,6 +100,7 @@ def validate(plan, subject="plan"):
             if entry_of(type(style)) is None:
                 raise PlanError(subject, f"unsupported parallel style class {type(style).__module__}."
                                 f"{type(style).__qualname__} for {pattern!r}")
+    _validate_flattened_dims(plan, subject)
     _validate_fully_shard(plan, subject)
     if not isinstance(plan.activation_checkpoint, (list, tuple)):
         raise PlanError(subject, "activation_checkpoint must be a sequence of commlens.plan.ActivationCheckpoint")
@@ -184,10 +215,12 @@ def _validate_fully_shard(plan, subject):
             raise PlanError(subject, f"{where}: the mesh has no dim names (fully_shard units name their "
                             "mesh dims)")
         for d in dims:
-            _check_mesh_dim(plan, d, subject, where)
-        if len(set(dims)) != len(dims):
+            if d not in plan.flattened_dims:
+                _check_mesh_dim(plan, d, subject, where)
+        spanned = [d for name in dims for d in dim_group(plan, name)]
+        if len(set(spanned)) != len(spanned):
             raise PlanError(subject, f"{where}: mesh dim {dims[0]!r} given twice")
-        for d in dims:
+        for d in spanned:
             if d in tp_dims:
                 raise PlanError(subject, f"{where}: mesh dim {d!r} is used by a parallelize step too "
                                 "(FSDP and tensor parallel dims must differ)")
@@ -197,7 +230,7 @@ def _validate_fully_shard(plan, subject):
                 raise PlanError(subject, f"{where}: reshard_after_forward must be True, False, None or a "
                                 f"positive int, got {raf!r}")
             shard_dim = dims[-1]
-            size = plan.mesh_shape[names.index(shard_dim)]
+            size = math.prod(plan.mesh_shape[names.index(d)] for d in dim_group(plan, shard_dim))
             if raf < 1 or size % raf != 0:
                 raise PlanError(subject, f"{where}: reshard_after_forward {raf} is not a factor of the shard "
                                 f"group size {size} (mesh dim {shard_dim!r})")
