@@ -95,7 +95,7 @@ std::vector<std::pair<std::string, MeshDimGroup>> decodeFlattenedDims(const Devi
 FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   r.rejectUnknownKeys({"fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
                         "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch",
-                        "gradient_divide_factor", "shard_dims"});
+                        "gradient_divide_factor", "shard_dims", "force_sum_reduction_for_comms"});
   FullyShardUnit u;
   if (JsonRef fqn = r.field("fqn"); fqn.isArray()) {
     for (const JsonRef &item : fqn.items())
@@ -156,6 +156,9 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
   // not kept.
   if (auto factor = r.optField("gradient_divide_factor"); factor && !(factor->asFloat() > 0))
     factor->fail(fmt::format("gradient divide factor {} (expected a positive number)", factor->dump()));
+  // set_force_sum_reduction_for_comms: a SUM reduction and a division after it (the same
+  // _get_gradient_divide_factors): checked, not kept, for the same reason.
+  boolOr(r, "force_sum_reduction_for_comms", false);
   u.requiresGradientSync = boolOr(r, "requires_gradient_sync", true);
   u.requiresAllReduce = boolOr(r, "requires_all_reduce", true);
   for (auto [key, list] : {std::pair{"forward_prefetch", &u.forwardPrefetch}, {"backward_prefetch", &u.backwardPrefetch}})

@@ -335,6 +335,10 @@ CONFIGS = [
       for family, tag, distributed, phase in [
           *((family, "ep2xfsdp2", {"fsdp_size": 2, "ep_size": 2}, "both") for family in HF_MOE_CAPTURED),
           ("qwen3_moe", "ep4xfsdp4", {"fsdp_size": 4, "ep_size": 4}, "both"),
+          # ep_size < fsdp_size: the experts' units on efsdp (forced sum reduction), the dense on
+          # fsdp, flattened from (efsdp, ep)
+          *((family, "ep2xfsdp4", {"fsdp_size": 4, "ep_size": 2}, phase)
+            for family in HF_MOE_CAPTURED for phase in ("both", "inference")),
           *((family, "ep2xfsdp2", {"fsdp_size": 2, "ep_size": 2}, "inference") for family in ("qwen3_moe", "mixtral")),
           *((family, "ep2xtp2", {"tp_size": 2, "ep_size": 2}, phase)
             for family in ("qwen3_moe", "mixtral", "deepseek_v3") for phase in ("both", "inference")),

@@ -58,7 +58,6 @@ _CONTAINER_NAMES = ("ModuleList", "ModuleDict", "Sequential")
 _UNMODELLED_GROUP_STATE = (
     ("reshard_after_backward", True, "set_reshard_after_backward"),
     ("unshard_in_backward", True, "set_unshard_in_backward"),
-    ("force_sum_reduction_for_comms", False, "set_force_sum_reduction_for_comms"),
     ("reduce_scatter_unused_params", False, "set_reduce_scatter_unused_params"),
     ("_all_reduce_hook", None, "set_all_reduce_hook"),
 )
@@ -685,6 +684,7 @@ class _Capture:
             unit = FullyShard(
                 fqn=fqn, mesh_dims=dims or (), reshard_after_forward=raf,
                 gradient_divide_factor=getattr(group, "gradient_divide_factor", None),
+                force_sum_reduction_for_comms=bool(getattr(group, "force_sum_reduction_for_comms", False)),
                 mp_policy=call["mp_policy"], offload_policy=call["offload_policy"],
                 requires_gradient_sync=group.reduce_grads if group else True,
                 # without reduce_grads FSDP skips the all-reduce too (FSDPParamGroup.post_backward)

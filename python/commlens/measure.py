@@ -368,6 +368,8 @@ def _apply_fully_shard(plan, model, mesh, plan_subject):
         managed.update(id(p) for m in modules for p in m.parameters())
         if unit.gradient_divide_factor is not None:
             module.set_gradient_divide_factor(unit.gradient_divide_factor)
+        if unit.force_sum_reduction_for_comms:
+            module.set_force_sum_reduction_for_comms(True)
         if not unit.requires_gradient_sync:
             module.set_requires_gradient_sync(False, recurse=False)
         if not unit.requires_all_reduce:

@@ -61,6 +61,32 @@ def test_ep_dispatch_experts_from_the_captured_plan(ep, phase, tmp_path, run_com
         assert_measure_of_plan_equals(MODEL, plan, phase, doc)
 
 
+@pytest.mark.parametrize("phase", ["both", "inference"])
+def test_ep_dispatch_experts_on_part_of_fsdp(phase, tmp_path, run_commlens):
+    """ep_size 2 of fsdp_size 4: the expert mesh (efsdp 2, ep 2) and the dense fsdp dim over all 4
+    ranks, their flattening; the experts' FSDP units on efsdp sum their gradients
+    (set_force_sum_reduction_for_comms, which changes no collective)."""
+    distributed = {"fsdp_size": 4, "ep_size": 2}
+    doc = measure_transformers(family="qwen3_moe", phase=phase, distributed=distributed)
+    experts = _module(doc, "HFCausalLM.model.model.layers.0.mlp.experts")
+    # forward: the experts' unit gathers its 4 experts' weights (ep 2 of 8) over efsdp 2: gate_up
+    # [4, 2 x 32, 64] and down [4, 64, 32] float32, halved
+    expert_weights = 4 * (2 * 32 * 64 + 64 * 32)
+    assert experts["forward_bytes"]["c10d._allgather_base_"] == expert_weights // 2 * F32
+    plan = commlens.capture(MODEL, "transformers(fsdp_size=4, ep_size=2)", 4, loss="cross_entropy")
+    assert (plan.mesh_shape, plan.mesh_dim_names, plan.flattened_dims) == (
+        (2, 2), ("efsdp", "ep"), {"fsdp": ("efsdp", "ep")})
+    units = {u.fqn if isinstance(u.fqn, str) else tuple(u.fqn): (u.mesh_dims, u.force_sum_reduction_for_comms)
+             for u in plan.fully_shard}
+    assert units == {"model.model.layers.*.mlp.experts": (("efsdp",), True), "model.model.layers.*": (("fsdp",), False),
+                     "model.model.embed_tokens": (("fsdp",), False),
+                     ("model.model.norm", "model.lm_head"): (("fsdp",), False), "model": (("fsdp",), False)}
+    pt2 = export_pt2(MODEL, tmp_path, eval_mode=phase == "inference")
+    assert_prediction_equals_counts(run_commlens, pt2, save_plan(plan, tmp_path), doc, phase, tmp_path)
+    if phase == "both":
+        assert_measure_of_plan_equals(MODEL, plan, phase, doc)
+
+
 @pytest.mark.parametrize("tp,implementation,phase", [
     (2, "auto", "both"), (2, "auto", "inference"), (4, "auto", "both"),
     (2, "all_reduce", "both"), (2, "all_to_all", "inference"),
@@ -101,11 +127,6 @@ def test_ep_dispatch_experts_on_the_tp_group(tp, implementation, phase, tmp_path
      "transformers' ep_dispatch_experts on module 'model.model.layers.0.mlp.experts' (Qwen3MoeExperts): its TP group "
      "of 2 ranks is part of its expert group of 4 (1 < tp_size < ep_size); commlens models a TP group of one rank "
      "or the expert group itself"),
-    # efsdp of 2 ranks: the experts' FSDP sums its gradients by itself (and fsdp, over efsdp x ep,
-    # would not lay out as one plan mesh with them)
-    ({"fsdp_size": 4, "ep_size": 2},
-     "fully_shard of module 'model.model.layers.0.mlp.experts' (Qwen3MoeExperts): "
-     "set_force_sum_reduction_for_comms(True) is not modelled"),
 ])
 def test_unmodelled_expert_parallelism_is_refused(config, message):
     world_size = config.get("tp_size", 1) * config.get("fsdp_size", 1)

@@ -94,7 +94,7 @@ def every_field_plan():
     Partial and _StridedShard placements, CPU offload, float16, an int reshard_after_forward, a list unit with a
     gradient divide factor, an every-second-mm policy, loss targets from an input and float32
     logits, src_data_rank None, torchtitan's NoParallel with its layouts, transformers' expert dispatch
-    and MLA layers with their fields, module subclasses, a unit's shard dims, a flattened mesh dim."""
+    and MLA layers with their fields, module subclasses, a unit's shard dims, a flattened mesh dim, a forced sum reduction."""
     from commlens.plan.styles import (torchtitan_no_parallel, transformers_ep_dispatch_experts,
                                       transformers_mla_kv_a_proj)
 
@@ -126,7 +126,8 @@ def every_field_plan():
                                                       cast_forward_inputs=False),
                        requires_gradient_sync=False, requires_all_reduce=False, forward_prefetch=("layers.1",),
                        backward_prefetch=["layers.0"]),
-            FullyShard(("norm", "head"), "dp", reshard_after_forward=False, gradient_divide_factor=1.0),
+            FullyShard(("norm", "head"), "dp", reshard_after_forward=False, gradient_divide_factor=1.0,
+                       force_sum_reduction_for_comms=True),
             FullyShard("", ("dp",), reshard_after_forward=True, shard_dims={"w1.weight": 1})),
         activation_checkpoint=(ActivationCheckpoint("layers.*", save_ops=("aten.mm.default",), early_stop=False,
                                                     recompute_every_second=("aten.mm.default",),

@@ -227,7 +227,7 @@ _MP_DTYPE_NAMES = {v: k for k, v in _MP_DTYPES.items()}
 _MP_FIELDS = ("param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs")
 _UNIT_FIELDS = ("fqn", "mesh_dims", "reshard_after_forward", "mp_policy", "offload_policy",
                 "requires_gradient_sync", "requires_all_reduce", "forward_prefetch", "backward_prefetch",
-                "gradient_divide_factor", "shard_dims")
+                "gradient_divide_factor", "shard_dims", "force_sum_reduction_for_comms")
 _PREFETCH_FIELDS = ("forward_prefetch", "backward_prefetch")
 _DTYPE_EXPECTED = '(expected "float32", "bfloat16", "float16" or null)'
 
@@ -310,8 +310,8 @@ def offload_policy_from_json(obj, subject="plan", where="offload_policy"):
 
 
 def fully_shard_to_json(unit, subject="plan", where="fully_shard[0]"):
-    """Encode a :class:`FullyShard` (every key, in the canonical order; ``gradient_divide_factor``
-    only when set)."""
+    """Encode a :class:`FullyShard` (every key, in the canonical order; ``gradient_divide_factor``,
+    ``shard_dims`` and ``force_sum_reduction_for_comms`` only when set)."""
     return {
         "fqn": list(unit.fqn) if isinstance(unit.fqn, tuple) else unit.fqn,
         "mesh_dims": list(unit.mesh_dims),
@@ -325,6 +325,7 @@ def fully_shard_to_json(unit, subject="plan", where="fully_shard[0]"):
         # absent when None: plans without it keep their bytes
         **({} if unit.gradient_divide_factor is None else {"gradient_divide_factor": unit.gradient_divide_factor}),
         **({"shard_dims": dict(unit.shard_dims)} if unit.shard_dims else {}),
+        **({"force_sum_reduction_for_comms": True} if unit.force_sum_reduction_for_comms else {}),
     }
 
 
@@ -378,4 +379,8 @@ def fully_shard_from_json(obj, subject="plan", where="fully_shard[0]"):
                                                        for d in shard_dims.values()):
             raise PlanError(subject, f"bad shard_dims at {where}: expected an object of parameter FQN -> dim")
         kw["shard_dims"] = dict(shard_dims)
+    if "force_sum_reduction_for_comms" in obj:
+        if not isinstance(obj["force_sum_reduction_for_comms"], bool):
+            raise PlanError(subject, f"bad value at {where}.force_sum_reduction_for_comms: expected true or false")
+        kw["force_sum_reduction_for_comms"] = obj["force_sum_reduction_for_comms"]
     return FullyShard(fqn=tuple(fqn) if isinstance(fqn, list) else fqn, mesh_dims=tuple(dims), **kw)

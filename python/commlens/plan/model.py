@@ -90,7 +90,10 @@ class FullyShard:
     a list is taken as a tuple.  ``gradient_divide_factor`` calls
     ``module.set_gradient_divide_factor(f)`` after ``fully_shard``
     (torchtitan's 1.0): FSDP then reduces with a pre-multiplied sum instead of
-    an average, which changes no collective or byte.
+    an average, which changes no collective or byte.  ``force_sum_reduction_for_comms``
+    calls ``module.set_force_sum_reduction_for_comms(True)`` (transformers' experts under
+    FSDP when ep takes part of fsdp): FSDP reduces by a sum and divides after, also the same
+    collectives and bytes.
 
     ``shard_dims`` maps parameters of the unit (FQNs relative to its module) to the dim FSDP
     shards them on instead of 0: ``fully_shard(..., shard_placement_fn=...)`` returning
@@ -110,6 +113,7 @@ class FullyShard:
     backward_prefetch: tuple = ()
     gradient_divide_factor: float | None = None
     shard_dims: dict = field(default_factory=dict)
+    force_sum_reduction_for_comms: bool = False
 
     def __post_init__(self):
         if isinstance(self.fqn, list):

@@ -239,6 +239,8 @@ def _validate_fully_shard(plan, subject):
         offload_policy_to_json(unit.offload_policy, subject, f"{where}.offload_policy")
         if not isinstance(unit.requires_gradient_sync, bool):
             raise PlanError(subject, f"{where}: requires_gradient_sync must be True or False")
+        if not isinstance(unit.force_sum_reduction_for_comms, bool):
+            raise PlanError(subject, f"{where}: force_sum_reduction_for_comms must be True or False")
         if not isinstance(unit.requires_all_reduce, bool):
             raise PlanError(subject, f"{where}: requires_all_reduce must be True or False")
         for name in _PREFETCH_FIELDS:
