@@ -214,7 +214,7 @@ def moe_stack(*, vocab_size=256, dim=64, n_layers=2, num_experts=8, top_k=2, bat
     return model, (ids,)
 
 
-def parallelize_moe_stack(model, *, tp=2, dp_shard=1, ac="none"):
+def parallelize_moe_stack(model, *, tp=2, dp_shard=1, ac="none", ep=1):
     """The token embeddings as torchtitan's ``apply_non_moe_tp`` plans them (row-wise, output
     sequence-sharded and local), then torchtitan's ``apply_moe_ep_tp`` with a tensor-parallel mesh
     alone: each MoE layer's input all-gathered and output reduce-scattered on the sequence dim
@@ -232,7 +232,10 @@ def parallelize_moe_stack(model, *, tp=2, dp_shard=1, ac="none"):
     mesh = init_device_mesh("cpu", (dp_shard, tp), mesh_dim_names=("dp_shard", "tp"))
     parallelize_module(model, mesh["tp"],
                        {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))})
-    apply_moe_ep_tp(model, tp_mesh=mesh["tp"], ep_mesh=None, etp_mesh=None, ep_etp_mesh=None)
+    if ep not in (1, tp):
+        raise ValueError(f"ep {ep}: the MoE stack's expert parallel borrows the whole tp dim (ep 1 or {tp})")
+    apply_moe_ep_tp(model, tp_mesh=mesh["tp"], ep_mesh=mesh["tp"] if ep > 1 else None, etp_mesh=None,
+                    ep_etp_mesh=None)
     if ac != "none":
         apply_ac(model, job_config(ac=ac).activation_checkpoint)
     if dp_shard > 1:
@@ -240,29 +243,31 @@ def parallelize_moe_stack(model, *, tp=2, dp_shard=1, ac="none"):
     return model
 
 
-def measure_moe_stack(*, phase="both", tp=2, dp_shard=1, ac="none", **model_args):
+def measure_moe_stack(*, phase="both", tp=2, dp_shard=1, ac="none", ep=1, **model_args):
     """The truth for :func:`parallelize_moe_stack`: one step (sum of the output as the loss) counted
     under CommDebugMode on the fake process group, on ``moe_stack(**model_args)``."""
     from commlens.measure import count_collectives, counts_document, device_info, fake_process_group
 
     model, (ids,) = moe_stack(**model_args)
     with fake_process_group(tp * dp_shard):
-        parallelize_moe_stack(model, tp=tp, dp_shard=dp_shard, ac=ac)
+        parallelize_moe_stack(model, tp=tp, dp_shard=dp_shard, ac=ac, ep=ep)
         modules = count_collectives(model, (ids,), {}, phase, lambda out, args: out.sum())
     return counts_document(modules, backend="fake", world_size=tp * dp_shard, phase=phase,
                            model=f"examples.titan:moe_stack({_spec(**model_args)})",
                            mesh={"shape": [dp_shard, tp], "dim_names": ["dp_shard", "tp"], "device_type": "cpu"},
-                           plan_source=f"examples.titan:parallelize_moe_stack(tp={tp}, dp_shard={dp_shard}, ac={ac!r})",
+                           plan_source=f"examples.titan:parallelize_moe_stack(tp={tp}, dp_shard={dp_shard}, ac={ac!r}, "
+                                       f"ep={ep})",
                            device=device_info(ids.device))
 
 
-def moe_stack_captured(*, tp=2, dp_shard=1, ac="none", **model_args):
+def moe_stack_captured(*, tp=2, dp_shard=1, ac="none", ep=1, **model_args):
     """The plan ``commlens.capture`` reads off :func:`parallelize_moe_stack`'s calls on
     ``moe_stack(**model_args)`` (loss: the output's sum, as :func:`measure_moe_stack` takes it)."""
     import commlens.capture
 
     plan = commlens.capture.capture(f"examples.titan:moe_stack({_spec(**model_args)})",
-                                    f"examples.titan:parallelize_moe_stack(tp={tp}, dp_shard={dp_shard}, ac={ac!r})",
+                                    f"examples.titan:parallelize_moe_stack(tp={tp}, dp_shard={dp_shard}, ac={ac!r}, "
+                                    f"ep={ep})",
                                     tp * dp_shard)
     plan.name = f"titan_moe_stack_dp{dp_shard}xtp{tp}_captured"
     return plan

@@ -91,6 +91,12 @@ public:
   virtual Value *allReduceInBackward(Value *x, llvm::StringRef what) = 0;
   /// Whether the call runs with grad enabled (false in a no_grad region and in inference).
   virtual bool gradEnabled() const = 0;
+  /// torchtitan's ReordererSequenceParallel: `x` (a hook's result) holds this rank's slice of the
+  /// tokens, a mesh-dim-size-th of the program's rows.
+  virtual void splitTokens(const Value *x) = 0;
+  /// How many ranks the tokens behind `x` are split over: the mesh dim's size where `x` derives,
+  /// within the styled module's parent module, from a value splitTokens marked; 1 otherwise.
+  virtual int64_t tokensSplitBy(const Value *x) const = 0;
 };
 
 class StyleModel {

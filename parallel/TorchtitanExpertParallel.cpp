@@ -10,7 +10,9 @@
 //   - output_fn (_token_combine): all_to_all_single_autograd of the experts' outputs back to the
 //     tokens' ranks (it sends the routed rows and receives the program's).
 // Each autograd all-to-all's backward is one more all-to-all of the gradient (autograd/Engine).
-// Token permutation and padding between them are local ops with no collective.
+// Token permutation and padding between them are local ops with no collective. Under
+// ReordererSequenceParallel (parallel/TorchtitanReordererSequenceParallel.cpp) the rank routes only
+// its slice of the tokens: the routed rows are that slice's.
 #include "parallel/StyleParts.h"
 
 #include "ir/Error.h"
@@ -18,6 +20,12 @@
 
 namespace commlens {
 namespace {
+
+/// The rows of the routed tokens this rank sends: the program's, or this rank's slice of them
+/// where a ReordererSequenceParallel split the layer's tokens over the TP ranks.
+int64_t routedRows(const StyleHooks &hooks, const Value &routed) {
+  return rowsOf(*routed.meta()) / hooks.tokensSplitBy(&routed);
+}
 
 class TorchtitanExpertParallel final : public StyleModel {
 public:
@@ -40,7 +48,7 @@ public:
     arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false,
                                        rowsOf(*arguments.args[1]->meta()), "exchanges the per-expert token counts");
     arguments.args[0] = hooks.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,
-                                       /*receivesRouted=*/true, rowsOf(*arguments.args[0]->meta()),
+                                       /*receivesRouted=*/true, routedRows(hooks, *arguments.args[0]),
                                        "dispatches the routed tokens to their experts' ranks");
     return llvm::Error::success();
   }
@@ -50,7 +58,7 @@ public:
     if (!y)
       return y.takeError();
     **y = hooks.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false,
-                         rowsOf(*(**y)->meta()), "combines the experts' outputs back on the tokens' ranks");
+                         routedRows(hooks, ***y), "combines the experts' outputs back on the tokens' ranks");
     return llvm::Error::success();
   }
 };

@@ -69,8 +69,9 @@ Value *emitHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, Value 
 class CallHooks final : public StyleHooks {
 public:
   CallHooks(GraphBuilder &b, const StyledCall &c, StyledModule module, int64_t meshSize,
-            const llvm::DenseSet<const Value *> &requiresGrad)
-      : b_(b), c_(c), module_(std::move(module)), meshSize_(meshSize), requiresGrad_(requiresGrad) {}
+            const llvm::DenseSet<const Value *> &requiresGrad, llvm::DenseMap<const Value *, int64_t> &tokenSplits)
+      : b_(b), c_(c), module_(std::move(module)), meshSize_(meshSize), requiresGrad_(requiresGrad),
+        tokenSplits_(tokenSplits) {}
   const StyledModule &module() const override { return module_; }
   Value *annotate(Value *x, const std::optional<Placement> &layout, const std::optional<Placement> &desired,
                   bool useLocalOutput, llvm::StringRef tag) override {
@@ -141,6 +142,29 @@ public:
   }
   int64_t meshSize() const override { return meshSize_; }
   bool gradEnabled() const override { return c_.gradEnabled; }
+  void splitTokens(const Value *x) override { tokenSplits_[x] = meshSize_; }
+  int64_t tokensSplitBy(const Value *x) const override {
+    if (tokenSplits_.empty())
+      return 1;
+    // The producers of x inside the styled module's parent (an MoE layer: its reorderer, the
+    // token gather, the experts' hooks), back to a marked value.
+    const ModuleScope *parent = c_.scope->parent();
+    llvm::SmallVector<const Value *, 16> work{x};
+    llvm::DenseSet<const Value *> seen{x};
+    while (!work.empty()) {
+      const Value *v = work.pop_back_val();
+      if (int64_t split = tokenSplits_.lookup(v))
+        return split;
+      const Node *n = v->producer();
+      if (!n || !parent || (n->scope() != parent && !parent->isAncestorOf(n->scope())))
+        continue;
+      n->forEachOperand([&](const Value *operand) {
+        if (seen.insert(operand).second)
+          work.push_back(operand);
+      });
+    }
+    return 1;
+  }
 
 private:
   GraphBuilder &b_;
@@ -148,6 +172,7 @@ private:
   StyledModule module_;
   int64_t meshSize_;
   const llvm::DenseSet<const Value *> &requiresGrad_;
+  llvm::DenseMap<const Value *, int64_t> &tokenSplits_;
 };
 
 class PlanApplier {
@@ -518,7 +543,7 @@ private:
       arguments.args.push_back(v ? b.map(v) : nullptr);
     for (const auto &[key, v] : c.kwargs)
       arguments.kwargs.emplace_back(key, v ? b.map(v) : nullptr);
-    CallHooks hooks(b, c, styledModule(c.scope), ctx_.state.dtensorMesh.size(), requiresGrad_);
+    CallHooks hooks(b, c, styledModule(c.scope), ctx_.state.dtensorMesh.size(), requiresGrad_, tokenSplits_);
     for (const ParallelStyle *style : c.styles)
       if (llvm::Error err = styleModel(style->kind).preHook(*style, hooks, arguments))
         return err;
@@ -553,7 +578,7 @@ private:
   }
 
   llvm::Error postHooks(GraphBuilder &b, const StyledCall &c, std::vector<Value *> &outputs) {
-    CallHooks hooks(b, c, styledModule(c.scope), ctx_.state.dtensorMesh.size(), requiresGrad_);
+    CallHooks hooks(b, c, styledModule(c.scope), ctx_.state.dtensorMesh.size(), requiresGrad_, tokenSplits_);
     for (const ParallelStyle *style : c.styles)
       if (llvm::Error err = styleModel(style->kind).postHook(*style, hooks, outputs))
         return err;
@@ -714,6 +739,8 @@ private:
   llvm::DenseMap<const Value *, const InputSpec *> explicitlyPlaced_; // by the plan's `placements`
   /// The program's values that require grad (StyleHooks::requiresGrad).
   llvm::DenseSet<const Value *> requiresGrad_;
+  /// Values holding a rank's slice of an MoE layer's tokens (StyleHooks::splitTokens).
+  llvm::DenseMap<const Value *, int64_t> tokenSplits_;
   /// Per styled module, the parameters its forward uses as local shards (parametersUsedLocally).
   std::map<const ModuleScope *, std::vector<const Value *>> localParams_;
   std::vector<std::pair<const ModuleScope *, const ParallelStyle *>> applications_;

@@ -412,7 +412,14 @@ CONFIGS = [
              "both", ci=ci, measure=T + f"measure_moe_stack({settings})")
       for name, settings, ci in (("tp_captured-tp2", "tp=2", False), ("tp_captured-tp4", "tp=4", False),
                                  ("fsdp_tp_captured-dp2xtp2", "tp=2, dp_shard=2", True),
-                                 ("fsdp_tp_captured-dp2xtp2-full_ac", "tp=2, dp_shard=2, ac='full'", False))],
+                                 ("fsdp_tp_captured-dp2xtp2-full_ac", "tp=2, dp_shard=2, ac='full'", False),
+                                 # expert parallel borrowing the tp ranks (ReordererSequenceParallel
+                                 # splits the tokens, ExpertParallel dispatches each rank's slice)
+                                 ("ep_tp_captured-tp2xep2", "tp=2, ep=2", True),
+                                 ("ep_tp_captured-tp4xep4", "tp=4, ep=4", False),
+                                 ("fsdp_ep_tp_captured-dp2xtp2xep2", "tp=2, ep=2, dp_shard=2", False),
+                                 ("fsdp_ep_tp_captured-dp2xtp2xep2-full_ac", "tp=2, ep=2, dp_shard=2, ac='full'",
+                                  False))],
     # FSDP2 (fully_shard on every block, then the root), HSDP, and FSDP2 / HSDP x TP
     Config("stacked_mlp-fsdp-dp8-both", STACKED, P + "stacked_mlp_fsdp(dp=8)", "both", ci=True),
     Config("stacked_mlp-fsdp-dp8-grad-backward", STACKED, P + "stacked_mlp_fsdp(dp=8, input_requires_grad=True)",

@@ -381,6 +381,48 @@ def test_moe_tensor_parallel(tmp_path, run_commlens):
     _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack()")
 
 
+@pytest.mark.parametrize("tp,dp_shard", [(2, 1), (4, 1), (2, 2)])
+def test_moe_expert_parallel_borrowing_the_tp_ranks(tp, dp_shard, tmp_path, run_commlens):
+    """apply_moe_ep_tp with ep on the tp mesh and no etp: ReordererSequenceParallel splits each
+    MoE layer's 2 x 16 tokens over the tp ranks before routing, so ExpertParallel's dispatch sends
+    this rank's 32 / tp tokens x top-2 rows of 64 float32 (and the 8 int64 per-expert counts
+    first); the combine sends back the rows its experts got (the routing's). The MoE layer's input
+    all-gather and output reduce-scatter are as under TensorParallel."""
+    settings = dict(tp=tp, ep=tp, dp_shard=dp_shard)
+    plan = moe_stack_captured(**settings)
+    ((_dim, styles),) = plan.parallelize_steps()
+    assert [(k, type(v).__name__) for k, v in styles.items() if "reorderer" in k or "experts" in k] == [
+        ("layers.*.moe.reorderer", "ReordererSequenceParallel"), ("layers.*.moe.experts", "ExpertParallel")]
+    doc = measure_moe_stack(**settings)
+    root = "FSDPMoEStack" if dp_shard > 1 else "MoEStack"
+    rows = 2 * 16 * 2 // tp
+    for layer in (0, 1):
+        experts = _module(doc, f"{root}.layers.{layer}.moe.experts")
+        assert experts["forward"] == {"c10d_functional.all_to_all_single": 3}
+    summary = _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack()")
+    predicted = json.loads((tmp_path / "predicted.json").read_text())
+    layer = next(c for c in _tree(predicted) if c["fqn"] == f"{root}.layers.0.moe.experts")
+    dispatch = rows * 64 * 4
+    # counts, dispatch (fixed) and combine (balanced: the rows sent; bounds: none to the group's)
+    assert layer["collective_bytes_forward"] == {"c10d_functional.all_to_all_single": 8 * 8 + 2 * dispatch}
+    assert layer["collective_bytes_bounds_forward"] == {
+        "c10d_functional.all_to_all_single": [8 * 8 + dispatch, 8 * 8 + dispatch + tp * dispatch]}
+    assert summary["differ"] == 0
+
+
+def test_moe_reorderer_refuses_an_uneven_token_split(tmp_path, run_commlens):
+    """6 tokens over 4 tp ranks: torchtitan's ReordererSequenceParallel raises on an uneven split
+    (in CommDebugMode's run on the fake process group the sequence-sharded input's from_local
+    infers 8 tokens, a run whose shapes are not the program's, so it does not get there)."""
+    plan = moe_stack_captured(tp=4, ep=4, batch=1, seq_len=6)
+    pt2 = export_pt2("examples.titan:moe_stack(batch=1, seq_len=6)", tmp_path)
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {pt2}: TorchtitanReordererSequenceParallel on MoEStack.layers.0.moe.reorderer: "
+                        "6 tokens do not split evenly over the 4 ranks of the mesh dim (torchtitan's "
+                        "ReordererSequenceParallel refuses an uneven split)\n")
+
+
 def test_moe_tensor_parallel_under_fsdp(tmp_path, run_commlens):
     """The same with torchtitan's apply_fsdp on dp_shard=2 of a (dp_shard 2, tp 2) mesh: each block
     is a unit whose parameters FSDP shards on top of their tensor-parallel placements. A block

@@ -183,7 +183,7 @@ REFUSALS = [
                      "TransformersRowwiseParallel, TransformersReplicatedWithGradAllReduce, "
                      "TransformersMoeExpertsParallel, TransformersEpDispatchExpertsParallel, "
                      "TransformersMlaKvAProjParallel, TransformersLocalParamsParallel, TorchtitanExpertParallel, TorchtitanTensorParallel, "
-                     "TorchtitanNoParallel)"),
+                     "TorchtitanNoParallel, TorchtitanReordererSequenceParallel)"),
     (custom_wrapper, f"module 'layers.1' is a {Wrapper.__module__}.Wrapper the parallelization added; commlens "
                      "models no module wrapper but checkpoint_wrapper"),
     (fails, "the parallelize function raised ValueError: If passing reshard_after_forward as an int, it should "

@@ -306,7 +306,7 @@ KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput
          "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel, "
          "TransformersReplicatedWithGradAllReduce, TransformersMoeExpertsParallel, "
          "TransformersEpDispatchExpertsParallel, TransformersMlaKvAProjParallel, TransformersLocalParamsParallel, TorchtitanExpertParallel, "
-         "TorchtitanTensorParallel, TorchtitanNoParallel")
+         "TorchtitanTensorParallel, TorchtitanNoParallel, TorchtitanReordererSequenceParallel")
 
 LOAD_ERRORS = [
     (_set_style("FooParallel"),

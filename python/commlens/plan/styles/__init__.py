@@ -13,6 +13,7 @@ from commlens.plan.styles import (
     sequence,
     torchtitan_expert_parallel,
     torchtitan_no_parallel,
+    torchtitan_reorderer_sequence_parallel,
     torchtitan_tensor_parallel,
     transformers_ep_dispatch_experts,
     transformers_local_params,
@@ -39,6 +40,7 @@ STYLES = (
     torchtitan_expert_parallel.ENTRY,
     torchtitan_tensor_parallel.ENTRY,
     torchtitan_no_parallel.ENTRY,
+    torchtitan_reorderer_sequence_parallel.ENTRY,
 )
 BY_NAME = {entry.name: entry for entry in STYLES}
 # Expert-parallel styles: torchtitan and transformers shard their modules' parameters with FSDP on
