@@ -1,7 +1,9 @@
 """torchtitan's own models, parallelized by torchtitan's own parallelize functions (torchtitan
 0.2.2, pinned in scripts/setup.sh): Llama 3 (``parallelize_llama``), dense Qwen3
-(``parallelize_qwen3``: q/k norms, DTensor activations) and Qwen3-MoE (``qwen3_moe``: every
-block's FFN torchtitan's ``MoE``: top-2 of 8 routed experts, grouped matmuls), each with its TP+SP plan, FSDP2 units
+(``parallelize_qwen3``: q/k norms, DTensor activations), Qwen3-MoE (``qwen3_moe``: every
+block's FFN torchtitan's ``MoE``: top-2 of 8 routed experts, grouped matmuls) and DeepSeek-V3
+(``parallelize_deepseekv3``: multi-head latent attention, complex RoPE, a dense first block, MoE
+blocks with a shared expert), each with its TP+SP plan, FSDP2 units
 (``tok_embeddings``, every block, the list unit ``[norm, output]``, the root, gradient division
 off), activation checkpointing (full, per-layer and per-op selective) and loss parallel, as its
 trainer applies them, with no plan written for commlens::
@@ -11,7 +13,7 @@ trainer applies them, with no plan written for commlens::
         --parallelize 'examples.titan:parallelize(tp=4, dp_shard=2)' \\
         --loss cross_entropy --loss-reduction sum --logits-dtype float32 --loss-parallel -o plan.json
 
-* ``titan_model(name="llama3" | "qwen3" | "qwen3_moe")``: the model class torchtitan's train spec of that name
+* ``titan_model(name="llama3" | "qwen3" | "qwen3_moe" | "deepseek_v3")``: the model class torchtitan's train spec of that name
   builds, on tiny arguments (initialised with its own ``init_weights``, seed 0), and a batch of
   token ids;
 * ``parallelize(model, tp, dp_shard, dp_replicate, ac, ...)``: torchtitan's ``ParallelDims`` (its
@@ -45,7 +47,7 @@ from torchtitan.models.qwen3 import Qwen3ModelArgs  # noqa: E402
 from torchtitan.protocols.train_spec import get_train_spec  # noqa: E402
 
 # example name -> torchtitan train spec
-TRAIN_SPECS = {"llama3": "llama3", "qwen3": "qwen3", "qwen3_moe": "qwen3"}
+TRAIN_SPECS = {"llama3": "llama3", "qwen3": "qwen3", "qwen3_moe": "qwen3", "deepseek_v3": "deepseek_v3"}
 NAMES = tuple(TRAIN_SPECS)
 
 
@@ -62,6 +64,19 @@ def _model_args(name, *, dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len
                               moe_enabled=True, moe_inter_dim=dim // 2,
                               moe_args=MoEArgs(num_experts=8, num_shared_experts=0, top_k=2, score_func="softmax",
                                                route_norm=True, route_scale=1.0, score_before_experts=False))
+    if name == "deepseek_v3":  # multi-head latent attention, complex RoPE, a dense first block, then MoE
+        # blocks with a shared expert and top-2 of 8 routed experts
+        from torchtitan.models.deepseek_v3 import DeepSeekV3ModelArgs
+
+        args = DeepSeekV3ModelArgs(dim=dim, n_layers=n_layers, n_dense_layers=1, n_heads=n_heads, vocab_size=vocab_size,
+                                   max_seq_len=seq_len, inter_dim=2 * dim, moe_inter_dim=dim // 2, q_lora_rank=0,
+                                   kv_lora_rank=dim // 2, qk_nope_head_dim=dim // n_heads,
+                                   qk_rope_head_dim=dim // n_heads // 2, v_head_dim=dim // n_heads,
+                                   original_seq_len=seq_len, rope_factor=1,
+                                   moe_args=MoEArgs(num_experts=8, num_shared_experts=1, top_k=2, score_func="softmax",
+                                                    route_norm=True, route_scale=1.0, score_before_experts=False))
+        args.moe_impl = "standard"  # what update_from_config sets from torchtitan's default job config
+        return args
     raise ValueError(f"examples.titan models {', '.join(NAMES)}, not {name!r}")
 
 
@@ -130,7 +145,7 @@ def measure_titan(*, name="llama3", phase="both", tp=1, dp_shard=1, dp_replicate
     model, (ids,) = titan_model(name=name)
     world_size = tp * dp_shard * dp_replicate
     cfg = job_config(**job)
-    labels = torch.randint(0, model.vocab_size, ids.shape, generator=torch.Generator().manual_seed(1))
+    labels = torch.randint(0, model.tok_embeddings.num_embeddings, ids.shape, generator=torch.Generator().manual_seed(1))
     global_valid_tokens = torch.tensor(float(labels.numel()))
 
     def loss(pred, args):

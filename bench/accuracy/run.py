@@ -402,7 +402,23 @@ CONFIGS = [
           ("qwen3_moe", "fsdp_ep-dp4xep2-full_ac", "dp_shard=4, ep=2, ac='full'", False),
           ("qwen3_moe", "fsdp_ep-dp4xep2-bf16", "dp_shard=4, ep=2, mixed_precision_param='bfloat16'", False),
           # torchtitan's per-op SAC, which forces the router gates' mms to recompute
-          ("qwen3_moe", "fsdp-dp4-sac_op", "dp_shard=4, ac='selective', sac_option='op'", False))],
+          ("qwen3_moe", "fsdp-dp4-sac_op", "dp_shard=4, ac='selective', sac_option='op'", False),
+          # torchtitan's DeepSeek-V3 (multi-head latent attention, complex RoPE, a dense first
+          # block, MoE blocks with a shared expert) by its parallelize_deepseekv3: FSDP, HSDP, TP+SP
+          # (its attention runs on CPU under TP), expert parallel on dp_shard, on part of it and
+          # borrowing the tp ranks, AC
+          ("deepseek_v3", "fsdp-dp2", "dp_shard=2", False),
+          ("deepseek_v3", "fsdp-dp4-full_ac", "dp_shard=4, ac='full'", False),
+          ("deepseek_v3", "tp_sp-tp2", "tp=2", False),
+          ("deepseek_v3", "tp_sp-tp4", "tp=4", False),
+          ("deepseek_v3", "fsdp_tp_sp-dp2xtp2", "tp=2, dp_shard=2", True),
+          ("deepseek_v3", "fsdp_tp_sp-dp2xtp2-sac_op", "tp=2, dp_shard=2, ac='selective', sac_option='op'", False),
+          ("deepseek_v3", "fsdp_ep-dp2xep2", "dp_shard=2, ep=2", False),
+          ("deepseek_v3", "fsdp_ep-dp4xep2", "dp_shard=4, ep=2", False),
+          ("deepseek_v3", "fsdp_ep-dp4xep4", "dp_shard=4, ep=4", False),
+          ("deepseek_v3", "hsdp_ep-2x2xep2", "dp_shard=2, dp_replicate=2, ep=2", False),
+          ("deepseek_v3", "fsdp_ep-dp2xep2-full_ac", "dp_shard=2, ep=2, ac='full'", False),
+          ("deepseek_v3", "fsdp_ep_tp_sp-dp2xtp2xep2", "tp=2, dp_shard=2, ep=2", False))],
     # MoE tensor parallel as torchtitan's apply_moe_ep_tp applies it with a tp mesh alone (the MoE
     # input all-gathered and output reduce-scattered, NoParallel router gate, TensorParallel
     # experts), on token embeddings and MoE layers (Qwen3-MoE's DTensor attention has no CPU

@@ -339,6 +339,34 @@ def test_expert_parallel_on_part_of_dp_shard(tmp_path, run_commlens):
         ("c10d_functional.all_to_all_single", (1,))}
 
 
+def test_deepseek_v3_fsdp_tp_and_expert_parallel_borrowing_tp(tmp_path, run_commlens):
+    """torchtitan's DeepSeek-V3 (multi-head latent attention, complex RoPE, a dense first block,
+    then MoE blocks with a shared expert) by its own parallelize_deepseekv3 on tp 2 x dp_shard 2
+    with ep 2, which borrows the tp ranks: TP+SP on the dense layers and the shared expert,
+    ReordererSequenceParallel and ExpertParallel on the routed experts (their FSDP units on the
+    same ranks as the dense ones)."""
+    settings = dict(name="deepseek_v3", tp=2, dp_shard=2, ep=2)
+    plan = titan_captured(**settings)
+    steps = plan.parallelize_steps()
+    styles = {k: type(v).__name__ for _dim, entries in steps for k, v in entries.items()}
+    assert (styles["layers.*.moe.reorderer"], styles["layers.*.moe.experts"],
+            styles["layers.*.moe.shared_experts.w2"], styles["layers.*.attention.wkv_a"]) == (
+        "ReordererSequenceParallel", "ExpertParallel", "RowwiseParallel", "NoParallel")
+    doc = measure_titan(**settings)
+    # layers.0 is dense; layers.1's experts: the counts (8 int64), then the dispatch of this rank's
+    # 2 x 16 / 2 tokens x top-2 = 32 rows of 128 float32 (16384 bytes), then the combine (the
+    # routing's rows)
+    assert not any(m["fqn"].startswith("FSDPDeepSeekV3Model.layers.0.moe") for m in doc["modules"])
+    experts = _module(doc, "FSDPDeepSeekV3Model.layers.1.moe.experts")
+    assert experts["forward"] == {"c10d_functional.all_to_all_single": 3}
+    summary = _compare(run_commlens, tmp_path, plan, doc, model=model_spec("deepseek_v3"))
+    predicted = json.loads((tmp_path / "predicted.json").read_text())
+    layer = next(c for c in _tree(predicted) if c["fqn"] == "FSDPDeepSeekV3Model.layers.1.moe.experts")
+    dispatch = 32 * 128 * 4
+    assert layer["collective_bytes_forward"] == {"c10d_functional.all_to_all_single": 64 + 2 * dispatch}
+    assert summary["differ"] == 0
+
+
 def test_qwen3_moe_per_op_checkpointing_recomputes_the_router(tmp_path, run_commlens):
     """torchtitan's per-op SAC on MoE blocks forces the router gate's mm ([128, 8] second operand:
     the gate Linear's in x out features) to be recomputed, and does not count it among the mms of
