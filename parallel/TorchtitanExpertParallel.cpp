@@ -45,6 +45,13 @@ public:
   llvm::Error preHook(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments) const override {
     if (llvm::Error err = checkGroupedExpertsCall(style, hooks, arguments))
       return err;
+    // Shard(0) of the experts' weights is uneven otherwise, and the dispatch's split sizes (the
+    // counts viewed per rank) do not add up to the rows each rank holds.
+    int64_t experts = rowsOf(*arguments.args[1]->meta());
+    if (experts % hooks.meshSize() != 0)
+      return makeError("{} on {}: {} experts do not split evenly over the {} ranks of the mesh dim (torchtitan's "
+                       "dispatch raises \"Split sizes doesn't match total dim 0 size\")",
+                       name(style.kind).str(), hooks.module().scope.displayName(), experts, hooks.meshSize());
     arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false,
                                        rowsOf(*arguments.args[1]->meta()), "exchanges the per-expert token counts");
     arguments.args[0] = hooks.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,

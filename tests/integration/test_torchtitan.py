@@ -438,6 +438,20 @@ def test_moe_expert_parallel_borrowing_the_tp_ranks(tp, dp_shard, tmp_path, run_
     assert summary["differ"] == 0
 
 
+def test_moe_expert_parallel_refuses_experts_not_dividing_the_ep_ranks(tmp_path, run_commlens):
+    """6 experts on 4 expert-parallel ranks: ExpertParallel's Shard(0) of the weights is uneven and
+    the dispatch's split sizes do not add up, so torchtitan's run raises; so does predict."""
+    with pytest.raises(RuntimeError, match="Split sizes doesn't match total dim 0 size"):
+        measure_moe_stack(tp=4, ep=4, num_experts=6)
+    plan = moe_stack_captured(tp=4, ep=4, num_experts=6)
+    pt2 = export_pt2("examples.titan:moe_stack(num_experts=6)", tmp_path)
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {pt2}: TorchtitanExpertParallel on MoEStack.layers.0.moe.experts: 6 experts "
+                        "do not split evenly over the 4 ranks of the mesh dim (torchtitan's dispatch raises \"Split "
+                        "sizes doesn't match total dim 0 size\")\n")
+
+
 def test_moe_reorderer_refuses_an_uneven_token_split(tmp_path, run_commlens):
     """6 tokens over 4 tp ranks: torchtitan's ReordererSequenceParallel raises on an uneven split
     (in CommDebugMode's run on the fake process group the sequence-sharded input's from_local
