@@ -11,6 +11,8 @@
 // The layer's Partial output is reduced by the PrepareModuleInputOutput on the MoE module.
 #include "parallel/StyleParts.h"
 
+#include "ir/Error.h"
+
 namespace commlens {
 namespace {
 
@@ -36,6 +38,12 @@ public:
   llvm::Error preHook(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments) const override {
     if (llvm::Error err = checkGroupedExpertsCall(style, hooks, arguments))
       return err;
+    // torchtitan splits the tokens (ReordererSequenceParallel) only for ExpertParallel; here the
+    // routed rows' all-reduce would be of a slice the program's shapes do not show.
+    if (hooks.tokensSplitBy(arguments.args[0]) > 1)
+      return makeError("{} on {}: its routed tokens are a ReordererSequenceParallel's slice (torchtitan pairs that "
+                       "reorderer with ExpertParallel only); not modelled",
+                       name(style.kind).str(), hooks.module().scope.displayName());
     Value *replicated = hooks.annotate(arguments.args[0], Placement::replicate(), std::nullopt,
                                        /*useLocalOutput=*/false, "in");
     arguments.args[0] = hooks.toLocal(replicated, Placement::partial());
