@@ -1078,11 +1078,14 @@ private:
     return llvm::Error::success();
   }
 
-  /// A view of `x` on [start, end) of `dim` (slice.Tensor's strides and sizes).
+  /// A view of `x` on [start, end) of `dim` (slice.Tensor's strides, sizes and storage offset).
   Value *slice(Value *x, int64_t dim, int64_t start, int64_t end, llvm::StringRef name, const TensorMeta *meta = nullptr) {
     auto sizes = hints(x->meta()->sizes);
+    auto strides = hints(x->meta()->strides);
     sizes[dim] = end - start;
-    TensorMeta m = meta ? *meta : withShape(*x->meta(), sizes, llvm::ArrayRef<int64_t>(hints(x->meta()->strides)));
+    TensorMeta m = meta ? *meta : withShape(*x->meta(), sizes, llvm::ArrayRef<int64_t>(strides));
+    if (!meta)
+      m.storageOffset = SymInt::concrete(x->meta()->storageOffset.hint + start * strides[dim]);
     return unary("aten::slice.Tensor", x, m, name, {{"dim", dim, false}, {"start", start, false}, {"end", end, false}});
   }
   /// hsplit / vsplit / dsplit (TensorShape.cpp): tensor_split on dim 1 (0 for a 1-D tensor), 0
@@ -2623,8 +2626,11 @@ private:
   llvm::Error pad() {
     const Argument *mode = n_->input("mode");
     std::string m = mode && mode->is<std::string>() ? mode->get<std::string>() : "constant";
+    if (m == "circular")
+      return padCircular();
     if (m != "constant")
-      return makeError("node '{}' aten::pad.default with mode '{}' in {}: only mode 'constant' is supported",
+      return makeError("node '{}' aten::pad.default with mode '{}' in {}: only modes 'constant' and 'circular' are "
+                       "supported",
                        n_->name(), m, n_->scope() ? n_->scope()->displayName() : "Global");
     const Argument *padding = n_->input("pad");
     if (!padding)
@@ -2633,6 +2639,51 @@ private:
     if (const Argument *value = n_->input("value"); value && !value->isNone())
       args.push_back({"value", b_.map(*value), false});
     b_.bind(result(0), emit1("aten::constant_pad_nd.default", std::move(args), *result(0)->meta(), result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// pad(mode='circular') as torch 2.13's _pad_circular_symint (PadNd.cpp) runs it: an empty
+  /// output (new_empty), the input copied into its middle (the slices of every padded dim, the
+  /// last dim first), then per padded dim, last first, each side's pad copied from the other end
+  /// of the output. Under DTensor the new tensor is Replicate, so the first copy_ redistributes
+  /// the input to Replicate and the others move nothing.
+  llvm::Error padCircular() {
+    std::string where = fmt::format("node '{}' aten::pad.default with mode 'circular' in {}", n_->name(),
+                                    n_->scope() ? n_->scope()->displayName() : "Global");
+    Value *x = in("self");
+    auto pad = intListInput("pad");
+    if (!x || !pad || pad->size() % 2 != 0 || pad->size() / 2 > static_cast<size_t>(x->meta()->rank()))
+      return makeError("{}: expected a tensor and pairs of pads for at most its dims", where);
+    auto sizes = hints(x->meta()->sizes);
+    int64_t rank = x->meta()->rank();
+    auto outSizes = sizes;
+    for (size_t i = 0; i < pad->size() / 2; ++i) {
+      int64_t dim = rank - 1 - static_cast<int64_t>(i), left = (*pad)[2 * i], right = (*pad)[2 * i + 1];
+      if (left < 0 || right < 0)
+        return makeError("{}: negative circular padding is not modelled", where);
+      outSizes[dim] += left + right;
+    }
+    Value *out = unary("aten::new_empty.default", x, withShape(*x->meta(), outSizes), tmp("out"),
+                       {{"size", IntList(outSizes), false}});
+    Value *outMiddle = out, *inMiddle = x;
+    for (size_t i = 0; i < pad->size() / 2; ++i) {
+      int64_t dim = rank - 1 - static_cast<int64_t>(i), left = (*pad)[2 * i], right = (*pad)[2 * i + 1];
+      outMiddle = slice(outMiddle, dim, left, outSizes[dim] - right, tmp("out_middle"));
+      inMiddle = slice(inMiddle, dim, 0, sizes[dim], tmp("in_middle"));
+    }
+    auto copyInto = [&](Value *dst, Value *src) {
+      emit1("aten::copy_.default", {{"self", dst, false}, {"src", src, false}}, *dst->meta(), tmp("copy"));
+    };
+    copyInto(outMiddle, inMiddle);
+    for (size_t i = 0; i < pad->size() / 2; ++i) {
+      int64_t dim = rank - 1 - static_cast<int64_t>(i), left = (*pad)[2 * i], right = (*pad)[2 * i + 1];
+      int64_t size = outSizes[dim];
+      if (left > 0)
+        copyInto(slice(out, dim, 0, left, tmp("left")), slice(out, dim, size - right - left, size - right, tmp("wrap")));
+      if (right > 0)
+        copyInto(slice(out, dim, size - right, size, tmp("right")), slice(out, dim, left, left + right, tmp("wrap")));
+    }
+    b_.bind(result(0), out);
     return llvm::Error::success();
   }
 

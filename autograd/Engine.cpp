@@ -567,8 +567,6 @@ private:
       return llvm::Error::success();
     }
     const Value *src = n.input("src")->tensor();
-    if (state_.layout(base) || state_.layout(src))
-      return refuse("a DTensor: CopySlices' backward runs as_strided on it");
     if (src->meta()->dtype != view->meta()->dtype)
       return refuse("the source's dtype differs");
     AGNode *a = newNode(AGNode::Kind::CopySlices, ++seq_);
@@ -945,9 +943,10 @@ private:
       if (!g)
         return out;
       // CopySlices::apply (torch/csrc/autograd/functions/tensor.cpp): the base's gradient copied
-      // into a new tensor of the base's strides, the written view of it (as_strided) cloned for
-      // CopyBackwards, which gives the overwritten values zeros (copied back into the view) and the
-      // source the gradient.
+      // into a new tensor of the base's strides, the written view of it cloned for CopyBackwards,
+      // which gives the overwritten values zeros (copied back into the view) and the source the
+      // gradient. The view is as_strided of a plain tensor's; a DTensor's views are replayed (its
+      // view_fn: the slices and selects that made the view, each a DTensor op).
       const TensorMeta &base = *a.slots[0]->meta(), &view = *a.fwd->input("self")->tensor()->meta();
       Value *result = emit("aten::new_empty_strided.default",
                            {{"self", g, false}, {"size", IntList(sizesOf(base)), false},
@@ -955,12 +954,14 @@ private:
                            metaOf(g->meta()->dtype, sizesOf(base), g->meta()->device, stridesOf(base)),
                            "grad_copy_slices");
       emit("aten::copy_.default", {{"self", result, false}, {"src", g, false}}, *result->meta(), "grad_copy_slices_copy");
-      Value *written = emit("aten::as_strided.default",
-                            {{"self", result, false}, {"size", IntList(sizesOf(view)), false},
-                             {"stride", IntList(stridesOf(view)), false},
-                             {"storage_offset", view.storageOffset.hint, false}},
-                            metaOf(g->meta()->dtype, sizesOf(view), g->meta()->device, stridesOf(view)),
-                            "grad_written_view");
+      Value *written = state_.layout(a.slots[0])
+                           ? replayView(*a.fwd->input("self")->tensor(), a.slots[0], result)
+                           : emit("aten::as_strided.default",
+                                  {{"self", result, false}, {"size", IntList(sizesOf(view)), false},
+                                   {"stride", IntList(stridesOf(view)), false},
+                                   {"storage_offset", view.storageOffset.hint, false}},
+                                  metaOf(g->meta()->dtype, sizesOf(view), g->meta()->device, stridesOf(view)),
+                                  "grad_written_view");
       Value *grad = emit("aten::clone.default", {{"self", written, false}, {"memory_format", MemoryFormat::Contiguous, true}},
                          metaOf(g->meta()->dtype, sizesOf(view), g->meta()->device), "grad_copy_slices_clone");
       if (a.next[0]) {
@@ -977,6 +978,22 @@ private:
       return opBackward(a, out);
     }
     return out;
+  }
+
+  /// The view ops that made `view` from `base`, run again on `on` (a tensor like base).
+  Value *replayView(const Value &view, const Value *base, Value *on) {
+    llvm::SmallVector<const Node *, 4> chain;
+    for (const Value *v = &view; v != base; v = v->producer()->input("self")->tensor())
+      chain.push_back(v->producer());
+    Value *x = on;
+    for (const Node *n : llvm::reverse(chain)) {
+      llvm::SmallVector<NamedArgument, 4> args(n->inputs().begin(), n->inputs().end());
+      for (NamedArgument &arg : args)
+        if (arg.name == "self")
+          arg.value = Argument(x);
+      x = emit(n->opString(), std::move(args), *n->results()[0]->meta(), "grad_written_view");
+    }
+    return x;
   }
 
   llvm::Expected<llvm::SmallVector<Value *, 4>> opBackward(AGNode &a, llvm::SmallVector<Value *, 4> out) {

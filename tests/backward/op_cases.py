@@ -75,6 +75,13 @@ LU64, PIV64 = lu_factor(6, 4)
 POOLED_INDICES = F.max_pool2d(f32(1, 2, 4, 4), 2, return_indices=True)[1]
 
 # (id, fn, [(tensor, placement)]): floating inputs require grad; every input becomes a DTensor.
+def _write_into_view(base, src, index):
+    """`out[:, index] = src` on a copy of base: copy_ into a select view (CopySlices in backward)."""
+    out = base * 1.0
+    out[:, index] = src
+    return out
+
+
 CASES = [
     # matrix family
     ("mm", lambda a, b: torch.mm(a, b), [(f32(8, 6), R), (f32(6, 4), R)]),
@@ -163,6 +170,16 @@ CASES = [
     ("vector-norm-1.5", lambda a: torch.linalg.vector_norm(a, 1.5, dim=0), [(f32(4, 6), S1)]),
     ("vector-norm-3", lambda a: torch.linalg.vector_norm(a, 3, dim=1), [(f32(4, 6), S0)]),
     ("pad-constant", lambda a: F.pad(a, (1, 2), value=0.5), [(f32(2, 4, 6), S0)]),
+    # circular: the Replicate new_empty output takes the input by copy_ (an all-gather of a shard),
+    # then copies between its own slices; backward through the copies into views (CopySlices)
+    ("pad-circular-shard-batch", lambda a: F.pad(a, (1, 2), mode="circular"), [(f32(2, 4, 6), S0)]),
+    ("pad-circular-shard-padded", lambda a: F.pad(a, (2, 1), mode="circular"), [(f32(2, 4, 6), S2)]),
+    ("pad-circular-2d", lambda a: F.pad(a, (1, 2, 2, 1), mode="circular"), [(f32(2, 3, 6, 5), S1)]),
+    ("pad-circular-replicate", lambda a: F.pad(a, (0, 3), mode="circular"), [(f32(2, 4, 6), R)]),
+    # copy_ into a view of a DTensor: CopySlices replays the view (select) on the gradient's copy
+    ("write-into-view-shard-rows", lambda a, b: _write_into_view(a, b, 1), [(f32(4, 6), S0), (f32(4), S0)]),
+    ("write-into-view-shard-cols", lambda a, b: _write_into_view(a, b, 2), [(f32(4, 6), S1), (f32(4), R)]),
+    ("write-into-view-replicate", lambda a, b: _write_into_view(a, b, 0), [(f32(4, 6), R), (f32(4), S0)]),
     ("cross-entropy", lambda a, t: F.cross_entropy(a, t), [(f32(8, 5), S0), (idx(5, 8), S0)]),
     ("cross-entropy-sum-ignore", lambda a, t: F.cross_entropy(a, t, reduction="sum", ignore_index=1),
      [(f32(8, 5), R), (idx(5, 8), R)]),

@@ -1,5 +1,5 @@
 """Composite ops that torch.export keeps but the dispatcher decomposes before DTensor sees them
-(movedim, std.dim / var.dim, pad, cross_entropy_loss, dropout, linalg_svd, batch_norm, instance_norm): predict runs their decompositions (checked
+(movedim, std.dim / var.dim, pad (constant and circular), cross_entropy_loss, dropout, linalg_svd, batch_norm, instance_norm): predict runs their decompositions (checked
 op by op against DTensor in tests/backward/op_cases.py) and refuses, by node, op and module, the
 variants whose kernels it does not model."""
 import pathlib
@@ -33,6 +33,7 @@ OPS = {
     "dropout": lambda y: F.dropout(y, 0.1, training=True) * 2.0,
     "svd": lambda y: torch.linalg.svd(y)[1] * 2.0,
     "pad_reflect": lambda y: F.pad(y, (1, 2), mode="reflect"),
+    "pad_circular": lambda y: F.pad(y, (1, 2), mode="circular"),
     # feature / alpha dropouts: the input itself with p = 0 or outside training (Dropout.cpp)
     "dropout2d_eval": lambda y: F.dropout2d(y, 0.5, training=False) * 2.0,
     "alpha_dropout_p0": lambda y: F.alpha_dropout(y, 0.0, training=True) * 2.0,
@@ -100,6 +101,8 @@ def export(name, directory):
 # reduce across ranks, so CommDebugMode records collectives there (cells > 0).
 @pytest.mark.parametrize("name, dim, with_collectives", [
     ("movedim", 1, False), ("std", 1, True), ("pad", 0, False), ("cross_entropy", 0, True),
+    # circular pad's output is a new Replicate tensor the input is copied into: a shard is gathered
+    ("pad_circular", 0, True), ("pad_circular", 2, True),
     ("cross_entropy_smoothed", 0, True),
     # dropout's CPU kernel: a bernoulli_ mask on empty_like(y), which keeps y's Shard(1)
     ("dropout", 1, False), ("dropout2d_eval", 1, False), ("alpha_dropout_p0", 0, False),
@@ -118,7 +121,8 @@ def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim
 
 
 @pytest.mark.parametrize("name, message", [
-    ("pad_reflect", "node 'pad' aten::pad.default with mode 'reflect' in Head: only mode 'constant' is supported"),
+    ("pad_reflect", "node 'pad' aten::pad.default with mode 'reflect' in Head: only modes 'constant' and 'circular' "
+                    "are supported"),
     ("cross_entropy_smoothed_probs",
      "node 'cross_entropy_loss' aten::cross_entropy_loss.default in Head: label_smoothing with class-probability "
      "targets is not supported"),
