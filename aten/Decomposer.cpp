@@ -2655,33 +2655,37 @@ private:
     if (!x || !pad || pad->size() % 2 != 0 || pad->size() / 2 > static_cast<size_t>(x->meta()->rank()))
       return makeError("{}: expected a tensor and pairs of pads for at most its dims", where);
     auto sizes = hints(x->meta()->sizes);
-    int64_t rank = x->meta()->rank();
     auto outSizes = sizes;
+    struct Padded {
+      int64_t dim, left, right;
+    };
+    llvm::SmallVector<Padded, 3> padded; // the last dim first, as pad lists them
     for (size_t i = 0; i < pad->size() / 2; ++i) {
-      int64_t dim = rank - 1 - static_cast<int64_t>(i), left = (*pad)[2 * i], right = (*pad)[2 * i + 1];
-      if (left < 0 || right < 0)
+      Padded p{x->meta()->rank() - 1 - static_cast<int64_t>(i), (*pad)[2 * i], (*pad)[2 * i + 1]};
+      if (p.left < 0 || p.right < 0)
         return makeError("{}: negative circular padding is not modelled", where);
-      outSizes[dim] += left + right;
+      outSizes[p.dim] += p.left + p.right;
+      padded.push_back(p);
     }
     Value *out = unary("aten::new_empty.default", x, withShape(*x->meta(), outSizes), tmp("out"),
                        {{"size", IntList(outSizes), false}});
     Value *outMiddle = out, *inMiddle = x;
-    for (size_t i = 0; i < pad->size() / 2; ++i) {
-      int64_t dim = rank - 1 - static_cast<int64_t>(i), left = (*pad)[2 * i], right = (*pad)[2 * i + 1];
-      outMiddle = slice(outMiddle, dim, left, outSizes[dim] - right, tmp("out_middle"));
-      inMiddle = slice(inMiddle, dim, 0, sizes[dim], tmp("in_middle"));
+    for (const Padded &p : padded) {
+      outMiddle = slice(outMiddle, p.dim, p.left, outSizes[p.dim] - p.right, tmp("out_middle"));
+      inMiddle = slice(inMiddle, p.dim, 0, sizes[p.dim], tmp("in_middle"));
     }
     auto copyInto = [&](Value *dst, Value *src) {
       emit1("aten::copy_.default", {{"self", dst, false}, {"src", src, false}}, *dst->meta(), tmp("copy"));
     };
     copyInto(outMiddle, inMiddle);
-    for (size_t i = 0; i < pad->size() / 2; ++i) {
-      int64_t dim = rank - 1 - static_cast<int64_t>(i), left = (*pad)[2 * i], right = (*pad)[2 * i + 1];
-      int64_t size = outSizes[dim];
-      if (left > 0)
-        copyInto(slice(out, dim, 0, left, tmp("left")), slice(out, dim, size - right - left, size - right, tmp("wrap")));
-      if (right > 0)
-        copyInto(slice(out, dim, size - right, size, tmp("right")), slice(out, dim, left, left + right, tmp("wrap")));
+    for (const Padded &p : padded) {
+      int64_t size = outSizes[p.dim];
+      if (p.left > 0)
+        copyInto(slice(out, p.dim, 0, p.left, tmp("left")),
+                 slice(out, p.dim, size - p.right - p.left, size - p.right, tmp("wrap")));
+      if (p.right > 0)
+        copyInto(slice(out, p.dim, size - p.right, size, tmp("right")),
+                 slice(out, p.dim, p.left, p.left + p.right, tmp("wrap")));
     }
     b_.bind(result(0), out);
     return llvm::Error::success();

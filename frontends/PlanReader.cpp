@@ -34,10 +34,9 @@ unsigned meshDimByName(const DeviceMesh &mesh, const JsonRef &r) {
 
 /// A name FSDP may take as its mesh: a mesh dim or a flattened one (mesh.flattened_dims).
 MeshDimGroup meshDimGroupByName(const DeviceMesh &mesh, const JsonRef &r) {
-  for (const auto &[name, dims] : mesh.flattened)
-    if (r.isString(name))
-      return dims;
-  return {meshDimByName(mesh, r)};
+  if (auto group = mesh.dimGroup(r.asStringRef()))
+    return *group;
+  return {meshDimByName(mesh, r)}; // fails, naming the mesh's dims
 }
 
 PlacementSpec decodePlacementSpec(const DeviceMesh &mesh, const JsonRef &r) {

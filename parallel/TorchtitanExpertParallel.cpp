@@ -52,8 +52,8 @@ public:
       return makeError("{} on {}: {} experts do not split evenly over the {} ranks of the mesh dim (torchtitan's "
                        "dispatch raises \"Split sizes doesn't match total dim 0 size\")",
                        name(style.kind).str(), hooks.module().scope.displayName(), experts, hooks.meshSize());
-    arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false,
-                                       rowsOf(*arguments.args[1]->meta()), "exchanges the per-expert token counts");
+    arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false, experts,
+                                       "exchanges the per-expert token counts");
     arguments.args[0] = hooks.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,
                                        /*receivesRouted=*/true, routedRows(hooks, *arguments.args[0]),
                                        "dispatches the routed tokens to their experts' ranks");

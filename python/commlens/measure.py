@@ -118,7 +118,7 @@ import warnings
 
 from commlens._errors import CommlensError, cli_main, exit_without_teardown
 from commlens.plan import Loss, PlanError, check_against_model, resolve_plan, to_json
-from commlens.plan.validation import dim_group
+from commlens.plan.validation import group_size
 
 BACKENDS = ("fake", "gloo", "nccl")
 PHASES = ("forward", "backward", "both", "inference")
@@ -342,8 +342,7 @@ def _apply_fully_shard(plan, model, mesh, plan_subject):
         modules = [get(path) for path in paths]
         own = [p for module in modules for p in module.parameters() if id(p) not in managed]
         raf = unit.reshard_after_forward
-        shard_size = math.prod(plan.mesh_shape[list(plan.mesh_dim_names).index(d)]
-                               for d in dim_group(plan, unit.mesh_dims[-1]))
+        shard_size = group_size(plan, unit.mesh_dims[-1])
         if (not isinstance(raf, bool) and isinstance(raf, int) and 1 < raf < shard_size
                 and any(isinstance(p, DTensor) for p in own)):
             # FSDPParam.to_sharded_post_forward raises NotImplementedError in

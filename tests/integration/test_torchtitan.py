@@ -39,6 +39,14 @@ def _tree(node):
         yield from _tree(child)
 
 
+def _refusal(run_commlens, tmp_path, plan, model):
+    """(the program, predict's stderr) for a plan predict refuses: exit 2, nothing on stdout."""
+    pt2 = export_pt2(model, tmp_path)
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both")
+    assert (r.returncode, r.stdout) == (2, ""), r.stderr
+    return pt2, r.stderr
+
+
 def _compare(run_commlens, tmp_path, plan, doc, *, model=MODEL, export_plan=None):
     """`commlens compare --json`'s summary of the prediction from the plan (on the program exported
     under ``export_plan``'s mixed precision) against the measured document; fails unless exact."""
@@ -443,11 +451,9 @@ def test_moe_expert_parallel_refuses_experts_not_dividing_the_ep_ranks(tmp_path,
     the dispatch's split sizes do not add up, so torchtitan's run raises; so does predict."""
     with pytest.raises(RuntimeError, match="Split sizes doesn't match total dim 0 size"):
         measure_moe_stack(tp=4, ep=4, num_experts=6)
-    plan = moe_stack_captured(tp=4, ep=4, num_experts=6)
-    pt2 = export_pt2("examples.titan:moe_stack(num_experts=6)", tmp_path)
-    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both")
-    assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == (f"commlens: error: {pt2}: TorchtitanExpertParallel on MoEStack.layers.0.moe.experts: 6 experts "
+    pt2, stderr = _refusal(run_commlens, tmp_path, moe_stack_captured(tp=4, ep=4, num_experts=6),
+                           "examples.titan:moe_stack(num_experts=6)")
+    assert stderr == (f"commlens: error: {pt2}: TorchtitanExpertParallel on MoEStack.layers.0.moe.experts: 6 experts "
                         "do not split evenly over the 4 ranks of the mesh dim (torchtitan's dispatch raises \"Split "
                         "sizes doesn't match total dim 0 size\")\n")
 
@@ -456,11 +462,9 @@ def test_moe_reorderer_refuses_an_uneven_token_split(tmp_path, run_commlens):
     """6 tokens over 4 tp ranks: torchtitan's ReordererSequenceParallel raises on an uneven split
     (in CommDebugMode's run on the fake process group the sequence-sharded input's from_local
     infers 8 tokens, a run whose shapes are not the program's, so it does not get there)."""
-    plan = moe_stack_captured(tp=4, ep=4, batch=1, seq_len=6)
-    pt2 = export_pt2("examples.titan:moe_stack(batch=1, seq_len=6)", tmp_path)
-    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both")
-    assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == (f"commlens: error: {pt2}: TorchtitanReordererSequenceParallel on MoEStack.layers.0.moe.reorderer: "
+    pt2, stderr = _refusal(run_commlens, tmp_path, moe_stack_captured(tp=4, ep=4, batch=1, seq_len=6),
+                           "examples.titan:moe_stack(batch=1, seq_len=6)")
+    assert stderr == (f"commlens: error: {pt2}: TorchtitanReordererSequenceParallel on MoEStack.layers.0.moe.reorderer: "
                         "6 tokens do not split evenly over the 4 ranks of the mesh dim (torchtitan's "
                         "ReordererSequenceParallel refuses an uneven split)\n")
 
@@ -503,11 +507,8 @@ def test_moe_tensor_parallel_refuses_expert_shards_the_kernel_cannot_take(tmp_pa
     them per expert group, by the experts' hidden features) and its local strides."""
     with pytest.raises(RuntimeError, match="strides should be multiple of 16 bytes"):
         measure_moe_stack(tp=8)
-    plan = moe_stack_captured(tp=8)
-    pt2 = export_pt2("examples.titan:moe_stack()", tmp_path)
-    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both")
-    assert r.returncode == 2
-    assert r.stderr == (
+    pt2, stderr = _refusal(run_commlens, tmp_path, moe_stack_captured(tp=8), "examples.titan:moe_stack()")
+    assert stderr == (
         f"commlens: error: {pt2}: node '_grouped_mm_2' aten::_grouped_mm.default in MoEStack.layers.0.moe.experts: on "
         "the rank at mesh coordinate [0] this plain grouped matrix product takes self as 'mul_2' [128, 4] (a local "
         "shard: [S(1)] of [128, 32] on DeviceMesh((8,), 'cpu', mesh_dim_names=('tp',)), handed back by a style's "

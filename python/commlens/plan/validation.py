@@ -32,6 +32,12 @@ def dim_group(plan, name):
     return tuple(plan.flattened_dims.get(name, (name,)))
 
 
+def group_size(plan, name):
+    """The ranks of the mesh dim (or flattened dim) ``name``."""
+    names = list(plan.mesh_dim_names)
+    return math.prod(plan.mesh_shape[names.index(d)] for d in dim_group(plan, name))
+
+
 def _validate_flattened_dims(plan, subject):
     flattened = plan.flattened_dims
     if not isinstance(flattened, dict):
@@ -230,7 +236,7 @@ def _validate_fully_shard(plan, subject):
                 raise PlanError(subject, f"{where}: reshard_after_forward must be True, False, None or a "
                                 f"positive int, got {raf!r}")
             shard_dim = dims[-1]
-            size = math.prod(plan.mesh_shape[names.index(d)] for d in dim_group(plan, shard_dim))
+            size = group_size(plan, shard_dim)
             if raf < 1 or size % raf != 0:
                 raise PlanError(subject, f"{where}: reshard_after_forward {raf} is not a factor of the shard "
                                 f"group size {size} (mesh dim {shard_dim!r})")
