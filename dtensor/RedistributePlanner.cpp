@@ -117,6 +117,7 @@ bool same(const Placement &a, const Placement &b) {
   case Placement::Kind::StridedShard: return a.dim == b.dim && a.splitFactor == b.splitFactor;
   case Placement::Kind::Partial:
   case Placement::Kind::MaskPartial: return a.reduceOp == b.reduceOp;
+  case Placement::Kind::NormPartial: return a.normType == b.normType;
   }
   return false;
 }

@@ -55,6 +55,7 @@ public:
       pod(p.dim);
       pod(p.splitFactor);
       pod(p.reduceOp);
+      pod(p.normType);
     }
   }
   /// A tensor operand by its position among the node's tensor operands; any other value by identity.

@@ -94,6 +94,7 @@ std::string Placement::str() const {
   case Kind::Partial: return fmt::format("P({})", name(reduceOp).str());
   case Kind::StridedShard: return fmt::format("_S({},{})", dim, splitFactor);
   case Kind::MaskPartial: return fmt::format("MP({})", name(reduceOp).str());
+  case Kind::NormPartial: return fmt::format("NP({})", normType);
   }
   return "?";
 }
@@ -105,6 +106,7 @@ std::string Placement::torchStr() const {
   case Kind::Partial: return fmt::format("Partial({})", name(reduceOp).str());
   case Kind::StridedShard: return fmt::format("_StridedShard(dim={}, sf={})", dim, splitFactor);
   case Kind::MaskPartial: return fmt::format("MaskPartial({})", name(reduceOp).str());
+  case Kind::NormPartial: return fmt::format("_NormPartial({})", normType);
   }
   return "?";
 }
@@ -154,6 +156,11 @@ llvm::Expected<Placement> Placement::parse(llvm::StringRef text) {
       return Placement::partial(*op);
   } else if (t == "P" || t == "Partial") {
     return Placement::partial();
+  } else if (call("NP", arg) || call("_NormPartial", arg) || call("_NormP", arg)) {
+    arg.consume_front("norm_type=");
+    double p;
+    if (!arg.trim().getAsDouble(p))
+      return Placement::normPartial(p);
   }
   return makeError("bad placement '{}' (expected Shard(d), Replicate(), Partial(op) or _StridedShard(dim=d, sf=k))",
                    text.str());

@@ -50,25 +50,30 @@ llvm::StringRef name(ReduceOp op);
 
 /// One mesh dim's placement of a tensor.
 struct Placement {
-  enum class Kind : uint8_t { Replicate, Shard, Partial, StridedShard, MaskPartial };
+  /// NormPartial is DTensor's _NormPartial (torch/distributed/tensor/_ops/_math_ops.py): a partial
+  /// p-norm, a Partial("sum") subclass that reduces x^p -> all_reduce(sum) -> x^(1/p). Like
+  /// MaskPartial it is a Partial (is_partial()) equal to no plain Partial.
+  enum class Kind : uint8_t { Replicate, Shard, Partial, StridedShard, MaskPartial, NormPartial };
   Kind kind = Kind::Replicate;
   int64_t dim = 0;          // Shard / StridedShard: the tensor dim
   int64_t splitFactor = 1;  // StridedShard
-  ReduceOp reduceOp = ReduceOp::Sum; // Partial / MaskPartial
+  ReduceOp reduceOp = ReduceOp::Sum; // Partial / MaskPartial (NormPartial: always Sum)
+  double normType = 0;      // NormPartial: the p of the p-norm
 
   static Placement replicate() { return {}; }
   static Placement shard(int64_t d) { return {Kind::Shard, d, 1, ReduceOp::Sum}; }
   static Placement partial(ReduceOp op = ReduceOp::Sum) { return {Kind::Partial, 0, 1, op}; }
+  static Placement normPartial(double p) { return {Kind::NormPartial, 0, 1, ReduceOp::Sum, p}; }
 
   bool isReplicate() const { return kind == Kind::Replicate; }
   bool isShard() const { return kind == Kind::Shard; }
   bool isShard(int64_t d) const { return kind == Kind::Shard && dim == d; }
-  bool isPartial() const { return kind == Kind::Partial || kind == Kind::MaskPartial; }
+  bool isPartial() const { return kind == Kind::Partial || kind == Kind::MaskPartial || kind == Kind::NormPartial; }
   bool operator==(const Placement &) const = default;
 
-  /// Short form: "R", "S(0)", "P(sum)", "_S(0,2)", "MP(sum)".
+  /// Short form: "R", "S(0)", "P(sum)", "_S(0,2)", "MP(sum)", "NP(2)".
   std::string str() const;
-  /// torch's repr: "Replicate()", "Shard(dim=0)", "Partial(sum)".
+  /// torch's repr: "Replicate()", "Shard(dim=0)", "Partial(sum)", "_NormPartial(2)".
   std::string torchStr() const;
   /// Parses the short form, torch's repr or the constructor form ("Shard(0)", "Partial()").
   static llvm::Expected<Placement> parse(llvm::StringRef text);

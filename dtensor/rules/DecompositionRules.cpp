@@ -745,9 +745,8 @@ llvm::Error vdot(Decomposition &d) {
   return llvm::Error::success();
 }
 
-/// dist(self, other, p) (torch._decomp's dist): norm.Scalar of self - other over every element. A
-/// shard kept into the norm gives a _NormPartial: DTensor keeps that combination, commlens refuses
-/// it where it is selected.
+/// dist(self, other, p) (torch._decomp's dist): norm.Scalar of self - other over every element (a
+/// shard kept into the norm gives a _NormPartial).
 llvm::Error dist(Decomposition &d) {
   auto a = sizesOf(d.call().inputs[0].meta), b = sizesOf(d.call().inputs[1].meta);
   if (a != b)
@@ -1074,8 +1073,43 @@ public:
                                            -7571550297259199965, -2607318637830267426}; // sum avg max min product
       return kSeed0[static_cast<int>(p.reduceOp)];
     }
+    case Placement::Kind::NormPartial: { // _NormPartial.__hash__: 1 + hash(norm_type)
+      int64_t h = 1 + pythonFloatHash(p.normType);
+      return h == -1 ? -2 : h;
+    }
     default: return 0; // _StridedShard / MaskPartial never reach a decomposition (refused before)
     }
+  }
+
+  /// CPython's hash of a float (_Py_HashDouble): the value modulo 2^61 - 1, so an integral float
+  /// hashes as its int; inf and -inf as +-314159 (NaN never is a norm type).
+  static int64_t pythonFloatHash(double v) {
+    constexpr int kBits = 61;
+    constexpr uint64_t kModulus = (uint64_t{1} << kBits) - 1;
+    if (std::isinf(v))
+      return v > 0 ? 314159 : -314159;
+    int e;
+    double m = std::frexp(v, &e);
+    int sign = 1;
+    if (m < 0) {
+      sign = -1;
+      m = -m;
+    }
+    uint64_t x = 0;
+    while (m != 0) {
+      x = ((x << 28) & kModulus) | x >> (kBits - 28);
+      m *= 268435456.0;
+      e -= 28;
+      auto y = static_cast<uint64_t>(m);
+      m -= static_cast<double>(y);
+      x += y;
+      if (x >= kModulus)
+        x -= kModulus;
+    }
+    e = e >= 0 ? e % kBits : kBits - 1 - ((-1 - e) % kBits);
+    x = ((x << e) & kModulus) | x >> (kBits - e);
+    auto h = static_cast<int64_t>(x) * sign;
+    return h == -1 ? -2 : h;
   }
 
   void add(const Placement &p) {
@@ -1184,7 +1218,7 @@ std::vector<llvm::SmallVector<Placement, 8>> candidatePlacements(const OpCall &c
   return out;
 }
 
-/// A combination whose trace meets what commlens does not model (a _StridedShard, a _NormPartial):
+/// A combination whose trace meets what commlens does not model (a _StridedShard):
 /// DTensor keeps it as a strategy, commlens cannot say what it gives.
 class UnmodelledCombination : public llvm::ErrorInfo<UnmodelledCombination> {
 public:
@@ -1231,10 +1265,10 @@ trace(const Decomposition &d, llvm::ArrayRef<Placement> inputs, const DeviceMesh
     if (!dec) {
       std::string why = llvm::toString(dec.takeError());
       // DTensor traces on where a sub-op makes what commlens does not model (a _StridedShard, a
-      // _NormPartial, a form a rule refuses as not modelled): the combination is a strategy DTensor
+      // form a rule refuses as not modelled): the combination is a strategy DTensor
       // keeps, so it is reported, not dropped (decompositionRule refuses the op if it is selected).
       llvm::StringRef w(why);
-      if (w.contains("_StridedShard") || w.contains("_NormPartial") || w.contains("not modelled"))
+      if (w.contains("_StridedShard") || w.contains("not modelled"))
         return llvm::make_error<UnmodelledCombination>(
             fmt::format("its decomposition's {} does what commlens does not model ({})", node->opString(), why));
       return std::nullopt; // DTensor: this combination raises and is skipped

@@ -19,7 +19,9 @@
 //     kthvalue): single-dim strategies [S(d'), S(d') | S(d)] for d != dim (d' after the dim is
 //     dropped unless keepdim), the implicit all-Replicate rule first.
 //   p-norms (linalg_vector_norm, norm.Scalar): inf / -inf as amax / amin; other p replicate every
-//     Partial, a reduced shard becomes P(sum) (p = 0) or _NormPartial(p), which commlens refuses;
+//     Partial, a reduced shard becomes P(sum) (p = 0) or _NormPartial(p) (NP(p): a Partial that
+//     no other strategy lists, so the next op redistributes it; a linear reduction keeps it, as its
+//     reduce_op is "sum");
 //     linalg__powsum: a linear sum; _foreach_max / _foreach_norm / _foreach_powsum: the same
 //     whole-tensor reductions per list element.
 //   argmax / argmin (argmax_argmin_strategy): a non-linear reduction (indices cannot be Partial).
@@ -302,7 +304,7 @@ llvm::Expected<Cands> stdVarRule(const OpCall &call) {
 /// A p-norm over `dims` (vector_norm_strategy), p read as args_schema[1] (default 2): inf / -inf
 /// reduce like amax / amin; any other p keeps no Partial (they are replicated with the reduced
 /// shards), and a shard left on a reduced dim becomes P(sum) for p = 0 and _NormPartial(p)
-/// otherwise, a placement commlens does not model.
+/// otherwise.
 llvm::Expected<Cands> normReduction(const OpCall &call, const std::set<int64_t> &dims, bool keepdim) {
   if (call.inputs.size() != 1)
     return call.error("expected one tensor operand, got {}", call.inputs.size());
@@ -319,13 +321,15 @@ llvm::Expected<Cands> normReduction(const OpCall &call, const std::set<int64_t> 
     ReduceOp op = ord > 0 ? ReduceOp::Max : ReduceOp::Min;
     return commonReduction(call, dims, keepdim, op, op);
   }
+  // No Partial survives into the input (the reduction is not linear for any), so each P(sum) of the
+  // output is a reduced shard's: get_placement_from_reduction_op makes it _NormPartial(p), p != 0.
   Cands c = commonReduction(call, dims, keepdim, std::nullopt, ReduceOp::Sum);
   if (ord != 0)
-    for (int64_t d : dims)
-      if (isDimSharded(c[0].inputs[0], d))
-        return call.error("the shard on reduced dim {} becomes _NormPartial({}) in DTensor; partial p-norms are not "
-                          "modelled",
-                          d, ord);
+    for (std::optional<Placements> &out : c[0].outputs)
+      if (out)
+        for (Placement &p : *out)
+          if (p.isPartial())
+            p = Placement::normPartial(ord);
   return c;
 }
 

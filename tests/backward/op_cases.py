@@ -169,6 +169,14 @@ CASES = [
     ("vector-norm-half", lambda a: torch.linalg.vector_norm(a, 0.5, dim=1, keepdim=True), [(f32(4, 6), S0)]),
     ("vector-norm-1.5", lambda a: torch.linalg.vector_norm(a, 1.5, dim=0), [(f32(4, 6), S1)]),
     ("vector-norm-3", lambda a: torch.linalg.vector_norm(a, 3, dim=1), [(f32(4, 6), S0)]),
+    # a shard on the reduced dim: the norm is a _NormPartial(p) (the loss's sum keeps it), and its
+    # derivative's pointwise ops with the sharded input redistribute it (p = 1 never reads it)
+    ("vector-norm-2-partial", lambda a: torch.linalg.vector_norm(a, 2, dim=1), [(f32(4, 6), S1)]),
+    ("vector-norm-1-partial", lambda a: torch.linalg.vector_norm(a, 1, dim=0), [(f32(4, 6), S0)]),
+    ("vector-norm-1.5-partial-keepdim", lambda a: torch.linalg.vector_norm(a, 1.5, dim=0, keepdim=True),
+     [(f32(4, 6), S0)]),
+    ("vector-norm-3-partial-all", lambda a: torch.linalg.vector_norm(a, 3), [(f32(4, 6), S1)]),
+    ("normalize-partial", lambda a: F.normalize(a, dim=1), [(f32(4, 6), S1)]),
     ("pad-constant", lambda a: F.pad(a, (1, 2), value=0.5), [(f32(2, 4, 6), S0)]),
     # circular: the Replicate new_empty output takes the input by copy_ (an all-gather of a shard),
     # then copies between its own slices; backward through the copies into views (CopySlices)

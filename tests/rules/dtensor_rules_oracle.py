@@ -50,6 +50,8 @@ def parse_placement(text):
         return Shard(int(text[2:-1]))
     if text.startswith("P(") and text.endswith(")"):
         return Partial(text[2:-1] or "sum")
+    if text.startswith("NP(") and text.endswith(")"):
+        return _NormPartial(float(text[3:-1]))
     raise ValueError(f"bad placement {text!r}")
 
 
@@ -63,7 +65,7 @@ def short(p):
     if isinstance(p, _MaskPartial):
         return f"MP({p.reduce_op})"
     if isinstance(p, _NormPartial):
-        return f"NP({p.norm_type})"  # p-norm partial: commlens has no such placement
+        return f"NP({float(p.norm_type):g})"  # p-norm partial; 2 and 2.0 alike, as commlens prints them
     if isinstance(p, Partial):
         return f"P({p.reduce_op})"
     return repr(p)

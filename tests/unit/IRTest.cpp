@@ -208,6 +208,24 @@ TEST(Mesh, PlacementParseTakesTorchsStridedShardRepr) {
   }
 }
 
+TEST(Mesh, PlacementParseTakesNormPartial) {
+  // DTensor's partial p-norm: its repr "_NormPartial(2)", its str "_NormP(2)", the short form
+  // "NP(2)"; a Partial of reduce op sum that equals no Partial(sum), nor another p.
+  for (const char *text : {"_NormPartial(2)", "_NormPartial(norm_type=2.0)", "_NormP(2)", "NP(2)"}) {
+    auto p = Placement::parse(text);
+    ASSERT_TRUE(static_cast<bool>(p)) << text << ": " << llvm::toString(p.takeError());
+    EXPECT_EQ(*p, Placement::normPartial(2)) << text;
+    EXPECT_TRUE(p->isPartial());
+    EXPECT_EQ(p->reduceOp, ReduceOp::Sum);
+    EXPECT_NE(*p, Placement::partial(ReduceOp::Sum));
+    EXPECT_EQ(p->str(), "NP(2)");
+    EXPECT_EQ(p->torchStr(), "_NormPartial(2)");
+  }
+  EXPECT_NE(Placement::normPartial(2), Placement::normPartial(3));
+  EXPECT_EQ(Placement::normPartial(1.5).str(), "NP(1.5)");
+  EXPECT_FALSE(static_cast<bool>(Placement::parse("NP(two)")));
+}
+
 TEST(Mesh, LocalShapeIsTorchChunkOfEachMeshDimInOrder) {
   // By hand: 6 split 4 ways by torch.chunk is 2, 2, 2, 0 (chunks of ceil(6/4) = 2).
   DeviceMesh tp{{4}, {"tp"}};

@@ -86,6 +86,11 @@ TEST_F(CacheTest, WhatDecideReadsChangesTheKey) {
   EXPECT_NE(base, key(*mulXX, {s0, s0}, mesh_));   // one operand twice
   EXPECT_NE(base, key(*addXY, {s0, s0}, mesh_));   // another op
   EXPECT_NE(base, key(*mulXY, {s0, r}, mesh_));    // other placements
+  // a partial p-norm's p, and a _NormPartial against the Partial(sum) its reduce_op also is
+  std::optional<DTensorSpec> np2 = DTensorSpec{pl("NP(2)"), meta({4, 6})}, np3 = DTensorSpec{pl("NP(3)"), meta({4, 6})};
+  std::optional<DTensorSpec> psum = DTensorSpec{pl("P(sum)"), meta({4, 6})};
+  EXPECT_NE(key(*mulXY, {np2, s0}, mesh_), key(*mulXY, {np3, s0}, mesh_));
+  EXPECT_NE(key(*mulXY, {np2, s0}, mesh_), key(*mulXY, {psum, s0}, mesh_));
   EXPECT_NE(base, key(*mulXY, {s0, std::nullopt}, mesh_)); // a plain operand
   EXPECT_NE(base, key(*mulBf16, {s0, s0}, mesh_)); // another result meta
   DeviceMesh other;

@@ -550,16 +550,37 @@ TEST(ReductionRules, NllLossForwardReplicatesClassDim) {
   EXPECT_EQ(decideSummary(c, mesh1(2)), "[R]; [R] -> [R]; [R]");
 }
 
-TEST(ReductionRules, VectorNormInfIsAmaxButTwoNormShardIsRefused) {
+TEST(ReductionRules, VectorNormShardBecomesMaxOrNormPartial) {
   // linalg_vector_norm(S(1), inf, [1]): like amax, the shard becomes P(max). With p = 2 the shard
-  // would become _NormPartial(2), which commlens does not model: an error naming it.
+  // becomes _NormPartial(2) (get_placement_from_reduction_op), with p = 0 P(sum); a shard on a
+  // dim the norm keeps stays (dim 0 of [4, 6] reduced over dim 1).
   Call inf("aten::linalg_vector_norm.default");
   inf.tensor("self", {4, 6}, {"S(1)"}).arg("ord", Argument(std::numeric_limits<double>::infinity()))
       .arg("dim", Argument(IntList{1})).out({4});
   EXPECT_EQ(decideSummary(inf, mesh1(2)), "[S(1)] -> [P(max)]");
   Call two("aten::linalg_vector_norm.default");
   two.tensor("self", {4, 6}, {"S(1)"}).arg("ord", Argument(2.0)).arg("dim", Argument(IntList{1})).out({4});
-  EXPECT_NE(decideSummary(two, mesh1(2)).find("_NormPartial(2)"), std::string::npos);
+  EXPECT_EQ(decideSummary(two, mesh1(2)), "[S(1)] -> [NP(2)]");
+  Call half("aten::linalg_vector_norm.default");
+  half.tensor("self", {4, 6}, {"S(1)"}).arg("ord", Argument(1.5)).arg("dim", Argument(IntList{1})).out({4});
+  EXPECT_EQ(decideSummary(half, mesh1(2)), "[S(1)] -> [NP(1.5)]");
+  Call zero("aten::linalg_vector_norm.default");
+  zero.tensor("self", {4, 6}, {"S(1)"}).arg("ord", Argument(0.0)).arg("dim", Argument(IntList{1})).out({4});
+  EXPECT_EQ(decideSummary(zero, mesh1(2)), "[S(1)] -> [P(sum)]");
+  Call kept("aten::linalg_vector_norm.default");
+  kept.tensor("self", {4, 6}, {"S(0)"}).arg("ord", Argument(2.0)).arg("dim", Argument(IntList{1})).out({4});
+  EXPECT_EQ(decideSummary(kept, mesh1(2)), "[S(0)] -> [S(0)]");
+}
+
+TEST(ReductionRules, SumKeepsNormPartialNormReplicatesIt) {
+  // A sum's reduce op is "sum", which _NormPartial's reduce_op is too (common_reduction_strategy
+  // compares only reduce_op): the sum keeps NP(2). A second norm is not linear for it: replicated.
+  Call sum("aten::sum.dim_IntList");
+  sum.tensor("self", {4, 6}, {"NP(2)"}).arg("dim", Argument(IntList{1})).out({4});
+  EXPECT_EQ(decideSummary(sum, mesh1(2)), "[NP(2)] -> [NP(2)]");
+  Call norm("aten::linalg_vector_norm.default");
+  norm.tensor("self", {4, 6}, {"NP(2)"}).arg("ord", Argument(2.0)).arg("dim", Argument(IntList{1})).out({4});
+  EXPECT_EQ(decideSummary(norm, mesh1(2)), "[R] -> [R]");
 }
 
 TEST(LinalgRules, BatchDimsShardMatricesDoNot) {
