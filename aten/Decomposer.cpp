@@ -242,6 +242,12 @@ private:
         {"aten::dsplit.int", &Decomposer::splitBySections},
         {"aten::dsplit.array", &Decomposer::splitBySections},
         {"aten::diff.default", &Decomposer::diff},
+        {"aten::gradient.scalarint", &Decomposer::gradient},
+        {"aten::gradient.scalararray", &Decomposer::gradient},
+        {"aten::gradient.array", &Decomposer::gradient},
+        {"aten::gradient.scalarrayint", &Decomposer::gradient},
+        {"aten::gradient.scalarrayarray", &Decomposer::gradient},
+        {"aten::linalg_vander.default", &Decomposer::linalgVander},
         {"aten::batch_norm.default", &Decomposer::batchNorm},
         {"aten::instance_norm.default", &Decomposer::instanceNorm},
         {"aten::cosine_similarity.default", &Decomposer::cosineSimilarity},
@@ -1172,6 +1178,112 @@ private:
                 last ? *result(0)->meta() : withShape(*x->meta(), shorter), last ? result(0)->name() : tmp("diff"));
     }
     b_.bind(result(0), x);
+    return llvm::Error::success();
+  }
+  /// gradient with scalar spacing (ReduceOps.cpp's gradient_helper_float), one result per dim (the
+  /// dims given, else every dim), each: center = (x[2:] - x[:-2]) / h, the edges one-sided
+  /// (edge_order 1: the first and last differences / h; 2: -1.5 x0 + 2 x1 - 0.5 x2 and 0.5 x[-3]
+  /// - 2 x[-2] + 1.5 x[-1], / h), then cat([prepend, center / 2, append]) on the dim. Ops in the
+  /// order the CPU kernel runs them (`a - b` evaluates b first). Tensor spacings (coordinates),
+  /// and what torch raises on (a dim shorter than edge_order + 1, spacings not one per dim), stay
+  /// the exported op.
+  llvm::Error gradient() {
+    Value *x = in("self");
+    if (!isFloating(x->meta()->dtype))
+      return keepExported();
+    auto sizes = hints(x->meta()->sizes);
+    int64_t rank = static_cast<int64_t>(sizes.size());
+    IntList dims;
+    const Argument *dimArg = n_->input("dim");
+    if (!dimArg || dimArg->isNone()) {
+      for (int64_t d = 0; d < rank; ++d)
+        dims.push_back(d);
+    } else if (auto d = dimArg->asInt()) {
+      dims.push_back(*d);
+    } else if (dimArg->is<IntList>()) {
+      dims = dimArg->get<IntList>();
+    } else {
+      return keepExported();
+    }
+    for (int64_t &d : dims) {
+      d = d < 0 ? d + rank : d;
+      if (d < 0 || d >= rank)
+        return keepExported();
+    }
+    llvm::SmallVector<Argument, 4> spacing;
+    const Argument *h = n_->input("spacing");
+    if (!h || h->isNone())
+      spacing.assign(dims.size(), Argument(1.0));
+    else if (h->is<double>() || h->is<int64_t>())
+      spacing.assign(dims.size(), *h);
+    else if (h->is<FloatList>())
+      for (double v : h->get<FloatList>())
+        spacing.push_back(v);
+    else if (h->is<IntList>())
+      for (int64_t v : h->get<IntList>())
+        spacing.push_back(v);
+    int64_t edgeOrder = intInput("edge_order").value_or(1);
+    if (spacing.size() != dims.size() || (edgeOrder != 1 && edgeOrder != 2) || n_->results().size() != dims.size())
+      return keepExported();
+    for (int64_t d : dims)
+      if (sizes[d] < edgeOrder + 1)
+        return keepExported();
+    for (size_t i = 0; i < dims.size(); ++i) {
+      int64_t d = dims[i], n = sizes[d];
+      auto part = [&](int64_t start, int64_t end) { return slice(x, d, start, end, tmp("slice")); };
+      auto op = [&](llvm::StringRef name, Value *a, Argument b) { return binaryOp(name, a, std::move(b), "gradient"); };
+      Value *before = part(0, n - 2);
+      Value *center = op("aten::div.Scalar", op("aten::sub.Tensor", part(2, n), before), spacing[i]);
+      Value *prepend, *append;
+      if (edgeOrder == 1) {
+        Value *first = part(0, 1);
+        prepend = op("aten::div.Scalar", op("aten::sub.Tensor", part(1, 2), first), spacing[i]);
+        Value *secondLast = part(n - 2, n - 1);
+        append = op("aten::div.Scalar", op("aten::sub.Tensor", part(n - 1, n), secondLast), spacing[i]);
+      } else {
+        Value *x2 = op("aten::mul.Scalar", part(2, 3), 0.5);
+        Value *x1 = op("aten::mul.Scalar", part(1, 2), int64_t{2});
+        Value *x0 = op("aten::mul.Scalar", part(0, 1), -1.5);
+        prepend = op("aten::div.Scalar", op("aten::sub.Tensor", op("aten::add.Tensor", x0, x1), x2), spacing[i]);
+        Value *last = op("aten::mul.Scalar", part(n - 1, n), 1.5);
+        Value *secondLast = op("aten::mul.Scalar", part(n - 2, n - 1), int64_t{2});
+        Value *thirdLast = op("aten::mul.Scalar", part(n - 3, n - 2), 0.5);
+        append = op("aten::div.Scalar", op("aten::add.Tensor", op("aten::sub.Tensor", thirdLast, secondLast), last),
+                    spacing[i]);
+      }
+      Value *halved = op("aten::div.Scalar", center, int64_t{2});
+      const Value *r = n_->results()[i];
+      b_.bind(r, emit1("aten::cat.default", {{"tensors", TensorList{prepend, halved, append}, false}, {"dim", d, false}},
+                       *r->meta(), r->name()));
+    }
+    return llvm::Error::success();
+  }
+  /// linalg_vander (LinearAlgebra.cpp): x.unsqueeze(-1) expanded to N - 1 columns, cumprod over
+  /// them, and new_ones of one column (from the cumprod) concatenated in front (a 0-d x gives a
+  /// vector of N). N < 2 raises in torch and stays the exported op.
+  llvm::Error linalgVander() {
+    Value *x = in("x");
+    if (!isFloating(x->meta()->dtype) || (n_->input("N") && !n_->input("N")->isNone() && !intInput("N")))
+      return keepExported();
+    auto sizes = hints(x->meta()->sizes);
+    std::optional<int64_t> given = intInput("N");
+    if (!given && sizes.empty()) // N defaults to x.size(-1): a 0-d x raises
+      return keepExported();
+    int64_t n = given.value_or(sizes.empty() ? 0 : sizes.back());
+    if (n < 2)
+      return keepExported();
+    auto column = sizes;
+    column.push_back(1);
+    Value *u = unary("aten::unsqueeze.default", x, withShape(*x->meta(), column), tmp("unsqueeze"),
+                     {{"dim", int64_t{-1}, false}});
+    auto powers = sizes;
+    powers.push_back(n - 1);
+    Value *cumprod = unary("aten::cumprod.default", expand(u, powers, tmp("expand")), withShape(*x->meta(), powers),
+                           tmp("cumprod"), {{"dim", int64_t{-1}, false}});
+    Value *ones = unary("aten::new_ones.default", cumprod, withShape(*x->meta(), column), tmp("ones"),
+                        {{"size", IntList(column.begin(), column.end()), false}});
+    b_.bind(result(0), emit1("aten::cat.default", {{"tensors", TensorList{ones, cumprod}, false}, {"dim", int64_t{-1}, false}},
+                             *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
   }
   /// sum_to_size (at::sum_to): sum over the leading dims and the dims the size makes 1, keepdim,

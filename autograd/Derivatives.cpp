@@ -649,7 +649,10 @@ llvm::Error mvlgammaBackward(GradCall &c) {
 }
 
 /// stack: grad.select(dim, i) per input; cat: grad.slice(dim, offset, offset + size) per input
-/// (as DTensor receives cat's and stack's backward).
+/// (as DTensor receives cat's and stack's backward). Every input's, whether it needs a gradient or
+/// not: FunctionsManual's stack_tensors_backward and cat_tensors_backward take them all (a slice
+/// of a gradient sharded on the cat dim redistributes it, once per input). A legacy 1-D empty cat
+/// input gets a plain at::zeros({0}), which DTensor does not see.
 llvm::Error stackCat(GradCall &c) {
   bool stack = c.n.opString() == "aten::stack.default";
   llvm::SmallVector<Value *, 4> parts = c.n.input("tensors")->tensors();
@@ -659,13 +662,17 @@ llvm::Error stackCat(GradCall &c) {
   dim = dim < 0 ? dim + rank : dim;
   int64_t offset = 0;
   for (size_t i = 0; i < parts.size() && i < c.out.size(); ++i) {
-    int64_t size = stack ? 1 : sizesOf(*parts[i]->meta())[dim];
+    auto sizes = sizesOf(*parts[i]->meta());
+    if (!stack && sizes.size() == 1 && sizes[0] == 0)
+      continue;
+    int64_t size = stack ? 1 : sizes[dim];
+    Value *grad = stack ? c.e.emit("aten::select.int", {A("self", g), A("dim", dim), A("index", static_cast<int64_t>(i))},
+                                   GradEmitter::like(parts[i]), "grad_select")
+                        : c.e.emit("aten::slice.Tensor",
+                                   {A("self", g), A("dim", dim), A("start", offset), A("end", offset + size)},
+                                   GradEmitter::like(parts[i]), "grad_slice");
     if (c.needed[i])
-      c.out[i] = stack ? c.e.emit("aten::select.int", {A("self", g), A("dim", dim), A("index", static_cast<int64_t>(i))},
-                                  GradEmitter::like(parts[i]), "grad_select")
-                       : c.e.emit("aten::slice.Tensor",
-                                  {A("self", g), A("dim", dim), A("start", offset), A("end", offset + size)},
-                                  GradEmitter::like(parts[i]), "grad_slice");
+      c.out[i] = grad;
     offset += size;
   }
   return llvm::Error::success();
@@ -884,6 +891,24 @@ llvm::Error cumsumBackward(GradCall &c) {
   };
   Value *s = c.e.emit("aten::cumsum.default", {A("self", flip(g)), A("dim", dim)}, GradEmitter::like(g), "grad_cumsum");
   c.set("self", flip(s));
+  return llvm::Error::success();
+}
+
+/// cumprod_backward (FunctionsManual.cpp): the gradient itself where the product runs over one
+/// element (numel <= 1, or a dim of size 1); otherwise torch branches on whether the input holds a
+/// zero (data the program does not carry), and DTensor raises in the branch it takes (its where
+/// mixes plain tensors and DTensors): not modelled.
+llvm::Error cumprodBackward(GradCall &c) {
+  Value *self = c.self();
+  auto sizes = hints(self->meta()->sizes);
+  int64_t rank = static_cast<int64_t>(sizes.size()), dim = *c.n.input("dim")->asInt();
+  dim = dim < 0 ? dim + std::max<int64_t>(rank, 1) : dim;
+  if (self->meta()->numel() > 1 && !(dim < rank && sizes[dim] == 1))
+    return makeError("autodiff: the derivative of {} over {} elements is not modelled (torch's cumprod_backward "
+                     "branches on whether the input holds a zero; DTensor raises in the branch it takes) (node '{}' "
+                     "in {})",
+                     c.n.opString(), sizes.empty() ? 1 : sizes[dim], c.n.name(), c.n.scope() ? c.n.scope()->displayName() : "Global");
+  c.set("self", c.g());
   return llvm::Error::success();
 }
 

@@ -177,6 +177,15 @@ CASES = [
      [(f32(4, 6), S0)]),
     ("vector-norm-3-partial-all", lambda a: torch.linalg.vector_norm(a, 3), [(f32(4, 6), S1)]),
     ("normalize-partial", lambda a: F.normalize(a, dim=1), [(f32(4, 6), S1)]),
+    # gradient (slices, differences, a cat per dim) and vander (cumprod over one column: its
+    # gradient passes through)
+    ("gradient-dim1", lambda a: torch.gradient(a, dim=1)[0], [(f32(4, 6), S1)]),
+    ("gradient-edge2", lambda a: sum(torch.gradient(a, spacing=2.0, edge_order=2)), [(f32(4, 6), S0)]),
+    ("vander-2", lambda a: torch.linalg.vander(a, N=2), [(f32(4, 6), S0)]),
+    # cat's backward slices the gradient for every input, one that needs none too: the gradient
+    # sharded on the cat dim is gathered once per slice
+    ("cat-detached-sharded-grad", lambda a, b, w: torch.cat([a, b.detach()], dim=1) * w,
+     [(f32(4, 6), S1), (f32(4, 2), S1), (f32(4, 8), S1)]),
     ("pad-constant", lambda a: F.pad(a, (1, 2), value=0.5), [(f32(2, 4, 6), S0)]),
     # circular: the Replicate new_empty output takes the input by copy_ (an all-gather of a shard),
     # then copies between its own slices; backward through the copies into views (CopySlices)

@@ -72,6 +72,12 @@ OPS = {
     "item": lambda y: y.sum().item(),
     "batch_norm": lambda y: F.batch_norm(y, None, None, training=True),
     "instance_norm": lambda y: F.instance_norm(y),
+    # gradient (ReduceOps.cpp): slices, differences and a cat per dim; linalg_vander: unsqueeze,
+    # expand, cumprod, new_ones, cat (whose cumprod over N - 1 > 1 columns has no derivative here)
+    "gradient": lambda y: torch.gradient(y, dim=1)[0],
+    "gradient_edge2": lambda y: sum(torch.gradient(y, spacing=2.0, edge_order=2)),
+    "vander": lambda y: torch.linalg.vander(y[:, :, 0], N=2) * 2.0,
+    "vander_3": lambda y: torch.linalg.vander(y[:, :, 0], N=3),
 }
 
 
@@ -108,7 +114,10 @@ def export(name, directory):
     ("dropout", 1, False), ("dropout2d_eval", 1, False), ("alpha_dropout_p0", 0, False),
     # native_batch_norm's strategy shards channels (dim 1) only: a batch-sharded input is moved off
     # dim 0 first; instance norm's [1, N*C, L] view of a batch-sharded input is channel-sharded
-    ("batch_norm", 0, True), ("batch_norm", 1, False), ("instance_norm", 0, False)])
+    ("batch_norm", 0, True), ("batch_norm", 1, False), ("instance_norm", 0, False),
+    # slices along a sharded dim gather it; other dims' differences keep the shard
+    ("gradient", 1, True), ("gradient", 0, False), ("gradient_edge2", 2, True),
+    ("vander", 0, False), ("vander", 1, False)])
 def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim, with_collectives):
     pt2 = export(name, tmp_path)
     plan = sharded(dim)
@@ -133,6 +142,20 @@ def test_unmodelled_variants_are_refused_by_name(run_commlens, tmp_path, name, m
     pt2 = export(name, tmp_path)
     r = run_commlens("predict", pt2, "--plan", save_plan(sharded(), tmp_path))
     assert (r.returncode, r.stderr) == (2, f"commlens: error: {pt2}: {message}\n")
+
+
+def test_cumprod_derivative_over_several_elements_is_refused_by_name(run_commlens, tmp_path):
+    """vander with N = 3 runs cumprod over 2 columns, whose derivative torch takes by whether the
+    input holds a zero (and DTensor raises in its branch): the backward is refused, the forward
+    predicted."""
+    pt2 = export("vander_3", tmp_path)
+    plan = save_plan(sharded(), tmp_path)
+    r = run_commlens("predict", pt2, "--plan", plan, "--phase", "both")
+    assert (r.returncode, r.stderr) == (2, (
+        f"commlens: error: {pt2}: autodiff: the derivative of aten::cumprod.default over 2 elements is not modelled "
+        "(torch's cumprod_backward branches on whether the input holds a zero; DTensor raises in the branch it "
+        "takes) (node 'linalg_vander_cumprod' in Head)\n"))
+    assert run_commlens("predict", pt2, "--plan", plan, "--phase", "forward").returncode == 0
 
 
 def test_linalg_svd_replicates_its_input_like_comm_debug_mode(run_commlens, tmp_path):
