@@ -12,6 +12,9 @@ Factories (all keyword-only, all return ``(model, (x,))``):
   keep them for swapped-out parts: ``pre`` (nn.Identity) before ``w1``,
   ``act`` (nn.Identity, then relu) between ``w1`` and ``w2``, ``post`` after
   ``w2``; the same plan keys as ``mlp``.
+* ``normalized_mlp(...)``: ``MLP`` whose hidden features are L2-normalised
+  (``F.normalize`` over the last dim, as cosine / nGPT-style layers do)
+  between ``w1`` and ``w2``; the same plan keys as ``mlp``.
 
 The input is a float tensor of shape ``[batch, seq, dim]``.  ``device="meta"``
 builds the model and the input without allocating memory.
@@ -41,6 +44,11 @@ class IdentityMLP(MLP):
 
     def forward(self, x):
         return self.post(self.w2(F.relu(self.act(self.w1(self.pre(x))))))
+
+
+class NormalizedMLP(MLP):
+    def forward(self, x):
+        return self.w2(F.normalize(self.w1(x), dim=-1))
 
 
 class StackedMLP(nn.Module):
@@ -84,6 +92,13 @@ def identity_mlp(*, batch=2, seq=8, dim=16, hidden=32, bias=True, device="cpu", 
     dtype = resolve_dtype(dtype)
     torch.manual_seed(seed)
     model = IdentityMLP(dim, hidden, bias=bias, device=device, dtype=dtype)
+    return model, (_input(batch, seq, dim, device, dtype),)
+
+
+def normalized_mlp(*, batch=2, seq=8, dim=16, hidden=32, bias=True, device="cpu", dtype="float32", seed=0):
+    dtype = resolve_dtype(dtype)
+    torch.manual_seed(seed)
+    model = NormalizedMLP(dim, hidden, bias=bias, device=device, dtype=dtype)
     return model, (_input(batch, seq, dim, device, dtype),)
 
 

@@ -116,6 +116,15 @@ def mlp_tp(*, tp=4, input_requires_grad=False, device_type="cpu", frozen=()):
                  device_type=device_type, input_requires_grad=input_requires_grad, frozen=frozen)
 
 
+def normalized_mlp_tp(*, tp=4, input_requires_grad=False, device_type="cpu"):
+    """examples.mlp:normalized_mlp: w1 ColwiseParallel keeping its output a DTensor
+    (use_local_output=False), so that F.normalize's norm over the sharded features is a partial
+    p-norm (_NormPartial) DTensor reduces; w2 RowwiseParallel takes the normalised Shard(-1)."""
+    return _plan("normalized_mlp_tp", tp,
+                 {"w1": ColwiseParallel(use_local_output=False), "w2": RowwiseParallel(input_layouts=Shard(-1))},
+                 device_type=device_type, input_requires_grad=input_requires_grad)
+
+
 def stacked_mlp_tp(*, tp=4, input_requires_grad=False, device_type="cpu", frozen=()):
     """examples.mlp:stacked_mlp: every layer's w1 Colwise, w2 Rowwise (fnmatch ``*``)."""
     return _plan("stacked_mlp_tp", tp,

@@ -137,6 +137,10 @@ CONFIGS = [
            P + "linear_rowwise(tp=4, input_requires_grad=True)", "both"),
     Config("linear-rowwise-shard-tp2-both", "examples.mlp:linear",
            P + "linear_rowwise(tp=2, output='shard')", "both"),
+    # F.normalize over Colwise-sharded features: the norm is a partial p-norm (_NormPartial)
+    Config("normalized_mlp-tp-tp4-grad-both", "examples.mlp:normalized_mlp",
+           P + "normalized_mlp_tp(tp=4, input_requires_grad=True)", "both"),
+    Config("normalized_mlp-tp-tp2-backward", "examples.mlp:normalized_mlp", P + "normalized_mlp_tp(tp=2)", "backward"),
     # stacked MLP blocks (layers.*)
     Config("stacked_mlp-tp-tp2-forward", STACKED, P + "stacked_mlp_tp(tp=2)", "forward"),
     Config("stacked_mlp-tp-tp4-grad-both", STACKED, P + "stacked_mlp_tp(tp=4, input_requires_grad=True)", "both",
