@@ -5,6 +5,7 @@ namespace commlens {
 GraphBuilder::GraphBuilder(const Graph &src, std::shared_ptr<ModuleScopeTree> scopes)
     : src_(src), dst_(std::make_unique<Graph>(scopes ? std::move(scopes) : src.sharedScopes())) {
   dst_->reserve(src.numValues(), src.numNodes());
+  map_.reserve(src.numValues());
   for (const InputSpec &in : src.inputs()) {
     InputSpec copy = in;
     if (in.value) {

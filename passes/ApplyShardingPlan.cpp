@@ -265,9 +265,14 @@ private:
       if (n->opString() == "aten::embedding.default")
         if (const Argument *w = n->input("weight"); w && w->isTensor())
           lookups.insert({n->scope(), w->tensor()});
+    // A pattern matches paths of as many segments only: the scopes by dot count (in forward
+    // order), so that a 126-layer model's every style is not matched against every module.
+    std::map<size_t, std::vector<const ModuleScope *>> scopesByDots;
+    for (const ModuleScope *s : graph_.scopes().inForwardOrder())
+      scopesByDots[s->path().empty() ? 0 : llvm::StringRef(s->path()).count('.') + 1].push_back(s);
     for (const ParallelizeStep &step : plan_.steps)
       for (const ParallelStyle &style : step.styles)
-        for (const ModuleScope *s : graph_.scopes().inForwardOrder())
+        for (const ModuleScope *s : scopesByDots[style.pattern.empty() ? 0 : llvm::StringRef(style.pattern).count('.') + 1])
           if (matchesModulePath(style.pattern, s->path())) {
             auto own = ownParams.find(s->path());
             const auto &params =

@@ -66,6 +66,9 @@ public:
 
   llvm::Error run() {
     size_t first = state_.collectives.size();
+    // At most every value of the graph becomes a DTensor: one allocation instead of a rehash per
+    // doubling (the backward graph adds to the forward's layouts).
+    state_.dtensors.reserve(state_.dtensors.size() + graph_.numValues());
     for (const auto &n : graph_.nodes()) {
       node_ = n.get();
       if (n->op().ns == "commlens" && !n->boundaryOp())
