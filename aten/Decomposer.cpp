@@ -242,6 +242,7 @@ private:
         {"aten::dsplit.int", &Decomposer::splitBySections},
         {"aten::dsplit.array", &Decomposer::splitBySections},
         {"aten::diff.default", &Decomposer::diff},
+        {"aten::rrelu.default", &Decomposer::rrelu},
         {"aten::gradient.scalarint", &Decomposer::gradient},
         {"aten::gradient.scalararray", &Decomposer::gradient},
         {"aten::gradient.array", &Decomposer::gradient},
@@ -1805,6 +1806,23 @@ private:
     Value *scaled = emit1("aten::div_.Scalar", {{"self", drawn, false}, {"other", 1.0 - prob, false}}, m, tmp("div"));
     b_.bind(result(0), emit1("aten::mul.Tensor", {{"self", x, false}, {"other", scaled, false}}, *result(0)->meta(),
                              result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// rrelu (Activation.cpp): rrelu_with_noise on a noise buffer from empty_like (contiguous), in
+  /// training and out of it (the kernel draws the noise, or uses the mean slope, itself).
+  llvm::Error rrelu() {
+    Value *x = in("self");
+    if (!isFloating(x->meta()->dtype))
+      return keepExported();
+    TensorMeta m = withShape(*x->meta(), hints(x->meta()->sizes));
+    m.requiresGrad = false;
+    Value *noise = unary("aten::empty_like.default", x, m, tmp("noise"),
+                         {{"memory_format", MemoryFormat::Contiguous, true}});
+    b_.bind(result(0), emit1("aten::rrelu_with_noise.default",
+                             {{"self", x, false}, {"noise", noise, false}, {"lower", doubleArg("lower", 1.0 / 8), false},
+                              {"upper", doubleArg("upper", 1.0 / 3), false}, {"training", boolArg("training", false), false}},
+                             *result(0)->meta(), result(0)->name()));
     return llvm::Error::success();
   }
 

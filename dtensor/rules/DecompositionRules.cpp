@@ -322,6 +322,26 @@ llvm::Error leakyReluBackward(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// rrelu_with_noise_backward(grad, self, noise, lower, upper, training, self_is_result)
+/// (torch._decomp): grad * noise in training, else leaky_relu_backward's where(self > 0, grad,
+/// grad * (lower + upper) / 2).
+llvm::Error rreluWithNoiseBackward(Decomposition &d) {
+  Value *grad = d.in(0), *x = d.in(1), *noise = d.in(2);
+  std::optional<double> lower = scalarArg(d.call(), "lower", 3, 1.0 / 8), upper = scalarArg(d.call(), "upper", 4, 1.0 / 3);
+  const Argument *training = d.call().arg("training", 5);
+  if (!lower || !upper || !training || !training->is<bool>())
+    return d.call().error("expected lower, upper and training arguments");
+  if (training->get<bool>()) {
+    d.returns({pointwise(d, "aten::mul.Tensor", {na("self", grad), na("other", noise)}, grad)});
+    return llvm::Error::success();
+  }
+  double slope = (*lower + *upper) / 2;
+  Value *mask = pointwise(d, "aten::gt.Scalar", {na("self", x), na("other", int64_t{0})}, x, ScalarType::Bool);
+  Value *neg = pointwise(d, "aten::mul.Tensor", {na("self", grad), na("other", slope)}, grad);
+  d.returns({pointwise(d, "aten::where.self", {na("condition", mask), na("self", grad), na("other", neg)}, grad)});
+  return llvm::Error::success();
+}
+
 /// mish_backward(grad, input): t = tanh(softplus(x)); grad * (t + x * sigmoid(x) * (1 - t * t)).
 llvm::Error mishBackward(Decomposition &d) {
   Value *grad = d.in(0), *x = d.in(1);
@@ -1026,6 +1046,7 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::pixel_unshuffle.default", pixelShuffle},
       {"aten::elu_backward.default", eluBackward},
       {"aten::leaky_relu_backward.default", leakyReluBackward},
+      {"aten::rrelu_with_noise_backward.default", rreluWithNoiseBackward},
       {"aten::mish_backward.default", mishBackward},
       {"aten::softplus_backward.default", softplusBackward},
       {"aten::fill.Scalar", fill},

@@ -192,6 +192,9 @@ const llvm::StringMap<Family> &families() {
           "aten::clamp_.default", "aten::clamp_.Tensor", "aten::clamp_min_.default", "aten::clamp_min_.Tensor",
           "aten::clamp_max_.default", "aten::clamp_max_.Tensor", "aten::bitwise_and_.Tensor", "aten::bitwise_or_.Tensor"},
          Family::Plain);
+    // _extra_pointwise_ops: rrelu's kernel (its noise written in place in training) is pointwise for
+    // DTensor, and not one of its random ops
+    both({"aten::rrelu_with_noise.default"}, Family::Plain);
     return m;
   }();
   return m;

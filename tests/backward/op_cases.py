@@ -182,6 +182,11 @@ CASES = [
     ("gradient-dim1", lambda a: torch.gradient(a, dim=1)[0], [(f32(4, 6), S1)]),
     ("gradient-edge2", lambda a: sum(torch.gradient(a, spacing=2.0, edge_order=2)), [(f32(4, 6), S0)]),
     ("vander-2", lambda a: torch.linalg.vander(a, N=2), [(f32(4, 6), S0)]),
+    # rrelu: rrelu_with_noise on an empty_like noise buffer (pointwise for DTensor); its backward
+    # as torch._decomp runs it (grad * noise in training, leaky_relu_backward's where otherwise)
+    ("rrelu-train", lambda a: F.rrelu(a, training=True), [(f32(4, 6), S0)]),
+    ("rrelu-eval", lambda a: F.rrelu(a, 0.1, 0.3), [(f32(4, 6), S1)]),
+    ("rrelu-of-partial", lambda a, w: F.rrelu(a @ w, training=True), [(f32(4, 6), S1), (f32(6, 3), S0)]),
     # cat's backward slices the gradient for every input, one that needs none too: the gradient
     # sharded on the cat dim is gathered once per slice
     ("cat-detached-sharded-grad", lambda a, b, w: torch.cat([a, b.detach()], dim=1) * w,

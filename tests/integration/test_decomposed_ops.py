@@ -78,6 +78,9 @@ OPS = {
     "gradient_edge2": lambda y: sum(torch.gradient(y, spacing=2.0, edge_order=2)),
     "vander": lambda y: torch.linalg.vander(y[:, :, 0], N=2) * 2.0,
     "vander_3": lambda y: torch.linalg.vander(y[:, :, 0], N=3),
+    # rrelu: rrelu_with_noise (pointwise for DTensor) on an empty_like noise buffer
+    "rrelu": lambda y: F.rrelu(y, training=True),
+    "rrelu_of_sum": lambda y: F.rrelu(y.sum(1), 0.1, 0.3),
 }
 
 
@@ -117,7 +120,9 @@ def export(name, directory):
     ("batch_norm", 0, True), ("batch_norm", 1, False), ("instance_norm", 0, False),
     # slices along a sharded dim gather it; other dims' differences keep the shard
     ("gradient", 1, True), ("gradient", 0, False), ("gradient_edge2", 2, True),
-    ("vander", 0, False), ("vander", 1, False)])
+    ("vander", 0, False), ("vander", 1, False),
+    # the sum over the sharded dim is a Partial, which rrelu's kernel needs reduced
+    ("rrelu", 1, False), ("rrelu_of_sum", 1, True)])
 def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim, with_collectives):
     pt2 = export(name, tmp_path)
     plan = sharded(dim)

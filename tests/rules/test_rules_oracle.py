@@ -281,6 +281,20 @@ def all_cases():
                       ("aten::softplus_backward.default", lambda: [I("beta", 3), F("threshold", 0.2)])):
         cases += binary_cases(op, ["grad_output", "self"], [[4, 6], [4, 6]], partials=("P(sum)", "P(avg)"), every2d=5,
                               make_extra=extra)
+    # rrelu's kernel (pointwise for DTensor, noise written in place) and its backward (torch._decomp:
+    # grad * noise in training, leaky_relu_backward's where otherwise)
+    for training in (True, False):
+        cases += binary_cases("aten::rrelu_with_noise.default", ["self", "noise"], [[4, 6], [4, 6]],
+                              partials=("P(sum)", "P(avg)"), every2d=5,
+                              make_extra=lambda t=training: [F("lower", 0.125), F("upper", 0.25), B("training", t)])
+        for mesh in MESHES:
+            opts = tuples(per_dim(2, ("P(sum)",)), mesh)
+            combos = list(itertools.product(opts, opts, opts))
+            for pg, px, pn in combos[:: (17 if len(mesh) > 1 else 3)]:
+                cases.append({"op": "aten::rrelu_with_noise_backward.default", "mesh": mesh,
+                              "args": [T("grad_output", [4, 6], pg), T("self", [4, 6], px), T("noise", [4, 6], pn),
+                                       F("lower", 0.125), F("upper", 0.25), B("training", training),
+                                       B("self_is_result", False)]})
     for reduction in (0, 1, 2):
         cases += binary_cases("aten::mse_loss.default", ["self", "target"], [[4, 6], [4, 6]],
                               partials=("P(sum)", "P(avg)"), every2d=5, make_extra=lambda r=reduction: [I("reduction", r)])
