@@ -342,6 +342,23 @@ llvm::Error rreluWithNoiseBackward(Decomposition &d) {
   return llvm::Error::success();
 }
 
+/// cauchy_(self, median, sigma) (torch._refs' cauchy, made in place): median + sigma * tan(pi *
+/// (rand_like(self) - 0.5)), copied into self.
+llvm::Error cauchyInplace(Decomposition &d) {
+  Value *x = d.in(0);
+  std::optional<double> median = scalarArg(d.call(), "median", 1, 0.0), sigma = scalarArg(d.call(), "sigma", 2, 1.0);
+  if (!median || !sigma)
+    return d.call().error("expected number median and sigma arguments");
+  Value *u = d.op("aten::rand_like.default", {na("self", x)}, d.meta(x));
+  Value *centred = pointwise(d, "aten::sub.Tensor", {na("self", u), na("other", 0.5)}, x);
+  Value *angle = pointwise(d, "aten::mul.Tensor", {na("self", centred), na("other", M_PI)}, x);
+  Value *t = pointwise(d, "aten::tan.default", {na("self", angle)}, x);
+  Value *scaled = pointwise(d, "aten::mul.Tensor", {na("self", t), na("other", *sigma)}, x);
+  Value *drawn = pointwise(d, "aten::add.Tensor", {na("self", scaled), na("other", *median)}, x);
+  d.returns({d.op("aten::copy_.default", {na("self", x), na("src", drawn)}, d.meta(x))});
+  return llvm::Error::success();
+}
+
 /// mish_backward(grad, input): t = tanh(softplus(x)); grad * (t + x * sigmoid(x) * (1 - t * t)).
 llvm::Error mishBackward(Decomposition &d) {
   Value *grad = d.in(0), *x = d.in(1);
@@ -1047,6 +1064,7 @@ const llvm::StringMap<DecomposeFn> &decompositions() {
       {"aten::elu_backward.default", eluBackward},
       {"aten::leaky_relu_backward.default", leakyReluBackward},
       {"aten::rrelu_with_noise_backward.default", rreluWithNoiseBackward},
+      {"aten::cauchy_.default", cauchyInplace},
       {"aten::mish_backward.default", mishBackward},
       {"aten::softplus_backward.default", softplusBackward},
       {"aten::fill.Scalar", fill},

@@ -81,6 +81,8 @@ OPS = {
     # rrelu: rrelu_with_noise (pointwise for DTensor) on an empty_like noise buffer
     "rrelu": lambda y: F.rrelu(y, training=True),
     "rrelu_of_sum": lambda y: F.rrelu(y.sum(1), 0.1, 0.3),
+    # cauchy_: DTensor runs torch._refs' cauchy on the shards (rand_like, tan, ...) and copies it in
+    "cauchy": lambda y: y * torch.empty_like(y).cauchy_(),
 }
 
 
@@ -122,7 +124,7 @@ def export(name, directory):
     ("gradient", 1, True), ("gradient", 0, False), ("gradient_edge2", 2, True),
     ("vander", 0, False), ("vander", 1, False),
     # the sum over the sharded dim is a Partial, which rrelu's kernel needs reduced
-    ("rrelu", 1, False), ("rrelu_of_sum", 1, True)])
+    ("rrelu", 1, False), ("rrelu_of_sum", 1, True), ("cauchy", 1, False)])
 def test_decomposed_op_matches_comm_debug_mode(run_commlens, tmp_path, name, dim, with_collectives):
     pt2 = export(name, tmp_path)
     plan = sharded(dim)

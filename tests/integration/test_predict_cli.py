@@ -11,8 +11,8 @@ from commlens.export import export_model
 
 
 class ShuffleNet(torch.nn.Module):
-    """w2(rrelu(w1(x))): aten::rrelu (a randomized leaky ReLU, here in eval mode) has no commlens
-    rule yet."""
+    """w2(renorm(w1(x))): aten::renorm (each slice along dim 0 rescaled to a p-norm of at most
+    maxnorm) has no commlens rule yet."""
 
     def __init__(self):
         super().__init__()
@@ -20,7 +20,7 @@ class ShuffleNet(torch.nn.Module):
         self.w2 = torch.nn.Linear(32, 16)
 
     def forward(self, x):
-        return self.w2(torch.nn.functional.rrelu(self.w1(x), training=False))
+        return self.w2(torch.renorm(self.w1(x), 2, 0, 1.0))
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_unsupported_op_names_op_node_and_module(run_commlens, files):
     pt2, plan = files
     r = run_commlens("predict", pt2, "--plan", plan)
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == (f"commlens: error: {pt2}: unsupported op aten::rrelu.default at node 'rrelu' in "
+    assert r.stderr == (f"commlens: error: {pt2}: unsupported op aten::renorm.default at node 'renorm' in "
                         "ShuffleNet (no DTensor sharding rule in commlens)\n")
 
 
@@ -50,7 +50,7 @@ def test_allow_unsupported_marks_dependent_counts_approximate(run_commlens, file
     r = run_commlens("predict", pt2, "--plan", plan, "--allow-unsupported", "--format", "json", "-o", out)
     assert r.returncode == 0, r.stderr
     tree = json.loads(out.read_text())
-    # rrelu's operand is w1's S(2) output (use_local_output=False): replicating it for the
+    # renorm's operand is w1's S(2) output (use_local_output=False): replicating it for the
     # unsupported op is one all_gather, charged to the root module; its result is assumed
     # Replicate, so w2's Rowwise input hook chunks it locally, mm gives Partial and the output
     # hook all_reduces: both counts depend on the unsupported op and are approximate.
@@ -58,7 +58,7 @@ def test_allow_unsupported_marks_dependent_counts_approximate(run_commlens, file
                                            ["c10d_functional.all_reduce", 1]]
     assert tree["approximate_forward"] == ["c10d_functional.all_gather_into_tensor", "c10d_functional.all_reduce"]
     assert tree["commlens"]["warnings"] == [
-        "unsupported op aten::rrelu.default at node 'rrelu' in ShuffleNet: operands replicated, "
+        "unsupported op aten::renorm.default at node 'renorm' in ShuffleNet: operands replicated, "
         "counts that depend on it are approximate"]
     r = run_commlens("predict", pt2, "--plan", plan, "--allow-unsupported")
     assert "*c10d_functional.all_reduce: 1 (approximate)" in r.stdout

@@ -45,6 +45,7 @@ EXAMPLE_SPECS = [
     "examples.plans:linear_rowwise(tp=4)",
     "examples.plans:linear_rowwise(tp=2, output='shard', device_type='cuda')",
     "examples.plans:mlp_tp(tp=4, input_requires_grad=True)",
+    "examples.plans:normalized_mlp_tp(tp=2)",
     "examples.plans:stacked_mlp_tp(tp=8)",
     "examples.plans:mlp_2d(dp=2, tp=4)",
     "examples.plans:mlp_nd()",

@@ -281,6 +281,9 @@ def all_cases():
                       ("aten::softplus_backward.default", lambda: [I("beta", 3), F("threshold", 0.2)])):
         cases += binary_cases(op, ["grad_output", "self"], [[4, 6], [4, 6]], partials=("P(sum)", "P(avg)"), every2d=5,
                               make_extra=extra)
+    # cauchy_: DTensor traces torch._refs' cauchy made in place (rand_like, pointwise ops, copy_)
+    cases += unary_cases("aten::cauchy_.default", [4, 6], lambda t: [t, F("median", 0.0), F("sigma", 2.0)],
+                         partials=("P(sum)", "P(max)"))
     # rrelu's kernel (pointwise for DTensor, noise written in place) and its backward (torch._decomp:
     # grad * noise in training, leaky_relu_backward's where otherwise)
     for training in (True, False):
