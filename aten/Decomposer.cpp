@@ -1264,10 +1264,11 @@ private:
   /// vector of N). N < 2 raises in torch and stays the exported op.
   llvm::Error linalgVander() {
     Value *x = in("x");
-    if (!isFloating(x->meta()->dtype) || (n_->input("N") && !n_->input("N")->isNone() && !intInput("N")))
+    const Argument *nArg = n_->input("N");
+    std::optional<int64_t> given = intInput("N");
+    if (!isFloating(x->meta()->dtype) || (nArg && !nArg->isNone() && !given))
       return keepExported();
     auto sizes = hints(x->meta()->sizes);
-    std::optional<int64_t> given = intInput("N");
     if (!given && sizes.empty()) // N defaults to x.size(-1): a 0-d x raises
       return keepExported();
     int64_t n = given.value_or(sizes.empty() ? 0 : sizes.back());
@@ -2761,7 +2762,7 @@ private:
     if (m != "constant")
       return makeError("node '{}' aten::pad.default with mode '{}' in {}: only modes 'constant' and 'circular' are "
                        "supported",
-                       n_->name(), m, n_->scope() ? n_->scope()->displayName() : "Global");
+                       n_->name(), m, n_->moduleName());
     const Argument *padding = n_->input("pad");
     if (!padding)
       return makeError("node '{}' aten::pad.default: expected a 'pad' argument", n_->name());
@@ -2779,7 +2780,7 @@ private:
   /// the input to Replicate and the others move nothing.
   llvm::Error padCircular() {
     std::string where = fmt::format("node '{}' aten::pad.default with mode 'circular' in {}", n_->name(),
-                                    n_->scope() ? n_->scope()->displayName() : "Global");
+                                    n_->moduleName());
     Value *x = in("self");
     auto pad = intListInput("pad");
     if (!x || !pad || pad->size() % 2 != 0 || pad->size() / 2 > static_cast<size_t>(x->meta()->rank()))
@@ -2829,7 +2830,7 @@ private:
     bool smoothed = smoothing && ((smoothing->is<double>() && smoothing->get<double>() != 0) ||
                                   (smoothing->asInt() && *smoothing->asInt() != 0));
     std::string where = fmt::format("node '{}' aten::cross_entropy_loss.default in {}", n_->name(),
-                                    n_->scope() ? n_->scope()->displayName() : "Global");
+                                    n_->moduleName());
     if (!target)
       return keepExported();
     if (smoothed && isFloating(target->meta()->dtype))

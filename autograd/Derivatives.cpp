@@ -907,7 +907,7 @@ llvm::Error cumprodBackward(GradCall &c) {
     return makeError("autodiff: the derivative of {} over {} elements is not modelled (torch's cumprod_backward "
                      "branches on whether the input holds a zero; DTensor raises in the branch it takes) (node '{}' "
                      "in {})",
-                     c.n.opString(), sizes.empty() ? 1 : sizes[dim], c.n.name(), c.n.scope() ? c.n.scope()->displayName() : "Global");
+                     c.n.opString(), sizes.empty() ? 1 : sizes[dim], c.n.name(), c.n.moduleName());
   c.set("self", c.g());
   return llvm::Error::success();
 }

@@ -931,7 +931,7 @@ private:
       const Placements &p = a.step.kind == BoundaryStep::Kind::Redistribute ? a.step.from : a.step.to;
       std::string module = a.fwd->input("module") && a.fwd->input("module")->is<std::string>()
                                ? a.fwd->input("module")->get<std::string>()
-                               : (a.fwd->scope() ? a.fwd->scope()->displayName() : "Global");
+                               : a.fwd->moduleName();
       // The gradient keeps its strides: to_local / from_local wrap the same local tensor.
       out[0] = emit(op, {{"self", g, false}, {"placements", placementsList(p), false}, {"module", module, true}},
                     metaOf(g->meta()->dtype, sizesOf(*g->meta()), g->meta()->device, stridesOf(*g->meta())),
@@ -1003,7 +1003,7 @@ private:
     DerivativeFormula formula = findDerivative(n.opString());
     if (!formula)
       return makeError("autodiff: no derivative formula for {} (node '{}' in {})", n.opString(), n.name(),
-                       n.scope() ? n.scope()->displayName() : "Global");
+                       n.moduleName());
     llvm::SmallVector<bool, 4> needed;
     for (const Edge &e : a.next)
       needed.push_back(static_cast<bool>(e));

@@ -70,9 +70,9 @@ const InternedOp *InternedOp::none() {
   return empty;
 }
 
-std::string Node::where() const {
-  return fmt::format("node '{}' {} in {}", name_, opString(), scope_ ? scope_->displayName() : "Global");
-}
+std::string Node::moduleName() const { return scope_ ? scope_->displayName() : "Global"; }
+
+std::string Node::where() const { return fmt::format("node '{}' {} in {}", name_, opString(), moduleName()); }
 
 const Argument *Node::input(llvm::StringRef argName) const {
   for (const NamedArgument &a : inputs_)

@@ -109,7 +109,9 @@ public:
     }
   }
   ModuleScope *scope() const { return scope_; }
-  /// "node 'NAME' OP in MODULE" ("Global" outside every module): how an error names the node.
+  /// The display name of the module the node runs in ("Global" outside every module).
+  std::string moduleName() const;
+  /// "node 'NAME' OP in MODULE": how an error names the node.
   std::string where() const;
   /// Call index per level of `scope()`'s ancestry below the root (outermost first).
   llvm::ArrayRef<unsigned> callPath() const { return callPath_; }

@@ -26,7 +26,6 @@ std::optional<Placement> placementArg(const Node &n, llvm::StringRef name) {
   return *p;
 }
 
-std::string scopeName(const Node &n) { return n.scope() ? n.scope()->displayName() : "Global"; }
 
 std::optional<Placements> placementsArg(const Node &n, llvm::StringRef name) {
   const Argument *a = n.input(name);
@@ -66,9 +65,6 @@ public:
 
   llvm::Error run() {
     size_t first = state_.collectives.size();
-    // At most every value of the graph becomes a DTensor: one allocation instead of a rehash per
-    // doubling (the backward graph adds to the forward's layouts).
-    state_.dtensors.reserve(state_.dtensors.size() + graph_.numValues());
     for (const auto &n : graph_.nodes()) {
       node_ = n.get();
       if (n->op().ns == "commlens" && !n->boundaryOp())
@@ -193,7 +189,7 @@ private:
     const Value *out = n.results()[0];
     const DTensorLayout *in = state_.layout(x);
     bool approx = approximate(x);
-    std::string module = n.input("module") ? n.input("module")->get<std::string>() : scopeName(n);
+    std::string module = n.input("module") ? n.input("module")->get<std::string>() : n.moduleName();
     auto step = [&](BoundaryStep::Kind kind, Placements from, Placements to) {
       state_.boundarySteps[&n].push_back(BoundaryStep{kind, std::move(from), std::move(to)});
     };
@@ -440,7 +436,7 @@ private:
     Placements have = normalized(in->placements, rank);
     Placements target = op == BoundaryOp::FromLocalBackward ? gradientPlacements(normalized(*placements, rank))
                                                     : redistributeBackwardTarget(have, normalized(*placements, rank));
-    std::string module = n.input("module") ? n.input("module")->get<std::string>() : scopeName(n);
+    std::string module = n.input("module") ? n.input("module")->get<std::string>() : n.moduleName();
     if (have != target) {
       std::string why = fmt::format("{} backward of {}: gradient {} from {} to {}",
                                     op == BoundaryOp::FromLocalBackward ? "from_local" : "redistribute", module, x->name(),
@@ -484,7 +480,7 @@ private:
     if (!rules.supports(n.opString())) {
       if (!allowUnsupported_)
         return makeError("unsupported op {} at node '{}' in {} (no DTensor sharding rule in commlens)", n.opString(),
-                         n.name(), scopeName(n));
+                         n.name(), n.moduleName());
       return replicateUnsupported(n, tensors, specs);
     }
     bool convolution = isConvolution(n.opString());
@@ -688,7 +684,7 @@ private:
                                    llvm::ArrayRef<std::optional<DTensorSpec>> specs) {
     state_.warnings.push_back(fmt::format("unsupported op {} at node '{}' in {}: operands replicated, counts "
                                           "that depend on it are approximate",
-                                          n.opString(), n.name(), scopeName(n)));
+                                          n.opString(), n.name(), n.moduleName()));
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (!specs[i] || specs[i]->placements == onMesh(Placement::replicate()))
         continue;
