@@ -613,7 +613,7 @@ private:
       Placements p;
       for (const Placement &x : l->placements)
         p.push_back(x.isPartial() ? Placement::replicate() : x);
-      state_.dtensors[seed] = DTensorLayout{p};
+      state_.dtensors[seed] = DTensorLayout{p, l->mesh};
     }
     root.node->buffer[root.slot] = seed;
     std::priority_queue<AGNode *, std::vector<AGNode *>, Later> ready;
@@ -815,12 +815,19 @@ private:
 
   /// A post-accumulate-grad hook that all-reduces the parameter's gradient in place, run where
   /// the gradient accumulates, in the current module.
-  void emitGradAllReduce(const Value *param, Value *grad, const ModuleScope &hookOwner) {
+  void emitGradAllReduce(const Value *param, Value *grad, const ModuleScope &hookOwner, MeshId mesh) {
     Value *out = newValue("grad_all_reduce", *grad->meta());
-    emitNode(out->name(), boundaryOpTarget(BoundaryOp::GradAllReduce),
-             {{"self", grad, false}, {"param", const_cast<Value *>(param), false},
-              {"module", hookOwner.displayName(), true}},
-             {Argument(out)});
+    llvm::SmallVector<NamedArgument, 4> args{{"self", grad, false}, {"param", const_cast<Value *>(param), false}};
+    appendMesh(mesh, args);
+    args.push_back({"module", hookOwner.displayName(), true});
+    emitNode(out->name(), boundaryOpTarget(BoundaryOp::GradAllReduce), std::move(args), {Argument(out)});
+  }
+
+  /// A backward boundary op runs on its forward step's DTensor mesh: a `mesh` argument where it is
+  /// not the first.
+  static void appendMesh(MeshId mesh, llvm::SmallVector<NamedArgument, 4> &args) {
+    if (mesh != 0)
+      args.push_back({"mesh", static_cast<int64_t>(mesh), true});
   }
 
   /// A call's pre-backward hook (torch 2.13 FSDPParamGroup.pre_backward: nothing while the unit
@@ -868,17 +875,18 @@ private:
 
   /// all_to_all_single_autograd's backward: the gradient goes back the reverse way, one
   /// all_to_all_single that sends what the forward received and receives what it sent.
-  Value *allToAllBackward(const Node &fwd, Value *g) {
+  Value *allToAllBackward(const Node &fwd, MeshId mesh, Value *g) {
     const Value *sent = fwd.input("self")->tensor();
-    return emit(boundaryOpTarget(BoundaryOp::AllToAll),
-                {{"self", g, false},
-                 {"autograd", false, false},
-                 {"sends_routed", fwd.boolInput("receives_routed"), false},
-                 {"receives_routed", fwd.boolInput("sends_routed"), false},
-                 {"rows", *fwd.input("rows")->asInt(), false},
-                 {"what", "sends back the gradient of the all-to-all that " + fwd.input("what")->get<std::string>(),
-                  false},
-                 {"module", fwd.input("module")->get<std::string>(), true}},
+    llvm::SmallVector<NamedArgument, 4> args{
+        {"self", g, false},
+        {"autograd", false, false},
+        {"sends_routed", fwd.boolInput("receives_routed"), false},
+        {"receives_routed", fwd.boolInput("sends_routed"), false},
+        {"rows", *fwd.input("rows")->asInt(), false},
+        {"what", "sends back the gradient of the all-to-all that " + fwd.input("what")->get<std::string>(), false}};
+    appendMesh(mesh, args);
+    args.push_back({"module", fwd.input("module")->get<std::string>(), true});
+    return emit(boundaryOpTarget(BoundaryOp::AllToAll), std::move(args),
                 metaOf(g->meta()->dtype, sizesOf(*sent->meta()), g->meta()->device), "grad_all_to_all");
   }
 
@@ -898,8 +906,8 @@ private:
       if (a.buffer[0]) {
         emit("aten::detach.default", {{"self", a.buffer[0], false}}, like(a.buffer[0]), "grad_leaf");
         leafGrads_[a.leaf] = a.buffer[0];
-        if (const ModuleScope *hookOwner = state_.gradAllReduced.lookup(a.leaf))
-          emitGradAllReduce(a.leaf, a.buffer[0], *hookOwner);
+        if (auto hook = state_.gradAllReduced.find(a.leaf); hook != state_.gradAllReduced.end())
+          emitGradAllReduce(a.leaf, a.buffer[0], *hook->second.first, hook->second.second);
       }
       return out;
     case AGNode::Kind::FsdpPostBackward:
@@ -912,14 +920,15 @@ private:
       if (!g)
         return out;
       if (a.step.kind == BoundaryStep::Kind::AllToAll) {
-        out[0] = allToAllBackward(*a.fwd, g);
+        out[0] = allToAllBackward(*a.fwd, a.step.mesh, g);
         return out;
       }
       if (a.step.kind == BoundaryStep::Kind::AllReduceGradient) { // in the module whose backward runs now
-        out[0] = emit(boundaryOpTarget(BoundaryOp::AllReduceSum),
-                      {{"self", g, false},
-                       {"what", "sums the gradient of its " + a.fwd->input("what")->get<std::string>(), false},
-                       {"module", a.fwd->input("module")->get<std::string>(), true}},
+        llvm::SmallVector<NamedArgument, 4> args{
+            {"self", g, false}, {"what", "sums the gradient of its " + a.fwd->input("what")->get<std::string>(), false}};
+        appendMesh(a.step.mesh, args);
+        args.push_back({"module", a.fwd->input("module")->get<std::string>(), true});
+        out[0] = emit(boundaryOpTarget(BoundaryOp::AllReduceSum), std::move(args),
                       metaOf(g->meta()->dtype, sizesOf(*g->meta()), g->meta()->device), "grad_all_reduce");
         return out;
       }
@@ -933,7 +942,10 @@ private:
                                ? a.fwd->input("module")->get<std::string>()
                                : a.fwd->moduleName();
       // The gradient keeps its strides: to_local / from_local wrap the same local tensor.
-      out[0] = emit(op, {{"self", g, false}, {"placements", placementsList(p), false}, {"module", module, true}},
+      llvm::SmallVector<NamedArgument, 4> args{{"self", g, false}, {"placements", placementsList(p), false}};
+      appendMesh(a.step.mesh, args);
+      args.push_back({"module", module, true});
+      out[0] = emit(op, std::move(args),
                     metaOf(g->meta()->dtype, sizesOf(*g->meta()), g->meta()->device, stridesOf(*g->meta())),
                     "grad_boundary");
       return out;

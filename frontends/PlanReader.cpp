@@ -23,8 +23,8 @@ unsigned meshDimByName(const DeviceMesh &mesh, const JsonRef &r) {
   if (auto idx = mesh.dimIndex(dimName))
     return *idx;
   if (mesh.dimGroup(dimName))
-    r.fail(fmt::format("'{}' is a flattened dim (mesh.flattened_dims), which only fully_shard's mesh_dims may name "
-                       "(DTensor placements and parallelize steps on a flattened dim are not modelled)",
+    r.fail(fmt::format("'{}' is a flattened dim (mesh.flattened_dims), which only fully_shard's mesh_dims and "
+                       "parallelize steps may name (DTensor placements on a flattened dim are not modelled)",
                        dimName));
   std::string names;
   for (const std::string &n : mesh.dimNames)
@@ -32,7 +32,8 @@ unsigned meshDimByName(const DeviceMesh &mesh, const JsonRef &r) {
   r.fail(fmt::format("mesh dim '{}' is not in the mesh (dim names: [{}])", dimName, names));
 }
 
-/// A name FSDP may take as its mesh: a mesh dim or a flattened one (mesh.flattened_dims).
+/// A name FSDP or a parallelize step may take as its mesh: a mesh dim or a flattened one
+/// (mesh.flattened_dims).
 MeshDimGroup meshDimGroupByName(const DeviceMesh &mesh, const JsonRef &r) {
   if (auto group = mesh.dimGroup(r.asStringRef()))
     return *group;
@@ -235,7 +236,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
     ParallelizeStep s;
     step.rejectUnknownKeys({"mesh_dim", "plan"});
     if (auto dim = step.optField("mesh_dim"))
-      s.meshDim = meshDimByName(plan.mesh, *dim);
+      s.meshDims = meshDimGroupByName(plan.mesh, *dim);
     else if (plan.mesh.ndim() > 1)
       step.fail("mesh_dim may be null only on a 1-D mesh");
     for (const JsonRef &entry : step.field("plan").items())
@@ -248,7 +249,8 @@ ShardingPlan decodePlan(const JsonRef &root) {
       for (const MeshDimGroup &group : plan.fullyShard.back().meshDims)
         for (unsigned dim : group)
           for (const ParallelizeStep &step : plan.steps)
-          if ((step.meshDim == dim || (!step.meshDim && plan.mesh.ndim() == 1)) && !onlyExpertParallel(step))
+          if ((step.meshDims ? llvm::is_contained(*step.meshDims, dim) : plan.mesh.ndim() == 1) &&
+              !onlyExpertParallel(step))
             u.field("mesh_dims").fail(fmt::format("mesh dim '{}' is used by a parallelize step too (FSDP and tensor "
                                                   "parallel dims must differ)",
                                                   plan.mesh.dimNames[dim]));

@@ -29,7 +29,8 @@ const char *kAllReduce = "c10d.allreduce_";
 
 llvm::Expected<std::vector<FsdpUnit>>
 resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
-                 const llvm::DenseMap<const Value *, DTensorLayout> &tpPlacements) {
+                 const llvm::DenseMap<const Value *, DTensorLayout> &tpPlacements,
+                 llvm::ArrayRef<DTensorMesh> dtensorMeshes) {
   std::vector<FsdpUnit> units;
   std::map<const ModuleScope *, std::string> taken;
   for (const FullyShardUnit &spec : plan.fullyShard) {
@@ -156,14 +157,20 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
   for (FsdpUnit &u : units) {
     // A plan may give FSDP the mesh dim of an expert-parallel style (frontends/PlanReader), whose
     // parameters then need a unit on another mesh: FSDP cannot shard a DTensor on its own dim.
+    // (Explicit placements come after fully_shard, with their own error.)
     for (const Value *p : u.params)
-      if (tpPlacements.count(p))
-        for (const ParallelizeStep &step : plan.steps)
-          if (step.meshDim && (llvm::is_contained(u.shardDims, *step.meshDim) ||
-                               llvm::is_contained(u.replicateDims, *step.meshDim)))
-            return makeError("fully_shard '{}' on {}: parameter '{}' is a DTensor on mesh dim '{}', the unit's own "
-                             "(give its module a fully_shard unit on another mesh dim)",
-                             u.spec->pattern, u.label(), p->name(), plan.mesh.dimNames[*step.meshDim]);
+      if (auto it = tpPlacements.find(p); it != tpPlacements.end()) {
+        const auto &dims = dtensorMeshes[it->second.mesh].planDims;
+        bool ofAStep = dims.size() == 1 && llvm::any_of(plan.steps, [&](const ParallelizeStep &step) {
+                         return (step.meshDims ? *step.meshDims : MeshDimGroup{0}) == dims.front();
+                       });
+        if (ofAStep && llvm::any_of(dims.front(), [&](unsigned d) {
+              return llvm::is_contained(u.shardDims, d) || llvm::is_contained(u.replicateDims, d);
+            }))
+          return makeError("fully_shard '{}' on {}: parameter '{}' is a DTensor on mesh dim '{}', the unit's own "
+                           "(give its module a fully_shard unit on another mesh dim)",
+                           u.spec->pattern, u.label(), p->name(), plan.mesh.groupName(dims.front()));
+      }
     // FSDPParam refuses it (torch 2.13 _fsdp_param.py, NotImplementedError).
     if (u.spec->reshard == FullyShardUnit::Reshard::ToGroup)
       for (const Value *p : u.params)
@@ -181,7 +188,7 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
 llvm::SmallVector<int64_t, 4> FsdpRuntime::localSizes(const Value *param) const {
   llvm::SmallVector<int64_t, 4> sizes = sizesOf(*param->meta());
   if (const DTensorLayout *l = prediction_.layout(param))
-    return rank0LocalShape(prediction_.dtensorMesh, sizes, normalized(l->placements, sizes.size()));
+    return rank0LocalShape(prediction_.dtensorMeshes[l->mesh].mesh, sizes, normalized(l->placements, sizes.size()));
   return sizes;
 }
 

@@ -42,10 +42,11 @@ namespace commlens {
 
 /// Finds the modules the plan's fully_shard calls wrap and the parameters each manages.
 /// `tpPlacements` gives the parameters tensor parallelism made DTensors (re-registered, so
-/// untied from their aliases). Renames the units' classes to FSDP<Class>, as fully_shard does.
+/// untied from their aliases), on `dtensorMeshes`. Renames the units' classes to FSDP<Class>, as fully_shard does.
 llvm::Expected<std::vector<FsdpUnit>>
 resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
-                 const llvm::DenseMap<const Value *, DTensorLayout> &tpPlacements);
+                 const llvm::DenseMap<const Value *, DTensorLayout> &tpPlacements,
+                 llvm::ArrayRef<DTensorMesh> dtensorMeshes);
 
 /// The collectives FSDP issues at each of its hooks, appended to `out`. `at` is the node that
 /// stands for the hook (its scope is the module CommDebugMode charges).

@@ -45,6 +45,17 @@ struct DeviceMesh {
   std::string str() const; // "DeviceMesh((2, 4), 'cpu', mesh_dim_names=('dp', 'tp'))"
 };
 
+/// A mesh DTensors live on (DTensor's `device_mesh`): the plan's mesh, or the sub-mesh a
+/// parallelize_module call gives its styles (`mesh["tp"]`, a flattened `mesh["ep"]`).
+struct DTensorMesh {
+  DeviceMesh mesh;
+  /// Per dim of `mesh`: the plan's mesh dims it is (several where flattened).
+  llvm::SmallVector<MeshDimGroup, 2> planDims;
+};
+
+/// Index of a DTensorMesh in PredictionState::dtensorMeshes (state/).
+using MeshId = uint8_t;
+
 enum class ReduceOp : uint8_t { Sum, Avg, Max, Min, Product };
 llvm::StringRef name(ReduceOp op);
 

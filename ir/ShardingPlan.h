@@ -48,9 +48,11 @@ llvm::StringRef name(ParallelStyle::Kind k);
 /// The kind of the torch class named `torchClass`, if commlens models it.
 std::optional<ParallelStyle::Kind> styleKindNamed(llvm::StringRef torchClass);
 
-/// One parallelize_module(model, mesh[meshDim], plan) call.
+/// One parallelize_module(model, mesh[meshDims], plan) call.
 struct ParallelizeStep {
-  std::optional<unsigned> meshDim; // none: the whole (1-D) mesh
+  /// The sub-mesh's one dim: a plan mesh dim, or several flattened into one (torchtitan's ep over
+  /// fsdp x tp); none: the whole (1-D) mesh.
+  std::optional<MeshDimGroup> meshDims;
   std::vector<ParallelStyle> styles; // in plan order: hooks registered earlier run first
 };
 

@@ -65,46 +65,47 @@ Value *emitHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, Value 
   return emitInCall(b, c, op, std::move(args), *x->meta(), (x->name() + "_" + tag).str());
 }
 
-/// The styles' hooks at one call: each step a `commlens::` boundary op in the call's scope.
+/// One style's hooks at one call: each step a `commlens::` boundary op in the call's scope, on the
+/// style's DTensor mesh (`mesh`: its index, an argument of the op where not the first mesh).
 class CallHooks final : public StyleHooks {
 public:
-  CallHooks(GraphBuilder &b, const StyledCall &c, StyledModule module, int64_t meshSize,
+  CallHooks(GraphBuilder &b, const StyledCall &c, StyledModule module, MeshId mesh, int64_t meshSize,
             const llvm::DenseSet<const Value *> &requiresGrad, llvm::DenseMap<const Value *, int64_t> &tokenSplits)
-      : b_(b), c_(c), module_(std::move(module)), meshSize_(meshSize), requiresGrad_(requiresGrad),
+      : b_(b), c_(c), module_(std::move(module)), mesh_(mesh), meshSize_(meshSize), requiresGrad_(requiresGrad),
         tokenSplits_(tokenSplits) {}
   const StyledModule &module() const override { return module_; }
   Value *annotate(Value *x, const std::optional<Placement> &layout, const std::optional<Placement> &desired,
                   bool useLocalOutput, llvm::StringRef tag) override {
-    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::Annotate), x,
+    return hook(boundaryOpTarget(BoundaryOp::Annotate), x,
                     {{"layout", placementArg(layout), false},
                      {"desired", placementArg(desired), false},
                      {"use_local_output", useLocalOutput, false}},
                     tag);
   }
   Value *sequenceParallelInput(Value *x, const Placement &sharding) override {
-    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::SequenceParallelInput), x, {{"sharding", placementArg(sharding), false}},
+    return hook(boundaryOpTarget(BoundaryOp::SequenceParallelInput), x, {{"sharding", placementArg(sharding), false}},
                     "in");
   }
   Value *redistributeOutput(Value *x, const std::optional<Placement> &layout, bool useLocalOutput) override {
-    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::RedistributeOutput), x,
+    return hook(boundaryOpTarget(BoundaryOp::RedistributeOutput), x,
                     {{"layout", placementArg(layout), false}, {"use_local_output", useLocalOutput, false}}, "out");
   }
   Value *toLocal(Value *x, const std::optional<Placement> &gradPlacement) override {
-    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::ToLocal), x, {{"grad_placement", placementArg(gradPlacement), false}},
+    return hook(boundaryOpTarget(BoundaryOp::ToLocal), x, {{"grad_placement", placementArg(gradPlacement), false}},
                     "local");
   }
   Value *allReduceLocal(Value *x) override {
-    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceLocal), x, {}, "out");
+    return hook(boundaryOpTarget(BoundaryOp::AllReduceLocal), x, {}, "out");
   }
   Value *allReduceSum(Value *x, llvm::StringRef what) override {
-    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceSum), x, {{"what", what.str(), false}}, "summed");
+    return hook(boundaryOpTarget(BoundaryOp::AllReduceSum), x, {{"what", what.str(), false}}, "summed");
   }
   Value *allReduceInBackward(Value *x, llvm::StringRef what) override {
-    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllReduceInBackward), x, {{"what", what.str(), false}}, "in");
+    return hook(boundaryOpTarget(BoundaryOp::AllReduceInBackward), x, {{"what", what.str(), false}}, "in");
   }
   Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, int64_t rows,
                   llvm::StringRef what) override {
-    return emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllToAll), x,
+    return hook(boundaryOpTarget(BoundaryOp::AllToAll), x,
                     {{"autograd", autograd, false},
                      {"sends_routed", sendsRouted, false},
                      {"receives_routed", receivesRouted, false},
@@ -113,7 +114,7 @@ public:
                     sendsRouted ? "combined" : receivesRouted ? "dispatched" : "exchanged");
   }
   Value *allToAllCounts(Value *routing, int64_t experts, llvm::StringRef what) override {
-    Value *out = emitHook(b_, c_, boundaryOpTarget(BoundaryOp::AllToAllCounts), routing,
+    Value *out = hook(boundaryOpTarget(BoundaryOp::AllToAllCounts), routing,
                           {{"experts", experts, false}, {"what", what.str(), false}}, "counts");
     out->setMeta(metaOf(ScalarType::Long, {experts}, routing->meta()->device));
     return out;
@@ -167,9 +168,16 @@ public:
   }
 
 private:
+  Value *hook(llvm::StringRef op, Value *x, llvm::SmallVector<NamedArgument, 4> extra, llvm::StringRef tag) {
+    if (mesh_ != 0)
+      extra.push_back({"mesh", static_cast<int64_t>(mesh_), true});
+    return emitHook(b_, c_, op, x, std::move(extra), tag);
+  }
+
   GraphBuilder &b_;
   const StyledCall &c_;
   StyledModule module_;
+  MeshId mesh_;
   int64_t meshSize_;
   const llvm::DenseSet<const Value *> &requiresGrad_;
   llvm::DenseMap<const Value *, int64_t> &tokenSplits_;
@@ -180,7 +188,7 @@ public:
   PlanApplier(PassContext &ctx) : ctx_(ctx), plan_(*ctx.plan), graph_(ctx.program.graph()) {}
 
   llvm::Error run() {
-    if (llvm::Error err = chooseMesh())
+    if (llvm::Error err = chooseMeshes())
       return err;
     if (llvm::Error err = collectStyledModules())
       return err;
@@ -189,7 +197,7 @@ public:
     requiresGrad_ = valuesRequiringGrad(graph_, plan_, &ctx_.state.retrainedByStyle);
     if (llvm::Error err = applyActivationCheckpointing(plan_, ctx_.program.graph(), ctx_.state))
       return err;
-    auto units = resolveFsdpUnits(plan_, ctx_.program.graph(), ctx_.state.dtensors);
+    auto units = resolveFsdpUnits(plan_, ctx_.program.graph(), ctx_.state.dtensors, ctx_.state.dtensorMeshes);
     if (!units)
       return units.takeError();
     ctx_.state.fsdp.units = std::move(*units);
@@ -217,28 +225,67 @@ public:
   }
 
 private:
-  /// DTensors of a TP plan live on the 1-D sub-mesh its styles use.
-  llvm::Error chooseMesh() {
-    std::optional<unsigned> dim;
+  /// The meshes DTensors live on: each parallelize step's 1-D sub-mesh (`mesh["tp"]`, a
+  /// flattened `mesh["ep"]`), one per distinct dim in plan order; the sub-meshes explicit
+  /// placements name. The plan's mesh where neither names one.
+  llvm::Error chooseMeshes() {
     for (const ParallelizeStep &step : plan_.steps) {
-      if (!step.meshDim)
-        continue;
-      if (dim && *dim != *step.meshDim)
-        return makeError("plans that parallelize on several mesh dims are not supported yet");
-      dim = step.meshDim;
+      MeshDimGroup dims = step.meshDims ? *step.meshDims : MeshDimGroup{0}; // none: the 1-D mesh's dim
+      auto id = meshOf({dims});
+      if (!id)
+        return id.takeError();
+      for (const ParallelStyle &style : step.styles)
+        meshOfStyle_[&style] = *id;
     }
     for (const auto &[pattern, spec] : plan_.placements)
-      if (!spec.meshDims.empty() && (!dim || spec.meshDims != std::vector<unsigned>{*dim}))
-        return makeError("placements of '{}' use mesh dims other than the styles' mesh dim (not supported yet)", pattern);
-    if (dim) {
-      ctx_.state.dtensorMesh = plan_.mesh.subMesh(*dim);
-      ctx_.state.dtensorMeshDims = {*dim};
-    } else {
-      ctx_.state.dtensorMesh = plan_.mesh;
-      for (unsigned i = 0; i < plan_.mesh.ndim(); ++i)
-        ctx_.state.dtensorMeshDims.push_back(i);
-    }
+      if (auto id = placementMesh(spec); !id)
+        return id.takeError();
+    for (const InputSetting &setting : plan_.inputs)
+      if (setting.placements)
+        if (auto id = placementMesh(*setting.placements); !id)
+          return id.takeError();
+    if (ctx_.state.dtensorMeshes.empty()) // no DTensor: FSDP alone
+      ctx_.state.dtensorMeshes.push_back(DTensorMesh{plan_.mesh, wholeMeshDims()});
     return llvm::Error::success();
+  }
+
+  llvm::SmallVector<MeshDimGroup, 2> wholeMeshDims() const {
+    llvm::SmallVector<MeshDimGroup, 2> dims;
+    for (unsigned i = 0; i < plan_.mesh.ndim(); ++i)
+      dims.push_back({i});
+    return dims;
+  }
+
+  /// The DTensor mesh of these plan mesh dims (one group per dim of it), made on first use.
+  llvm::Expected<MeshId> meshOf(llvm::ArrayRef<MeshDimGroup> dims) {
+    std::vector<DTensorMesh> &meshes = ctx_.state.dtensorMeshes;
+    for (size_t i = 0; i < meshes.size(); ++i)
+      if (llvm::equal(meshes[i].planDims, dims))
+        return static_cast<MeshId>(i);
+    if (meshes.size() > std::numeric_limits<MeshId>::max())
+      return makeError("the plan's DTensors live on more than {} meshes (not supported)",
+                       std::numeric_limits<MeshId>::max() + 1);
+    DTensorMesh m{plan_.mesh, {dims.begin(), dims.end()}};
+    if (!llvm::equal(m.planDims, wholeMeshDims())) {
+      m.mesh = DeviceMesh{};
+      m.mesh.deviceType = plan_.mesh.deviceType;
+      for (const MeshDimGroup &group : dims) {
+        m.mesh.shape.push_back(plan_.mesh.groupSize(group));
+        m.mesh.dimNames.push_back(plan_.mesh.groupName(group));
+      }
+    }
+    meshes.push_back(std::move(m));
+    return static_cast<MeshId>(meshes.size() - 1);
+  }
+
+  /// The mesh of explicit placements: the sub-mesh of their dims, or the plan's mesh.
+  llvm::Expected<MeshId> placementMesh(const PlacementSpec &spec) {
+    if (spec.meshDims.empty())
+      return meshOf(wholeMeshDims());
+    llvm::SmallVector<MeshDimGroup, 2> dims;
+    for (unsigned d : spec.meshDims)
+      dims.push_back({d});
+    return meshOf(dims);
   }
 
   /// (module, weight) of the program's aten::embedding lookups.
@@ -307,7 +354,7 @@ private:
     return weight->meta() && weight->meta()->rank() == 2 && lookups.contains({&s, weight});
   }
 
-  void setParam(const InputSpec &in, Placement p) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}}; }
+  void setParam(const InputSpec &in, Placement p, MeshId mesh) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}, mesh}; }
 
   StyledModule styledModule(const ModuleScope *s) const {
     auto params = directParams_.find(s); // none: a module only fully_shard wraps
@@ -335,17 +382,17 @@ private:
         llvm::StringRef local = llvm::StringRef(in.target).drop_front(prefix.size());
         if (in.kind == InputKind::Buffer) {
           if (model.replicatesBuffers() && !ctx_.state.dtensors.count(in.value))
-            setParam(in, Placement::replicate());
+            setParam(in, Placement::replicate(), meshOfStyle_.lookup(style));
           continue;
         }
         if (model.allReducesParameterGradients() && !local.contains('.'))
-          ctx_.state.gradAllReduced[in.value] = scope;
+          ctx_.state.gradAllReduced[in.value] = {scope, meshOfStyle_.lookup(style)};
         if (model.parametersUsedLocally() && !local.contains('.') && !llvm::is_contained(localParams_[scope], in.value))
           localParams_[scope].push_back(in.value);
         std::optional<Placement> placement = model.parameterPlacement(*style, module, local, !local.contains('.'));
         if (!placement)
           continue;
-        setParam(in, *placement);
+        setParam(in, *placement, meshOfStyle_.lookup(style));
         if (model.retrainsParameters())
           ctx_.state.retrainedByStyle.insert(in.value);
       }
@@ -358,7 +405,7 @@ private:
           if (ctx_.state.dtensors.count(in.value))
             return makeError("placements for '{}': it is already a DTensor after parallelize_module", in.target);
           explicitlyPlaced_[in.value] = &in;
-          ctx_.state.dtensors[in.value] = DTensorLayout{spec.placements};
+          ctx_.state.dtensors[in.value] = DTensorLayout{spec.placements, cantFail(placementMesh(spec))};
         }
     for (const InputSetting &setting : plan_.inputs) {
       if (!setting.placements)
@@ -367,7 +414,8 @@ private:
       if (!input || !input->isTensor())
         return makeError("plan placements for input '{}': the model has no tensor input '{}'", setting.key,
                          setting.key);
-      ctx_.state.dtensors[input->tensor()] = DTensorLayout{setting.placements->placements};
+      ctx_.state.dtensors[input->tensor()] =
+          DTensorLayout{setting.placements->placements, cantFail(placementMesh(*setting.placements))};
     }
     return llvm::Error::success();
   }
@@ -531,6 +579,12 @@ private:
     values.assign(out.begin(), out.end());
   }
 
+  CallHooks hooksOf(GraphBuilder &b, const StyledCall &c, const ParallelStyle &style) {
+    MeshId mesh = meshOfStyle_.lookup(&style);
+    return CallHooks(b, c, styledModule(c.scope), mesh, ctx_.state.dtensorMeshes[mesh].mesh.size(), requiresGrad_,
+                     tokenSplits_);
+  }
+
   /// The pre-hooks of one call, in registration order; binds each argument they change to what
   /// it becomes.
   llvm::Error preHooks(GraphBuilder &b, const StyledCall &c) {
@@ -548,16 +602,20 @@ private:
       arguments.args.push_back(v ? b.map(v) : nullptr);
     for (const auto &[key, v] : c.kwargs)
       arguments.kwargs.emplace_back(key, v ? b.map(v) : nullptr);
-    CallHooks hooks(b, c, styledModule(c.scope), ctx_.state.dtensorMesh.size(), requiresGrad_, tokenSplits_);
-    for (const ParallelStyle *style : c.styles)
+    for (const ParallelStyle *style : c.styles) {
+      CallHooks hooks = hooksOf(b, c, *style);
       if (llvm::Error err = styleModel(style->kind).preHook(*style, hooks, arguments))
         return err;
+    }
     // The forward reads these parameters' local shards (param.to_local(), after the hooks ran);
-    // those no plan made DTensors it reads as they are.
-    if (auto local = localParams_.find(c.scope); local != localParams_.end())
+    // those no plan made DTensors it reads as they are. (A style that reads them so made the
+    // call's styles non-empty; to_local keeps each DTensor's own mesh.)
+    if (auto local = localParams_.find(c.scope); local != localParams_.end()) {
+      CallHooks hooks = hooksOf(b, c, *c.styles.front());
       for (const Value *p : local->second)
         if (ctx_.state.dtensors.count(p))
           b.bind(p, hooks.annotate(b.map(p), std::nullopt, std::nullopt, /*useLocalOutput=*/true, "local"));
+    }
     // The graph has one value where the call may have several arguments: a tensor passed twice
     // must become the same value both times.
     llvm::DenseMap<const Value *, Value *> becomes;
@@ -583,10 +641,11 @@ private:
   }
 
   llvm::Error postHooks(GraphBuilder &b, const StyledCall &c, std::vector<Value *> &outputs) {
-    CallHooks hooks(b, c, styledModule(c.scope), ctx_.state.dtensorMesh.size(), requiresGrad_, tokenSplits_);
-    for (const ParallelStyle *style : c.styles)
+    for (const ParallelStyle *style : c.styles) {
+      CallHooks hooks = hooksOf(b, c, *style);
       if (llvm::Error err = styleModel(style->kind).postHook(*style, hooks, outputs))
         return err;
+    }
     if (c.fsdpUnit)
       fsdpHook(b, c, boundaryOpTarget(BoundaryOp::FsdpPostForward), outputs, "post");
     return llvm::Error::success();
@@ -723,7 +782,7 @@ private:
     for (const Value *v : ctx_.state.retrainedByStyle)
       retrained.insert(b.map(v));
     ctx_.state.retrainedByStyle = std::move(retrained);
-    llvm::DenseMap<const Value *, const ModuleScope *> gradAllReduced;
+    llvm::DenseMap<const Value *, std::pair<const ModuleScope *, MeshId>> gradAllReduced;
     for (const auto &[v, owner] : ctx_.state.gradAllReduced)
       gradAllReduced[b.map(v)] = owner;
     ctx_.state.gradAllReduced = std::move(gradAllReduced);
@@ -735,6 +794,8 @@ private:
   const ShardingPlan &plan_;
   const Graph &graph_;
   std::map<const ModuleScope *, std::vector<const ParallelStyle *>> styles_;
+  /// The DTensor mesh of each style's parallelize step.
+  llvm::DenseMap<const ParallelStyle *, MeshId> meshOfStyle_;
   llvm::StringMap<llvm::StringRef> childParams_; // module path -> the first parameter below its own
   llvm::DenseSet<const ModuleScope *> linears_;    // styled modules that are nn.Linear
   llvm::DenseSet<const ModuleScope *> embeddings_; // styled modules that are nn.Embedding

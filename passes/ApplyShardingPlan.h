@@ -15,7 +15,7 @@
 // Reads:  the program graph; the plan (styles, placements, frozen parameters, activation
 //         checkpoints, fully_shard units).
 // Writes: the program graph (boundary ops, checkpoint wrapper scopes, FSDP class names);
-//         state.dtensorMesh, dtensorMeshDims, dtensors (parameters), retrainedByStyle,
+//         state.dtensorMeshes, dtensors (parameters), retrainedByStyle,
 //         gradAllReduced, fsdp.units, checkpointed, warnings.
 #pragma once
 

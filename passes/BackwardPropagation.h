@@ -3,7 +3,7 @@
 // (null: Global only).
 //
 // Reads:  state.backward; the program; the plan (loss_parallel); options.dispatch
-//         (allow-unsupported, the routing skew); state.dtensorMesh, dtensorMeshDims, dtensors, fsdp,
+//         (allow-unsupported, the routing skew); state.dtensorMeshes, dtensors, fsdp,
 //         checkpointed.
 // Writes: state.dtensors (backward values), approximate, collectives (backward), fsdp (runtime
 //         flags), warnings.

@@ -2,7 +2,7 @@
 // recording the forward collectives.
 //
 // Reads:  the program graph; the plan (loss_parallel); options.dispatch
-//         (allow-unsupported, the routing skew); state.dtensorMesh, dtensorMeshDims, dtensors, fsdp,
+//         (allow-unsupported, the routing skew); state.dtensorMeshes, dtensors, fsdp,
 //         checkpointed.
 // Writes: state.dtensors, approximate, collectives (forward), boundarySteps, fsdp (runtime flags,
 //         post-forward order), warnings.

@@ -39,13 +39,15 @@ namespace commlens {
 
 class LocalShards {
 public:
-  LocalShards(const DeviceMesh &mesh, ShardingDecisionCache &decisions) : mesh_(mesh), decisions_(decisions) {}
+  /// `meshes`: the DTensor meshes shards are of (DTensorLayout::mesh indexes them).
+  LocalShards(const std::vector<DTensorMesh> &meshes, ShardingDecisionCache &decisions)
+      : meshes_(meshes), decisions_(decisions) {}
 
   /// The program's inputs, before its first node: model inputs, and the parameters, buffers and
   /// constants (whole on every rank where they are plain tensors).
   void programInputs(const Graph &forward);
-  /// `local` is `to_local()` of a DTensor with `placements` (normalised to its rank).
-  void toLocal(const Value *local, const Placements &placements);
+  /// `local` is `to_local()` of a DTensor with `placements` (normalised to its rank) on `mesh`.
+  void toLocal(const Value *local, const Placements &placements, MeshId mesh);
   /// `out` is `in` unchanged (a hook that passes its tensors through).
   void passThrough(const Value *in, const Value *out);
   /// A plain op (no DTensor operand) at `n`: follows the shards among its operands to its results
@@ -55,18 +57,21 @@ public:
   /// DTensor.from_local(`x`, `placements`) at `n` (shape not given): an error when `x` is a shard
   /// whose global shape DTensor would infer differently from the program's on some rank, or a
   /// tensor whole on every rank wrapped as a Shard.
-  llvm::Error fromLocal(const Node &n, const Value *x, const Placements &placements) const;
+  llvm::Error fromLocal(const Node &n, const Value *x, const Placements &placements, MeshId mesh) const;
 
 private:
-  llvm::Error checkView(const Node &n, const Value *x, const Placements &have) const;
-  llvm::Error checkMatrixProduct(const Node &n) const;
-  llvm::Error checkGroupedMm(const Node &n) const;
-  llvm::Error checkBroadcast(const Node &n) const;
-  /// A plain tensor's placements as its local tensor holds them: a shard's, Replicate for a tensor
-  /// whole on every rank, nullopt for a shard no longer followed or a value of unknown origin.
-  std::optional<Placements> localPlacements(const Value *v) const;
+  // The checks of a plain op whose shards are all of `mesh`.
+  llvm::Error checkView(const Node &n, const Value *x, const Placements &have, const DeviceMesh &mesh) const;
+  llvm::Error checkMatrixProduct(const Node &n, const DeviceMesh &mesh) const;
+  llvm::Error checkGroupedMm(const Node &n, const DeviceMesh &mesh) const;
+  llvm::Error checkBroadcast(const Node &n, const DeviceMesh &mesh) const;
+  /// A plain tensor's placements as its local tensor holds them on `mesh`: a shard's, Replicate
+  /// for a tensor whole on every rank, nullopt for a shard no longer followed or a value of
+  /// unknown origin.
+  std::optional<Placements> localPlacements(const Value *v, const DeviceMesh &mesh) const;
   /// "'x' [2, 8, 16] (whole on every rank)" or "'y' [2, 2, 16] (a local shard: [S(1)] of ...)".
-  std::string describeLocal(const Value *v, const Placements &have, llvm::ArrayRef<int64_t> local) const;
+  std::string describeLocal(const Value *v, const Placements &have, llvm::ArrayRef<int64_t> local,
+                            const DeviceMesh &mesh) const;
   /// Records the origin of a plain op's results from its operands' (none of them a shard).
   void plainOrigins(const Node &n);
 
@@ -76,11 +81,16 @@ private:
     ModelInput, ///< a model input or a view of one: each rank passes its shard to a Shard layout
   };
 
-  const DeviceMesh &mesh_;
+  /// A value known to be a local shard: its placements on its DTensor's mesh, or nullopt where
+  /// the shard's layout could not be followed (then nothing downstream is checked).
+  struct Shard {
+    std::optional<Placements> placements;
+    MeshId mesh = 0;
+  };
+
+  const std::vector<DTensorMesh> &meshes_;
   ShardingDecisionCache &decisions_;
-  /// Values known to be local shards: their placements, or nullopt where the shard's layout could
-  /// not be followed (then nothing downstream is checked).
-  llvm::DenseMap<const Value *, std::optional<Placements>> shards_;
+  llvm::DenseMap<const Value *, Shard> shards_;
   llvm::DenseMap<const Value *, Origin> origins_;
 };
 

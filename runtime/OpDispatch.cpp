@@ -58,7 +58,7 @@ public:
   Propagator(const ExportedProgram &program, const ShardingPlan *plan, const DispatchOptions &options,
              PredictionState &state, const Graph &graph, Phase phase)
       : plan_(plan), allowUnsupported_(options.allowUnsupported), routingSkew_(options.routingSkew), state_(state),
-        mesh_(state.dtensorMesh), graph_(graph), phase_(phase), castReason_(computeCastReason(program, state)) {
+        graph_(graph), phase_(phase), castReason_(computeCastReason(program, state)) {
     if (&graph == &program.graph())
       localShards_.programInputs(graph);
   }
@@ -81,8 +81,17 @@ public:
   }
 
 private:
+  /// The DTensor mesh of the op being dispatched (its DTensor operands', a hook's style's).
+  const DeviceMesh &mesh() const { return state_.dtensorMeshes[meshId_].mesh; }
+
+  /// Appends the plan mesh dims of dim `d` of the op's DTensor mesh to `out`.
+  void appendPlanDims(unsigned d, llvm::SmallVectorImpl<unsigned> &out) const {
+    const MeshDimGroup &dims = state_.dtensorMeshes[meshId_].planDims[d];
+    out.append(dims.begin(), dims.end());
+  }
+
   /// Replicates `placements` to the DTensor mesh's rank (one entry per mesh dim).
-  Placements onMesh(Placement p) const { return Placements(mesh_.ndim(), p); }
+  Placements onMesh(Placement p) const { return Placements(mesh().ndim(), p); }
 
   bool approximate(const Value *v) const { return state_.approximate.lookup(v); }
 
@@ -91,7 +100,7 @@ private:
   llvm::Error redistribute(const Value *v, const Placements &from, const Placements &to, const Node &n,
                            llvm::StringRef argument, const std::string &why, bool approx,
                            llvm::StringRef issuedAs = "") {
-    auto plan = planRedistribute(mesh_, *v->meta(), from, to);
+    auto plan = planRedistribute(mesh(), *v->meta(), from, to);
     if (!plan)
       return makeError("{}: cannot redistribute '{}' from {} to {}: {}", n.where(), argument.str(), str(from), str(to),
                        takeMessage(plan.takeError()));
@@ -106,7 +115,7 @@ private:
       r.node = &n;
       r.argument = argument.str();
       for (unsigned d : step->meshDims)
-        r.meshDims.push_back(state_.dtensorMeshDims[d]);
+        appendPlanDims(d, r.meshDims);
       r.src = step->src;
       r.dst = step->dst;
       r.fromPlacements = normalized(from, v->meta()->rank());
@@ -120,8 +129,9 @@ private:
     return llvm::Error::success();
   }
 
+  /// `v` is a DTensor with placements `p` on the op's mesh.
   void setDTensor(const Value *v, Placements p, bool approx) {
-    state_.dtensors[v] = DTensorLayout{normalized(p, v->meta() ? v->meta()->rank() : 0)};
+    state_.dtensors[v] = DTensorLayout{normalized(p, v->meta() ? v->meta()->rank() : 0), meshId_};
     if (approx)
       state_.approximate[v] = true;
   }
@@ -136,8 +146,10 @@ private:
       auto in = n.input("inputs")->tensors();
       auto out = n.results();
       for (size_t i = 0; i < in.size() && i < out.size(); ++i) {
-        if (const DTensorLayout *l = state_.layout(in[i]))
+        if (const DTensorLayout *l = state_.layout(in[i])) {
+          meshId_ = l->mesh; // each tensor on its own mesh
           setDTensor(out[i], l->placements, approximate(in[i]));
+        }
         localShards_.passThrough(in[i], out[i]);
       }
       if (op == BoundaryOp::FsdpPreForward)
@@ -160,6 +172,12 @@ private:
       const DTensorLayout *g = state_.layout(grads[i]), *p = state_.layout(params[i]);
       if (!g || !p)
         continue;
+      if (g->mesh != p->mesh)
+        return makeError("{}: the gradient of {} is a DTensor on {}, the parameter one on {} (FSDP's post-backward "
+                         "would raise)",
+                         n.where(), params[i]->name(), state_.dtensorMeshes[g->mesh].mesh.str(),
+                         state_.dtensorMeshes[p->mesh].mesh.str());
+      meshId_ = g->mesh;
       int64_t rank = grads[i]->meta()->rank();
       Placements have = normalized(g->placements, rank), want = normalized(p->placements, rank);
       if (have == want)
@@ -189,9 +207,21 @@ private:
     const Value *out = n.results()[0];
     const DTensorLayout *in = state_.layout(x);
     bool approx = approximate(x);
+    // A DTensor keeps its mesh (redistribute, to_local); from_local and the hooks' own collectives
+    // run on their style's (the op's `mesh`, the first mesh where it has none).
+    meshId_ = 0;
+    if (in)
+      meshId_ = in->mesh;
+    else if (const Argument *mesh = n.input("mesh")) {
+      std::optional<int64_t> id = mesh->asInt();
+      if (!id || *id < 0 || static_cast<size_t>(*id) >= state_.dtensorMeshes.size())
+        return makeError("{}: mesh {} is not one of the plan's {} DTensor meshes", n.where(),
+                         id ? std::to_string(*id) : std::string("(not an int)"), state_.dtensorMeshes.size());
+      meshId_ = static_cast<MeshId>(*id);
+    }
     std::string module = n.input("module") ? n.input("module")->get<std::string>() : n.moduleName();
     auto step = [&](BoundaryStep::Kind kind, Placements from, Placements to) {
-      state_.boundarySteps[&n].push_back(BoundaryStep{kind, std::move(from), std::move(to)});
+      state_.boundarySteps[&n].push_back(BoundaryStep{kind, std::move(from), std::move(to), meshId_});
     };
     // DTensor.to_local of a DTensor with `placements` (a shard LocalShards follows), its gradient
     // taken as `grad` (none: the default gradient placements).
@@ -199,7 +229,7 @@ private:
       Placements local = normalized(placements, x->meta()->rank());
       step(BoundaryStep::Kind::ToLocal, local,
            grad ? normalized(onMesh(*grad), x->meta()->rank()) : gradientPlacements(local));
-      localShards_.toLocal(out, local);
+      localShards_.toLocal(out, local, meshId_);
     };
     // A hook's result: a DTensor, or its local tensor with use_local_output.
     auto handBack = [&](const Placements &result) {
@@ -217,8 +247,10 @@ private:
     };
     switch (op) {
     case BoundaryOp::LossTargets: { // from_local(targets, Replicate) when the logits are a DTensor
-      if (state_.layout(n.input("logits")->tensor()))
+      if (const DTensorLayout *logits = state_.layout(n.input("logits")->tensor())) {
+        meshId_ = logits->mesh; // on the logits' mesh
         setDTensor(out, onMesh(Placement::replicate()), approx);
+      }
       return llvm::Error::success();
     }
     case BoundaryOp::FromLocalBackward:
@@ -229,7 +261,7 @@ private:
       std::optional<Placement> layout = placementArg(n, "layout"), desired = placementArg(n, "desired");
       Placements current = in ? in->placements : onMesh(*layout);
       if (!in) {
-        if (llvm::Error err = localShards_.fromLocal(n, x, current))
+        if (llvm::Error err = localShards_.fromLocal(n, x, current, meshId_))
           return err;
         step(BoundaryStep::Kind::FromLocal, {}, normalized(current, x->meta()->rank()));
       }
@@ -256,7 +288,7 @@ private:
       Placement sharding = *placementArg(n, "sharding");
       Placements target = normalized(onMesh(sharding), x->meta()->rank());
       if (!in) {
-        if (llvm::Error err = localShards_.fromLocal(n, x, target))
+        if (llvm::Error err = localShards_.fromLocal(n, x, target, meshId_))
           return err;
         step(BoundaryStep::Kind::FromLocal, {}, target);
         setDTensor(out, onMesh(sharding), approx);
@@ -313,7 +345,7 @@ private:
                                     x->name());
       if (llvm::Error err = redistribute(x, in->placements, summed, n, x->name(), why, approx, "c10d.allreduce_"))
         return err;
-      localShards_.toLocal(out, normalized(summed, x->meta()->rank()));
+      localShards_.toLocal(out, normalized(summed, x->meta()->rank()), meshId_);
       return llvm::Error::success();
     }
     case BoundaryOp::AllReduceSum: {
@@ -327,7 +359,7 @@ private:
                            fmt::format("{} {} (dist.all_reduce in place of {})", module,
                                        n.input("what")->get<std::string>(), x->name()),
                            approx);
-      localShards_.toLocal(out, onMesh(Placement::replicate())); // the sum: whole on every rank
+      localShards_.toLocal(out, onMesh(Placement::replicate()), meshId_); // the sum: whole on every rank
       return llvm::Error::success();
     }
     case BoundaryOp::AllReduceInBackward: {
@@ -392,11 +424,11 @@ private:
                     rows == xRows ? "" : fmt::format(", {} rows of its row size", rows)));
     r.approximate = approx;
     if (n.boolInput("sends_routed")) { // from no row to all of the styles' sub-mesh's
-      r.bytesRange = std::make_pair(int64_t{0}, mesh_.size() * r.bytesPerRank);
+      r.bytesRange = std::make_pair(int64_t{0}, mesh().size() * r.bytesPerRank);
       // The busiest rank under the routing model: the skew times the balanced rows, whole rows.
       if (routingSkew_ != 1.0 && rows > 0) {
         // compared as doubles: a skew past the group's size (1e300 included) is every row of it
-        int64_t groupRows = mesh_.size() * rows;
+        int64_t groupRows = mesh().size() * rows;
         double wanted = std::ceil(routingSkew_ * static_cast<double>(rows));
         int64_t skewed = wanted >= static_cast<double>(groupRows) ? groupRows : static_cast<int64_t>(wanted);
         r.bytesPerRank = r.bytesPerRank / rows * skewed;
@@ -404,7 +436,7 @@ private:
       }
     }
     if (n.boolInput("autograd") && n.gradEnabled())
-      state_.boundarySteps[&n].push_back(BoundaryStep{BoundaryStep::Kind::AllToAll, {}, {}});
+      state_.boundarySteps[&n].push_back(BoundaryStep{BoundaryStep::Kind::AllToAll, {}, {}, meshId_});
     return llvm::Error::success();
   }
 
@@ -452,21 +484,31 @@ private:
   llvm::Error atenOp(const Node &n) {
     llvm::SmallVector<const Value *, 4> tensors;
     llvm::SmallVector<std::optional<DTensorSpec>, 4> specs;
-    bool anyDTensor = false, approx = false;
+    const Value *first = nullptr, *otherMesh = nullptr; // the first DTensor operand, one on another mesh
+    bool approx = false;
     n.forEachOperand([&](Value *v) {
       if (v->kind() != ValueKind::Tensor)
         return;
       tensors.push_back(v);
       if (const DTensorLayout *l = state_.layout(v)) {
         specs.push_back(DTensorSpec{l->placements, *v->meta()});
-        anyDTensor = true;
+        if (!first)
+          first = v;
+        else if (l->mesh != state_.layout(first)->mesh && !otherMesh)
+          otherMesh = v;
         approx |= approximate(v);
       } else {
         specs.push_back(std::nullopt);
       }
     });
-    if (!anyDTensor) // plain tensors: no DTensor dispatch, no communication
+    if (!first) // plain tensors: no DTensor dispatch, no communication
       return localShards_.plainOp(n);
+    meshId_ = state_.layout(first)->mesh;
+    if (otherMesh) // DTensor's sharding propagation (torch 2.13 _op_schema.py, _ops/single_dim_strategy.py)
+      return makeError("{}: '{}' is a DTensor on {} and '{}' one on {}; DTensor raises (the operands of an op must "
+                       "share one device mesh)",
+                       n.where(), first->name(), mesh().str(), otherMesh->name(),
+                       state_.dtensorMeshes[state_.layout(otherMesh)->mesh].mesh.str());
     for (size_t i = 0; i < tensors.size(); ++i)
       if (!specs[i] && tensors[i]->meta() && tensors[i]->meta()->numel() != 1)
         return makeError("{}: mixes DTensor and plain torch.Tensor operands ('{}' is a plain tensor); DTensor "
@@ -497,7 +539,7 @@ private:
         specs[0]->placements = want;
       }
     }
-    auto decided = decisions_.decide(rules, n, specs, mesh_);
+    auto decided = decisions_.decide(rules, n, specs, mesh());
     if (!decided) {
       std::string msg = takeMessage(decided.takeError());
       if (!allowUnsupported_)
@@ -539,7 +581,7 @@ private:
     r.module = n.scope();
     r.node = &n;
     r.argument = x->name();
-    r.meshDims.push_back(state_.dtensorMeshDims[meshDim]);
+    appendPlanDims(meshDim, r.meshDims);
     r.src = src;
     r.dst = dst;
     r.fromPlacements = from;
@@ -588,7 +630,7 @@ private:
       *dim += rank;
     llvm::SmallVector<int64_t, 4> gathered{1};
     if (dim) {
-      gathered = localShape(sizesOf(*x->meta()), local, mesh_, llvm::SmallVector<int64_t, 2>(mesh_.ndim(), 0));
+      gathered = localShape(sizesOf(*x->meta()), local, mesh(), llvm::SmallVector<int64_t, 2>(mesh().ndim(), 0));
       gathered[*dim] = 1;
     }
     unsigned gatherDim = dim ? static_cast<unsigned>(*dim) : 0;
@@ -600,9 +642,9 @@ private:
                          local, numelOf(gathered) * elementSize(dtype),
                          fmt::format("{} all-gathers the {} of each shard's reduction along mesh dim {}",
                                      n.opString(), what, m));
-      gathered[gatherDim] *= mesh_.shape[m];
+      gathered[gatherDim] *= mesh().shape[m];
     }
-    auto decided = decisions_.decide(ShardingRules::get(), n, specs, mesh_);
+    auto decided = decisions_.decide(ShardingRules::get(), n, specs, mesh());
     if (!decided)
       return makeError("{}: {}", n.where(), takeMessage(decided.takeError()));
     for (size_t i = 0; i < n.results().size() && i < (*decided)->resultPlacements.size(); ++i)
@@ -737,12 +779,12 @@ private:
     return p->name();
   }
   PredictionState &state_;
-  const DeviceMesh &mesh_;
+  MeshId meshId_ = 0; // mesh()'s index
   const Graph &graph_;
   Phase phase_;
   const std::optional<std::string> castReason_;
   ShardingDecisionCache decisions_; // repeated layers ask the same questions
-  LocalShards localShards_{mesh_, decisions_};
+  LocalShards localShards_{state_.dtensorMeshes, decisions_};
   const Node *node_ = nullptr;
 };
 

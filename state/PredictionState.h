@@ -24,10 +24,11 @@ namespace commlens {
 struct ActivationCheckpointUnit;
 struct FullyShardUnit;
 
-/// A value that is a DTensor: its placements on the plan's DTensor mesh. (Where a collective's
-/// placements came from is its CollectiveRecord's `why`.)
+/// A value that is a DTensor: its placements on one of the plan's DTensor meshes. (Where a
+/// collective's placements came from is its CollectiveRecord's `why`.)
 struct DTensorLayout {
   Placements placements;
+  MeshId mesh = 0;
 };
 
 enum class Phase : uint8_t { Forward, Backward };
@@ -66,6 +67,7 @@ struct BoundaryStep {
   /// (grad_placements, by default `from` with Partial as Replicate). AllToAll, AllReduceGradient:
   /// neither.
   Placements to;
+  MeshId mesh = 0; ///< the DTensor mesh it ran on
 };
 
 /// One FSDP parameter group: one fully_shard call on one module, or on a list of them.
@@ -122,17 +124,16 @@ struct FsdpState {
 };
 
 struct PredictionState {
-  /// The mesh DTensors live on: the plan's mesh, or the sub-mesh its styles use.
-  DeviceMesh dtensorMesh;
-  /// Dims of the plan's full mesh that dtensorMesh's dims are.
-  llvm::SmallVector<unsigned, 2> dtensorMeshDims;
+  /// The meshes DTensors live on, one per distinct mesh of the plan's styles (the plan's mesh when
+  /// it has none); a DTensorLayout's `mesh` indexes it.
+  std::vector<DTensorMesh> dtensorMeshes;
   llvm::DenseMap<const Value *, DTensorLayout> dtensors;
   /// Parameters a style re-created as new nn.Parameters with requires_grad=True whatever they
   /// had (SequenceParallel's _replicate_module_fn): freezing before parallelising is undone.
   llvm::DenseSet<const Value *> retrainedByStyle;
-  /// Parameters whose accumulated gradient a hook all-reduces over dtensorMesh (transformers'
-  /// replicated_with_grad_allreduce), with the module that registered it.
-  llvm::DenseMap<const Value *, const ModuleScope *> gradAllReduced;
+  /// Parameters whose accumulated gradient a hook all-reduces over its style's mesh (transformers'
+  /// replicated_with_grad_allreduce), with the module that registered it and that mesh.
+  llvm::DenseMap<const Value *, std::pair<const ModuleScope *, MeshId>> gradAllReduced;
   std::vector<CollectiveRecord> collectives;
   /// Values whose placements depend on an op modelled approximately (--allow-unsupported).
   llvm::DenseMap<const Value *, bool> approximate;

@@ -509,7 +509,7 @@ int runCheckPlan(int argc, char **argv) {
   const Graph &g = program->graph();
   for (const ParallelizeStep &step : plan.steps) {
     llvm::outs() << "parallelize on mesh dim "
-                 << (step.meshDim ? plan.mesh.dimNames[*step.meshDim] : std::string("(whole mesh)")) << "\n";
+                 << (step.meshDims ? plan.mesh.groupName(*step.meshDims) : std::string("(whole mesh)")) << "\n";
     for (const ParallelStyle &style : step.styles) {
       llvm::outs() << fmt::format("  {:<28} {:<26}", style.pattern, name(style.kind).str());
       for (const ModuleScope *s : g.scopes().inForwardOrder())

@@ -422,7 +422,10 @@ CONFIGS = [
           ("deepseek_v3", "fsdp_ep-dp4xep4", "dp_shard=4, ep=4", False),
           ("deepseek_v3", "hsdp_ep-2x2xep2", "dp_shard=2, dp_replicate=2, ep=2", False),
           ("deepseek_v3", "fsdp_ep-dp2xep2-full_ac", "dp_shard=2, ep=2, ac='full'", False),
-          ("deepseek_v3", "fsdp_ep_tp_sp-dp2xtp2xep2", "tp=2, dp_shard=2, ep=2", False))],
+          ("deepseek_v3", "fsdp_ep_tp_sp-dp2xtp2xep2", "tp=2, dp_shard=2, ep=2", False),
+          # ep borrowing all of dp_shard and tp (etp 1): the experts on mesh["ep"], flattened from
+          # fsdp x tp, beside the dense TP on mesh["tp"] (DTensors on two meshes)
+          ("deepseek_v3", "fsdp_ep_tp_sp-dp2xtp2xep4", "tp=2, dp_shard=2, ep=4", True))],
     # MoE tensor parallel as torchtitan's apply_moe_ep_tp applies it with a tp mesh alone (the MoE
     # input all-gathered and output reduce-scattered, NoParallel router gate, TensorParallel
     # experts), on token embeddings and MoE layers (Qwen3-MoE's DTensor attention has no CPU

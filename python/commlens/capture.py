@@ -937,12 +937,11 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
     elif unflattened is not None:
         (shape, names, aliases, flattened), device_type = unflattened, root.device_type
         steps = [(aliases.get(dim, dim), plan) for dim, plan in steps]
-        for dim in [dim for dim, _plan in steps] + [name for spec in placements.values() if isinstance(spec, dict)
-                                                    for name in spec]:
+        for dim in [name for spec in placements.values() if isinstance(spec, dict) for name in spec]:
             if dim in flattened:
-                raise CaptureError(subject, f"a parallel style or DTensor placement runs on mesh dim {dim!r}, "
-                                   f"flattened from {' x '.join(flattened[dim])}; DTensors on a flattened dim are not "
-                                   "modelled (only fully_shard's mesh may be one)")
+                raise CaptureError(subject, f"a DTensor placement is on mesh dim {dim!r}, flattened from "
+                                   f"{' x '.join(flattened[dim])}; placements on a flattened dim are not modelled "
+                                   "(fully_shard's mesh and parallelize_module's may be one)")
         for unit in units:
             unit.mesh_dims = tuple(aliases.get(name, name) for name in unit.mesh_dims)
         for spec in placements.values():

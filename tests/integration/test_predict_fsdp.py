@@ -146,25 +146,75 @@ def test_units_on_a_flattened_dim(run_commlens, stacked_pt2, tmp_path):
     assert summary["differ"] == 0 and summary["bytes_compared"] == summary["cells"] > 0
 
 
-def test_a_style_on_a_flattened_dim_is_refused(run_commlens, stacked_pt2, tmp_path):
-    from examples.plans import stacked_mlp_tp
+def _two_mesh_plan(second=("ab", "layers.[12]"), **kwargs):
+    """stacked_mlp on a (a 2, b 2) mesh with ab their flattening: layers.0 on mesh["b"] (2 ranks),
+    the modules `second` names on mesh[second dim]. Each Linear Colwise with a Replicate output
+    (an all-gather of its local shard), so that bytes show the mesh's size."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel
 
-    plan = dataclasses.replace(stacked_mlp_tp(tp=2), mesh_shape=(2, 2), mesh_dim_names=("a", "b"),
-                               flattened_dims={"ab": ("a", "b")}, tp_mesh_dim="ab")
-    message = ("'ab' (parallelize_plan) is a flattened dim (flattened_dims), which only fully_shard's mesh_dims may "
-               "name (DTensor placements and parallelize steps on a flattened dim are not modelled)")
-    with pytest.raises(planlib.PlanError, match=re.escape(message)):
-        save_plan(plan, tmp_path)
-    # the C++ reader refuses the same document
-    doc = planlib.to_json(dataclasses.replace(plan, tp_mesh_dim="a"))
-    doc["parallelize"][0]["mesh_dim"] = "ab"
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(doc))
+    gathered = ColwiseParallel(output_layouts=Replicate())
+    dim, modules = second
+    return planlib.Plan(name="stacked_mlp_two_meshes", mesh_shape=(2, 2), mesh_dim_names=("a", "b"),
+                        flattened_dims={"ab": ("a", "b")},
+                        parallelize_plan=[("b", {"layers.0.w1": gathered, "layers.0.w2": gathered}),
+                                          (dim, {f"{modules}.w1": gathered, f"{modules}.w2": gathered})], **kwargs)
+
+
+def test_styles_on_two_meshes_one_flattened(run_commlens, stacked_pt2, tmp_path):
+    """parallelize_module on mesh["b"] and on mesh["ab"], flattened from the whole (a, b) mesh (as
+    torchtitan's experts go on an ep dim flattened from fsdp x tp beside tp): each style's DTensors
+    live on its own mesh, its collectives name that mesh's plan dims, and bytes follow its size."""
+    pred, tree = predict_both(run_commlens, stacked_pt2, _two_mesh_plan(), tmp_path)
+    rows = module_rows(tree)
+    ag, ar = "c10d_functional.all_gather_into_tensor", "c10d_functional.all_reduce"
+    # forward: each Colwise output [2, 8, out] float32 all-gathered from the rank's shard: w1 (out
+    # 32) 2048 bytes, w2 (out 16) 1024 bytes, over the shard count: 2 on b, 4 on ab
+    for layer, ranks in (("0", 2), ("1", 4), ("2", 4)):
+        assert rows[f"StackedMLP.layers.{layer}.w1"][2] == {ag: 2048 // ranks}
+        assert rows[f"StackedMLP.layers.{layer}.w2"][2] == {ag: 1024 // ranks}
+    # backward: the Replicate input's gradient, a Partial sum, all-reduced whole (any mesh): w2's
+    # input [2, 8, 32] 2048 bytes; w1's [2, 8, 16] 1024 bytes, but layers.0's input needs no grad
+    assert rows["StackedMLP.layers.0.w1"][3] == {}
+    assert rows["StackedMLP.layers.1.w1"][3] == rows["StackedMLP.layers.2.w1"][3] == {ar: 1024}
+    assert rows["StackedMLP.layers.0.w2"][3] == rows["StackedMLP.layers.2.w2"][3] == {ar: 2048}
+    records = [c for m in _tree(tree) for c in m.get("collectives_forward_detail", ())]
+    assert {(c["module"], tuple(c["mesh_dims"])) for c in records} == {
+        *((f"StackedMLP.layers.0.w{i}", (1,)) for i in (1, 2)),
+        *((f"StackedMLP.layers.{layer}.w{i}", (0, 1)) for layer in (1, 2) for i in (1, 2))}
+    summary = compare_with_measure(run_commlens, pred, STACKED, _two_mesh_plan(), tmp_path)
+    assert summary["differ"] == 0 and summary["bytes_compared"] == summary["cells"] > 0
+
+
+def test_an_op_on_dtensors_of_two_meshes_is_refused_like_dtensor(run_commlens, stacked_pt2, tmp_path):
+    """layers.0.w1 hands its output on as a DTensor on mesh["b"] (use_local_output=False) to w2, a
+    Colwise on mesh["ab"]: its input hook keeps the DTensor's mesh, and F.linear meets a weight on
+    another mesh, which DTensor refuses."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    plan = dataclasses.replace(_two_mesh_plan(), parallelize_plan=[
+        ("b", {"layers.0.w1": ColwiseParallel(output_layouts=Replicate(), use_local_output=False)}),
+        ("ab", {"layers.0.w2": ColwiseParallel()})])
+    with pytest.raises(Exception, match="Cannot run aten.addmm.default on inputs with different meshes"):
+        measure(STACKED, plan, phase="forward")
+    path = save_plan(plan, tmp_path)
     r = run_commlens("predict", stacked_pt2, "--plan", path)
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == (f"commlens: error: {path}: parallelize[0].mesh_dim: 'ab' is a flattened dim "
-                        "(mesh.flattened_dims), which only fully_shard's mesh_dims may name (DTensor placements and "
-                        "parallelize steps on a flattened dim are not modelled)\n")
+    assert r.stderr == (f"commlens: error: {stacked_pt2}: node 'linear_1_addmm' aten::addmm.default in "
+                        "StackedMLP.layers.0.w2: 'p_layers_0_w2_bias' is a DTensor on DeviceMesh((4,), 'cpu', "
+                        "mesh_dim_names=('ab',)) and 'linear_1_view' one on DeviceMesh((2,), 'cpu', "
+                        "mesh_dim_names=('b',)); DTensor raises (the operands of an op must share one device mesh)\n")
+
+
+def test_a_placement_on_a_flattened_dim_is_refused(run_commlens, stacked_pt2, tmp_path):
+    from torch.distributed.tensor import Replicate
+
+    plan = dataclasses.replace(_two_mesh_plan(), placements={"layers.0.b1": {"ab": Replicate()}})
+    message = ("'ab' (placements['layers.0.b1']) is a flattened dim (flattened_dims), which only fully_shard's "
+               "mesh_dims and parallelize steps may name (DTensor placements on a flattened dim are not modelled)")
+    with pytest.raises(planlib.PlanError, match=re.escape(message)):
+        save_plan(plan, tmp_path)
 
 
 def _tree(node):

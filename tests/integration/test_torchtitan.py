@@ -375,6 +375,29 @@ def test_deepseek_v3_fsdp_tp_and_expert_parallel_borrowing_tp(tmp_path, run_comm
     assert summary["differ"] == 0
 
 
+def test_deepseek_v3_expert_parallel_over_fsdp_and_tp(tmp_path, run_commlens):
+    """ep 4 on tp 2 x dp_shard 2 borrows all of both (etp 1): torchtitan puts the experts'
+    ExpertParallel on its ep dim, flattened from fsdp x tp, and the dense TP on tp, so the plan's
+    DTensors live on two meshes; the all-to-alls run over the flattened dim's two mesh dims."""
+    settings = dict(name="deepseek_v3", tp=2, dp_shard=2, ep=4)
+    plan = titan_captured(**settings)
+    fsdp, tp = plan.mesh_dim_names.index("fsdp"), plan.mesh_dim_names.index("tp")
+    assert plan.flattened_dims == {"ep": ("fsdp", "tp")}
+    steps = {dim: {type(v).__name__ for v in entries.values()} for dim, entries in plan.parallelize_steps()}
+    assert steps["ep"] == {"ExpertParallel"} and "ReordererSequenceParallel" in steps["tp"]
+    doc = measure_titan(**settings)
+    experts = _module(doc, "FSDPDeepSeekV3Model.layers.1.moe.experts")
+    assert experts["forward"] == {"c10d_functional.all_to_all_single": 3}
+    summary = _compare(run_commlens, tmp_path, plan, doc, model=model_spec("deepseek_v3"))
+    assert summary["differ"] == 0
+    predicted = json.loads((tmp_path / "predicted.json").read_text())
+    layer = next(c for c in _tree(predicted) if c["fqn"] == "FSDPDeepSeekV3Model.layers.1.moe.experts")
+    # the rank's 2 x 16 / 2 tokens (the reorderer splits them over tp) x top-2 = 32 rows of 128
+    # float32 dispatched, after the 8 experts' int64 counts (64 bytes)
+    assert layer["collective_bytes_forward"] == {"c10d_functional.all_to_all_single": 64 + 2 * 32 * 128 * 4}
+    assert {tuple(c["mesh_dims"]) for c in layer["collectives_forward_detail"]} == {(fsdp, tp)}
+
+
 def test_qwen3_moe_per_op_checkpointing_recomputes_the_router(tmp_path, run_commlens):
     """torchtitan's per-op SAC on MoE blocks forces the router gate's mm ([128, 8] second operand:
     the gate Linear's in x out features) to be recomputed, and does not count it among the mms of

@@ -43,7 +43,7 @@ TEST(PlanReader, ReadsMeshStylesPlacementsAndLoss) {
   ASSERT_TRUE(static_cast<bool>(plan)) << takeMessage(plan.takeError());
   EXPECT_EQ(plan->mesh.str(), "DeviceMesh((2, 4), 'cuda', mesh_dim_names=('dp', 'tp'))");
   ASSERT_EQ(plan->steps.size(), 1u);
-  EXPECT_EQ(plan->steps[0].meshDim, 1u);
+  EXPECT_EQ(plan->steps[0].meshDims, MeshDimGroup{1});
   const auto &styles = plan->steps[0].styles;
   ASSERT_EQ(styles.size(), 4u);
   // Colwise defaults from the constructor: input Replicate, output Shard(-1), local output.
@@ -219,10 +219,16 @@ TEST(PlanReader, ReadsFlattenedDimsForFullyShard) {
   // a flattened dim overlapping a dim the unit names already
   EXPECT_EQ(errorOf(doc, R"x("mesh_dims": ["rep", "shard"])x", R"x("mesh_dims": ["rep", "dp"])x"),
             "fully_shard[0].mesh_dims[1]: mesh dim 'dp' given twice");
-  // only fully_shard takes a flattened dim
+  // a parallelize step takes a flattened dim too (torchtitan's ep over fsdp x tp), as its group of
+  // dims: here the HSDP units' rep and shard, which a Colwise step may not share
   EXPECT_EQ(errorOf(doc, R"x("mesh_dim": "tp")x", R"x("mesh_dim": "dp")x"),
-            "parallelize[0].mesh_dim: 'dp' is a flattened dim (mesh.flattened_dims), which only fully_shard's mesh_dims "
-            "may name (DTensor placements and parallelize steps on a flattened dim are not modelled)");
+            "fully_shard[0].mesh_dims: mesh dim 'rep' is used by a parallelize step too (FSDP and tensor parallel dims "
+            "must differ)");
+  // explicit placements do not
+  EXPECT_EQ(errorOf(doc, R"x("placements": {})x",
+                    R"x("placements": {"w2": {"mesh_dims": ["dp"], "placements": ["R"]}})x"),
+            "placements.w2.mesh_dims[0]: 'dp' is a flattened dim (mesh.flattened_dims), which only fully_shard's "
+            "mesh_dims and parallelize steps may name (DTensor placements on a flattened dim are not modelled)");
 }
 
 TEST(PlanReader, DenseUnitsMayShareTheDimOfAnExpertParallelStep) {

@@ -58,7 +58,8 @@ def _validate_flattened_dims(plan, subject):
                             "(DeviceMesh slices them in order, each once)")
 
 
-def _check_mesh_dim(plan, dim, subject, what):
+def _check_mesh_dim(plan, dim, subject, what, flattened=False):
+    """``dim`` names a mesh dim (or, with ``flattened``, a flattened one too)."""
     names = _mesh_dim_names_of(plan)
     if dim is None:
         if len(plan.mesh_shape) != 1:
@@ -66,8 +67,10 @@ def _check_mesh_dim(plan, dim, subject, what):
                             f"{len(plan.mesh_shape)}-D {tuple(plan.mesh_shape)}")
         return
     if dim in plan.flattened_dims:
+        if flattened:
+            return
         raise PlanError(subject, f"{dim!r} ({what}) is a flattened dim (flattened_dims), which only fully_shard's "
-                        "mesh_dims may name (DTensor placements and parallelize steps on a flattened dim are not "
+                        "mesh_dims and parallelize steps may name (DTensor placements on a flattened dim are not "
                         "modelled)")
     if names is None or dim not in names:
         raise PlanError(subject, f"mesh dim {dim!r} ({what}) is not in the mesh "
@@ -94,8 +97,9 @@ def validate(plan, subject="plan"):
     pp = plan.parallelize_plan
     if not isinstance(pp, (dict, list, tuple)):
         raise PlanError(subject, "parallelize_plan must be a dict or a list of (mesh_dim, dict)")
+    _validate_flattened_dims(plan, subject)
     for dim, d in plan.parallelize_steps():
-        _check_mesh_dim(plan, dim, subject, "parallelize_plan")
+        _check_mesh_dim(plan, dim, subject, "parallelize_plan", flattened=True)
         if not isinstance(d, dict):
             raise PlanError(subject, "each parallelize_plan must be a dict {fqn_pattern: ParallelStyle}")
         for pattern, style in d.items():
@@ -106,7 +110,6 @@ def validate(plan, subject="plan"):
             if entry_of(type(style)) is None:
                 raise PlanError(subject, f"unsupported parallel style class {type(style).__module__}."
                                 f"{type(style).__qualname__} for {pattern!r}")
-    _validate_flattened_dims(plan, subject)
     _validate_fully_shard(plan, subject)
     if not isinstance(plan.activation_checkpoint, (list, tuple)):
         raise PlanError(subject, "activation_checkpoint must be a sequence of commlens.plan.ActivationCheckpoint")
@@ -190,7 +193,7 @@ def _validate_fully_shard(plan, subject):
         if styles and all(entry_of(type(s)) in EXPERT_PARALLEL for s in styles.values()):
             continue  # torchtitan shards the experts on a mesh of their own; the dense units may use it
         if dim is not None:
-            tp_dims.add(dim)
+            tp_dims.update(dim_group(plan, dim))
         elif names is not None:
             tp_dims.update(names)
     for i, unit in enumerate(units):
@@ -221,8 +224,7 @@ def _validate_fully_shard(plan, subject):
             raise PlanError(subject, f"{where}: the mesh has no dim names (fully_shard units name their "
                             "mesh dims)")
         for d in dims:
-            if d not in plan.flattened_dims:
-                _check_mesh_dim(plan, d, subject, where)
+            _check_mesh_dim(plan, d, subject, where, flattened=True)
         spanned = [d for name in dims for d in dim_group(plan, name)]
         if len(set(spanned)) != len(spanned):
             raise PlanError(subject, f"{where}: mesh dim {dims[0]!r} given twice")
