@@ -114,16 +114,17 @@ def job_config(*, ac="none", sac_option="op", early_stop=False, loss_parallel=Tr
     return cfg
 
 
-def parallelize(model, *, tp=1, dp_shard=1, dp_replicate=1, ep=1, **job):
+def parallelize(model, *, tp=1, dp_shard=1, dp_replicate=1, ep=1, etp=1, **job):
     """torchtitan's parallelize function for the model on ``tp * dp_shard * dp_replicate`` ranks (the
     default process group's size must be that product; expert parallel, ``ep``, borrows its ranks
-    from ``dp_shard`` and ``tp`` as torchtitan's does), ``job``: :func:`job_config`'s settings."""
-    _parallelize(model, tp, dp_shard, dp_replicate, ep, job)
+    from ``dp_shard`` and ``tp`` as torchtitan's does; ``etp``: 1, or ``tp`` for expert tensor
+    parallel), ``job``: :func:`job_config`'s settings."""
+    _parallelize(model, tp, dp_shard, dp_replicate, ep, job, etp)
     return model
 
 
-def _parallelize(model, tp, dp_shard, dp_replicate, ep, job):
-    dims = ParallelDims(dp_replicate=dp_replicate, dp_shard=dp_shard, cp=1, tp=tp, pp=1, ep=ep, etp=1,
+def _parallelize(model, tp, dp_shard, dp_replicate, ep, job, etp=1):
+    dims = ParallelDims(dp_replicate=dp_replicate, dp_shard=dp_shard, cp=1, tp=tp, pp=1, ep=ep, etp=etp,
                         world_size=tp * dp_shard * dp_replicate)
     dims.build_mesh()
     spec = next(s for s in TRAIN_SPECS.values() if isinstance(model, get_train_spec(s).model_cls))
@@ -131,12 +132,13 @@ def _parallelize(model, tp, dp_shard, dp_replicate, ep, job):
     return dims
 
 
-def _spec(ep=1, **kwargs):
-    """Keyword arguments as call text (``ep`` only when expert parallel is on)."""
-    return ", ".join(f"{k}={v!r}" for k, v in {**kwargs, **({"ep": ep} if ep != 1 else {})}.items())
+def _spec(ep=1, etp=1, **kwargs):
+    """Keyword arguments as call text (``ep`` and ``etp`` only where not 1)."""
+    return ", ".join(f"{k}={v!r}" for k, v in {**kwargs, **({"ep": ep} if ep != 1 else {}),
+                                                **({"etp": etp} if etp != 1 else {})}.items())
 
 
-def measure_titan(*, name="llama3", phase="both", tp=1, dp_shard=1, dp_replicate=1, ep=1, **job):
+def measure_titan(*, name="llama3", phase="both", tp=1, dp_shard=1, dp_replicate=1, ep=1, etp=1, **job):
     """The commlens-counts document of one torchtitan training step (``phase``: ``forward``,
     ``backward`` or ``both``) of ``titan_model(name=name)`` parallelized by :func:`parallelize`,
     rank 0 of the fake process group."""
@@ -152,19 +154,19 @@ def measure_titan(*, name="llama3", phase="both", tp=1, dp_shard=1, dp_replicate
         return cross_entropy_loss(pred, labels) / global_valid_tokens  # torchtitan's forward_backward_step
 
     with fake_process_group(world_size):
-        world = _parallelize(model, tp, dp_shard, dp_replicate, ep, job).world_mesh
+        world = _parallelize(model, tp, dp_shard, dp_replicate, ep, job, etp).world_mesh
         modules = count_collectives(model, (ids,), {}, phase, loss,
                                     loss_parallel=tp > 1 and not cfg.parallelism.disable_loss_parallel)
         doc_mesh = {"shape": list(world.shape), "dim_names": list(world.mesh_dim_names),
                     "device_type": world.device_type}
-    settings = _spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, ep=ep, **job)
+    settings = _spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, ep=ep, etp=etp, **job)
     function = get_train_spec(TRAIN_SPECS[name]).parallelize_fn.__name__
     return counts_document(modules, backend="fake", world_size=world_size, phase=phase, model=model_spec(name),
                            mesh=doc_mesh, plan_source=f"torchtitan:{function}({settings})",
                            device=device_info(ids.device))
 
 
-def titan_captured(*, name="llama3", tp=1, dp_shard=1, dp_replicate=1, ep=1, **job):
+def titan_captured(*, name="llama3", tp=1, dp_shard=1, dp_replicate=1, ep=1, etp=1, **job):
     """The plan ``commlens.capture`` reads off :func:`parallelize`'s calls, with torchtitan's loss:
     cross-entropy summed over float32 logits (``pred.float()``; the division by the token count
     issues nothing), inside ``loss_parallel()`` when TP is on."""
@@ -172,7 +174,7 @@ def titan_captured(*, name="llama3", tp=1, dp_shard=1, dp_replicate=1, ep=1, **j
     from commlens.plan import Loss
 
     loss_parallel = tp > 1 and job.get("loss_parallel", True)
-    spec = f"examples.titan:parallelize({_spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, ep=ep, **job)})"
+    spec = f"examples.titan:parallelize({_spec(tp=tp, dp_shard=dp_shard, dp_replicate=dp_replicate, ep=ep, etp=etp, **job)})"
     plan = commlens.capture.capture(model_spec(name), spec, tp * dp_shard * dp_replicate,
                                     loss=Loss.cross_entropy(reduction="sum", logits_dtype="float32"),
                                     loss_parallel=loss_parallel)

@@ -184,6 +184,7 @@ FullyShardUnit decodeFullyShard(const DeviceMesh &mesh, const JsonRef &r) {
 bool onlyExpertParallel(const ParallelizeStep &step) {
   return !step.styles.empty() && llvm::all_of(step.styles, [](const ParallelStyle &s) {
     return s.kind == ParallelStyle::Kind::TorchtitanExpertParallel ||
+           s.kind == ParallelStyle::Kind::TorchtitanExpertTensorParallel ||
            s.kind == ParallelStyle::Kind::TransformersEpDispatchExpertsParallel;
   });
 }
@@ -235,9 +236,19 @@ ShardingPlan decodePlan(const JsonRef &root) {
   for (const JsonRef &step : root.field("parallelize").items()) {
     ParallelizeStep s;
     step.rejectUnknownKeys({"mesh_dim", "plan"});
-    if (auto dim = step.optField("mesh_dim"))
-      s.meshDims = meshDimGroupByName(plan.mesh, *dim);
-    else if (plan.mesh.ndim() > 1)
+    if (auto dim = step.optField("mesh_dim")) {
+      if (dim->isArray()) { // a 2-D sub-mesh, mesh["ep", "etp"]
+        for (const JsonRef &name : dim->items())
+          s.meshDims.push_back(meshDimGroupByName(plan.mesh, name));
+        if (s.meshDims.size() != 2)
+          dim->fail(fmt::format("a list of {} mesh dims (a sub-mesh of 2 dims, or one dim's name)", s.meshDims.size()));
+        for (unsigned d : s.meshDims[0])
+          if (llvm::is_contained(s.meshDims[1], d))
+            dim->fail(fmt::format("mesh dim '{}' is in both dims of the sub-mesh", plan.mesh.dimNames[d]));
+      } else {
+        s.meshDims.push_back(meshDimGroupByName(plan.mesh, *dim));
+      }
+    } else if (plan.mesh.ndim() > 1)
       step.fail("mesh_dim may be null only on a 1-D mesh");
     for (const JsonRef &entry : step.field("plan").items())
       s.styles.push_back(decodeParallelStyle(entry, entry.field("fqn").asString()));
@@ -249,7 +260,7 @@ ShardingPlan decodePlan(const JsonRef &root) {
       for (const MeshDimGroup &group : plan.fullyShard.back().meshDims)
         for (unsigned dim : group)
           for (const ParallelizeStep &step : plan.steps)
-          if ((step.meshDims ? llvm::is_contained(*step.meshDims, dim) : plan.mesh.ndim() == 1) &&
+          if (llvm::any_of(step.subMeshDims(), [&](const MeshDimGroup &g) { return llvm::is_contained(g, dim); }) &&
               !onlyExpertParallel(step))
             u.field("mesh_dims").fail(fmt::format("mesh dim '{}' is used by a parallelize step too (FSDP and tensor "
                                                   "parallel dims must differ)",

@@ -161,15 +161,16 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
     for (const Value *p : u.params)
       if (auto it = tpPlacements.find(p); it != tpPlacements.end()) {
         const auto &dims = dtensorMeshes[it->second.mesh].planDims;
-        bool ofAStep = dims.size() == 1 && llvm::any_of(plan.steps, [&](const ParallelizeStep &step) {
-                         return (step.meshDims ? *step.meshDims : MeshDimGroup{0}) == dims.front();
-                       });
-        if (ofAStep && llvm::any_of(dims.front(), [&](unsigned d) {
-              return llvm::is_contained(u.shardDims, d) || llvm::is_contained(u.replicateDims, d);
-            }))
-          return makeError("fully_shard '{}' on {}: parameter '{}' is a DTensor on mesh dim '{}', the unit's own "
-                           "(give its module a fully_shard unit on another mesh dim)",
-                           u.spec->pattern, u.label(), p->name(), plan.mesh.groupName(dims.front()));
+        bool ofAStep = llvm::any_of(plan.steps, [&](const ParallelizeStep &step) {
+          return llvm::equal(step.subMeshDims(), dims);
+        });
+        for (const MeshDimGroup &group : dims)
+          if (ofAStep && llvm::any_of(group, [&](unsigned d) {
+                return llvm::is_contained(u.shardDims, d) || llvm::is_contained(u.replicateDims, d);
+              }))
+            return makeError("fully_shard '{}' on {}: parameter '{}' is a DTensor on mesh dim '{}', the unit's own "
+                             "(give its module a fully_shard unit on another mesh dim)",
+                             u.spec->pattern, u.label(), p->name(), plan.mesh.groupName(group));
       }
     // FSDPParam refuses it (torch 2.13 _fsdp_param.py, NotImplementedError).
     if (u.spec->reshard == FullyShardUnit::Reshard::ToGroup)

@@ -48,11 +48,15 @@ llvm::StringRef name(ParallelStyle::Kind k);
 /// The kind of the torch class named `torchClass`, if commlens models it.
 std::optional<ParallelStyle::Kind> styleKindNamed(llvm::StringRef torchClass);
 
-/// One parallelize_module(model, mesh[meshDims], plan) call.
+/// One parallelize_module(model, mesh[dims], plan) call.
 struct ParallelizeStep {
-  /// The sub-mesh's one dim: a plan mesh dim, or several flattened into one (torchtitan's ep over
-  /// fsdp x tp); none: the whole (1-D) mesh.
-  std::optional<MeshDimGroup> meshDims;
+  /// The sub-mesh's dims, each a plan mesh dim or several flattened into one (torchtitan's ep over
+  /// fsdp x tp); two for a 2-D sub-mesh (torchtitan's [ep, etp]). Empty: the whole (1-D) mesh.
+  std::vector<MeshDimGroup> meshDims;
+  /// meshDims, or the 1-D mesh's one dim where empty.
+  std::vector<MeshDimGroup> subMeshDims() const {
+    return meshDims.empty() ? std::vector<MeshDimGroup>{{0}} : meshDims;
+  }
   std::vector<ParallelStyle> styles; // in plan order: hooks registered earlier run first
 };
 

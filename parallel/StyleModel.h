@@ -81,6 +81,9 @@ public:
   virtual bool requiresGrad(const Value *programValue) const = 0;
   /// The number of ranks of the styles' mesh dim.
   virtual int64_t meshSize() const = 0;
+  /// The hooks on the 1-D sub-mesh of dim `dim` of the style's mesh (`device_mesh["ep"]` of a
+  /// 2-D one; the style's own hooks where it is 1-D).
+  virtual StyleHooks &onMeshDim(unsigned dim) = 0;
   /// transformers' _AllReduceForward: `dist.all_reduce` in place of a plain tensor holding this
   /// rank's partial sums (c10d.allreduce_ of its bytes), identity in backward. `what` says what it
   /// sums ("sums the experts' partial outputs").
@@ -107,11 +110,20 @@ public:
   virtual void decode(const JsonRef &entry, ParallelStyle &style) const = 0;
   /// `_apply`'s check of the module type.
   virtual llvm::Error checkModule(const ParallelStyle &, const StyledModule &) const { return llvm::Error::success(); }
+  /// The dims of the sub-mesh `_apply` takes: 1 (torch's styles distribute over a 1-D mesh), 2
+  /// for torchtitan's ExpertTensorParallel on [ep, etp].
+  virtual unsigned meshNdim() const { return 1; }
   /// The placement `_apply` gives the parameter `name` below the module (its FQN relative to the
   /// module; `direct`: registered on the module itself), or nullopt where it leaves it alone.
   virtual std::optional<Placement> parameterPlacement(const ParallelStyle &, const StyledModule &,
                                                       llvm::StringRef /*name*/, bool /*direct*/) const {
     return std::nullopt;
+  }
+  /// The placements, one per dim of its mesh (meshNdim()): parameterPlacement's by default.
+  virtual std::optional<Placements> parameterPlacements(const ParallelStyle &style, const StyledModule &module,
+                                                        llvm::StringRef name, bool direct) const {
+    std::optional<Placement> p = parameterPlacement(style, module, name, direct);
+    return p ? std::optional<Placements>(Placements{*p}) : std::nullopt;
   }
   /// Whether `_apply` runs distribute_module with a partition function, whose
   /// replicate_module_params_buffers then makes every buffer below the module a Replicate DTensor.

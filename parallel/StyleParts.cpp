@@ -1,6 +1,7 @@
 #include "parallel/StyleParts.h"
 
 #include "ir/Error.h"
+#include "ir/TensorMetaUtils.h"
 
 namespace commlens {
 
@@ -176,6 +177,54 @@ llvm::Error checkGroupedExpertsCall(const ParallelStyle &style, StyleHooks &hook
     return makeError("{} on {}: expected a call with two positional tensors (routed_input, num_tokens_per_expert), "
                      "as torchtitan's GroupedExperts takes",
                      name(style.kind).str(), module);
+  return llvm::Error::success();
+}
+
+namespace {
+
+/// The rows of the routed tokens this rank sends: the program's, or this rank's slice of them
+/// where a ReordererSequenceParallel split the layer's tokens over the TP ranks.
+int64_t routedRows(const StyleHooks &hooks, const Value &routed) {
+  return rowsOf(*routed.meta()) / hooks.tokensSplitBy(&routed);
+}
+
+} // namespace
+
+std::optional<int64_t> groupedExpertsTensorParallelDim(llvm::StringRef parameter) {
+  if (parameter == "w1" || parameter == "w3")
+    return 1;
+  if (parameter == "w2")
+    return 2;
+  return std::nullopt;
+}
+
+Value *replicatedWithPartialGradient(StyleHooks &tp, Value *tokens) {
+  Value *replicated = tp.annotate(tokens, Placement::replicate(), std::nullopt, /*useLocalOutput=*/false, "in");
+  return tp.toLocal(replicated, Placement::partial());
+}
+
+llvm::Error expertParallelDispatch(const ParallelStyle &style, StyleHooks &ep, HookArguments &arguments) {
+  // Shard(0) of the experts' weights is uneven otherwise, and the dispatch's split sizes (the
+  // counts viewed per rank) do not add up to the rows each rank holds.
+  int64_t experts = rowsOf(*arguments.args[1]->meta());
+  if (experts % ep.meshSize() != 0)
+    return makeError("{} on {}: {} experts do not split evenly over the {} ranks of the mesh dim (torchtitan's "
+                     "dispatch raises \"Split sizes doesn't match total dim 0 size\")",
+                     name(style.kind).str(), ep.module().scope.displayName(), experts, ep.meshSize());
+  arguments.args[1] = ep.allToAll(arguments.args[1], /*autograd=*/false, false, false, experts,
+                                  "exchanges the per-expert token counts");
+  arguments.args[0] = ep.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,
+                                  /*receivesRouted=*/true, routedRows(ep, *arguments.args[0]),
+                                  "dispatches the routed tokens to their experts' ranks");
+  return llvm::Error::success();
+}
+
+llvm::Error expertParallelCombine(const ParallelStyle &style, StyleHooks &ep, std::vector<Value *> &outputs) {
+  auto y = onlyOutput(style, ep, outputs);
+  if (!y)
+    return y.takeError();
+  **y = ep.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false, routedRows(ep, ***y),
+                    "combines the experts' outputs back on the tokens' ranks");
   return llvm::Error::success();
 }
 

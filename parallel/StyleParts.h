@@ -47,6 +47,22 @@ llvm::Error prepareModuleInputs(const ParallelStyle &style, StyleHooks &hooks, H
 /// num_tokens_per_expert), as GroupedExperts.forward takes them: two positional tensors, which
 /// needs the module's recorded call signature.
 llvm::Error checkGroupedExpertsCall(const ParallelStyle &style, StyleHooks &hooks, const HookArguments &arguments);
+/// The tensor dim torchtitan's TensorParallel and ExpertTensorParallel shard a GroupedExperts
+/// parameter on over the tensor-parallel dim: w1 and w3 ([experts, hidden, dim]) column-wise, 1;
+/// w2 ([experts, dim, hidden]) row-wise, 2; none for others (their _partition_fn registers these
+/// three alone).
+std::optional<int64_t> groupedExpertsTensorParallelDim(llvm::StringRef parameter);
+/// Their input hook's routed tokens: DTensor.from_local(Replicate) on `tp`'s mesh, then
+/// to_local(grad_placements=(Partial(),)): nothing moves in forward; in backward the tokens'
+/// gradient, taken as Partial, is all-reduced.
+Value *replicatedWithPartialGradient(StyleHooks &tp, Value *tokens);
+/// torchtitan's ExpertParallel._token_dispatch on the expert-parallel mesh `ep` (whose hooks these
+/// are): the per-expert token counts exchanged (all_to_all_single under no_grad), then the routed
+/// tokens dispatched to their experts' ranks (all_to_all_single_autograd); an error where the
+/// experts do not split evenly over its ranks.
+llvm::Error expertParallelDispatch(const ParallelStyle &style, StyleHooks &ep, HookArguments &arguments);
+/// ExpertParallel._token_combine: the experts' outputs sent back to the tokens' ranks.
+llvm::Error expertParallelCombine(const ParallelStyle &style, StyleHooks &ep, std::vector<Value *> &outputs);
 /// PrepareModuleOutput's post-hook: output_layouts over the call's tensor outputs.
 llvm::Error prepareModuleOutputs(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs);
 

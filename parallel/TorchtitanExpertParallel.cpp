@@ -15,17 +15,8 @@
 // its slice of the tokens: the routed rows are that slice's.
 #include "parallel/StyleParts.h"
 
-#include "ir/Error.h"
-#include "ir/TensorMetaUtils.h"
-
 namespace commlens {
 namespace {
-
-/// The rows of the routed tokens this rank sends: the program's, or this rank's slice of them
-/// where a ReordererSequenceParallel split the layer's tokens over the TP ranks.
-int64_t routedRows(const StyleHooks &hooks, const Value &routed) {
-  return rowsOf(*routed.meta()) / hooks.tokensSplitBy(&routed);
-}
 
 class TorchtitanExpertParallel final : public StyleModel {
 public:
@@ -45,28 +36,11 @@ public:
   llvm::Error preHook(const ParallelStyle &style, StyleHooks &hooks, HookArguments &arguments) const override {
     if (llvm::Error err = checkGroupedExpertsCall(style, hooks, arguments))
       return err;
-    // Shard(0) of the experts' weights is uneven otherwise, and the dispatch's split sizes (the
-    // counts viewed per rank) do not add up to the rows each rank holds.
-    int64_t experts = rowsOf(*arguments.args[1]->meta());
-    if (experts % hooks.meshSize() != 0)
-      return makeError("{} on {}: {} experts do not split evenly over the {} ranks of the mesh dim (torchtitan's "
-                       "dispatch raises \"Split sizes doesn't match total dim 0 size\")",
-                       name(style.kind).str(), hooks.module().scope.displayName(), experts, hooks.meshSize());
-    arguments.args[1] = hooks.allToAll(arguments.args[1], /*autograd=*/false, false, false, experts,
-                                       "exchanges the per-expert token counts");
-    arguments.args[0] = hooks.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,
-                                       /*receivesRouted=*/true, routedRows(hooks, *arguments.args[0]),
-                                       "dispatches the routed tokens to their experts' ranks");
-    return llvm::Error::success();
+    return expertParallelDispatch(style, hooks, arguments);
   }
 
   llvm::Error postHook(const ParallelStyle &style, StyleHooks &hooks, std::vector<Value *> &outputs) const override {
-    auto y = onlyOutput(style, hooks, outputs);
-    if (!y)
-      return y.takeError();
-    **y = hooks.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false,
-                         routedRows(hooks, ***y), "combines the experts' outputs back on the tokens' ranks");
-    return llvm::Error::success();
+    return expertParallelCombine(style, hooks, outputs);
   }
 };
 

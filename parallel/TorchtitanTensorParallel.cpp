@@ -24,13 +24,10 @@ public:
 
   std::optional<Placement> parameterPlacement(const ParallelStyle &, const StyledModule &, llvm::StringRef name,
                                               bool direct) const override {
-    if (!direct)
+    std::optional<int64_t> dim = groupedExpertsTensorParallelDim(name);
+    if (!direct || !dim)
       return std::nullopt;
-    if (name == "w1" || name == "w3")
-      return Placement::shard(1);
-    if (name == "w2")
-      return Placement::shard(2);
-    return std::nullopt; // _partition_fn registers these three alone
+    return Placement::shard(*dim);
   }
   bool retrainsParameters() const override { return true; }
   bool parametersUsedLocally() const override { return true; }
@@ -44,9 +41,7 @@ public:
       return makeError("{} on {}: its routed tokens are a ReordererSequenceParallel's slice (torchtitan pairs that "
                        "reorderer with ExpertParallel only); not modelled",
                        name(style.kind).str(), hooks.module().scope.displayName());
-    Value *replicated = hooks.annotate(arguments.args[0], Placement::replicate(), std::nullopt,
-                                       /*useLocalOutput=*/false, "in");
-    arguments.args[0] = hooks.toLocal(replicated, Placement::partial());
+    arguments.args[0] = replicatedWithPartialGradient(hooks, arguments.args[0]);
     return llvm::Error::success();
   }
 };

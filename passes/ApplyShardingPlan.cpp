@@ -69,10 +69,12 @@ Value *emitHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, Value 
 /// style's DTensor mesh (`mesh`: its index, an argument of the op where not the first mesh).
 class CallHooks final : public StyleHooks {
 public:
+  /// `dimMeshes`: where the style's mesh is N-D, the 1-D mesh of each of its dims (index, size).
   CallHooks(GraphBuilder &b, const StyledCall &c, StyledModule module, MeshId mesh, int64_t meshSize,
+            llvm::SmallVector<std::pair<MeshId, int64_t>, 2> dimMeshes,
             const llvm::DenseSet<const Value *> &requiresGrad, llvm::DenseMap<const Value *, int64_t> &tokenSplits)
-      : b_(b), c_(c), module_(std::move(module)), mesh_(mesh), meshSize_(meshSize), requiresGrad_(requiresGrad),
-        tokenSplits_(tokenSplits) {}
+      : b_(b), c_(c), module_(std::move(module)), mesh_(mesh), meshSize_(meshSize), dimMeshes_(std::move(dimMeshes)),
+        requiresGrad_(requiresGrad), tokenSplits_(tokenSplits) {}
   const StyledModule &module() const override { return module_; }
   Value *annotate(Value *x, const std::optional<Placement> &layout, const std::optional<Placement> &desired,
                   bool useLocalOutput, llvm::StringRef tag) override {
@@ -142,6 +144,17 @@ public:
                       parts.front()->name() + "_cat");
   }
   int64_t meshSize() const override { return meshSize_; }
+  StyleHooks &onMeshDim(unsigned dim) override {
+    if (dimMeshes_.empty())
+      return *this;
+    assert(dim < dimMeshes_.size() && "a dim of the style's mesh");
+    dimHooks_.resize(dimMeshes_.size());
+    if (!dimHooks_[dim])
+      dimHooks_[dim] = std::make_unique<CallHooks>(b_, c_, module_, dimMeshes_[dim].first, dimMeshes_[dim].second,
+                                                   llvm::SmallVector<std::pair<MeshId, int64_t>, 2>{}, requiresGrad_,
+                                                   tokenSplits_);
+    return *dimHooks_[dim];
+  }
   bool gradEnabled() const override { return c_.gradEnabled; }
   void splitTokens(const Value *x) override { tokenSplits_[x] = meshSize_; }
   int64_t tokensSplitBy(const Value *x) const override {
@@ -179,6 +192,8 @@ private:
   StyledModule module_;
   MeshId mesh_;
   int64_t meshSize_;
+  llvm::SmallVector<std::pair<MeshId, int64_t>, 2> dimMeshes_;
+  std::vector<std::unique_ptr<CallHooks>> dimHooks_; // onMeshDim's, made on first use
   const llvm::DenseSet<const Value *> &requiresGrad_;
   llvm::DenseMap<const Value *, int64_t> &tokenSplits_;
 };
@@ -230,10 +245,18 @@ private:
   /// placements name. The plan's mesh where neither names one.
   llvm::Error chooseMeshes() {
     for (const ParallelizeStep &step : plan_.steps) {
-      MeshDimGroup dims = step.meshDims ? *step.meshDims : MeshDimGroup{0}; // none: the 1-D mesh's dim
-      auto id = meshOf({dims});
+      std::vector<MeshDimGroup> dims = step.subMeshDims();
+      for (const ParallelStyle &style : step.styles)
+        if (unsigned ndim = styleModel(style.kind).meshNdim(); ndim != dims.size())
+          return makeError("{} on '{}' takes a {}-D device mesh; its parallelize step gives a {}-D one", name(style.kind),
+                           style.pattern, ndim, dims.size());
+      auto id = meshOf(dims);
       if (!id)
         return id.takeError();
+      if (dims.size() > 1) // the 1-D meshes of its dims, which its hooks may use (StyleHooks::onMeshDim)
+        for (const MeshDimGroup &dim : dims)
+          if (auto sub = meshOf({dim}); !sub)
+            return sub.takeError();
       for (const ParallelStyle &style : step.styles)
         meshOfStyle_[&style] = *id;
     }
@@ -354,7 +377,9 @@ private:
     return weight->meta() && weight->meta()->rank() == 2 && lookups.contains({&s, weight});
   }
 
-  void setParam(const InputSpec &in, Placement p, MeshId mesh) { ctx_.state.dtensors[in.value] = DTensorLayout{{p}, mesh}; }
+  void setParam(const InputSpec &in, Placements p, MeshId mesh) {
+    ctx_.state.dtensors[in.value] = DTensorLayout{std::move(p), mesh};
+  }
 
   StyledModule styledModule(const ModuleScope *s) const {
     auto params = directParams_.find(s); // none: a module only fully_shard wraps
@@ -381,15 +406,16 @@ private:
         const InputSpec &in = **it;
         llvm::StringRef local = llvm::StringRef(in.target).drop_front(prefix.size());
         if (in.kind == InputKind::Buffer) {
+          MeshId mesh = meshOfStyle_.lookup(style);
           if (model.replicatesBuffers() && !ctx_.state.dtensors.count(in.value))
-            setParam(in, Placement::replicate(), meshOfStyle_.lookup(style));
+            setParam(in, Placements(ctx_.state.dtensorMeshes[mesh].mesh.ndim(), Placement::replicate()), mesh);
           continue;
         }
         if (model.allReducesParameterGradients() && !local.contains('.'))
           ctx_.state.gradAllReduced[in.value] = {scope, meshOfStyle_.lookup(style)};
         if (model.parametersUsedLocally() && !local.contains('.') && !llvm::is_contained(localParams_[scope], in.value))
           localParams_[scope].push_back(in.value);
-        std::optional<Placement> placement = model.parameterPlacement(*style, module, local, !local.contains('.'));
+        std::optional<Placements> placement = model.parameterPlacements(*style, module, local, !local.contains('.'));
         if (!placement)
           continue;
         setParam(in, *placement, meshOfStyle_.lookup(style));
@@ -581,7 +607,14 @@ private:
 
   CallHooks hooksOf(GraphBuilder &b, const StyledCall &c, const ParallelStyle &style) {
     MeshId mesh = meshOfStyle_.lookup(&style);
-    return CallHooks(b, c, styledModule(c.scope), mesh, ctx_.state.dtensorMeshes[mesh].mesh.size(), requiresGrad_,
+    const DTensorMesh &m = ctx_.state.dtensorMeshes[mesh];
+    llvm::SmallVector<std::pair<MeshId, int64_t>, 2> dimMeshes;
+    if (m.planDims.size() > 1)
+      for (const MeshDimGroup &dim : m.planDims) {
+        MeshId sub = cantFail(meshOf({dim})); // made by chooseMeshes
+        dimMeshes.emplace_back(sub, ctx_.state.dtensorMeshes[sub].mesh.size());
+      }
+    return CallHooks(b, c, styledModule(c.scope), mesh, m.mesh.size(), std::move(dimMeshes), requiresGrad_,
                      tokenSplits_);
   }
 

@@ -203,6 +203,9 @@ private:
     default:
       break;
     }
+    if (state_.dtensorMeshes.empty())
+      return makeError("{}: a plan boundary op, but no plan gave DTensors a mesh (the apply-plan pass did not run)",
+                       n.where());
     const Value *x = n.input("self")->tensor();
     const Value *out = n.results()[0];
     const DTensorLayout *in = state_.layout(x);

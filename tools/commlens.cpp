@@ -508,8 +508,10 @@ int runCheckPlan(int argc, char **argv) {
   llvm::outs() << "plan " << (plan.name.empty() ? planPath : plan.name) << " on " << plan.mesh.str() << "\n";
   const Graph &g = program->graph();
   for (const ParallelizeStep &step : plan.steps) {
-    llvm::outs() << "parallelize on mesh dim "
-                 << (step.meshDims ? plan.mesh.groupName(*step.meshDims) : std::string("(whole mesh)")) << "\n";
+    std::string dims; // "tp", or a 2-D sub-mesh's "ep, etp"
+    for (const MeshDimGroup &group : step.meshDims)
+      dims += (dims.empty() ? "" : ", ") + plan.mesh.groupName(group);
+    llvm::outs() << "parallelize on mesh dim " << (dims.empty() ? std::string("(whole mesh)") : dims) << "\n";
     for (const ParallelStyle &style : step.styles) {
       llvm::outs() << fmt::format("  {:<28} {:<26}", style.pattern, name(style.kind).str());
       for (const ModuleScope *s : g.scopes().inForwardOrder())

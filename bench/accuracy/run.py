@@ -425,7 +425,11 @@ CONFIGS = [
           ("deepseek_v3", "fsdp_ep_tp_sp-dp2xtp2xep2", "tp=2, dp_shard=2, ep=2", False),
           # ep borrowing all of dp_shard and tp (etp 1): the experts on mesh["ep"], flattened from
           # fsdp x tp, beside the dense TP on mesh["tp"] (DTensors on two meshes)
-          ("deepseek_v3", "fsdp_ep_tp_sp-dp2xtp2xep4", "tp=2, dp_shard=2, ep=4", True))],
+          ("deepseek_v3", "fsdp_ep_tp_sp-dp2xtp2xep4", "tp=2, dp_shard=2, ep=4", True),
+          # expert tensor parallel (etp = tp): ExpertTensorParallel on the experts' 2-D [ep, etp]
+          # mesh, ep on dp_shard's ranks and etp on tp's (the routed tokens' gradient all-reduced
+          # over etp, the all-to-alls over ep)
+          ("deepseek_v3", "fsdp_etp_tp_sp-dp2xtp2xep2xetp2", "tp=2, dp_shard=2, ep=2, etp=2", True))],
     # MoE tensor parallel as torchtitan's apply_moe_ep_tp applies it with a tp mesh alone (the MoE
     # input all-gathered and output reduce-scattered, NoParallel router gate, TensorParallel
     # experts), on token embeddings and MoE layers (Qwen3-MoE's DTensor attention has no CPU

@@ -608,7 +608,7 @@ class _Capture:
                 self.fail(f"{type(style).__name__} was applied to a {type(module).__name__} that the "
                           "parallelization then removed from the model")
             dims = self.mesh_dims(mesh, f"{type(style).__name__} on module {self.shown(module, True)}")
-            dim = dims[0] if dims else None
+            dim = (dims if len(dims) > 1 else dims[0]) if dims else None  # a 2-D sub-mesh: its dims
             text = json.dumps(style_to_json(style, self.subject))
             entries.append((self.unwrapped[id(module)], (dim, text)))
             styles.append(style)
@@ -931,12 +931,14 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
         src_data_rank = cap.src_data_rank()
         module_subclasses = cap.module_subclasses()
     root, flattened = cap.root_mesh, {}
-    unflattened = cap.plan_mesh(world_size, style_dims={dim for dim, _plan in steps})
+    unflattened = cap.plan_mesh(world_size, style_dims={name for dim, _plan in steps
+                                                        for name in (dim if isinstance(dim, tuple) else (dim,))})
     if root is None:
         shape, names, device_type = (world_size,), None, "cpu"
     elif unflattened is not None:
         (shape, names, aliases, flattened), device_type = unflattened, root.device_type
-        steps = [(aliases.get(dim, dim), plan) for dim, plan in steps]
+        steps = [(tuple(aliases.get(d, d) for d in dim) if isinstance(dim, tuple) else aliases.get(dim, dim), plan)
+                 for dim, plan in steps]
         for dim in [name for spec in placements.values() if isinstance(spec, dict) for name in spec]:
             if dim in flattened:
                 raise CaptureError(subject, f"a DTensor placement is on mesh dim {dim!r}, flattened from "
@@ -956,7 +958,7 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
             names = ("dp",)
             for unit in units:
                 unit.mesh_dims = names
-    if len(steps) == 1:
+    if len(steps) == 1 and not isinstance(steps[0][0], tuple):
         (tp_dim, parallelize_plan), = steps
     else:
         tp_dim, parallelize_plan = None, steps

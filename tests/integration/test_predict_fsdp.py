@@ -207,6 +207,19 @@ def test_an_op_on_dtensors_of_two_meshes_is_refused_like_dtensor(run_commlens, s
                         "mesh_dim_names=('b',)); DTensor raises (the operands of an op must share one device mesh)\n")
 
 
+def test_a_torch_style_on_a_two_dimensional_mesh_is_refused_like_torch(run_commlens, stacked_pt2, tmp_path):
+    """torch's styles distribute over a 1-D mesh; given mesh["a", "b"], distribute_tensor raises."""
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    plan = dataclasses.replace(_two_mesh_plan(), parallelize_plan=[(("a", "b"), {"layers.0.w1": ColwiseParallel()})])
+    with pytest.raises(Exception, match="placements. must have the same length as .device_mesh.ndim."):
+        measure(STACKED, plan, phase="forward")
+    r = run_commlens("predict", stacked_pt2, "--plan", save_plan(plan, tmp_path))
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"commlens: error: {stacked_pt2}: ColwiseParallel on 'layers.0.w1' takes a 1-D device mesh; "
+                        "its parallelize step gives a 2-D one\n")
+
+
 def test_a_placement_on_a_flattened_dim_is_refused(run_commlens, stacked_pt2, tmp_path):
     from torch.distributed.tensor import Replicate
 

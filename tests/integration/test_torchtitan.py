@@ -398,6 +398,35 @@ def test_deepseek_v3_expert_parallel_over_fsdp_and_tp(tmp_path, run_commlens):
     assert {tuple(c["mesh_dims"]) for c in layer["collectives_forward_detail"]} == {(fsdp, tp)}
 
 
+def test_deepseek_v3_expert_tensor_parallel(tmp_path, run_commlens):
+    """etp = tp 2 with ep 2 on tp 2 x dp_shard 2: torchtitan applies ExpertTensorParallel to the
+    experts on its 2-D [ep, etp] mesh (ep over dp_shard's ranks, etp over tp's): the experts'
+    weights [Shard(0), Shard(1 or 2)], the routed tokens' gradient all-reduced over etp, the
+    token all-to-alls over ep."""
+    settings = dict(name="deepseek_v3", tp=2, dp_shard=2, ep=2, etp=2)
+    plan = titan_captured(**settings)
+    ep, tp = plan.mesh_dim_names.index("ep"), plan.mesh_dim_names.index("tp")
+    steps = {dim: {type(v).__name__ for v in entries.values()} for dim, entries in plan.parallelize_steps()}
+    assert steps[("ep", "tp")] == {"ExpertTensorParallel"}
+    doc = measure_titan(**settings)
+    experts = _module(doc, "FSDPDeepSeekV3Model.layers.1.moe.experts")
+    assert (experts["forward"], experts["backward"]) == (
+        {"c10d_functional.all_to_all_single": 3},
+        {"c10d_functional.all_to_all_single": 2, "c10d_functional.all_reduce": 1})
+    summary = _compare(run_commlens, tmp_path, plan, doc, model=model_spec("deepseek_v3"))
+    assert summary["differ"] == 0
+    predicted = json.loads((tmp_path / "predicted.json").read_text())
+    layer = next(c for c in _tree(predicted) if c["fqn"] == "FSDPDeepSeekV3Model.layers.1.moe.experts")
+    # every rank routes its 2 x 16 tokens (the MoE input all-gathered over tp) x top-2 = 64 rows of
+    # 128 float32 (32768 bytes), after the 8 experts' int64 counts (64 bytes); the rows' gradient,
+    # a Partial over etp, is all-reduced whole
+    routed = 64 * 128 * 4
+    assert layer["collective_bytes_forward"] == {"c10d_functional.all_to_all_single": 64 + 2 * routed}
+    assert {(c["op"], tuple(c["mesh_dims"]), c["bytes_per_rank"]) for c in layer["collectives_backward_detail"]
+            if c["op"] == "c10d_functional.all_reduce"} == {("c10d_functional.all_reduce", (tp,), routed)}
+    assert {tuple(c["mesh_dims"]) for c in layer["collectives_forward_detail"]} == {(ep,)}
+
+
 def test_qwen3_moe_per_op_checkpointing_recomputes_the_router(tmp_path, run_commlens):
     """torchtitan's per-op SAC on MoE blocks forces the router gate's mm ([128, 8] second operand:
     the gate Linear's in x out features) to be recomputed, and does not count it among the mms of
@@ -549,3 +578,38 @@ def test_moe_tensor_parallel_full_checkpointing_charges_the_output_hook_to_the_e
     experts = _module(doc, "FSDPMoEStack.layers.0._checkpoint_wrapped_module.moe.experts")
     assert experts["backward"] == {"c10d_functional.all_reduce": 1, "c10d_functional.reduce_scatter_tensor": 1}
     _compare(run_commlens, tmp_path, plan, doc, model="examples.titan:moe_stack()")
+
+
+def test_rank_orders_the_parallelisms_of_deepseek_v3(tmp_path, run_commlens):
+    """One `commlens rank` over torchtitan's DeepSeek-V3 parallelized six ways on 4 ranks, each
+    plan captured from torchtitan's own parallelize function: FSDP, FSDP x TP, and expert
+    parallel on dp_shard, borrowing the tp ranks, over fsdp x tp, and expert tensor parallel.
+    Each plan's counts are CommDebugMode's for that split (bytes of routed rows are the routing's,
+    so they are compared within bounds by compare), and the order is by predicted step time."""
+    splits = {"fsdp4": dict(dp_shard=4), "fsdp2xtp2": dict(tp=2, dp_shard=2),
+              "fsdp4xep4": dict(dp_shard=4, ep=4), "fsdp2xtp2xep2": dict(tp=2, dp_shard=2, ep=2),
+              "fsdp2xtp2xep4": dict(tp=2, dp_shard=2, ep=4), "fsdp2xtp2xep2xetp2": dict(tp=2, dp_shard=2, ep=2, etp=2)}
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    measured = {}
+    for name, settings in splits.items():
+        plan = titan_captured(name="deepseek_v3", **settings)
+        plan.name = name
+        save_plan(plan, plans).rename(plans / f"{name}.json")
+        measured[name] = next(m for m in measure_titan(name="deepseek_v3", **settings)["modules"] if m["fqn"] == "Global")
+    pt2 = export_pt2(model_spec("deepseek_v3"), tmp_path)
+    out = tmp_path / "rank.json"
+    r = run_commlens("rank", pt2, "--plans", plans, "--cluster", "h100-ib-ndr", "--format", "json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["errors"] == [] and sorted(p["name"] for p in doc["plans"]) == sorted(splits)
+    times = [p["time_us"] for p in doc["plans"]]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    for p in doc["plans"]:
+        glob = measured[p["name"]]
+        counts = {}
+        for phase in ("forward", "backward"):
+            assert p[phase]["collectives"] == sum(glob[phase].values()), p["name"]
+            for op, n in glob[phase].items():
+                counts[op] = counts.get(op, 0) + n
+        assert p["collectives"] == counts, p["name"]

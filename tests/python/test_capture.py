@@ -182,7 +182,7 @@ REFUSALS = [
                      "PrepareModuleInput, PrepareModuleOutput, PrepareModuleInputOutput, "
                      "TransformersRowwiseParallel, TransformersReplicatedWithGradAllReduce, "
                      "TransformersMoeExpertsParallel, TransformersEpDispatchExpertsParallel, "
-                     "TransformersMlaKvAProjParallel, TransformersLocalParamsParallel, TorchtitanExpertParallel, TorchtitanTensorParallel, "
+                     "TransformersMlaKvAProjParallel, TransformersLocalParamsParallel, TorchtitanExpertParallel, TorchtitanExpertTensorParallel, TorchtitanTensorParallel, "
                      "TorchtitanNoParallel, TorchtitanReordererSequenceParallel)"),
     (custom_wrapper, f"module 'layers.1' is a {Wrapper.__module__}.Wrapper the parallelization added; commlens "
                      "models no module wrapper but checkpoint_wrapper"),

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -33,6 +34,7 @@ from commlens.plan import (
     style_from_json,
     style_to_json,
     to_json,
+    validate,
 )
 from conftest import error_lines
 
@@ -209,6 +211,20 @@ def test_full_plan_roundtrip_all_features():
     assert obj["source"] == "my.spec:f(a=1)" and obj["src_data_rank"] is None
 
 
+def test_a_two_dimensional_step_mesh_roundtrips():
+    """parallelize_module on mesh["dp", "tp"] (torchtitan's ExpertTensorParallel on [ep, etp]): the
+    step's mesh_dim is the list of its dims in JSON, a tuple in the Plan."""
+    plan = Plan(mesh_shape=(2, 4), mesh_dim_names=("dp", "tp"),
+                parallelize_plan=[("tp", {"w1": ColwiseParallel()}), (("dp", "tp"), {"w2": ColwiseParallel()})])
+    text, loaded = _roundtrip(plan, "two_d")
+    assert [step["mesh_dim"] for step in json.loads(text)["parallelize"]] == ["tp", ["dp", "tp"]]
+    assert [dim for dim, _styles in loaded.parallelize_steps()] == ["tp", ("dp", "tp")]
+    for dims in (("tp", "tp"), ("dp", "tp", "dp")):
+        with pytest.raises(PlanError, match=re.escape(f"parallelize_plan mesh dims {dims!r}: a sub-mesh is two "
+                                                      "distinct dims")):
+            validate(dataclasses.replace(plan, parallelize_plan=[(dims, {"w2": ColwiseParallel()})]))
+
+
 def test_mlp_plan_json_exact():
     obj = to_json(call_factory("examples.plans:mlp_tp(tp=4, input_requires_grad=True)"))
     assert obj == {
@@ -305,7 +321,7 @@ def _set_mesh_dim(value):
 KNOWN = ("ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput, "
          "PrepareModuleOutput, PrepareModuleInputOutput, TransformersRowwiseParallel, "
          "TransformersReplicatedWithGradAllReduce, TransformersMoeExpertsParallel, "
-         "TransformersEpDispatchExpertsParallel, TransformersMlaKvAProjParallel, TransformersLocalParamsParallel, TorchtitanExpertParallel, "
+         "TransformersEpDispatchExpertsParallel, TransformersMlaKvAProjParallel, TransformersLocalParamsParallel, TorchtitanExpertParallel, TorchtitanExpertTensorParallel, "
          "TorchtitanTensorParallel, TorchtitanNoParallel, TorchtitanReordererSequenceParallel")
 
 LOAD_ERRORS = [

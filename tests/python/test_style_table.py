@@ -56,7 +56,7 @@ def schema_styles():
 
 
 def test_table_lookups_cover_every_entry_once():
-    assert (len(TORCH), len(TRANSFORMERS), len(TORCHTITAN)) == (6, 6, 4)
+    assert (len(TORCH), len(TRANSFORMERS), len(TORCHTITAN)) == (6, 6, 5)
     assert list(BY_NAME) == [entry.name for entry in STYLES]
     assert [entry_of(entry.resolve()) for entry in STYLES] == list(STYLES)
 
@@ -93,23 +93,25 @@ def test_entry_fields_are_the_schema_fields(entry):
 
 
 def test_torchtitan_entries_are_its_moe_styles():
-    """torchtitan's ExpertParallel, TensorParallel (grouped experts), NoParallel and
-    ReordererSequenceParallel (torch ParallelStyles), named so that commlens.plan imports them only
-    when a plan uses them. ExpertParallel's instance attributes are its hooks' per-call state, no
-    field; TensorParallel and ReordererSequenceParallel have none; NoParallel's are exactly its
-    declared fields."""
+    """torchtitan's ExpertParallel, ExpertTensorParallel, TensorParallel (grouped experts),
+    NoParallel and ReordererSequenceParallel (torch ParallelStyles), named so that commlens.plan
+    imports them only when a plan uses them. ExpertParallel's instance attributes (and
+    ExpertTensorParallel's, its subclass') are its hooks' per-call state, no field; TensorParallel
+    and ReordererSequenceParallel have none; NoParallel's are exactly its declared fields."""
     from commlens.plan.styles.torchtitan_expert_parallel import RUNTIME_STATE
 
     assert [(entry.name, entry.class_path) for entry in TORCHTITAN] == [
         ("TorchtitanExpertParallel", "torchtitan.distributed.expert_parallel.ExpertParallel"),
+        ("TorchtitanExpertTensorParallel", "torchtitan.distributed.expert_parallel.ExpertTensorParallel"),
         ("TorchtitanTensorParallel", "torchtitan.distributed.expert_parallel.TensorParallel"),
         ("TorchtitanNoParallel", "torchtitan.distributed.NoParallel"),
         ("TorchtitanReordererSequenceParallel", "torchtitan.distributed.expert_parallel.ReordererSequenceParallel")]
     for entry in TORCHTITAN:
         assert isinstance(entry.cls, str) and issubclass(entry.resolve(), ParallelStyle)
         assert f"{entry.resolve().__module__}.{entry.resolve().__name__}" == entry.class_path
-    expert, tensor, no_parallel, reorderer = TORCHTITAN
-    assert declared(expert) == [] and sorted(vars(minimal(expert))) == sorted(RUNTIME_STATE)
+    expert, expert_tensor, tensor, no_parallel, reorderer = TORCHTITAN
+    for entry in (expert, expert_tensor):
+        assert declared(entry) == [] and sorted(vars(minimal(entry))) == sorted(RUNTIME_STATE)
     assert declared(tensor) == [] and vars(minimal(tensor)) == {}
     assert declared(reorderer) == [] and vars(minimal(reorderer)) == {}
     assert sorted(vars(minimal(no_parallel))) == sorted(declared(no_parallel))

@@ -126,7 +126,7 @@ ShardingPlan tpPlan(int64_t tp, ParallelStyle w1, ParallelStyle w2) {
   plan.mesh.shape = {tp};
   plan.mesh.dimNames = {"tp"};
   ParallelizeStep step;
-  step.meshDims = MeshDimGroup{0};
+  step.meshDims = {{0}};
   w1.pattern = "w1";
   w2.pattern = "w2";
   step.styles = {w1, w2};
@@ -242,7 +242,7 @@ TEST(ShardingPropagation, MixingPlainAndDTensorOperandsIsAnError) {
   plan.mesh.shape = {2};
   plan.mesh.dimNames = {"tp"};
   w1.pattern = "w1";
-  plan.steps = {ParallelizeStep{MeshDimGroup{0}, {w1}}};
+  plan.steps = {ParallelizeStep{{{0}}, {w1}}};
   PassContext ctx{b.p, &plan, {}, PredictionState()};
   llvm::Error err = runForward(ctx);
   ASSERT_TRUE(static_cast<bool>(err));

@@ -43,7 +43,7 @@ TEST(PlanReader, ReadsMeshStylesPlacementsAndLoss) {
   ASSERT_TRUE(static_cast<bool>(plan)) << takeMessage(plan.takeError());
   EXPECT_EQ(plan->mesh.str(), "DeviceMesh((2, 4), 'cuda', mesh_dim_names=('dp', 'tp'))");
   ASSERT_EQ(plan->steps.size(), 1u);
-  EXPECT_EQ(plan->steps[0].meshDims, MeshDimGroup{1});
+  EXPECT_EQ(plan->steps[0].meshDims, std::vector<MeshDimGroup>{{1}});
   const auto &styles = plan->steps[0].styles;
   ASSERT_EQ(styles.size(), 4u);
   // Colwise defaults from the constructor: input Replicate, output Shard(-1), local output.
@@ -187,6 +187,21 @@ TEST(PlanReader, FullyShardErrorsNameThePath) {
             "fully_shard[0].reshard_after_forward: reshard_after_forward 3 is not a factor of the shard group size 4");
   EXPECT_EQ(errorOf(kFsdpPlan, R"x({"kind": "cpu", "pin_memory": false})x", R"x({"kind": "disk"})x"),
             "fully_shard[0].offload_policy.kind: offload policy 'disk' (expected \"none\" or \"cpu\")");
+}
+
+TEST(PlanReader, ReadsATwoDimensionalSubMeshOfAStep) {
+  // parallelize_module(model, mesh["dp", "tp"], ...), as torchtitan applies ExpertTensorParallel
+  // on [ep, etp]: the step's mesh_dim is the list of its two dims
+  std::string doc = kPlan;
+  const std::string dim = R"x("mesh_dim": "tp")x";
+  doc.replace(doc.find(dim), dim.size(), R"x("mesh_dim": ["dp", "tp"])x");
+  auto plan = parsePlan(doc);
+  ASSERT_TRUE(static_cast<bool>(plan)) << takeMessage(plan.takeError());
+  EXPECT_EQ(plan->steps[0].meshDims, (std::vector<MeshDimGroup>{{0}, {1}}));
+  EXPECT_EQ(errorOf(kPlan, dim, R"x("mesh_dim": ["tp"])x"),
+            "parallelize[0].mesh_dim: a list of 1 mesh dims (a sub-mesh of 2 dims, or one dim's name)");
+  EXPECT_EQ(errorOf(kPlan, dim, R"x("mesh_dim": ["tp", "tp"])x"),
+            "parallelize[0].mesh_dim: mesh dim 'tp' is in both dims of the sub-mesh");
 }
 
 TEST(PlanReader, ReadsFlattenedDimsForFullyShard) {

@@ -62,7 +62,7 @@ TEST(PredictionReport, JsonTreeIsOneWritersText) {
   plan.mesh.shape = {4};
   plan.mesh.dimNames = {"tp"};
   ParallelizeStep step;
-  step.meshDims = MeshDimGroup{0};
+  step.meshDims = {{0}};
   ParallelStyle colwise;
   colwise.kind = ParallelStyle::Kind::Colwise;
   colwise.pattern = "layers.*.w1";

@@ -64,7 +64,7 @@ def to_json(plan, source=None):
         entries = []
         for pattern, style in pp.items():
             entries.append({"fqn": pattern, **style_to_json(style, f"{subject}: {pattern!r}")})
-        steps.append({"mesh_dim": dim, "plan": entries})
+        steps.append({"mesh_dim": list(dim) if isinstance(dim, tuple) else dim, "plan": entries})
     inputs = {}
     keys = list(dict.fromkeys(list(plan.input_placements) + list(plan.inputs_requires_grad)))
     for k in keys:
@@ -189,7 +189,8 @@ def from_json(obj, subject="plan"):
                 raise PlanError(subject, f"bad {where}: expected an object with a string \"fqn\"")
             body = {k: v for k, v in entry.items() if k != "fqn"}
             pp[entry["fqn"]] = style_from_json(body, subject, f"{where} ({entry['fqn']!r})")
-        steps.append((step.get("mesh_dim"), pp))
+        dim = step.get("mesh_dim")
+        steps.append((tuple(dim) if isinstance(dim, list) else dim, pp))  # a list: a 2-D sub-mesh
     if len(steps) == 1:
         tp_dim, parallelize_plan = steps[0]
     elif not steps:

@@ -262,7 +262,8 @@ class Plan:
         return math.prod(self.mesh_shape)
 
     def parallelize_steps(self):
-        """``[(mesh_dim_name_or_None, {pattern: style})]`` in application order."""
+        """``[(mesh_dim, {pattern: style})]`` in application order; ``mesh_dim`` a name, a tuple of
+        two names for a 2-D sub-mesh (``mesh["ep", "etp"]``), or None for the whole 1-D mesh."""
         pp = self.parallelize_plan
         if isinstance(pp, dict):
             return [(self.tp_mesh_dim, pp)] if pp else []

@@ -99,7 +99,14 @@ def validate(plan, subject="plan"):
         raise PlanError(subject, "parallelize_plan must be a dict or a list of (mesh_dim, dict)")
     _validate_flattened_dims(plan, subject)
     for dim, d in plan.parallelize_steps():
-        _check_mesh_dim(plan, dim, subject, "parallelize_plan", flattened=True)
+        if isinstance(dim, tuple):  # a 2-D sub-mesh
+            if len(dim) != 2 or len({n for name in dim for n in dim_group(plan, name)}) != sum(
+                    len(dim_group(plan, name)) for name in dim):
+                raise PlanError(subject, f"parallelize_plan mesh dims {dim!r}: a sub-mesh is two distinct dims")
+            for name in dim:
+                _check_mesh_dim(plan, name, subject, "parallelize_plan", flattened=True)
+        else:
+            _check_mesh_dim(plan, dim, subject, "parallelize_plan", flattened=True)
         if not isinstance(d, dict):
             raise PlanError(subject, "each parallelize_plan must be a dict {fqn_pattern: ParallelStyle}")
         for pattern, style in d.items():
@@ -193,7 +200,7 @@ def _validate_fully_shard(plan, subject):
         if styles and all(entry_of(type(s)) in EXPERT_PARALLEL for s in styles.values()):
             continue  # torchtitan shards the experts on a mesh of their own; the dense units may use it
         if dim is not None:
-            tp_dims.update(dim_group(plan, dim))
+            tp_dims.update(n for name in (dim if isinstance(dim, tuple) else (dim,)) for n in dim_group(plan, name))
         elif names is not None:
             tp_dims.update(names)
     for i, unit in enumerate(units):

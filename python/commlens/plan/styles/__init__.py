@@ -12,6 +12,7 @@ from commlens.plan.styles import (
     rowwise,
     sequence,
     torchtitan_expert_parallel,
+    torchtitan_expert_tensor_parallel,
     torchtitan_no_parallel,
     torchtitan_reorderer_sequence_parallel,
     torchtitan_tensor_parallel,
@@ -38,6 +39,7 @@ STYLES = (
     transformers_mla_kv_a_proj.ENTRY,
     transformers_local_params.ENTRY,
     torchtitan_expert_parallel.ENTRY,
+    torchtitan_expert_tensor_parallel.ENTRY,
     torchtitan_tensor_parallel.ENTRY,
     torchtitan_no_parallel.ENTRY,
     torchtitan_reorderer_sequence_parallel.ENTRY,
@@ -45,7 +47,8 @@ STYLES = (
 BY_NAME = {entry.name: entry for entry in STYLES}
 # Expert-parallel styles: torchtitan and transformers shard their modules' parameters with FSDP on
 # a mesh of their own, so FSDP units may share the mesh dim a step of only these uses.
-EXPERT_PARALLEL = (torchtitan_expert_parallel.ENTRY, transformers_ep_dispatch_experts.ENTRY)
+EXPERT_PARALLEL = (torchtitan_expert_parallel.ENTRY, torchtitan_expert_tensor_parallel.ENTRY,
+                   transformers_ep_dispatch_experts.ENTRY)
 _BY_CLASS_PATH = {entry.class_path: entry for entry in STYLES}
 
 
