@@ -276,6 +276,7 @@ private:
         {"aten::linalg_cond.default", &Decomposer::linalgCond},
         {"aten::linalg_eigh.default", &Decomposer::linalgEighVectors},
         {"aten::linalg_eigvalsh.default", &Decomposer::linalgEigvalsh},
+        {"aten::linalg_eigvals.default", &Decomposer::linalgEigvals},
         {"aten::linalg_lu_factor.default", &Decomposer::linalgLuFactor},
         {"aten::_lu_with_info.default", &Decomposer::luWithInfo},
         {"aten::lu_solve.default", &Decomposer::luSolve},
@@ -2048,6 +2049,20 @@ private:
   }
   llvm::Error linalgEighVectors() { return linalgEigh(true); }
   llvm::Error linalgEigvalsh() { return linalgEigh(false); }
+  /// linalg_eigvals (LinearAlgebra.cpp): linalg_eig's eigenvalues where A may need a gradient, which
+  /// `_may_require_fw_or_bw_grad` says of every tensor subclass (a DTensor in any grad mode), else
+  /// _linalg_eigvals. The plain kernel's choice moves nothing, so linalg_eig stands for both.
+  llvm::Error linalgEigvals() {
+    Value *a = in("self");
+    ScalarType dt = a->meta()->dtype;
+    if (dt != ScalarType::Float && dt != ScalarType::Double)
+      return keepExported();
+    ScalarType complex = dt == ScalarType::Double ? ScalarType::ComplexDouble : ScalarType::ComplexFloat;
+    int64_t n = hints(a->meta()->sizes).back();
+    emitKernel("aten::linalg_eig.default", {{"self", a, false}}, {batchMeta(a, complex, {n}), batchMeta(a, complex, {n, n})},
+               {0});
+    return llvm::Error::success();
+  }
   /// linalg_matrix_rank(A) without atol / rtol (LinearAlgebra.cpp): atol 0 and rtol eps * max(m, n)
   /// as float64 0-dim plain tensors; the singular values and their largest (S[..., :1]), or for a
   /// hermitian A the eigenvalues' magnitudes and their amax; tol = max(atol, rtol * largest) (atol
