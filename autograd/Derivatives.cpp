@@ -912,6 +912,94 @@ llvm::Error cumprodBackward(GradCall &c) {
   return llvm::Error::success();
 }
 
+/// index_reduce_backward (FunctionsManual.cpp), both gradients from one call (derivatives.yaml's
+/// `self, source:`), in the order torch 2.13 runs its ops (traced on CPU):
+///   prod: self's zeros masked to 1 and reduced again, grad * that / the masked self; the source's
+///     zeros counted per destination row (index_add of the mask into zeros, index_select back); a
+///     lone zero's gradient from the reduction with it masked to 1, every other one
+///     (grad * result)[index] / source with its zeros masked to 1 (where);
+///   mean: the count per row (ones, or zeros without self, index_add of ones_like(source)), zero
+///     counts masked to 1; grad / count, grad[index] / count[index];
+///   amax, amin: the entries equal to the result (self == result, source == result[index], as
+///     floats) share the row's gradient: grad / (their index_add), times each mask.
+/// Without include_self, self's gradient is zero in the reduced rows (index_fill).
+llvm::Error indexReduceBackward(GradCall &c) {
+  Value *g = c.g(), *self = c.self(), *index = c.operand("index"), *source = c.operand("source");
+  Value *r = mut(c.result());
+  const Argument &dim = *c.n.input("dim");
+  std::string reduce = c.n.input("reduce")->get<std::string>();
+  bool includeSelf = c.boolArg("include_self", true);
+  ScalarType dtype = self->meta()->dtype;
+  auto select = [&](Value *x) {
+    return c.e.emit("aten::index_select.default", {A("self", x), A("dim", dim), A("index", index)},
+                    GradEmitter::like(source), "grad_index_select");
+  };
+  auto indexAdd = [&](Value *x, Value *rows) {
+    return c.e.emit("aten::index_add.default", {A("self", x), A("dim", dim), A("index", index), A("source", rows)},
+                    GradEmitter::like(x), "grad_index_add");
+  };
+  auto div = [&](Value *x, Value *y) { return binary(c, "aten::div.Tensor", x, y, "grad_div"); };
+  auto eqScalar = [&](Value *x, int64_t v) {
+    return c.e.emit("aten::eq.Scalar", {A("self", x), A("other", v)}, boolLike(x), "grad_eq");
+  };
+  auto maskedFill = [&](llvm::StringRef op, Value *x, Value *mask) {
+    return c.e.emit(op, {A("self", x), A("mask", mask), A("value", int64_t(1))}, GradEmitter::like(x), "grad_masked");
+  };
+  auto asFloat = [&](Value *mask) {
+    return c.e.emit("aten::_to_copy.default", {A("self", mask), K("dtype", dtype)},
+                    withDtype(GradEmitter::like(mask), dtype), "grad_to_copy");
+  };
+  auto reduceAgain = [&](Value *x, Value *src) {
+    llvm::SmallVector<NamedArgument, 4> args{A("self", x), A("dim", dim), A("index", index), A("source", src),
+                                             A("reduce", reduce)};
+    if (!includeSelf)
+      args.push_back(K("include_self", false));
+    return c.e.emit("aten::index_reduce.default", std::move(args), GradEmitter::like(x), "grad_index_reduce");
+  };
+  Value *gradSelf, *gradSource;
+  if (reduce == "prod") {
+    Value *maskedSelf = maskedFill("aten::masked_fill.Scalar", self, eqScalar(self, 0));
+    gradSelf = div(mul(c, g, reduceAgain(maskedSelf, source)), maskedSelf);
+    Value *srcZero = eqScalar(source, 0);
+    Value *zeros = c.e.emit("aten::zeros_like.default", {A("self", self)}, GradEmitter::like(self), "grad_zeros");
+    Value *srcNumZeros = select(indexAdd(zeros, asFloat(srcZero)));
+    Value *singleZero = c.e.emit("aten::bitwise_and.Tensor", {A("self", srcZero), A("other", eqScalar(srcNumZeros, 1))},
+                                 boolLike(source), "grad_single_zero");
+    Value *maskedSrcResult = reduceAgain(self, maskedFill("aten::masked_fill.Scalar", source, singleZero));
+    Value *nonZeroSource = maskedFill("aten::masked_fill.Scalar", source, srcZero);
+    Value *others = div(select(mul(c, g, r)), nonZeroSource);
+    Value *lone = select(mul(c, g, maskedSrcResult));
+    gradSource = c.e.emit("aten::where.self", {A("condition", singleZero), A("self", lone), A("other", others)},
+                          GradEmitter::like(source), "grad_where");
+  } else if (reduce == "mean") {
+    Value *n = c.e.emit(includeSelf ? "aten::ones_like.default" : "aten::zeros_like.default", {A("self", g)},
+                        GradEmitter::like(g), "grad_count");
+    n = indexAdd(n, c.e.emit("aten::ones_like.default", {A("self", source)}, GradEmitter::like(source), "grad_ones"));
+    n = maskedFill("aten::masked_fill_.Scalar", n, eqScalar(n, 0));
+    gradSelf = div(g, n);
+    Value *nSource = select(n);
+    gradSource = div(select(g), nSource);
+  } else if (reduce == "amax" || reduce == "amin") {
+    Value *value = select(r);
+    Value *selfIsResult = asFloat(c.e.emit("aten::eq.Tensor", {A("self", self), A("other", r)}, boolLike(self),
+                                           "grad_eq"));
+    Value *sourceIsResult = asFloat(c.e.emit("aten::eq.Tensor", {A("self", source), A("other", value)},
+                                             boolLike(source), "grad_eq"));
+    Value *distributed = div(g, indexAdd(selfIsResult, sourceIsResult));
+    gradSelf = mul(c, selfIsResult, distributed);
+    gradSource = mul(c, sourceIsResult, select(distributed));
+  } else {
+    return makeError("autodiff: node '{}' ({}): reduce '{}' (torch's index_reduce takes prod, mean, amax or amin)",
+                     c.n.name(), c.n.opString(), reduce);
+  }
+  if (!includeSelf)
+    gradSelf = c.e.emit("aten::index_fill.int_Scalar",
+                        {A("self", gradSelf), A("dim", dim), A("index", index), A("value", int64_t{0})},
+                        GradEmitter::like(gradSelf), "grad_index_fill");
+  setGrads(c, {{"self", c.want("self") ? gradSelf : nullptr}, {"source", c.want("source") ? gradSource : nullptr}});
+  return llvm::Error::success();
+}
+
 /// logcumsumexp_backward (FunctionsManual.cpp, real case): log|grad| split by grad's sign (the other
 /// entries the dtype's lowest value), each minus the result, reverse-logcumsumexp'd (flip, logcumsumexp,
 /// flip), plus self, exponentiated; the positive part minus the negative part.

@@ -606,6 +606,15 @@ CASES = [
     ("index-select", lambda a, i: torch.index_select(a, 1, i), [(f32(4, 6), S0), (idx(6, 3), R)]),
     ("index-add", lambda a, i, b: a.index_add(0, i, b, alpha=2.0), [(f32(4, 6), S1), (idx(4, 3), R), (f32(3, 6), S1)]),
     ("index-copy", lambda a, i, b: a.index_copy(1, i, b), [(f32(4, 6), S0), (idx(6, 3), R), (f32(4, 3), S0)]),
+    # index_reduce's backward (index_reduce_backward): masks of the entries equal to the result,
+    # counts per row, and prod's zero handling, on inputs sharded beside the reduced dim, and a
+    # self sharded on it (its strategy replicates it); include_self both ways
+    *[(f"index-reduce-{reduce}{'' if include else '-exclude-self'}",
+       lambda a, i, b, reduce=reduce, include=include: a.index_reduce(0, i, b, reduce, include_self=include),
+       [(f32(4, 6), S1), (idx(4, 3), R), (f32(3, 6), S1)])
+      for reduce in ("prod", "mean", "amax", "amin") for include in (True, False)],
+    ("index-reduce-mean-self-on-dim", lambda a, i, b: a.index_reduce(0, i, b, "mean"),
+     [(f32(4, 6), S0), (idx(4, 3), R), (f32(3, 6), R)]),
     # 0-d self and source: treated as elements of R^1 (unsqueezed, indexed, squeezed back); a 0-d
     # source's gradient is selected at index.squeeze(0)
     ("index-add-scalars", lambda a, i, b: a.index_add(0, i, b, alpha=-1), [(f32(), R), (idx(1, 1), R), (f32(), R)]),
