@@ -245,6 +245,9 @@ ShardingPlan decodePlan(const JsonRef &root) {
         for (unsigned d : s.meshDims[0])
           if (llvm::is_contained(s.meshDims[1], d))
             dim->fail(fmt::format("mesh dim '{}' is in both dims of the sub-mesh", plan.mesh.dimNames[d]));
+        if (s.meshDims[0].back() > s.meshDims[1].front()) // DeviceMesh.__getitem__ raises KeyError
+          dim->fail("the sub-mesh's dims are not in the mesh's order (torch raises \"Mesh dim indices should be in "
+                    "ascending order\")");
       } else {
         s.meshDims.push_back(meshDimGroupByName(plan.mesh, *dim));
       }

@@ -223,6 +223,9 @@ def test_a_two_dimensional_step_mesh_roundtrips():
         with pytest.raises(PlanError, match=re.escape(f"parallelize_plan mesh dims {dims!r}: a sub-mesh is two "
                                                       "distinct dims")):
             validate(dataclasses.replace(plan, parallelize_plan=[(dims, {"w2": ColwiseParallel()})]))
+    with pytest.raises(PlanError, match=re.escape("parallelize_plan mesh dims ('tp', 'dp'): not in the mesh's order "
+                                                  "(torch raises \"Mesh dim indices should be in ascending order\")")):
+        validate(dataclasses.replace(plan, parallelize_plan=[(("tp", "dp"), {"w2": ColwiseParallel()})]))
 
 
 def test_mlp_plan_json_exact():

@@ -202,6 +202,9 @@ TEST(PlanReader, ReadsATwoDimensionalSubMeshOfAStep) {
             "parallelize[0].mesh_dim: a list of 1 mesh dims (a sub-mesh of 2 dims, or one dim's name)");
   EXPECT_EQ(errorOf(kPlan, dim, R"x("mesh_dim": ["tp", "tp"])x"),
             "parallelize[0].mesh_dim: mesh dim 'tp' is in both dims of the sub-mesh");
+  EXPECT_EQ(errorOf(kPlan, dim, R"x("mesh_dim": ["tp", "dp"])x"),
+            "parallelize[0].mesh_dim: the sub-mesh's dims are not in the mesh's order (torch raises \"Mesh dim "
+            "indices should be in ascending order\")");
 }
 
 TEST(PlanReader, ReadsFlattenedDimsForFullyShard) {

@@ -105,6 +105,11 @@ def validate(plan, subject="plan"):
                 raise PlanError(subject, f"parallelize_plan mesh dims {dim!r}: a sub-mesh is two distinct dims")
             for name in dim:
                 _check_mesh_dim(plan, name, subject, "parallelize_plan", flattened=True)
+            first, second = (dim_group(plan, name) for name in dim)
+            names = _mesh_dim_names_of(plan)
+            if names.index(first[-1]) > names.index(second[0]):  # DeviceMesh.__getitem__ raises KeyError
+                raise PlanError(subject, f"parallelize_plan mesh dims {dim!r}: not in the mesh's order (torch raises "
+                                "\"Mesh dim indices should be in ascending order\")")
         else:
             _check_mesh_dim(plan, dim, subject, "parallelize_plan", flattened=True)
         if not isinstance(d, dict):
