@@ -79,22 +79,22 @@ public:
   Value *annotate(Value *x, const std::optional<Placement> &layout, const std::optional<Placement> &desired,
                   bool useLocalOutput, llvm::StringRef tag) override {
     return hook(boundaryOpTarget(BoundaryOp::Annotate), x,
-                    {{"layout", placementArg(layout), false},
-                     {"desired", placementArg(desired), false},
-                     {"use_local_output", useLocalOutput, false}},
-                    tag);
+                {{"layout", placementArg(layout), false},
+                 {"desired", placementArg(desired), false},
+                 {"use_local_output", useLocalOutput, false}},
+                tag);
   }
   Value *sequenceParallelInput(Value *x, const Placement &sharding) override {
     return hook(boundaryOpTarget(BoundaryOp::SequenceParallelInput), x, {{"sharding", placementArg(sharding), false}},
-                    "in");
+                "in");
   }
   Value *redistributeOutput(Value *x, const std::optional<Placement> &layout, bool useLocalOutput) override {
     return hook(boundaryOpTarget(BoundaryOp::RedistributeOutput), x,
-                    {{"layout", placementArg(layout), false}, {"use_local_output", useLocalOutput, false}}, "out");
+                {{"layout", placementArg(layout), false}, {"use_local_output", useLocalOutput, false}}, "out");
   }
   Value *toLocal(Value *x, const std::optional<Placement> &gradPlacement) override {
     return hook(boundaryOpTarget(BoundaryOp::ToLocal), x, {{"grad_placement", placementArg(gradPlacement), false}},
-                    "local");
+                "local");
   }
   Value *allReduceLocal(Value *x) override {
     return hook(boundaryOpTarget(BoundaryOp::AllReduceLocal), x, {}, "out");
@@ -108,16 +108,16 @@ public:
   Value *allToAll(Value *x, bool autograd, bool sendsRouted, bool receivesRouted, int64_t rows,
                   llvm::StringRef what) override {
     return hook(boundaryOpTarget(BoundaryOp::AllToAll), x,
-                    {{"autograd", autograd, false},
-                     {"sends_routed", sendsRouted, false},
-                     {"receives_routed", receivesRouted, false},
-                     {"rows", rows, false},
-                     {"what", what.str(), false}},
-                    sendsRouted ? "combined" : receivesRouted ? "dispatched" : "exchanged");
+                {{"autograd", autograd, false},
+                 {"sends_routed", sendsRouted, false},
+                 {"receives_routed", receivesRouted, false},
+                 {"rows", rows, false},
+                 {"what", what.str(), false}},
+                sendsRouted ? "combined" : receivesRouted ? "dispatched" : "exchanged");
   }
   Value *allToAllCounts(Value *routing, int64_t experts, llvm::StringRef what) override {
     Value *out = hook(boundaryOpTarget(BoundaryOp::AllToAllCounts), routing,
-                          {{"experts", experts, false}, {"what", what.str(), false}}, "counts");
+                      {{"experts", experts, false}, {"what", what.str(), false}}, "counts");
     out->setMeta(metaOf(ScalarType::Long, {experts}, routing->meta()->device));
     return out;
   }
@@ -240,9 +240,10 @@ public:
   }
 
 private:
-  /// The meshes DTensors live on: each parallelize step's 1-D sub-mesh (`mesh["tp"]`, a
-  /// flattened `mesh["ep"]`), one per distinct dim in plan order; the sub-meshes explicit
-  /// placements name. The plan's mesh where neither names one.
+  /// The meshes DTensors live on: each parallelize step's sub-mesh (`mesh["tp"]`, a flattened
+  /// `mesh["ep"]`, a 2-D `mesh["ep", "etp"]` and the 1-D mesh of each of its dims), one per distinct
+  /// sub-mesh in plan order; the sub-meshes explicit placements name. The plan's mesh where neither
+  /// names one.
   llvm::Error chooseMeshes() {
     for (const ParallelizeStep &step : plan_.steps) {
       std::vector<MeshDimGroup> dims = step.subMeshDims();
