@@ -818,17 +818,11 @@ private:
   void emitGradAllReduce(const Value *param, Value *grad, const ModuleScope &hookOwner, MeshId mesh) {
     Value *out = newValue("grad_all_reduce", *grad->meta());
     llvm::SmallVector<NamedArgument, 4> args{{"self", grad, false}, {"param", const_cast<Value *>(param), false}};
-    appendMesh(mesh, args);
+    appendMeshArgument(args, mesh);
     args.push_back({"module", hookOwner.displayName(), true});
     emitNode(out->name(), boundaryOpTarget(BoundaryOp::GradAllReduce), std::move(args), {Argument(out)});
   }
 
-  /// A backward boundary op runs on its forward step's DTensor mesh: a `mesh` argument where it is
-  /// not the first.
-  static void appendMesh(MeshId mesh, llvm::SmallVector<NamedArgument, 4> &args) {
-    if (mesh != 0)
-      args.push_back({"mesh", static_cast<int64_t>(mesh), true});
-  }
 
   /// A call's pre-backward hook (torch 2.13 FSDPParamGroup.pre_backward: nothing while the unit
   /// is already in pre-backward; a unit called twice enters it again after a post-backward).
@@ -884,7 +878,7 @@ private:
         {"receives_routed", fwd.boolInput("sends_routed"), false},
         {"rows", *fwd.input("rows")->asInt(), false},
         {"what", "sends back the gradient of the all-to-all that " + fwd.input("what")->get<std::string>(), false}};
-    appendMesh(mesh, args);
+    appendMeshArgument(args, mesh);
     args.push_back({"module", fwd.input("module")->get<std::string>(), true});
     return emit(boundaryOpTarget(BoundaryOp::AllToAll), std::move(args),
                 metaOf(g->meta()->dtype, sizesOf(*sent->meta()), g->meta()->device), "grad_all_to_all");
@@ -926,7 +920,7 @@ private:
       if (a.step.kind == BoundaryStep::Kind::AllReduceGradient) { // in the module whose backward runs now
         llvm::SmallVector<NamedArgument, 4> args{
             {"self", g, false}, {"what", "sums the gradient of its " + a.fwd->input("what")->get<std::string>(), false}};
-        appendMesh(a.step.mesh, args);
+        appendMeshArgument(args, a.step.mesh);
         args.push_back({"module", a.fwd->input("module")->get<std::string>(), true});
         out[0] = emit(boundaryOpTarget(BoundaryOp::AllReduceSum), std::move(args),
                       metaOf(g->meta()->dtype, sizesOf(*g->meta()), g->meta()->device), "grad_all_reduce");
@@ -943,7 +937,7 @@ private:
                                : a.fwd->moduleName();
       // The gradient keeps its strides: to_local / from_local wrap the same local tensor.
       llvm::SmallVector<NamedArgument, 4> args{{"self", g, false}, {"placements", placementsList(p), false}};
-      appendMesh(a.step.mesh, args);
+      appendMeshArgument(args, a.step.mesh);
       args.push_back({"module", module, true});
       out[0] = emit(op, std::move(args),
                     metaOf(g->meta()->dtype, sizesOf(*g->meta()), g->meta()->device, stridesOf(*g->meta())),

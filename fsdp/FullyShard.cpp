@@ -161,11 +161,10 @@ resolveFsdpUnits(const ShardingPlan &plan, Graph &graph,
     for (const Value *p : u.params)
       if (auto it = tpPlacements.find(p); it != tpPlacements.end()) {
         const auto &dims = dtensorMeshes[it->second.mesh].planDims;
-        bool ofAStep = llvm::any_of(plan.steps, [&](const ParallelizeStep &step) {
-          return llvm::equal(step.subMeshDims(), dims);
-        });
+        if (llvm::none_of(plan.steps, [&](const ParallelizeStep &step) { return llvm::equal(step.subMeshDims(), dims); }))
+          continue; // explicitly placed
         for (const MeshDimGroup &group : dims)
-          if (ofAStep && llvm::any_of(group, [&](unsigned d) {
+          if (llvm::any_of(group, [&](unsigned d) {
                 return llvm::is_contained(u.shardDims, d) || llvm::is_contained(u.replicateDims, d);
               }))
             return makeError("fully_shard '{}' on {}: parameter '{}' is a DTensor on mesh dim '{}', the unit's own "

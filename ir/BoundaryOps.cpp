@@ -47,12 +47,20 @@ std::optional<BoundaryOp> boundaryOpNamed(llvm::StringRef name) {
 
 llvm::StringRef boundaryOpTarget(BoundaryOp op) { return kDeclared[static_cast<size_t>(op)].target; }
 
+void appendMeshArgument(llvm::SmallVectorImpl<NamedArgument> &args, MeshId mesh) {
+  if (mesh != 0)
+    args.push_back({"mesh", static_cast<int64_t>(mesh), true});
+}
+
 llvm::Error checkBoundaryArguments(BoundaryOp op, llvm::ArrayRef<NamedArgument> arguments) {
   llvm::SmallVector<llvm::StringRef, 8> schema;
   llvm::StringRef(kDeclared[static_cast<size_t>(op)].args).split(schema, ' ');
-  for (llvm::StringRef entry : schema) {
+  for (llvm::StringRef &entry : schema) {
+    bool optional = entry.consume_front("[") && entry.consume_back("]"); // may be left out
     auto [name, kind] = entry.split(':');
     const NamedArgument *a = llvm::find_if(arguments, [&](const NamedArgument &x) { return x.name == name; });
+    if (a == arguments.end() && optional)
+      continue;
     if (a == arguments.end())
       return makeError("missing argument '{}' ({})", name.str(), kind.str());
     if (!hasKind(a->value, kind))

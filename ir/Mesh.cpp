@@ -52,12 +52,14 @@ std::string DeviceMesh::groupName(llvm::ArrayRef<unsigned> dims) const {
   return out;
 }
 
-DeviceMesh DeviceMesh::subMesh(unsigned dim) const {
+DeviceMesh DeviceMesh::subMesh(llvm::ArrayRef<MeshDimGroup> dims) const {
   DeviceMesh m;
-  m.shape = {shape[dim]};
-  if (dim < dimNames.size())
-    m.dimNames = {dimNames[dim]};
   m.deviceType = deviceType;
+  for (const MeshDimGroup &group : dims) {
+    m.shape.push_back(groupSize(group));
+    if (!dimNames.empty())
+      m.dimNames.push_back(groupName(group));
+  }
   return m;
 }
 

@@ -40,8 +40,9 @@ struct DeviceMesh {
   int64_t groupSize(llvm::ArrayRef<unsigned> dims) const;
   /// "tp", a flattened group's own name ("fsdp"), or the dims' names joined ("dp,tp").
   std::string groupName(llvm::ArrayRef<unsigned> dims) const;
-  /// The 1-D sub-mesh of one dim, as `mesh["tp"]` gives it.
-  DeviceMesh subMesh(unsigned dim) const;
+  /// The sub-mesh of some dims, each a dim or a flattened group, as `mesh["tp"]`,
+  /// `mesh["ep"]` (flattened) or `mesh["ep", "etp"]` give it.
+  DeviceMesh subMesh(llvm::ArrayRef<MeshDimGroup> dims) const;
   std::string str() const; // "DeviceMesh((2, 4), 'cpu', mesh_dim_names=('dp', 'tp'))"
 };
 

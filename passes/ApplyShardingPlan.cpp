@@ -182,8 +182,7 @@ public:
 
 private:
   Value *hook(llvm::StringRef op, Value *x, llvm::SmallVector<NamedArgument, 4> extra, llvm::StringRef tag) {
-    if (mesh_ != 0)
-      extra.push_back({"mesh", static_cast<int64_t>(mesh_), true});
+    appendMeshArgument(extra, mesh_);
     return emitHook(b_, c_, op, x, std::move(extra), tag);
   }
 
@@ -289,16 +288,8 @@ private:
     if (meshes.size() > std::numeric_limits<MeshId>::max())
       return makeError("the plan's DTensors live on more than {} meshes (not supported)",
                        std::numeric_limits<MeshId>::max() + 1);
-    DTensorMesh m{plan_.mesh, {dims.begin(), dims.end()}};
-    if (!llvm::equal(m.planDims, wholeMeshDims())) {
-      m.mesh = DeviceMesh{};
-      m.mesh.deviceType = plan_.mesh.deviceType;
-      for (const MeshDimGroup &group : dims) {
-        m.mesh.shape.push_back(plan_.mesh.groupSize(group));
-        m.mesh.dimNames.push_back(plan_.mesh.groupName(group));
-      }
-    }
-    meshes.push_back(std::move(m));
+    meshes.push_back(DTensorMesh{llvm::equal(dims, wholeMeshDims()) ? plan_.mesh : plan_.mesh.subMesh(dims),
+                                 {dims.begin(), dims.end()}});
     return static_cast<MeshId>(meshes.size() - 1);
   }
 

@@ -96,8 +96,7 @@ llvm::Error LocalShards::plainOp(const Node &n) {
       meshId = it->second.mesh;
     }
   });
-  bool anyShard = meshId.has_value();
-  if (!anyShard) {
+  if (!meshId) { // no shard among the operands
     plainOrigins(n);
     return llvm::Error::success();
   }

@@ -488,6 +488,7 @@ private:
     llvm::SmallVector<const Value *, 4> tensors;
     llvm::SmallVector<std::optional<DTensorSpec>, 4> specs;
     const Value *first = nullptr, *otherMesh = nullptr; // the first DTensor operand, one on another mesh
+    MeshId firstMesh = 0;
     bool approx = false;
     n.forEachOperand([&](Value *v) {
       if (v->kind() != ValueKind::Tensor)
@@ -495,10 +496,12 @@ private:
       tensors.push_back(v);
       if (const DTensorLayout *l = state_.layout(v)) {
         specs.push_back(DTensorSpec{l->placements, *v->meta()});
-        if (!first)
+        if (!first) {
           first = v;
-        else if (l->mesh != state_.layout(first)->mesh && !otherMesh)
+          firstMesh = l->mesh;
+        } else if (l->mesh != firstMesh && !otherMesh) {
           otherMesh = v;
+        }
         approx |= approximate(v);
       } else {
         specs.push_back(std::nullopt);
@@ -506,7 +509,7 @@ private:
     });
     if (!first) // plain tensors: no DTensor dispatch, no communication
       return localShards_.plainOp(n);
-    meshId_ = state_.layout(first)->mesh;
+    meshId_ = firstMesh;
     if (otherMesh) // DTensor's sharding propagation (torch 2.13 _op_schema.py, _ops/single_dim_strategy.py)
       return makeError("{}: '{}' is a DTensor on {} and '{}' one on {}; DTensor raises (the operands of an op must "
                        "share one device mesh)",

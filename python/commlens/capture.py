@@ -901,6 +901,7 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
     state."""
     from commlens.measure import fake_process_group
     from commlens.plan import Plan, validate
+    from commlens.plan.validation import step_dims
 
     fn, subject = _resolve_parallelize(parallelize)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -931,8 +932,7 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
         src_data_rank = cap.src_data_rank()
         module_subclasses = cap.module_subclasses()
     root, flattened = cap.root_mesh, {}
-    unflattened = cap.plan_mesh(world_size, style_dims={name for dim, _plan in steps
-                                                        for name in (dim if isinstance(dim, tuple) else (dim,))})
+    unflattened = cap.plan_mesh(world_size, style_dims={name for dim, _plan in steps for name in step_dims(dim)})
     if root is None:
         shape, names, device_type = (world_size,), None, "cpu"
     elif unflattened is not None:

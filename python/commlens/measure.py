@@ -118,7 +118,7 @@ import warnings
 
 from commlens._errors import CommlensError, cli_main, exit_without_teardown
 from commlens.plan import Loss, PlanError, check_against_model, resolve_plan, to_json
-from commlens.plan.validation import group_size
+from commlens.plan.validation import group_size, step_dims
 
 BACKENDS = ("fake", "gloo", "nccl")
 PHASES = ("forward", "backward", "both", "inference")
@@ -435,7 +435,7 @@ def _run_measurement(model_spec, plan, phase, backend, device=None, json_dump=No
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for dim, styles in plan.parallelize_steps():
-            target = mesh if dim is None else _submesh(mesh, dim if isinstance(dim, tuple) else (dim,))
+            target = mesh if dim is None else _submesh(mesh, step_dims(dim))
             _parallelize(model, target, styles, plan.src_data_rank)
             _pass_local_shards_of_inputs(model, target, styles, input_tensors)
         for name, p in model.named_parameters():

@@ -32,6 +32,12 @@ def dim_group(plan, name):
     return tuple(plan.flattened_dims.get(name, (name,)))
 
 
+def step_dims(dim):
+    """The dim names of a parallelize step's ``mesh_dim``: ``(name,)``, a 2-D sub-mesh's two, or
+    ``()`` for None (the whole 1-D mesh)."""
+    return () if dim is None else dim if isinstance(dim, tuple) else (dim,)
+
+
 def group_size(plan, name):
     """The ranks of the mesh dim (or flattened dim) ``name``."""
     names = list(plan.mesh_dim_names)
@@ -100,14 +106,13 @@ def validate(plan, subject="plan"):
     _validate_flattened_dims(plan, subject)
     for dim, d in plan.parallelize_steps():
         if isinstance(dim, tuple):  # a 2-D sub-mesh
-            if len(dim) != 2 or len({n for name in dim for n in dim_group(plan, name)}) != sum(
-                    len(dim_group(plan, name)) for name in dim):
+            spanned = [d for name in dim for d in dim_group(plan, name)]
+            if len(dim) != 2 or len(set(spanned)) != len(spanned):
                 raise PlanError(subject, f"parallelize_plan mesh dims {dim!r}: a sub-mesh is two distinct dims")
             for name in dim:
                 _check_mesh_dim(plan, name, subject, "parallelize_plan", flattened=True)
-            first, second = (dim_group(plan, name) for name in dim)
-            names = _mesh_dim_names_of(plan)
-            if names.index(first[-1]) > names.index(second[0]):  # DeviceMesh.__getitem__ raises KeyError
+            order = [_mesh_dim_names_of(plan).index(d) for d in spanned]
+            if order != sorted(order):  # DeviceMesh.__getitem__ raises KeyError
                 raise PlanError(subject, f"parallelize_plan mesh dims {dim!r}: not in the mesh's order (torch raises "
                                 "\"Mesh dim indices should be in ascending order\")")
         else:
@@ -205,7 +210,7 @@ def _validate_fully_shard(plan, subject):
         if styles and all(entry_of(type(s)) in EXPERT_PARALLEL for s in styles.values()):
             continue  # torchtitan shards the experts on a mesh of their own; the dense units may use it
         if dim is not None:
-            tp_dims.update(n for name in (dim if isinstance(dim, tuple) else (dim,)) for n in dim_group(plan, name))
+            tp_dims.update(d for name in step_dims(dim) for d in dim_group(plan, name))
         elif names is not None:
             tp_dims.update(names)
     for i, unit in enumerate(units):
