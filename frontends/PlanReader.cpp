@@ -253,8 +253,11 @@ ShardingPlan decodePlan(const JsonRef &root) {
       }
     } else if (plan.mesh.ndim() > 1)
       step.fail("mesh_dim may be null only on a 1-D mesh");
-    for (const JsonRef &entry : step.field("plan").items())
+    for (const JsonRef &entry : step.field("plan").items()) {
       s.styles.push_back(decodeParallelStyle(entry, entry.field("fqn").asString()));
+      if (auto tp = entry.optField("tp_mesh_dim")) // a plain dim: torch slices mesh["tp"]
+        s.styles.back().tpMeshDim = meshDimByName(plan.mesh, *tp);
+    }
     plan.steps.push_back(std::move(s));
   }
   if (auto units = root.optField("fully_shard"))

@@ -36,9 +36,10 @@ struct ParallelStyle {
   bool useLocalInput = false; // PrepareModuleInputOutput: the input half's use_local_output
   bool withKwargs = false;
   // transformers' EpDispatchExpertsParallel (its install_forward's keywords): whether the expert
-  // group is the TP group (ep_size == tp_size: every rank of it holds the same batch), and
-  // ep_implementation.
+  // group is the TP group (ep_size == tp_size: every rank of it holds the same batch), or the plan
+  // mesh dim of a TP group inside the expert group (1 < tp_size < ep_size), and ep_implementation.
   bool sharesBatch = false;
+  std::optional<unsigned> tpMeshDim;
   enum class EpImplementation : uint8_t { Auto, AllToAll, AllReduce };
   EpImplementation epImplementation = EpImplementation::Auto;
   int64_t qkRopeHeadDim = 0; // transformers' MlaKvAProjParallel: the model config's

@@ -84,6 +84,9 @@ public:
   /// The hooks on the 1-D sub-mesh of dim `dim` of the style's mesh (`device_mesh["ep"]` of a
   /// 2-D one; the style's own hooks where it is 1-D).
   virtual StyleHooks &onMeshDim(unsigned dim) = 0;
+  /// The hooks on the 1-D mesh of the plan's mesh dim `planDim`, one a style field names beside
+  /// its own mesh (transformers' tp_mesh of an expert-parallel dispatch).
+  virtual StyleHooks &onPlanMeshDim(unsigned planDim) = 0;
   /// transformers' _AllReduceForward: `dist.all_reduce` in place of a plain tensor holding this
   /// rank's partial sums (c10d.allreduce_ of its bytes), identity in backward. `what` says what it
   /// sums ("sums the experts' partial outputs").

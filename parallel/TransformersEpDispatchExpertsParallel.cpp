@@ -4,19 +4,20 @@
 // on the `ep` dim of its expert mesh, with "grouped_gemm" (MoEParamShard(Shard(0))) on each of
 // the experts' 3-D parameters: every rank keeps its experts, and the forward runs them on their
 // local shards. install_forward's keywords are the plan's fields: `shares_batch` (the TP group is
-// the expert group, ep_size == tp_size, so every rank of it holds the same batch; otherwise the TP
+// the expert group, ep_size == tp_size, so every rank of it holds the same batch), `tp_mesh_dim`
+// (the plan dim of a TP group inside the expert group, 1 < tp_size < ep_size; neither: the TP
 // group is one rank) and `ep_implementation`, which picks how the tokens reach the experts:
 // - AllToAllEP ("all_to_all"; "auto" in training, and wherever the batches differ):
-//   - with a shared batch, hidden_states, top_k_index and top_k_weights go from Replicate to
-//     Shard(0) on the group (DTensor.from_local(...).redistribute(...).to_local(): a local chunk,
-//     whose backward all-gathers the gradients), so each rank sends its slice of the tokens;
+//   - with a TP group of several ranks, hidden_states, top_k_index and top_k_weights go from
+//     Replicate to Shard(0) on it (DTensor.from_local(...).redistribute(...).to_local(): a local
+//     chunk, whose backward all-gathers the gradients), so each rank sends its slice of the tokens;
 //   - under no autograd, dist.all_to_all_single of the per-expert token counts, one int64 per
 //     expert of the layer (c10d.alltoall_base_);
 //   - all_to_all_single_autograd of hidden_states[order // top_k]: each token sent once per
 //     expert it routes to (top_k rows a token); what a rank receives is the routing's;
 //   - all_to_all_single_autograd of the experts' outputs back to the tokens' ranks, weighted and
-//     summed per token locally; with a shared batch, the slices then all-gathered
-//     (DTensor.from_local(Shard(0)).full_tensor());
+//     summed per token locally; with a TP group of several ranks, the slices then all-gathered
+//     over it (DTensor.from_local(Shard(0)).full_tensor());
 // - AllReduceEP ("all_reduce"; "auto" when the batch is shared and hidden_states need no grad):
 //   hidden_states and top_k_weights through _AllReduceBackward (their gradient summed by
 //   dist.all_reduce), the experts masked to this rank's, the partial output summed by
@@ -35,8 +36,11 @@ namespace {
 class TransformersEpDispatchExpertsParallel final : public StyleModel {
 public:
   void decode(const JsonRef &r, ParallelStyle &style) const override {
-    r.rejectUnknownKeys({"fqn", "style", "shares_batch", "ep_implementation"});
+    r.rejectUnknownKeys({"fqn", "style", "shares_batch", "tp_mesh_dim", "ep_implementation"});
     style.sharesBatch = boolOr(r, "shares_batch", false);
+    if (auto tp = r.optField("tp_mesh_dim"); tp && style.sharesBatch) // the plan reader resolves the name
+      tp->fail("with shares_batch the TP group is the expert group itself; tp_mesh_dim names a TP group inside "
+               "it (1 < tp_size < ep_size): give one or the other");
     if (auto implementation = r.optField("ep_implementation")) {
       llvm::StringRef v = implementation->asStringRef();
       if (v == "auto")
@@ -80,11 +84,11 @@ public:
         arguments.args[2] = hooks.allReduceInBackward(arguments.args[2], "top_k_weights");
       return llvm::Error::success();
     }
-    if (slicesSharedBatch(style, hooks))
+    if (StyleHooks *tp = batchSlicing(style, hooks))
       for (size_t i = 0; i < 3 && i < arguments.args.size(); ++i)
         if (arguments.args[i])
-          arguments.args[i] = hooks.annotate(arguments.args[i], Placement::replicate(), Placement::shard(0),
-                                             /*useLocalOutput=*/true, "slice");
+          arguments.args[i] = tp->annotate(arguments.args[i], Placement::replicate(), Placement::shard(0),
+                                           /*useLocalOutput=*/true, "slice");
     hooks.allToAllCounts(arguments.args[1], call->experts, "exchanges the per-expert token counts");
     arguments.args[0] = hooks.allToAll(arguments.args[0], /*autograd=*/true, /*sendsRouted=*/false,
                                        /*receivesRouted=*/true, call->routedRows,
@@ -105,8 +109,8 @@ public:
     }
     **y = hooks.allToAll(**y, /*autograd=*/true, /*sendsRouted=*/true, /*receivesRouted=*/false, call->routedRows,
                          "combines the experts' outputs back on the tokens' ranks");
-    if (slicesSharedBatch(style, hooks))
-      **y = hooks.annotate(**y, Placement::shard(0), Placement::replicate(), /*useLocalOutput=*/true, "gathered");
+    if (StyleHooks *tp = batchSlicing(style, hooks))
+      **y = tp->annotate(**y, Placement::shard(0), Placement::replicate(), /*useLocalOutput=*/true, "gathered");
     return llvm::Error::success();
   }
 
@@ -132,8 +136,8 @@ private:
       return makeError("{} on {}: expected the experts' 3-D parameters [experts, ...] on the module itself",
                        name(style.kind).str(), hooks.module().scope.displayName());
     int64_t tokens = sizesOf(*hidden->meta())[0];
-    if (slicesSharedBatch(style, hooks)) // torch.chunk's first (largest) slice: rank 0's
-      tokens = (tokens + hooks.meshSize() - 1) / hooks.meshSize();
+    if (StyleHooks *tp = batchSlicing(style, hooks)) // torch.chunk's first (largest) slice: rank 0's
+      tokens = (tokens + tp->meshSize() - 1) / tp->meshSize();
     return Call{sizesOf(*first->meta())[0], tokens * sizesOf(*index->meta())[1]};
   }
 
@@ -151,9 +155,12 @@ private:
     return false;
   }
 
-  /// AllToAllEP over a TP group of several ranks: each sends its slice of the shared batch.
-  static bool slicesSharedBatch(const ParallelStyle &style, StyleHooks &hooks) {
-    return style.sharesBatch && hooks.meshSize() > 1;
+  /// AllToAllEP's TP group where it has several ranks, which hold one batch and each dispatch
+  /// their slice of it (`tp_mesh.size() > 1`): the expert group itself (shares_batch) or the plan
+  /// dim tp_mesh_dim names; null where each rank holds a batch of its own.
+  static StyleHooks *batchSlicing(const ParallelStyle &style, StyleHooks &hooks) {
+    StyleHooks *tp = style.sharesBatch ? &hooks : style.tpMeshDim ? &hooks.onPlanMeshDim(*style.tpMeshDim) : nullptr;
+    return tp && tp->meshSize() > 1 ? tp : nullptr;
   }
 };
 

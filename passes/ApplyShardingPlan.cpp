@@ -69,12 +69,13 @@ Value *emitHook(GraphBuilder &b, const StyledCall &c, llvm::StringRef op, Value 
 /// style's DTensor mesh (`mesh`: its index, an argument of the op where not the first mesh).
 class CallHooks final : public StyleHooks {
 public:
-  /// `dimMeshes`: where the style's mesh is N-D, the 1-D mesh of each of its dims (index, size).
-  CallHooks(GraphBuilder &b, const StyledCall &c, StyledModule module, MeshId mesh, int64_t meshSize,
-            llvm::SmallVector<std::pair<MeshId, int64_t>, 2> dimMeshes,
-            const llvm::DenseSet<const Value *> &requiresGrad, llvm::DenseMap<const Value *, int64_t> &tokenSplits)
-      : b_(b), c_(c), module_(std::move(module)), mesh_(mesh), meshSize_(meshSize), dimMeshes_(std::move(dimMeshes)),
-        requiresGrad_(requiresGrad), tokenSplits_(tokenSplits) {}
+  /// `meshes`: the plan's DTensor meshes, `mesh` the style's; the 1-D meshes its hooks may turn
+  /// to (onMeshDim, onPlanMeshDim) are among them (chooseMeshes made them).
+  CallHooks(GraphBuilder &b, const StyledCall &c, StyledModule module, const std::vector<DTensorMesh> &meshes,
+            MeshId mesh, const llvm::DenseSet<const Value *> &requiresGrad,
+            llvm::DenseMap<const Value *, int64_t> &tokenSplits)
+      : b_(b), c_(c), module_(std::move(module)), meshes_(meshes), mesh_(mesh), requiresGrad_(requiresGrad),
+        tokenSplits_(tokenSplits) {}
   const StyledModule &module() const override { return module_; }
   Value *annotate(Value *x, const std::optional<Placement> &layout, const std::optional<Placement> &desired,
                   bool useLocalOutput, llvm::StringRef tag) override {
@@ -143,20 +144,17 @@ public:
                       metaOf(parts.front()->meta()->dtype, sizes, parts.front()->meta()->device),
                       parts.front()->name() + "_cat");
   }
-  int64_t meshSize() const override { return meshSize_; }
+  int64_t meshSize() const override { return meshes_[mesh_].mesh.size(); }
   StyleHooks &onMeshDim(unsigned dim) override {
-    if (dimMeshes_.empty())
+    llvm::ArrayRef<MeshDimGroup> dims = meshes_[mesh_].planDims;
+    if (dims.size() == 1)
       return *this;
-    assert(dim < dimMeshes_.size() && "a dim of the style's mesh");
-    dimHooks_.resize(dimMeshes_.size());
-    if (!dimHooks_[dim])
-      dimHooks_[dim] = std::make_unique<CallHooks>(b_, c_, module_, dimMeshes_[dim].first, dimMeshes_[dim].second,
-                                                   llvm::SmallVector<std::pair<MeshId, int64_t>, 2>{}, requiresGrad_,
-                                                   tokenSplits_);
-    return *dimHooks_[dim];
+    assert(dim < dims.size() && "a dim of the style's mesh");
+    return onMesh(dims[dim]);
   }
+  StyleHooks &onPlanMeshDim(unsigned planDim) override { return onMesh(MeshDimGroup{planDim}); }
   bool gradEnabled() const override { return c_.gradEnabled; }
-  void splitTokens(const Value *x) override { tokenSplits_[x] = meshSize_; }
+  void splitTokens(const Value *x) override { tokenSplits_[x] = meshSize(); }
   int64_t tokensSplitBy(const Value *x) const override {
     if (tokenSplits_.empty())
       return 1;
@@ -181,6 +179,20 @@ public:
   }
 
 private:
+  /// The hooks on the 1-D mesh of these plan dims, made on first use.
+  StyleHooks &onMesh(const MeshDimGroup &dims) {
+    auto it = llvm::find_if(meshes_,
+                            [&](const DTensorMesh &m) { return m.planDims.size() == 1 && m.planDims[0] == dims; });
+    assert(it != meshes_.end() && "chooseMeshes made the meshes the hooks use");
+    auto id = static_cast<MeshId>(it - meshes_.begin());
+    if (id == mesh_)
+      return *this;
+    std::unique_ptr<CallHooks> &hooks = meshHooks_[id];
+    if (!hooks)
+      hooks = std::make_unique<CallHooks>(b_, c_, module_, meshes_, id, requiresGrad_, tokenSplits_);
+    return *hooks;
+  }
+
   Value *hook(llvm::StringRef op, Value *x, llvm::SmallVector<NamedArgument, 4> extra, llvm::StringRef tag) {
     appendMeshArgument(extra, mesh_);
     return emitHook(b_, c_, op, x, std::move(extra), tag);
@@ -189,10 +201,9 @@ private:
   GraphBuilder &b_;
   const StyledCall &c_;
   StyledModule module_;
+  const std::vector<DTensorMesh> &meshes_;
   MeshId mesh_;
-  int64_t meshSize_;
-  llvm::SmallVector<std::pair<MeshId, int64_t>, 2> dimMeshes_;
-  std::vector<std::unique_ptr<CallHooks>> dimHooks_; // onMeshDim's, made on first use
+  std::map<MeshId, std::unique_ptr<CallHooks>> meshHooks_; // onMesh's
   const llvm::DenseSet<const Value *> &requiresGrad_;
   llvm::DenseMap<const Value *, int64_t> &tokenSplits_;
 };
@@ -257,8 +268,12 @@ private:
         for (const MeshDimGroup &dim : dims)
           if (auto sub = meshOf({dim}); !sub)
             return sub.takeError();
-      for (const ParallelStyle &style : step.styles)
+      for (const ParallelStyle &style : step.styles) {
         meshOfStyle_[&style] = *id;
+        if (style.tpMeshDim) // the TP group its hooks slice the batch over (StyleHooks::onPlanMeshDim)
+          if (auto tp = meshOf({MeshDimGroup{*style.tpMeshDim}}); !tp)
+            return tp.takeError();
+      }
     }
     for (const auto &[pattern, spec] : plan_.placements)
       if (auto id = placementMesh(spec); !id)
@@ -598,15 +613,7 @@ private:
   }
 
   CallHooks hooksOf(GraphBuilder &b, const StyledCall &c, const ParallelStyle &style) {
-    MeshId mesh = meshOfStyle_.lookup(&style);
-    const DTensorMesh &m = ctx_.state.dtensorMeshes[mesh];
-    llvm::SmallVector<std::pair<MeshId, int64_t>, 2> dimMeshes;
-    if (m.planDims.size() > 1)
-      for (const MeshDimGroup &dim : m.planDims) {
-        MeshId sub = cantFail(meshOf({dim})); // made by chooseMeshes
-        dimMeshes.emplace_back(sub, ctx_.state.dtensorMeshes[sub].mesh.size());
-      }
-    return CallHooks(b, c, styledModule(c.scope), mesh, m.mesh.size(), std::move(dimMeshes), requiresGrad_,
+    return CallHooks(b, c, styledModule(c.scope), ctx_.state.dtensorMeshes, meshOfStyle_.lookup(&style), requiresGrad_,
                      tokenSplits_);
   }
 

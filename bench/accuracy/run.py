@@ -331,7 +331,10 @@ CONFIGS = [
     # the experts under FSDP on efsdp and the dense layers on fsdp (two root meshes, one plan
     # mesh); with tp_size=E the expert group is the TP group: each rank dispatches its slice of the
     # shared batch and all-gathers the outputs, or AllReduceEP sums the partial outputs (AutoEP's
-    # choice without grad). From the captured plan; training and inference
+    # choice without grad); with 1 < tp_size < ep_size each TP group inside the expert group slices
+    # its batch over tp and all-gathers the outputs over it, the exchanges over ep (flattened from
+    # fsdp x tp, or from the part of fsdp no other dim names, "fsdp&ep", x tp). From the captured
+    # plan; training and inference
     *[Config(f"hf_{family}-transformers_ep_captured-{tag}-{phase}", f"examples.hf:hf_model(family={family!r})",
              H + f"hf_captured(family={family!r}, distributed={distributed!r})", phase,
              ci=(family, tag, phase) == ("qwen3_moe", "ep2xfsdp2", "both"),
@@ -349,7 +352,10 @@ CONFIGS = [
           ("qwen3_moe", "ep4xtp4", {"tp_size": 4, "ep_size": 4}, "both"),
           ("qwen3_moe", "ep2xtp2_all_reduce", {"tp_size": 2, "ep_size": 2, "ep_implementation": "all_reduce"}, "both"),
           ("qwen3_moe", "ep2xtp2_all_to_all", {"tp_size": 2, "ep_size": 2, "ep_implementation": "all_to_all"},
-           "inference")]],
+           "inference"),
+          *((family, "ep4xtp2xfsdp2", {"tp_size": 2, "fsdp_size": 2, "ep_size": 4}, phase)
+            for family in ("qwen3_moe", "mixtral") for phase in ("both", "inference")),
+          ("qwen3_moe", "ep4xtp2xfsdp4", {"tp_size": 2, "fsdp_size": 4, "ep_size": 4}, "both")]],
     # transformers' mixture-of-experts families under FSDP2 (every decoder layer, then the root): their
     # experts' grouped matmuls (exported as transformers::grouped_mm_fallback, run as _grouped_mm),
     # routers (top-k, Mixtral's in-place normalisation, DeepSeek-V3's group-limited top-k), shared

@@ -92,7 +92,8 @@ def _dispatch_experts(module, ep_mesh, layer):
     """transformers' ep_plan on one experts module, as commlens models it (plan style
     ``TransformersEpDispatchExpertsParallel``): ``grouped_gemm`` (Shard(0) on the expert-parallel
     mesh) on each of its parameters, then ``ep_dispatch_experts`` with the layer's
-    ``ep_implementation``, its TP mesh the expert mesh itself (``shares_batch``) or of one rank."""
+    ``ep_implementation``, its TP mesh the expert mesh itself (``shares_batch``), the plan mesh's
+    dim ``tp_mesh_dim`` or of one rank."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard
@@ -103,6 +104,8 @@ def _dispatch_experts(module, ep_mesh, layer):
         by_expert.shard_param(module, name, ep_mesh)
     if layer.shares_batch:
         tp_mesh = ep_mesh
+    elif layer.tp_mesh_dim is not None:  # a TP group inside the expert group
+        tp_mesh = ep_mesh._get_root_mesh()[layer.tp_mesh_dim]
     else:  # each rank its own TP group (tp_size=1), as transformers' dense mesh has it
         tp_mesh = init_device_mesh(ep_mesh.device_type, (dist.get_world_size(), 1), mesh_dim_names=("dp", "tp"))["tp"]
     layer.install_forward(module, ep_mesh=ep_mesh, tp_mesh=tp_mesh, ep_implementation=layer.ep_implementation)

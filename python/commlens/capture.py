@@ -251,7 +251,10 @@ class _Recorder:
                 # its keywords are the plan style's fields, on an object of their own
                 recorder.ep_dispatch[id(module)] = (module, kwargs)
                 style = type(layer)()
-                style.shares_batch = kwargs["tp_mesh"].size() > 1
+                # tp_mesh is the expert group itself (shares_batch) or, inside it, a TP group whose
+                # dim check_expert_dispatch names (tp_mesh_dim), or of one rank
+                style.shares_batch = kwargs["tp_mesh"].size() > 1 and _same_ranks(kwargs["tp_mesh"], kwargs["ep_mesh"])
+                style.tp_mesh_dim = None
                 style.ep_implementation = kwargs.get("ep_implementation", "auto")
                 recorder.styles.append((style, module, kwargs["ep_mesh"], None))
             elif name == MLA_KV_A_PROJ:
@@ -469,9 +472,10 @@ class _Capture:
         dim; ``aliases`` maps each other name to it. It keeps the name a parallel style used
         (``style_dims``): styles may read their mesh's dim names, as torchtitan's GroupedExperts
         does. A dim over the ranks of several others (torchtitan's ``fsdp`` over ``efsdp`` x ``ep``
-        when ep takes part of dp_shard) is their flattening: ``flattened`` maps its name to theirs.
-        With several root meshes (transformers' dense and expert ones) their dims in use are laid
-        out so."""
+        when ep takes part of dp_shard) is their flattening: ``flattened`` maps its name to theirs;
+        a piece of the ranks that no dim is alone gets the name of the dims sharing it
+        (``"fsdp&ep"``). With several root meshes (transformers' dense and expert ones) their dims
+        in use are laid out so."""
         if self.other_roots and self.unflattened_dims:
             self.fail("the model uses several root meshes and meshes unflattened from a 1-D one; a plan lays out "
                       "one or the other as its mesh")
@@ -488,24 +492,25 @@ class _Capture:
                       key=lambda item: (item[1][0] != 1, -item[1][1]))
         flattened = {}
         if not _tiles(dims, world_size):
-            # a dim over the ranks of several others (torchtitan's fsdp over efsdp x ep) is their
-            # flattening: mesh[("efsdp", "ep")]._flatten("fsdp"); dims the styles use are kept
-            for name, (size, dim_stride) in sorted(dims, key=lambda item: (item[0] in style_dims, -item[1][0])):
-                others = [d for d in dims if d[0] != name and d[0] not in flattened]
-                if size == 1 or not _tiles(others, world_size):
-                    continue
-                run, product = [], 1
-                for other, (other_size, other_stride) in reversed(others):
-                    if other_size == 1 or (not run and other_stride != dim_stride):
-                        continue
-                    run.insert(0, other)
-                    product *= other_size
-                    if product >= size:
-                        break
-                if product == size and len(run) > 1:
-                    flattened[name] = tuple(run)
-                    break
-            dims = [d for d in dims if d[0] not in flattened]
+            # dims over the ranks of several others (torchtitan's fsdp over efsdp x ep; transformers'
+            # ep over part of fsdp x tp) are flattenings: the plan's dims are the finest pieces their
+            # rank strides cut the world into, each named by the dim it is, or by the dims sharing
+            # it ("fsdp&ep") where none is it alone
+            bounds = sorted({b for _name, (size, stride) in dims if size > 1 for b in (stride, stride * size)})
+            pieces = [(low, high // low) for low, high in zip(bounds, bounds[1:]) if high % low == 0]
+            if len(pieces) == len(bounds) - 1:
+                named = {}
+                for low, size in pieces:
+                    exact = [name for name, layout in dims if layout == (size, low)]
+                    named[low] = exact[0] if exact else "&".join(
+                        name for name, (n, stride) in dims if n > 1 and stride <= low < stride * n)
+                for name, (size, stride) in dims:
+                    run = [named[low] for low, _n in reversed(pieces) if stride <= low < stride * size]
+                    if size > 1 and len(run) > 1:
+                        flattened[name] = tuple(run)
+                dims = [d for d in dims if d[0] not in flattened]
+                dims += [(named[low], (size, low)) for low, size in pieces if named[low] not in dict(dims)]
+                dims.sort(key=lambda item: (item[1][0] != 1, -item[1][1]))
         if not _tiles(dims, world_size):
             shown = ", ".join(f"{name!r} (size {size}, stride {dim_stride})" for name, (size, dim_stride) in dims)
             roots = ", ".join(str(tuple(r.mesh_dim_names)) for r in [self.root_mesh, *self.other_roots])
@@ -579,11 +584,18 @@ class _Capture:
             if getattr(getattr(module, "config", None), "_experts_implementation", None) == "deepgemm_megamoe":
                 self.fail(f"{where}: DeepGEMM Mega MoE experts (MegaMoeEP) are not modelled")
             tp_mesh, ep_mesh = kwargs["tp_mesh"], kwargs["ep_mesh"]
-            if tp_mesh.size() != 1 and (get_process_group_ranks(tp_mesh.get_group())
-                                        != get_process_group_ranks(ep_mesh.get_group())):
-                self.fail(f"{where}: its TP group of {tp_mesh.size()} ranks is part of its expert group of "
-                          f"{ep_mesh.size()} (1 < tp_size < ep_size); commlens models a TP group of one rank or "
-                          "the expert group itself")
+            if tp_mesh.size() != 1 and not _same_ranks(tp_mesh, ep_mesh):
+                # a TP group inside the expert group (1 < tp_size < ep_size): the plan names its dim
+                if not set(get_process_group_ranks(tp_mesh.get_group())) <= set(get_process_group_ranks(
+                        ep_mesh.get_group())):
+                    self.fail(f"{where}: its TP group of {tp_mesh.size()} ranks is not part of its expert group of "
+                              f"{ep_mesh.size()}; commlens models a TP group inside the expert group")
+                dims = self.mesh_dims(tp_mesh, f"{where}: its TP group")
+                if dims is None or len(dims) != 1:
+                    self.fail(f"{where}: its TP group is not one named mesh dim ({dims}); commlens models "
+                              "transformers' tp dim")
+                style = next(style for style, styled, *_rest in self.recorder.styles if styled is module)
+                style.tp_mesh_dim = dims[0]
             sharded = {name: (layer, mesh) for layer, owner, name, mesh in self.recorder.layer_sharded
                        if owner is module}
             for name, p in module._parameters.items():
@@ -939,6 +951,9 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
         (shape, names, aliases, flattened), device_type = unflattened, root.device_type
         steps = [(tuple(aliases.get(d, d) for d in dim) if isinstance(dim, tuple) else aliases.get(dim, dim), plan)
                  for dim, plan in steps]
+        for style in [style for _dim, plan in steps for style in plan.values()]:
+            if getattr(style, "tp_mesh_dim", None) in aliases:  # transformers' ep_dispatch_experts
+                style.tp_mesh_dim = aliases[style.tp_mesh_dim]
         for dim in [name for spec in placements.values() if isinstance(spec, dict) for name in spec]:
             if dim in flattened:
                 raise CaptureError(subject, f"a DTensor placement is on mesh dim {dim!r}, flattened from "
@@ -975,6 +990,12 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
                            f"is {world_size}")
     validate(plan, subject)
     return plan
+
+
+def _same_ranks(one, other):
+    from torch.distributed import get_process_group_ranks
+
+    return get_process_group_ranks(one.get_group()) == get_process_group_ranks(other.get_group())
 
 
 def _input_key(text):

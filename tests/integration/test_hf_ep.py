@@ -13,7 +13,6 @@ from integration_helpers import (assert_measure_of_plan_equals, assert_predictio
                                  save_plan)
 
 import commlens
-from commlens.capture import CaptureError
 from examples.hf_real import measure_transformers  # needs accelerate (scripts/setup.sh installs it)
 
 # examples.hf's tiny Qwen3-MoE: batch 2 x 16 tokens, hidden 64, 8 experts, top-2 routing, float32
@@ -120,17 +119,50 @@ def test_ep_dispatch_experts_on_the_tp_group(tp, implementation, phase, tmp_path
         assert_measure_of_plan_equals(MODEL, plan, phase, doc)
 
 
-@pytest.mark.parametrize("config,message", [
-    # a TP group inside a larger expert group: the dispatch slices the TP group's batch before the
-    # expert group's exchange
-    ({"tp_size": 2, "fsdp_size": 2, "ep_size": 4},
-     "transformers' ep_dispatch_experts on module 'model.model.layers.0.mlp.experts' (Qwen3MoeExperts): its TP group "
-     "of 2 ranks is part of its expert group of 4 (1 < tp_size < ep_size); commlens models a TP group of one rank "
-     "or the expert group itself"),
-])
-def test_unmodelled_expert_parallelism_is_refused(config, message):
-    world_size = config.get("tp_size", 1) * config.get("fsdp_size", 1)
-    spec = f"transformers({', '.join(f'{k}={v}' for k, v in config.items())})"
-    with pytest.raises(CaptureError) as err:
-        commlens.capture(MODEL, spec, world_size, loss="cross_entropy")
-    assert str(err.value) == f"{spec}: {message}"
+@pytest.mark.parametrize("fsdp,phase", [(2, "both"), (2, "inference"), (4, "both")])
+def test_ep_dispatch_experts_with_a_tp_group_inside_the_expert_group(fsdp, phase, tmp_path, run_commlens):
+    """1 < tp_size < ep_size: DistributedConfig(tp_size=2, fsdp_size=F, ep_size=4), AllToAllEP's
+    own example (F=4). Each TP group of 2 ranks holds one batch; its ranks slice it over tp, the
+    expert group of 4 exchanges the tokens, and the outputs are all-gathered over tp again. The
+    expert group is the dense mesh's fsdp x tp (F=2) or, with F=4, the part of fsdp that efsdp
+    leaves ("fsdp&ep", named by capture) x tp."""
+    distributed = {"tp_size": 2, "fsdp_size": fsdp, "ep_size": 4}
+    doc = measure_transformers(family="qwen3_moe", phase=phase, distributed=distributed)
+    layer = "HFCausalLM.model.model.layers.0.mlp.experts"
+    experts, act_fn = _module(doc, layer), _module(doc, layer + ".act_fn")
+    def not_fsdp(counts):  # with fsdp 4 the experts' unit also gathers and reduce-scatters (below)
+        return {k: v for k, v in counts.items() if k not in ("c10d._allgather_base_", "c10d._reduce_scatter_base_")}
+
+    # forward: the counts of all 8 experts (int64) over ep, the dispatch and the combine over ep,
+    # and this rank's output slice, 32 / 2 tokens x 64 float32, all-gathered over tp
+    assert not_fsdp(experts["forward"]) == {
+        "c10d.alltoall_base_": 1, "c10d_functional.all_gather_into_tensor": 1, "c10d_functional.all_to_all_single": 2}
+    assert experts["forward_bytes"]["c10d.alltoall_base_"] == EXPERTS * I64
+    assert experts["forward_bytes"]["c10d_functional.all_gather_into_tensor"] == TOKENS // 2 * HIDDEN * F32
+    if phase == "both":
+        # backward, charged to act_fn: the dispatch's all-to-all back, and the gradients of this
+        # rank's slices of hidden_states [16, 64] and top_k_weights [16, 2] all-gathered over tp
+        assert not_fsdp(act_fn["backward"]) == {"c10d_functional.all_gather_into_tensor": 2,
+                                      "c10d_functional.all_to_all_single": 1}
+        assert act_fn["backward_bytes"]["c10d_functional.all_gather_into_tensor"] == (
+            TOKENS // 2 * (HIDDEN + TOP_K) * F32)
+    if fsdp == 4:
+        # the experts' unit gathers its 2 experts' weights (ep 4 of 8) over efsdp 2: gate_up
+        # [2, 2 x 32, 64] and down [2, 64, 32] float32, halved
+        assert experts["forward_bytes"]["c10d._allgather_base_"] == 2 * (2 * 32 * 64 + 64 * 32) // 2 * F32
+
+    spec = f"transformers({', '.join(f'{k}={v!r}' for k, v in distributed.items())})"
+    plan = commlens.capture(MODEL, spec, 2 * fsdp, loss="cross_entropy")
+    layer_style = next(style for _dim, entries in plan.parallelize_steps() for fqn, style in entries.items()
+                       if fqn == "model.model.layers.*.mlp.experts")
+    assert (layer_style.shares_batch, layer_style.tp_mesh_dim) == (False, "tp")
+    if fsdp == 2:
+        assert (plan.mesh_shape, plan.mesh_dim_names, plan.flattened_dims) == (
+            (1, 2, 2), ("efsdp", "fsdp", "tp"), {"ep": ("fsdp", "tp")})
+    else:
+        assert (plan.mesh_shape, plan.mesh_dim_names, plan.flattened_dims) == (
+            (2, 2, 2), ("efsdp", "fsdp&ep", "tp"), {"fsdp": ("efsdp", "fsdp&ep"), "ep": ("fsdp&ep", "tp")})
+    pt2 = export_pt2(MODEL, tmp_path, eval_mode=phase == "inference")
+    assert_prediction_equals_counts(run_commlens, pt2, save_plan(plan, tmp_path), doc, phase, tmp_path)
+    if phase == "both":
+        assert_measure_of_plan_equals(MODEL, plan, phase, doc)

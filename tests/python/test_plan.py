@@ -348,6 +348,14 @@ LOAD_ERRORS = [
     (_set_entry(style="TransformersEpDispatchExpertsParallel", ep_implementation="all_reduce"),
      "invalid TransformersEpDispatchExpertsParallel at parallelize[0].plan[0] ('w1'): ep_implementation 'all_reduce' "
      "needs shares_batch (every rank of the expert group holding the same batch)"),
+    (_set_entry(style="TransformersEpDispatchExpertsParallel", shares_batch=True, tp_mesh_dim="tp"),
+     "invalid TransformersEpDispatchExpertsParallel at parallelize[0].plan[0] ('w1'): with shares_batch the TP "
+     "group is the expert group itself; tp_mesh_dim names a TP group inside it (1 < tp_size < ep_size): give one "
+     "or the other"),
+    (_set_entry(style="TransformersEpDispatchExpertsParallel", tp_mesh_dim="ep"),
+     "mesh dim 'ep' ('w1''s tp_mesh_dim) is not in the mesh (dim names: ['tp'])"),
+    (_set_entry(style="TransformersEpDispatchExpertsParallel", tp_mesh_dim=2),
+     "bad value at parallelize[0].plan[0] ('w1').tp_mesh_dim: expected a string"),
     (lambda o: o.update(loss={"kind": "mse"}), "unknown loss kind 'mse' (expected one of sum, cross_entropy)"),
     (lambda o: o.update(loss_parallel=True), "loss_parallel needs loss kind 'cross_entropy'"),
 ]

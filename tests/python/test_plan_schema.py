@@ -102,6 +102,7 @@ def every_field_plan():
     no_parallel = torchtitan_no_parallel.ENTRY.resolve()
     dispatch = transformers_ep_dispatch_experts.ENTRY.construct(
         {"shares_batch": True, "ep_implementation": "all_reduce"}, "test", "experts")
+    dispatch_tp_inside = transformers_ep_dispatch_experts.ENTRY.construct({"tp_mesh_dim": "dp"}, "test", "experts2")
     mla = transformers_mla_kv_a_proj.ENTRY.construct({"qk_rope_head_dim": 8}, "test", "kv_a")
     rep, s0 = Replicate(), Shard(0)
     return Plan(
@@ -119,6 +120,7 @@ def every_field_plan():
                                          desired_output_layouts=(rep,), use_local_input=True),
             "gate": no_parallel(input_layout=s0, output_layout=Shard(1), use_local_output=False),
             "experts": dispatch,
+            "experts2": dispatch_tp_inside,
             "kv_a": mla,
         },
         fully_shard=(

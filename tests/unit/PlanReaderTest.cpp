@@ -293,6 +293,21 @@ TEST(PlanReader, ReadsTransformersExpertDispatchKeywords) {
             "rank of the expert group holding the same batch), as transformers' AllReduceEP does");
   EXPECT_EQ(errorOf(doc, set, set + R"x(, "shares_batch": "yes")x"),
             "parallelize[0].plan[0].shares_batch: expected a boolean");
+
+  // tp_mesh_dim: a TP group inside the expert group (1 < tp_size < ep_size), a plain mesh dim
+  std::string inside = doc;
+  inside.replace(inside.find(set), set.size(), set + R"x(, "tp_mesh_dim": "shard")x");
+  auto withTp = parsePlan(inside);
+  ASSERT_TRUE(static_cast<bool>(withTp)) << takeMessage(withTp.takeError());
+  EXPECT_EQ(withTp->steps[0].styles[0].tpMeshDim, std::optional<unsigned>(1));
+  EXPECT_FALSE(withTp->steps[0].styles[0].sharesBatch);
+  EXPECT_EQ(defaults.tpMeshDim, std::nullopt);
+  EXPECT_EQ(errorOf(doc, set, set + R"x(, "tp_mesh_dim": "ep")x"),
+            "parallelize[0].plan[0].tp_mesh_dim: mesh dim 'ep' is not in the mesh (dim names: ['rep', 'shard', "
+            "'tp'])");
+  EXPECT_EQ(errorOf(doc, set, set + R"x(, "shares_batch": true, "tp_mesh_dim": "shard")x"),
+            "parallelize[0].plan[0].tp_mesh_dim: with shares_batch the TP group is the expert group itself; "
+            "tp_mesh_dim names a TP group inside it (1 < tp_size < ep_size): give one or the other");
 }
 
 TEST(PlanReader, ReadsListUnitsAndTorchtitansSettings) {

@@ -133,7 +133,10 @@ def style_to_json(style, where="style"):
             kind = "pl1"
         val = getattr(style, fname)
         w = f"{where}.{fname}"
-        if kind in ("pl1", "pltup"):
+        if kind == "dim?":
+            if val is not None:
+                out[fname] = str(val)
+        elif kind in ("pl1", "pltup"):
             out[fname] = _tuple_to_json(val, w)
         elif kind == "pl":
             out[fname] = [placement_to_str(val, w)]
@@ -187,7 +190,7 @@ def style_from_json(obj, subject="plan", where="style"):
             if not isinstance(v, bool):
                 raise PlanError(subject, f"bad value at {w}: expected true or false")
             values[fname] = v
-        elif kind == "str":
+        elif kind in ("str", "dim?"):
             if not isinstance(v, str):
                 raise PlanError(subject, f"bad value at {w}: expected a string")
             values[fname] = v

@@ -127,6 +127,9 @@ def validate(plan, subject="plan"):
             if entry_of(type(style)) is None:
                 raise PlanError(subject, f"unsupported parallel style class {type(style).__module__}."
                                 f"{type(style).__qualname__} for {pattern!r}")
+            for field, kind in entry_of(type(style)).fields:
+                if kind == "dim?" and getattr(style, field, None) is not None:
+                    _check_mesh_dim(plan, getattr(style, field), subject, f"{pattern!r}'s {field}")
     _validate_fully_shard(plan, subject)
     if not isinstance(plan.activation_checkpoint, (list, tuple)):
         raise PlanError(subject, "activation_checkpoint must be a sequence of commlens.plan.ActivationCheckpoint")

@@ -11,9 +11,10 @@ from typing import Callable
 #   "pldict": dict str -> Placement                   -> object
 #   "bool"  : bool
 #   "str"   : str (its values listed by the schema)
+#   "dim?"  : None or the name of a plan mesh dim (not a flattened one) -> string, written when set
 #   "int"   : int
 #   "style" : a nested style object
-FIELD_KINDS = ("pl1", "pl1?", "pl", "pltup", "pldict", "bool", "str", "int", "style")
+FIELD_KINDS = ("pl1", "pl1?", "pl", "pltup", "pldict", "bool", "str", "dim?", "int", "style")
 
 
 @dataclass(frozen=True)
