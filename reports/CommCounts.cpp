@@ -113,13 +113,16 @@ struct ParseError {
   std::string message;
 };
 
-/// Counts are summed over modules and collectives (totals, inclusive counts): each is capped so
-/// that no sum over a file's cells can overflow.
-constexpr uint64_t kMaxCount = std::numeric_limits<uint32_t>::max();
-/// Bytes are 64-bit (one cell of a 405B-shaped Llama under tensor parallelism passes 2^33), bounded,
-/// cell by cell and summed over the file, by the largest integer a double holds exactly: the HTML
-/// reports' script and other JSON readers keep numbers as doubles, and no sum of bytes overflows.
-constexpr uint64_t kMaxBytes = (uint64_t(1) << 53) - 1;
+/// Counts and bytes are 64-bit (one cell of a 405B-shaped Llama under tensor parallelism passes
+/// 2^33 bytes), each bounded, cell by cell and summed over the file, by the largest integer a
+/// double holds exactly: the HTML reports' script and other JSON readers keep numbers as doubles,
+/// and no sum over a file's cells (totals, inclusive counts) overflows.
+constexpr uint64_t kMaxCount = (uint64_t(1) << 53) - 1;
+constexpr uint64_t kMaxBytes = kMaxCount;
+/// What the cells of a file read so far add up to.
+struct FileTotals {
+  uint64_t count = 0, bytes = 0;
+};
 /// The deepest nesting of arrays and objects read (a tree file nests one level per module).
 constexpr int kMaxJsonDepth = 256;
 struct TooDeep {};
@@ -182,7 +185,12 @@ std::string keyPath(const JsonRef &obj, const std::string &key) {
   return plain ? obj.childPath(key) : fmt::format("{}[{}]", obj.path, json(key).dump());
 }
 
-void setCount(ModuleCounts &m, CommPhase p, const std::string &key, int64_t n, const JsonRef &where) {
+void setCount(ModuleCounts &m, CommPhase p, const std::string &key, const JsonRef &value, const JsonRef &where,
+              FileTotals &totals) {
+  int64_t n = value.count();
+  if (totals.count + n > kMaxCount) // both at most 2^53: no overflow
+    value.fail(fmt::format("count {} takes the file's total past {}", n, kMaxCount));
+  totals.count += n;
   auto [it, inserted] = m.phase(p).try_emplace(key, CommCell{n, false, std::nullopt, std::nullopt});
   if (!inserted)
     where.fail(fmt::format("duplicate collective '{}'", key));
@@ -201,9 +209,8 @@ void readApproximate(ModuleCounts &m, const JsonRef &module) {
 }
 
 /// Bytes per collective of a module's phase: `field` is an {op: bytes} object (counts format) or
-/// a list of [op, bytes] pairs (tree); each op must have a count. `fileTotal`: the bytes of the
-/// file read so far.
-void readBytes(ModuleCounts &m, const JsonRef &module, CommPhase p, const char *field, uint64_t &fileTotal) {
+/// a list of [op, bytes] pairs (tree); each op must have a count.
+void readBytes(ModuleCounts &m, const JsonRef &module, CommPhase p, const char *field, FileTotals &totals) {
   if (!module.has(field))
     return;
   JsonRef bytes = module[field];
@@ -212,9 +219,9 @@ void readBytes(ModuleCounts &m, const JsonRef &module, CommPhase p, const char *
     if (cell == m.phase(p).end())
       value.fail(fmt::format("bytes for collective '{}', which has no count", key));
     int64_t n = value.bytes();
-    if (fileTotal + n > kMaxBytes) // both at most 2^53: no overflow
+    if (totals.bytes + n > kMaxBytes) // both at most 2^53: no overflow
       value.fail(fmt::format("bytes {} take the file's total past {}", n, kMaxBytes));
-    fileTotal += n;
+    totals.bytes += n;
     cell->second.bytes = n;
   };
   if (bytes.v.is_array()) {
@@ -258,7 +265,7 @@ std::string moduleTypeOf(const JsonRef &module) {
   return module["module_type"].string();
 }
 
-void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth, uint64_t &fileBytes) {
+void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth, FileTotals &totals) {
   node.object();
   std::string fqn = node["fqn"].string();
   ModuleCounts scratch;
@@ -272,9 +279,9 @@ void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth, uin
       JsonRef pair = list.at(i);
       if (!pair.v.is_array() || pair.v.size() != 2)
         pair.fail(fmt::format("expected an [op, count] pair, got {}", pair.describe()));
-      setCount(scratch, p, pair.at(0).string(), pair.at(1).count(), pair);
+      setCount(scratch, p, pair.at(0).string(), pair.at(1), pair, totals);
     }
-    readBytes(scratch, node, p, fmt::format("collective_bytes_{}", phaseName(p).str()).c_str(), fileBytes);
+    readBytes(scratch, node, p, fmt::format("collective_bytes_{}", phaseName(p).str()).c_str(), totals);
     readBytesBounds(scratch, node, p, fmt::format("collective_bytes_bounds_{}", phaseName(p).str()).c_str());
   }
   readApproximate(scratch, node);
@@ -292,7 +299,7 @@ void readTreeModule(CommCounts &counts, const JsonRef &node, unsigned depth, uin
     (*added)->phases = std::move(scratch.phases);
   }
   for (size_t i = 0; i < children.v.size(); ++i)
-    readTreeModule(counts, children.at(i), depth + 1, fileBytes);
+    readTreeModule(counts, children.at(i), depth + 1, totals);
 }
 
 /// Depth of a flat-file module: one below the nearest earlier module whose fqn is a dotted
@@ -312,7 +319,7 @@ unsigned flatDepth(const CommCounts &counts, const std::string &fqn) {
 }
 
 void readFlat(CommCounts &counts, const JsonRef &doc) {
-  uint64_t fileBytes = 0;
+  FileTotals totals;
   JsonRef version = doc["version"];
   if (!version.v.is_number_integer())
     version.fail(fmt::format("expected an integer, got {}", version.describe()));
@@ -342,9 +349,9 @@ void readFlat(CommCounts &counts, const JsonRef &doc) {
       cells.object();
       for (auto it = cells.v.begin(); it != cells.v.end(); ++it) {
         JsonRef value{it.value(), keyPath(cells, it.key())};
-        setCount(m, p, it.key(), value.count(), value);
+        setCount(m, p, it.key(), value, value, totals);
       }
-      readBytes(m, module, p, fmt::format("{}_bytes", phaseName(p).str()).c_str(), fileBytes);
+      readBytes(m, module, p, fmt::format("{}_bytes", phaseName(p).str()).c_str(), totals);
       readBytesBounds(m, module, p, fmt::format("{}_bytes_bounds", phaseName(p).str()).c_str());
     }
     readApproximate(m, module);
@@ -501,8 +508,8 @@ llvm::Expected<CommCounts> parseCommCounts(llvm::StringRef text) {
       readFlat(counts, root);
     } else if (doc.contains("fqn")) {
       counts.format = CountsFormat::CommDebugModeTree;
-      uint64_t fileBytes = 0;
-      readTreeModule(counts, root, 0, fileBytes);
+      FileTotals totals;
+      readTreeModule(counts, root, 0, totals);
     } else {
       return makeError("unknown format: neither a CommDebugMode generate_json_dump tree (no 'fqn') nor a "
                        "commlens-counts file (no 'format')");

@@ -250,3 +250,24 @@ def test_scaled_mm_forward_matches_comm_debug_mode(run_commlens, tmp_path, place
     predicted = {op: (n, tree["collective_bytes_forward"][op]) for op, n in tree["collectives_forward"]}
     measured = measure(scaled_mm_inputs, plan, phase="forward", return_document=True)["modules"][0]
     assert predicted == {op: (n, measured["forward_bytes"][op]) for op, n in measured["forward"].items()}
+
+
+def test_scaled_mm_backward_is_refused_as_torch_refuses_it(run_commlens, tmp_path):
+    """torch has no derivative for _scaled_mm (derivatives.yaml lists it "not_implemented"): a
+    training step through it raises, and predict refuses it by name, node and module."""
+    from torch.distributed.tensor import Replicate
+
+    from commlens.export import export_model
+    from commlens.measure import measure
+
+    model, args = scaled_mm_inputs()
+    pt2 = tmp_path / "scaled_mm.pt2"
+    torch.export.save(export_model(model, args), str(pt2))
+    plan = Plan(name="scaled_mm", mesh_shape=(2,), mesh_dim_names=("tp",), inputs_requires_grad=(0,),
+                input_placements={0: (Shard(0),), 1: (Replicate(),), 2: (Replicate(),), 3: (Replicate(),)})
+    with pytest.raises(RuntimeError, match="derivative for aten::_scaled_mm is not implemented"):
+        measure(scaled_mm_inputs, plan, phase="both")
+    r = run_commlens("predict", pt2, "--plan", save_plan(plan, tmp_path), "--phase", "both")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"commlens: error: {pt2}: autodiff: no derivative formula for "
+                                "aten::_scaled_mm.default (node '_scaled_mm' in ScaledMm)")

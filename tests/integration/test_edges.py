@@ -19,9 +19,9 @@ def error_of(r):
     return r.stderr.removeprefix("commlens: error: ").rstrip("\n")
 
 
-def counts_file(path, forward_bytes):
+def counts_file(path, forward_bytes, count=126):
     doc = {"format": "commlens-counts", "version": 1, "phase": "forward", "modules": [
-        {"fqn": "Global", "forward": {AG: 126}, "backward": {}, "forward_bytes": {AG: forward_bytes}}]}
+        {"fqn": "Global", "forward": {AG: count}, "backward": {}, "forward_bytes": {AG: forward_bytes}}]}
     path.write_text(json.dumps(doc))
     return path
 
@@ -58,6 +58,20 @@ def test_device_fifo_and_directory_are_refused(run_commlens, two_linears_pt2, tm
     assert error_of(run_commlens("compare", "/dev/zero", counts)) == f"/dev/zero: {NOT_REGULAR}"
     assert error_of(run_commlens("collective-time", "--cluster", fifo, "--collective", "all_reduce", "--bytes", "8",
                                  "--ranks", "2")) == f"--cluster: {fifo}: {NOT_REGULAR}"
+
+
+def test_files_read_whole_have_a_size_bound(run_commlens, two_linears_pt2, tmp_path):
+    # a plan, counts or cluster file is read whole into memory: past 1 GiB (ir/InputFile.h) it is
+    # refused by its size before any read (a sparse file: no disk is used)
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate((1 << 30) + 1)
+    too_big = f"{big}: is 1073741825 bytes, more than the 1073741824 read"
+    assert error_of(run_commlens("predict", two_linears_pt2, "--plan", big)) == too_big
+    counts = counts_file(tmp_path / "c.json", 8)
+    assert error_of(run_commlens("compare", counts, big)) == too_big
+    assert error_of(run_commlens("collective-time", "--cluster", big, "--collective", "all_reduce", "--bytes", "8",
+                                 "--ranks", "2")) == f"--cluster: {too_big}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +190,21 @@ def test_compare_bytes_past_2_to_the_32(run_commlens, tmp_path):
     r = run_commlens("compare", predicted, counts_file(tmp_path / "m1.json", BIG + 1), "--phase", "forward")
     assert r.returncode == 1
     assert f"MISMATCH (bytes {BIG} predicted, {BIG + 1} measured)" in r.stdout
+
+
+def test_counts_past_2_to_the_32(run_commlens, tmp_path):
+    # counts are 64-bit too (bounded, like bytes, by 2^53 - 1): text, JSON and HTML carry them whole
+    count = 2**32 + 5
+    predicted, measured = counts_file(tmp_path / "p.json", BIG, count), counts_file(tmp_path / "m.json", BIG, count)
+    r = run_commlens("compare", predicted, measured, "--phase", "forward")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == (f"summary: 1 cells, 0 differ; collectives predicted {count}, measured "
+                                         f"{count} (forward); bytes compared on 1 cells")
+    cell = json.loads(run_commlens("compare", predicted, measured, "--phase", "forward", "--json").stdout)["cells"][0]
+    assert (cell["predicted"], cell["measured"]) == (count, count)
+    assert str(count) in run_commlens("compare", predicted, measured, "--phase", "forward", "--html").stdout
+    r = run_commlens("compare", predicted, counts_file(tmp_path / "m1.json", BIG, count + 1), "--phase", "forward")
+    assert r.returncode == 1
 
 
 def test_bytes_bound_is_2_to_the_53(run_commlens, tmp_path):

@@ -404,10 +404,17 @@ TEST(CommCounts, RangeAndDepthLimits) {
     text.replace(text.find("COUNT"), 5, count);
     return parseError(text);
   };
-  EXPECT_EQ(withCount("4294967295"), "(parsed)");
-  EXPECT_EQ(withCount("4294967296"), "modules[0].forward.x: count 4294967296 is out of range (at most 4294967295)");
+  // counts are 64-bit, bounded like bytes by the largest integer a double holds exactly
+  EXPECT_EQ(withCount("4294967296"), "(parsed)");
+  EXPECT_EQ(withCount("9007199254740991"), "(parsed)");
+  EXPECT_EQ(withCount("9007199254740992"),
+            "modules[0].forward.x: count 9007199254740992 is out of range (at most 9007199254740991)");
   EXPECT_EQ(withCount("18446744073709551615"),
-            "modules[0].forward.x: count 18446744073709551615 is out of range (at most 4294967295)");
+            "modules[0].forward.x: count 18446744073709551615 is out of range (at most 9007199254740991)");
+  // and summed over the file: no total (Global's, a parent's inclusive count) can overflow
+  std::string two = R"({"format": "commlens-counts", "version": 1, "modules": [{"fqn": "Global", "forward": )"
+                    R"({"x": 9007199254740991}, "backward": {"x": 1}}]})";
+  EXPECT_EQ(parseError(two), "modules[0].backward.x: count 1 takes the file's total past 9007199254740991");
   std::string deep = R"({"fqn": "Global", "phase": )" + std::string(300, '[') + std::string(300, ']') + "}";
   EXPECT_EQ(parseError(deep), "invalid JSON: nested deeper than 256 levels");
 }
