@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -100,8 +101,6 @@ public:
     }
     if (op == "aten::chunk.default" || op == "aten::unsafe_chunk.default")
       return chunk(op == "aten::chunk.default" ? "aten::split.Tensor" : "aten::unsafe_split.Tensor");
-    if (op == "aten::vstack.default")
-      return vstack();
     if (op == "transformers::grouped_mm_fallback.default")
       return transformersGroupedMm();
     if (op == "aten::_assert_tensor_metadata.default")
@@ -157,26 +156,97 @@ private:
     return llvm::Error::success();
   }
 
-  /// vstack (TensorShape.cpp): cat(atleast_2d(tensors), 0); atleast_2d views a 1-D tensor as
-  /// unsqueeze(0) and a 0-d one as reshape({1, 1}).
-  llvm::Error vstack() {
+  /// vstack / hstack / dstack / column_stack (TensorShape.cpp): one cat of the tensors made
+  /// atleast_2d (vstack, on dim 0), atleast_1d (hstack: dim 0 when the first is 1-D, else 1),
+  /// atleast_3d (dstack, dim 2), or, for column_stack, each of at most one dim reshaped to a column
+  /// (numel, 1), then hstack's cat on dim 1.
+  llvm::Error stacked() {
+    llvm::StringRef op = n_->opString();
     const Argument *tensors = n_->input("tensors");
-    if (!tensors || !tensors->is<TensorList>())
-      return makeError("node '{}' (aten::vstack.default): expected a tensor list 'tensors'", n_->name());
-    TensorList rows;
+    if (!tensors || !tensors->is<TensorList>() || tensors->get<TensorList>().empty())
+      return makeError("node '{}' ({}): expected a non-empty tensor list 'tensors'", n_->name(), op.str());
+    TensorList parts;
     for (const Value *old : tensors->get<TensorList>()) {
       Value *x = b_.map(old);
-      const TensorMeta &m = *x->meta();
-      if (m.rank() == 1) {
-        int64_t n = hints(m.sizes)[0];
-        x = unary("aten::unsqueeze.default", x, withShape(m, {1, n}), tmp("atleast_2d"), {{"dim", int64_t{0}, false}});
-      } else if (m.rank() == 0) {
-        x = reshape(x, {1, 1}, tmp("atleast_2d"));
+      if (op == "aten::column_stack.default") {
+        if (x->meta()->rank() <= 1)
+          x = reshape(x, {numelOf(hints(x->meta()->sizes)), 1}, tmp("column"));
+      } else {
+        int64_t want = op == "aten::vstack.default" ? 2 : op == "aten::dstack.default" ? 3 : 1;
+        x = atLeast(x, want, tmp(fmt::format("atleast_{}d", want)));
       }
-      rows.push_back(x);
+      parts.push_back(x);
     }
-    b_.bind(result(0), emit1("aten::cat.default", {{"tensors", rows, false}, {"dim", int64_t{0}, false}},
-                             *result(0)->meta(), result(0)->name()));
+    int64_t dim = op == "aten::vstack.default" ? 0 : op == "aten::dstack.default" ? 2
+                  : parts.front()->meta()->rank() == 1 ? 0 : 1;
+    b_.bind(result(0), emit1("aten::cat.default", {{"tensors", parts, false}, {"dim", dim, false}}, *result(0)->meta(),
+                             result(0)->name()));
+    return llvm::Error::success();
+  }
+
+  /// linalg_multi_dot (LinearAlgebra.cpp): a 1-D first operand unsqueezed to a row, a 1-D last one
+  /// to a column; two matrices one mm, three in the cheaper of (AB)C and A(BC) (multi_dot_three),
+  /// more in the order of the matrix-chain dynamic programme (multi_dot_impl's); the product viewed
+  /// to the result's shape.
+  llvm::Error multiDot() {
+    const Argument *tensors = n_->input("tensors");
+    if (!tensors || !tensors->is<TensorList>() || tensors->get<TensorList>().size() < 2)
+      return makeError("node '{}' (aten::linalg_multi_dot.default): expected a list of at least two tensors",
+                       n_->name());
+    std::vector<Value *> ms;
+    for (const Value *old : tensors->get<TensorList>())
+      ms.push_back(b_.map(old));
+    auto sizes = [](const Value *v) { return hints(v->meta()->sizes); };
+    if (ms.front()->meta()->rank() == 1)
+      ms.front() = unary("aten::unsqueeze.default", ms.front(), withShape(*ms.front()->meta(), {1, sizes(ms.front())[0]}),
+                         tmp("row"), {{"dim", int64_t{0}, false}});
+    if (ms.back()->meta()->rank() == 1)
+      ms.back() = unary("aten::unsqueeze.default", ms.back(), withShape(*ms.back()->meta(), {sizes(ms.back())[0], 1}),
+                        tmp("column"), {{"dim", int64_t{-1}, false}});
+    for (const Value *m : ms)
+      if (m->meta()->rank() != 2)
+        return makeError("node '{}' (aten::linalg_multi_dot.default): expected matrices (and 1-D first and last "
+                         "operands), got a {}-D one", n_->name(), m->meta()->rank());
+    size_t n = ms.size();
+    Value *out;
+    if (n == 2) {
+      out = mm(ms[0], ms[1], tmp("mm"));
+    } else if (n == 3) {
+      auto a = sizes(ms[0]), b = sizes(ms[1]), c = sizes(ms[2]);
+      int64_t costAB = a[0] * b[1] * (a[1] + c[1]), costBC = b[0] * c[1] * (a[0] + b[1]);
+      out = costAB > costBC ? mm(ms[0], mm(ms[1], ms[2], tmp("mm")), tmp("mm"))
+                            : mm(mm(ms[0], ms[1], tmp("mm")), ms[2], tmp("mm"));
+    } else {
+      // p: the chain's dims; cost[i][j] the cheapest product of ms[i..j], split[i][j] its split
+      std::vector<int64_t> p{sizes(ms[0])[0]};
+      for (const Value *m : ms)
+        p.push_back(sizes(m)[1]);
+      std::vector<std::vector<int64_t>> cost(n, std::vector<int64_t>(n, 0));
+      std::vector<std::vector<size_t>> split(n, std::vector<size_t>(n, 0));
+      for (size_t len = 1; len < n; ++len)
+        for (size_t i = 0; i + len < n; ++i) {
+          size_t j = i + len;
+          cost[i][j] = std::numeric_limits<int64_t>::max();
+          for (size_t k = i; k < j; ++k) {
+            int64_t q = cost[i][k] + cost[k + 1][j] + p[i] * p[k + 1] * p[j + 1];
+            if (q < cost[i][j]) {
+              cost[i][j] = q;
+              split[i][j] = k;
+            }
+          }
+        }
+      std::function<Value *(size_t, size_t)> chain = [&](size_t i, size_t j) -> Value * {
+        if (i == j)
+          return ms[i];
+        Value *left = chain(i, split[i][j]);
+        Value *right = chain(split[i][j] + 1, j);
+        return mm(left, right, tmp("mm"));
+      };
+      out = chain(0, n - 1);
+    }
+    auto shape = hints(result(0)->meta()->sizes);
+    b_.bind(result(0), emit1("aten::view.default", {{"self", out, false}, {"size", IntList(shape.begin(), shape.end()), false}},
+                             withShape(*out->meta(), shape), result(0)->name()));
     return llvm::Error::success();
   }
 
@@ -230,6 +300,11 @@ private:
         {"aten::resolve_conj.default", &Decomposer::selfWhenReal},
         {"aten::resolve_neg.default", &Decomposer::selfWhenReal},
         {"aten::isreal.default", &Decomposer::isreal},
+        {"aten::vstack.default", &Decomposer::stacked},
+        {"aten::hstack.default", &Decomposer::stacked},
+        {"aten::dstack.default", &Decomposer::stacked},
+        {"aten::column_stack.default", &Decomposer::stacked},
+        {"aten::linalg_multi_dot.default", &Decomposer::multiDot},
         {"aten::atleast_1d.default", &Decomposer::atLeastNd},
         {"aten::atleast_2d.default", &Decomposer::atLeastNd},
         {"aten::atleast_3d.default", &Decomposer::atLeastNd},
@@ -1042,30 +1117,27 @@ private:
   /// atleast_{1,2,3}d: a 0-d tensor reshaped to [1]*n; a 1-d one unsqueezed at 0 (and, for 3-d,
   /// at -1 too); a 2-d one for atleast_3d at -1; higher ranks the tensor itself.
   llvm::Error atLeastNd() {
-    Value *x = in("self");
-    int64_t want = n_->opString()[std::strlen("aten::atleast_")] - '0';
+    b_.bind(result(0), atLeast(in("self"), n_->opString()[std::strlen("aten::atleast_")] - '0', result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// x as atleast_{want}d makes it: itself at `want` dims or more; a 0-d x reshaped to ones; a 1-D
+  /// one unsqueezed at 0, then, for 3 dims, at -1; a 2-D one (3 dims) unsqueezed at -1.
+  Value *atLeast(Value *x, int64_t want, llvm::StringRef name) {
     int64_t rank = x->meta()->rank();
-    if (rank >= want) {
-      b_.bind(result(0), x);
-      return llvm::Error::success();
-    }
-    if (rank == 0) {
-      b_.bind(result(0), reshape(x, IntList(want, 1), result(0)->name()));
-      return llvm::Error::success();
-    }
+    if (rank >= want)
+      return x;
+    if (rank == 0)
+      return reshape(x, IntList(want, 1), name);
     auto sizes = hints(x->meta()->sizes);
     if (rank == 1) {
       sizes.insert(sizes.begin(), 1);
-      x = unary("aten::unsqueeze.default", x, withShape(*x->meta(), sizes), want == 2 ? result(0)->name() : tmp("unsqueeze"),
+      x = unary("aten::unsqueeze.default", x, withShape(*x->meta(), sizes), want == 2 ? name : tmp("unsqueeze"),
                 {{"dim", int64_t{0}, false}});
-      if (want == 2) {
-        b_.bind(result(0), x);
-        return llvm::Error::success();
-      }
+      if (want == 2)
+        return x;
     }
-    b_.bind(result(0), unary("aten::unsqueeze.default", x, *result(0)->meta(), result(0)->name(),
-                             {{"dim", int64_t{-1}, false}}));
-    return llvm::Error::success();
+    sizes.push_back(1);
+    return unary("aten::unsqueeze.default", x, withShape(*x->meta(), sizes), name, {{"dim", int64_t{-1}, false}});
   }
   /// outer(self, vec2): self.reshape({n, 1}) * vec2.
   llvm::Error outer() {

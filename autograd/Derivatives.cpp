@@ -1302,11 +1302,15 @@ llvm::Error normBackward(GradCall &c) {
 }
 
 /// dist(self, other, p): norm_backward(grad, self - other, p, result) for self, its negation for
-/// other, each operand's from its own self - other (other's first, as torch runs them).
+/// other, each operand's from its own self - other (other's first, as torch runs them), of the
+/// operands' broadcast shape (the engine sums each back to its operand's).
 llvm::Error distBackward(GradCall &c) {
   double p = numberOf(c.n.input("p")).value_or(2.0);
   auto grad = [&]() {
-    Value *diff = binary(c, "aten::sub.Tensor", c.self(), c.operand("other"), "grad_sub");
+    Value *self = c.self(), *other = c.operand("other");
+    Value *diff = c.e.emit("aten::sub.Tensor", {A("self", self), A("other", other)},
+                           GradEmitter::withSizes(self, broadcastSizes(sizesOf(*self->meta()), sizesOf(*other->meta()))),
+                           "grad_sub");
     return normGrad(c, diff, p);
   };
   if (c.want("other"))

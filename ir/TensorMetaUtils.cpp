@@ -27,6 +27,15 @@ llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m) {
   return hints(m.strides);
 }
 
+llvm::SmallVector<int64_t, 4> broadcastSizes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b) {
+  llvm::SmallVector<int64_t, 4> out(std::max(a.size(), b.size()), 1);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    out[out.size() - 1 - i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
 int64_t rowsOf(const TensorMeta &m) { return m.rank() ? sizesOf(m)[0] : 1; }
 
 TensorMeta metaOf(ScalarType dtype, llvm::ArrayRef<int64_t> sizes, const Device &device,

@@ -20,6 +20,8 @@ int64_t numelOf(llvm::ArrayRef<int64_t> sizes);
 /// Concrete sizes / strides of a meta (symbolic ones by hint; unknown strides: contiguous).
 llvm::SmallVector<int64_t, 4> sizesOf(const TensorMeta &m);
 llvm::SmallVector<int64_t, 4> stridesOf(const TensorMeta &m);
+/// The shape two operands broadcast to (torch's infer_size; the sizes assumed compatible).
+llvm::SmallVector<int64_t, 4> broadcastSizes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 /// The size of the first dim (1 for a scalar): the rows an all-to-all of the tensor sends.
 int64_t rowsOf(const TensorMeta &m);
 /// A concrete meta (contiguous unless strides are given).

@@ -464,12 +464,7 @@ llvm::Error isin(Decomposition &d) {
 /// An elementwise op of the decomposition on operands that broadcast together.
 Value *broadcasting(Decomposition &d, llvm::StringRef op, llvm::SmallVector<NamedArgument, 4> args, Value *a, Value *b,
                     std::optional<ScalarType> dtype = std::nullopt) {
-  auto as = sizesOf(d.meta(a)), bs = sizesOf(d.meta(b));
-  llvm::SmallVector<int64_t, 4> out(std::max(as.size(), bs.size()), 1);
-  for (size_t i = 0; i < out.size(); ++i) {
-    int64_t x = i < as.size() ? as[as.size() - 1 - i] : 1, y = i < bs.size() ? bs[bs.size() - 1 - i] : 1;
-    out[out.size() - 1 - i] = x == 1 ? y : x;
-  }
+  auto out = broadcastSizes(sizesOf(d.meta(a)), sizesOf(d.meta(b)));
   return d.op(op, std::move(args), Decomposition::shaped(d.meta(a), out, dtype));
 }
 
@@ -782,14 +777,11 @@ llvm::Error vdot(Decomposition &d) {
   return llvm::Error::success();
 }
 
-/// dist(self, other, p) (torch._decomp's dist): norm.Scalar of self - other over every element (a
-/// shard kept into the norm gives a _NormPartial).
+/// dist(self, other, p) (torch._decomp's dist): norm.Scalar of self - other, broadcast, over every
+/// element (a shard kept into the norm gives a _NormPartial).
 llvm::Error dist(Decomposition &d) {
-  auto a = sizesOf(d.call().inputs[0].meta), b = sizesOf(d.call().inputs[1].meta);
-  if (a != b)
-    return d.call().error("operands of different shapes (broadcast) are not modelled");
   const Argument *p = d.call().arg("p", 2);
-  Value *diff = d.op("aten::sub.Tensor", {na("self", d.in(0)), na("other", d.in(1))}, d.call().inputs[0].meta);
+  Value *diff = broadcasting(d, "aten::sub.Tensor", {na("self", d.in(0)), na("other", d.in(1))}, d.in(0), d.in(1));
   d.returns({d.op("aten::norm.Scalar", {na("self", diff), na("p", p && !p->isNone() ? *p : Argument(2.0))},
                   *d.call().results[0]->meta())});
   return llvm::Error::success();

@@ -188,11 +188,17 @@ llvm::Expected<Cands> groupedMmRule(const OpCall &c) {
 /// placements derived from their operand's (_scaled_mm_scale_placement): a one-element scale R, a
 /// 2-D (row- or column-wise) scale its operand's placement. 1-D blockwise (MX) scales have no CPU
 /// kernel to check DTensor's mapping against: refused by name, as are a bias and scale_result
-/// (DTensor raises).
+/// (DTensor raises). The strategy reads bias and scale_result positionally, which the dispatcher
+/// leaves out of the arguments when every argument after scale_b is its default: DTensor then
+/// raises too ("tuple index out of range").
 llvm::Expected<Cands> scaledMmRule(const OpCall &c) {
   for (auto [name, pos] : {std::pair{"bias", 4u}, std::pair{"scale_result", 5u}})
     if (const Argument *a = c.arg(name, pos); a && !a->isNone())
       return c.error("a {} (DTensor's strategy raises: _scaled_mm on DTensors doesn't support it)", name);
+  const Argument *outDtype = c.arg("out_dtype", 6), *fastAccum = c.arg("use_fast_accum", 7);
+  if ((!outDtype || outDtype->isNone()) && (!fastAccum || (fastAccum->is<bool>() && !fastAccum->get<bool>())))
+    return c.error("no out_dtype nor use_fast_accum (DTensor's strategy raises: it reads bias and scale_result, "
+                   "which the call leaves out, by position)");
   if (c.inputs.size() != 4)
     return c.error("expected self, mat2, scale_a and scale_b, got {} tensor operands", c.inputs.size());
   for (unsigned i : {2u, 3u})

@@ -107,6 +107,17 @@ CASES = [
     ("squeeze-all", lambda a: a.squeeze(), [(f32(4, 1, 6, 1), R)]),
     ("cat", lambda a, b: torch.cat([a, b], 1), [(f32(4, 6), R), (f32(4, 2), R)]),
     ("stack", lambda a, b: torch.stack([a, b], 0), [(f32(4, 6), R), (f32(4, 6), R)]),
+    # hstack / dstack / column_stack / vstack: atleast_Nd views (column_stack: 1-D to a column) and one cat
+    ("hstack-rows", lambda a, b: torch.hstack([a, b]) * 2.0, [(f32(4), S0), (f32(6), R)]),
+    ("hstack-matrices", lambda a, b: torch.hstack([a, b]) * 2.0, [(f32(4, 6), S0), (f32(4, 2), R)]),
+    ("dstack", lambda a, b: torch.dstack([a, b]) * 2.0, [(f32(4, 6), S1), (f32(4, 6), R)]),
+    ("column-stack", lambda a, b: torch.column_stack([a, b]) * 2.0, [(f32(4), S0), (f32(4, 2), R)]),
+    ("vstack-vector", lambda a, b: torch.vstack([a, b]) * 2.0, [(f32(6), S0), (f32(2, 6), R)]),
+    # linalg.multi_dot: mm in the matrix-chain order (three: the cheaper of (AB)C and A(BC))
+    ("multi-dot-three", lambda a, b, c: torch.linalg.multi_dot([a, b, c]),
+     [(f32(8, 4), S0), (f32(4, 6), R), (f32(6, 2), S1)]),
+    ("multi-dot-four-vectors", lambda a, b, c, d: torch.linalg.multi_dot([a, b, c, d]),
+     [(f32(4), R), (f32(4, 6), S1), (f32(6, 8), S0), (f32(8), R)]),
     ("split", lambda a: sum(x.sum() for x in a.split(2, 1)), [(f32(4, 6), S0)]),
     ("split-shard", lambda a: torch.cat([x * 2.0 for x in a.split(2, 1)], 0), [(f32(4, 6), S1)]),
     ("split-with-sizes", lambda a: torch.cat([x * 2.0 for x in a.split([1, 3], 0)], 0), [(f32(4, 6), S1)]),
@@ -482,6 +493,9 @@ CASES = [
     ("dist", lambda a, b: torch.dist(a, b), [(f32(4, 6), R), (f32(4, 6), R)]),
     ("dist-p1", lambda a, b: torch.dist(a, b, 1), [(f32(4, 6), R), (f32(4, 6), R)]),
     ("dist-inf", lambda a, b: torch.dist(a, b, float("inf")), [(f32(4, 6), R), (f32(4, 6), R)]),
+    # broadcast operands: self - other takes the broadcast shape, other's gradient summed back to it
+    ("dist-broadcast", lambda a, b: torch.dist(a, b), [(f32(4, 6), S0), (f32(6), R)]),
+    ("dist-broadcast-rows", lambda a, b: torch.dist(a, b, 1), [(f32(1, 6), R), (f32(4, 6), S0)]),
     # cross_entropy with class probabilities: -(log_softmax * target) summed (over the class dim for
     # 'none'), the mean over numel / classes
     ("cross-entropy-probs", lambda a, t: F.cross_entropy(a, t.softmax(1)), [(f32(8, 5), S0), (f32(8, 5), S0)]),

@@ -2,10 +2,14 @@
 test_dtensor_ops.py runs through DTensor), predicted by commlens and measured with CommDebugMode
 on the same DTensor inputs.
 
-For each OpInfo (variants included) and each of its first CPU float32 sample inputs, a one-op
-module takes the sample's tensors as its inputs; `commlens.export` exports it (training IR). Each
-input gets a DTensor placement on a mesh of `--world` ranks (Replicate, or Shard of a dim the mesh
-divides: every input Replicate first, then each input sharded alone on each dim, up to
+For each OpInfo (variants included) and each of its first CPU sample inputs, a one-op module
+takes the sample's tensors as its inputs, each tensor of a list or tuple argument (`cat`'s, `stack`'s,
+`index_put`'s indices) as an input of its own, the list rebuilt inside `forward`; `commlens.export`
+exports it (training IR). The samples are float32 where the OpInfo supports it on CPU, else of the
+first CPU dtype of int64, bool, then the others in `DTYPE_PREFERENCE`'s order (bitwise ops,
+`view_as_real`, `one_hot`, ...). Each input gets a DTensor placement on a mesh of `--world` ranks
+(Replicate, or Shard of a dim the mesh divides: every input Replicate first, then each input
+sharded alone on each dim, up to
 `--placements` combinations). The plan also asks for gradients of the floating inputs when the
 OpInfo supports autograd, with a sum loss: forward and backward are predicted
 (`commlens.predict`, in memory) and measured (`commlens.measure`, CommDebugMode on the fake
@@ -19,8 +23,9 @@ Each case is one of
   data      a linear-algebra kernel rejects the run's values (a singular matrix: the fake process
             group's all-gather leaves the other rank's rows zero): no count, and nothing about DTensor;
   wrong     commlens predicts other collectives or bytes than CommDebugMode counts: a bug;
-and cases export rejects, or whose sample the one-op module cannot pass (tensor lists), are
-skipped and counted apart. Prints one line per non-exact case and
+and samples the one-op module cannot run are skipped and counted apart, each with its reason
+(`SKIP_REASONS`: a factory with no tensor input has nothing to place; export rejects the op; the op
+raises on CPU itself; ...). Prints one line per non-exact case and
 `opinfo: exact X/N, refused R, dtensor D (commlens refused E of them), data A, wrong W (skipped S);
 exact on P% of the M cases CommDebugMode runs` (M = X + R + W);
 exit 1 when W > 0.
@@ -46,46 +51,83 @@ RESULTS = ("exact", "refused", "dtensor", "data", "wrong")
 # The sweep docs/opinfo-coverage.md records, and the one the CI test runs.
 DOC_SWEEP = {"samples": 1, "placements": 3, "world": 2}
 DOC_COMMAND = ".venv/bin/python tests/rules/opinfo_sweep.py --doc"
+# The samples' dtype: float32 where the OpInfo supports it on CPU, else the first of these it does,
+# else the first other CPU dtype it lists (by name).
+DTYPE_PREFERENCE = ("float32", "int64", "bool", "float64", "int32", "int16", "int8", "uint8", "complex64",
+                    "complex128", "float16", "bfloat16")
+# Why a sample is skipped (the first words of each skip's reason; docs/opinfo-coverage.md lists them).
+SKIP_REASONS = ("no CPU dtype", "sample_inputs raises", "no tensor input", "tensors nested in lists",
+                "the op raises on CPU", "export rejects")
+
+
+def sample_dtype(op_info):
+    """The dtype the sweep runs `op_info`'s samples in (DTYPE_PREFERENCE), or None when the OpInfo
+    lists no CPU dtype."""
+    supported = op_info.supported_dtypes("cpu")
+    by_name = {str(d).removeprefix("torch."): d for d in supported}
+    for name in DTYPE_PREFERENCE + tuple(sorted(by_name)):
+        if name in by_name:
+            return by_name[name]
+    return None
 
 
 def _tensor_slots(sample):
-    """The sample's top-level tensors as (where, index/key) slots, or None when it passes tensors
-    inside lists (which the one-op module does not unpack)."""
+    """The sample's tensors as (where, index/key, element) slots, in order: the input, the
+    positional arguments, the keyword arguments; a tensor of a list or tuple is one slot per
+    element (element: its index in the list, None for a tensor passed alone). (slots, None), or
+    (None, reason) when the sample has no tensor or nests them deeper than one list."""
     import torch
 
-    slots = [("input", None)] if isinstance(sample.input, torch.Tensor) else None
-    if slots is None:
-        return None
-    for i, a in enumerate(sample.args):
-        if isinstance(a, torch.Tensor):
-            slots.append(("args", i))
-        elif isinstance(a, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in a):
-            return None
-    for k, v in sample.kwargs.items():
-        if isinstance(v, torch.Tensor):
-            slots.append(("kwargs", k))
-        elif isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
-            return None
-    return slots
+    def nested(x):
+        return isinstance(x, (list, tuple)) and any(isinstance(y, torch.Tensor) or nested(y) for y in x)
+
+    slots = []
+    values = [("input", None, sample.input)] + [("args", i, a) for i, a in enumerate(sample.args)] + \
+        [("kwargs", k, v) for k, v in sample.kwargs.items()]
+    for where, key, value in values:
+        if isinstance(value, torch.Tensor):
+            slots.append((where, key, None))
+        elif isinstance(value, (list, tuple)):
+            for j, x in enumerate(value):
+                if isinstance(x, torch.Tensor):
+                    slots.append((where, key, j))
+                elif nested(x):
+                    return None, "tensors nested in lists"
+    return (slots, None) if slots else (None, "no tensor input")
+
+
+def _sample_value(sample, where, key):
+    return sample.input if where == "input" else (sample.args[key] if where == "args" else sample.kwargs[key])
+
+
+def _call_arguments(sample, slots, tensors):
+    """The sample's (input, args, kwargs) with the tensor of each slot replaced by `tensors`' one, the
+    lists holding them rebuilt (a tuple stays a tuple)."""
+    values = {("input", None): sample.input}
+    values.update((("args", i), a) for i, a in enumerate(sample.args))
+    values.update((("kwargs", k), v) for k, v in sample.kwargs.items())
+    seqs = {}
+    for (where, key, elem), t in zip(slots, tensors):
+        if elem is None:
+            values[(where, key)] = t
+        else:
+            seqs.setdefault((where, key), list(values[(where, key)]))[elem] = t
+    for place, seq in seqs.items():
+        values[place] = tuple(seq) if isinstance(values[place], tuple) else seq
+    return (values[("input", None)], [values[("args", i)] for i in range(len(sample.args))],
+            {k: values[("kwargs", k)] for k in sample.kwargs})
 
 
 class OneOp:
-    """A module calling `op` on the sample with its tensors replaced by the module's inputs."""
+    """A module calling `op` on the sample with its tensors replaced by the module's inputs (one
+    input per tensor, those of a list argument included)."""
 
     def __new__(cls, op, sample, slots):
         import torch
 
         class Module(torch.nn.Module):
             def forward(self, *tensors):
-                args, kwargs = list(sample.args), dict(sample.kwargs)
-                first = sample.input
-                for (where, key), t in zip(slots, tensors):
-                    if where == "input":
-                        first = t
-                    elif where == "args":
-                        args[key] = t
-                    else:
-                        kwargs[key] = t
+                first, args, kwargs = _call_arguments(sample, slots, tensors)
                 out = op(first, *args, **kwargs)
                 # torch.return_types (topk, sort, ...) as a plain tuple: export and the loss take it
                 return tuple(out) if isinstance(out, tuple) else out
@@ -95,10 +137,15 @@ class OneOp:
 
 def _sample_tensors(sample, slots):
     out = []
-    for where, key in slots:
-        t = sample.input if where == "input" else (sample.args[key] if where == "args" else sample.kwargs[key])
-        out.append(t.detach().clone())
+    for where, key, elem in slots:
+        t = _sample_value(sample, where, key)
+        out.append((t if elem is None else t[elem]).detach().clone())
     return out
+
+
+def _first_line(err, limit=100):
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text}"[:limit]
 
 
 def placement_combinations(tensors, world, limit):
@@ -192,35 +239,44 @@ def sweep(ops_regex=None, samples=1, placements=3, world=2, out=print):
 
     warnings.filterwarnings("ignore")
     pattern = re.compile(ops_regex) if ops_regex else None
-    results, skipped = [], 0
+    results, skipped = [], []  # skipped: {"op", "sample" (None: the whole OpInfo), "reason"}
     for op_info in op_db:
         name = op_info.name + (f".{op_info.variant_test_name}" if op_info.variant_test_name else "")
         if pattern and not pattern.search(name):
             continue
-        if torch.float32 not in op_info.supported_dtypes("cpu"):
-            skipped += 1
+        dtype = sample_dtype(op_info)
+        if dtype is None:
+            skipped.append({"op": name, "sample": None, "reason": "no CPU dtype"})
             continue
+        dtype_name = str(dtype).removeprefix("torch.")
         torch.manual_seed(0)  # the same sample values every run: some DTensor failures depend on them
         try:
-            inputs = list(itertools.islice(op_info.sample_inputs("cpu", torch.float32, requires_grad=False), samples))
-        except Exception:
-            skipped += 1
+            inputs = list(itertools.islice(op_info.sample_inputs("cpu", dtype, requires_grad=False), samples))
+        except Exception as err:
+            skipped.append({"op": name, "sample": None,
+                            "reason": f"sample_inputs raises ({dtype_name}): {_first_line(err)}"})
             continue
         for k, sample in enumerate(inputs):
-            slots = _tensor_slots(sample)
+            slots, why = _tensor_slots(sample)
             if not slots:
-                skipped += 1
+                skipped.append({"op": name, "sample": k, "reason": why})
                 continue
             tensors = _sample_tensors(sample, slots)
+            model = OneOp(op_info.op, sample, slots)
             try:
-                ep = export_model(OneOp(op_info.op, sample, slots), tuple(tensors), {})
-            except Exception:
-                skipped += 1
+                ep = export_model(model, tuple(tensors), {})
+            except Exception as err:
+                try:  # the op itself may raise on CPU (jiterator's): then export is not the one to blame
+                    model(*(t.clone() for t in tensors))
+                    reason = f"export rejects: {_first_line(err)}"
+                except Exception as eager:
+                    reason = f"the op raises on CPU: {_first_line(eager)}"
+                skipped.append({"op": name, "sample": k, "reason": reason})
                 continue
             for combo in placement_combinations(tensors, world, placements):
                 kind, detail, refusal = run_case(op_info, sample, slots, combo, world, ep)
-                case = {"op": name, "sample": k, "placements": [str(p) for p in combo], "result": kind,
-                        "detail": detail, "commlens_refused": refusal is not None}
+                case = {"op": name, "sample": k, "dtype": dtype_name, "placements": [str(p) for p in combo],
+                        "result": kind, "detail": detail, "commlens_refused": refusal is not None}
                 results.append(case)
                 if kind != "exact":
                     out(f"{name} sample {k} {case['placements']}: {kind}: {detail}")
@@ -233,7 +289,7 @@ def summary(results, skipped):
     runs = n["exact"] + n["refused"] + n["wrong"]  # the cases CommDebugMode counts
     share = f"{100.0 * n['exact'] / runs:.1f}%" if runs else "-"
     return (f"opinfo: exact {n['exact']}/{len(results)}, refused {n['refused']}, dtensor {n['dtensor']} "
-            f"(commlens refused {dtensor_refused} of them), data {n['data']}, wrong {n['wrong']} (skipped {skipped}); "
+            f"(commlens refused {dtensor_refused} of them), data {n['data']}, wrong {n['wrong']} (skipped {len(skipped)}); "
             f"exact on {share} of the {runs} cases CommDebugMode runs")
 
 
@@ -242,7 +298,7 @@ DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "opinfo-coverage.md
 
 def render_doc(results, skipped, command):
     """docs/opinfo-coverage.md: the summary and, per OpInfo, its cases by result and the first
-    reason commlens gave for a refusal."""
+    reason commlens gave for a refusal; then each skipped OpInfo (or sample) and why."""
     by_op = {}
     for r in results:
         by_op.setdefault(r["op"], []).append(r)
@@ -250,12 +306,15 @@ def render_doc(results, skipped, command):
         "# OpInfo coverage: commlens against CommDebugMode, per op",
         "",
         f"Generated by `{command}` (tests/rules/opinfo_sweep.py; `tests/rules/test_opinfo_sweep.py` checks it",
-        "is current). Each OpInfo of torch's `op_db` with a CPU float32 sample: a one-op module on",
-        "its first sample, its inputs placed on a 2-rank mesh (all Replicate, then each input sharded",
-        "alone on each dim the mesh divides; 3 combinations at most), predicted and measured forward",
-        "and backward. `dtensor`: DTensor itself raises (commlens refuses each of these too); `data`: a",
-        "linear-algebra kernel rejects the values of the run (a singular matrix: the fake process group's",
-        "all-gather leaves the other rank's rows zero), so there is no count to compare.",
+        "is current). Each OpInfo of torch's `op_db` with a CPU sample: a one-op module on its first",
+        "sample (float32; an OpInfo without CPU float32 runs the dtype named after it, the first of",
+        "int64, bool, then others it supports), each tensor an input (those of a list argument, such as",
+        "`cat`'s, too), placed on a 2-rank mesh (all Replicate, then each input sharded alone on each",
+        "dim the mesh divides; 3 combinations at most), predicted and measured forward and backward",
+        "(backward where a floating input can take a gradient). `dtensor`: DTensor itself raises",
+        "(commlens refuses each of these too); `data`: a linear-algebra kernel rejects the values of the",
+        "run (a singular matrix: the fake process group's all-gather leaves the other rank's rows zero),",
+        "so there is no count to compare. The OpInfos skipped, and why, are listed last.",
         "",
         summary(results, skipped),
         "",
@@ -267,8 +326,28 @@ def render_doc(results, skipped, command):
         n = {k: sum(r["result"] == k for r in rs) for k in RESULTS}
         why = next((r["detail"] for r in rs if r["result"] == "refused"), "")
         why = why.replace("|", "\\|").replace("\n", " ")[:160]
-        lines.append(f"| `{op}` | {len(rs)} | {n['exact']} | {n['refused']} | {n['dtensor']} | {n['data']} | {n['wrong']} "
+        dtype = rs[0].get("dtype", "float32")
+        cell = f"`{op}`" + ("" if dtype == "float32" else f" ({dtype})")
+        lines.append(f"| {cell} | {len(rs)} | {n['exact']} | {n['refused']} | {n['dtensor']} | {n['data']} | {n['wrong']} "
                      f"| {why} |")
+    if skipped:
+        count = {r: sum(s["reason"].startswith(r) for s in skipped) for r in SKIP_REASONS}
+        other = len(skipped) - sum(count.values())
+        parts = [f"{r} {c}" for r, c in count.items() if c] + ([f"other {other}"] if other else [])
+        lines += [
+            "",
+            f"## Skipped: {len(skipped)} ({', '.join(parts)})",
+            "",
+            "No case of these runs: a factory has no tensor input to place; export rejects the op (an",
+            "output whose shape or value depends on the data); the op raises on CPU itself.",
+            "",
+            "| op | sample | reason |",
+            "|---|---|---|",
+        ]
+        for s in sorted(skipped, key=lambda s: (s["op"], -1 if s["sample"] is None else s["sample"])):
+            reason = s["reason"].replace("|", "\\|").replace("\n", " ")[:160]
+            sample = "all" if s["sample"] is None else s["sample"]
+            lines.append(f"| `{s['op']}` | {sample} | {reason} |")
     return "\n".join(lines) + "\n"
 
 
@@ -292,7 +371,7 @@ def main(argv=None):
         DOC.write_text(render_doc(results, skipped, DOC_COMMAND))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"summary": line, "cases": results}, f, indent=1)
+            json.dump({"summary": line, "cases": results, "skipped": skipped}, f, indent=1)
     return 1 if any(r["result"] == "wrong" for r in results) else 0
 
 
