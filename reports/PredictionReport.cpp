@@ -598,6 +598,23 @@ void PredictionReport::writeJson(llvm::raw_ostream &os) const {
       if (cluster)
         j.attribute("cluster", cluster->str());
       j.attribute("mesh", plan->mesh.str());
+      // Each user output's DTensor placements as torch writes them (null: a plain tensor or no
+      // tensor): what the forward hands back, which the OpInfo sweep checks against DTensor's.
+      j.attributeArray("outputs", [&] {
+        for (const OutputSpec &o : program->graph().outputs()) {
+          if (o.kind != OutputKind::UserOutput)
+            continue;
+          const DTensorLayout *layout = o.value.isTensor() ? state->layout(o.value.tensor()) : nullptr;
+          if (!layout) {
+            j.rawValue([](llvm::raw_ostream &os) { os << "null"; });
+            continue;
+          }
+          j.array([&] {
+            for (const Placement &p : layout->placements)
+              j.value(p.torchStr());
+          });
+        }
+      });
       j.attribute("phases", phase);
       j.attribute("source", "predict");
       if (cluster)

@@ -100,3 +100,34 @@ def test_assert_comm_counts():
         assert_comm_counts("examples.mlp:mlp", "examples.plans:mlp_tp(tp=4)", {"MLP.w1": {"forward": {AR: 1}}})
     assert str(info.value).splitlines()[:2] == ["collective counts differ:",
                                                 f"  MLP.w1 forward: predicted {{}}, expected {{'{AR}': 1}}"]
+
+
+def test_prediction_names_each_outputs_placements_as_dtensor_gives_them():
+    """The JSON's commlens.outputs: each user output's DTensor placements as torch writes them
+    (null for a plain tensor), checked against the DTensors the same forward returns (a sum over
+    the sharded dim is Partial(sum), a contracting-dim shard of a matmul too)."""
+    import json
+
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    import commlens
+    from commlens.export import export_model
+    from commlens.measure import fake_process_group
+    from commlens.plan import Loss, Plan
+
+    class Outputs(torch.nn.Module):
+        def forward(self, a, b):
+            return a.sum(0), a * 2, a @ b
+
+    a, b = torch.randn(4, 6), torch.randn(6, 3)
+    ep = export_model(Outputs(), (a, b))
+    for pa, pb in [(Shard(0), Replicate()), (Shard(1), Shard(0)), (Replicate(), Shard(1))]:
+        plan = Plan(mesh_shape=(2,), mesh_dim_names=("tp",), loss=Loss.sum(), input_placements={0: (pa,), 1: (pb,)})
+        predicted = json.loads(commlens.predict(ep, plan, phase="forward").to_json())["commlens"]["outputs"]
+        with fake_process_group(2, "test_api"):
+            mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
+            outs = Outputs()(distribute_tensor(a, mesh, [pa]), distribute_tensor(b, mesh, [pb]))
+            measured = [[repr(p) for p in t.placements] for t in outs]
+        assert predicted == measured, (pa, pb)
