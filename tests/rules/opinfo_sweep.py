@@ -7,22 +7,27 @@ takes the sample's tensors as its inputs, each tensor of a list or tuple argumen
 `index_put`'s indices) as an input of its own, the list rebuilt inside `forward`; `commlens.export`
 exports it (training IR). The samples are float32 where the OpInfo supports it on CPU, else of the
 first CPU dtype of int64, bool, then the others in `DTYPE_PREFERENCE`'s order (bitwise ops,
-`view_as_real`, `one_hot`, ...). Each input gets a DTensor placement on a mesh of `--world` ranks
-(Replicate, or Shard of a dim the mesh divides: every input Replicate first, then each input
-sharded alone on each dim, up to
-`--placements` combinations). The plan also asks for gradients of the floating inputs when the
-OpInfo supports autograd, with a sum loss: forward and backward are predicted
-(`commlens.predict`, in memory) and measured (`commlens.measure`, CommDebugMode on the fake
-process group), and compared: the collectives and bytes per rank of each phase.
+`view_as_real`, `one_hot`, ...). Each input gets DTensor placements, one per mesh dim, on a 1-D
+mesh of `--world` ranks or the mesh `--mesh` names (`--mesh 2x2`: a 2-D mesh, dims dp and tp):
+every input Replicate first, then each input sharded alone on each (mesh dim, tensor dim) pair
+the mesh dim divides, on a 2-D mesh then each input sharded alone on both mesh dims, and with
+`--partial` each floating input alone Partial("sum") on each mesh dim in turn, up to
+`--placements` combinations (`placement_combinations`). The plan also asks for gradients of the
+floating inputs when the OpInfo supports autograd, with a sum loss: forward and backward are
+predicted (`commlens.predict`, in memory) and measured (`commlens.measure`, CommDebugMode on the
+fake process group), and compared: the collectives and bytes per rank of each phase, and the
+placements of the forward's outputs (predict's `commlens.outputs` against the DTensors measure's
+own forward returns).
 
 Each case is one of
-  exact     the same collectives and bytes in both phases;
+  exact     the same collectives and bytes in both phases, and the same output placements;
   refused   commlens refuses it by name (an op or argument form it does not model);
   dtensor   DTensor itself raises: the run has no count (the summary says of how many commlens
             refuses too; a prediction for a run that raises is a defect this sweep lists);
   data      a linear-algebra kernel rejects the run's values (a singular matrix: the fake process
             group's all-gather leaves the other rank's rows zero): no count, and nothing about DTensor;
-  wrong     commlens predicts other collectives or bytes than CommDebugMode counts: a bug;
+  wrong     commlens predicts other collectives or bytes than CommDebugMode counts, or (with the
+            same counts) other output placements than DTensor's: a bug;
 and samples the one-op module cannot run are skipped and counted apart, each with its reason
 (`SKIP_REASONS`: a factory with no tensor input has nothing to place; export rejects the op; the op
 raises on CPU itself; ...). Prints one line per non-exact case and
@@ -31,11 +36,12 @@ exact on P% of the M cases CommDebugMode runs` (M = X + R + W);
 exit 1 when W > 0.
 
     .venv/bin/python tests/rules/opinfo_sweep.py [--ops REGEX] [--samples 1] [--placements 3]
-        [--world 2] [--json out.json] [--doc]
+        [--world 2 | --mesh 2x2] [--partial] [--json out.json] [--doc]
 
-The defaults are the sweep CI runs (tests/rules/test_opinfo_sweep.py, about a minute and a half)
-and docs/opinfo-coverage.md records (--doc); more samples and placements make the longer sweep
-(`--samples 3 --placements 8 --world 4`).
+The defaults are the sweep CI runs (tests/rules/test_opinfo_sweep.py, under a minute) and
+docs/opinfo-coverage.md records (--doc); more samples and placements, Partial inputs and the
+2-D mesh make the longer sweeps of bench/opinfo_full.py (`--samples 3 --placements 8 --partial`
+with `--world 4`, then with `--mesh 2x2`).
 """
 
 import argparse
@@ -50,6 +56,8 @@ import warnings
 RESULTS = ("exact", "refused", "dtensor", "data", "wrong")
 # The sweep docs/opinfo-coverage.md records, and the one the CI test runs.
 DOC_SWEEP = {"samples": 1, "placements": 3, "world": 2}
+# The plan's mesh dim names, by the mesh's number of dims.
+MESH_DIM_NAMES = {1: ("tp",), 2: ("dp", "tp")}
 DOC_COMMAND = ".venv/bin/python tests/rules/opinfo_sweep.py --doc"
 # The samples' dtype: float32 where the OpInfo supports it on CPU, else the first of these it does,
 # else the first other CPU dtype it lists (by name).
@@ -148,16 +156,42 @@ def _first_line(err, limit=100):
     return f"{type(err).__name__}: {text}"[:limit]
 
 
-def placement_combinations(tensors, world, limit):
-    """Every input Replicate, then each input alone Shard(d) for each dim d the mesh divides, in
-    order, up to `limit` combinations."""
-    from torch.distributed.tensor import Replicate, Shard
+def placement_combinations(tensors, mesh_shape, limit, partial=False):
+    """The inputs' placement combinations on a mesh of `mesh_shape` (an int: a 1-D mesh of that many
+    ranks), one placement per mesh dim for each input, in order, up to `limit` of them: every input
+    Replicate; then each input alone sharded on one mesh dim, Shard(d) for each tensor dim d that
+    mesh dim divides (mesh dims, then tensor dims, in order); on a 2-D mesh then each input alone
+    sharded on both mesh dims, (Shard(d), Shard(d)) where the whole mesh divides d and (Shard(d1),
+    Shard(d2)) for two dims each divides; then, with `partial`, each floating input alone
+    Partial("sum") on each mesh dim in turn (measure's distribute_tensor places a Partial input)."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
 
-    combos = [tuple(Replicate() for _ in tensors)]
+    shape = (mesh_shape,) if isinstance(mesh_shape, int) else tuple(mesh_shape)
+    replicate = tuple(Replicate() for _ in shape)
+
+    def divides(t, d, n):
+        return t.shape[d] >= n and t.shape[d] % n == 0
+
+    def alone(i, placement):  # input i placed so, every other input Replicate
+        return tuple(placement if j == i else replicate for j in range(len(tensors)))
+
+    def on(m, p):  # p on mesh dim m, Replicate on the others
+        return tuple(p if k == m else Replicate() for k in range(len(shape)))
+
+    combos = [tuple(replicate for _ in tensors)]
     for i, t in enumerate(tensors):
-        for d in range(t.dim()):
-            if t.shape[d] % world == 0 and t.shape[d] >= world:
-                combos.append(tuple(Shard(d) if j == i else Replicate() for j in range(len(tensors))))
+        for m, n in enumerate(shape):
+            combos += [alone(i, on(m, Shard(d))) for d in range(t.dim()) if divides(t, d, n)]
+    if len(shape) == 2:
+        for i, t in enumerate(tensors):
+            for d1 in range(t.dim()):
+                for d2 in range(t.dim()):
+                    if (divides(t, d1, shape[0] * shape[1]) if d1 == d2
+                            else divides(t, d1, shape[0]) and divides(t, d2, shape[1])):
+                        combos.append(alone(i, (Shard(d1), Shard(d2))))
+    for i, t in enumerate(tensors if partial else ()):
+        if t.is_floating_point():
+            combos += [alone(i, on(m, Partial("sum"))) for m in range(len(shape))]
     return combos[:limit]
 
 
@@ -168,9 +202,11 @@ def _global_totals(counts_doc):
 
 def _predicted_totals(prediction):
     """The prediction's Global counts and bytes per phase (its JSON tree's root, as
-    `predict --format json` writes it: the loss's collectives are charged to Global alone)."""
+    `predict --format json` writes it: the loss's collectives are charged to Global alone), and its
+    user outputs' placements (`commlens.outputs`: torch's repr strings, None for a plain tensor)."""
     root = json.loads(prediction.to_json())
-    return {p: (dict(root[f"collectives_{p}"]), dict(root[f"collective_bytes_{p}"])) for p in ("forward", "backward")}
+    totals = {p: (dict(root[f"collectives_{p}"]), dict(root[f"collective_bytes_{p}"])) for p in ("forward", "backward")}
+    return totals, root["commlens"]["outputs"]
 
 
 def _differentiable(op_info, model, tensors):
@@ -194,9 +230,24 @@ def _differentiable(op_info, model, tensors):
     return True
 
 
-def run_case(op_info, sample, slots, placements, world, ep):
-    """('exact' | 'refused' | 'dtensor' | 'wrong', detail, commlens' refusal or None) for one
-    placement combination."""
+def _output_placements(out):
+    """Each pytree leaf of a forward's output: its DTensor placements as torch's repr strings, None
+    for a plain tensor or a non-tensor (predict's `commlens.outputs`). An embedding's
+    `_MaskPartial` is named by its reduce op alone: its repr also holds the offset shape of the mask
+    it keeps, which no placement commlens predicts carries."""
+    from torch.distributed.tensor import DTensor
+    from torch.utils._pytree import tree_leaves
+
+    def name(p):
+        return f"MaskPartial({p.reduce_op})" if type(p).__name__ == "_MaskPartial" else repr(p)
+
+    return [[name(p) for p in t.placements] if isinstance(t, DTensor) else None for t in tree_leaves(out)]
+
+
+def run_case(op_info, sample, slots, placements, mesh_shape, ep):
+    """('exact' | 'refused' | 'dtensor' | 'data' | 'wrong', detail, commlens' refusal or None) for one
+    placement combination (one tuple of placements, one per mesh dim, per input). The forward's
+    output placements are those of the outputs of measure's own forward (a forward hook reads them)."""
     import commlens
     from commlens import CommlensError
     from commlens.measure import measure
@@ -207,12 +258,15 @@ def run_case(op_info, sample, slots, placements, world, ep):
     differentiable = _differentiable(op_info, model, tensors)
     grads = tuple(i for i, t in enumerate(tensors) if differentiable and t.is_floating_point())
     phase = "both" if grads else "forward"
-    plan = Plan(mesh_shape=(world,), mesh_dim_names=("tp",), loss=Loss.sum(), inputs_requires_grad=grads,
-                input_placements={i: (p,) for i, p in enumerate(placements)})
+    plan = Plan(mesh_shape=tuple(mesh_shape), mesh_dim_names=MESH_DIM_NAMES[len(mesh_shape)], loss=Loss.sum(),
+                inputs_requires_grad=grads, input_placements=dict(enumerate(placements)))
     try:
-        predicted, refusal = _predicted_totals(commlens.predict(ep, plan, phase=phase)), None
+        predicted, predicted_outputs = _predicted_totals(commlens.predict(ep, plan, phase=phase))
+        refusal = None
     except CommlensError as err:
-        predicted, refusal = None, str(err)[:300]
+        predicted, predicted_outputs, refusal = None, None, str(err)[:300]
+    outputs = []
+    model.register_forward_hook(lambda _module, _args, out: outputs.append(_output_placements(out)))
     try:
         measured = _global_totals(measure(lambda: (model, tuple(t.clone() for t in tensors)), plan, phase=phase,
                                           return_document=True))
@@ -228,16 +282,27 @@ def run_case(op_info, sample, slots, placements, world, ep):
         return "refused", refusal, refusal
     if predicted != measured:
         return "wrong", f"predicted {predicted}, measured {measured}", None
+    if predicted_outputs != outputs[-1]:
+        return "wrong", f"output placements: predicted {predicted_outputs}, DTensor {outputs[-1]}", None
     return "exact", "", None
 
 
-def sweep(ops_regex=None, samples=1, placements=3, world=2, out=print):
+def _placement_text(placements):
+    """One input's placements as the cases list them: `S(0)` on a 1-D mesh, a tuple of one per
+    mesh dim on a 2-D mesh."""
+    return str(placements[0]) if len(placements) == 1 else f"({', '.join(map(str, placements))})"
+
+
+def sweep(ops_regex=None, samples=1, placements=3, world=2, mesh=None, partial=False, out=print):
+    """Every case of the sweep: `results` (one dict per case) and `skipped`. `mesh`: the mesh shape
+    (a tuple of 1 or 2 ints; default (world,)); `partial`: add Partial("sum") inputs."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
     from commlens.export import export_model
 
     warnings.filterwarnings("ignore")
+    mesh = (world,) if mesh is None else tuple(mesh)
     pattern = re.compile(ops_regex) if ops_regex else None
     results, skipped = [], []  # skipped: {"op", "sample" (None: the whole OpInfo), "reason"}
     for op_info in op_db:
@@ -273,9 +338,9 @@ def sweep(ops_regex=None, samples=1, placements=3, world=2, out=print):
                     reason = f"the op raises on CPU: {_first_line(eager)}"
                 skipped.append({"op": name, "sample": k, "reason": reason})
                 continue
-            for combo in placement_combinations(tensors, world, placements):
-                kind, detail, refusal = run_case(op_info, sample, slots, combo, world, ep)
-                case = {"op": name, "sample": k, "dtype": dtype_name, "placements": [str(p) for p in combo],
+            for combo in placement_combinations(tensors, mesh, placements, partial):
+                kind, detail, refusal = run_case(op_info, sample, slots, combo, mesh, ep)
+                case = {"op": name, "sample": k, "dtype": dtype_name, "placements": [_placement_text(p) for p in combo],
                         "result": kind, "detail": detail, "commlens_refused": refusal is not None}
                 results.append(case)
                 if kind != "exact":
@@ -311,7 +376,8 @@ def render_doc(results, skipped, command):
         "int64, bool, then others it supports), each tensor an input (those of a list argument, such as",
         "`cat`'s, too), placed on a 2-rank mesh (all Replicate, then each input sharded alone on each",
         "dim the mesh divides; 3 combinations at most), predicted and measured forward and backward",
-        "(backward where a floating input can take a gradient). `dtensor`: DTensor itself raises",
+        "(backward where a floating input can take a gradient): counts, bytes and the placements of the",
+        "forward's outputs (`wrong`: either differs). `dtensor`: DTensor itself raises",
         "(commlens refuses each of these too); `data`: a linear-algebra kernel rejects the values of the",
         "run (a singular matrix: the fake process group's all-gather leaves the other rank's rows zero),",
         "so there is no count to compare. The OpInfos skipped, and why, are listed last.",
@@ -351,20 +417,33 @@ def render_doc(results, skipped, command):
     return "\n".join(lines) + "\n"
 
 
+def _mesh_shape(text):
+    """`--mesh`'s value: "4" -> (4,), "2x2" -> (2, 2)."""
+    try:
+        shape = tuple(int(n) for n in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) not in MESH_DIM_NAMES or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected N or AxB (a 1-D or 2-D mesh), got {text!r}")
+    return shape
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", help="regex on OpInfo names (name.variant)")
     ap.add_argument("--samples", type=int, default=DOC_SWEEP["samples"], help="sample inputs per OpInfo (default 1)")
     ap.add_argument("--placements", type=int, default=DOC_SWEEP["placements"],
                     help="placement combinations per sample (default 3)")
-    ap.add_argument("--world", type=int, default=DOC_SWEEP["world"], help="mesh size (default 2)")
+    ap.add_argument("--world", type=int, default=DOC_SWEEP["world"], help="1-D mesh size (default 2)")
+    ap.add_argument("--mesh", type=_mesh_shape, help="mesh shape, N or AxB (a 2-D mesh: dims dp, tp; default --world)")
+    ap.add_argument("--partial", action="store_true", help='also place each floating input Partial("sum")')
     ap.add_argument("--json", help="write every case here")
     ap.add_argument("--doc", action="store_true", help=f"rewrite {DOC.relative_to(DOC.parents[1])} (default sweep only)")
     args = ap.parse_args(argv)
-    if args.doc and (args.ops or {"samples": args.samples, "placements": args.placements, "world": args.world}
-                     != DOC_SWEEP):
-        ap.error("--doc records the default sweep: no --ops, --samples, --placements or --world")
-    results, skipped = sweep(args.ops, args.samples, args.placements, args.world)
+    if args.doc and (args.ops or args.mesh or args.partial
+                     or {"samples": args.samples, "placements": args.placements, "world": args.world} != DOC_SWEEP):
+        ap.error("--doc records the default sweep: no --ops, --samples, --placements, --world, --mesh or --partial")
+    results, skipped = sweep(args.ops, args.samples, args.placements, args.world, args.mesh, args.partial)
     line = summary(results, skipped)
     print(line)
     if args.doc:

@@ -1,7 +1,8 @@
 """The OpInfo differential sweep (tests/rules/opinfo_sweep.py) in the form CI runs: every OpInfo of
 torch's op_db with a CPU sample (float32, else the dtype opinfo_sweep.sample_dtype picks; the tensors
 of a list argument each an input), on its first sample and up to 3 placements on a 2-rank mesh,
-predicted by commlens and measured with CommDebugMode. No case may be silently wrong, every
+predicted by commlens and measured with CommDebugMode: counts and bytes of both phases and the
+forward's output placements. No case may be silently wrong, every
 case DTensor itself raises on must be refused by commlens too, and docs/opinfo-coverage.md must be
 what this sweep gives (regenerate it with `.venv/bin/python tests/rules/opinfo_sweep.py --doc`)."""
 
