@@ -3096,8 +3096,13 @@ private:
     return llvm::Error::success();
   }
 
+  /// softmax / log_softmax (SoftMax.cpp): with a dtype other than the input's, the input cast to
+  /// it first (input.toType(dtype), _to_copy), then _softmax / _log_softmax of the cast.
   llvm::Error softmax(llvm::StringRef runtimeOp) {
     Value *x = in("self");
+    if (const TensorMeta &out = *result(0)->meta(); out.dtype != x->meta()->dtype)
+      x = unary("aten::_to_copy.default", x, withDtype(*x->meta(), out.dtype), tmp("to"),
+                {{"dtype", out.dtype, true}});
     int64_t dim = intInput("dim").value_or(-1);
     b_.bind(result(0), emit1(runtimeOp, {{"self", x, false}, {"dim", dim, false}, {"half_to_float", false, false}},
                              *result(0)->meta(), result(0)->name()));

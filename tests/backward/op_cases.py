@@ -382,6 +382,9 @@ CASES = [
     ("softmax", lambda a: torch.softmax(a, -1), [(f32(4, 6), R)]),
     ("softmax-shard", lambda a: torch.softmax(a, -1), [(f32(4, 6), S1)]),
     ("log-softmax", lambda a: torch.log_softmax(a, -1), [(f32(4, 6), R)]),
+    # with a dtype: the input cast first (_to_copy), so the softmax dim's all-gather moves float64
+    ("softmax-dtype-shard", lambda a: torch.softmax(a, -1, dtype=torch.float64), [(f32(4, 6), S1)]),
+    ("log-softmax-dtype-shard", lambda a: torch.log_softmax(a, 0, dtype=torch.float64), [(f32(4, 6), S0)]),
     ("safe-softmax", lambda a: torch.ops.aten._safe_softmax(a, -1), [(f32(4, 6), S0)]),
     # pooling, upsampling: the runtime overloads called directly (F.interpolate, F.max_pool2d and
     # F.adaptive_avg_pool2d export as .vec / composite overloads that commlens does not decompose yet)
