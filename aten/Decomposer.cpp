@@ -305,6 +305,7 @@ private:
         {"aten::dstack.default", &Decomposer::stacked},
         {"aten::column_stack.default", &Decomposer::stacked},
         {"aten::linalg_multi_dot.default", &Decomposer::multiDot},
+        {"aten::isfinite.default", &Decomposer::isfinite},
         {"aten::atleast_1d.default", &Decomposer::atLeastNd},
         {"aten::atleast_2d.default", &Decomposer::atLeastNd},
         {"aten::atleast_3d.default", &Decomposer::atLeastNd},
@@ -2449,6 +2450,27 @@ private:
                              {{"dim", IntList{intInput("dim").value_or(-1)}, false}}));
     return llvm::Error::success();
   }
+  /// isfinite (TensorCompare.cpp) of a real floating tensor, as it runs: (e == e) * (|e| != inf),
+  /// each comparison reading e itself (a Partial e is all-reduced for abs and for both operands of
+  /// eq). Other dtypes keep the node (a pointwise rule).
+  llvm::Error isfinite() {
+    Value *x = in("self");
+    if (!x || !isFloating(x->meta()->dtype) || isComplex(x->meta()->dtype))
+      return keepExported();
+    b_.bind(result(0), finiteOf(x, result(0)->name()));
+    return llvm::Error::success();
+  }
+  /// isfinite's composite of e, the product named `name`.
+  Value *finiteOf(Value *e, llvm::StringRef name) {
+    TensorMeta bm = withDtype(*e->meta(), ScalarType::Bool);
+    auto cmp = [&](llvm::StringRef op, Value *a, Argument b, llvm::StringRef out) {
+      return emit1(op, {{"self", a, false}, {"other", std::move(b), false}}, bm, out);
+    };
+    Value *notInf = cmp("aten::ne.Scalar", unary("aten::abs.default", e, *e->meta(), tmp("abs")),
+                        std::numeric_limits<double>::infinity(), tmp("not_inf"));
+    Value *notNan = cmp("aten::eq.Tensor", e, e, tmp("not_nan"));
+    return cmp("aten::mul.Tensor", notNan, notInf, name);
+  }
   /// isclose (TensorCompare.cpp) of real operands without equal_nan: self == other, or a finite
   /// |self - other| within atol + |rtol * other| (isfinite as its composite: (e == e) * (|e| != inf)).
   llvm::Error isclose() {
@@ -2469,10 +2491,7 @@ private:
                               "allowed_error");
     Value *diff = emit1("aten::sub.Tensor", {{"self", x, false}, {"other", y, false}}, fm, tmp("diff"));
     Value *actual = unary("aten::abs.default", diff, *diff->meta(), tmp("actual_error"));
-    Value *notInf = cmp("aten::ne.Scalar", unary("aten::abs.default", actual, *actual->meta(), tmp("abs_error")),
-                        std::numeric_limits<double>::infinity(), "not_inf");
-    Value *notNan = cmp("aten::eq.Tensor", actual, actual, "not_nan");
-    Value *finite = cmp("aten::mul.Tensor", notNan, notInf, "finite");
+    Value *finite = finiteOf(actual, tmp("finite"));
     Value *within = cmp("aten::le.Tensor", actual, allowed, "within");
     Value *finiteWithin = cmp("aten::bitwise_and_.Tensor", finite, within, "finite_within");
     b_.bind(result(0), emit1("aten::bitwise_or_.Tensor", {{"self", close, false}, {"other", finiteWithin, false}},

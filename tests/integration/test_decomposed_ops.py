@@ -67,6 +67,9 @@ OPS = {
     # isclose: its comparisons and the in-place bool combinations (TensorCompare.cpp)
     "isclose": lambda y: torch.isclose(y, y * 1.0001),
     "isclose_broadcast": lambda y: torch.isclose(y, y[:, :1] * 1.0001),
+    # isfinite as it runs, (e == e) * (|e| != inf): of a sum over the sharded dim (Partial), abs
+    # and both operands of eq each all-reduce it (3 all_reduces, where a pointwise rule has 1)
+    "isfinite_of_sum": lambda y: torch.isfinite(y.sum(1)),
     # item(): _local_scalar_dense of the sum (Partial on a shard), which DTensor reads on each rank as
     # it is (no reduction: nothing to count)
     "item": lambda y: y.sum().item(),
@@ -186,7 +189,7 @@ def test_linalg_svd_replicates_its_input_like_comm_debug_mode(run_commlens, tmp_
 
 FORWARD_ONLY = ["linalg_inv", "linalg_det", "logdet", "slogdet", "linalg_solve", "svdvals", "svd", "cond", "eigvalsh",
                 "cholesky", "qr", "lu_factor", "matrix_exp", "pinverse", "ldl_factor", "isclose", "isclose_broadcast",
-                "item", "matrix_rank", "matrix_rank_hermitian"]
+                "item", "matrix_rank", "matrix_rank_hermitian", "isfinite_of_sum"]
 # the wrappers that check their factorization (inv, solve, cholesky, lu_factor) raise on the
 # row-sharded input: the fake process group's all-gather leaves the other rank's rows zero
 CHECKED = {"linalg_inv", "linalg_solve", "cholesky", "lu_factor", "ldl_factor"}
