@@ -299,6 +299,7 @@ private:
         {"aten::real.default", &Decomposer::selfWhenReal},
         {"aten::resolve_conj.default", &Decomposer::selfWhenReal},
         {"aten::resolve_neg.default", &Decomposer::selfWhenReal},
+        {"aten::conj_physical.default", &Decomposer::selfWhenReal},
         {"aten::isreal.default", &Decomposer::isreal},
         {"aten::vstack.default", &Decomposer::stacked},
         {"aten::hstack.default", &Decomposer::stacked},
@@ -530,7 +531,7 @@ private:
     b_.bind(result(0), indices ? i : v);
     return llvm::Error::success();
   }
-  /// real / resolve_conj / resolve_neg of a real tensor: the tensor itself, no op.
+  /// real / resolve_conj / resolve_neg / conj_physical of a real tensor: the tensor itself, no op.
   llvm::Error selfWhenReal() {
     if (complexSelf())
       return keepExported();
@@ -2717,8 +2718,8 @@ private:
   /// one side sums the other side's over it first (sum keepdim, in its dtype); a permuted to its
   /// free dims then dims1, b to dims2 then its free dims (the dims as passed); when both sides'
   /// free sizes multiply to 1, dot of the two flattened (b's first, as the call's arguments are
-  /// evaluated) and the scalar reshaped to the free sizes; else both reshaped to matrices, mm, the
-  /// product reshaped.
+  /// evaluated) where views flatten both, else the sum of their squeezed product (traced), and the
+  /// scalar reshaped to the free sizes; else both reshaped to matrices, mm, the product reshaped.
   llvm::Error tensordotOf(Value *a, Value *b, const IntList &dims1, const IntList &dims2) {
     auto as = hints(a->meta()->sizes), bs = hints(b->meta()->sizes);
     int64_t ra = static_cast<int64_t>(as.size()), rb = static_cast<int64_t>(bs.size());
@@ -2769,13 +2770,34 @@ private:
     Value *prod;
     if (size1 == 1 && size2 == 1) {
       Value *pa = permute(a, p1, tmp("permute_self")), *pb = permute(b, p2, tmp("permute_other"));
-      // flatten(): a vector as it is, anything else reshaped to its element count
-      auto flatten = [&](Value *x, llvm::StringRef name) {
-        return x->meta()->rank() == 1 ? x : reshape(x, {csize}, name);
-      };
-      Value *fb = flatten(pb, tmp("view_other")), *fa = flatten(pa, tmp("view_self"));
-      prod = emit1("aten::dot.default", {{"self", fa, false}, {"tensor", fb, false}}, withShape(*a->meta(), {}),
-                   tmp("dot"));
+      auto flat = [&](const Value *x) { return x->meta()->rank() == 1 || viewStrides(*x->meta(), {csize}); };
+      if (flat(pa) && flat(pb)) {
+        // flatten(): a vector as it is, anything else viewed as its element count
+        auto flatten = [&](Value *x, llvm::StringRef name) {
+          return x->meta()->rank() == 1 ? x : reshape(x, {csize}, name);
+        };
+        Value *fb = flatten(pb, tmp("view_other")), *fa = flatten(pa, tmp("view_self"));
+        prod = emit1("aten::dot.default", {{"self", fa, false}, {"tensor", fb, false}}, withShape(*a->meta(), {}),
+                     tmp("dot"));
+      } else {
+        // a permuted side no view flattens: (a.squeeze() * b.squeeze()).sum(), b's squeeze first
+        auto squeeze = [&](Value *x, llvm::StringRef name) {
+          llvm::SmallVector<int64_t, 4> sizes, strides;
+          auto xs = hints(x->meta()->sizes), st = hints(x->meta()->strides);
+          for (size_t i = 0; i < xs.size(); ++i)
+            if (xs[i] != 1) {
+              sizes.push_back(xs[i]);
+              strides.push_back(st[i]);
+            }
+          return unary("aten::squeeze.default", x, withShape(*x->meta(), sizes, llvm::ArrayRef<int64_t>(strides)), name);
+        };
+        Value *sb = squeeze(pb, tmp("squeeze_other")), *sa = squeeze(pa, tmp("squeeze_self"));
+        Value *products = emit1("aten::mul.Tensor", {{"self", sa, false}, {"other", sb, false}},
+                                withShape(*sa->meta(), broadcastSizes(hints(sa->meta()->sizes), hints(sb->meta()->sizes))),
+                                tmp("mul"));
+        prod = unary("aten::sum.default", products, withShape(*a->meta(), {}), tmp("sum"),
+                     {{"dtype", a->meta()->dtype, true}});
+      }
     } else {
       Value *ma = reshape(permute(a, p1, tmp("permute_self")), {size1, csize}, tmp("view_self"));
       Value *mb = reshape(permute(b, p2, tmp("permute_other")), {csize, size2}, tmp("view_other"));

@@ -232,6 +232,11 @@ CASES = [
     # free sizes of 1 on both sides: dot of the two flattened operands, reshaped to [1, 1]
     ("tensordot-dot-of-matrices", lambda a, b: torch.tensordot(a, b, dims=([1], [0])),
      [(f32(1, 6), S1), (f32(6, 1), S0)]),
+    # free sizes of 1 and a permuted side no view flattens: the sum of the squeezed product
+    ("tensordot-squeezed-product", lambda a, b: torch.tensordot(a, b, dims=([0, 1], [1, 0])),
+     [(f32(4, 6), S0), (f32(6, 4), R)]),
+    ("tensordot-squeezed-product-partial-grad", lambda a, b: torch.tensordot(a, b, dims=([0, 1], [2, 0])),
+     [(f32(4, 2, 1), R), (f32(2, 1, 4), S0)]),
     ("inner-vectors", lambda a, b: torch.inner(a, b), [(f32(6), S0), (f32(6), S0)]),
     ("inner-matrices", lambda a, b: torch.inner(a, b), [(f32(4, 6), S0), (f32(3, 6), R)]),
     # channel_shuffle (DTensor's decomposition strategy: view, transpose, contiguous clone,
