@@ -250,11 +250,8 @@ class _Recorder:
                 # install_forward(module, ep_mesh=, tp_mesh=, ep_implementation=) (expert_parallel.py):
                 # its keywords are the plan style's fields, on an object of their own
                 recorder.ep_dispatch[id(module)] = (module, kwargs)
+                # (its tp_mesh, as shares_batch / tp_mesh_dim, is read by check_expert_dispatch)
                 style = type(layer)()
-                # tp_mesh is the expert group itself (shares_batch) or, inside it, a TP group whose
-                # dim check_expert_dispatch names (tp_mesh_dim), or of one rank
-                style.shares_batch = kwargs["tp_mesh"].size() > 1 and _same_ranks(kwargs["tp_mesh"], kwargs["ep_mesh"])
-                style.tp_mesh_dim = None
                 style.ep_implementation = kwargs.get("ep_implementation", "auto")
                 recorder.styles.append((style, module, kwargs["ep_mesh"], None))
             elif name == MLA_KV_A_PROJ:
@@ -583,18 +580,20 @@ class _Capture:
                           f"{', '.join(map(repr, EP_IMPLEMENTATIONS))})")
             if getattr(getattr(module, "config", None), "_experts_implementation", None) == "deepgemm_megamoe":
                 self.fail(f"{where}: DeepGEMM Mega MoE experts (MegaMoeEP) are not modelled")
+            # install_forward's tp_mesh: the expert group itself (shares_batch), a TP group inside it
+            # (1 < tp_size < ep_size: the plan names its dim, tp_mesh_dim), or of one rank
             tp_mesh, ep_mesh = kwargs["tp_mesh"], kwargs["ep_mesh"]
-            if tp_mesh.size() != 1 and not _same_ranks(tp_mesh, ep_mesh):
-                # a TP group inside the expert group (1 < tp_size < ep_size): the plan names its dim
-                if not set(get_process_group_ranks(tp_mesh.get_group())) <= set(get_process_group_ranks(
-                        ep_mesh.get_group())):
+            tp_ranks, ep_ranks = (get_process_group_ranks(mesh.get_group()) for mesh in (tp_mesh, ep_mesh))
+            style = next(style for style, styled, *_rest in self.recorder.styles if styled is module)
+            style.shares_batch, style.tp_mesh_dim = tp_mesh.size() > 1 and tp_ranks == ep_ranks, None
+            if tp_mesh.size() != 1 and tp_ranks != ep_ranks:
+                if not set(tp_ranks) <= set(ep_ranks):
                     self.fail(f"{where}: its TP group of {tp_mesh.size()} ranks is not part of its expert group of "
                               f"{ep_mesh.size()}; commlens models a TP group inside the expert group")
                 dims = self.mesh_dims(tp_mesh, f"{where}: its TP group")
                 if dims is None or len(dims) != 1:
                     self.fail(f"{where}: its TP group is not one named mesh dim ({dims}); commlens models "
                               "transformers' tp dim")
-                style = next(style for style, styled, *_rest in self.recorder.styles if styled is module)
                 style.tp_mesh_dim = dims[0]
             sharded = {name: (layer, mesh) for layer, owner, name, mesh in self.recorder.layer_sharded
                        if owner is module}
@@ -990,12 +989,6 @@ def capture(model_factory, parallelize, world_size, *, loss="sum", loss_parallel
                            f"is {world_size}")
     validate(plan, subject)
     return plan
-
-
-def _same_ranks(one, other):
-    from torch.distributed import get_process_group_ranks
-
-    return get_process_group_ranks(one.get_group()) == get_process_group_ranks(other.get_group())
 
 
 def _input_key(text):

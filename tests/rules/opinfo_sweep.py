@@ -277,7 +277,7 @@ def run_case(op_info, sample, slots, placements, mesh_shape, ep):
 
         singular = isinstance(err, torch.linalg.LinAlgError) or "is zero and using it on lu_solve" in str(err)
         kind = "data" if singular else "dtensor"
-        return kind, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200], refusal
+        return kind, _first_line(err, 200), refusal
     if refusal:
         return "refused", refusal, refusal
     if predicted != measured:
